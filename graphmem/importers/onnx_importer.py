@@ -1,0 +1,393 @@
+"""The ONNX importer: the only module that reads ONNX protobuf.
+
+It loads the graph without the weight bytes (external data is never read, and a missing data
+file is fine), names unnamed dynamic input dims so they can be bound, runs onnxruntime's
+symbolic shape inference (falling back to onnx's own), and builds graphmem's IR.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, TensorProto
+
+from graphmem.errors import GraphmemError
+from graphmem.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
+from graphmem.symbolic import SymInt, parse_dim
+
+# Initializer payloads above this size are dropped after loading: only dims and dtype matter,
+# and shape inference copies the model.
+_KEEP_INITIALIZER_BYTES = 64 * 1024
+
+_DTYPES: dict[int, DType] = {
+    TensorProto.FLOAT: DType.FLOAT32,
+    TensorProto.FLOAT16: DType.FLOAT16,
+    TensorProto.BFLOAT16: DType.BFLOAT16,
+    TensorProto.DOUBLE: DType.FLOAT64,
+    TensorProto.INT64: DType.INT64,
+    TensorProto.INT32: DType.INT32,
+    TensorProto.INT16: DType.INT16,
+    TensorProto.INT8: DType.INT8,
+    TensorProto.UINT64: DType.UINT64,
+    TensorProto.UINT32: DType.UINT32,
+    TensorProto.UINT16: DType.UINT16,
+    TensorProto.UINT8: DType.UINT8,
+    TensorProto.BOOL: DType.BOOL,
+    TensorProto.COMPLEX64: DType.COMPLEX64,
+    TensorProto.COMPLEX128: DType.COMPLEX128,
+    TensorProto.STRING: DType.STRING,
+    TensorProto.FLOAT8E4M3FN: DType.FLOAT8,
+    TensorProto.FLOAT8E4M3FNUZ: DType.FLOAT8,
+    TensorProto.FLOAT8E5M2: DType.FLOAT8,
+    TensorProto.FLOAT8E5M2FNUZ: DType.FLOAT8,
+    TensorProto.INT4: DType.INT4,
+    TensorProto.UINT4: DType.UINT4,
+}
+
+_CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+# BatchNormalization inputs 3 and 4 are running statistics: buffers, not parameters.
+_BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+@dataclass
+class OnnxImport:
+    """The imported graph and what the importer noticed on the way."""
+
+    graph: Graph
+    shape_inference: str  # which inference produced the shapes
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_onnx(path: str | Path) -> Graph:
+    return import_onnx(path).graph
+
+
+def import_onnx(path: str | Path) -> OnnxImport:
+    model = read_model(Path(path))
+    warnings: list[str] = []
+    _name_dynamic_input_dims(model.graph)
+    inferred, engine = _infer_shapes(model, warnings)
+    graph = _build_graph(inferred, Path(path).stem)
+    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings)
+
+
+# ----- reading -----------------------------------------------------------------------------
+def read_model(path: Path) -> onnx.ModelProto:
+    """Parse the model's protobuf without external data; bad files get one clear error."""
+    _check_path(path)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
+        raise GraphmemError(
+            f"'{path}' is not a valid ONNX model ({_first_line(error)}); the file may be"
+            " truncated or of another format: re-export it with torch.onnx.export"
+        ) from None
+    if not model.opset_import or not model.graph.node:
+        raise GraphmemError(
+            f"'{path}' holds no ONNX graph (no opset or no nodes): pass an exported .onnx model"
+        )
+    _drop_large_payloads(model.graph)
+    return model
+
+
+def _check_path(path: Path) -> None:
+    if not path.exists():
+        raise GraphmemError(f"no such file '{path}': check the path to the .onnx model")
+    if path.is_dir():
+        raise GraphmemError(f"'{path}' is a directory: pass the .onnx file itself")
+    if path.stat().st_size == 0:
+        raise GraphmemError(f"'{path}' is empty (0 bytes): re-export or re-download the model")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _drop_large_payloads(graph: onnx.GraphProto) -> None:
+    for tensor in graph.initializer:
+        if len(tensor.raw_data) > _KEEP_INITIALIZER_BYTES:
+            tensor.ClearField("raw_data")
+
+
+def _name_dynamic_input_dims(graph: onnx.GraphProto) -> None:
+    """Give every unnamed dynamic input dim a name (`input_ids_d0`) so `--dim` can bind it."""
+    initializer_names = {t.name for t in graph.initializer}
+    for value in graph.input:
+        if value.name in initializer_names or not value.type.HasField("tensor_type"):
+            continue
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            continue
+        for index, dim in enumerate(tensor_type.shape.dim):
+            if not dim.HasField("dim_value") and not dim.dim_param:
+                dim.dim_param = f"{_identifier(value.name)}_d{index}"
+
+
+def _identifier(name: str) -> str:
+    text = re.sub(r"\W", "_", name)
+    return text if text and not text[0].isdigit() else f"v_{text}"
+
+
+# ----- shape inference -----------------------------------------------------------------------
+def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.ModelProto, str]:
+    try:
+        return _ort_symbolic_inference(model), "onnxruntime symbolic shape inference"
+    except Exception as error:  # noqa: BLE001 - any failure there falls back to onnx's inference
+        warnings.append(
+            f"onnxruntime symbolic shape inference failed ({_first_line(error)});"
+            " used onnx shape inference instead"
+        )
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as error:  # noqa: BLE001
+        warnings.append(f"onnx shape inference failed too ({_first_line(error)})")
+        return model, "none"
+    return inferred, "onnx shape inference"
+
+
+def _ort_symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Run onnxruntime's symbolic shape inference to its fixed point.
+
+    SymbolicShapeInference.infer_shapes writes `sym_shape_infer_temp.onnx` into the current
+    directory when a shape stays unknown; graphmem must not write into the user's folders,
+    so the same steps are driven here and incomplete shapes are kept as unknown.
+    """
+    from onnxruntime.tools import symbolic_shape_infer
+
+    logging.getLogger(symbolic_shape_infer.__name__).setLevel(logging.ERROR)
+    engine = symbolic_shape_infer.SymbolicShapeInference(
+        int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0
+    )
+    engine._preprocess(model)
+    while engine.run_:
+        engine._infer_impl()
+    engine._update_output_from_vi()
+    return engine.out_mp_
+
+
+# ----- building the IR ---------------------------------------------------------------------
+def _build_graph(model: onnx.ModelProto, default_name: str) -> Graph:
+    onnx_graph = model.graph
+    values: dict[str, Value] = {}
+    _add_initializers(onnx_graph, values)
+    _add_constant_nodes(onnx_graph, values)
+    inputs = [_input_value(v, values) for v in onnx_graph.input]
+    value_infos = {v.name: v for v in (*onnx_graph.value_info, *onnx_graph.output)}
+    nodes = _build_nodes(onnx_graph, values, value_infos)
+    outputs = [_mark_output(values, v) for v in onnx_graph.output]
+    _mark_buffers(nodes)
+    return Graph(
+        name=onnx_graph.name or default_name,
+        nodes=nodes,
+        values=values,
+        inputs=[v for v in inputs if v.role is Role.INPUT],
+        outputs=outputs,
+        opset=_default_opset(model),
+        source_format="onnx",
+    )
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _add_initializers(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+    for tensor in graph.initializer:
+        dtype = _DTYPES.get(tensor.data_type, DType.UNKNOWN)
+        shape: Shape = tuple(SymInt.const(int(d)) for d in tensor.dims)
+        numel = 1
+        for d in tensor.dims:
+            numel *= int(d)
+        role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
+        values[tensor.name] = Value(tensor.name, dtype, shape, role)
+
+
+def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+    """Constant nodes become constant values (onnxruntime turns them into initializers too)."""
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            dtype, shape = _constant_type(node)
+            values[node.output[0]] = Value(node.output[0], dtype, shape, Role.CONSTANT)
+
+
+def _constant_type(node: onnx.NodeProto) -> tuple[DType, Shape]:
+    attribute = node.attribute[0] if node.attribute else None
+    if attribute is not None and attribute.type == AttributeProto.TENSOR:
+        tensor = attribute.t
+        return _DTYPES.get(tensor.data_type, DType.UNKNOWN), tuple(
+            SymInt.const(int(d)) for d in tensor.dims
+        )
+    if attribute is not None and attribute.name.endswith("s"):  # value_ints, value_floats
+        count = len(onnx.helper.get_attribute_value(attribute))
+        dtype = DType.INT64 if attribute.name == "value_ints" else DType.FLOAT32
+        return dtype, (SymInt.const(count),)
+    is_int = attribute is not None and attribute.name == "value_int"
+    return (DType.INT64 if is_int else DType.FLOAT32), ()
+
+
+def _input_value(info: onnx.ValueInfoProto, values: dict[str, Value]) -> Value:
+    if info.name in values:  # IR < 4 lists initializers among the inputs
+        return values[info.name]
+    value = _value_from_info(info, Role.INPUT)
+    values[info.name] = value
+    return value
+
+
+def _value_from_info(info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
+    if info is None or not info.type.HasField("tensor_type"):
+        return Value(name or (info.name if info else ""), DType.UNKNOWN, None, role)
+    tensor_type = info.type.tensor_type
+    dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
+    shape = None
+    if tensor_type.HasField("shape"):
+        shape = tuple(_dim(d) for d in tensor_type.shape.dim)
+    return Value(info.name, dtype, shape, role)
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return SymInt.const(int(dim.dim_value))
+    # `unk__N` is onnxruntime's name for a size it could not infer: an unknown, not a dim.
+    if dim.dim_param and not dim.dim_param.startswith("unk__"):
+        return SymInt.from_sympy(parse_dim(dim.dim_param))
+    return None
+
+
+def _build_nodes(
+    graph: onnx.GraphProto,
+    values: dict[str, Value],
+    value_infos: dict[str, onnx.ValueInfoProto],
+) -> list[Node]:
+    nodes: list[Node] = []
+    used_names: set[str] = set()
+    for index, proto in enumerate(graph.node):
+        if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
+            continue
+        name = _unique_name(proto.name or f"{proto.op_type}_{index}", used_names)
+        node = Node(
+            name=name,
+            op_type=proto.op_type,
+            inputs=[_lookup_input(values, n, name) if n else None for n in proto.input],
+            outputs=[],
+            attributes=_attributes(proto),
+            domain=proto.domain,
+        )
+        if proto.op_type in _CONTROL_FLOW_OPS or _has_subgraph(proto):
+            _attach_subgraphs(node, proto, values)
+        for output_name in proto.output:
+            if output_name:
+                _add_output(node, output_name, values, value_infos)
+        for value in node.present_inputs:
+            value.consumers.append(node)
+        nodes.append(node)
+    return nodes
+
+
+def _unique_name(name: str, used: set[str]) -> str:
+    candidate, suffix = name, 1
+    while candidate in used:
+        suffix += 1
+        candidate = f"{name}#{suffix}"
+    used.add(candidate)
+    return candidate
+
+
+def _lookup_input(values: dict[str, Value], name: str, node_name: str) -> Value:
+    if name not in values:  # not topologically sorted, or a dangling reference
+        raise GraphmemError(
+            f"node {node_name} reads '{name}' before any node produces it: the graph is not"
+            " topologically sorted or is broken; re-export it or run onnx.checker on it"
+        )
+    return values[name]
+
+
+def _add_output(
+    node: Node, name: str, values: dict[str, Value], infos: dict[str, onnx.ValueInfoProto]
+) -> None:
+    value = _value_from_info(infos.get(name), Role.ACTIVATION, name)
+    value.producer = node
+    values[name] = value
+    node.outputs.append(value)
+
+
+def _attributes(proto: onnx.NodeProto) -> dict[str, AttributeValue]:
+    result: dict[str, AttributeValue] = {}
+    for attribute in proto.attribute:
+        if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+            continue
+        if attribute.type in (AttributeProto.TENSOR, AttributeProto.SPARSE_TENSOR):
+            continue
+        value = onnx.helper.get_attribute_value(attribute)
+        result[attribute.name] = tuple(value) if isinstance(value, list) else value
+    return result
+
+
+def _has_subgraph(proto: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in proto.attribute)
+
+
+def _subgraphs(proto: onnx.NodeProto) -> list[onnx.GraphProto]:
+    graphs: list[onnx.GraphProto] = []
+    for attribute in proto.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            graphs.append(attribute.g)
+        elif attribute.type == AttributeProto.GRAPHS:
+            graphs.extend(attribute.graphs)
+    return graphs
+
+
+def _attach_subgraphs(node: Node, proto: onnx.NodeProto, values: dict[str, Value]) -> None:
+    """Count a control-flow node's body and make the outer values it reads its inputs.
+
+    The body is not analysed op by op: the node is flagged, and every outer tensor the body
+    reads stays live until the node runs (the conservative, never-too-small choice).
+    """
+    for body in _subgraphs(proto):
+        node.subgraph_node_count += _count_nodes(body)
+        for name in sorted(_outer_references(body)):
+            if name in values and values[name] not in node.inputs:
+                node.inputs.append(values[name])
+
+
+def _count_nodes(graph: onnx.GraphProto) -> int:
+    total = len(graph.node)
+    for proto in graph.node:
+        total += sum(_count_nodes(g) for g in _subgraphs(proto))
+    return total
+
+
+def _outer_references(graph: onnx.GraphProto) -> set[str]:
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    used: set[str] = set()
+    for proto in graph.node:
+        used.update(n for n in proto.input if n)
+        for body in _subgraphs(proto):
+            used |= _outer_references(body)
+        defined.update(proto.output)
+    return used - defined
+
+
+def _mark_output(values: dict[str, Value], info: onnx.ValueInfoProto) -> Value:
+    value = values.get(info.name)
+    if value is None:
+        raise GraphmemError(
+            f"graph output '{info.name}' is produced by no node: the model is broken;"
+            " re-export it or run onnx.checker on it"
+        )
+    if value.role is Role.ACTIVATION:
+        value.role = Role.OUTPUT
+    return value
+
+
+def _mark_buffers(nodes: list[Node]) -> None:
+    for node in nodes:
+        for index in _BUFFER_INPUTS.get(node.op_type, ()):
+            value = node.input(index)
+            if value is not None and value.role is Role.PARAMETER:
+                value.role = Role.BUFFER

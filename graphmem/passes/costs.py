@@ -1,0 +1,114 @@
+"""Per-node costs: MACs and FLOPs from the op's rule, bytes read and written from its tensors.
+
+An op with no rule is not zero: it is listed in `unsupported_ops` and its node is marked.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+
+from graphmem.costs import OpCost, ShapeUnknownError, find_rule
+from graphmem.ir import Graph, Node, Role, Value
+from graphmem.passes.dims import DimBinding
+from graphmem.symbolic import SymInt
+
+
+class CostStatus(StrEnum):
+    OK = "ok"
+    UNSUPPORTED = "unsupported"  # no rule for this op: FLOPs unknown
+    SHAPE_UNKNOWN = "shape_unknown"  # a rule exists but a shape it needs is unknown
+    SUBGRAPH = "subgraph"  # If/Loop/Scan: the body is not costed op by op
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    name: str
+    op_type: str
+    domain: str
+    module_path: str
+    output_shapes: tuple[str, ...]
+    macs: SymInt
+    flops: SymInt
+    bytes_read: SymInt
+    bytes_written: SymInt
+    param_count: int
+    status: CostStatus
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CostReport:
+    nodes: tuple[NodeCost, ...]
+    total_macs: SymInt
+    total_flops: SymInt
+    total_bytes_read: SymInt
+    total_bytes_written: SymInt
+    unsupported_ops: dict[str, int]  # op type (domain-qualified outside ai.onnx) -> node count
+    shape_unknown_nodes: tuple[str, ...]
+    subgraph_nodes: tuple[str, ...]
+
+
+def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport:
+    dims = binding.bound if binding else {}
+    nodes = tuple(_node_cost(node, dims) for node in graph.nodes)
+    unsupported = Counter(_qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
+    return CostReport(
+        nodes=nodes,
+        total_macs=sum((n.macs for n in nodes), SymInt()),
+        total_flops=sum((n.flops for n in nodes), SymInt()),
+        total_bytes_read=sum((n.bytes_read for n in nodes), SymInt()),
+        total_bytes_written=sum((n.bytes_written for n in nodes), SymInt()),
+        unsupported_ops=dict(sorted(unsupported.items())),
+        shape_unknown_nodes=_names_with(nodes, CostStatus.SHAPE_UNKNOWN),
+        subgraph_nodes=_names_with(nodes, CostStatus.SUBGRAPH),
+    )
+
+
+def _names_with(nodes: tuple[NodeCost, ...], status: CostStatus) -> tuple[str, ...]:
+    return tuple(n.name for n in nodes if n.status is status)
+
+
+def _qualified_op(cost: NodeCost) -> str:
+    return f"{cost.domain}.{cost.op_type}" if cost.domain not in ("", "ai.onnx") else cost.op_type
+
+
+def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:
+    status, note, op_cost = _arithmetic(node)
+    return NodeCost(
+        name=node.name,
+        op_type=node.op_type,
+        domain=node.domain,
+        module_path=node.module_path,
+        output_shapes=tuple(v.shape_text(dims) for v in node.outputs),
+        macs=op_cost.macs.bind(dims),
+        flops=op_cost.flops.bind(dims),
+        bytes_read=_total_bytes(_distinct(node.present_inputs)).bind(dims),
+        bytes_written=_total_bytes(node.outputs).bind(dims),
+        param_count=sum(int(v.numel or 0) for v in _distinct(node.present_inputs)
+                        if v.role is Role.PARAMETER),
+        status=status,
+        note=note,
+    )
+
+
+def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
+    if node.subgraph_node_count:
+        note = f"control flow with {node.subgraph_node_count} nodes in its bodies, not costed"
+        return CostStatus.SUBGRAPH, note, OpCost.zero()
+    rule = find_rule(node.op_type, node.domain)
+    if rule is None:
+        return CostStatus.UNSUPPORTED, "no cost rule for this op", OpCost.zero()
+    try:
+        return CostStatus.OK, "", rule(node)
+    except ShapeUnknownError as error:
+        return CostStatus.SHAPE_UNKNOWN, str(error), OpCost.zero()
+
+
+def _distinct(values: list[Value]) -> list[Value]:
+    return list(dict.fromkeys(values))
+
+
+def _total_bytes(values: list[Value]) -> SymInt:
+    return sum((v.nbytes for v in values if v.nbytes is not None), SymInt())
