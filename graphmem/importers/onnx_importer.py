@@ -18,6 +18,7 @@ from onnx import AttributeProto, TensorProto
 
 from graphmem.errors import GraphmemError
 from graphmem.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
+from graphmem.passes.shapes import fill_shape_gaps
 from graphmem.symbolic import SymInt, parse_dim
 
 # Initializer payloads above this size are dropped after loading: only dims and dtype matter,
@@ -73,6 +74,9 @@ def import_onnx(path: str | Path) -> OnnxImport:
     _name_dynamic_input_dims(model.graph)
     inferred, engine = _infer_shapes(model, warnings)
     graph = _build_graph(inferred, Path(path).stem)
+    gaps = fill_shape_gaps(graph)
+    if gaps.filled:
+        engine += f" + graphmem rules for {len(gaps.filled)} values"
     return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings)
 
 

@@ -1,0 +1,153 @@
+"""The `graphmem` command line: analyze a model, list the GPUs it knows.
+
+Every user-facing error is one line `graphmem: error: <what is wrong and what to do>` on stderr
+with exit code 2; nothing the user gave is modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from rich.console import Console
+
+from graphmem import __version__
+from graphmem.errors import GraphmemError
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with graphmem's one-line error format."""
+
+    def error(self, message: str) -> NoReturn:
+        raise GraphmemError(f"{message} (see '{self.prog} --help')")
+
+
+def parse_dim_binding(text: str) -> tuple[str, int]:
+    """`batch=8` -> ("batch", 8)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not re.fullmatch(r"-?\d+", value.strip()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=INTEGER, e.g. --dim seq=512")
+    return name.strip(), int(value)
+
+
+def parse_size_bytes(text: str) -> int:
+    """`512MiB`, `1.5GiB`, `800000000` -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size such as 512MiB or 1.5GiB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="graphmem", description=(
+        "Static GPU memory and compute analysis of deep-learning models, before any GPU time."))
+    parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_analyze(commands.add_parser(
+        "analyze", help="analyze an ONNX model: peak memory, FLOPs, fit on a GPU"))
+    commands.add_parser("gpus", help="list the GPUs graphmem knows, with their datasheet figures")
+    return parser
+
+
+def _add_analyze(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="path to an .onnx file (external weight data is not read)")
+    parser.add_argument("--gpu", help="GPU name from 'graphmem gpus' (e.g. t4, a100-80gb)")
+    parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
+    parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
+                        metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
+    parser.add_argument("--json", metavar="PATH", help="write the JSON result ('-' for stdout)")
+    parser.add_argument("--html", metavar="PATH",
+                        help="write the HTML report here (default: ./<model>.graphmem.html)")
+    parser.add_argument("--no-html", action="store_true", help="do not write the HTML report")
+    parser.add_argument("--cuda-reserve", type=parse_size_bytes, metavar="SIZE",
+                        help="non-tensor CUDA memory to assume (default: measured, see README)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    stdout = Console(highlight=False)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "gpus":
+            return _run_gpus(stdout)
+        return _run_analyze(args, stdout)
+    except GraphmemError as error:
+        print(f"graphmem: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("graphmem: error: interrupted", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # noqa: BLE001 - a bug must still end in one clear line
+        if os.environ.get("GRAPHMEM_DEBUG"):
+            traceback.print_exc()
+        print(f"graphmem: error: internal error ({type(error).__name__}: {error}); please report"
+              " it with the model (set GRAPHMEM_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _run_gpus(console: Console) -> int:
+    from graphmem.reports.gpu_table import print_gpu_table
+
+    print_gpu_table(console)
+    return EXIT_OK
+
+
+def _run_analyze(args: argparse.Namespace, console: Console) -> int:
+    from graphmem.analysis import analyze_onnx
+    from graphmem.reports.json_report import to_json_text, write_json
+    from graphmem.reports.terminal import print_summary
+
+    model_path = Path(args.model)
+    html_path = None if args.no_html else Path(args.html or f"{model_path.stem}.graphmem.html")
+    json_path = None if args.json in (None, "-") else Path(args.json)
+    _refuse_overwriting_input(model_path, [p for p in (html_path, json_path) if p])
+    dims = _dims_dict(args.dim)
+    analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
+                            cuda_reserve_bytes=args.cuda_reserve)
+    if args.json == "-":
+        sys.stdout.write(to_json_text(analysis))
+        console = Console(stderr=True, highlight=False)
+    print_summary(analysis, console)
+    if json_path:
+        write_json(analysis, json_path)
+        console.print(f"JSON written to {json_path}")
+    if html_path:
+        from graphmem.reports.html import write_html
+
+        write_html(analysis, html_path)
+        console.print(f"HTML report written to {html_path}")
+    return EXIT_OK
+
+
+def _dims_dict(bindings: list[tuple[str, int]]) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for name, value in bindings:
+        if name in dims and dims[name] != value:
+            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
+        dims[name] = value
+    return dims
+
+
+def _refuse_overwriting_input(model_path: Path, outputs: list[Path]) -> None:
+    for output in outputs:
+        if output.exists() and model_path.exists() and output.resolve() == model_path.resolve():
+            raise GraphmemError(f"'{output}' is the model itself: choose another output path")
+        if output.is_dir():
+            raise GraphmemError(f"'{output}' is a directory: give a file path for the output")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

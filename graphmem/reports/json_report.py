@@ -1,0 +1,157 @@
+"""The JSON result: a stable, versioned schema for CI and other tools (see README).
+
+Sizes are integers when every dim is bound; with free dims they are formula strings in
+those dims (sympy syntax, e.g. "4096 + 150528*batch").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from graphmem import __version__
+from graphmem.analysis import Analysis
+from graphmem.ir import Role
+from graphmem.passes.costs import NodeCost
+from graphmem.passes.fit import GpuFit
+from graphmem.passes.liveness import LivenessResult, LiveTensor
+from graphmem.symbolic import SymInt
+
+SCHEMA_VERSION = 1
+
+ROLE_KEYS = {
+    Role.PARAMETER: "parameters",
+    Role.BUFFER: "buffers",
+    Role.CONSTANT: "constants",
+    Role.INPUT: "inputs",
+    Role.ACTIVATION: "activations",
+    Role.OUTPUT: "outputs",
+    Role.GRADIENT: "gradients",
+    Role.OPTIMIZER_STATE: "optimizer_state",
+}
+
+
+def quantity(value: SymInt) -> int | str:
+    """An exact integer, or the formula in the free dims."""
+    if value.is_constant:
+        return int(value)
+    return str(value.to_sympy())
+
+
+def to_dict(analysis: Analysis) -> dict[str, Any]:
+    costs = analysis.costs
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "graphmem_version": __version__,
+        "model": {
+            "path": analysis.model.path,
+            "name": analysis.model.name,
+            "format": analysis.model.source_format,
+            "opset": analysis.model.opset,
+            "node_count": analysis.model.node_count,
+            "shape_inference": analysis.model.shape_inference,
+            "warnings": list(analysis.model.warnings),
+        },
+        "config": {"mode": analysis.mode, "schedule": "model order"},
+        "dims": {
+            "bound": analysis.dims.bound,
+            "free": list(analysis.dims.free),
+            "batch_dim": analysis.dims.batch_dim,
+        },
+        "params": {
+            "count": analysis.params.count,
+            "bytes": analysis.params.bytes,
+            "buffer_count": analysis.params.buffer_count,
+            "buffer_bytes": analysis.params.buffer_bytes,
+            "constant_bytes": analysis.params.constant_bytes,
+            "bytes_by_dtype": analysis.params.bytes_by_dtype,
+        },
+        "flops": {
+            "total": quantity(costs.total_flops),
+            "macs": quantity(costs.total_macs),
+            "bytes_read": quantity(costs.total_bytes_read),
+            "bytes_written": quantity(costs.total_bytes_written),
+        },
+        "memory": _memory(analysis.liveness),
+        "nodes": [_node(n) for n in costs.nodes],
+        "unsupported_ops": costs.unsupported_ops,
+        "unknown_shapes": {
+            "nodes": list(costs.shape_unknown_nodes),
+            "values": list(analysis.liveness.unknown_size_values),
+        },
+        "control_flow_nodes": list(costs.subgraph_nodes),
+        "gpu": _gpu(analysis.fit) if analysis.fit else None,
+    }
+
+
+def _memory(liveness: LivenessResult) -> dict[str, Any]:
+    peak_node = liveness.order[liveness.peak_step]
+    return {
+        "peak_bytes": quantity(liveness.peak_bytes),
+        "peak_candidates": [quantity(c) for c in liveness.peak_candidates],
+        "peak_step": liveness.peak_step,
+        "peak_node": peak_node,
+        "activation_peak_bytes": quantity(liveness.activation_peak_bytes),
+        "resident_bytes": quantity(liveness.resident_bytes),
+        "lower_bound_bytes": quantity(liveness.lower_bound_bytes),
+        "lower_bound_node": liveness.order[liveness.lower_bound_step],
+        "breakdown": {
+            ROLE_KEYS[role]: quantity(size) for role, size in liveness.breakdown_at_peak.items()
+        },
+        "live_at_peak": [_live(t) for t in liveness.live_at_peak],
+        "timeline_bytes": [quantity(s) for s in liveness.live_bytes_per_step],
+    }
+
+
+def _live(tensor: LiveTensor) -> dict[str, Any]:
+    return {
+        "name": tensor.name,
+        "bytes": quantity(tensor.nbytes),
+        "role": tensor.role.value,
+        "dtype": tensor.dtype,
+        "shape": tensor.shape,
+        "producer": tensor.producer,
+        "last_consumer": tensor.last_consumer,
+    }
+
+
+def _node(cost: NodeCost) -> dict[str, Any]:
+    return {
+        "name": cost.name,
+        "op": cost.op_type,
+        "domain": cost.domain,
+        "module": cost.module_path,
+        "output_shapes": list(cost.output_shapes),
+        "macs": quantity(cost.macs),
+        "flops": quantity(cost.flops),
+        "bytes_read": quantity(cost.bytes_read),
+        "output_bytes": quantity(cost.bytes_written),
+        "params": cost.param_count,
+        "status": cost.status.value,
+        "note": cost.note,
+    }
+
+
+def _gpu(fit: GpuFit) -> dict[str, Any]:
+    return {
+        "name": fit.gpu.name,
+        "full_name": fit.gpu.full_name,
+        "memory_bytes": fit.capacity_bytes,
+        "datasheet_memory_bytes": fit.gpu.memory_bytes,
+        "cuda_reserve_bytes": fit.reserve.bytes,
+        "cuda_reserve_source": fit.reserve.source,
+        "usable_bytes": fit.usable_bytes,
+        "required_bytes": quantity(fit.required_bytes),
+        "utilization": fit.utilization,
+        "fits": fit.fits,
+        "source": fit.gpu.source,
+    }
+
+
+def to_json_text(analysis: Analysis) -> str:
+    return json.dumps(to_dict(analysis), indent=2) + "\n"
+
+
+def write_json(analysis: Analysis, path: Path) -> None:
+    path.write_text(to_json_text(analysis))

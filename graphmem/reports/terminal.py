@@ -1,0 +1,96 @@
+"""The concise terminal summary (rich). It only renders an Analysis."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from graphmem.analysis import Analysis
+from graphmem.passes.fit import GpuFit
+from graphmem.reports.json_report import ROLE_KEYS
+from graphmem.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
+
+_LIVE_ROWS = 8
+
+
+def print_summary(analysis: Analysis, console: Console) -> None:
+    console.print(_headline(analysis))
+    for warning in analysis.model.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    console.print(_totals_table(analysis))
+    console.print(_live_table(analysis))
+    _print_gaps(analysis, console)
+    if analysis.fit:
+        console.print(_fit_line(analysis.fit))
+
+
+def _headline(analysis: Analysis) -> str:
+    model = analysis.model
+    dims = ", ".join(f"{k}={v}" for k, v in analysis.dims.bound.items()) or "none bound"
+    free = f"; free dims: {', '.join(analysis.dims.free)}" if analysis.dims.free else ""
+    return (
+        f"[bold]{escape(model.name)}[/] ({model.source_format}, opset {model.opset}, "
+        f"{model.node_count} nodes) · {analysis.mode} · dims: {dims}{free}"
+    )
+
+
+def _totals_table(analysis: Analysis) -> Table:
+    live = analysis.liveness
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    params = analysis.params
+    table.add_row("parameters", f"{params.count:,} ({format_bytes(params.bytes)})")
+    if params.buffer_count:
+        table.add_row("buffers", f"{params.buffer_count:,} ({format_bytes(params.buffer_bytes)})")
+    table.add_row("MACs / FLOPs", f"{format_si_sym(analysis.costs.total_macs)} / "
+                  f"{format_si_sym(analysis.costs.total_flops, 'FLOP')} (1 MAC = 2 FLOPs)")
+    peak_node = live.order[live.peak_step]
+    table.add_row("peak memory", f"{format_sym_or_max(live.peak_candidates, format_bytes_sym)}"
+                  f"  at step {live.peak_step} ({escape(peak_node)}), model order; of which:")
+    for role, size in live.breakdown_at_peak.items():
+        table.add_row(f"  {ROLE_KEYS[role]}", format_bytes_sym(size))
+    table.add_row("lower bound", f"{format_bytes_sym(live.lower_bound_bytes)} "
+                  "(largest single node + residents: no order does better)")
+    return table
+
+
+def _live_table(analysis: Analysis) -> Table:
+    tensors = [t for t in analysis.liveness.live_at_peak if t.producer is not None]
+    table = Table(title=f"largest activations live at the peak ({len(tensors)} in all)")
+    for column in ("tensor", "shape", "dtype", "size", "made by", "kept alive by"):
+        table.add_column(column, overflow="fold")
+    for tensor in tensors[:_LIVE_ROWS]:
+        table.add_row(escape(tensor.name), escape(tensor.shape), tensor.dtype,
+                      format_bytes_sym(tensor.nbytes), escape(tensor.producer or "-"),
+                      escape(tensor.last_consumer or "(graph output)"))
+    return table
+
+
+def _print_gaps(analysis: Analysis, console: Console) -> None:
+    costs = analysis.costs
+    if costs.unsupported_ops:
+        ops = ", ".join(f"{op} x{count}" for op, count in costs.unsupported_ops.items())
+        console.print(f"[yellow]unsupported ops (FLOPs not counted):[/] {escape(ops)}")
+    if costs.shape_unknown_nodes:
+        console.print(f"[yellow]{len(costs.shape_unknown_nodes)} nodes with unknown shapes[/]"
+                      f" (FLOPs not counted), e.g. {escape(costs.shape_unknown_nodes[0])}")
+    if analysis.liveness.unknown_size_values:
+        console.print(f"[yellow]{len(analysis.liveness.unknown_size_values)} tensors of unknown"
+                      " size are counted as 0 bytes[/]")
+    if costs.subgraph_nodes:
+        console.print(f"[yellow]{len(costs.subgraph_nodes)} control-flow nodes (If/Loop/Scan):"
+                      " their bodies are not costed; outer tensors they read stay live[/]")
+
+
+def _fit_line(fit: GpuFit) -> str:
+    head = (f"GPU {fit.gpu.full_name}: {format_bytes(fit.capacity_bytes)} - "
+            f"{format_bytes(fit.reserve.bytes)} CUDA context + workspaces = "
+            f"{format_bytes(fit.usable_bytes)} usable")
+    if fit.fits is None:
+        return f"{head}; bind the free dims (--batch / --dim) to decide whether it fits"
+    verdict = "[green]fits[/]" if fit.fits else "[red]does NOT fit[/]"
+    share = "<0.1%" if fit.utilization is not None and fit.utilization < 0.001 else (
+        f"{fit.utilization:.1%}")
+    return f"{head}; peak uses {share}: {verdict}"
