@@ -49,8 +49,14 @@ def analyze_onnx(
     """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`."""
     gpu_spec = find_gpu(gpu) if gpu else None  # a typo fails before the model is read
     imported = import_onnx(path)
+    binding = bind_dims(imported.graph, batch, dims or {})
+    if imported.symbolic_inference_failed and binding.bound:
+        # Concrete input dims let onnx's inference finish what the symbolic one could not.
+        imported = import_onnx(path, input_dims=binding.bound)
+        imported.warnings.append(
+            "shapes were inferred with the bound dims fixed: " + ", ".join(
+                f"{k}={v}" for k, v in binding.bound.items()))
     graph = imported.graph
-    binding = bind_dims(graph, batch, dims or {})
     liveness = analyze_liveness(graph, value_bytes(graph, binding), dims=binding.bound)
     reserve = None
     if cuda_reserve_bytes is not None:

@@ -191,7 +191,11 @@ def parse_dim(text: str) -> sympy.Expr:
         expr = sympy.sympify(text, locals={n: dim_symbol(n) for n in names})
     except (sympy.SympifyError, SyntaxError, TypeError, ValueError):
         return dim_symbol(text)
-    return expr if isinstance(expr, sympy.Expr) else dim_symbol(text)
+    if not isinstance(expr, sympy.Expr):
+        return dim_symbol(text)
+    # Resize writes scales as floats (`floor(1.0*batch)`): exact rationals simplify that to
+    # `batch`, since dims are integers.
+    return sympy.nsimplify(expr, rational=True) if expr.has(sympy.Float) else expr
 
 
 _SYMPY_FUNCTIONS = {"floor", "ceiling", "Max", "Min", "Mod", "sqrt"}

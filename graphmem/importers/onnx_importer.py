@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class OnnxImport:
 
     graph: Graph
     shape_inference: str  # which inference produced the shapes
+    symbolic_inference_failed: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
@@ -68,16 +70,24 @@ def load_onnx(path: str | Path) -> Graph:
     return import_onnx(path).graph
 
 
-def import_onnx(path: str | Path) -> OnnxImport:
+def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -> OnnxImport:
+    """Import a model; `input_dims` fixes named input dims before shape inference.
+
+    Fixing dims is the fallback for models whose symbolic inference fails: with concrete
+    input shapes, onnx's own inference can finish the job.
+    """
     model = read_model(Path(path))
     warnings: list[str] = []
     _name_dynamic_input_dims(model.graph)
+    if input_dims:
+        _fix_input_dims(model.graph, input_dims)
     inferred, engine = _infer_shapes(model, warnings)
     graph = _build_graph(inferred, Path(path).stem)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"
-    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings)
+    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings,
+                      symbolic_inference_failed=not engine.startswith("onnxruntime"))
 
 
 # ----- reading -----------------------------------------------------------------------------
@@ -131,6 +141,13 @@ def _name_dynamic_input_dims(graph: onnx.GraphProto) -> None:
         for index, dim in enumerate(tensor_type.shape.dim):
             if not dim.HasField("dim_value") and not dim.dim_param:
                 dim.dim_param = f"{_identifier(value.name)}_d{index}"
+
+
+def _fix_input_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
+    for value in graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in dims:
+                dim.dim_value = dims[dim.dim_param]
 
 
 def _identifier(name: str) -> str:
