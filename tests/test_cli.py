@@ -153,7 +153,9 @@ def _write(path: Path, content: bytes) -> Path:
     return path
 
 
-def test_output_over_the_model_is_refused(mlp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_over_the_model_is_refused(
+    mlp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = mlp_path.read_bytes()
     code, _, err = run_cli(["analyze", str(mlp_path), "--html", str(mlp_path)], capsys)
     assert_one_error_line(code, err, "is the model itself")
