@@ -30,15 +30,19 @@ def main() -> None:
     base = used_bytes()
     print(f"after context init: used={base / MIB:.1f} MiB; total={torch.cuda.mem_get_info()[1]}")
     x = torch.ones(1, device="cuda")
-    print(f"after 1 tensor: used={used_bytes() / MIB:.1f} MiB reserved={torch.cuda.memory_reserved()}")
+    reserved = torch.cuda.memory_reserved()
+    print(f"after 1 tensor: used={used_bytes() / MIB:.1f} MiB reserved={reserved}")
     a = torch.randn(1024, 1024, device="cuda")
     (a @ a).sum().item()
     print(f"after first matmul (cuBLAS handle+workspace): used={used_bytes() / MIB:.1f} MiB")
     conv = torch.nn.Conv2d(64, 64, 3, padding=1).cuda()
     conv(torch.randn(8, 64, 56, 56, device="cuda")).sum().item()
-    print(f"after first conv (cuDNN): used={used_bytes() / MIB:.1f} MiB reserved={torch.cuda.memory_reserved() / MIB:.1f} MiB")
+    reserved_mib = torch.cuda.memory_reserved() / MIB
+    print(f"after first conv (cuDNN): used={used_bytes() / MIB:.1f} MiB"
+          f" reserved={reserved_mib:.1f} MiB")
     print("nvidia-smi now:", nvidia_smi_used_mib())
-    print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name())
+    print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(),
+          torch.cuda.get_device_name())
     del x
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphmem.gpus import find_gpu
+from graphmem.gpus import GpuSpec, find_gpu
 from graphmem.importers.onnx_importer import import_onnx
 from graphmem.ir import Graph
 from graphmem.passes.costs import CostReport, compute_costs
@@ -28,15 +28,30 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class TrainingInfo:
+    """How the training step was traced (torch.fx path)."""
+
+    optimizer: str  # sgd | momentum | adam | adamw
+    amp: str | None  # fp16 | bf16 | None
+    grad_accum: int  # micro-batches per optimizer step
+    micro_batch: int | None  # the batch of one traced step (first dim of the first input)
+
+    @property
+    def effective_batch(self) -> int | None:
+        return None if self.micro_batch is None else self.micro_batch * self.grad_accum
+
+
+@dataclass(frozen=True)
 class Analysis:
     model: ModelInfo
-    mode: str  # "inference" (training lands with the training issues)
+    mode: str  # "inference" | "training"
     dims: DimBinding
     params: ParamReport
     costs: CostReport
     liveness: LivenessResult
     fit: GpuFit | None
     graph: Graph
+    training: TrainingInfo | None = None
 
 
 def analyze_onnx(
@@ -57,25 +72,43 @@ def analyze_onnx(
             "shapes were inferred with the bound dims fixed: " + ", ".join(
                 f"{k}={v}" for k, v in binding.bound.items()))
     graph = imported.graph
+    info = _model_info(str(path), graph, imported.shape_inference, imported.warnings)
+    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes)
+
+
+def _model_info(path: str, graph: Graph, shape_inference: str, warnings: list[str]) -> ModelInfo:
+    return ModelInfo(
+        path=path,
+        name=graph.name,
+        source_format=graph.source_format,
+        opset=graph.opset,
+        node_count=len(graph.nodes),
+        shape_inference=shape_inference,
+        warnings=tuple(warnings),
+    )
+
+
+def run_passes(
+    graph: Graph,
+    info: ModelInfo,
+    binding: DimBinding,
+    gpu_spec: GpuSpec | None,
+    cuda_reserve_bytes: int | None,
+    training: TrainingInfo | None = None,
+) -> Analysis:
+    """The passes every front door shares, on an imported graph with its dims bound."""
     liveness = analyze_liveness(graph, value_bytes(graph, binding), dims=binding.bound)
     reserve = None
     if cuda_reserve_bytes is not None:
         reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
     return Analysis(
-        model=ModelInfo(
-            path=str(path),
-            name=graph.name,
-            source_format=graph.source_format,
-            opset=graph.opset,
-            node_count=len(graph.nodes),
-            shape_inference=imported.shape_inference,
-            warnings=tuple(imported.warnings),
-        ),
-        mode="inference",
+        model=info,
+        mode="training" if training else "inference",
         dims=binding,
         params=count_params(graph),
         costs=compute_costs(graph, binding),
         liveness=liveness,
         fit=fit_on_gpu(gpu_spec, liveness.peak_bytes, reserve) if gpu_spec else None,
         graph=graph,
+        training=training,
     )

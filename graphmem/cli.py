@@ -13,12 +13,15 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 
 from graphmem import __version__
 from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:
+    from graphmem.analysis import Analysis
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -58,13 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_analyze(commands.add_parser(
-        "analyze", help="analyze an ONNX model: peak memory, FLOPs, fit on a GPU"))
+        "analyze", help="analyze a model (ONNX file or PyTorch file.py:fn): memory, FLOPs, fit"))
     commands.add_parser("gpus", help="list the GPUs graphmem knows, with their datasheet figures")
     return parser
 
 
 def _add_analyze(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="path to an .onnx file (external weight data is not read)")
+    parser.add_argument("model", help="an .onnx file (external weight data is not read), or a"
+                        " PyTorch model as file.py:fn or package.module:fn")
     parser.add_argument("--gpu", help="GPU name from 'graphmem gpus' (e.g. t4, a100-80gb)")
     parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
@@ -75,6 +79,19 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-html", action="store_true", help="do not write the HTML report")
     parser.add_argument("--cuda-reserve", type=parse_size_bytes, metavar="SIZE",
                         help="non-tensor CUDA memory to assume (default: measured, see README)")
+    torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn or pkg.mod:fn)")
+    torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                               help="an example input, e.g. 32x3x224x224 or 4x1024:int64"
+                               " (repeat for each positional input)")
+    torch_options.add_argument("--train", action="store_true",
+                               help="analyze one whole training step (forward, backward, update)")
+    torch_options.add_argument("--optimizer", default="adam",
+                               help="sgd, momentum, adam or adamw (default adam)")
+    torch_options.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
+    torch_options.add_argument("--grad-accum", type=int, default=1, metavar="N",
+                               help="micro-batches per optimizer step (memory is per micro-batch)")
+    torch_options.add_argument("--loss", metavar="FILE.py:FN",
+                               help="loss(output) -> scalar (default: cross-entropy)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,12 +128,17 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
     from graphmem.reports.terminal import print_summary
 
     model_path = Path(args.model)
-    html_path = None if args.no_html else Path(args.html or f"{model_path.stem}.graphmem.html")
+    default_html = f"{_report_stem(args.model)}.graphmem.html"
+    html_path = None if args.no_html else Path(args.html or default_html)
     json_path = None if args.json in (None, "-") else Path(args.json)
     _refuse_overwriting_input(model_path, [p for p in (html_path, json_path) if p])
     dims = _dims_dict(args.dim)
-    analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
-                            cuda_reserve_bytes=args.cuda_reserve)
+    if _is_torch_spec(args.model):
+        analysis = _analyze_torch(args)
+    else:
+        _refuse_torch_options(args)
+        analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
+                                cuda_reserve_bytes=args.cuda_reserve)
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
         console = Console(stderr=True, highlight=False)
@@ -130,6 +152,36 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
         write_html(analysis, html_path)
         console.print(f"HTML report written to {html_path}")
     return EXIT_OK
+
+
+def _is_torch_spec(model: str) -> bool:
+    return ":" in model and not Path(model).exists() and not model.endswith(".onnx")
+
+
+def _report_stem(model: str) -> str:
+    return model.rpartition(":")[2] if _is_torch_spec(model) else Path(model).stem
+
+
+def _refuse_torch_options(args: argparse.Namespace) -> None:
+    given = [flag for flag, value in (("--input", args.input), ("--train", args.train),
+                                      ("--amp", args.amp), ("--loss", args.loss)) if value]
+    if given:
+        raise GraphmemError(
+            f"{', '.join(given)} apply to PyTorch models (file.py:fn); ONNX models take"
+            " --batch/--dim (training for ONNX graphs is not available yet)")
+
+
+def _analyze_torch(args: argparse.Namespace) -> Analysis:
+    from graphmem.importers.torch_loader import load_callable
+    from graphmem.torch_analysis import analyze_torch
+
+    if args.batch is not None or args.dim:
+        raise GraphmemError("--batch/--dim bind ONNX dims; for a PyTorch model give the"
+                            " shapes with --input, e.g. --input 32x3x224x224")
+    loss = load_callable(args.loss) if args.loss else None
+    return analyze_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
+                         amp=args.amp, grad_accum=args.grad_accum, loss=loss, gpu=args.gpu,
+                         cuda_reserve_bytes=args.cuda_reserve)
 
 
 def _dims_dict(bindings: list[tuple[str, int]]) -> dict[str, int]:

@@ -21,11 +21,16 @@ class Role(StrEnum):
     CONSTANT = "constant"  # shape tensors, scalars, Constant-node outputs
     ACTIVATION = "activation"
     OUTPUT = "output"
-    GRADIENT = "gradient"
+    GRADIENT = "gradient"  # gradients of parameters
     OPTIMIZER_STATE = "optimizer_state"
+    SAVED_ACTIVATION = "saved_activation"  # forward tensors the backward pass reads
+    ACTIVATION_GRADIENT = "activation_gradient"  # backward tensors other than parameter grads
+    TEMPORARY = "temporary"  # optimizer-step intermediates
 
 
-RESIDENT_ROLES = frozenset({Role.INPUT, Role.PARAMETER, Role.BUFFER, Role.CONSTANT})
+RESIDENT_ROLES = frozenset(
+    {Role.INPUT, Role.PARAMETER, Role.BUFFER, Role.CONSTANT, Role.OPTIMIZER_STATE}
+)
 
 
 class DType(Enum):
@@ -77,6 +82,19 @@ class Value:
     role: Role
     producer: Node | None = None
     consumers: list[Node] = field(default_factory=list)
+    # A view or an in-place result shares the storage of `alias_of` and allocates nothing.
+    alias_of: Value | None = None
+    # The node after which the framework drops its last reference (eager PyTorch keeps a
+    # tensor while a Python variable holds it, past its last use); None: at its last use.
+    held_until: Node | None = None
+
+    @property
+    def storage(self) -> Value:
+        """The value that owns this value's memory (itself unless it is an alias)."""
+        value = self
+        while value.alias_of is not None:
+            value = value.alias_of
+        return value
 
     @property
     def shape_known(self) -> bool:
@@ -110,6 +128,14 @@ class Value:
 AttributeValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class ImportedCost:
+    """Arithmetic an importer already knows from its framework's own formulas."""
+
+    macs: int
+    flops: int
+
+
 @dataclass(eq=False)
 class Node:
     """One operator application. Missing optional inputs are None."""
@@ -122,6 +148,7 @@ class Node:
     domain: str = ""
     module_path: str = ""  # e.g. "layer3.1.conv2" where the importer knows it
     subgraph_node_count: int = 0  # nodes inside If/Loop/Scan bodies, accounted conservatively
+    imported_cost: ImportedCost | None = None  # e.g. from PyTorch's FlopCounterMode formulas
 
     @property
     def present_inputs(self) -> list[Value]:

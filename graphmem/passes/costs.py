@@ -85,7 +85,7 @@ def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:
         macs=op_cost.macs.bind(dims),
         flops=op_cost.flops.bind(dims),
         bytes_read=_total_bytes(_distinct(node.present_inputs)).bind(dims),
-        bytes_written=_total_bytes(node.outputs).bind(dims),
+        bytes_written=_total_bytes([v for v in node.outputs if v.alias_of is None]).bind(dims),
         param_count=sum(int(v.numel or 0) for v in _distinct(node.present_inputs)
                         if v.role is Role.PARAMETER),
         status=status,
@@ -97,6 +97,9 @@ def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
     if node.subgraph_node_count:
         note = f"control flow with {node.subgraph_node_count} nodes in its bodies, not costed"
         return CostStatus.SUBGRAPH, note, OpCost.zero()
+    if node.imported_cost is not None:
+        cost = node.imported_cost
+        return CostStatus.OK, "", OpCost(SymInt.const(cost.macs), SymInt.const(cost.flops))
     rule = find_rule(node.op_type, node.domain)
     if rule is None:
         return CostStatus.UNSUPPORTED, "no cost rule for this op", OpCost.zero()

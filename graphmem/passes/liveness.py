@@ -5,7 +5,11 @@ Conventions (stated in the report too):
 - an activation is live from the step of its producer to the step of its last consumer,
   inclusive: at a step, the node's inputs and outputs are live together;
 - graph outputs stay live from their producer to the end;
-- an output no node reads is live only at the step that makes it.
+- an output no node reads is live only at the step that makes it;
+- a view or in-place result (`Value.alias_of`) allocates nothing: it keeps the tensor that owns
+  its storage alive until the alias's own last use;
+- where the importer knows that the framework holds a tensor longer (`Value.held_until`:
+  eager PyTorch keeps it while a Python variable refers to it), it lives until then.
 Last uses come from one reverse walk over the schedule.
 """
 
@@ -58,7 +62,9 @@ def analyze_liveness(
     schedule = list(order if order is not None else graph.nodes)
     if not schedule:
         raise ValueError(f"graph {graph.name} has no nodes to schedule")
-    residents = [v for v in graph.values.values() if v.role in RESIDENT_ROLES]
+    residents = [
+        v for v in graph.values.values() if v.role in RESIDENT_ROLES and v.alias_of is None
+    ]
     resident_bytes = _sum_bytes(residents, sizes)
     last_use = _last_use_steps(graph, schedule)
     frees = _values_freed_after(last_use)
@@ -83,6 +89,8 @@ def analyze_liveness(
 
 
 def _size(value: Value, sizes: Mapping[str, SymInt | None]) -> SymInt:
+    if value.alias_of is not None:
+        return SymInt()
     return sizes.get(value.name) or SymInt()
 
 
@@ -91,17 +99,24 @@ def _sum_bytes(values: Sequence[Value], sizes: Mapping[str, SymInt | None]) -> S
 
 
 def _last_use_steps(graph: Graph, schedule: list[Node]) -> dict[Value, int]:
-    """Step after which each activation can be freed, from one reverse walk."""
+    """Step after which each activation's storage can be freed, from one reverse walk."""
     end = len(schedule) - 1
-    last_use: dict[Value, int] = {v: end for v in graph.outputs if v.role not in RESIDENT_ROLES}
+    last_use: dict[Value, int] = {}
+    for value in graph.outputs:
+        _extend(last_use, value.storage, end)
+    position = {node: step for step, node in enumerate(schedule)}
     for step in range(end, -1, -1):
         node = schedule[step]
-        for value in node.present_inputs:
-            if value.role not in RESIDENT_ROLES:
-                last_use.setdefault(value, step)
-        for value in node.outputs:
-            last_use.setdefault(value, step)  # never read: dies where it is made
+        for value in (*node.present_inputs, *node.outputs):  # unread outputs die at once
+            _extend(last_use, value.storage, step)
+            if value.held_until is not None and value.held_until in position:
+                _extend(last_use, value.storage, position[value.held_until])
     return last_use
+
+
+def _extend(last_use: dict[Value, int], storage: Value, step: int) -> None:
+    if storage.role not in RESIDENT_ROLES:
+        last_use[storage] = max(last_use.get(storage, step), step)
 
 
 def _values_freed_after(last_use: Mapping[Value, int]) -> dict[int, list[Value]]:
@@ -128,7 +143,7 @@ def _sweep(
     def live_at(target: int) -> list[Value]:
         live: dict[Value, None] = {}
         for step, node in enumerate(schedule[: target + 1]):
-            live.update(dict.fromkeys(node.outputs))
+            live.update(dict.fromkeys(v for v in node.outputs if v.alias_of is None))
             if step < target:
                 for value in frees.get(step, []):
                     live.pop(value, None)
@@ -152,7 +167,9 @@ def _lower_bound(
     working_sets = []
     for node in schedule:
         touched = dict.fromkeys(
-            v for v in (*node.present_inputs, *node.outputs) if v.role not in RESIDENT_ROLES
+            v.storage
+            for v in (*node.present_inputs, *node.outputs)
+            if v.storage.role not in RESIDENT_ROLES
         )
         working_sets.append(resident_bytes + _sum_bytes(list(touched), sizes))
     step, _ = _choose_peak(working_sets)

@@ -29,6 +29,9 @@ ROLE_KEYS = {
     Role.OUTPUT: "outputs",
     Role.GRADIENT: "gradients",
     Role.OPTIMIZER_STATE: "optimizer_state",
+    Role.SAVED_ACTIVATION: "saved_activations",
+    Role.ACTIVATION_GRADIENT: "activation_gradients",
+    Role.TEMPORARY: "temporaries",
 }
 
 
@@ -53,7 +56,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "shape_inference": analysis.model.shape_inference,
             "warnings": list(analysis.model.warnings),
         },
-        "config": {"mode": analysis.mode, "schedule": "model order"},
+        "config": _config(analysis),
         "dims": {
             "bound": analysis.dims.bound,
             "free": list(analysis.dims.free),
@@ -83,6 +86,16 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         "control_flow_nodes": list(costs.subgraph_nodes),
         "gpu": _gpu(analysis.fit) if analysis.fit else None,
     }
+
+
+def _config(analysis: Analysis) -> dict[str, Any]:
+    config: dict[str, Any] = {"mode": analysis.mode, "schedule": "model order"}
+    training = analysis.training
+    if training is not None:
+        config.update(optimizer=training.optimizer, amp=training.amp,
+                      grad_accum=training.grad_accum, micro_batch=training.micro_batch,
+                      effective_batch=training.effective_batch)
+    return config
 
 
 def _memory(liveness: LivenessResult) -> dict[str, Any]:

@@ -29,9 +29,17 @@ def _headline(analysis: Analysis) -> str:
     model = analysis.model
     dims = ", ".join(f"{k}={v}" for k, v in analysis.dims.bound.items()) or "none bound"
     free = f"; free dims: {', '.join(analysis.dims.free)}" if analysis.dims.free else ""
+    opset = f"opset {model.opset}, " if model.opset else ""
+    mode = analysis.mode
+    if analysis.training:
+        training = analysis.training
+        mode += f" · {training.optimizer}" + (f" · AMP {training.amp}" if training.amp else "")
+        if training.grad_accum > 1:
+            mode += (f" · {training.grad_accum} micro-batches of {training.micro_batch}"
+                     f" = effective batch {training.effective_batch} (memory per micro-batch)")
     return (
-        f"[bold]{escape(model.name)}[/] ({model.source_format}, opset {model.opset}, "
-        f"{model.node_count} nodes) · {analysis.mode} · dims: {dims}{free}"
+        f"[bold]{escape(model.name)}[/] ({model.source_format}, {opset}"
+        f"{model.node_count} nodes) · {mode} · dims: {dims}{free}"
     )
 
 

@@ -1,0 +1,136 @@
+"""Load a PyTorch model from `path/to/file.py:callable` or `package.module:callable`.
+
+The model is built on the meta device: parameters have shapes and dtypes but no storage, so a
+model of any size loads without memory. Every failure is one GraphmemError line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphmem.errors import GraphmemError
+
+_DTYPES = {
+    "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "half": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "int64": torch.int64, "long": torch.int64,
+    "int32": torch.int32, "int": torch.int32, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An example input: its shape and dtype (`32x3x224x224`, `4x1024:int64`)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def parse_tensor_spec(text: str) -> TensorSpec:
+    shape_text, _, dtype_text = text.partition(":")
+    dims = shape_text.lower().split("x")
+    if not shape_text or not all(re.fullmatch(r"\d+", d) for d in dims):
+        raise GraphmemError(f"--input {text}: expected a shape like 32x3x224x224[:dtype]")
+    if any(int(d) <= 0 for d in dims):
+        raise GraphmemError(f"--input {text}: every dim must be 1 or more")
+    dtype_name = (dtype_text or "float32").lower()
+    if dtype_name not in _DTYPES:
+        known = ", ".join(sorted(_DTYPES))
+        raise GraphmemError(f"--input {text}: unknown dtype '{dtype_name}'; known: {known}")
+    return TensorSpec(tuple(int(d) for d in dims), _DTYPES[dtype_name])
+
+
+def is_model_spec(text: str) -> bool:
+    """`file.py:fn` or `pkg.mod:fn` (and not an existing file such as `model.onnx`)."""
+    return ":" in text and not Path(text).exists() and not text.endswith(".onnx")
+
+
+def load_model(spec: str) -> nn.Module:
+    """Import the callable and build the model on the meta device."""
+    target = load_callable(spec)
+    with torch.device("meta"):
+        model = _call(target, spec)
+    if not isinstance(model, nn.Module):
+        raise GraphmemError(
+            f"{spec} returned {type(model).__name__}, not a torch.nn.Module:"
+            " name a function or class that builds the model"
+        )
+    return model
+
+
+def load_callable(spec: str) -> Any:
+    location, _, name = spec.rpartition(":")
+    if not location or not name.isidentifier():
+        raise GraphmemError(
+            f"'{spec}' is not FILE.py:CALLABLE or package.module:CALLABLE"
+            " (e.g. models.py:build_resnet)"
+        )
+    module = _import_file(location) if location.endswith(".py") else _import_module(location)
+    if not hasattr(module, name):
+        defined = ", ".join(n for n in dir(module) if not n.startswith("_"))[:300]
+        raise GraphmemError(f"{location} has no '{name}'; it defines: {defined}")
+    return getattr(module, name)
+
+
+def _import_file(location: str) -> ModuleType:
+    path = Path(location)
+    if not path.is_file():
+        raise GraphmemError(f"no such file '{location}': check the path to the model's .py file")
+    module_name = f"graphmem_user_{abs(hash(path.resolve()))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise GraphmemError(f"'{location}' cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))  # so the file's sibling imports work
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - the user's code: any failure is reported
+        raise GraphmemError(f"importing {location} failed: {_describe(error)}") from None
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _import_module(location: str) -> ModuleType:
+    try:
+        return importlib.import_module(location)
+    except ModuleNotFoundError as error:
+        raise GraphmemError(
+            f"cannot import '{location}' ({error}): install the package or give a .py path"
+        ) from None
+    except Exception as error:  # noqa: BLE001
+        raise GraphmemError(f"importing {location} failed: {_describe(error)}") from None
+
+
+def _call(target: Any, spec: str) -> Any:
+    if not callable(target):
+        raise GraphmemError(f"{spec} is not callable: name a function or an nn.Module class")
+    try:
+        if inspect.isclass(target) and not issubclass(target, nn.Module):
+            raise GraphmemError(f"{spec} is a class but not a torch.nn.Module")
+        return target()
+    except GraphmemError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        raise GraphmemError(
+            f"calling {spec}() failed: {_describe(error)} (it must build the model with no"
+            " arguments)"
+        ) from None
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__

@@ -1,0 +1,1 @@
+"""Runtimes: run a model for real to measure what graphmem predicts (they touch frameworks)."""

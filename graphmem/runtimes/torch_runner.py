@@ -1,0 +1,147 @@
+"""Run a real PyTorch step and measure its peak of allocated bytes (CPU profiler or CUDA).
+
+This is the reference graphmem's torch.fx predictions are checked against: the same model,
+inputs, loss and optimizer (torch's foreach implementation, as traced), in the steady state
+(one warm-up step first, so optimizer state exists), gradients set to None before the step.
+Like importers, runtimes are allowed to know torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from graphmem.importers.torch_loader import TensorSpec
+from graphmem.importers.torch_trace import AMP_DTYPES
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """Peak bytes allocated during one step, above what was allocated before it."""
+
+    peak_bytes: int
+    device: str
+    method: str  # how it was measured
+
+
+def random_inputs(specs: Sequence[TensorSpec], device: str) -> list[torch.Tensor]:
+    """Random tensors of the right shapes and dtypes; integer inputs are ids below 100."""
+    inputs = []
+    for spec in specs:
+        if spec.dtype.is_floating_point:
+            inputs.append(torch.randn(spec.shape, dtype=spec.dtype, device=device))
+        else:
+            inputs.append(torch.randint(0, 100, spec.shape, dtype=spec.dtype, device=device))
+    return inputs
+
+
+def measure_step(
+    model: nn.Module,
+    specs: Sequence[TensorSpec],
+    train: bool,
+    optimizer: str = "adam",
+    amp: str | None = None,
+    device: str = "cpu",
+) -> MeasuredStep:
+    model = model.to(device)
+    inputs = random_inputs(specs, device)
+    step = _training_step(model, inputs, optimizer, amp, device) if train else _inference_step(
+        model, inputs)
+    step()  # warm up: optimizer state exists from now on, as graphmem assumes
+    model.zero_grad(set_to_none=True)
+    if device == "cuda":
+        return _measure_cuda(step)
+    return _measure_cpu(step)
+
+
+def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[], None]:
+    model.eval()
+
+    def step() -> None:
+        with torch.no_grad():
+            model(*inputs)
+
+    return step
+
+
+def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name: str,
+                   amp: str | None, device: str) -> Callable[[], None]:
+    model.train()
+    optimizer = _optimizer(optimizer_name, model)
+
+    def step() -> None:
+        with _autocast(amp, device):
+            output = model(*inputs)
+            logits = output if isinstance(output, torch.Tensor) else output[0]
+            flat = logits.reshape(-1, logits.shape[-1])
+            target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
+            loss = nn.functional.cross_entropy(flat, target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
+    params = model.parameters()
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.01, foreach=True)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True)
+    return torch.optim.Adam(params, lr=1e-3, foreach=True)
+
+
+@contextlib.contextmanager
+def _autocast(amp: str | None, device: str) -> Iterator[None]:
+    if amp is None:
+        yield
+        return
+    with torch.autocast(device, dtype=AMP_DTYPES[amp]):
+        yield
+
+
+def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
+    """Replay the profiler's memory deltas in time order; the running maximum is the peak.
+
+    The profiler attributes each allocation to the op that made it (`self_cpu_memory_usage`)
+    and records frees outside ops as `[memory]` events. An op's net release is placed at its
+    end (autograd's evaluate_function frees its inputs after its children ran), a net
+    allocation at its start; summing the deltas in time order gives the live bytes allocated
+    since the step began.
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+        step()
+    deltas = sorted(
+        (event.time_range.end if delta < 0 else event.time_range.start, delta)
+        for event in profile.events()
+        if (delta := _delta_bytes(event))
+    )
+    live = peak = 0
+    for _, delta in deltas:
+        live += delta
+        peak = max(peak, live)
+    return MeasuredStep(peak, "cpu", "torch.profiler profile_memory, memory deltas replayed")
+
+
+def _delta_bytes(event: torch.autograd.profiler_util.FunctionEvent) -> int:
+    if event.name == "[memory]":
+        return int(event.cpu_memory_usage)
+    return int(event.self_cpu_memory_usage)
+
+
+def _measure_cuda(step: Callable[[], None]) -> MeasuredStep:
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    return MeasuredStep(peak, "cuda", "torch.cuda.max_memory_allocated above the step's start")

@@ -1,0 +1,88 @@
+"""The PyTorch front door: a model (or `file.py:callable`) traced with fake tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphmem.analysis import Analysis, ModelInfo, TrainingInfo, run_passes
+from graphmem.errors import GraphmemError
+from graphmem.gpus import find_gpu
+from graphmem.importers.fx_convert import graph_from_trace
+from graphmem.importers.torch_loader import TensorSpec, load_model, parse_tensor_spec
+from graphmem.importers.torch_trace import AMP_DTYPES, OPTIMIZERS, TrainConfig, trace_model
+from graphmem.passes.dims import DimBinding
+
+MAX_GRAD_ACCUM = 1 << 16
+
+
+def analyze_torch(
+    model: nn.Module | str,
+    inputs: Sequence[TensorSpec | torch.Tensor | str | tuple[int, ...]],
+    train: bool = False,
+    optimizer: str = "adam",
+    amp: str | None = None,
+    grad_accum: int = 1,
+    loss: Callable[..., torch.Tensor] | None = None,
+    gpu: str | None = None,
+    cuda_reserve_bytes: int | None = None,
+) -> Analysis:
+    """Analyze a PyTorch model for inference, or for one whole training step with `train`.
+
+    `model` is an nn.Module (its weights are never read: only shapes and dtypes) or a
+    `file.py:callable` / `package.module:callable` spec built on the meta device. `inputs`
+    are example tensors, TensorSpecs, `"32x3x224x224:float32"` strings or shape tuples.
+    """
+    _check_training_options(optimizer, amp, grad_accum)
+    gpu_spec = find_gpu(gpu) if gpu else None
+    spec_text = model if isinstance(model, str) else type(model).__name__
+    module = load_model(model) if isinstance(model, str) else model
+    specs = [_as_spec(item) for item in inputs]
+    if not specs:
+        raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
+    config = TrainConfig(optimizer=optimizer, amp=amp, loss=loss) if train else None
+    traced = trace_model(module, specs, config)
+    graph = graph_from_trace(traced, type(module).__name__)
+    training = None
+    if train:
+        micro_batch = specs[0].shape[0] if specs[0].shape else None
+        training = TrainingInfo(optimizer, amp, grad_accum, micro_batch)
+    info = ModelInfo(
+        path=spec_text,
+        name=graph.name,
+        source_format="torch.fx",
+        opset=0,
+        node_count=len(graph.nodes),
+        shape_inference="torch fake tensors",
+        warnings=tuple(traced.notes),
+    )
+    binding = DimBinding(bound={}, free=(), batch_dim=None)
+    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training)
+
+
+def _as_spec(item: TensorSpec | torch.Tensor | str | tuple[int, ...]) -> TensorSpec:
+    if isinstance(item, TensorSpec):
+        return item
+    if isinstance(item, torch.Tensor):
+        return TensorSpec(tuple(item.shape), item.dtype)
+    if isinstance(item, str):
+        return parse_tensor_spec(item)
+    return TensorSpec(tuple(int(d) for d in item), torch.float32)
+
+
+def _check_training_options(optimizer: str, amp: str | None, grad_accum: int) -> None:
+    if optimizer not in OPTIMIZERS:
+        raise GraphmemError(f"--optimizer {optimizer}: choose one of {', '.join(OPTIMIZERS)}")
+    if amp is not None and amp not in AMP_DTYPES:
+        raise GraphmemError(f"--amp {amp}: choose fp16 or bf16")
+    if not 1 <= grad_accum <= MAX_GRAD_ACCUM:
+        raise GraphmemError(f"--grad-accum {grad_accum}: give a whole number from 1 to"
+                            f" {MAX_GRAD_ACCUM}")
+
+
+def analyze(model: nn.Module | str, example_inputs: Sequence[Any], **options: Any) -> Analysis:
+    """`graphmem.analyze(model, inputs, train=True, optimizer="adam")`: see analyze_torch."""
+    return analyze_torch(model, example_inputs, **options)
