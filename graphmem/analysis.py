@@ -13,6 +13,7 @@ from graphmem.passes.costs import CostReport, compute_costs
 from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
 from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
 from graphmem.passes.liveness import LivenessResult, analyze_liveness
+from graphmem.passes.modules import ModuleReport, group_by_module
 from graphmem.passes.params import ParamReport, count_params
 
 
@@ -52,6 +53,7 @@ class Analysis:
     fit: GpuFit | None
     graph: Graph
     training: TrainingInfo | None = None
+    modules: ModuleReport | None = None
 
 
 def analyze_onnx(
@@ -60,6 +62,7 @@ def analyze_onnx(
     dims: Mapping[str, int] | None = None,
     gpu: str | None = None,
     cuda_reserve_bytes: int | None = None,
+    module_depth: int = 2,
 ) -> Analysis:
     """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`."""
     gpu_spec = find_gpu(gpu) if gpu else None  # a typo fails before the model is read
@@ -73,7 +76,8 @@ def analyze_onnx(
                 f"{k}={v}" for k, v in binding.bound.items()))
     graph = imported.graph
     info = _model_info(str(path), graph, imported.shape_inference, imported.warnings)
-    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes)
+    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes,
+                      module_depth=module_depth)
 
 
 def _model_info(path: str, graph: Graph, shape_inference: str, warnings: list[str]) -> ModelInfo:
@@ -95,20 +99,23 @@ def run_passes(
     gpu_spec: GpuSpec | None,
     cuda_reserve_bytes: int | None,
     training: TrainingInfo | None = None,
+    module_depth: int = 2,
 ) -> Analysis:
     """The passes every front door shares, on an imported graph with its dims bound."""
     liveness = analyze_liveness(graph, value_bytes(graph, binding), dims=binding.bound)
     reserve = None
     if cuda_reserve_bytes is not None:
         reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
+    costs = compute_costs(graph, binding)
     return Analysis(
         model=info,
         mode="training" if training else "inference",
         dims=binding,
         params=count_params(graph),
-        costs=compute_costs(graph, binding),
+        costs=costs,
         liveness=liveness,
         fit=fit_on_gpu(gpu_spec, liveness.peak_bytes, reserve) if gpu_spec else None,
         graph=graph,
         training=training,
+        modules=group_by_module(graph, costs, liveness, module_depth),
     )

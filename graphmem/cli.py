@@ -79,6 +79,8 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-html", action="store_true", help="do not write the HTML report")
     parser.add_argument("--cuda-reserve", type=parse_size_bytes, metavar="SIZE",
                         help="non-tensor CUDA memory to assume (default: measured, see README)")
+    parser.add_argument("--depth", type=int, default=2, metavar="N",
+                        help="group FLOPs, parameters and peak memory by module path at depth N")
     torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn or pkg.mod:fn)")
     torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
                                help="an example input, e.g. 32x3x224x224 or 4x1024:int64"
@@ -133,12 +135,14 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
     json_path = None if args.json in (None, "-") else Path(args.json)
     _refuse_overwriting_input(model_path, [p for p in (html_path, json_path) if p])
     dims = _dims_dict(args.dim)
+    if args.depth < 1:
+        raise GraphmemError(f"--depth {args.depth}: give 1 or more (1 = top-level modules)")
     if _is_torch_spec(args.model):
         analysis = _analyze_torch(args)
     else:
         _refuse_torch_options(args)
         analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
-                                cuda_reserve_bytes=args.cuda_reserve)
+                                cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth)
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
         console = Console(stderr=True, highlight=False)
@@ -181,7 +185,7 @@ def _analyze_torch(args: argparse.Namespace) -> Analysis:
     loss = load_callable(args.loss) if args.loss else None
     return analyze_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                          amp=args.amp, grad_accum=args.grad_accum, loss=loss, gpu=args.gpu,
-                         cuda_reserve_bytes=args.cuda_reserve)
+                         cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth)
 
 
 def _dims_dict(bindings: list[tuple[str, int]]) -> dict[str, int]:

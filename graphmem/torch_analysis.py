@@ -29,6 +29,7 @@ def analyze_torch(
     loss: Callable[..., torch.Tensor] | None = None,
     gpu: str | None = None,
     cuda_reserve_bytes: int | None = None,
+    module_depth: int = 2,
 ) -> Analysis:
     """Analyze a PyTorch model for inference, or for one whole training step with `train`.
 
@@ -60,7 +61,8 @@ def analyze_torch(
         warnings=tuple(traced.notes),
     )
     binding = DimBinding(bound={}, free=(), batch_dim=None)
-    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training)
+    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training,
+                      module_depth)
 
 
 def _as_spec(item: TensorSpec | torch.Tensor | str | tuple[int, ...]) -> TensorSpec:

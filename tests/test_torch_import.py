@@ -151,3 +151,51 @@ def test_an_input_the_model_rejects_is_a_clear_error() -> None:
 def test_bad_input_specs(spec: str, message: str) -> None:
     with pytest.raises(GraphmemError, match=message):
         analyze_torch(ConvNet(), [spec])
+
+
+def test_module_table_adds_up_and_attributes_parameters() -> None:
+    model = ConvNet()
+    analysis = analyze_torch(model, [CONV_INPUT], train=True, module_depth=1)
+    assert analysis.modules is not None
+    rows = {row.module: row for row in analysis.modules.rows}
+    for name, module in model.named_children():
+        assert rows[name].params == sum(p.numel() for p in module.parameters())
+    assert sum(row.params for row in rows.values()) == analysis.params.count
+    assert sum(int(row.flops) for row in rows.values()) == int(analysis.costs.total_flops)
+    # backward convolutions are attributed to the conv whose weight they read
+    assert int(rows["stem"].flops) > 0 and int(rows["conv"].flops) > int(rows["stem"].flops)
+
+
+def test_cli_analyzes_a_training_step_from_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from graphmem.cli import main
+
+    code = main(["analyze", f"{MODELS_FILE}:build_convnet", "--input", "2x3x16x16", "--train",
+                 "--optimizer", "momentum", "--amp", "bf16", "--grad-accum", "4", "--json", "-",
+                 "--no-html"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"] == {"mode": "training", "schedule": "model order",
+                                "optimizer": "momentum", "amp": "bf16", "grad_accum": 4,
+                                "micro_batch": 2, "effective_batch": 8}
+    assert {"saved_activations", "parameters"} <= set(result["memory"]["breakdown"])
+    assert result["modules"]["rows"][0]["module"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "2x3x16x16", "--optimizer", "lion", "--train"], "choose one of"),
+        (["--input", "2x3x16x16", "--grad-accum", "0", "--train"], "--grad-accum 0"),
+        (["--batch", "4"], "--batch/--dim bind ONNX dims"),
+        ([], "no example inputs"),
+    ],
+)
+def test_cli_torch_usage_errors(args: list[str], message: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    from graphmem.cli import main
+
+    code = main(["analyze", f"{MODELS_FILE}:build_convnet", "--no-html", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1

@@ -40,8 +40,32 @@ def graph_from_trace(traced: TracedStep, name: str) -> Graph:
         source_format="torch.fx",
     )
     _assign_training_roles(graph, converter.phases)
+    _attribute_backward_nodes(graph, converter.phases)
     _assign_eager_lifetimes(converter, traced.released_after)
     return graph
+
+
+def _attribute_backward_nodes(graph: Graph, phases: dict[Node, str]) -> None:
+    """Backward and optimizer nodes run outside module calls: attribute each to the module of
+    a parameter it reads (`stem.weight` -> `stem`), else of a forward tensor it reads (what
+    autograd saved), else of any tensor it reads."""
+    for node in graph.nodes:
+        if node.module_path or phases.get(node, "forward") == "forward":
+            continue
+        owners = [_owner(value, phases) for value in node.present_inputs]
+        ranked = sorted((rank, path) for rank, path in owners if path)
+        if ranked:
+            node.module_path = ranked[0][1]
+
+
+def _owner(value: Value, phases: dict[Node, str]) -> tuple[int, str]:
+    """(preference, module path): parameters first, then forward tensors, then the rest."""
+    if value.role is Role.PARAMETER:
+        return 0, value.name.rpartition(".")[0]
+    producer = value.storage.producer
+    if producer is None:
+        return 3, ""
+    return (1 if phases.get(producer) == "forward" else 2), producer.module_path
 
 
 def _assign_eager_lifetimes(converter: _Converter, released_after: dict[str, str]) -> None:

@@ -16,6 +16,7 @@ from graphmem.ir import Role
 from graphmem.passes.costs import NodeCost
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
+from graphmem.passes.modules import ModuleReport
 from graphmem.symbolic import SymInt
 
 SCHEMA_VERSION = 1
@@ -84,6 +85,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "values": list(analysis.liveness.unknown_size_values),
         },
         "control_flow_nodes": list(costs.subgraph_nodes),
+        "modules": _modules(analysis.modules) if analysis.modules else None,
         "gpu": _gpu(analysis.fit) if analysis.fit else None,
     }
 
@@ -114,6 +116,17 @@ def _memory(liveness: LivenessResult) -> dict[str, Any]:
         },
         "live_at_peak": [_live(t) for t in liveness.live_at_peak],
         "timeline_bytes": [quantity(s) for s in liveness.live_bytes_per_step],
+    }
+
+
+def _modules(report: ModuleReport) -> dict[str, Any]:
+    return {
+        "depth": report.depth,
+        "rows": [
+            {"module": row.module, "params": row.params, "macs": quantity(row.macs),
+             "flops": quantity(row.flops), "bytes_at_peak": quantity(row.bytes_at_peak)}
+            for row in report.rows
+        ],
     }
 
 

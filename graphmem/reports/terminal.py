@@ -8,6 +8,7 @@ from rich.table import Table
 
 from graphmem.analysis import Analysis
 from graphmem.passes.fit import GpuFit
+from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.reports.json_report import ROLE_KEYS
 from graphmem.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
 
@@ -20,6 +21,8 @@ def print_summary(analysis: Analysis, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
     console.print(_totals_table(analysis))
     console.print(_live_table(analysis))
+    if analysis.modules and any(row.module != TOP for row in analysis.modules.rows):
+        console.print(_module_table(analysis.modules))
     _print_gaps(analysis, console)
     if analysis.fit:
         console.print(_fit_line(analysis.fit))
@@ -73,6 +76,16 @@ def _live_table(analysis: Analysis) -> Table:
         table.add_row(escape(tensor.name), escape(tensor.shape), tensor.dtype,
                       format_bytes_sym(tensor.nbytes), escape(tensor.producer or "-"),
                       escape(tensor.last_consumer or "(graph output)"))
+    return table
+
+
+def _module_table(report: ModuleReport) -> Table:
+    table = Table(title=f"by module (depth {report.depth})")
+    for column in ("module", "params", "FLOPs", "live at peak"):
+        table.add_column(column, justify="left" if column == "module" else "right")
+    for row in report.rows:
+        table.add_row(escape(row.module), f"{row.params:,}", format_si_sym(row.flops),
+                      format_bytes_sym(row.bytes_at_peak))
     return table
 
 

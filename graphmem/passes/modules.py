@@ -1,0 +1,66 @@
+"""Group FLOPs, parameters and peak memory by module path, torchinfo-style, at a depth."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphmem.ir import Graph, Role
+from graphmem.passes.costs import CostReport
+from graphmem.passes.liveness import LivenessResult
+from graphmem.symbolic import SymInt
+
+TOP = "(top level)"
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    module: str
+    params: int
+    macs: SymInt
+    flops: SymInt
+    bytes_at_peak: SymInt  # activations made by this module's nodes that are live at the peak
+
+
+@dataclass(frozen=True)
+class ModuleReport:
+    depth: int
+    rows: tuple[ModuleRow, ...]  # in order of first appearance in the schedule
+
+
+def module_at_depth(path: str, depth: int) -> str:
+    return ".".join(path.split(".")[:depth]) if path else TOP
+
+
+def parameter_module(name: str) -> str:
+    """`layer1.0.conv1.weight` -> `layer1.0.conv1`; names without a dotted path -> ''."""
+    head, dot, _ = name.rpartition(".")
+    return head if dot and " " not in name and "/" not in name and ":" not in name else ""
+
+
+def group_by_module(graph: Graph, costs: CostReport, liveness: LivenessResult,
+                    depth: int) -> ModuleReport:
+    order: dict[str, None] = {}
+    macs: dict[str, SymInt] = {}
+    flops: dict[str, SymInt] = {}
+    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
+        key = module_at_depth(node.module_path, depth)
+        order.setdefault(key)
+        macs[key] = macs.get(key, SymInt()) + cost.macs
+        flops[key] = flops.get(key, SymInt()) + cost.flops
+    params: dict[str, int] = {}
+    for value in graph.values_with_role(Role.PARAMETER):
+        key = module_at_depth(parameter_module(value.name), depth)
+        params[key] = params.get(key, 0) + int(value.numel or 0)
+    at_peak: dict[str, SymInt] = {}
+    modules_by_node = {node.name: node.module_path for node in graph.nodes}
+    for tensor in liveness.live_at_peak:
+        if tensor.producer is not None:
+            key = module_at_depth(modules_by_node.get(tensor.producer, ""), depth)
+            at_peak[key] = at_peak.get(key, SymInt()) + tensor.nbytes
+    keys = list(order) + [k for k in params if k not in order]
+    rows = tuple(
+        ModuleRow(key, params.get(key, 0), macs.get(key, SymInt()), flops.get(key, SymInt()),
+                  at_peak.get(key, SymInt()))
+        for key in keys
+    )
+    return ModuleReport(depth=depth, rows=rows)
