@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from graphmem.gpus import GpuSpec, find_gpu
 from graphmem.importers.onnx_importer import import_onnx
@@ -54,6 +55,32 @@ class Analysis:
     graph: Graph
     training: TrainingInfo | None = None
     modules: ModuleReport | None = None
+
+    @property
+    def peak_bytes(self) -> int | str:
+        """The live-tensor peak: bytes, or a formula in the free dims."""
+        return self.to_dict()["memory"]["peak_bytes"]
+
+    @property
+    def breakdown(self) -> dict[str, int | str]:
+        """Bytes live at the peak by role (parameters, gradients, saved activations...)."""
+        return self.to_dict()["memory"]["breakdown"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON result (schema in the README)."""
+        from graphmem.reports.json_report import to_dict
+
+        return to_dict(self)
+
+    def to_json(self, path: str | Path) -> None:
+        from graphmem.reports.json_report import write_json
+
+        write_json(self, Path(path))
+
+    def to_html(self, path: str | Path) -> None:
+        from graphmem.reports.html import write_html
+
+        write_html(self, Path(path))
 
 
 def analyze_onnx(

@@ -199,3 +199,14 @@ def test_cli_torch_usage_errors(args: list[str], message: str,
     code = main(["analyze", f"{MODELS_FILE}:build_convnet", "--no-html", *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_python_api(tmp_path: Path) -> None:
+    import graphmem
+
+    result = graphmem.analyze(ConvNet(), [torch.randn(2, 3, 16, 16)], train=True,
+                              optimizer="adam")
+    assert result.peak_bytes == int(result.liveness.peak_bytes)
+    assert result.breakdown["optimizer_state"] == 2 * result.params.bytes
+    result.to_json(tmp_path / "r.json")
+    assert (tmp_path / "r.json").read_text().startswith("{")
