@@ -166,6 +166,18 @@ class SymInt:
             total = total + term
         return total
 
+    def formula(self) -> str:
+        """Python/sympy syntax (`150528*batch + 4096`, powers as `**`) without calling sympy."""
+        if not self._terms:
+            return "0"
+        parts = []
+        for monomial, coefficient in sorted(self._terms.items(), key=_term_order):
+            factors = [str(f) if p == 1 else f"{_parenthesized(f)}**{p}" for f, p in monomial]
+            number = str(coefficient) if isinstance(coefficient, int) else (
+                f"{coefficient.numerator}/{coefficient.denominator}")
+            parts.append("*".join(factors if number == "1" and factors else [number, *factors]))
+        return " + ".join(parts).replace("+ -", "- ")
+
     def __str__(self) -> str:
         return format_terms(self, str)
 
@@ -199,6 +211,11 @@ def parse_dim(text: str) -> sympy.Expr:
 
 
 _SYMPY_FUNCTIONS = {"floor", "ceiling", "Max", "Min", "Mod", "sqrt"}
+
+
+def _parenthesized(factor: Factor) -> str:
+    text = str(factor)
+    return text if factor.is_Symbol else f"({text})"
 
 
 def _ceil(value: Fraction) -> int:

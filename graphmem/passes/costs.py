@@ -71,7 +71,9 @@ def _names_with(nodes: tuple[NodeCost, ...], status: CostStatus) -> tuple[str, .
 
 
 def _qualified_op(cost: NodeCost) -> str:
-    return f"{cost.domain}.{cost.op_type}" if cost.domain not in ("", "ai.onnx") else cost.op_type
+    if cost.domain in ("", "ai.onnx") or cost.op_type.startswith(f"{cost.domain}."):
+        return cost.op_type
+    return f"{cost.domain}.{cost.op_type}"
 
 
 def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:

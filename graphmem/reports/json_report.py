@@ -13,7 +13,7 @@ from typing import Any
 from graphmem import __version__
 from graphmem.analysis import Analysis
 from graphmem.ir import Role
-from graphmem.passes.costs import NodeCost
+from graphmem.passes.costs import CostStatus, NodeCost
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
@@ -40,7 +40,7 @@ def quantity(value: SymInt) -> int | str:
     """An exact integer, or the formula in the free dims."""
     if value.is_constant:
         return int(value)
-    return str(value.to_sympy())
+    return value.formula()
 
 
 def to_dict(analysis: Analysis) -> dict[str, Any]:
@@ -116,6 +116,7 @@ def _memory(liveness: LivenessResult) -> dict[str, Any]:
         },
         "live_at_peak": [_live(t) for t in liveness.live_at_peak],
         "timeline_bytes": [quantity(s) for s in liveness.live_bytes_per_step],
+        "order": list(liveness.order),
     }
 
 
@@ -149,8 +150,8 @@ def _node(cost: NodeCost) -> dict[str, Any]:
         "domain": cost.domain,
         "module": cost.module_path,
         "output_shapes": list(cost.output_shapes),
-        "macs": quantity(cost.macs),
-        "flops": quantity(cost.flops),
+        "macs": quantity(cost.macs) if cost.status is CostStatus.OK else None,
+        "flops": quantity(cost.flops) if cost.status is CostStatus.OK else None,
         "bytes_read": quantity(cost.bytes_read),
         "output_bytes": quantity(cost.bytes_written),
         "params": cost.param_count,

@@ -1,0 +1,778 @@
+"""The HTML report: one self-contained, offline page rendered with jinja2 from `templates/`.
+
+Every number on the page is read from the JSON report (`to_dict`), so the page and the JSON
+cannot disagree; this module only turns that dict into a view (formatted text, sort keys,
+chart geometry) and the templates only lay the view out. The one thing taken from the
+Analysis itself is the schedule (which node runs at each step), which the JSON does not carry.
+
+Sizes are exact integers when every dim is bound, or formulas in the free dims. A formula is
+shown as it is (term by term, in IEC bytes or SI counts); charts, bars and sort keys need one
+number, so they use the formula's value with every free dim at PROBE_DIM_VALUE, and say so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+import graphmem
+from graphmem.analysis import Analysis
+from graphmem.errors import GraphmemError
+from graphmem.passes.fit import default_cuda_reserve
+from graphmem.reports.json_report import to_dict
+from graphmem.symbolic import SymInt, parse_dim
+from graphmem.units import format_bytes, format_bytes_sym, format_si, format_si_sym
+
+# Free dims are set to this value wherever a formula must become one number (charts, bars,
+# sorting). 1 is the smallest legal value: the picture shows the shape of the curve, and the
+# formulas next to it give the size at any other value.
+PROBE_DIM_VALUE = 1
+
+MAX_NODE_ROWS = 5000  # the node table renders this many rows; the JSON has them all
+MAX_HOVER_TARGETS = 2000  # timeline tooltips: one per step, or per bucket of steps above this
+MAX_RESIDENT_ROWS = 20  # residents live at the peak: the largest, then "N more"
+MAX_ACTIVATION_ROWS = 500  # activations live at the peak (the rest are summed in one line)
+_GPU_LINE_MAX_RATIO = 3.0  # draw the GPU's usable line when usable <= this x the peak
+
+_TEMPLATE = "report.html.j2"
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def templates_dir() -> Path:
+    """The templates folder: inside the package (wheel) or next to it (source checkout)."""
+    package = Path(graphmem.__file__).parent
+    candidates = (package / "templates", package.parent / "templates")
+    for candidate in candidates:
+        if (candidate / _TEMPLATE).is_file():
+            return candidate
+    looked = " and ".join(str(c) for c in candidates)
+    raise GraphmemError(
+        f"HTML report templates not found (looked in {looked}); reinstall graphmem, or run"
+        " from a source checkout that has the top-level templates/ folder"
+    )
+
+
+def render_html(analysis: Analysis) -> str:
+    """The report as one HTML document: inline CSS, JS and SVG; no network requests."""
+    view = build_view(analysis)
+    return _environment(templates_dir()).get_template(_TEMPLATE).render(view=view)
+
+
+def write_html(analysis: Analysis, path: Path) -> None:
+    Path(path).write_text(render_html(analysis), encoding="utf-8")
+
+
+@cache
+def _environment(folder: Path) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        autoescape=True,  # every template here is HTML (or SVG inside it)
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantities: the JSON's int-or-formula values, formatted and with a number to sort and draw by
+
+
+@dataclass(frozen=True)
+class Quantity:
+    exact: int | str | None  # as the JSON has it: an integer, a formula, or None (not counted)
+    text: str  # for people: IEC bytes or SI counts, term by term for a formula
+    probe: int  # the value with every free dim at PROBE_DIM_VALUE (sorting, bars, charts)
+
+    @property
+    def is_formula(self) -> bool:
+        return isinstance(self.exact, str)
+
+    @property
+    def exact_text(self) -> str:
+        """The exact value: 1,149,352 or the formula."""
+        return f"{self.exact:,}" if isinstance(self.exact, int) else self.exact
+
+
+@cache  # a graph repeats the same few sizes thousands of times
+def bytes_quantity(value: int | str) -> Quantity:
+    size = _as_symint(value)
+    return Quantity(value, format_bytes_sym(size), _probe(size))
+
+
+@cache
+def count_quantity(value: int | str | None, unit: str = "") -> Quantity:
+    """A count for display; None (not counted: no rule or no shape) shows as such, not 0."""
+    if value is None:
+        return Quantity(None, "not counted", -1)
+    count = _as_symint(value)
+    return Quantity(value, format_si_sym(count, unit), _probe(count))
+
+
+def _probe(value: SymInt) -> int:
+    return value.evaluate(dict.fromkeys(value.free_symbols(), PROBE_DIM_VALUE))
+
+
+@cache
+def _as_symint(value: int | str) -> SymInt:
+    """A JSON quantity back as a SymInt: an int, or sympy's text of a polynomial.
+
+    Polynomials with integer coefficients ("143360*batch + 2472", "2*batch**2*seq") are read
+    directly: sympy takes about a millisecond per formula, and a large graph has thousands.
+    Anything else (fractions, floor(...)) goes through sympy.
+    """
+    if isinstance(value, int):
+        return SymInt.const(value)
+    terms = re.split(r"\s+([+-])\s+", value.strip())
+    signs, texts = ["+", *terms[1::2]], terms[0::2]
+    total = SymInt()
+    for sign, text in zip(signs, texts, strict=True):
+        term = _monomial(text.removeprefix("-"))
+        if term is None:
+            return SymInt.from_sympy(parse_dim(value))
+        negative = (sign == "-") != text.startswith("-")
+        total = total - term if negative else total + term
+    return total
+
+
+def _monomial(text: str) -> SymInt | None:
+    """'143360*batch' or '2*batch**2*seq' as a SymInt; None for anything else."""
+    term = SymInt.const(1)
+    for index, factor in enumerate(text.replace("**", "^").split("*")):
+        if index == 0 and factor.isdigit():
+            term = term * int(factor)
+            continue
+        name, _, power = factor.partition("^")
+        if not name.isidentifier() or not (power == "" or power.isdigit()):
+            return None
+        for _ in range(int(power or 1)):
+            term = term * SymInt.symbol(name)
+    return term
+
+
+# ---------------------------------------------------------------------------------------------
+# The view: what the templates lay out
+
+
+@dataclass(frozen=True)
+class Stat:
+    label: str
+    value: str
+    detail: str = ""
+    exact: str = ""  # shown as a tooltip: the exact integer or formula
+    is_formula: bool = False
+
+
+def _stat(label: str, value: Quantity, detail: str, unit: str = "bytes") -> Stat:
+    return Stat(label, value.text, detail, f"{value.exact_text} {unit}", value.is_formula)
+
+
+@dataclass(frozen=True)
+class RoleShare:
+    role: str
+    size: Quantity
+    percent: float  # of the peak, at the probe value
+
+
+@dataclass(frozen=True)
+class Summary:
+    stats: tuple[Stat, ...]
+    peak: Quantity
+    peak_step: int
+    peak_node: str
+    peak_op: str
+    macs: Quantity
+    flops: Quantity
+    breakdown: tuple[RoleShare, ...]
+    bytes_by_dtype: tuple[tuple[str, Quantity], ...]
+
+
+@dataclass(frozen=True)
+class Gaps:
+    unsupported_ops: tuple[tuple[str, int], ...]
+    unsupported_nodes: tuple[str, ...]
+    shape_unknown_nodes: tuple[str, ...]
+    unknown_size_values: tuple[str, ...]
+    control_flow_nodes: tuple[str, ...]
+    model_warnings: tuple[str, ...]
+
+    @property
+    def unsupported_node_count(self) -> int:
+        return sum(count for _, count in self.unsupported_ops)
+
+
+@dataclass(frozen=True)
+class GpuView:
+    name: str
+    full_name: str
+    capacity: Quantity
+    datasheet: Quantity
+    reserve: Quantity
+    reserve_source: str
+    usable: Quantity
+    required: Quantity
+    fits: bool | None  # None while the peak depends on free dims
+    utilization_text: str
+    overflow: Quantity | None  # by how much the peak exceeds usable memory
+    reserve_percent: float  # the bar: shares of the capacity
+    peak_percent: float
+    source: str
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    name: str
+    shape: str
+    dtype: str
+    size: Quantity
+    role: str
+    made_by: str
+    kept_alive_by: str
+    percent: float  # of the peak, at the probe value
+
+
+@dataclass(frozen=True)
+class LiveTables:
+    activations: tuple[LiveRow, ...]
+    activations_hidden: int
+    activations_hidden_bytes: Quantity | None
+    residents: tuple[LiveRow, ...]
+    residents_hidden: int
+    residents_hidden_bytes: Quantity | None
+    resident_total: Quantity
+
+
+@dataclass(frozen=True)
+class OpShare:
+    op: str
+    nodes: int
+    macs: Quantity
+    flops: Quantity
+    percent: float  # of all FLOPs, at the probe value
+
+
+@dataclass(frozen=True)
+class OpTable:
+    rows: tuple[OpShare, ...]  # ops with FLOPs, largest first
+    no_arithmetic: tuple[tuple[str, int], ...]  # ops that count 0 FLOPs (data movement)
+    not_counted: tuple[tuple[str, int], ...]  # unsupported / shape unknown / control flow
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    step: int
+    name: str
+    op: str
+    output_shapes: str
+    params: int
+    macs: Quantity
+    flops: Quantity
+    output_bytes: Quantity
+    status: str
+    note: str
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    rows: tuple[NodeRow, ...]
+    total: int
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.rows) < self.total
+
+
+@dataclass(frozen=True)
+class Tick:
+    position: float
+    label: str
+
+
+@dataclass(frozen=True)
+class HoverTarget:
+    x: float
+    width: float
+    title: str
+
+
+@dataclass(frozen=True)
+class TimelineChart:
+    """Geometry of the memory timeline, in SVG user units; the template draws it."""
+
+    width: int
+    height: int
+    left: float
+    top: float
+    right: float
+    bottom: float
+    line_points: str
+    area_path: str
+    resident_y: float
+    peak_x: float
+    peak_y: float
+    peak_label: str
+    peak_label_anchor: str  # "start" or "end": keeps the label inside the plot
+    usable_y: float | None
+    usable_label: str
+    usable_note: str  # when the usable line is far above the chart
+    y_ticks: tuple[Tick, ...]
+    x_ticks: tuple[Tick, ...]
+    targets: tuple[HoverTarget, ...]
+    step_count: int
+    steps_per_target: int
+    description: str
+
+
+@dataclass(frozen=True)
+class ReportView:
+    title: str
+    model: Mapping[str, Any]
+    mode: str
+    schedule: str
+    versions: Mapping[str, Any]
+    dims_bound: tuple[str, ...]
+    dims_free: tuple[str, ...]
+    probe_note: str  # "" when every dim is bound
+    summary: Summary
+    gaps: Gaps
+    gpu: GpuView | None
+    timeline: TimelineChart
+    live: LiveTables
+    ops: OpTable
+    nodes: NodeTable
+    reserve_default: Quantity
+    reserve_default_source: str
+
+
+def build_view(analysis: Analysis) -> ReportView:
+    report = to_dict(analysis)
+    nodes = report["nodes"]
+    op_of = {node["name"]: _qualified_op(node) for node in nodes}
+    free = tuple(report["dims"]["free"])
+    gpu = _gpu_view(report["gpu"]) if report["gpu"] else None
+    reserve = default_cuda_reserve("")  # the figure assumed for GPUs not measured
+    return ReportView(
+        title=Path(report["model"]["path"]).name or report["model"]["name"],
+        model=report["model"],
+        mode=report["config"]["mode"],
+        schedule=report["config"]["schedule"],
+        versions={"graphmem": report["graphmem_version"], "schema": report["schema_version"]},
+        dims_bound=tuple(f"{name}={value}" for name, value in report["dims"]["bound"].items()),
+        dims_free=free,
+        probe_note=_probe_note(free),
+        summary=_summary(report, op_of),
+        gaps=_gaps(report),
+        gpu=gpu,
+        timeline=_timeline(report, analysis.liveness.order, op_of, gpu),
+        live=_live_tables(report["memory"]),
+        ops=_op_table(nodes),
+        nodes=_node_table(nodes),
+        reserve_default=bytes_quantity(reserve.bytes),
+        reserve_default_source=reserve.source,
+    )
+
+
+def _probe_note(free: Sequence[str]) -> str:
+    if not free:
+        return ""
+    return ", ".join(f"{name}={PROBE_DIM_VALUE}" for name in free)
+
+
+def _qualified_op(node: Mapping[str, Any]) -> str:
+    domain, op = node["domain"], node["op"]
+    if domain in ("", "ai.onnx") or op.startswith(f"{domain}."):
+        return op
+    return f"{domain}.{op}"
+
+
+def _percent(part: int, whole: int) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0
+
+
+def _summary(report: Mapping[str, Any], op_of: Mapping[str, str]) -> Summary:
+    params, flops, memory = report["params"], report["flops"], report["memory"]
+    peak = _peak_quantity(memory)
+    activations = bytes_quantity(memory["activation_peak_bytes"])
+    residents = bytes_quantity(memory["resident_bytes"])
+    lower_bound = bytes_quantity(memory["lower_bound_bytes"])
+    macs, total_flops = count_quantity(flops["macs"]), count_quantity(flops["total"], "FLOP")
+    param_bytes = bytes_quantity(params["bytes"])
+    stats = [
+        Stat("parameters", f"{params['count']:,}",
+             " · ".join(([format_si(params["count"])] if params["count"] >= 1000 else [])
+                        + [param_bytes.text]),
+             f"{params['bytes']:,} bytes"),
+    ]
+    if params["buffer_count"]:
+        stats.append(Stat("buffers", f"{params['buffer_count']:,}",
+                          format_bytes(params["buffer_bytes"]), "running statistics etc."))
+    at_step = bytes_quantity(memory["peak_bytes"])  # the live total at the peak step
+    candidates = len(memory["peak_candidates"])
+    peak_detail = f"step {memory['peak_step']} · {memory['peak_node']}"
+    if candidates > 1:
+        peak_detail += f" · 1 of {candidates} candidate peaks (see below)"
+    stats += [
+        _stat("MACs", macs, "multiply-accumulates", "MACs"),
+        _stat("FLOPs", total_flops, "1 MAC = 2 FLOPs", "FLOPs"),
+        _stat("peak memory", at_step, peak_detail),
+        _stat("activations at peak", activations, "peak less residents"),
+        _stat("residents", residents, "weights, inputs, constants: live throughout"),
+        _stat("lower bound", lower_bound, f"largest node: {memory['lower_bound_node']}"),
+    ]
+    breakdown = tuple(
+        RoleShare(role, size, _percent(size.probe, at_step.probe))
+        for role, size in ((r, bytes_quantity(v)) for r, v in memory["breakdown"].items())
+    )
+    return Summary(
+        stats=tuple(stats),
+        peak=peak,
+        peak_step=memory["peak_step"],
+        peak_node=memory["peak_node"],
+        peak_op=op_of.get(memory["peak_node"], ""),
+        macs=macs,
+        flops=total_flops,
+        breakdown=tuple(sorted(breakdown, key=lambda r: -r.size.probe)),
+        bytes_by_dtype=tuple((d, bytes_quantity(b)) for d, b in params["bytes_by_dtype"].items()),
+    )
+
+
+def _peak_quantity(memory: Mapping[str, Any]) -> Quantity:
+    """The peak; with free dims and several candidate steps, max(a, b) of their formulas."""
+    peak = bytes_quantity(memory["peak_bytes"])
+    candidates = [bytes_quantity(c) for c in memory["peak_candidates"]]
+    if len(candidates) <= 1:
+        return peak
+    return Quantity(
+        exact="max(" + ", ".join(str(c.exact) for c in candidates) + ")",
+        text="max(" + ", ".join(c.text for c in candidates) + ")",
+        probe=max(c.probe for c in candidates),
+    )
+
+
+def _gaps(report: Mapping[str, Any]) -> Gaps:
+    return Gaps(
+        unsupported_ops=tuple(report["unsupported_ops"].items()),
+        unsupported_nodes=tuple(
+            n["name"] for n in report["nodes"] if n["status"] == "unsupported"),
+        shape_unknown_nodes=tuple(report["unknown_shapes"]["nodes"]),
+        unknown_size_values=tuple(report["unknown_shapes"]["values"]),
+        control_flow_nodes=tuple(report["control_flow_nodes"]),
+        model_warnings=tuple(report["model"]["warnings"]),
+    )
+
+
+def _gpu_view(gpu: Mapping[str, Any]) -> GpuView:
+    capacity = bytes_quantity(gpu["memory_bytes"])
+    usable = bytes_quantity(gpu["usable_bytes"])
+    required = bytes_quantity(gpu["required_bytes"])
+    utilization = gpu["utilization"]
+    if utilization is None:
+        utilization_text = "depends on the free dims"
+    elif utilization < 0.001:
+        utilization_text = "<0.1% of usable"
+    else:
+        utilization_text = f"{utilization:.1%} of usable"
+    overflow = None
+    if gpu["fits"] is False:
+        overflow = bytes_quantity(required.probe - usable.probe)
+    reserve_percent = _percent(gpu["cuda_reserve_bytes"], capacity.probe)
+    peak_percent = 0.0
+    if not required.is_formula:
+        peak_percent = min(_percent(required.probe, capacity.probe), 100.0 - reserve_percent)
+    return GpuView(
+        name=gpu["name"],
+        full_name=gpu["full_name"],
+        capacity=capacity,
+        datasheet=bytes_quantity(gpu["datasheet_memory_bytes"]),
+        reserve=bytes_quantity(gpu["cuda_reserve_bytes"]),
+        reserve_source=gpu["cuda_reserve_source"],
+        usable=usable,
+        required=required,
+        fits=gpu["fits"],
+        utilization_text=utilization_text,
+        overflow=overflow,
+        reserve_percent=reserve_percent,
+        peak_percent=peak_percent,
+        source=gpu["source"],
+    )
+
+
+def _live_row(tensor: Mapping[str, Any], peak_probe: int) -> LiveRow:
+    size = bytes_quantity(tensor["bytes"])
+    if tensor["producer"] is None:
+        made_by, kept = "(resident)", "(live throughout)"
+    else:
+        made_by = tensor["producer"]
+        kept = tensor["last_consumer"] or (
+            "(graph output: to the end)" if tensor["role"] == "output" else "(to the end)")
+    return LiveRow(
+        name=tensor["name"],
+        shape=tensor["shape"],
+        dtype=tensor["dtype"],
+        size=size,
+        role=tensor["role"],
+        made_by=made_by,
+        kept_alive_by=kept,
+        percent=_percent(size.probe, peak_probe),
+    )
+
+
+def _live_tables(memory: Mapping[str, Any]) -> LiveTables:
+    peak_probe = bytes_quantity(memory["peak_bytes"]).probe  # the shares add up to this
+    rows = [_live_row(t, peak_probe) for t in memory["live_at_peak"]]
+    made = [r for r in rows if r.made_by != "(resident)"]
+    residents = [r for r in rows if r.made_by == "(resident)"]
+    return LiveTables(
+        activations=tuple(made[:MAX_ACTIVATION_ROWS]),
+        activations_hidden=max(len(made) - MAX_ACTIVATION_ROWS, 0),
+        activations_hidden_bytes=_sum_sizes(made[MAX_ACTIVATION_ROWS:]),
+        residents=tuple(residents[:MAX_RESIDENT_ROWS]),
+        residents_hidden=max(len(residents) - MAX_RESIDENT_ROWS, 0),
+        residents_hidden_bytes=_sum_sizes(residents[MAX_RESIDENT_ROWS:]),
+        resident_total=bytes_quantity(memory["resident_bytes"]),
+    )
+
+
+def _sum_sizes(rows: Sequence[LiveRow]) -> Quantity | None:
+    if not rows:
+        return None
+    total = sum((_as_symint(r.size.exact) for r in rows), SymInt())
+    return Quantity(_exact(total), format_bytes_sym(total), _probe(total))
+
+
+def _exact(value: SymInt) -> int | str:
+    return int(value) if value.is_constant else str(value.to_sympy())
+
+
+def _op_table(nodes: Sequence[Mapping[str, Any]]) -> OpTable:
+    counted: dict[str, list[Mapping[str, Any]]] = {}
+    not_counted: dict[str, int] = {}
+    for node in nodes:
+        op = _qualified_op(node)
+        if node["status"] == "ok":
+            counted.setdefault(op, []).append(node)
+        else:
+            label = f"{op} ({node['status'].replace('_', ' ')})"
+            not_counted[label] = not_counted.get(label, 0) + 1
+    totals = {
+        op: (sum((_as_symint(n["macs"]) for n in group), SymInt()),
+             sum((_as_symint(n["flops"]) for n in group), SymInt()), len(group))
+        for op, group in counted.items()
+    }
+    all_flops = sum(_probe(flops) for _, flops, _ in totals.values())
+    rows = [
+        OpShare(op, count, Quantity(_exact(macs), format_si_sym(macs), _probe(macs)),
+                Quantity(_exact(flops), format_si_sym(flops, "FLOP"), _probe(flops)),
+                _percent(_probe(flops), all_flops))
+        for op, (macs, flops, count) in totals.items()
+        if flops != 0
+    ]
+    zero = [(op, count) for op, (_, flops, count) in totals.items() if flops == 0]
+    return OpTable(
+        rows=tuple(sorted(rows, key=lambda r: (-r.flops.probe, r.op))),
+        no_arithmetic=tuple(sorted(zero, key=lambda item: (-item[1], item[0]))),
+        not_counted=tuple(sorted(not_counted.items())),
+    )
+
+
+def _node_table(nodes: Sequence[Mapping[str, Any]]) -> NodeTable:
+    rows = tuple(
+        NodeRow(
+            step=step,
+            name=node["name"],
+            op=_qualified_op(node),
+            output_shapes=", ".join(node["output_shapes"]),
+            params=node["params"],
+            macs=count_quantity(node["macs"]),
+            flops=count_quantity(node["flops"], "FLOP"),
+            output_bytes=bytes_quantity(node["output_bytes"]),
+            status=node["status"],
+            note=node["note"],
+        )
+        for step, node in enumerate(nodes[:MAX_NODE_ROWS])
+    )
+    return NodeTable(rows=rows, total=len(nodes))
+
+
+# ---------------------------------------------------------------------------------------------
+# The memory timeline: geometry computed here, markup in templates/partials/timeline.html.j2
+
+_CHART_WIDTH, _CHART_HEIGHT = 1000, 300
+_PLOT_LEFT, _PLOT_RIGHT, _PLOT_TOP, _PLOT_BOTTOM = 78.0, 986.0, 22.0, 268.0
+_IEC_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+_NICE_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
+
+
+def _timeline(
+    report: Mapping[str, Any],
+    order: Sequence[str],
+    op_of: Mapping[str, str],
+    gpu: GpuView | None,
+) -> TimelineChart:
+    memory = report["memory"]
+    live = [bytes_quantity(v) for v in memory["timeline_bytes"]]
+    probe_note = _probe_note(report["dims"]["free"])
+
+    def describe(step: int) -> str:
+        node = order[step]
+        size = live[step]
+        value = f"{size.text} (= {format_bytes(size.probe)} at {probe_note})" if (
+            size.is_formula) else size.text
+        return f"step {step} · {node} ({op_of.get(node, '?')}) · live {value}"
+
+    usable = gpu.usable.probe if gpu else None
+    return timeline_chart(
+        [q.probe for q in live],
+        resident_bytes=bytes_quantity(memory["resident_bytes"]).probe,
+        peak_step=memory["peak_step"],
+        usable_bytes=usable,
+        describe_step=describe,
+    )
+
+
+def timeline_chart(
+    live_bytes: Sequence[int],
+    resident_bytes: int,
+    peak_step: int,
+    usable_bytes: int | None,
+    describe_step: Callable[[int], str],
+) -> TimelineChart:
+    """Live bytes per step as a line over a band of residents, the peak marked.
+
+    Above `_PLOT_RIGHT - _PLOT_LEFT` steps the line keeps each pixel column's min and max, so
+    spikes survive; above MAX_HOVER_TARGETS steps a tooltip covers a bucket of steps and
+    names the highest one in it.
+    """
+    count = len(live_bytes)
+    peak_bytes = live_bytes[peak_step]
+    top_value = max(peak_bytes, resident_bytes, 1)
+    show_usable = usable_bytes is not None and usable_bytes <= _GPU_LINE_MAX_RATIO * top_value
+    if show_usable and usable_bytes is not None:
+        top_value = max(top_value, usable_bytes)
+    y_ticks, y_max = _byte_ticks(top_value * 1.1)  # room for the peak's label above it
+    plot_width = _PLOT_RIGHT - _PLOT_LEFT
+
+    def x_of(step: float) -> float:
+        return _PLOT_LEFT + plot_width * step / count
+
+    def y_of(value: float) -> float:
+        return _PLOT_BOTTOM - (_PLOT_BOTTOM - _PLOT_TOP) * value / y_max
+
+    points = _line_points(live_bytes, x_of, y_of, int(plot_width))
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    resident_y = y_of(resident_bytes)
+    # Activations: the area between the residents band and the live total (never below it).
+    area = f"M{_PLOT_LEFT:.1f},{resident_y:.1f} L{line} L{_PLOT_RIGHT:.1f},{resident_y:.1f} Z"
+    peak_x = x_of(peak_step + 0.5)
+    usable_label = usable_note = ""
+    if usable_bytes is not None:
+        usable_label = f"GPU usable {format_bytes(usable_bytes)}"
+        if not show_usable:
+            usable_note = f"{usable_label}: far above this chart"
+    targets, per_target = _hover_targets(live_bytes, x_of, describe_step)
+    return TimelineChart(
+        width=_CHART_WIDTH,
+        height=_CHART_HEIGHT,
+        left=_PLOT_LEFT,
+        top=_PLOT_TOP,
+        right=_PLOT_RIGHT,
+        bottom=_PLOT_BOTTOM,
+        line_points=line,
+        area_path=area,
+        resident_y=resident_y,
+        peak_x=peak_x,
+        peak_y=y_of(peak_bytes),
+        peak_label=f"peak {format_bytes(peak_bytes)} at step {peak_step}",
+        peak_label_anchor="end" if peak_x > _PLOT_LEFT + 0.6 * plot_width else "start",
+        usable_y=y_of(usable_bytes) if show_usable and usable_bytes is not None else None,
+        usable_label=usable_label,
+        usable_note=usable_note,
+        y_ticks=tuple(Tick(y_of(value), label) for value, label in y_ticks),
+        x_ticks=tuple(Tick(x_of(step + 0.5), f"{step:,}") for step in _step_ticks(count)),
+        targets=targets,
+        step_count=count,
+        steps_per_target=per_target,
+        description=(f"Live memory at each of {count:,} steps; peak {format_bytes(peak_bytes)}"
+                     f" at step {peak_step}; residents {format_bytes(resident_bytes)}."),
+    )
+
+
+def _line_points(
+    values: Sequence[int],
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+    columns: int,
+) -> list[tuple[float, float]]:
+    """A step line (each step flat across its width), or min/max per column when dense."""
+    count = len(values)
+    if count <= columns:
+        return [(x_of(step + edge), y_of(v)) for step, v in enumerate(values) for edge in (0, 1)]
+    points = []
+    for column in range(columns):
+        start, stop = column * count // columns, (column + 1) * count // columns
+        chunk = range(start, stop)
+        low = min(chunk, key=values.__getitem__)
+        high = max(chunk, key=values.__getitem__)
+        x = x_of((start + stop) / 2)
+        points += [(x, y_of(values[step])) for step in sorted({low, high})]
+    return points
+
+
+def _hover_targets(
+    values: Sequence[int],
+    x_of: Callable[[float], float],
+    describe_step: Callable[[int], str],
+) -> tuple[tuple[HoverTarget, ...], int]:
+    count = len(values)
+    per_target = math.ceil(count / MAX_HOVER_TARGETS)
+    targets = []
+    for start in range(0, count, per_target):
+        stop = min(start + per_target, count)
+        if per_target == 1:
+            title = describe_step(start)
+        else:
+            highest = max(range(start, stop), key=values.__getitem__)
+            title = f"steps {start:,} to {stop - 1:,}, highest: {describe_step(highest)}"
+        x = x_of(start)
+        targets.append(HoverTarget(round(x, 2), round(x_of(stop) - x, 2), title))
+    return tuple(targets), per_target
+
+
+def _nice_step(raw: float) -> tuple[int, str, int]:
+    """The smallest 1-2-5 step of at least `raw` bytes within one IEC unit.
+
+    Returns (multiple, unit name, unit bytes): 500 KiB, then 1 MiB, 2 MiB, ... 500 MiB, 1 GiB.
+    """
+    for name, unit in reversed(_IEC_UNITS):
+        for multiple in _NICE_STEPS:
+            if multiple * unit >= raw:
+                return multiple, name, unit
+    name, unit = _IEC_UNITS[0]
+    return math.ceil(raw / unit), name, unit
+
+
+def _byte_ticks(top: float, wanted: int = 4) -> tuple[list[tuple[int, str]], float]:
+    """Gridlines at a 1-2-5 step up to `top` (the chart's top, which stays `top`)."""
+    multiple, name, unit = _nice_step(top / wanted)
+    step = multiple * unit
+    ticks = [(k * step, f"{k * multiple:g} {name}" if k else "0")
+             for k in range(int(top // step) + 1)]
+    return ticks, top
+
+
+def _step_ticks(count: int, wanted: int = 8) -> list[int]:
+    if count <= 1:
+        return [0]
+    raw = (count - 1) / wanted
+    magnitude = 10 ** max(math.floor(math.log10(raw)), 0) if raw >= 1 else 1
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return list(range(0, count, step))

@@ -1,0 +1,332 @@
+"""The HTML report: the numbers of the analysis appear, the page is offline and well formed."""
+
+from __future__ import annotations
+
+import html
+import re
+import warnings
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphmem
+from graphmem.analysis import Analysis, analyze_onnx
+from graphmem.errors import GraphmemError
+from graphmem.reports.html import (
+    MAX_HOVER_TARGETS,
+    MAX_NODE_ROWS,
+    bytes_quantity,
+    render_html,
+    templates_dir,
+    timeline_chart,
+    write_html,
+)
+from graphmem.symbolic import SymInt, parse_dim
+from graphmem.units import format_bytes, format_bytes_sym
+from tests.onnx_builders import custom_op_model
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((REPO_ROOT / "samples").glob("*.onnx"))
+
+
+# ----- models ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cnn_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Conv(3->16, 3x3) -> ReLU -> global pool -> Linear(16->10), batch dynamic."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class SmallCnn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 16, 3, padding=1)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
+
+    path = tmp_path_factory.mktemp("cnn") / "small_cnn.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
+        torch.onnx.export(
+            SmallCnn().eval(), (torch.randn(2, 3, 32, 32),), str(path), dynamo=False,
+            opset_version=17, input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        )
+    return path
+
+
+def _save(model: onnx.ModelProto, folder: Path, name: str) -> Path:
+    path = folder / name
+    onnx.save(model, str(path))
+    return path
+
+
+def relu_chain(node_count: int, name_of: Callable[[int], str] = "relu{}".format) -> onnx.ModelProto:
+    """x[batch, 8] -> MatMul(8x8) -> Relu -> ... -> Relu: `node_count` nodes in a line."""
+    weight = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t0"], name=name_of(0))]
+    nodes += [helper.make_node("Relu", [f"t{i - 1}"], [f"t{i}"], name=name_of(i))
+              for i in range(1, node_count)]
+    graph = helper.make_graph(
+        nodes, "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info(f"t{node_count - 1}", TensorProto.FLOAT, ["batch", 8])],
+        initializer=[weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+# ----- a small checker for the page's structure ----------------------------------------------
+
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+         "track", "wbr"}
+# Start tags that a browser's parser lets close an open <p>: inside a <p> they split the text.
+_BLOCKS = {"address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset",
+           "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr",
+           "main", "nav", "ol", "p", "pre", "section", "table", "ul"}
+
+
+class PageChecker(HTMLParser):
+    """Records tags, external references and nesting errors of a page."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.tags: dict[str, int] = {}
+        self.references: list[tuple[str, str, str]] = []  # (tag, attribute, value)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._record(tag, attrs)
+        if tag in _BLOCKS and "p" in self.stack:
+            self.errors.append(f"<{tag}> inside <p> at {self.getpos()}")
+        if tag not in _VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._record(tag, attrs)  # <rect .../> in SVG: opens and closes
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>"
+                               f" at {self.getpos()}")
+            return
+        self.stack.pop()
+
+    def _record(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
+                self.references.append((tag, name, value or ""))
+            if tag == "link" and name == "rel" and value and "stylesheet" in value:
+                self.errors.append("<link rel=stylesheet>: the CSS must be inline")
+
+
+def check_page(page: str) -> PageChecker:
+    checker = PageChecker()
+    checker.feed(page)
+    checker.close()
+    assert checker.errors == []
+    assert checker.stack == [], f"unclosed tags: {checker.stack}"
+    for tag in ("html", "head", "body", "main", "section", "table", "svg", "details", "style"):
+        assert checker.tags.get(tag, 0) >= 1, f"no <{tag}>"
+    for tag, attribute, value in checker.references:
+        assert not re.match(r"\s*(https?:|//|ftp:|file:)", value, re.IGNORECASE), (
+            f"<{tag} {attribute}={value!r}> would leave the page")
+        assert not (tag == "script" and attribute == "src"), "scripts must be inline"
+    assert "@import" not in page
+    assert not re.search(r"url\(\s*['\"]?\s*(https?:|//)", page), "CSS must not load URLs"
+    return checker
+
+
+def _node_table_rows(page: str) -> int:
+    table = page[page.index('id="node-table"'):]
+    table = table[: table.index("</table>")]
+    return table.count("<tr") - 1  # less the header row
+
+
+# ----- reports for real models ----------------------------------------------------------------
+
+
+def test_templates_dir_is_the_source_checkouts() -> None:
+    assert templates_dir() == REPO_ROOT / "templates"
+    assert (templates_dir() / "report.html.j2").is_file()
+
+
+def test_templates_dir_prefers_the_wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "site-packages" / "graphmem"
+    (package / "templates").mkdir(parents=True)
+    (package / "templates" / "report.html.j2").write_text("wheel")
+    monkeypatch.setattr(graphmem, "__file__", str(package / "__init__.py"))
+    assert templates_dir() == package / "templates"
+
+
+def test_missing_templates_are_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "graphmem"
+    package.mkdir()
+    monkeypatch.setattr(graphmem, "__file__", str(package / "__init__.py"))
+    with pytest.raises(GraphmemError, match="HTML report templates not found"):
+        templates_dir()
+
+
+def test_free_batch_shows_formulas_and_draws_at_batch_1(cnn_path: Path) -> None:
+    analysis = analyze_onnx(cnn_path)
+    page = render_html(analysis)
+    check_page(page)
+    # conv 16*3*3*3 + 16, fc 16*10 + 10 = 448 + 170 = 618
+    assert analysis.params.count == 618
+    assert "618" in page
+    assert format_bytes_sym(analysis.liveness.peak_bytes) in page  # "2.4 KiB + 140.0 KiB*batch"
+    assert "*batch" in page
+    assert "Drawn at batch=1" in page
+    for node in analysis.costs.nodes:
+        assert f"<code>{html.escape(node.name)}</code>" in page
+    assert "<svg" in page and "<polyline" in page
+    assert "On NVIDIA" not in page  # no GPU given
+
+
+def test_bound_batch_on_a_t4_fits(cnn_path: Path) -> None:
+    analysis = analyze_onnx(cnn_path, batch=8, gpu="t4")
+    page = render_html(analysis)
+    check_page(page)
+    peak = int(analysis.liveness.peak_bytes)
+    assert format_bytes(peak) in page
+    assert f"{peak:,} bytes" in page  # the exact number, as a tooltip
+    assert analysis.fit is not None and analysis.fit.fits
+    assert "Fits." in page and "fits on NVIDIA Tesla T4" in page
+    assert format_bytes(analysis.fit.usable_bytes) in page
+    assert "CUDA reserve" in page
+    assert "Drawn at" not in page  # every dim is bound: no probe value
+
+
+def test_a_batch_too_large_for_a_t4_does_not_fit(cnn_path: Path) -> None:
+    # the peak is about 143 KiB per sample: 200,000 samples are about 27 GiB
+    analysis = analyze_onnx(cnn_path, batch=200_000, gpu="t4")
+    page = render_html(analysis)
+    check_page(page)
+    assert analysis.fit is not None and analysis.fit.fits is False
+    assert "Does not fit." in page and "does not fit on NVIDIA Tesla T4" in page
+
+
+def test_free_batch_on_a_gpu_says_the_fit_depends_on_it(cnn_path: Path) -> None:
+    page = render_html(analyze_onnx(cnn_path, gpu="t4"))
+    check_page(page)
+    assert "Fit depends on batch." in page
+
+
+def test_an_unsupported_op_is_a_visible_warning(tmp_path: Path) -> None:
+    analysis = analyze_onnx(_save(custom_op_model(), tmp_path, "custom.onnx"), batch=2)
+    assert analysis.costs.unsupported_ops == {"custom.domain.MyCustomOp": 1}
+    page = render_html(analysis)
+    check_page(page)
+    alert = page[page.index('role="alert"'):]
+    alert = " ".join(alert[: alert.index("</div>")].split())
+    assert "custom.domain.MyCustomOp" in alert and "1 node with unsupported ops" in alert
+    row = page[page.index('<tr class="status-unsupported">'):]
+    row = row[: row.index("</tr>")]
+    assert "<code>custom</code>" in row and "not counted" in row  # not a silent 0
+
+
+def test_a_supported_model_has_no_warning(cnn_path: Path) -> None:
+    assert 'role="alert"' not in render_html(analyze_onnx(cnn_path, batch=1))
+
+
+def test_names_are_escaped(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>"
+    model = relu_chain(3, name_of=lambda i: f"{hostile}{i}")
+    page = render_html(analyze_onnx(_save(model, tmp_path, "hostile.onnx"), batch=1))
+    check_page(page)
+    assert hostile not in page
+    assert html.escape(hostile) in page
+
+
+def test_large_graph_is_truncated_and_downsampled(tmp_path: Path) -> None:
+    node_count = MAX_NODE_ROWS + 1000
+    page = render_html(analyze_onnx(_save(relu_chain(node_count), tmp_path, "big.onnx")))
+    check_page(page)
+    assert f"The first {MAX_NODE_ROWS:,} of" in page and f"{node_count:,} nodes are shown" in page
+    assert _node_table_rows(page) == MAX_NODE_ROWS
+    svg = page[page.index("<svg"): page.index("</svg>")]
+    assert svg.count("<title>") - 1 <= MAX_HOVER_TARGETS  # less the chart's own title
+    assert "each tooltip covers 3 steps" in page  # ceil(6000 / 2000)
+
+
+def test_write_html(tmp_path: Path, cnn_path: Path) -> None:
+    target = tmp_path / "report.html"
+    write_html(analyze_onnx(cnn_path, batch=2), target)
+    check_page(target.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("sample", SAMPLES or [None], ids=lambda p: p.name if p else "none")
+@pytest.mark.parametrize("options", [{}, {"batch": 4, "gpu": "t4"}], ids=["free", "t4"])
+def test_samples(sample: Path | None, options: dict[str, object]) -> None:
+    if sample is None:
+        pytest.skip("no samples/*.onnx in this checkout")
+    try:
+        analysis = analyze_onnx(sample, **options)  # type: ignore[arg-type]
+    except Exception as error:  # noqa: BLE001 - a sample with a fixed batch refuses --batch
+        pytest.skip(f"{sample.name}: {error}")
+    page = render_html(analysis)
+    check_page(page)
+    _assert_key_numbers(analysis, page)
+
+
+def _assert_key_numbers(analysis: Analysis, page: str) -> None:
+    assert f"{analysis.params.count:,}" in page
+    assert format_bytes_sym(analysis.liveness.peak_bytes) in page
+    for node in analysis.costs.nodes[:50]:
+        assert html.escape(node.name) in page
+
+
+# ----- the pieces ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("formula", [
+    "143360*batch + 2472", "2472 + 143360*batch", "batch", "-batch + 4", "2*batch**2*seq - 3",
+    "12*batch*seq + 5*seq", "3*batch/2 + 1", "floor(seq/2)*batch + 1",
+])
+def test_formulas_read_back_like_sympy(formula: str) -> None:
+    expected = SymInt.from_sympy(parse_dim(formula))
+    assert bytes_quantity(formula).text == format_bytes_sym(expected)
+    assert bytes_quantity(formula).probe == expected.evaluate(
+        dict.fromkeys(expected.free_symbols(), 1))
+
+
+def test_timeline_of_many_steps_stays_small() -> None:
+    steps = 100_000
+    live = [1000 + (i % 97) for i in range(steps)]
+    live[70_000] = 5000  # one spike: it must survive the downsampling
+    chart = timeline_chart(live, resident_bytes=1000, peak_step=70_000, usable_bytes=None,
+                           describe_step=lambda step: f"step {step}")
+    points = chart.line_points.split()
+    assert len(points) <= 2 * (chart.right - chart.left)
+    top = min(float(p.split(",")[1]) for p in points)
+    assert top == pytest.approx(chart.peak_y, abs=0.1)
+    assert len(chart.targets) == MAX_HOVER_TARGETS
+    assert chart.steps_per_target == 50  # 100,000 / 2,000
+    assert any("step 70000" in t.title for t in chart.targets)
+    # the peak marker sits over step 70,000 of 100,000
+    assert chart.peak_x == pytest.approx(chart.left + 0.700005 * (chart.right - chart.left))
+
+
+def test_timeline_draws_the_gpu_line_only_near_the_peak() -> None:
+    def chart(usable: int) -> object:
+        return timeline_chart([10, 30, 20], resident_bytes=5, peak_step=1, usable_bytes=usable,
+                              describe_step=str)
+
+    near, far = chart(60), chart(10**9)
+    assert near.usable_y is not None and near.usable_y < near.peak_y  # above the peak
+    assert far.usable_y is None and "far above" in far.usable_note
