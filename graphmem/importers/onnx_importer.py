@@ -7,11 +7,14 @@ symbolic shape inference (falling back to onnx's own), and builds graphmem's IR.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -179,8 +182,7 @@ def _ort_symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     directory when a shape stays unknown; graphmem must not write into the user's folders,
     so the same steps are driven here and incomplete shapes are kept as unknown.
     """
-    from onnxruntime.tools import symbolic_shape_infer
-
+    symbolic_shape_infer = _symbolic_shape_infer_module()
     logging.getLogger(symbolic_shape_infer.__name__).setLevel(logging.ERROR)
     engine = symbolic_shape_infer.SymbolicShapeInference(
         int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0
@@ -190,6 +192,25 @@ def _ort_symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto:
         engine._infer_impl()
     engine._update_output_from_vi()
     return engine.out_mp_
+
+
+@cache
+def _symbolic_shape_infer_module() -> ModuleType:
+    """onnxruntime.tools.symbolic_shape_infer, loaded from its file.
+
+    Importing it as `onnxruntime.tools.symbolic_shape_infer` runs the package's __init__,
+    which imports torch when it is installed: a second of start-up the ONNX path never needs.
+    """
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or spec.origin is None:
+        raise ImportError("onnxruntime is not installed")
+    path = Path(spec.origin).parent / "tools" / "symbolic_shape_infer.py"
+    module_spec = importlib.util.spec_from_file_location("graphmem_ort_symbolic_shape_infer", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
 
 
 # ----- building the IR ---------------------------------------------------------------------
