@@ -95,16 +95,22 @@ def analyze_onnx(
     gpu_spec = find_gpu(gpu) if gpu else None  # a typo fails before the model is read
     imported = import_onnx(path)
     binding = bind_dims(imported.graph, batch, dims or {})
-    if imported.symbolic_inference_failed and binding.bound:
-        # Concrete input dims let onnx's inference finish what the symbolic one could not.
-        imported = import_onnx(path, input_dims=binding.bound)
-        imported.warnings.append(
-            "shapes were inferred with the bound dims fixed: " + ", ".join(
-                f"{k}={v}" for k, v in binding.bound.items()))
+    if binding.bound and _unknown_shapes(imported.graph):
+        # Concrete input dims can let shape inference finish what the symbolic one could not.
+        retry = import_onnx(path, input_dims=binding.bound)
+        if _unknown_shapes(retry.graph) < _unknown_shapes(imported.graph):
+            imported = retry
+            imported.warnings.append(
+                "shapes were inferred with the bound dims fixed: " + ", ".join(
+                    f"{k}={v}" for k, v in binding.bound.items()))
     graph = imported.graph
     info = _model_info(str(path), graph, imported.shape_inference, imported.warnings)
     return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes,
                       module_depth=module_depth)
+
+
+def _unknown_shapes(graph: Graph) -> int:
+    return sum(1 for node in graph.nodes for value in node.outputs if not value.shape_known)
 
 
 def _model_info(path: str, graph: Graph, shape_inference: str, warnings: list[str]) -> ModelInfo:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -65,7 +65,6 @@ class OnnxImport:
 
     graph: Graph
     shape_inference: str  # which inference produced the shapes
-    symbolic_inference_failed: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
@@ -89,8 +88,7 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"
-    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings,
-                      symbolic_inference_failed=not engine.startswith("onnxruntime"))
+    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings)
 
 
 # ----- reading -----------------------------------------------------------------------------
@@ -160,22 +158,75 @@ def _identifier(name: str) -> str:
 
 # ----- shape inference -----------------------------------------------------------------------
 def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.ModelProto, str]:
+    """onnxruntime's symbolic inference; where its rules give up on some nodes, the shapes
+    onnx's own inference (with data propagation) finds are merged in, value by value."""
     try:
-        return _ort_symbolic_inference(model), "onnxruntime symbolic shape inference"
+        failed_ops: list[str] = []
+        inferred = _ort_symbolic_inference(model, failed_ops)
     except Exception as error:  # noqa: BLE001 - any failure there falls back to onnx's inference
         warnings.append(
             f"onnxruntime symbolic shape inference failed ({_first_line(error)});"
             " used onnx shape inference instead"
         )
+        fallback = _onnx_inference(model, warnings)
+        return (fallback, "onnx shape inference") if fallback else (model, "none")
+    if not failed_ops:
+        return inferred, "onnxruntime symbolic shape inference"
+    warnings.append(
+        f"onnxruntime's symbolic rules could not follow {len(failed_ops)} nodes (e.g."
+        f" {failed_ops[0]}); onnx's own inference filled in what it could"
+    )
+    fallback = _onnx_inference(model, warnings)
+    if fallback is not None:
+        _merge_value_infos(inferred.graph, fallback.graph)
+    return inferred, "onnxruntime symbolic shape inference + onnx shape inference"
+
+
+def _onnx_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto | None:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as error:  # noqa: BLE001
-        warnings.append(f"onnx shape inference failed too ({_first_line(error)})")
-        return model, "none"
-    return inferred, "onnx shape inference"
+        warnings.append(f"onnx shape inference failed ({_first_line(error)})")
+        return None
 
 
-def _ort_symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+def _merge_value_infos(target: onnx.GraphProto, source: onnx.GraphProto) -> None:
+    """Replace a value's type in `target` where `source` knows more of its shape."""
+    better = {v.name: v for v in source.value_info}
+    for info in target.value_info:
+        candidate = better.get(info.name)
+        if candidate is not None and _known_dims(candidate) > _known_dims(info):
+            info.CopyFrom(candidate)
+    known = {v.name for v in target.value_info}
+    target.value_info.extend(v for n, v in better.items() if n not in known)
+
+
+def _known_dims(info: onnx.ValueInfoProto) -> int:
+    """How much of a shape is known: -1 without a rank, else the count of known dims."""
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return -1
+    return sum(
+        1 for d in tensor_type.shape.dim
+        if d.HasField("dim_value") or (d.dim_param and not d.dim_param.startswith("unk__"))
+    )
+
+
+def _tolerant(rule: Callable[[onnx.NodeProto], None],
+              failed_ops: list[str]) -> Callable[[onnx.NodeProto], None]:
+    """One op's symbolic rule failing keeps onnx's own inference for that node (which the
+    engine ran just before) instead of aborting the whole model."""
+
+    def run(node: onnx.NodeProto) -> None:
+        try:
+            rule(node)
+        except Exception:  # noqa: BLE001 - onnxruntime's rules assert on shapes they can't follow
+            failed_ops.append(f"{node.op_type} {node.name}")
+
+    return run
+
+
+def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> onnx.ModelProto:
     """Run onnxruntime's symbolic shape inference to its fixed point.
 
     SymbolicShapeInference.infer_shapes writes `sym_shape_infer_temp.onnx` into the current
@@ -187,6 +238,9 @@ def _ort_symbolic_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     engine = symbolic_shape_infer.SymbolicShapeInference(
         int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0
     )
+    engine.dispatcher_ = {
+        op: _tolerant(rule, failed_ops) for op, rule in engine.dispatcher_.items()
+    }
     engine._preprocess(model)
     while engine.run_:
         engine._infer_impl()
