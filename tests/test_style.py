@@ -13,6 +13,7 @@ def test_ruff_is_clean() -> None:
     ruff = shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (pip install -e '.[test]' installs it)")
-    done = subprocess.run([ruff, "check", "graphmem", "tests", "benchmarks", "samples"],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
+    folders = [f for f in ("graphmem", "tests", "benchmarks", "samples") if (ROOT / f).is_dir()]
+    done = subprocess.run([ruff, "check", *folders], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, done.stdout + done.stderr
