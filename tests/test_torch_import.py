@@ -80,6 +80,9 @@ def test_contraction_flops_match_flop_counter_mode(model_class: type, spec: str,
 @pytest.mark.parametrize(("model_class", "spec"), [(ConvNet, CONV_INPUT), (TinyGPT, GPT_INPUT)])
 def test_predicted_peak_matches_a_real_cpu_step(model_class: type, spec: str, train: bool,
                                                 optimizer: str, amp: str | None) -> None:
+    if amp == "bf16" and model_class is ConvNet and not _cpu_has_native_bf16():
+        pytest.skip("this CPU has no native bf16: oneDNN runs bf16 convolutions through fp32"
+                    " scratch copies that are kernel internals, not graph tensors")
     # Measured: a real step of the same model on CPU, torch.profiler's memory deltas
     # replayed in time order, above what was allocated before the step (parameters,
     # optimizer state and inputs), so it compares with graphmem's activation peak.
@@ -92,6 +95,10 @@ def test_predicted_peak_matches_a_real_cpu_step(model_class: type, spec: str, tr
     # Tolerance 3%: CPU kernels' small scratch buffers (e.g. BatchNorm's per-channel
     # statistics in float64 on some paths) are not in the graph.
     assert predicted == pytest.approx(measured.peak_bytes, rel=0.03), (predicted, measured)
+
+
+def _cpu_has_native_bf16() -> bool:
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 @pytest.mark.parametrize(("optimizer", "state_copies"),
