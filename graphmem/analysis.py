@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.gpus import GpuSpec, find_gpu
 from graphmem.importers.onnx_importer import import_onnx
@@ -16,6 +16,14 @@ from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
 from graphmem.passes.liveness import LivenessResult, analyze_liveness
 from graphmem.passes.modules import ModuleReport, group_by_module
 from graphmem.passes.params import ParamReport, count_params
+from graphmem.planning import SweepRequest, with_plans
+
+if TYPE_CHECKING:
+    from graphmem.passes.arena import ArenaPlan
+    from graphmem.passes.max_batch import MaxBatchResult
+    from graphmem.passes.roofline import RooflineResult
+    from graphmem.passes.schedule import ScheduleResult
+    from graphmem.passes.sweep import SweepResult
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,13 @@ class Analysis:
     graph: Graph
     training: TrainingInfo | None = None
     modules: ModuleReport | None = None
+    # graphmem/planning.py: best order, arena plan of the model order, and with a GPU the
+    # roofline (every dim bound) and the largest batch that fits; the sweep with --sweep.
+    schedule: ScheduleResult | None = None
+    arena: ArenaPlan | None = None
+    roofline: RooflineResult | None = None
+    max_batch: MaxBatchResult | None = None
+    sweep: SweepResult | None = None
 
     @property
     def peak_bytes(self) -> int | str:
@@ -90,8 +105,13 @@ def analyze_onnx(
     gpu: str | None = None,
     cuda_reserve_bytes: int | None = None,
     module_depth: int = 2,
+    sweep: SweepRequest | None = None,
+    plan: bool = True,
 ) -> Analysis:
-    """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`."""
+    """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`.
+
+    `plan=False` skips graphmem/planning.py (schedule, arena, roofline, max batch, sweep).
+    """
     gpu_spec = find_gpu(gpu) if gpu else None  # a typo fails before the model is read
     imported = import_onnx(path)
     binding = bind_dims(imported.graph, batch, dims or {})
@@ -106,7 +126,7 @@ def analyze_onnx(
     graph = imported.graph
     info = _model_info(str(path), graph, imported.shape_inference, imported.warnings)
     return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes,
-                      module_depth=module_depth)
+                      module_depth=module_depth, sweep=sweep, plan=plan)
 
 
 def _unknown_shapes(graph: Graph) -> int:
@@ -133,14 +153,17 @@ def run_passes(
     cuda_reserve_bytes: int | None,
     training: TrainingInfo | None = None,
     module_depth: int = 2,
+    sweep: SweepRequest | None = None,
+    plan: bool = True,
 ) -> Analysis:
     """The passes every front door shares, on an imported graph with its dims bound."""
-    liveness = analyze_liveness(graph, value_bytes(graph, binding), dims=binding.bound)
+    sizes = value_bytes(graph, binding)
+    liveness = analyze_liveness(graph, sizes, dims=binding.bound)
     reserve = None
     if cuda_reserve_bytes is not None:
         reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
     costs = compute_costs(graph, binding)
-    return Analysis(
+    analysis = Analysis(
         model=info,
         mode="training" if training else "inference",
         dims=binding,
@@ -152,3 +175,4 @@ def run_passes(
         training=training,
         modules=group_by_module(graph, costs, liveness, module_depth),
     )
+    return with_plans(analysis, gpu_spec, sweep, sizes) if plan else analysis

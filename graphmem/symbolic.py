@@ -23,7 +23,18 @@ Coefficient = int | Fraction
 
 
 def _factor_key(item: tuple[Factor, int]) -> str:
-    return str(item[0])
+    return _factor_name(item[0])
+
+
+@cache
+def _factor_symbols(factor: Factor) -> frozenset[str]:
+    return frozenset(str(s) for s in factor.free_symbols)
+
+
+@cache
+def _factor_name(factor: Factor) -> str:
+    # sympy's printer is slow and monomials are sorted on every multiplication: print once
+    return str(factor)
 
 
 def _mul_monomials(left: Monomial, right: Monomial) -> Monomial:
@@ -113,7 +124,7 @@ class SymInt:
         names: set[str] = set()
         for monomial in self._terms:
             for factor, _ in monomial:
-                names.update(str(s) for s in factor.free_symbols)
+                names |= _factor_symbols(factor)
         return frozenset(names)
 
     def terms(self) -> dict[Monomial, Coefficient]:

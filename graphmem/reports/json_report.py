@@ -17,6 +17,7 @@ from graphmem.passes.costs import CostStatus, NodeCost
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
+from graphmem.reports.plan_json import plan_gpu, plan_memory, sweep_json, with_node_times
 from graphmem.symbolic import SymInt
 
 SCHEMA_VERSION = 1
@@ -77,8 +78,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "bytes_read": quantity(costs.total_bytes_read),
             "bytes_written": quantity(costs.total_bytes_written),
         },
-        "memory": _memory(analysis.liveness),
-        "nodes": [_node(n) for n in costs.nodes],
+        "memory": {**_memory(analysis.liveness), **plan_memory(analysis)},
+        "nodes": with_node_times([_node(n) for n in costs.nodes], analysis.roofline),
         "unsupported_ops": costs.unsupported_ops,
         "unknown_shapes": {
             "nodes": list(costs.shape_unknown_nodes),
@@ -86,7 +87,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         },
         "control_flow_nodes": list(costs.subgraph_nodes),
         "modules": _modules(analysis.modules) if analysis.modules else None,
-        "gpu": _gpu(analysis.fit) if analysis.fit else None,
+        "gpu": {**_gpu(analysis.fit), **plan_gpu(analysis)} if analysis.fit else None,
+        "sweep": sweep_json(analysis.sweep),
     }
 
 

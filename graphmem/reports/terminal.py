@@ -10,6 +10,7 @@ from graphmem.analysis import Analysis
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.reports.json_report import ROLE_KEYS
+from graphmem.reports.plan_terminal import print_plans
 from graphmem.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
 
 _LIVE_ROWS = 8
@@ -26,6 +27,7 @@ def print_summary(analysis: Analysis, console: Console) -> None:
     _print_gaps(analysis, console)
     if analysis.fit:
         console.print(_fit_line(analysis.fit))
+    print_plans(analysis, console)
 
 
 def _headline(analysis: Analysis) -> str:

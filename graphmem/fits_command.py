@@ -1,0 +1,28 @@
+"""`graphmem gpus --fits MODEL`: which GPUs of the table run this model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from rich.console import Console
+
+from graphmem.analysis import analyze_onnx
+from graphmem.errors import GraphmemError
+from graphmem.gpus import load_gpu_table
+from graphmem.passes.fit import CudaReserve
+from graphmem.planning import fits_on_each_gpu
+from graphmem.reports.plan_terminal import gpu_fits_table
+
+
+def print_fits(model: str, batch: int | None, dims: Mapping[str, int],
+               cuda_reserve_bytes: int | None, console: Console) -> None:
+    if not model.endswith(".onnx") and ":" in model and not Path(model).exists():
+        raise GraphmemError(f"--fits {model}: give an .onnx file (for a PyTorch model use"
+                            " 'graphmem analyze file.py:fn --input SHAPE --gpu NAME')")
+    analysis = analyze_onnx(model, batch=batch, dims=dims, plan=False)
+    reserve = None
+    if cuda_reserve_bytes is not None:
+        reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
+    rows = fits_on_each_gpu(analysis, load_gpu_table(), reserve)
+    console.print(gpu_fits_table(analysis, rows))

@@ -1,0 +1,136 @@
+"""Roofline estimate of each node's time on a GPU, and of the whole model's latency.
+
+For each node (Williams, Waterman and Patterson's roofline model):
+
+    compute time = FLOPs / peak FLOP/s for the node's dtype
+    memory time  = (bytes read + bytes written) / memory bandwidth
+    time         = max(compute time, memory time)
+
+The node is compute-bound when its compute time is the larger, memory-bound otherwise; its
+arithmetic intensity is FLOPs per byte moved. The model's latency is the sum over nodes
+(one node after another, as a single stream runs them) and its throughput, where a batch dim
+is bound, is batch / latency.
+
+This is a LOWER BOUND from datasheet peaks, not a benchmark: real kernels reach a fraction of
+peak FLOP/s and bandwidth, pay launch overheads (a few microseconds per kernel), and do not
+overlap perfectly; fused kernels can beat the per-node sum of memory traffic. Other caveats:
+- the dtype of a node is that of its first floating output (else its first floating input,
+  else float32); float16/bfloat16 use the dense tensor-core rate for every op (elementwise ops
+  do not run on tensor cores, but they are memory-bound anyway), float32 the non-tensor rate;
+  float64, float8 and complex have no rate in the GPU table: float64 uses the float32 rate
+  and float8 the float16 rate, which keeps the estimate a bound only where those rates are
+  not lower than the real one (fp8 tensor cores can be 2x faster than fp16 on Hopper);
+- nodes whose FLOPs are unknown (unsupported ops, unknown shapes) count memory time only;
+- bytes are tensor sizes: a weight read once per node, caches not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from graphmem.gpus import GpuSpec
+from graphmem.ir import DType, Graph, Node
+from graphmem.passes.costs import CostReport, CostStatus
+from graphmem.passes.evaluate import evaluate
+
+TOP_NODES = 10
+
+# Element types without a rate in the GPU table -> the rate used instead (see docstring).
+_RATE_DTYPE = {
+    DType.FLOAT32: "float32",
+    DType.FLOAT16: "float16",
+    DType.BFLOAT16: "bfloat16",
+    DType.FLOAT64: "float32",
+    DType.FLOAT8: "float16",
+    DType.COMPLEX64: "float32",
+    DType.COMPLEX128: "float32",
+}
+
+
+@dataclass(frozen=True)
+class NodeTime:
+    name: str
+    est_time_s: float
+    bound: str  # "compute" | "memory"
+    intensity_flops_per_byte: float | None  # None when the node moves no bytes
+    flops: int
+    bytes_moved: int  # bytes read + bytes written
+    rate_dtype: str  # which FLOP rate was used: float32 | float16 | bfloat16
+    flops_known: bool
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    """Per-node roofline times on one GPU; a lower bound, not a measurement."""
+
+    gpu_name: str
+    est_latency_s: float  # sum of the per-node times
+    batch: int | None  # the bound batch dim, when the model has one
+    est_throughput_per_s: float | None  # batch / latency (samples per second)
+    compute_bound_time_s: float
+    memory_bound_time_s: float
+    nodes: tuple[NodeTime, ...]  # model order
+    top: tuple[NodeTime, ...]  # the nodes taking the most time, longest first
+    nodes_without_flops: int  # counted with memory time only
+
+
+def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mapping[str, int],
+                      batch_dim: str | None = None) -> RooflineResult:
+    """Roofline times with every dim bound by `dims` (costs may still be symbolic)."""
+    times = tuple(
+        _node_time(node, cost.name, evaluate(cost.flops, dims),
+                   evaluate(cost.bytes_read + cost.bytes_written, dims),
+                   cost.status is CostStatus.OK, gpu)
+        for node, cost in zip(graph.nodes, costs.nodes, strict=True)
+    )
+    return summarize(gpu.name, times, dims.get(batch_dim) if batch_dim else None)
+
+
+def summarize(gpu_name: str, times: Sequence[NodeTime], batch: int | None) -> RooflineResult:
+    latency = sum((t.est_time_s for t in times), 0.0)
+    throughput = batch / latency if batch is not None and latency > 0 else None
+    return RooflineResult(
+        gpu_name=gpu_name,
+        est_latency_s=latency,
+        batch=batch,
+        est_throughput_per_s=throughput,
+        compute_bound_time_s=sum((t.est_time_s for t in times if t.bound == "compute"), 0.0),
+        memory_bound_time_s=sum((t.est_time_s for t in times if t.bound == "memory"), 0.0),
+        nodes=tuple(times),
+        top=tuple(sorted(times, key=lambda t: -t.est_time_s)[:TOP_NODES]),
+        nodes_without_flops=sum(1 for t in times if not t.flops_known),
+    )
+
+
+def node_time(name: str, flops: int, bytes_moved: int, flop_rate: float,
+              bandwidth: float, rate_dtype: str = "float32", flops_known: bool = True
+              ) -> NodeTime:
+    """max(FLOPs / FLOP rate, bytes / bandwidth), and which of the two it is."""
+    compute_s = flops / flop_rate
+    memory_s = bytes_moved / bandwidth
+    return NodeTime(
+        name=name,
+        est_time_s=max(compute_s, memory_s),
+        bound="compute" if compute_s > memory_s else "memory",
+        intensity_flops_per_byte=flops / bytes_moved if bytes_moved else None,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        rate_dtype=rate_dtype,
+        flops_known=flops_known,
+    )
+
+
+def _node_time(node: Node, name: str, flops: int, bytes_moved: int, flops_known: bool,
+               gpu: GpuSpec) -> NodeTime:
+    rate_dtype = node_rate_dtype(node)
+    return node_time(name, flops, bytes_moved, gpu.flops_per_s_for(rate_dtype),
+                     gpu.memory_bandwidth_bytes_per_s, rate_dtype, flops_known)
+
+
+def node_rate_dtype(node: Node) -> str:
+    """The FLOP rate a node runs at: its first floating output's dtype (see docstring)."""
+    for value in (*node.outputs, *node.present_inputs):
+        if value.dtype in _RATE_DTYPE:
+            return _RATE_DTYPE[value.dtype]
+    return "float32"

@@ -1,0 +1,464 @@
+"""Find a topological order with a lower live-memory peak than the model's own order.
+
+The peak depends on the order the nodes run in (DESIGN: "the peak is always stated with its
+schedule"). The searches work on `passes/buffers.MemoryModel` (integers, any order's peak is
+exactly the peak `analyze_liveness` gives for it):
+
+1. Greedy list scheduling: at every step run the ready node that leaves the least memory live
+   after it (bytes it allocates minus bytes freed because it was their last user), ties by
+   model order. Keys live in a heap and change incrementally (a node's key changes only when
+   it becomes the last pending user of a buffer), so a pass is O((nodes + edges) log nodes).
+   Two restarts with other keys (smallest working set first; freeing nodes first, then the
+   branch made ready last) cover cases where one key is myopic. The model order is always a
+   candidate, so the best order found is never worse than the model's.
+2. Exact search for small graphs (<= EXACT_MAX_NODES nodes): a bottleneck shortest path over
+   the sets of nodes already run (down-sets of the DAG: the memory live after a set does not
+   depend on the order that ran it), best-first by the peak so far, pruned at the best peak
+   known. It proves the optimum, or gives up after EXACT_MAX_STATES states.
+3. For larger graphs, windowed exact search around the peak (`refine_around_peak`): the
+   nodes of a window of consecutive steps at the peak are re-ordered optimally by the same
+   search, everything else held fixed; repeated while the peak window improves. This finds
+   what one-step greedy keys cannot see, e.g. that an Inception block's max-pool branch
+   should run first, while the input is the only other live tensor.
+
+An order whose peak meets the lower bound (residents + the largest single node's inputs and
+outputs) is optimal without search. With free dims the order is chosen with them at a probe
+value (PROBE_DIM_VALUE; the report says so) and its peak then recomputed symbolically.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from graphmem.ir import Graph
+from graphmem.passes.buffers import (
+    MemoryModel,
+    build_memory_model,
+    is_topological,
+    order_peak,
+    plan_dims,
+    symbolic_order_peak,
+)
+from graphmem.passes.liveness import LivenessResult
+from graphmem.symbolic import SymInt
+
+EXACT_MAX_NODES = 20
+EXACT_MAX_STATES = 50_000
+MOVED_SHOWN = 8
+
+
+@dataclass(frozen=True)
+class MovedNode:
+    name: str
+    model_step: int
+    best_step: int
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """The best order found, with its peak next to the model order's and the lower bound."""
+
+    order: tuple[str, ...]  # node names, best order found
+    method: str  # "exact" | "windowed exact" | "greedy" | "model order" | "topological sort"
+    proven_optimal: bool  # no order has a lower peak (at the probe dims, if any are free)
+    proof: str | None  # "lower bound" (the peak meets it) | "exact search" | None
+    model_order_peak_bytes: SymInt
+    best_order_peak_bytes: SymInt  # at the probe, if dims are free (see candidates)
+    best_order_peak_candidates: tuple[SymInt, ...]
+    lower_bound_bytes: SymInt
+    moved: tuple[MovedNode, ...]  # the first few nodes the best order moves
+    moved_count: int  # nodes outside a longest run kept in model order
+    chosen_at_dims: dict[str, int]  # free dims at their probe value ({} when all are bound)
+
+
+@dataclass(frozen=True)
+class OrderSearch:
+    """The integer result of a search on a MemoryModel (node indices)."""
+
+    order: tuple[int, ...]
+    peak_bytes: int
+    method: str
+    proven_optimal: bool
+    proof: str | None = None
+
+
+def find_schedule(graph: Graph, sizes: Mapping[str, SymInt | None],
+                  liveness: LivenessResult, bound: Mapping[str, int],
+                  model: MemoryModel | None = None) -> ScheduleResult:
+    """Search a better order for `graph`; `liveness` is the model order's (same sizes).
+
+    `model` is the graph's MemoryModel at `plan_dims(graph, bound)` if already built.
+    """
+    model = model or build_memory_model(graph, sizes, plan_dims(graph, bound))
+    dims = model.dims
+    search = best_order(model)
+    if search.method == "model order":
+        candidates = liveness.peak_candidates
+        peak = liveness.peak_bytes
+    elif all(size is None or size.is_constant for size in sizes.values()):
+        candidates = (SymInt.const(search.peak_bytes),)
+        peak = candidates[0]
+    else:
+        peak, candidates = symbolic_order_peak(model, search.order, sizes,
+                                               liveness.resident_bytes, dims)
+    moved, moved_count = moved_nodes(search.order)
+    names = model.node_names
+    return ScheduleResult(
+        order=tuple(names[i] for i in search.order),
+        method=search.method,
+        proven_optimal=search.proven_optimal,
+        proof=search.proof,
+        model_order_peak_bytes=liveness.peak_bytes,
+        best_order_peak_bytes=peak,
+        best_order_peak_candidates=tuple(candidates),
+        lower_bound_bytes=liveness.lower_bound_bytes,
+        moved=tuple(MovedNode(names[n], n, step) for n, step in moved[:MOVED_SHOWN]),
+        moved_count=moved_count,
+        chosen_at_dims={k: v for k, v in dims.items() if k not in bound},
+    )
+
+
+def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
+               max_states: int = EXACT_MAX_STATES) -> OrderSearch:
+    """The lowest-peak order found: exact when the graph is small, else the best greedy."""
+    start, method = _starting_order(model)
+    best = OrderSearch(start, order_peak(model, start)[0], method, False)
+    if best.peak_bytes <= model.lower_bound_bytes:
+        return OrderSearch(best.order, best.peak_bytes, method, True, "lower bound")
+    for key in GREEDY_KEYS:
+        order = greedy_order(model, key)
+        peak = order_peak(model, order)[0]
+        if peak < best.peak_bytes:
+            best = OrderSearch(order, peak, "greedy", False)
+    if best.peak_bytes <= model.lower_bound_bytes:
+        return OrderSearch(best.order, best.peak_bytes, best.method, True, "lower bound")
+    if model.node_count <= exact_max_nodes:
+        exact = exact_order(model, best.peak_bytes, max_states)
+        if exact is not None:
+            order, peak = exact
+            if order is not None:
+                return OrderSearch(order, peak, "exact", True, "exact search")
+            return OrderSearch(best.order, best.peak_bytes, best.method, True, "exact search")
+    order, peak = refine_around_peak(model, best.order)
+    if peak < best.peak_bytes:
+        meets = peak <= model.lower_bound_bytes
+        return OrderSearch(order, peak, "windowed exact", meets, "lower bound" if meets else None)
+    return best
+
+
+def _starting_order(model: MemoryModel) -> tuple[tuple[int, ...], str]:
+    """The model order, or a topological sort where the model's order is not one."""
+    model_order = tuple(range(model.node_count))
+    if is_topological(model, model_order):
+        return model_order, "model order"
+    dependencies = dependency_graph(model)
+    if not nx.is_directed_acyclic_graph(dependencies):
+        cycle = [model.node_names[a] for a, _ in nx.find_cycle(dependencies)]
+        raise ValueError(f"the graph has a cycle ({' -> '.join(cycle)}): no order runs it")
+    return tuple(nx.lexicographical_topological_sort(dependencies)), "topological sort"
+
+
+# ----- greedy list scheduling -----------------------------------------------------------------
+
+# A key ranks a ready node: (bytes live after it runs minus before, bytes it allocates, model
+# index, made ready at step) -> sortable tuple; smaller runs first.
+GreedyKey = Callable[[int, int, int, int], tuple[int, ...]]
+
+
+def _least_live_after(delta: int, alloc: int, index: int, ready_at: int) -> tuple[int, ...]:
+    return (delta, index)
+
+
+def _smallest_step_first(delta: int, alloc: int, index: int, ready_at: int) -> tuple[int, ...]:
+    return (alloc, delta, index)
+
+
+def _continue_branch(delta: int, alloc: int, index: int, ready_at: int) -> tuple[int, ...]:
+    # Freeing nodes first; among the rest, the node made ready most recently (depth-first),
+    # which finishes one branch before starting the next.
+    return (0 if delta <= 0 else 1, delta if delta <= 0 else 0, -ready_at, delta, index)
+
+
+GREEDY_KEYS: tuple[GreedyKey, ...] = (_least_live_after, _smallest_step_first, _continue_branch)
+
+
+def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tuple[int, ...]:
+    """One greedy pass: repeatedly run the ready node with the smallest key."""
+    n = model.node_count
+    sizes = model.buffer_bytes
+    alloc = model.alloc_bytes
+    successors = model.successors()
+    waiting = [len(preds) for preds in model.predecessors]
+    pending = [len(users) for users in model.users]
+    pending_sum = [sum(users) for users in model.users]  # the last pending user, when 1 is left
+    frees = [0] * n  # bytes freed if the node ran now
+    for buffer, users in enumerate(model.users):
+        if len(users) == 1 and not model.pinned[buffer]:
+            frees[users[0]] += sizes[buffer]
+    version = [0] * n
+    ready_at = [0] * n
+    heap: list[tuple[tuple[int, ...], int, int]] = []
+
+    def push(node: int) -> None:
+        version[node] += 1
+        entry = key(alloc[node] - frees[node], alloc[node], node, ready_at[node])
+        heapq.heappush(heap, (entry, node, version[node]))
+
+    for node in range(n):
+        if waiting[node] == 0:
+            push(node)
+    order: list[int] = []
+    done = [False] * n
+    while heap:
+        _, node, stamp = heapq.heappop(heap)
+        if done[node] or stamp != version[node]:
+            continue
+        done[node] = True
+        order.append(node)
+        for buffer in model.uses[node]:
+            pending[buffer] -= 1
+            pending_sum[buffer] -= node
+            if pending[buffer] == 1 and not model.pinned[buffer]:
+                last = pending_sum[buffer]
+                frees[last] += sizes[buffer]
+                if waiting[last] == 0 and not done[last]:
+                    push(last)
+        for succ in successors[node]:
+            waiting[succ] -= 1
+            if waiting[succ] == 0:
+                ready_at[succ] = len(order)
+                push(succ)
+    if len(order) != n:
+        raise ValueError("the graph has a cycle: no topological order exists")
+    return tuple(order)
+
+
+# ----- exact search ---------------------------------------------------------------------------
+
+
+def exact_order(model: MemoryModel, upper_bound: int,
+                max_states: int = EXACT_MAX_STATES) -> tuple[tuple[int, ...] | None, int] | None:
+    """(order, peak) of minimum peak; None when the state budget runs out.
+
+    States are the sets of nodes run so far (bitmasks); the cost of reaching a set is the
+    peak so far; live memory after a set is the same for every order that ran it. A set is
+    expanded once, at its smallest cost (Dijkstra on the bottleneck cost, which is monotone).
+    Paths whose peak reaches `upper_bound` (a peak some known order achieves) are pruned; when
+    nothing beats it, the answer is (None, upper_bound): that known order is optimal.
+    """
+    n = model.node_count
+    full = (1 << n) - 1
+    pred_mask = [sum(1 << p for p in preds) for preds in model.predecessors]
+    user_mask = [sum(1 << u for u in users) for users in model.users]
+    alloc = model.alloc_bytes
+    releases = [[(user_mask[b], model.buffer_bytes[b]) for b in model.uses[node]
+                 if not model.pinned[b]] for node in range(n)]
+    start_live = model.resident_bytes
+    best_cost = {0: start_live}
+    parent: dict[int, tuple[int, int]] = {}
+    live_after = {0: start_live}
+    heap = [(start_live, 0)]
+    expanded = 0
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if cost > best_cost.get(state, cost):
+            continue
+        if state == full:
+            return _unwind(parent, full), cost
+        expanded += 1
+        if expanded > max_states:
+            return None
+        live = live_after[state]
+        for node in range(n):
+            bit = 1 << node
+            if state & bit or pred_mask[node] & ~state:
+                continue
+            during = live + alloc[node]
+            new_cost = max(cost, during)
+            if new_cost >= upper_bound:
+                continue
+            after_state = state | bit
+            if new_cost < best_cost.get(after_state, upper_bound):
+                best_cost[after_state] = new_cost
+                parent[after_state] = (state, node)
+                freed = sum(size for users, size in releases[node]
+                            if users & ~after_state == 0)
+                live_after[after_state] = during - freed
+                heapq.heappush(heap, (new_cost, after_state))
+    return None, upper_bound
+
+
+def _unwind(parent: dict[int, tuple[int, int]], state: int) -> tuple[int, ...]:
+    order: list[int] = []
+    while state:
+        state, node = parent[state]
+        order.append(node)
+    return tuple(reversed(order))
+
+
+# ----- exact re-ordering of windows around the peak -------------------------------------------
+
+WINDOW_NODES = 16
+WINDOW_MAX_STATES = 4_000
+WINDOW_ROUNDS = 200
+
+
+def refine_around_peak(model: MemoryModel, order: Sequence[int],
+                       window: int = WINDOW_NODES, rounds: int = WINDOW_ROUNDS,
+                       max_states: int = WINDOW_MAX_STATES) -> tuple[tuple[int, ...], int]:
+    """Re-order windows of `window` consecutive steps around the peak, each optimally.
+
+    Only the nodes inside a window move, so every step outside it keeps its live total: a
+    window re-ordered to a lower local peak never raises the global one. Each round takes the
+    current peak step, tries the windows centred on it, ending at it and starting at it, and
+    keeps the first the exact search improves; it stops when none improves (or after
+    `rounds`). This is what catches fork-join blocks (Inception branches, U-Net skips) where
+    one step's greedy choice cannot see that a branch should run first.
+    """
+    current = list(order)
+    during, live_after = _step_profile(model, current)
+    position = [0] * model.node_count
+    for step, node in enumerate(current):
+        position[node] = step
+    for _ in range(rounds):
+        peak_step = during.index(max(during))
+        for start in _window_starts(peak_step, len(current), window):
+            end = min(start + window, len(current))
+            entry_live = live_after[start - 1] if start else model.resident_bytes
+            local = _window_model(model, current, start, end, entry_live, position)
+            found = exact_order(local, max(during[start:end]), max_states)
+            if found is None or found[0] is None:
+                continue
+            nodes = current[start:end]
+            current[start:end] = [nodes[i] for i in found[0]]
+            for step in range(start, end):
+                position[current[step]] = step
+            # only the window's steps change: the rest keep their live totals
+            during[start:end], live_after[start:end] = _step_profile(local, found[0])
+            break
+        else:
+            break
+    return tuple(current), max(during)
+
+
+def _window_starts(peak_step: int, steps: int, window: int) -> list[int]:
+    last = max(steps - window, 0)
+    starts = (peak_step - window // 2, peak_step - window + 1, peak_step)
+    return list(dict.fromkeys(min(max(start, 0), last) for start in starts))
+
+
+def _step_profile(model: MemoryModel, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Live bytes during each step and after it (what order_peak walks through)."""
+    remaining = [len(users) for users in model.users]
+    sizes, alloc = model.buffer_bytes, model.alloc_bytes
+    live = model.resident_bytes
+    during: list[int] = []
+    after: list[int] = []
+    for node in order:
+        live += alloc[node]
+        during.append(live)
+        for buffer in model.uses[node]:
+            remaining[buffer] -= 1
+            if remaining[buffer] == 0 and not model.pinned[buffer]:
+                live -= sizes[buffer]
+        after.append(live)
+    return during, after
+
+
+def _window_model(model: MemoryModel, order: list[int], start: int, end: int,
+                  entry_live: int, position: list[int]) -> MemoryModel:
+    """The steps start..end-1 as a small MemoryModel; everything else is fixed context.
+
+    Its floor is the memory live on entry. A buffer made inside that is read after the window
+    (or is a graph output) never frees inside it; one made before whose last users are all
+    inside frees when they have run (it is part of the floor, allocated by no window node).
+    """
+    nodes = order[start:end]
+    local = {node: i for i, node in enumerate(nodes)}
+    buffer_ids: dict[int, int] = {}
+    sizes: list[int] = []
+    users: list[tuple[int, ...]] = []
+    pinned: list[bool] = []
+    allocates: list[list[int]] = [[] for _ in nodes]
+    uses: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        for buffer in model.uses[node]:
+            if buffer in buffer_ids:
+                uses[i].append(buffer_ids[buffer])
+                continue
+            made_inside = model.producer[buffer] in local
+            if not made_inside and position[model.producer[buffer]] >= end:
+                continue  # a holder running before the buffer exists: nothing to free here
+            stays = model.pinned[buffer] or any(position[u] >= end for u in model.users[buffer])
+            if stays and not made_inside:
+                continue  # live across the whole window: part of the floor
+            buffer_ids[buffer] = len(sizes)
+            sizes.append(model.buffer_bytes[buffer])
+            users.append(tuple(local[u] for u in model.users[buffer] if u in local))
+            pinned.append(stays)
+            if made_inside:
+                allocates[local[model.producer[buffer]]].append(buffer_ids[buffer])
+            uses[i].append(buffer_ids[buffer])
+    return MemoryModel(
+        node_names=tuple(model.node_names[n] for n in nodes),
+        resident_bytes=entry_live,
+        buffer_names=tuple(model.buffer_names[b] for b in buffer_ids),
+        buffer_bytes=tuple(sizes),
+        producer=tuple(users[b][0] if users[b] else 0 for b in range(len(sizes))),
+        users=tuple(users),
+        pinned=tuple(pinned),
+        allocates=tuple(tuple(a) for a in allocates),
+        uses=tuple(tuple(u) for u in uses),
+        predecessors=tuple(tuple(local[p] for p in model.predecessors[n] if p in local)
+                           for n in nodes),
+        dims=model.dims,
+    )
+
+
+# ----- what moved -----------------------------------------------------------------------------
+
+
+def moved_nodes(order: Sequence[int]) -> tuple[list[tuple[int, int]], int]:
+    """Nodes outside a longest subsequence kept in model order: [(node, new step)], count.
+
+    Those are the fewest nodes whose moving turns the model order (node i at step i) into
+    `order`; the list has the farthest moves first.
+    """
+    kept = _longest_increasing(order)
+    moved = [(node, step) for step, node in enumerate(order) if node not in kept]
+    moved.sort(key=lambda item: (-abs(item[1] - item[0]), item[1]))
+    return moved, len(moved)
+
+
+def _longest_increasing(sequence: Sequence[int]) -> set[int]:
+    tails: list[int] = []  # tails[k]: smallest last value of an increasing run of length k+1
+    tail_at: list[int] = []  # position of that value
+    previous = [-1] * len(sequence)
+    for position, value in enumerate(sequence):
+        k = bisect_left(tails, value)
+        if k == len(tails):
+            tails.append(value)
+            tail_at.append(position)
+        else:
+            tails[k] = value
+            tail_at[k] = position
+        previous[position] = tail_at[k - 1] if k else -1
+    result: set[int] = set()
+    position = tail_at[-1] if tail_at else -1
+    while position >= 0:
+        result.add(sequence[position])
+        position = previous[position]
+    return result
+
+
+def dependency_graph(model: MemoryModel) -> nx.DiGraph:
+    """The model's dependencies as a networkx DiGraph (node indices), e.g. for DAG checks."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(model.node_count))
+    graph.add_edges_from((p, n) for n, preds in enumerate(model.predecessors) for p in preds)
+    return graph
