@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, NoReturn
 from rich.console import Console
 
 from graphmem import __version__
+from graphmem.check_command import add_check_parser, run_check_command
 from graphmem.errors import GraphmemError
+from graphmem.verify_command import add_verify_parser, run_verify_command
 
 if TYPE_CHECKING:
     from graphmem.analysis import Analysis
+    from graphmem.planning import SweepRequest
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -62,8 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_analyze(commands.add_parser(
         "analyze", help="analyze a model (ONNX file or PyTorch file.py:fn): memory, FLOPs, fit"))
-    commands.add_parser("gpus", help="list the GPUs graphmem knows, with their datasheet figures")
+    _add_gpus(commands.add_parser(
+        "gpus", help="list the GPUs graphmem knows, with their datasheet figures"))
+    add_check_parser(commands)
+    add_verify_parser(commands)
     return parser
+
+
+def _add_gpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fits", metavar="MODEL",
+                        help="an .onnx model: which GPUs run it (peak, latency, max batch)")
+    parser.add_argument("--batch", type=int, help="with --fits: bind the batch dim")
+    parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
+                        metavar="NAME=VALUE", help="with --fits: bind a named dynamic dim")
+    parser.add_argument("--cuda-reserve", type=parse_size_bytes, metavar="SIZE",
+                        help="with --fits: non-tensor CUDA memory to assume")
 
 
 def _add_analyze(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +97,9 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
                         help="non-tensor CUDA memory to assume (default: measured, see README)")
     parser.add_argument("--depth", type=int, default=2, metavar="N",
                         help="group FLOPs, parameters and peak memory by module path at depth N")
+    parser.add_argument("--sweep", metavar="DIM=VALUES",
+                        help="peak, fit, latency and throughput at each value of a dim, e.g."
+                        " batch=1,2,4,...,256 (ONNX models)")
     torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn or pkg.mod:fn)")
     torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
                                help="an example input, e.g. 32x3x224x224 or 4x1024:int64"
@@ -101,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "gpus":
-            return _run_gpus(stdout)
+            return _run_gpus(args, stdout)
+        if args.command == "check":
+            return run_check_command(args, stdout)
+        if args.command == "verify":
+            return run_verify_command(args, stdout)
         return _run_analyze(args, stdout)
     except GraphmemError as error:
         print(f"graphmem: error: {error}", file=sys.stderr)
@@ -117,10 +140,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def _run_gpus(console: Console) -> int:
+def _run_gpus(args: argparse.Namespace, console: Console) -> int:
     from graphmem.reports.gpu_table import print_gpu_table
 
-    print_gpu_table(console)
+    if args.fits is None:
+        if args.batch is not None or args.dim or args.cuda_reserve is not None:
+            raise GraphmemError("--batch/--dim/--cuda-reserve go with --fits MODEL")
+        print_gpu_table(console)
+        return EXIT_OK
+    from graphmem.fits_command import print_fits
+
+    print_fits(args.fits, args.batch, _dims_dict(args.dim), args.cuda_reserve, console)
     return EXIT_OK
 
 
@@ -142,7 +172,8 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
     else:
         _refuse_torch_options(args)
         analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
-                                cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth)
+                                cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth,
+                                sweep=_sweep_request(args.sweep))
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
         console = Console(stderr=True, highlight=False)
@@ -156,6 +187,13 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
         write_html(analysis, html_path)
         console.print(f"HTML report written to {html_path}")
     return EXIT_OK
+
+
+def _sweep_request(text: str | None) -> SweepRequest | None:
+    from graphmem.passes.sweep import parse_sweep
+    from graphmem.planning import SweepRequest
+
+    return None if text is None else SweepRequest(*parse_sweep(text))
 
 
 def _is_torch_spec(model: str) -> bool:
@@ -182,6 +220,9 @@ def _analyze_torch(args: argparse.Namespace) -> Analysis:
     if args.batch is not None or args.dim:
         raise GraphmemError("--batch/--dim bind ONNX dims; for a PyTorch model give the"
                             " shapes with --input, e.g. --input 32x3x224x224")
+    if args.sweep:
+        raise GraphmemError("--sweep varies a dynamic dim of an ONNX model; a PyTorch model is"
+                            " traced at fixed shapes: run it once per --input instead")
     loss = load_callable(args.loss) if args.loss else None
     return analyze_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                          amp=args.amp, grad_accum=args.grad_accum, loss=loss, gpu=args.gpu,

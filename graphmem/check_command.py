@@ -1,0 +1,158 @@
+"""`graphmem check`: the command line of the gate (exit 0 all budgets hold, 1 one is broken).
+
+Usage and input errors raise GraphmemError, which the CLI turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from graphmem.errors import GraphmemError
+from graphmem.gate.budgets import (
+    Budgets,
+    SpecError,
+    parse_count,
+    parse_latency_s,
+    parse_memory_limit,
+    parse_percent,
+    parse_size,
+)
+
+if TYPE_CHECKING:
+    from graphmem.gate.check import CheckSpec
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+
+# Options that describe one model; with --budgets they belong in the file.
+_MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "max_latency",
+                  "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth")
+
+
+def _argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A budget parser as an argparse type: its message becomes the usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except SpecError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def add_check_parser(commands: Any) -> None:
+    from graphmem.cli import parse_dim_binding
+
+    parser = commands.add_parser(
+        "check", help="gate a model in CI: exit 0 when every budget holds, 1 when one is broken",
+        description="Check an ONNX model against budgets (memory, latency, params, FLOPs,"
+        " unsupported ops, growth over a baseline). Exit 0: every budget holds; 1: one is"
+        " broken; 2: usage or input error.")
+    parser.add_argument("model", nargs="?", help="an .onnx file (or use --budgets)")
+    parser.add_argument("--gpu", help="GPU name from 'graphmem gpus'; with it the model must"
+                        " at least fit (--max-memory 100%%) unless --max-memory says otherwise")
+    parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
+    parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
+                        metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
+    parser.add_argument("--cuda-reserve", type=_argtype(parse_size), metavar="SIZE",
+                        help="non-tensor CUDA memory to assume (default: measured, see README)")
+    budgets = parser.add_argument_group("budgets")
+    budgets.add_argument("--max-memory", type=_argtype(parse_memory_limit), metavar="LIMIT",
+                         help="peak memory: a share of the GPU's usable memory (90%%, needs"
+                         " --gpu) or a size (12GiB)")
+    budgets.add_argument("--max-latency", type=_argtype(parse_latency_s), metavar="TIME",
+                         help="roofline latency estimate (20ms; needs --gpu)")
+    budgets.add_argument("--max-params", type=_argtype(parse_count), metavar="N",
+                         help="parameter count (25M, 1.5B, 25000000)")
+    budgets.add_argument("--max-flops", type=_argtype(parse_count), metavar="N",
+                         help="FLOPs per run at the bound dims (4.1G, 4.1e9; 1 MAC = 2 FLOPs)")
+    budgets.add_argument("--fail-on-unsupported", action="store_true",
+                         help="fail when an op has no cost rule or a shape is unknown")
+    budgets.add_argument("--baseline", type=Path, metavar="PREVIOUS.json",
+                         help="an earlier graphmem JSON (analyze or check) at the same dims")
+    budgets.add_argument("--max-growth", type=_argtype(parse_percent), metavar="PCT",
+                         help="allowed growth of peak memory, params and FLOPs over --baseline"
+                         " (5%%)")
+    budgets.add_argument("--budgets", type=Path, metavar="FILE.toml",
+                         help="check every model a budgets file lists (see README)")
+    outputs = parser.add_argument_group("outputs")
+    outputs.add_argument("--json", metavar="PATH", help="write verdicts and analyses as JSON"
+                         " ('-' for stdout)")
+    outputs.add_argument("--junit", metavar="PATH", help="write JUnit XML for CI test reports")
+
+
+def run_check_command(args: argparse.Namespace, console: Console) -> int:
+    from graphmem.gate.check import run_check
+    from graphmem.reports.gate_json import check_json_text, write_check_json
+    from graphmem.reports.gate_terminal import print_check
+    from graphmem.reports.junit import write_junit
+
+    specs = _specs(args)
+    inputs = [s.model_path for s in specs] + [s.baseline_path for s in specs if s.baseline_path]
+    json_path = None if args.json in (None, "-") else Path(args.json)
+    junit_path = Path(args.junit) if args.junit else None
+    _refuse_overwriting(inputs, [p for p in (json_path, junit_path) if p])
+    report = run_check(specs)
+    if args.json == "-":
+        sys.stdout.write(check_json_text(report))
+        console = Console(stderr=True, highlight=False)
+    print_check(report, console)
+    if json_path:
+        write_check_json(report, json_path)
+        console.print(f"JSON written to {json_path}", soft_wrap=True)
+    if junit_path:
+        write_junit(report, junit_path)
+        console.print(f"JUnit XML written to {junit_path}", soft_wrap=True)
+    return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _specs(args: argparse.Namespace) -> list[CheckSpec]:
+    from graphmem.gate.budgets_file import load_budgets_file
+    from graphmem.gate.check import CheckSpec
+
+    if args.budgets is not None:
+        given = [f"--{o.replace('_', '-')}" for o in _MODEL_OPTIONS if getattr(args, o)]
+        if args.model or given:
+            extra = ", ".join(([args.model] if args.model else []) + given)
+            raise GraphmemError(f"--budgets {args.budgets} checks the models the file lists:"
+                                f" put {extra} in the file (or drop --budgets)")
+        return load_budgets_file(args.budgets)
+    if not args.model:
+        raise GraphmemError("give a model (graphmem check model.onnx --gpu t4 --batch 32 ...)"
+                            " or a budgets file (graphmem check --budgets graphmem.toml)")
+    if ":" in args.model and not args.model.endswith(".onnx") and not Path(args.model).exists():
+        raise GraphmemError(f"'{args.model}': graphmem check gates ONNX models; export the"
+                            " PyTorch model with torch.onnx.export and check the .onnx file")
+    budgets = Budgets(max_memory=args.max_memory, max_latency_s=args.max_latency,
+                      max_params=args.max_params, max_flops=args.max_flops,
+                      fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth)
+    return [CheckSpec(model_path=Path(args.model), label=Path(args.model).stem, budgets=budgets,
+                      gpu=args.gpu, batch=args.batch, dims=_dims(args.dim),
+                      cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline)]
+
+
+def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for name, value in bindings:
+        if dims.get(name, value) != value:
+            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
+        dims[name] = value
+    return dims
+
+
+def _refuse_overwriting(inputs: list[Path], outputs: list[Path]) -> None:
+    for output in outputs:
+        if output.is_dir():
+            raise GraphmemError(f"'{output}' is a directory: give a file path for the output")
+        for source in inputs:
+            if output.exists() and source.exists() and output.resolve() == source.resolve():
+                raise GraphmemError(f"'{output}' is an input of the check ({source}): choose"
+                                    " another output path")
