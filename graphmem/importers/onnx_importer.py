@@ -373,6 +373,7 @@ def _build_nodes(
             outputs=[],
             attributes=_attributes(proto),
             domain=proto.domain,
+            module_path=module_path_of(proto),
         )
         if proto.op_type in _CONTROL_FLOW_OPS or _has_subgraph(proto):
             _attach_subgraphs(node, proto, values)
@@ -383,6 +384,35 @@ def _build_nodes(
             value.consumers.append(node)
         nodes.append(node)
     return nodes
+
+
+def module_path_of(proto: onnx.NodeProto) -> str:
+    """The PyTorch module a node was exported from, where the exporter recorded it.
+
+    The dynamo exporter writes `pkg.torch.onnx.name_scopes`, e.g. `['', 'layer2',
+    'layer2.2', 'layer2.2.bn1', '_native_batch_norm_...']`: the op's own name last, the full
+    module path before it. The TorchScript exporter names nodes by scope,
+    `/layer2/layer2.2/conv1/Conv`: each scope is an attribute name (`conv1`) or refines the
+    scope before it (`layer2` -> `layer2.2`, `downsample` -> `downsample.0`); the op is last.
+    Other producers: ''.
+    """
+    for prop in proto.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            return _path_from_name_scopes(prop.value)
+    if not proto.name.startswith("/"):
+        return ""
+    parent, previous = "", ""
+    for scope in proto.name.split("/")[1:-1]:
+        if not (previous and scope.startswith(previous + ".")):  # a child, not a refinement
+            parent = f"{parent}.{previous}" if parent and previous else parent or previous
+        previous = scope
+    return f"{parent}.{previous}" if parent and previous else parent or previous
+
+
+def _path_from_name_scopes(text: str) -> str:
+    scopes = [s.strip().strip("'\"") for s in text.strip("[]").split(",")]
+    modules = [s for s in scopes[:-1] if s and not s.startswith("_")]
+    return modules[-1] if modules else ""
 
 
 def _unique_name(name: str, used: set[str]) -> str:

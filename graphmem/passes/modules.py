@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphmem.ir import Graph, Role
+from graphmem.ir import Graph, Role, Value
 from graphmem.passes.costs import CostReport
 from graphmem.passes.liveness import LivenessResult
 from graphmem.symbolic import SymInt
@@ -37,6 +37,15 @@ def parameter_module(name: str) -> str:
     return head if dot and " " not in name and "/" not in name and ":" not in name else ""
 
 
+def _owner_module(parameter: Value) -> str:
+    """By its dotted name (`fc.weight`), else the module of the first node that reads it
+    (exporters rename folded weights `onnx::Conv_497`)."""
+    by_name = parameter_module(parameter.name)
+    if by_name or not parameter.consumers:
+        return by_name
+    return parameter.consumers[0].module_path
+
+
 def group_by_module(graph: Graph, costs: CostReport, liveness: LivenessResult,
                     depth: int) -> ModuleReport:
     order: dict[str, None] = {}
@@ -49,7 +58,7 @@ def group_by_module(graph: Graph, costs: CostReport, liveness: LivenessResult,
         flops[key] = flops.get(key, SymInt()) + cost.flops
     params: dict[str, int] = {}
     for value in graph.values_with_role(Role.PARAMETER):
-        key = module_at_depth(parameter_module(value.name), depth)
+        key = module_at_depth(_owner_module(value), depth)
         params[key] = params.get(key, 0) + int(value.numel or 0)
     at_peak: dict[str, SymInt] = {}
     modules_by_node = {node.name: node.module_path for node in graph.nodes}
