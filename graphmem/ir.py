@@ -87,6 +87,10 @@ class Value:
     # The node after which the framework drops its last reference (eager PyTorch keeps a
     # tensor while a Python variable holds it, past its last use); None: at its last use.
     held_until: Node | None = None
+    # (shape, dtype, nbytes) of the last `nbytes` call: shapes are tuples, replaced, never
+    # mutated, so the cache holds while `shape` and `dtype` are the same objects.
+    _nbytes_cache: tuple[Shape | None, DType, SymInt | None] | None = field(
+        default=None, repr=False)
 
     @property
     def storage(self) -> Value:
@@ -109,10 +113,15 @@ class Value:
     @property
     def nbytes(self) -> SymInt | None:
         """Exact size in bytes; None when the shape or the element size is unknown."""
+        cache = self._nbytes_cache
+        if cache is not None and cache[0] is self.shape and cache[1] is self.dtype:
+            return cache[2]
         numel = self.numel
-        if numel is None or not self.dtype.has_known_size:
-            return None
-        return numel.scaled(self.dtype.bits, 8)
+        size = None
+        if numel is not None and self.dtype.has_known_size:
+            size = numel.scaled(self.dtype.bits, 8)
+        self._nbytes_cache = (self.shape, self.dtype, size)
+        return size
 
     def shape_text(self, dims: Mapping[str, int] | None = None) -> str:
         """`[batch, 3, 224, 224]`, or `[8, 3, 224, 224]` with batch bound; `?` where unknown."""

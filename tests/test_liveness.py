@@ -140,3 +140,19 @@ def test_in_place_update_of_a_resident_allocates_nothing() -> None:
     graph = b.build(["p_new"])
     result = analyze_liveness(graph, sizes_of(graph))
     assert [int(s) for s in result.live_bytes_per_step] == [80]
+
+
+def test_value_size_follows_a_replaced_shape_or_dtype() -> None:
+    # nbytes is cached per (shape, dtype) object: [2, 3] float32 = 6*4 = 24 bytes; a new
+    # shape [4, 3] gives 48; float16 gives 4*3*2 = 24.
+    from graphmem.ir import DType, Role, Value
+    from graphmem.symbolic import SymInt
+
+    value = Value("x", DType.FLOAT32, (SymInt.const(2), SymInt.const(3)), Role.ACTIVATION)
+    assert value.nbytes == SymInt.const(24)
+    value.shape = (SymInt.const(4), SymInt.const(3))
+    assert value.nbytes == SymInt.const(48)
+    value.dtype = DType.FLOAT16
+    assert value.nbytes == SymInt.const(24)
+    value.shape = (None, SymInt.const(3))
+    assert value.nbytes is None
