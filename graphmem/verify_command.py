@@ -22,7 +22,8 @@ def add_verify_parser(commands: Any) -> None:
         " random) with its profiler, and print graphmem's predicted activation peak and"
         " per-node output sizes next to what onnxruntime measured. Models with external data"
         " need the data file.")
-    parser.add_argument("model", help="an .onnx file")
+    parser.add_argument("model", help="an .onnx file, or a PyTorch model as file.py:fn or"
+                        " package.module:fn (then one real step runs on torch)")
     parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
                         metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
@@ -38,6 +39,17 @@ def add_verify_parser(commands: Any) -> None:
                         help="list every node's output bytes, not only those that differ")
     parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON"
                         " ('-' for stdout)")
+    torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn)")
+    torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                               help="an example input, e.g. 8x3x224x224 or 4x128:int64"
+                               " (repeatable, one per positional input)")
+    torch_options.add_argument("--train", action="store_true",
+                               help="measure one whole training step, not inference")
+    torch_options.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"),
+                               default="adam", help="with --train (default adam)")
+    torch_options.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
+    torch_options.add_argument("--loss", metavar="FILE.py:FN",
+                               help="loss(output) -> scalar (default: cross-entropy)")
 
 
 def run_verify_command(args: argparse.Namespace, console: Console) -> int:
@@ -48,6 +60,11 @@ def run_verify_command(args: argparse.Namespace, console: Console) -> int:
     )
     from graphmem.verify import verify_onnx
 
+    if is_model_spec(args.model):
+        return _verify_torch(args, console)
+    if args.input or args.train or args.amp or args.loss:
+        raise GraphmemError("--input/--train/--amp/--loss are for PyTorch models"
+                            " (file.py:fn); an ONNX model's shapes come from --batch/--dim")
     if args.threads is not None and args.threads < 1:
         raise GraphmemError(f"--threads {args.threads}: give 1 or more")
     model = Path(args.model)
@@ -66,6 +83,33 @@ def run_verify_command(args: argparse.Namespace, console: Console) -> int:
         write_verification_json(result, json_path)
         console.print(f"JSON written to {json_path}", soft_wrap=True)
     return 0
+
+
+def _verify_torch(args: argparse.Namespace, console: Console) -> int:
+    from graphmem.importers.torch_loader import load_callable
+    from graphmem.reports.verify_report import print_torch_verification, torch_verification_json
+    from graphmem.verify_torch import verify_torch
+
+    if args.batch is not None or args.dim or args.threads is not None:
+        raise GraphmemError("--batch/--dim/--threads are for ONNX models; for a PyTorch model"
+                            " give the shapes with --input, e.g. --input 8x3x224x224")
+    loss = load_callable(args.loss) if args.loss else None
+    result = verify_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
+                          amp=args.amp, loss=loss, device=args.provider, seed=args.seed)
+    if args.json == "-":
+        sys.stdout.write(torch_verification_json(result))
+        console = Console(stderr=True, highlight=False)
+    print_torch_verification(result, console)
+    if args.json not in (None, "-"):
+        Path(args.json).write_text(torch_verification_json(result), encoding="utf-8")
+        console.print(f"JSON written to {args.json}", soft_wrap=True)
+    return 0
+
+
+def is_model_spec(text: str) -> bool:
+    """`file.py:fn` or `pkg.mod:fn`, not a file (graphmem.importers.torch_loader imports torch,
+    which the ONNX path never needs)."""
+    return ":" in text and not Path(text).exists() and not text.endswith(".onnx")
 
 
 def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:

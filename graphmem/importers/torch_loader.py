@@ -62,7 +62,15 @@ def load_model(spec: str) -> nn.Module:
     """Import the callable and build the model on the meta device."""
     target = load_callable(spec)
     with torch.device("meta"):
-        model = _call(target, spec)
+        return _module(_call(target, spec), spec)
+
+
+def build_model(spec: str) -> nn.Module:
+    """Import the callable and build the model with real weights (to run it, not trace it)."""
+    return _module(_call(load_callable(spec), spec), spec)
+
+
+def _module(model: Any, spec: str) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise GraphmemError(
             f"{spec} returned {type(model).__name__}, not a torch.nn.Module:"

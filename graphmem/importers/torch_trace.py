@@ -164,7 +164,7 @@ def _training_step(
     def step(p: list, b: list, state: list, inputs: list) -> Any:
         with _phase("forward"), _autocast(train.amp):
             output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
-            loss = (train.loss or _cross_entropy)(output)
+            loss = (train.loss or cross_entropy_loss)(output)
         with _phase("backward"):
             grads = torch.autograd.grad(loss, [t for t in p if t.requires_grad])
         with _phase("optimizer"), torch.no_grad():
@@ -191,13 +191,13 @@ def _first_tensor(output: Any) -> torch.Tensor:
                         " pass a loss callable")
 
 
-def _cross_entropy(output: Any) -> torch.Tensor:
+def cross_entropy_loss(output: Any) -> torch.Tensor:
     """Cross-entropy over the last dim against integer targets (the default training loss)."""
     logits = _first_tensor(output)
     if logits.dim() < 2:
         return logits.float().sum()
     flat = logits.reshape(-1, logits.shape[-1])
-    target = torch.zeros(flat.shape[0], dtype=torch.long)
+    target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
     return nn.functional.cross_entropy(flat, target)
 
 

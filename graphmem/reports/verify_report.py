@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +15,9 @@ from graphmem import __version__
 from graphmem.runtimes.onnxruntime_runner import MeasuredRun
 from graphmem.units import format_bytes
 from graphmem.verify import NodeComparison, Verification, percent_error
+
+if TYPE_CHECKING:
+    from graphmem.verify_torch import TorchVerification
 
 _NODE_ROWS = 20
 
@@ -166,3 +169,37 @@ def verification_json_text(result: Verification) -> str:
 
 def write_verification_json(result: Verification, path: Path) -> None:
     path.write_text(verification_json_text(result))
+
+
+def print_torch_verification(result: TorchVerification, console: Console) -> None:
+    step = "training step" if result.train else "inference step"
+    if result.train:
+        step += f", {result.optimizer}" + (f", amp {result.amp}" if result.amp else "")
+    console.print(f"[bold]{escape(result.model)}[/] · inputs {escape(', '.join(result.inputs))}"
+                  f" · one {step} on {result.measured.device}", soft_wrap=True)
+    table = Table(title="activation peak (no parameters, optimizer state or inputs)")
+    for column in ("graphmem", "measured", "error"):
+        table.add_column(column, justify="right")
+    table.add_row(format_bytes(result.predicted_activation_peak_bytes),
+                  format_bytes(result.measured.peak_bytes), _pct(result.error_pct))
+    console.print(table)
+    console.print(f"measured with {escape(result.measured.method)}; graphmem's figure is"
+                  " memory.activation_peak_bytes of `graphmem analyze` with the same options",
+                  soft_wrap=True)
+
+
+def torch_verification_json(result: TorchVerification) -> str:
+    data = {
+        "graphmem_version": __version__,
+        "model": result.model,
+        "inputs": list(result.inputs),
+        "mode": "training" if result.train else "inference",
+        "optimizer": result.optimizer,
+        "amp": result.amp,
+        "device": result.measured.device,
+        "method": result.measured.method,
+        "predicted_activation_peak_bytes": result.predicted_activation_peak_bytes,
+        "measured_peak_bytes": result.measured.peak_bytes,
+        "error_pct": _finite(result.error_pct),
+    }
+    return json.dumps(data, indent=2) + "\n"

@@ -9,6 +9,8 @@ Like importers, runtimes are allowed to know torch.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 
 from graphmem.importers.torch_loader import TensorSpec
-from graphmem.importers.torch_trace import AMP_DTYPES
+from graphmem.importers.torch_trace import AMP_DTYPES, cross_entropy_loss
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,13 @@ def measure_step(
     optimizer: str = "adam",
     amp: str | None = None,
     device: str = "cpu",
+    loss: Callable[..., torch.Tensor] | None = None,
 ) -> MeasuredStep:
+    """`loss(output) -> scalar`, as graphmem traces it; default: cross-entropy, zero targets."""
     model = model.to(device)
     inputs = random_inputs(specs, device)
-    step = _training_step(model, inputs, optimizer, amp, device) if train else _inference_step(
-        model, inputs)
+    step = (_training_step(model, inputs, optimizer, amp, device, loss or cross_entropy_loss)
+            if train else _inference_step(model, inputs))
     step()  # warm up: optimizer state exists from now on, as graphmem assumes
     model.zero_grad(set_to_none=True)
     if device == "cuda":
@@ -69,17 +73,14 @@ def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[]
 
 
 def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name: str,
-                   amp: str | None, device: str) -> Callable[[], None]:
+                   amp: str | None, device: str,
+                   loss_of: Callable[..., torch.Tensor]) -> Callable[[], None]:
     model.train()
     optimizer = _optimizer(optimizer_name, model)
 
     def step() -> None:
         with _autocast(amp, device):
-            output = model(*inputs)
-            logits = output if isinstance(output, torch.Tensor) else output[0]
-            flat = logits.reshape(-1, logits.shape[-1])
-            target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
-            loss = nn.functional.cross_entropy(flat, target)
+            loss = loss_of(model(*inputs))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -117,7 +118,8 @@ def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
     since the step began.
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+    with _quiet_stderr(), torch.profiler.profile(activities=activities,
+                                                  profile_memory=True) as profile:
         step()
     deltas = sorted(
         (event.time_range.end if delta < 0 else event.time_range.start, delta)
@@ -129,6 +131,20 @@ def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
         live += delta
         peak = max(peak, live)
     return MeasuredStep(peak, "cpu", "torch.profiler profile_memory, memory deltas replayed")
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The profiler's C++ side prints `profiler_start`/`profiler_stop` lines to fd 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _delta_bytes(event: torch.autograd.profiler_util.FunctionEvent) -> int:
