@@ -34,8 +34,18 @@ def extra_cases() -> list[tuple[str, type, str]]:
         from tests import models
     except ImportError:
         return []
-    return [("ResNet18", models.ResNet18, "8x3x224x224"),
-            ("MobileNetV2", models.MobileNetV2, "8x3x224x224")]
+    found = [("ResNet18", models.ResNet18, "8x3x224x224"),
+             ("MobileNetV2", models.MobileNetV2, "8x3x224x224")]
+    try:
+        import transformers  # noqa: F401 - only to know it is there
+    except ImportError:
+        return found
+    from tests.torch_models import hf
+
+    return [*found, ("HF GPT-2 (SDPA)", hf.gpt2, "4x64:int64"),
+            ("HF Llama (SDPA, GQA)", hf.llama, "4x64:int64"),
+            ("HF BERT (eager)", hf.bert, "4x64:int64"),
+            ("HF ViT (eager)", hf.vit, "4x3x64x64")]
 
 
 def main() -> None:

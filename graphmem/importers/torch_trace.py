@@ -151,9 +151,29 @@ def _first_line(error: BaseException) -> str:
 def _inference_step(model: nn.Module, params: dict, buffers: dict) -> Callable[..., Any]:
     def step(p: list, b: list, state: list, inputs: list) -> Any:
         with torch.no_grad(), _phase("forward"):
-            return functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
+            output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
+        return tensors_in(output)
 
     return step
+
+
+def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
+    """Every tensor the model returns, in order: inside tuples, lists, dicts (Hugging Face's
+    ModelOutput) and plain objects such as a KV cache (`DynamicCache`), which make_fx cannot
+    return as they are; the caller holds all of them, so all are graph outputs."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if depth == 0 or output is None or isinstance(output, str | int | float | bool):
+        return []
+    if isinstance(output, dict):
+        items: Any = output.values()
+    elif isinstance(output, list | tuple):
+        items = output
+    elif hasattr(output, "__dict__"):
+        items = vars(output).values()
+    else:
+        return []
+    return [t for item in items for t in tensors_in(item, depth - 1)]
 
 
 def _training_step(

@@ -79,8 +79,11 @@ def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name:
     optimizer = _optimizer(optimizer_name, model)
 
     def step() -> None:
+        # `output` stays referenced through backward, as in `out = model(x); loss = f(out);
+        # loss.backward()` and as graphmem traces the step: the logits stay allocated
         with _autocast(amp, device):
-            loss = loss_of(model(*inputs))
+            output = model(*inputs)
+            loss = loss_of(output)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
