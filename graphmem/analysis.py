@@ -20,6 +20,8 @@ from graphmem.planning import SweepRequest, with_plans
 
 if TYPE_CHECKING:
     from graphmem.passes.arena import ArenaPlan
+    from graphmem.passes.distributed import DistributedReport
+    from graphmem.passes.kv_cache import KvCacheReport
     from graphmem.passes.max_batch import MaxBatchResult
     from graphmem.passes.roofline import RooflineResult
     from graphmem.passes.schedule import ScheduleResult
@@ -70,6 +72,10 @@ class Analysis:
     roofline: RooflineResult | None = None
     max_batch: MaxBatchResult | None = None
     sweep: SweepResult | None = None
+    # graphmem/distributed_analysis.py: per-GPU memory under DDP/ZeRO/FSDP/tensor parallel
+    # (--gpus/--strategy) and the decoder KV cache (ONNX past inputs, --kv-cache).
+    distributed: DistributedReport | None = None
+    kv_cache: KvCacheReport | None = None
 
     @property
     def peak_bytes(self) -> int | str:

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from graphmem import __version__
 from graphmem.check_command import add_check_parser, run_check_command
+from graphmem.distributed_command import add_distributed_options, apply_distributed_options
 from graphmem.errors import GraphmemError
 from graphmem.verify_command import add_verify_parser, run_verify_command
 
@@ -100,6 +101,7 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", metavar="DIM=VALUES",
                         help="peak, fit, latency and throughput at each value of a dim, e.g."
                         " batch=1,2,4,...,256 (ONNX models)")
+    add_distributed_options(parser)
     torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn or pkg.mod:fn)")
     torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
                                help="an example input, e.g. 32x3x224x224 or 4x1024:int64"
@@ -174,6 +176,7 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
         analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
                                 cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth,
                                 sweep=_sweep_request(args.sweep))
+    analysis = apply_distributed_options(analysis, args)
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
         console = Console(stderr=True, highlight=False)

@@ -17,6 +17,7 @@ from graphmem.passes.costs import CostStatus, NodeCost
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
+from graphmem.reports.distributed_json import distributed_config, distributed_memory
 from graphmem.reports.plan_json import plan_gpu, plan_memory, sweep_json, with_node_times
 from graphmem.symbolic import SymInt
 
@@ -58,7 +59,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "shape_inference": analysis.model.shape_inference,
             "warnings": list(analysis.model.warnings),
         },
-        "config": _config(analysis),
+        "config": {**_config(analysis), **distributed_config(analysis)},
         "dims": {
             "bound": analysis.dims.bound,
             "free": list(analysis.dims.free),
@@ -78,7 +79,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "bytes_read": quantity(costs.total_bytes_read),
             "bytes_written": quantity(costs.total_bytes_written),
         },
-        "memory": {**_memory(analysis.liveness), **plan_memory(analysis)},
+        "memory": {**_memory(analysis.liveness), **plan_memory(analysis),
+                   **distributed_memory(analysis)},
         "nodes": with_node_times([_node(n) for n in costs.nodes], analysis.roofline),
         "unsupported_ops": costs.unsupported_ops,
         "unknown_shapes": {

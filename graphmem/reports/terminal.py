@@ -9,6 +9,7 @@ from rich.table import Table
 from graphmem.analysis import Analysis
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.modules import TOP, ModuleReport
+from graphmem.reports.distributed_terminal import print_distributed
 from graphmem.reports.json_report import ROLE_KEYS
 from graphmem.reports.plan_terminal import print_plans
 from graphmem.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
@@ -28,6 +29,7 @@ def print_summary(analysis: Analysis, console: Console) -> None:
     if analysis.fit:
         console.print(_fit_line(analysis.fit))
     print_plans(analysis, console)
+    print_distributed(analysis, console)
 
 
 def _headline(analysis: Analysis) -> str:
