@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphmem", description=(
         "Static GPU memory and compute analysis of deep-learning models, before any GPU time."))
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback behind an error (anywhere on the line)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_analyze(commands.add_parser(
         "analyze", help="analyze a model (ONNX file or PyTorch file.py:fn): memory, FLOPs, fit"))
@@ -120,7 +122,8 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     stdout = Console(highlight=False)
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser().parse_args([w for w in words if w != "--debug"])
         if args.command == "gpus":
             return _run_gpus(args, stdout)
         if args.command == "check":
@@ -129,17 +132,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_verify_command(args, stdout)
         return _run_analyze(args, stdout)
     except GraphmemError as error:
+        if _debug(argv) and error.__cause__ is not None:
+            traceback.print_exception(error.__cause__)
         print(f"graphmem: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("graphmem: error: interrupted", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - a bug must still end in one clear line
-        if os.environ.get("GRAPHMEM_DEBUG"):
+        if _debug(argv):
             traceback.print_exc()
         print(f"graphmem: error: internal error ({type(error).__name__}: {error}); please report"
-              " it with the model (set GRAPHMEM_DEBUG=1 for the traceback)", file=sys.stderr)
+              " it with the model (--debug shows the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _debug(argv: Sequence[str] | None) -> bool:
+    """`--debug` anywhere on the command line, or GRAPHMEM_DEBUG=1: show tracebacks."""
+    words = sys.argv[1:] if argv is None else argv
+    return "--debug" in words or bool(os.environ.get("GRAPHMEM_DEBUG"))
 
 
 def _run_gpus(args: argparse.Namespace, console: Console) -> int:

@@ -142,13 +142,26 @@ def test_bad_model_specs_give_one_clear_error(spec: str, message: str) -> None:
 
 
 def test_data_dependent_control_flow_is_a_clear_error() -> None:
-    with pytest.raises(GraphmemError, match="data-dependent control flow"):
+    with pytest.raises(GraphmemError, match="branches on tensor values"):
         analyze_torch(DataDependent(), ["2x4"])
 
 
 def test_an_input_the_model_rejects_is_a_clear_error() -> None:
-    with pytest.raises(GraphmemError, match="tracing the model failed"):
+    with pytest.raises(GraphmemError, match="rejected the example inputs"):
         analyze_torch(ConvNet(), ["2x5x8x8"])  # 5 channels into a 3-channel conv
+
+
+def test_a_tracing_error_is_one_line_and_debug_shows_the_cause(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from graphmem.cli import main
+
+    argv = ["analyze", "tests/torch_models/small.py:ConvNet", "--input", "2x5x8x8", "--no-html"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("graphmem: error: tracing the model failed")
+    assert "Traceback" not in err  # not even torch's own fake-tensor log
+    assert main([*argv, "--debug"]) == 2
+    assert "Traceback" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ was last traced at that moment.
 from __future__ import annotations
 
 import contextlib
+import logging
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -132,15 +133,37 @@ def _fake_like(tensor: torch.Tensor, requires_grad: bool = False) -> torch.Tenso
 
 def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     try:
-        return make_fx(step, tracing_mode="fake")(*args)
+        with _quiet_fake_tensor_log():
+            return make_fx(step, tracing_mode="fake")(*args)
     except GraphmemError:
         raise
-    except Exception as error:  # noqa: BLE001 - the user's model: any failure is reported
+    except Exception as error:  # the user's model: any failure is reported
         raise GraphmemError(
-            f"tracing the model failed: {type(error).__name__}: {_first_line(error)}; models"
-            " with data-dependent control flow (if on tensor values, .item()) cannot be traced:"
-            " check --input shapes and dtypes, or make the branch static"
-        ) from None
+            f"tracing the model failed: {type(error).__name__}: {_first_line(error)}; "
+            + _tracing_hint(error)
+        ) from error  # the cause is shown with --debug
+
+
+def _tracing_hint(error: Exception) -> str:
+    text = f"{type(error).__name__} {error}"
+    if any(key in text for key in ("DataDependent", "data-dependent", "DynamicOutputShape",
+                                   "item()", "nonzero")):
+        return ("the model branches on tensor values (if on a tensor, .item(), nonzero), which"
+                " tracing with fake tensors cannot follow: make the branch static")
+    return ("the model rejected the example inputs: check each --input's shape and dtype"
+            " (e.g. 8x3x224x224, or 4x128:int64 for token ids)")
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """FakeTensor logs a traceback for every failing op before raising; the error is enough."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _first_line(error: BaseException) -> str:
