@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import warnings
 from collections.abc import Callable
@@ -19,13 +20,13 @@ from graphmem.analysis import Analysis, analyze_onnx
 from graphmem.errors import GraphmemError
 from graphmem.reports.html import (
     MAX_HOVER_TARGETS,
-    MAX_NODE_ROWS,
     bytes_quantity,
     render_html,
     templates_dir,
     timeline_chart,
     write_html,
 )
+from graphmem.reports.html_nodes import MAX_NODE_ROWS
 from graphmem.symbolic import SymInt, parse_dim
 from graphmem.units import format_bytes, format_bytes_sym
 from tests.onnx_builders import custom_op_model
@@ -235,7 +236,7 @@ def test_an_unsupported_op_is_a_visible_warning(tmp_path: Path) -> None:
     alert = page[page.index('role="alert"'):]
     alert = " ".join(alert[: alert.index("</div>")].split())
     assert "custom.domain.MyCustomOp" in alert and "1 node with unsupported ops" in alert
-    row = page[page.index('<tr class="status-unsupported">'):]
+    row = page[page.index(' class="status-unsupported">'):]
     row = row[: row.index("</tr>")]
     assert "<code>custom</code>" in row and "not counted" in row  # not a silent 0
 
@@ -254,14 +255,17 @@ def test_names_are_escaped(tmp_path: Path) -> None:
 
 
 def test_large_graph_is_truncated_and_downsampled(tmp_path: Path) -> None:
-    node_count = MAX_NODE_ROWS + 1000
+    node_count = 2 * MAX_HOVER_TARGETS + 500
     page = render_html(analyze_onnx(_save(relu_chain(node_count), tmp_path, "big.onnx")))
     check_page(page)
     assert f"The first {MAX_NODE_ROWS:,} of" in page and f"{node_count:,} nodes are shown" in page
-    assert _node_table_rows(page) == MAX_NODE_ROWS
+    assert _node_table_rows(page) == MAX_NODE_ROWS  # as HTML; the script pages through all
+    data = json.loads(page[page.index('id="node-data">') + 15: page.index("</script>")])
+    assert [row[0] for row in data] == list(range(node_count))
+    assert [row[1] for row in data[:3]] == ["relu0", "relu1", "relu2"]
     svg = page[page.index("<svg"): page.index("</svg>")]
-    assert svg.count("<title>") - 1 <= MAX_HOVER_TARGETS  # less the chart's own title
-    assert "each tooltip covers 3 steps" in page  # ceil(6000 / 2000)
+    assert svg.count("data-step=") <= MAX_HOVER_TARGETS
+    assert "each tooltip covers 3 steps" in page  # ceil(4500 / 2000)
 
 
 def test_write_html(tmp_path: Path, cnn_path: Path) -> None:

@@ -13,7 +13,6 @@ number, so they use the formula's value with every free dim at PROBE_DIM_VALUE, 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -25,17 +24,30 @@ import jinja2
 import graphmem
 from graphmem.analysis import Analysis
 from graphmem.errors import GraphmemError
+from graphmem.passes.dims import value_bytes
 from graphmem.passes.fit import default_cuda_reserve
-from graphmem.reports.json_report import to_dict
-from graphmem.symbolic import SymInt, parse_dim
+from graphmem.passes.role_timeline import PhaseSpan, role_timeline, training_phases
+from graphmem.reports.html_charts import Band, Layer, stacked_layers
+from graphmem.reports.html_extras import Extras, extras
+from graphmem.reports.html_nodes import NodeTable, node_table
+from graphmem.reports.html_quantity import (
+    PROBE_DIM_VALUE,
+    Quantity,
+    _as_symint,
+    _probe,
+    bytes_quantity,
+    count_quantity,
+)
+from graphmem.reports.html_summary import (
+    Fact,
+    ModuleBreakdown,
+    headline_facts,
+    module_breakdown,
+)
+from graphmem.reports.json_report import ROLE_KEYS, to_dict
+from graphmem.symbolic import SymInt
 from graphmem.units import format_bytes, format_bytes_sym, format_si, format_si_sym
 
-# Free dims are set to this value wherever a formula must become one number (charts, bars,
-# sorting). 1 is the smallest legal value: the picture shows the shape of the curve, and the
-# formulas next to it give the size at any other value.
-PROBE_DIM_VALUE = 1
-
-MAX_NODE_ROWS = 5000  # the node table renders this many rows; the JSON has them all
 MAX_HOVER_TARGETS = 2000  # timeline tooltips: one per step, or per bucket of steps above this
 MAX_RESIDENT_ROWS = 20  # residents live at the peak: the largest, then "N more"
 MAX_ACTIVATION_ROWS = 500  # activations live at the peak (the rest are summed in one line)
@@ -61,9 +73,13 @@ def templates_dir() -> Path:
     )
 
 
-def render_html(analysis: Analysis) -> str:
-    """The report as one HTML document: inline CSS, JS and SVG; no network requests."""
-    view = build_view(analysis)
+def render_html(analysis: Analysis, report: Mapping[str, Any] | None = None) -> str:
+    """The report as one HTML document: inline CSS, JS and SVG; no network requests.
+
+    `report` is the JSON dict to render (default: `to_dict(analysis)`); sections whose
+    fields it lacks are left out.
+    """
+    view = build_view(analysis, report)
     return _environment(templates_dir()).get_template(_TEMPLATE).render(view=view)
 
 
@@ -81,82 +97,6 @@ def _environment(folder: Path) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Quantities: the JSON's int-or-formula values, formatted and with a number to sort and draw by
-
-
-@dataclass(frozen=True)
-class Quantity:
-    exact: int | str | None  # as the JSON has it: an integer, a formula, or None (not counted)
-    text: str  # for people: IEC bytes or SI counts, term by term for a formula
-    probe: int  # the value with every free dim at PROBE_DIM_VALUE (sorting, bars, charts)
-
-    @property
-    def is_formula(self) -> bool:
-        return isinstance(self.exact, str)
-
-    @property
-    def exact_text(self) -> str:
-        """The exact value: 1,149,352 or the formula."""
-        return f"{self.exact:,}" if isinstance(self.exact, int) else self.exact
-
-
-@cache  # a graph repeats the same few sizes thousands of times
-def bytes_quantity(value: int | str) -> Quantity:
-    size = _as_symint(value)
-    return Quantity(value, format_bytes_sym(size), _probe(size))
-
-
-@cache
-def count_quantity(value: int | str | None, unit: str = "") -> Quantity:
-    """A count for display; None (not counted: no rule or no shape) shows as such, not 0."""
-    if value is None:
-        return Quantity(None, "not counted", -1)
-    count = _as_symint(value)
-    return Quantity(value, format_si_sym(count, unit), _probe(count))
-
-
-def _probe(value: SymInt) -> int:
-    return value.evaluate(dict.fromkeys(value.free_symbols(), PROBE_DIM_VALUE))
-
-
-@cache
-def _as_symint(value: int | str) -> SymInt:
-    """A JSON quantity back as a SymInt: an int, or sympy's text of a polynomial.
-
-    Polynomials with integer coefficients ("143360*batch + 2472", "2*batch**2*seq") are read
-    directly: sympy takes about a millisecond per formula, and a large graph has thousands.
-    Anything else (fractions, floor(...)) goes through sympy.
-    """
-    if isinstance(value, int):
-        return SymInt.const(value)
-    terms = re.split(r"\s+([+-])\s+", value.strip())
-    signs, texts = ["+", *terms[1::2]], terms[0::2]
-    total = SymInt()
-    for sign, text in zip(signs, texts, strict=True):
-        term = _monomial(text.removeprefix("-"))
-        if term is None:
-            return SymInt.from_sympy(parse_dim(value))
-        negative = (sign == "-") != text.startswith("-")
-        total = total - term if negative else total + term
-    return total
-
-
-def _monomial(text: str) -> SymInt | None:
-    """'143360*batch' or '2*batch**2*seq' as a SymInt; None for anything else."""
-    term = SymInt.const(1)
-    for index, factor in enumerate(text.replace("**", "^").split("*")):
-        if index == 0 and factor.isdigit():
-            term = term * int(factor)
-            continue
-        name, _, power = factor.partition("^")
-        if not name.isidentifier() or not (power == "" or power.isdigit()):
-            return None
-        for _ in range(int(power or 1)):
-            term = term * SymInt.symbol(name)
-    return term
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,30 +208,6 @@ class OpTable:
 
 
 @dataclass(frozen=True)
-class NodeRow:
-    step: int
-    name: str
-    op: str
-    output_shapes: str
-    params: int
-    macs: Quantity
-    flops: Quantity
-    output_bytes: Quantity
-    status: str
-    note: str
-
-
-@dataclass(frozen=True)
-class NodeTable:
-    rows: tuple[NodeRow, ...]
-    total: int
-
-    @property
-    def truncated(self) -> bool:
-        return len(self.rows) < self.total
-
-
-@dataclass(frozen=True)
 class Tick:
     position: float
     label: str
@@ -302,6 +218,7 @@ class HoverTarget:
     x: float
     width: float
     title: str
+    step: int  # the step a click jumps to in the node table (the highest of a bucket)
 
 
 @dataclass(frozen=True)
@@ -330,6 +247,10 @@ class TimelineChart:
     step_count: int
     steps_per_target: int
     description: str
+    layers: tuple[Layer, ...] = ()  # live bytes stacked by role, when the roles are known
+    bands: tuple[Band, ...] = ()  # forward / backward / optimizer spans of a training step
+    capacity_y: float | None = None  # the GPU's whole memory, when near the chart
+    capacity_label: str = ""
 
 
 @dataclass(frozen=True)
@@ -351,15 +272,21 @@ class ReportView:
     nodes: NodeTable
     reserve_default: Quantity
     reserve_default_source: str
+    headline: tuple[Fact, ...] = ()
+    modules: ModuleBreakdown | None = None
+    extras: Extras | None = None
 
 
-def build_view(analysis: Analysis) -> ReportView:
-    report = to_dict(analysis)
+def build_view(analysis: Analysis, report: Mapping[str, Any] | None = None) -> ReportView:
+    report = to_dict(analysis) if report is None else report
     nodes = report["nodes"]
     op_of = {node["name"]: _qualified_op(node) for node in nodes}
     free = tuple(report["dims"]["free"])
     gpu = _gpu_view(report["gpu"]) if report["gpu"] else None
     reserve = default_cuda_reserve("")  # the figure assumed for GPUs not measured
+    spans = _phase_spans(report, analysis)
+    summary = _summary(report, op_of)
+    gaps = _gaps(report)
     return ReportView(
         title=Path(report["model"]["path"]).name or report["model"]["name"],
         model=report["model"],
@@ -369,16 +296,44 @@ def build_view(analysis: Analysis) -> ReportView:
         dims_bound=tuple(f"{name}={value}" for name, value in report["dims"]["bound"].items()),
         dims_free=free,
         probe_note=_probe_note(free),
-        summary=_summary(report, op_of),
-        gaps=_gaps(report),
+        summary=summary,
+        gaps=gaps,
         gpu=gpu,
-        timeline=_timeline(report, analysis.liveness.order, op_of, gpu),
+        timeline=_timeline(report, analysis, op_of, gpu, spans),
         live=_live_tables(report["memory"]),
         ops=_op_table(nodes),
-        nodes=_node_table(nodes),
+        nodes=node_table(nodes, [op_of[n["name"]] for n in nodes], _node_phases(nodes, spans)),
         reserve_default=bytes_quantity(reserve.bytes),
         reserve_default_source=reserve.source,
+        headline=headline_facts(report, summary.peak, gaps.unsupported_node_count),
+        modules=module_breakdown(report.get("modules")),
+        extras=extras(report, summary.peak.probe),
     )
+
+
+def _phase_spans(report: Mapping[str, Any], analysis: Analysis) -> tuple[PhaseSpan, ...]:
+    """The phases of a training step: the nodes' own `phase` where the JSON has it, else
+    read from the tensors' roles (graphmem/passes/role_timeline.py)."""
+    if report["config"]["mode"] != "training":
+        return ()
+    phases = [node.get("phase") for node in report["nodes"]]
+    if not all(phases):
+        return training_phases(analysis.graph)
+    spans: list[PhaseSpan] = []
+    for step, phase in enumerate(phases):
+        if spans and spans[-1].phase == phase:
+            spans[-1] = PhaseSpan(phase, spans[-1].first_step, step)
+        else:
+            spans.append(PhaseSpan(str(phase), step, step))
+    return tuple(spans)
+
+
+def _node_phases(nodes: Sequence[Mapping[str, Any]], spans: Sequence[PhaseSpan]) -> list[str]:
+    phases = [""] * len(nodes)
+    for span in spans:
+        phases[span.first_step: span.last_step + 1] = [span.phase] * (
+            span.last_step + 1 - span.first_step)
+    return phases
 
 
 def _probe_note(free: Sequence[str]) -> str:
@@ -584,25 +539,6 @@ def _op_table(nodes: Sequence[Mapping[str, Any]]) -> OpTable:
     )
 
 
-def _node_table(nodes: Sequence[Mapping[str, Any]]) -> NodeTable:
-    rows = tuple(
-        NodeRow(
-            step=step,
-            name=node["name"],
-            op=_qualified_op(node),
-            output_shapes=", ".join(node["output_shapes"]),
-            params=node["params"],
-            macs=count_quantity(node["macs"]),
-            flops=count_quantity(node["flops"], "FLOP"),
-            output_bytes=bytes_quantity(node["output_bytes"]),
-            status=node["status"],
-            note=node["note"],
-        )
-        for step, node in enumerate(nodes[:MAX_NODE_ROWS])
-    )
-    return NodeTable(rows=rows, total=len(nodes))
-
-
 # ---------------------------------------------------------------------------------------------
 # The memory timeline: geometry computed here, markup in templates/partials/timeline.html.j2
 
@@ -614,10 +550,12 @@ _NICE_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 def _timeline(
     report: Mapping[str, Any],
-    order: Sequence[str],
+    analysis: Analysis,
     op_of: Mapping[str, str],
     gpu: GpuView | None,
+    phases: Sequence[PhaseSpan],
 ) -> TimelineChart:
+    order = analysis.liveness.order
     memory = report["memory"]
     live = [bytes_quantity(v) for v in memory["timeline_bytes"]]
     probe_note = _probe_note(report["dims"]["free"])
@@ -630,12 +568,19 @@ def _timeline(
         return f"step {step} · {node} ({op_of.get(node, '?')}) · live {value}"
 
     usable = gpu.usable.probe if gpu else None
+    by_role = role_timeline(analysis.graph, value_bytes(analysis.graph, analysis.dims))
+    stacked = len(by_role.bytes_per_step) == len(live)
     return timeline_chart(
         [q.probe for q in live],
         resident_bytes=bytes_quantity(memory["resident_bytes"]).probe,
         peak_step=memory["peak_step"],
         usable_bytes=usable,
         describe_step=describe,
+        roles=tuple(ROLE_KEYS[r] for r in by_role.roles) if stacked else (),
+        role_bytes=[[_probe(b) for b in step] for step in by_role.bytes_per_step] if stacked
+        else (),
+        phases=phases,
+        capacity_bytes=gpu.capacity.probe if gpu else None,
     )
 
 
@@ -645,8 +590,16 @@ def timeline_chart(
     peak_step: int,
     usable_bytes: int | None,
     describe_step: Callable[[int], str],
+    roles: Sequence[str] = (),
+    role_bytes: Sequence[Sequence[int]] = (),
+    phases: Sequence[PhaseSpan] = (),
+    capacity_bytes: int | None = None,
 ) -> TimelineChart:
     """Live bytes per step as a line over a band of residents, the peak marked.
+
+    With `roles` and `role_bytes` ([step][role] bytes, adding up to `live_bytes`) the area is
+    stacked by role; `phases` shade the forward, backward and optimizer spans; the GPU's
+    capacity and usable memory are lines when they are within reach of the peak.
 
     Above `_PLOT_RIGHT - _PLOT_LEFT` steps the line keeps each pixel column's min and max, so
     spikes survive; above MAX_HOVER_TARGETS steps a tooltip covers a bucket of steps and
@@ -656,8 +609,9 @@ def timeline_chart(
     peak_bytes = live_bytes[peak_step]
     top_value = max(peak_bytes, resident_bytes, 1)
     show_usable = usable_bytes is not None and usable_bytes <= _GPU_LINE_MAX_RATIO * top_value
+    show_capacity = show_usable and capacity_bytes is not None
     if show_usable and usable_bytes is not None:
-        top_value = max(top_value, usable_bytes)
+        top_value = max(top_value, usable_bytes, capacity_bytes or 0)
     y_ticks, y_max = _byte_ticks(top_value * 1.1)  # room for the peak's label above it
     plot_width = _PLOT_RIGHT - _PLOT_LEFT
 
@@ -679,6 +633,8 @@ def timeline_chart(
         if not show_usable:
             usable_note = f"{usable_label}: far above this chart"
     targets, per_target = _hover_targets(live_bytes, x_of, describe_step)
+    bands = tuple(Band(p.phase, round(x_of(p.first_step), 1),
+                       round(x_of(p.last_step + 1) - x_of(p.first_step), 1)) for p in phases)
     return TimelineChart(
         width=_CHART_WIDTH,
         height=_CHART_HEIGHT,
@@ -703,6 +659,10 @@ def timeline_chart(
         steps_per_target=per_target,
         description=(f"Live memory at each of {count:,} steps; peak {format_bytes(peak_bytes)}"
                      f" at step {peak_step}; residents {format_bytes(resident_bytes)}."),
+        layers=stacked_layers(roles, role_bytes, x_of, y_of, int(plot_width)) if roles else (),
+        bands=bands,
+        capacity_y=y_of(capacity_bytes) if show_capacity and capacity_bytes else None,
+        capacity_label=f"GPU capacity {format_bytes(capacity_bytes)}" if capacity_bytes else "",
     )
 
 
@@ -737,13 +697,13 @@ def _hover_targets(
     targets = []
     for start in range(0, count, per_target):
         stop = min(start + per_target, count)
+        highest = max(range(start, stop), key=values.__getitem__)
         if per_target == 1:
             title = describe_step(start)
         else:
-            highest = max(range(start, stop), key=values.__getitem__)
             title = f"steps {start:,} to {stop - 1:,}, highest: {describe_step(highest)}"
         x = x_of(start)
-        targets.append(HoverTarget(round(x, 2), round(x_of(stop) - x, 2), title))
+        targets.append(HoverTarget(round(x, 2), round(x_of(stop) - x, 2), title, highest))
     return tuple(targets), per_target
 
 
