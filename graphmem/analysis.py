@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from graphmem.passes.roofline import RooflineResult
     from graphmem.passes.schedule import ScheduleResult
     from graphmem.passes.sweep import SweepResult
+    from graphmem.suggestions import SuggestionReport
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Analysis:
     # graphmem/distributed_analysis.py: per-GPU memory under DDP/ZeRO/FSDP/tensor parallel
     # (--gpus/--strategy) and the decoder KV cache (ONNX past inputs, --kv-cache).
     distributed: DistributedReport | None = None
+    # graphmem/suggestions.py: checkpointing, in-place, AMP, batch (--suggest, or automatic for
+    # a training step over its memory budget)
+    suggestions: SuggestionReport | None = None
     kv_cache: KvCacheReport | None = None
 
     @property
@@ -113,10 +117,18 @@ def analyze_onnx(
     module_depth: int = 2,
     sweep: SweepRequest | None = None,
     plan: bool = True,
+    train: bool = False,
+    optimizer: str = "adam",
+    amp: str | None = None,
+    grad_accum: int = 1,
+    autocast_device: str = "cuda",
 ) -> Analysis:
     """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`.
 
     `plan=False` skips graphmem/planning.py (schedule, arena, roofline, max batch, sweep).
+    `train=True` analyzes one training step built from the graph (graphmem/passes/
+    training.py): `optimizer` sgd|momentum|adam|adamw, `amp` fp16|bf16, `grad_accum` N;
+    `autocast_device` picks whose autocast op lists AMP follows ("cuda", or "cpu").
     """
     gpu_spec = find_gpu(gpu) if gpu else None  # a typo fails before the model is read
     imported = import_onnx(path)
@@ -130,8 +142,16 @@ def analyze_onnx(
                 "shapes were inferred with the bound dims fixed: " + ", ".join(
                     f"{k}={v}" for k, v in binding.bound.items()))
     graph = imported.graph
+    training = None
+    if train:
+        from graphmem.onnx_training import onnx_training_step
+
+        step = onnx_training_step(graph, binding, optimizer, amp, grad_accum, autocast_device)
+        graph = step.graph
+        imported.warnings.extend(step.warnings)
+        training = TrainingInfo(optimizer, amp, grad_accum, step.micro_batch)
     info = _model_info(str(path), graph, imported.shape_inference, imported.warnings)
-    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes,
+    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training,
                       module_depth=module_depth, sweep=sweep, plan=plan)
 
 

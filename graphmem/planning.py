@@ -70,11 +70,15 @@ def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None) -> Reanal
     if analysis.model.source_format != "onnx" or exact:
         return None
     path = analysis.model.path
+    training = analysis.training
+    options = {} if training is None else {
+        "train": True, "optimizer": training.optimizer, "amp": training.amp,
+        "grad_accum": training.grad_accum}
 
     def reanalyze(dims: dict[str, int]) -> Analysis:
         from graphmem.analysis import analyze_onnx
 
-        return analyze_onnx(path, dims=dims, plan=False)
+        return analyze_onnx(path, dims=dims, plan=False, **options)  # type: ignore[arg-type]
 
     return reanalyze
 

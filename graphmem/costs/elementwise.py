@@ -13,8 +13,23 @@ Output elements are counted, so broadcasting ([b, s, d] + [d]) costs numel of th
 
 from __future__ import annotations
 
-from graphmem.costs.registry import CostRule, OpCost, output_numel, register
-from graphmem.ir import Node
+from graphmem.costs.registry import (
+    BackwardRule,
+    CostRule,
+    OpCost,
+    SavedTensor,
+    broadcast_temporaries,
+    no_temporaries,
+    output_numel,
+    pointwise_backward,
+    pointwise_backward_flops,
+    register,
+    register_backward,
+    saved_extra,
+    saved_input,
+    saved_output,
+)
+from graphmem.ir import DType, Node, Shape
 
 MS_DOMAIN = "com.microsoft"
 
@@ -170,3 +185,70 @@ def _register_table() -> None:
 
 
 _register_table()
+
+
+# ----- backward (training) --------------------------------------------------------------------
+# What autograd saves, from PyTorch's tools/autograd/derivatives.yaml (the aten op each ONNX op
+# comes from), and the backward's FLOPs per output element per input gradient, counted like
+# the forward table: add/sub pass the gradient on (0; the sum of a broadcast input is a
+# reduction, not counted); mul: grad * other (1); div: grad / b (1), -grad * a / (b * b) (3);
+# relu: threshold_backward(grad, result) (1: a select); sigmoid: g * y * (1 - y) (3);
+# tanh: g * (1 - y * y) (3); gelu_backward(grad, self) (8: erf, exp of -x*x/2 and the
+# product rule); exp: g * result (1); log: g / self (1); sqrt: g / (2 * result) (2);
+# reciprocal: -g * y * y (3); pow(self, exponent): g * e * self^(e-1) (3); where: select (1).
+def _mask_shape(node: Node) -> Shape:
+    return node.outputs[0].shape or ()
+
+
+_TAKES_BOTH = (saved_input(1, (0,)), saved_input(0, (1,)))  # mul: other for self, self for other
+
+BACKWARD_TABLE: dict[str, tuple[tuple[SavedTensor, ...], int]] = {
+    "Add": ((), 0),
+    "Sub": ((), 1),
+    "Neg": ((), 1),
+    "Sum": ((), 0),
+    "Mul": (_TAKES_BOTH, 1),
+    "Div": ((saved_input(1), saved_input(0, (1,))), 3),
+    "Relu": ((saved_output(),), 1),
+    "Sigmoid": ((saved_output(),), 3),
+    "Tanh": ((saved_output(),), 3),
+    "Gelu": ((saved_input(0),), 8),
+    "Erf": ((saved_input(0),), 4),  # g * 2/sqrt(pi) * exp(-x*x)
+    "Exp": ((saved_output(),), 1),
+    "Log": ((saved_input(0),), 1),
+    "Sqrt": ((saved_output(),), 2),
+    "Reciprocal": ((saved_output(),), 3),
+    "Pow": ((saved_input(0), SavedTensor("output", 0, (1,))), 3),  # result: exponent's grad
+    "Where": ((saved_input(0),), 1),
+    "Abs": ((saved_input(0),), 2),  # g * sign(self)
+    "LeakyRelu": ((saved_input(0),), 2),
+    "Clip": ((saved_input(0),), 2),  # clamp_backward: a mask of self in range
+    "Elu": ((saved_output(),), 3),  # elu_backward(grad, ..., is_result=true, result)
+    "Softplus": ((saved_input(0),), 4),
+    "HardSigmoid": ((saved_input(0),), 2),
+    "HardSwish": ((saved_input(0),), 3),
+    "Sin": ((saved_input(0),), 2),
+    "Cos": ((saved_input(0),), 2),
+    "Max": ((saved_input(0), saved_input(1)), 1),
+    "Min": ((saved_input(0), saved_input(1)), 1),
+    "Cast": ((), 0),  # the gradient is cast back: a copy
+    # training-mode dropout (native_dropout) saves its bool mask: grad * mask * scale
+    "Dropout": ((saved_extra("mask", DType.BOOL, _mask_shape),), 2),
+}
+_DIFFERENTIABLE = {"Where": (1, 2), "Pow": (0,), "Dropout": (0,), "Clip": (0,)}
+_BROADCAST_TEMPORARIES = frozenset({"Mul", "Div"})
+
+
+def _register_backward_table() -> None:
+    for op_type, (saves, flops_per_element) in BACKWARD_TABLE.items():
+        temporaries = (broadcast_temporaries if op_type in _BROADCAST_TEMPORARIES
+                       else no_temporaries)
+        rule = pointwise_backward(saves, flops_per_element, _DIFFERENTIABLE.get(op_type),
+                                  temporaries)
+        for domain in DOMAINS.get(op_type, ("",)):
+            register_backward(rule, op_type, domain=domain)
+
+
+_register_backward_table()
+register_backward(BackwardRule((), pointwise_backward_flops(0), view=True, grad_view=True),
+                  "Identity")

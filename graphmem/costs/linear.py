@@ -12,14 +12,18 @@ Every contraction here is `numel(output) * (length of the reduced axis)` MACs; t
 from __future__ import annotations
 
 from graphmem.costs.registry import (
+    BackwardRule,
     OpCost,
     ShapeUnknownError,
+    find_rule,
     input_numel,
     known_dim,
     known_rank,
     known_shape,
     output_numel,
     register,
+    register_backward,
+    saved_input,
 )
 from graphmem.ir import Node, Value
 from graphmem.symbolic import SymInt, product
@@ -218,3 +222,34 @@ def einsum(node: Node) -> OpCost:
     operands = [split_labels(term, len(shape)) for term, shape in zip(terms, shapes, strict=True)]
     output = output_labels(output_term, operands)
     return einsum_cost(operands, output, label_sizes(operands, shapes))
+
+
+# ----- backward (training) --------------------------------------------------------------------
+# derivatives.yaml: mm/addmm/bmm save mat1 for mat2's gradient and mat2 for mat1's
+# (mm_mat1_backward(grad, mat2), mm_mat2_backward(grad, mat1)); convolution_backward saves
+# input and weight the same way. Each gradient is one contraction as large as the forward:
+#   grad_A = grad_Y @ B^T, grad_B = A^T @ grad_Y: forward MACs each, so 2x forward for both.
+# A bias gradient is a sum of grad_Y over the rows: numel(Y) FLOPs.
+def contraction_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+    forward = find_rule(node.op_type, node.domain)
+    macs = forward(node).macs if forward is not None else SymInt()
+    operands = len(needs_grad & {0, 1})
+    bias = output_numel(node) if 2 in needs_grad else SymInt()
+    return OpCost.from_macs(macs * operands) + OpCost.from_flops(bias)
+
+
+_OPERANDS_CROSS_SAVED = (saved_input(0, (1,)), saved_input(1, (0,)))
+_CONTRACTION = BackwardRule(_OPERANDS_CROSS_SAVED, contraction_backward_flops)
+register_backward(_CONTRACTION, "MatMul", "Gemm", "Conv", "ConvTranspose")
+register_backward(BackwardRule(_OPERANDS_CROSS_SAVED, contraction_backward_flops),
+                  "FusedMatMul", domain=MS_DOMAIN)
+
+
+def einsum_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+    # one einsum of the forward's size per operand gradient
+    forward = einsum(node)
+    return OpCost(forward.macs * len(needs_grad), forward.flops * len(needs_grad))
+
+
+register_backward(BackwardRule((saved_input(0), saved_input(1)), einsum_backward_flops),
+                  "Einsum")

@@ -17,8 +17,20 @@ log of a sum, is O(rows) rather than O(elements) and is not counted. No MACs.
 
 from __future__ import annotations
 
-from graphmem.costs.registry import OpCost, input_numel, output_numel, register
-from graphmem.ir import Node
+from graphmem.costs.registry import (
+    BackwardRule,
+    OpCost,
+    input_numel,
+    output_numel,
+    pointwise_backward_flops,
+    register,
+    register_backward,
+    saved_extra,
+    saved_input,
+    saved_output,
+)
+from graphmem.ir import DType, Node, Shape
+from graphmem.symbolic import SymInt
 
 MS_DOMAIN = "com.microsoft"
 
@@ -116,3 +128,51 @@ def log_softmax(node: Node) -> OpCost:
 def bias_softmax(node: Node) -> OpCost:
     # softmax(data + bias): one add more per element
     return OpCost.from_flops(input_numel(node, 0) * (SOFTMAX_FLOPS_PER_ELEMENT + 1))
+
+
+# ----- backward (training) --------------------------------------------------------------------
+# derivatives.yaml: native_layer_norm saves input, weight, bias and its result1/result2 (mean
+# and rstd, float32, one per normalized row: shape [*leading dims, 1, ...]);
+# native_batch_norm (training) saves input, weight, running stats and save_mean/save_invstd
+# (float32 [C]); _softmax and _log_softmax save their result.
+# Backward FLOPs per element: layer/batch norm 12 (recompute x_hat 2, g * w 1, two row sums 2,
+# g * w * x_hat 1, two subtracts 2, times rstd 1, the weight's g * x_hat and sum 2, the bias's
+# sum 1); RMS norm 8 (the same without the mean terms); softmax y * (g - sum(g * y)) 4;
+# log-softmax g - exp(y) * sum(g) 4.
+NORM_BACKWARD_FLOPS = 12
+RMS_NORM_BACKWARD_FLOPS = 8
+SOFTMAX_BACKWARD_FLOPS = 4
+
+
+def row_statistics_shape(node: Node) -> Shape:
+    """[d0, ..., d(axis-1), 1, ..., 1]: one mean or rstd per normalized row."""
+    shape = node.input(0).shape if node.input(0) is not None else None
+    if shape is None:
+        return ()
+    axis = node.attr_int("axis", -1) % len(shape)
+    return (*shape[:axis], *(SymInt.const(1) for _ in shape[axis:]))
+
+
+def channel_statistics_shape(node: Node) -> Shape:
+    """[C]: BatchNorm's per-channel save_mean and save_invstd."""
+    shape = node.input(0).shape if node.input(0) is not None else None
+    return () if shape is None or len(shape) < 2 else (shape[1],)
+
+
+_FP32 = DType.FLOAT32
+_LAYER_NORM = BackwardRule(
+    (saved_input(0), saved_input(1), saved_extra("mean", _FP32, row_statistics_shape),
+     saved_extra("rstd", _FP32, row_statistics_shape)),
+    pointwise_backward_flops(NORM_BACKWARD_FLOPS), differentiable=(0, 1, 2))
+register_backward(_LAYER_NORM, "LayerNormalization")
+register_backward(BackwardRule(
+    (saved_input(0), saved_input(1), saved_extra("rstd", _FP32, row_statistics_shape)),
+    pointwise_backward_flops(RMS_NORM_BACKWARD_FLOPS), differentiable=(0, 1)),
+    "RMSNormalization", "SimplifiedLayerNormalization")
+register_backward(BackwardRule(
+    (saved_input(0), saved_input(1), saved_extra("save_mean", _FP32, channel_statistics_shape),
+     saved_extra("save_invstd", _FP32, channel_statistics_shape)),
+    pointwise_backward_flops(NORM_BACKWARD_FLOPS), differentiable=(0, 1, 2)),
+    "BatchNormalization")
+register_backward(BackwardRule((saved_output(),), pointwise_backward_flops(SOFTMAX_BACKWARD_FLOPS),
+                               differentiable=(0,)), "Softmax", "LogSoftmax")

@@ -19,14 +19,19 @@ from __future__ import annotations
 import math
 
 from graphmem.costs.registry import (
+    BackwardRule,
     CostRule,
     OpCost,
     ShapeUnknownError,
     known_shape,
     output_numel,
+    pointwise_backward_flops,
     register,
+    register_backward,
+    saved_extra,
+    saved_input,
 )
-from graphmem.ir import Node
+from graphmem.ir import DType, Node, Shape
 
 LERP_FLOPS = 3  # a + w * (b - a)
 CUBIC_TAP_FILTER_FLOPS = 7  # 4 multiplies, 3 adds
@@ -76,6 +81,11 @@ def resize(node: Node) -> OpCost:
     return OpCost.from_flops(output_numel(node) * per_element)
 
 
+def resize_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+    # the transpose of the interpolation: the same taps, accumulated into the input
+    return resize(node)
+
+
 @register("GridSample")
 def grid_sample(node: Node) -> OpCost:
     # X [n, c, *in], grid [n, *out, d] -> [n, c, *out]: one d-dim interpolation per output
@@ -91,3 +101,24 @@ def roi_align(node: Node) -> OpCost:
     samples = ratio * ratio if ratio > 0 else ROI_ALIGN_DEFAULT_SAMPLES
     per_sample = interpolation_flops("linear", 2, node) + 1  # mode="max": a compare for the add
     return OpCost.from_flops(output_numel(node) * (samples * per_sample))
+
+
+# ----- backward (training) --------------------------------------------------------------------
+# derivatives.yaml: max_pool2d_with_indices saves self and result1, the int64 argmax indices
+# (one per output element); its backward scatters each gradient to its index (1 FLOP per
+# output element). avg_pool2d saves self (for its shape only; our inputs' sizes are kept by
+# the gradient's shape): spreading each gradient over its window is 1 FLOP per window element.
+def _indices_shape(node: Node) -> Shape:
+    return node.outputs[0].shape or ()
+
+
+def _window_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+    return OpCost.from_flops(output_numel(node) * window_size(node))
+
+
+register_backward(BackwardRule(
+    (saved_input(0), saved_extra("indices", DType.INT64, _indices_shape)),
+    pointwise_backward_flops(1), differentiable=(0,)), "MaxPool")
+register_backward(BackwardRule((), _window_backward_flops, differentiable=(0,)), "AveragePool")
+register_backward(BackwardRule((), resize_backward_flops, differentiable=(0,)), "Resize",
+                  "Upsample")

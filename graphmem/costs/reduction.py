@@ -8,12 +8,17 @@ by the count for a mean, sqrt for L2, log for LogSumExp) is O(outputs) and not c
 from __future__ import annotations
 
 from graphmem.costs.registry import (
+    BackwardFlops,
+    BackwardRule,
     CostRule,
     OpCost,
     ShapeUnknownError,
     input_numel,
     known_dim,
     register,
+    register_backward,
+    saved_input,
+    saved_output,
 )
 from graphmem.ir import Node
 
@@ -63,3 +68,22 @@ def top_k(node: Node) -> OpCost:
         raise ShapeUnknownError(f"{node.describe()}: k = {k} is not a constant")
     compares_per_element = max((int(k) - 1).bit_length(), 1)
     return OpCost.from_flops(input_numel(node, 0) * compares_per_element)
+
+
+# ----- backward (training) --------------------------------------------------------------------
+# derivatives.yaml: sum/mean save nothing but sizes (the gradient is expanded back, and
+# divided by the count for a mean: 1 FLOP per input element); amax/amin save self and result
+# (the gradient goes where self equals the result: compare and select, 2).
+def _per_input_element_backward(flops_per_element: int) -> BackwardFlops:
+    def flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+        return OpCost.from_flops(input_numel(node, 0) * flops_per_element)
+
+    return flops
+
+
+register_backward(BackwardRule((), _per_input_element_backward(1), differentiable=(0,)),
+                  "ReduceSum", "ReduceMean", "GlobalAveragePool")
+register_backward(BackwardRule((saved_input(0), saved_output()), _per_input_element_backward(2),
+                               differentiable=(0,)), "ReduceMax", "ReduceMin", "GlobalMaxPool")
+register_backward(BackwardRule((saved_input(0), saved_output()), _per_input_element_backward(2),
+                               differentiable=(0,)), "ReduceSumSquare", "ReduceL2")

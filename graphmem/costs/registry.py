@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from graphmem.ir import Node, Value
+from graphmem.ir import DType, Node, Shape, Value
 from graphmem.symbolic import SymInt
 
 
@@ -121,3 +121,107 @@ def known_rank(value: Value | None, node: Node) -> int:
         name = "a missing input" if value is None else value.name
         raise ShapeUnknownError(f"{node.describe()}: rank of {name} is unknown")
     return len(value.shape)
+
+
+# ----- backward rules: what autograd saves, what the backward computes ------------------------
+# The training expansion (graphmem/passes/training.py) reads these. Each rule follows what
+# PyTorch's autograd saves for the aten op the ONNX op comes from (tools/autograd/
+# derivatives.yaml): `result` is an output, `self`/`other` inputs; `wrap_opt_if(x, mask[i])`
+# saves x only when input i needs a gradient, which `needed_for` says here.
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor autograd keeps from the forward for an op's backward."""
+
+    kind: str  # "input" | "output" | "extra" (a tensor the training op makes besides outputs)
+    index: int = 0  # input or output position
+    # saved only when one of these inputs needs a gradient (None: whenever any does)
+    needed_for: tuple[int, ...] | None = None
+    label: str = ""  # extra: what it is ("mean", "rstd", "mask", "indices")
+    dtype: DType | None = None  # extra: its element type (None: output 0's)
+    shape: Callable[[Node], Shape] | None = None  # extra: its shape
+
+
+def saved_input(index: int, needed_for: tuple[int, ...] | None = None) -> SavedTensor:
+    return SavedTensor("input", index, needed_for)
+
+
+def saved_output(index: int = 0) -> SavedTensor:
+    return SavedTensor("output", index)
+
+
+def saved_extra(label: str, dtype: DType | None, shape: Callable[[Node], Shape]) -> SavedTensor:
+    return SavedTensor("extra", label=label, dtype=dtype, shape=shape)
+
+
+# backward arithmetic of a forward node, given the inputs that need gradients
+BackwardFlops = Callable[[Node, frozenset[int]], OpCost]
+# (label, shape) of tensors the backward makes and drops inside its own step (dtype: output 0)
+BackwardTemporaries = Callable[[Node, frozenset[int]], tuple[tuple[str, Shape], ...]]
+
+
+def no_temporaries(node: Node, needs_grad: frozenset[int]) -> tuple[tuple[str, Shape], ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class BackwardRule:
+    saves: tuple[SavedTensor, ...]
+    flops: BackwardFlops
+    # inputs that can get a gradient (None: every floating-point input)
+    differentiable: tuple[int, ...] | None = None
+    # PyTorch runs the op as a view of input 0 (no allocation): Reshape, Transpose, Split...
+    view: bool = False
+    # the input gradients are views of the incoming gradient (Reshape, Concat's slices)
+    grad_view: bool = False
+    temporaries: BackwardTemporaries = no_temporaries
+
+
+_BACKWARD_RULES: dict[tuple[str, str], BackwardRule] = {}
+
+
+def register_backward(rule: BackwardRule, *op_types: str, domain: str = "") -> None:
+    """Register the backward of each op type; twice is a programming error."""
+    for op_type in op_types:
+        key = (_canonical_domain(domain), op_type)
+        if key in _BACKWARD_RULES:
+            raise ValueError(f"backward rule for {op_type!r} (domain {domain!r}) registered twice")
+        _BACKWARD_RULES[key] = rule
+
+
+def find_backward_rule(op_type: str, domain: str = "") -> BackwardRule | None:
+    return _BACKWARD_RULES.get((_canonical_domain(domain), op_type))
+
+
+def pointwise_backward_flops(flops_per_element: int) -> BackwardFlops:
+    """numel(output 0) * a constant, for each input that needs a gradient."""
+
+    def flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+        return OpCost.from_flops(output_numel(node) * (flops_per_element * len(needs_grad)))
+
+    return flops
+
+
+def broadcast_temporaries(node: Node, needs_grad: frozenset[int]) -> tuple[tuple[str, Shape], ...]:
+    """A gradient of a broadcast input is computed at the output's size, then summed down
+    (`sum_to_size`): one output-sized temporary for each such input."""
+    out = node.outputs[0]
+    made = []
+    for index in sorted(needs_grad):
+        value = node.input(index)
+        if value is not None and out.shape is not None and value.numel != out.numel:
+            made.append((f"unreduced_grad{index}", out.shape))
+    return tuple(made)
+
+
+def pointwise_backward(
+    saves: tuple[SavedTensor, ...],
+    flops_per_element: int,
+    differentiable: tuple[int, ...] | None = None,
+    temporaries: BackwardTemporaries = no_temporaries,
+) -> BackwardRule:
+    return BackwardRule(saves, pointwise_backward_flops(flops_per_element), differentiable,
+                        temporaries=temporaries)
+
+
+def registered_backward_ops() -> list[tuple[str, str]]:
+    return sorted(_BACKWARD_RULES)
