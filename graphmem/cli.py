@@ -186,7 +186,9 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
         _refuse_torch_options(args)
         analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
                                 cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth,
-                                sweep=_sweep_request(args.sweep))
+                                sweep=_sweep_request(args.sweep), train=args.train,
+                                optimizer=args.optimizer, amp=args.amp,
+                                grad_accum=args.grad_accum)
     analysis = apply_distributed_options(analysis, args)
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
@@ -219,12 +221,13 @@ def _report_stem(model: str) -> str:
 
 
 def _refuse_torch_options(args: argparse.Namespace) -> None:
-    given = [flag for flag, value in (("--input", args.input), ("--train", args.train),
-                                      ("--amp", args.amp), ("--loss", args.loss)) if value]
+    given = [flag for flag, value in (("--input", args.input), ("--loss", args.loss)) if value]
     if given:
         raise GraphmemError(
             f"{', '.join(given)} apply to PyTorch models (file.py:fn); ONNX models take"
-            " --batch/--dim (training for ONNX graphs is not available yet)")
+            " --batch/--dim (and --train computes cross-entropy on the first output)")
+    if not args.train and (args.amp or args.grad_accum != 1):
+        raise GraphmemError("--amp/--grad-accum describe a training step: add --train")
 
 
 def _analyze_torch(args: argparse.Namespace) -> Analysis:

@@ -30,12 +30,18 @@ def analyze_torch(
     gpu: str | None = None,
     cuda_reserve_bytes: int | None = None,
     module_depth: int = 2,
+    plan: bool = True,
+    suggest: bool | None = None,
+    memory_budget_bytes: int | None = None,
 ) -> Analysis:
     """Analyze a PyTorch model for inference, or for one whole training step with `train`.
 
     `model` is an nn.Module (its weights are never read: only shapes and dtypes) or a
     `file.py:callable` / `package.module:callable` spec built on the meta device. `inputs`
     are example tensors, TensorSpecs, `"32x3x224x224:float32"` strings or shape tuples.
+    `suggest` adds suggestions (graphmem/torch_suggestions.py); None: only for a training step
+    over its budget (`memory_budget_bytes`, else the GPU's usable memory). `plan=False` skips
+    graphmem/planning.py.
     """
     _check_training_options(optimizer, amp, grad_accum)
     gpu_spec = find_gpu(gpu) if gpu else None
@@ -61,8 +67,14 @@ def analyze_torch(
         warnings=tuple(traced.notes),
     )
     binding = DimBinding(bound={}, free=(), batch_dim=None)
-    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training,
-                      module_depth)
+    analysis = run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training,
+                          module_depth, plan=plan)
+    if suggest is False:
+        return analysis
+    from graphmem.torch_suggestions import TrainingStep, suggestions_for
+
+    step = TrainingStep(module, tuple(specs), optimizer, amp, loss, gpu_spec) if train else None
+    return suggestions_for(analysis, step, suggest, memory_budget_bytes)
 
 
 def _as_spec(item: TensorSpec | torch.Tensor | str | tuple[int, ...]) -> TensorSpec:

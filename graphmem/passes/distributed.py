@@ -141,12 +141,19 @@ def _peak_step(profile: TrainingProfile, config: DistributedConfig, shard: _Shar
     """The step where gradients + temporaries + activations per rank are largest (the other
     parts are resident: the same at every step), with those three parts there."""
     grads = _scaler(layout.grad_scale, shard.gradients)
+    if config.strategy == "ddp" and config.ddp_gradient_as_bucket_view:
+        # The gradients are views of the buckets, which exist whole from the start.
+        full = profile.gradient_bytes
+        grads = _scaler(layout.grad_scale, 1)
+        parts_g = (full,) * len(profile.order)
+    else:
+        parts_g = profile.part_bytes[Part.GRADIENTS]
     temps = _scaler(tp.state_scale, shard.optimizer)
     split = _scaler(Fraction(1), config.tensor_parallel)
     parts = profile.part_bytes
     best = (-1, 0, (0, 0, 0))
     for step, (g, t, a, s) in enumerate(zip(
-            parts[Part.GRADIENTS], parts[Part.TEMPORARIES], parts[Part.ACTIVATIONS],
+            parts_g, parts[Part.TEMPORARIES], parts[Part.ACTIVATIONS],
             parts[Part.SPLIT_ACTIVATIONS], strict=True)):
         rank = (grads(g), temps(t), a + split(s))
         if sum(rank) > best[0]:

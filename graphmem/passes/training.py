@@ -361,6 +361,8 @@ class _Expansion:
 
 def _inputs_needing_grad(node: Node, rule: BackwardRule | None,
                          requires_grad: set[Value]) -> frozenset[int]:
+    if not any(v.dtype.is_float for v in node.outputs):
+        return frozenset()  # Shape, comparisons: autograd records nothing
     indices = range(len(node.inputs))
     if rule is not None and rule.differentiable is not None:
         indices = rule.differentiable

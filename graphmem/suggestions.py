@@ -1,0 +1,172 @@
+"""What to change so a model fits: typed suggestions, each with the saving graphmem computed.
+
+Front-door independent: the graph-level suggestions (in-place ops, FC heads, grouped convs)
+work on any analysed graph, ONNX or torch.fx; checkpointing, AMP and batch suggestions come
+from re-tracing a PyTorch model (graphmem/torch_suggestions.py) and are turned into cards here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphmem.analysis import Analysis
+from graphmem.passes.checkpoint_search import CheckpointPlan, PlanOutcome
+from graphmem.passes.checkpoint_segments import forward_nodes
+from graphmem.passes.dims import value_bytes
+from graphmem.passes.inplace import InplaceCandidate, find_inplace
+from graphmem.passes.layer_hints import FcHead, GroupedConv, find_fc_heads, find_grouped_convs
+from graphmem.units import format_bytes
+
+# Optimizer state slots per parameter (fp32 tensors the size of the parameter), see DESIGN.md
+STATE_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    kind: str  # checkpoint | inplace | amp | batch | grad_accum | fc_head | grouped_conv
+    title: str
+    targets: tuple[str, ...]  # module paths or node names it applies to
+    saves_bytes: int | None  # drop of the peak; None where graphmem could not re-analyse
+    new_peak_bytes: int | None  # the re-analysed peak after the change
+    extra_flops: int | None  # FLOPs the change adds per step (negative: removes)
+    extra_time_s: float | None  # roofline time it adds on the chosen GPU
+    snippet: str | None  # code to apply it
+    note: str  # how the numbers were computed, caveats
+
+
+@dataclass(frozen=True)
+class SuggestionReport:
+    budget_bytes: int | None
+    budget_source: str  # where the budget came from, "" when there is none
+    base_peak_bytes: int
+    suggestions: tuple[Suggestion, ...]
+    checkpoint_curve: tuple[PlanOutcome, ...]
+
+
+def graph_suggestions(analysis: Analysis) -> list[Suggestion]:
+    """In-place ops, FC heads and grouped convs of an analysed graph (ONNX or torch.fx)."""
+    graph = analysis.graph
+    if analysis.dims.free:
+        return []  # savings at the peak need every dim bound
+    sizes = value_bytes(graph, analysis.dims)
+    nodes = forward_nodes(graph) if analysis.mode == "training" else graph.nodes
+    found = [inplace_suggestion(c, graph.source_format)
+             for c in find_inplace(graph, sizes, nodes, analysis.dims.bound)]
+    slots = 1 + STATE_SLOTS.get(analysis.training.optimizer, 0) if analysis.training else 0
+    found += [fc_head_suggestion(head, slots)
+              for head in find_fc_heads(graph, analysis.params.count, sizes)]
+    convs = find_grouped_convs(graph, analysis.costs, sizes, nodes)
+    if convs:
+        found.append(grouped_conv_suggestion(convs, int(analysis.costs.total_flops)
+                                             if analysis.costs.total_flops.is_constant else 0))
+    return found
+
+
+def inplace_suggestion(candidate: InplaceCandidate, source_format: str) -> Suggestion:
+    where = candidate.module_path or candidate.node
+    if candidate.saves_bytes > 0:
+        note = (f"{candidate.input_name} dies at this op and is not saved for backward; liveness"
+                " re-run with the output sharing its storage")
+    else:
+        note = (f"{candidate.input_name} dies here, but the two are not both live at the peak:"
+                " saves 0 bytes at the peak (only at this op's own step)")
+    if source_format == "onnx":
+        snippet = None
+        note += "; ONNX Runtime's memory planner may already reuse this buffer"
+    else:
+        snippet = _inplace_snippet(candidate.op)
+    return Suggestion("inplace", f"run {candidate.op} in place ({where})", (candidate.node,),
+                      candidate.saves_bytes, candidate.new_peak_bytes, 0, 0.0, snippet, note)
+
+
+def _inplace_snippet(op: str) -> str:
+    modules = {"relu": "nn.ReLU(inplace=True)", "relu6": "nn.ReLU6(inplace=True)",
+               "silu": "nn.SiLU(inplace=True)", "hardswish": "nn.Hardswish(inplace=True)",
+               "leaky_relu": "nn.LeakyReLU(inplace=True)", "elu": "nn.ELU(inplace=True)",
+               "hardtanh": "nn.Hardtanh(inplace=True)"}
+    if op in modules:
+        return f"{modules[op]}  # or x = torch.{op}_(x)"
+    return f"x.{op}_(other)  # instead of x = x.{op}(other) / torch.{op}(x, ...)"
+
+
+def fc_head_suggestion(head: FcHead, slots: int) -> Suggestion:
+    copies = 1 + slots  # the weight, and in training its gradient and optimizer state
+    saves = head.removable_weight_bytes * copies
+    what = "weight" if copies == 1 else f"weight, its gradient and {copies - 2} optimizer states"
+    return Suggestion(
+        "fc_head",
+        f"{head.module_path or head.node}: {head.share_of_params:.0%} of all parameters",
+        (head.module_path or head.node,), saves, None, None, None,
+        "nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, out))",
+        f"the FC layer reads a flattened {head.spatial_positions}-position feature map; global"
+        f" average pooling first divides its weight by {head.spatial_positions}: saves"
+        f" {format_bytes(head.removable_weight_bytes)} per copy x {copies} ({what}); a"
+        " first-order figure from the weight's size, not re-analysed (the model must change)")
+
+
+def grouped_conv_suggestion(convs: list[GroupedConv], total_flops: int) -> Suggestion:
+    flops = sum(c.flops for c in convs)
+    saved = sum(c.output_bytes for c in convs if c.saved_for_backward)
+    share = f"{flops / total_flops:.1%}" if total_flops else "?"
+    return Suggestion(
+        "grouped_conv",
+        f"{len(convs)} grouped/depthwise convs: {share} of FLOPs, {format_bytes(saved)} saved",
+        tuple(c.module_path or c.node for c in convs), None, None, None, None, None,
+        "grouped and depthwise convs cut FLOPs by their group count but write full-size"
+        " outputs, so memory per FLOP rises and they are memory-bound on a GPU; cheap to"
+        " recompute, they are good checkpoint targets")
+
+
+def checkpoint_suggestion(plan: CheckpointPlan) -> Suggestion | None:
+    outcome = plan.chosen or plan.best_effort
+    if outcome is None or not outcome.modules:
+        return None
+    fits = plan.chosen is not None
+    note = ("the step re-traced with these modules checkpointed (torch.utils.checkpoint,"
+            " non-reentrant; make_fx records the recomputation in backward) and analysed again")
+    if plan.baseline is not None and plan.baseline.modules:
+        note += (f"; checkpointing every depth-{plan.depth} module instead peaks at"
+                 f" {format_bytes(plan.baseline.peak_bytes)} for"
+                 f" {plan.baseline.extra_flops:,} extra FLOPs")
+    if not fits:
+        note = "nothing found under the budget; the lowest peak found: " + note
+    title = (f"checkpoint {len(outcome.modules)} module(s)" if fits
+             else f"checkpointing {len(outcome.modules)} module(s) is not enough")
+    return Suggestion("checkpoint", title, outcome.modules,
+                      plan.base_peak_bytes - outcome.peak_bytes, outcome.peak_bytes,
+                      outcome.extra_flops, outcome.extra_time_s,
+                      checkpoint_snippet(outcome.modules), note)
+
+
+def checkpoint_snippet(modules: tuple[str, ...]) -> str:
+    paths = ", ".join(f'"{path}"' for path in modules)
+    return (
+        "import functools\n"
+        "from torch.utils.checkpoint import checkpoint\n\n"
+        f"for path in [{paths}]:\n"
+        "    module = model.get_submodule(path)\n"
+        "    module.forward = functools.partial(checkpoint, module.forward,"
+        " use_reentrant=False)\n"
+    )
+
+
+def memory_budget(analysis: Analysis, memory_budget_bytes: int | None) -> tuple[int | None, str]:
+    """The budget suggestions aim at: --memory-budget, else the GPU's usable memory."""
+    if memory_budget_bytes is not None:
+        return memory_budget_bytes, "--memory-budget"
+    if analysis.fit is not None:
+        return analysis.fit.usable_bytes, f"usable memory of the {analysis.fit.gpu.name}"
+    return None, ""
+
+
+def over_budget(analysis: Analysis, budget_bytes: int | None) -> bool:
+    peak = analysis.liveness.peak_bytes
+    return budget_bytes is not None and peak.is_constant and int(peak) > budget_bytes
+
+
+def graph_report(analysis: Analysis, memory_budget_bytes: int | None) -> SuggestionReport:
+    """Suggestions that need no re-trace (in-place, FC heads, grouped convs): any graph."""
+    budget, source = memory_budget(analysis, memory_budget_bytes)
+    peak = analysis.liveness.peak_bytes
+    base = int(peak) if peak.is_constant else 0
+    return SuggestionReport(budget, source, base, tuple(graph_suggestions(analysis)), ())
