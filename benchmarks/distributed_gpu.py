@@ -121,8 +121,9 @@ def main() -> None:
     print("| step | predicted | measured | error | predicted - plain | measured - plain |")
     print("|---|---:|---:|---:|---:|---:|")
     for name in ("plain", "ddp", "fsdp"):
-        error = (predicted[name] - measured[name]) / measured[name] if measured[name] else 0.0
-        print(f"| {name} | {predicted[name]:,} | {measured[name]:,} | {error:+.2%} |"
+        error = (f"{(predicted[name] - measured[name]) / measured[name]:+.2%}"
+                 if measured[name] else "-")  # nothing measured on the CPU
+        print(f"| {name} | {predicted[name]:,} | {measured[name]:,} | {error} |"
               f" {predicted[name] - predicted['plain']:,} |"
               f" {measured[name] - measured['plain']:,} |")
 

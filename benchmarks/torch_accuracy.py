@@ -54,12 +54,13 @@ def main() -> None:
     args = parser.parse_args()
     print(f"| model | input | step | predicted | measured ({args.device}) | error |")
     print("|---|---|---|---:|---:|---:|")
+    policy = "cuda" if args.device.startswith("cuda") else "cpu"  # whose autocast lists
     for name, model_class, spec_text in CASES + extra_cases():
         for train, optimizer, amp in STEPS:
             torch.manual_seed(0)
             spec = [parse_tensor_spec(spec_text)]
             analysis = analyze_torch(model_class(), spec, train=train, optimizer=optimizer,
-                                     amp=amp)
+                                     amp=amp, amp_policy=policy)
             predicted = int(analysis.liveness.activation_peak_bytes)
             measured = measure_step(model_class(), spec, train, optimizer, amp,
                                     device=args.device).peak_bytes

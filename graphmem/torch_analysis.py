@@ -33,6 +33,7 @@ def analyze_torch(
     plan: bool = True,
     suggest: bool | None = None,
     memory_budget_bytes: int | None = None,
+    amp_policy: str = "cuda",
 ) -> Analysis:
     """Analyze a PyTorch model for inference, or for one whole training step with `train`.
 
@@ -41,7 +42,8 @@ def analyze_torch(
     are example tensors, TensorSpecs, `"32x3x224x224:float32"` strings or shape tuples.
     `suggest` adds suggestions (graphmem/torch_suggestions.py); None: only for a training step
     over its budget (`memory_budget_bytes`, else the GPU's usable memory). `plan=False` skips
-    graphmem/planning.py.
+    graphmem/planning.py. `amp_policy` "cpu" traces AMP with CPU autocast's op lists alone
+    (to compare with a CPU run); "cuda" adds the ops CUDA autocast runs in fp32.
     """
     _check_training_options(optimizer, amp, grad_accum)
     gpu_spec = find_gpu(gpu) if gpu else None
@@ -50,7 +52,8 @@ def analyze_torch(
     specs = [_as_spec(item) for item in inputs]
     if not specs:
         raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
-    config = TrainConfig(optimizer=optimizer, amp=amp, loss=loss) if train else None
+    config = (TrainConfig(optimizer=optimizer, amp=amp, amp_policy=amp_policy, loss=loss)
+              if train else None)
     traced = trace_model(module, specs, config)
     graph = graph_from_trace(traced, type(module).__name__)
     training = None

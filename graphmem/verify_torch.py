@@ -55,7 +55,8 @@ def verify_torch(
     if device == "cuda" and not torch.cuda.is_available():
         raise GraphmemError("--provider cuda: torch sees no CUDA device here; drop the option"
                             " to measure on the CPU")
-    analysis = analyze_torch(spec, specs, train=train, optimizer=optimizer, amp=amp, loss=loss)
+    analysis = analyze_torch(spec, specs, train=train, optimizer=optimizer, amp=amp, loss=loss,
+                             amp_policy="cuda" if device.startswith("cuda") else "cpu")
     torch.manual_seed(seed)
     model = build_model(spec)  # real weights this time: the step runs for real
     measured = measure_step(model, specs, train, optimizer, amp, device=device, loss=loss)

@@ -87,7 +87,8 @@ def test_predicted_peak_matches_a_real_cpu_step(model_class: type, spec: str, tr
     # replayed in time order, above what was allocated before the step (parameters,
     # optimizer state and inputs), so it compares with graphmem's activation peak.
     torch.manual_seed(0)
-    analysis = analyze_torch(model_class(), [spec], train=train, optimizer=optimizer, amp=amp)
+    analysis = analyze_torch(model_class(), [spec], train=train, optimizer=optimizer, amp=amp,
+                             amp_policy="cpu")
     from graphmem.importers.torch_loader import parse_tensor_spec
 
     measured = measure_step(model_class(), [parse_tensor_spec(spec)], train, optimizer, amp)

@@ -35,6 +35,7 @@ from torch.optim.sgd import sgd as sgd_update
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphmem.errors import GraphmemError
+from graphmem.importers.torch_autocast import CudaAutocastPolicy
 from graphmem.importers.torch_loader import TensorSpec
 from graphmem.ir import Role
 
@@ -50,6 +51,9 @@ MODULE_KEY = "graphmem_module"
 class TrainConfig:
     optimizer: str = "adam"
     amp: str | None = None  # "fp16" | "bf16"
+    # whose autocast op lists the trace follows: "cuda" (the GPU graphmem predicts for) or
+    # "cpu" (to compare with a real CPU step); see graphmem/importers/torch_autocast.py
+    amp_policy: str = "cuda"
     loss: Callable[..., torch.Tensor] | None = None  # loss(output) -> scalar; default CE
 
 
@@ -205,7 +209,7 @@ def _training_step(
     steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
 
     def step(p: list, b: list, state: list, inputs: list) -> Any:
-        with _phase("forward"), _autocast(train.amp):
+        with _phase("forward"), _autocast(train.amp, train.amp_policy):
             output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
             loss = (train.loss or cross_entropy_loss)(output)
         with _phase("backward"):
@@ -259,12 +263,16 @@ def _optimizer_update(name: str, params: list, grads: list, state: list, steps: 
 
 
 @contextlib.contextmanager
-def _autocast(amp: str | None) -> Iterator[None]:
+def _autocast(amp: str | None, policy: str) -> Iterator[None]:
     if amp is None:
         yield
         return
-    # CPU autocast: its op lists follow CUDA's for matmul and conv (the memory-heavy ops).
-    with torch.autocast("cpu", dtype=AMP_DTYPES[amp]):
+    # CPU autocast: its lower-precision list matches CUDA's for matmul, linear and conv; the
+    # ops CUDA runs in fp32 on top of it come from CudaAutocastPolicy.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast("cpu", dtype=AMP_DTYPES[amp]))
+        if policy == "cuda":
+            stack.enter_context(CudaAutocastPolicy())
         yield
 
 
