@@ -100,3 +100,27 @@ def test_missing_path_and_directory(tmp_path: Path) -> None:
         load_onnx(tmp_path / "nope.onnx")
     with pytest.raises(GraphmemError, match="is a directory"):
         load_onnx(tmp_path)
+
+
+def test_inference_that_rewrites_declared_input_dims_is_discarded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # onnxruntime 1.30's symbolic rules turn a dynamo export's [batch, seq] input into
+    # [16, 16]; graphmem must keep the model's own dims and fall back to onnx's inference.
+    from graphmem.importers import onnx_importer
+
+    def rewriting(model: onnx.ModelProto, failed_ops: list[str]) -> onnx.ModelProto:
+        broken = onnx.ModelProto()
+        broken.CopyFrom(model)
+        dim = broken.graph.input[0].type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_param")
+        dim.dim_value = 16
+        return broken
+
+    monkeypatch.setattr(onnx_importer, "_ort_symbolic_inference", rewriting)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    imported = import_onnx(path)
+    assert imported.graph.values["h"].shape == (BATCH, SymInt.const(64))
+    assert imported.shape_inference == "onnx shape inference"
+    assert any("changed the input dims (x: ['batch', 32] became [16, 32])" in w
+               for w in imported.warnings)

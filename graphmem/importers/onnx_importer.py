@@ -170,6 +170,14 @@ def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.Mod
         )
         fallback = _onnx_inference(model, warnings)
         return (fallback, "onnx shape inference") if fallback else (model, "none")
+    changed = _changed_input_dims(model.graph, inferred.graph)
+    if changed:
+        warnings.append(
+            f"onnxruntime symbolic shape inference changed the input dims ({changed});"
+            " used onnx shape inference instead"
+        )
+        fallback = _onnx_inference(model, warnings)
+        return (fallback, "onnx shape inference") if fallback else (model, "none")
     if not failed_ops:
         return inferred, "onnxruntime symbolic shape inference"
     warnings.append(
@@ -180,6 +188,23 @@ def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.Mod
     if fallback is not None:
         _merge_value_infos(inferred.graph, fallback.graph)
     return inferred, "onnxruntime symbolic shape inference + onnx shape inference"
+
+
+def _dims_of(info: onnx.ValueInfoProto) -> list[str | int]:
+    return [d.dim_param or d.dim_value for d in info.type.tensor_type.shape.dim]
+
+
+def _changed_input_dims(before: onnx.GraphProto, after: onnx.GraphProto) -> str:
+    """The first graph input whose declared dims inference rewrote, as text ("" if none).
+    Inference must never change what the model declares: onnxruntime 1.30's symbolic rules
+    turn a dynamo export's [batch, seq] input into [16, 16] and its logits into rank 5."""
+    declared = {v.name: _dims_of(v) for v in before.input}
+    for info in after.input:
+        old = declared.get(info.name)
+        new = _dims_of(info)
+        if old is not None and old and old != new:
+            return f"{info.name}: {old} became {new}"
+    return ""
 
 
 def _onnx_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto | None:
