@@ -27,10 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `python benchmarks/accuracy.py` finds tests/ and graphmem/
 
 from graphmem.errors import GraphmemError  # noqa: E402 (needs the path above)
-from graphmem.runtimes.onnxruntime_runner import check_external_data  # noqa: E402
+from graphmem.runtimes.onnxruntime_runner import (  # noqa: E402
+    check_external_data,
+    with_random_weights,
+)
 from graphmem.verify import Verification, percent_error, verify_onnx  # noqa: E402
 
-DATE = "2026-11-22"
+DATE = "2026-11-23"
 MACHINE = f"2 cores, no GPU, onnxruntime {ort.__version__} CPU"
 
 
@@ -40,16 +43,21 @@ class Case:
     path: Path
 
 
-def sample_cases(notes: list[str]) -> list[Case]:
+def sample_cases(folder: Path, notes: list[str]) -> list[Case]:
+    """Every sample; a graph-only one (external weights not shipped) runs with random weights
+    written inline into a copy in `folder` (memory does not depend on the values)."""
     cases = []
     for path in sorted((ROOT / "samples").glob("*.onnx")):
+        name = path.name.removesuffix(".onnx")
         try:
             check_external_data(path)
         except GraphmemError:
-            notes.append(f"`samples/{path.name}` skipped: graph only (its external weight file"
-                         " is not shipped; graphmem analyzes it, onnxruntime cannot run it)")
-            continue
-        cases.append(Case(path.name.removesuffix(".onnx"), path))
+            copy_folder = folder / name
+            copy_folder.mkdir()
+            path = with_random_weights(path, copy_folder)
+            notes.append(f"`samples/{name}.onnx` is graph only: run with random weights")
+            name += " (random weights)"
+        cases.append(Case(name, path))
     return cases
 
 
@@ -96,10 +104,15 @@ def row(case: Case, dims: dict[str, int], result: Verification) -> str:
     optimized = result.optimized.activation_peak_bytes if result.optimized else 0
     in_order = result.predicted_in_runtime_order_bytes
     equal = sum(1 for n in result.nodes if n.matches)
+    model = result.runtime
     cells = [
         case.name, ", ".join(f"{k}={v}" for k, v in dims.items()),
-        f"{result.predicted_activation_peak_bytes:,}", f"{measured.activation_peak_bytes:,}",
-        f"**{result.error_pct:+.1f}%**",
+        f"{measured.peak_bytes:,}", _bytes(model.runtime_peak_bytes if model else None),
+        f"**{_pct(result.runtime_model_error_pct)}**",
+        f"{measured.activation_peak_bytes:,}", _bytes(result.runtime_model_activation_bytes),
+        f"**{_pct(result.runtime_model_activation_error_pct)}**",
+        f"{measured.arena_held_bytes:,}", _bytes(model.arena_held_bytes if model else None),
+        f"{result.predicted_activation_peak_bytes:,}", _pct(result.error_pct),
         f"{in_order:,}" if in_order is not None else "-",
         f"{measured.max_requested_at_node_end_bytes:,}", _pct(result.runtime_order_error_pct),
         f"{optimized:,}",
@@ -109,61 +122,64 @@ def row(case: Case, dims: dict[str, int], result: Verification) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
 
 HEADER = [
-    "| model | dims | graphmem activation peak | ORT peak - weights (DISABLE_ALL) | error"
-    " | graphmem in ORT's order | ORT requested at kernel end | error, same order"
-    " | ORT peak - weights (ENABLE_ALL) | error | node outputs equal |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "| model | dims | ORT mem_in_use_peak | graphmem ORT-CPU model | error"
+    " | ORT peak - weights | graphmem model - weights | error"
+    " | ORT mem_arena_held | graphmem arena held"
+    " | graphmem live-tensor peak | error vs peak - weights | graphmem in ORT's order"
+    " | ORT requested at kernel end | error, same order"
+    " | ORT peak - weights (ENABLE_ALL) | error vs live peak | node outputs equal |",
+    "|---|---|" + "---:|" * 16,
 ]
 
 EXPLANATION = """\
-Bytes. *graphmem activation peak*: `memory.activation_peak_bytes`, the live-tensor peak in the
-model's order less inputs, weights and constants (graph outputs included). *ORT peak -
-weights*: onnxruntime's `mem_in_use_peak` (the CPU arena's high-water mark, max over the
-profile's kernel events) less the arena bytes in use before the first kernel ran (the weights
-the arena holds); *error* = (graphmem - ORT) / ORT: the headline figure, what
-`graphmem verify` prints first. *graphmem in ORT's order*: graphmem's liveness replayed in the
-order onnxruntime ran the kernels. *ORT requested at kernel end*: the largest
-`mem_bytes_requested_in_use` after a kernel, less the same weights: the bytes onnxruntime asked
-for, before the arena rounds them up and without scratch that lives only inside a kernel;
-*error, same order* compares it with graphmem in ORT's order, which leaves the two allocation
-models alone. *node outputs equal*: kernels whose `output_size` equals graphmem's output bytes
-for that node (ORT_DISABLE_ALL, matched by name).
+Bytes, ORT_DISABLE_ALL unless said. *ORT mem_in_use_peak*: onnxruntime's profiler's
+`mem_in_use_peak` (the CPU arena's high-water mark, max over the kernel events); *graphmem
+ORT-CPU model*: `memory.runtime_peak_bytes` with `--runtime ort-cpu`
+(graphmem/passes/runtime_ort.py), its prediction; *error* = (graphmem - ORT) / ORT. *ORT peak -
+weights*: the same less the bytes in use before the first kernel ran (the weights onnxruntime
+prepacked or copied into its arena), against graphmem's prediction less its predicted weights
+(`memory.runtime.runtime_weights_bytes`): the run's own allocations, the harder half.
+*mem_arena_held*: what the arena holds (regions and weights), against
+`memory.runtime.arena_held_bytes`. *graphmem live-tensor peak*: `memory.activation_peak_bytes`,
+the ideal peak (every tensor freed at its last use, model order, inputs and weights left out),
+with its error against the peak - weights. *graphmem in ORT's order*: the live-tensor peak
+replayed in the order onnxruntime ran the kernels. *ORT requested at kernel end*: the largest
+`mem_bytes_requested_in_use` after a kernel, less the same weights (no arena rounding, no
+scratch that lives inside one kernel).
+*node outputs equal*: kernels whose `output_size` equals graphmem's output bytes for that node
+(ORT_DISABLE_ALL, matched by name).
 
-What `mem_in_use_peak` includes (found by experiment, onnxruntime 1.31 CPU): the weights the
-arena holds from session creation on (initializers, or the prepacked copies that replace
-MatMul/Gemm weights; some initializers stay outside the arena); every kernel output, graph
-outputs included; kernels' scratch buffers (Conv's im2col buffer, one per intra-op thread:
-tiny_cnn at batch 8 peaks 64 KiB above its live tensors with 1 thread, 128 KiB with 2, 512 KiB
-with 8); the BFC arena's rounding (a free chunk is split only when it is at least twice the
-request, so a 192 KiB tensor can take a 256 KiB chunk). It excludes the caller's inputs (numpy
-arrays of the right dtype are used in place). It is a high-water mark since the session was
-created, never reset between runs, so each measurement is the first run of a fresh session (no
-memory pattern yet).
+What the ORT-CPU model reproduces (onnxruntime 1.31 source, checked by these runs):
+- the execution order: a reverse depth-first walk from the leaf nodes (`GraphViewer`), not the
+  file's order;
+- the allocation plan: views for Reshape/Squeeze/Unsqueeze/Flatten/Identity, in place for
+  Relu, Sigmoid, Tanh, Softmax, Clip, Cast... (not Add or Mul) where the input dies and both
+  shapes are equal as onnxruntime infers them at session creation, and reuse of a freed buffer
+  whose inferred shape is equal dim by dim. A reused buffer is freed only after its last
+  tensor, so on the dynamo exports (which carry every shape) buffers wait, held, for the next
+  layer's tensor of the same shape: tiny_gpt.dynamo holds 2.4x its live-tensor peak. The
+  TorchScript exports leave most shapes unknown to onnxruntime, so there it frees at last use;
+- the BFC arena: 256-byte rounding, a free chunk handed out whole when it is less than twice
+  the request, coalescing, regions of 1 MiB doubling;
+- kernel scratch: Conv's im2col buffer (16,384 floats per thread used, by MlasConvPrepare's
+  rules) and Where's two broadcast selections.
 
-Where the two differ, and why:
-- In place and aliases: onnxruntime runs elementwise ops in place when their input dies there
-  (Relu, Clip, Add... declare `MayInplace`) and Reshape/Squeeze/Unsqueeze/Flatten as views of
-  their input. graphmem gives every ONNX output its own buffer, so it predicts more than
-  onnxruntime needs where a conv's output and its in-place activation carry the peak (tiny_cnn,
-  ResNet-18, MobileNetV2: +60% against the requested bytes in the same order).
-- Order: onnxruntime runs nodes in its own topological order, not the file's; tiny_llama's
-  SwiGLU then has four [batch, seq, hidden] tensors live at once instead of three. graphmem
-  replayed in onnxruntime's order matches the requested bytes to within 0.01% on the GPT and
-  Llama TorchScript exports.
-- Planned buffers: when the file carries the shapes of its intermediate tensors (`value_info`,
-  as the dynamo exporter writes them), onnxruntime plans buffer reuse before the run instead of
-  allocating and freeing as it goes, and holds far more: tiny_gpt.dynamo at batch 8 requests
-  4.1 MiB against 1.6 MiB live; with its value_info deleted the same graph requests 1.8 MiB.
-  graphmem's number is what an allocator that frees at last use needs.
-- Rounding and scratch: the arena's rounding and kernels' scratch (Conv's im2col buffers,
-  Where's broadcast) put `mem_in_use_peak` above the requested bytes: by 17-40% on the
-  transformer TorchScript samples, 25% on ResNet-18 and 74% on MobileNetV2 at batch 8.
-  graphmem models neither."""
+- the weights in the arena before the run: MatMul/Gemm weights prepacked for MLAS's SGEMM (N
+  rounded up to 16 columns, x K x 4 bytes, 64-byte aligned) and initializers of 127 bytes or
+  less, which onnxruntime copies (larger ones it uses in place, uncounted).
+
+Not modelled: ORT_ENABLE_ALL's fusions and layout changes (the last columns compare that run
+with the live-tensor peak only) and the memory pattern onnxruntime builds for later runs of the
+same shapes. Each measurement is the first run of a fresh session."""
 
 
 def main() -> None:
@@ -178,7 +194,7 @@ def main() -> None:
              f"`python benchmarks/accuracy.py` on {platform.machine()} Linux, Python"
              f" {platform.python_version()}; intra-op threads: onnxruntime's default.", ""]
     with tempfile.TemporaryDirectory(prefix="graphmem-accuracy-") as folder:
-        cases = sample_cases(notes) + exported_cases(Path(folder), notes)
+        cases = sample_cases(Path(folder), notes) + exported_cases(Path(folder), notes)
         print("\n".join(lines + HEADER), flush=True)
         table = []
         for line in rows(cases, batches, args.seq):

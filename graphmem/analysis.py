@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from graphmem.passes.kv_cache import KvCacheReport
     from graphmem.passes.max_batch import MaxBatchResult
     from graphmem.passes.roofline import RooflineResult
+    from graphmem.passes.runtime_model import RuntimeEstimate
     from graphmem.passes.schedule import ScheduleResult
     from graphmem.passes.sweep import SweepResult
     from graphmem.suggestions import SuggestionReport
@@ -42,7 +43,7 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class TrainingInfo:
-    """How the training step was traced (torch.fx path)."""
+    """How the training step was built (torch.fx trace, or graphmem/passes/training.py)."""
 
     optimizer: str  # sgd | momentum | adam | adamw
     amp: str | None  # fp16 | bf16 | None
@@ -80,6 +81,10 @@ class Analysis:
     # a training step over its memory budget)
     suggestions: SuggestionReport | None = None
     kv_cache: KvCacheReport | None = None
+    # graphmem/runtime_analysis.py (--runtime): what onnxruntime or PyTorch's CUDA allocator
+    # holds; runtime_note says why it is missing when it was asked for.
+    runtime: RuntimeEstimate | None = None
+    runtime_note: str = ""
 
     @property
     def peak_bytes(self) -> int | str:
@@ -122,6 +127,7 @@ def analyze_onnx(
     amp: str | None = None,
     grad_accum: int = 1,
     autocast_device: str = "cuda",
+    runtime: str | None = None,
 ) -> Analysis:
     """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`.
 
@@ -129,6 +135,8 @@ def analyze_onnx(
     `train=True` analyzes one training step built from the graph (graphmem/passes/
     training.py): `optimizer` sgd|momentum|adam|adamw, `amp` fp16|bf16, `grad_accum` N;
     `autocast_device` picks whose autocast op lists AMP follows ("cuda", or "cpu").
+    `runtime` ort-cpu|ort-cuda|torch-cuda adds that runtime's model (graphmem/
+    runtime_analysis.py; every dim must be bound).
     """
     gpu_spec = find_gpu(gpu) if gpu else None  # a typo fails before the model is read
     imported = import_onnx(path)
@@ -151,8 +159,14 @@ def analyze_onnx(
         imported.warnings.extend(step.warnings)
         training = TrainingInfo(optimizer, amp, grad_accum, step.micro_batch)
     info = _model_info(str(path), graph, imported.shape_inference, imported.warnings)
-    return run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training,
-                      module_depth=module_depth, sweep=sweep, plan=plan)
+    analysis = run_passes(graph, info, binding, gpu_spec, cuda_reserve_bytes, training,
+                          module_depth=module_depth, sweep=sweep, plan=plan)
+    if runtime is None:
+        return analysis
+    from graphmem.runtime_analysis import check_runtime, with_runtime
+
+    check_runtime(runtime, True, gpu_spec is not None, train)
+    return with_runtime(analysis, runtime, gpu_spec, cuda_reserve_bytes)
 
 
 def _unknown_shapes(graph: Graph) -> int:

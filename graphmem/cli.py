@@ -21,6 +21,12 @@ from graphmem import __version__
 from graphmem.check_command import add_check_parser, run_check_command
 from graphmem.distributed_command import add_distributed_options, apply_distributed_options
 from graphmem.errors import GraphmemError
+from graphmem.suggest_command import (
+    add_suggest_options,
+    budget_bytes,
+    wants_suggestions,
+    with_graph_suggestions,
+)
 from graphmem.verify_command import add_verify_parser, run_verify_command
 
 if TYPE_CHECKING:
@@ -100,14 +106,21 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
                         help="non-tensor CUDA memory to assume (default: measured, see README)")
     parser.add_argument("--depth", type=int, default=2, metavar="N",
                         help="group FLOPs, parameters and peak memory by module path at depth N")
+    parser.add_argument("--runtime", choices=("ort-cpu", "ort-cuda", "torch-cuda"),
+                        help="model what this runtime holds (default: ort-cuda for ONNX with"
+                        " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu)")
     parser.add_argument("--sweep", metavar="DIM=VALUES",
                         help="peak, fit, latency and throughput at each value of a dim, e.g."
                         " batch=1,2,4,...,256 (ONNX models)")
     add_distributed_options(parser)
+    add_suggest_options(parser)
     torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn or pkg.mod:fn)")
     torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
                                help="an example input, e.g. 32x3x224x224 or 4x1024:int64"
                                " (repeat for each positional input)")
+    torch_options.add_argument("--example-inputs", metavar="FILE.py:FN",
+                               help="a function returning the example inputs (a tensor or a"
+                               " tuple of them), called on the meta device; instead of --input")
     torch_options.add_argument("--train", action="store_true",
                                help="analyze one whole training step (forward, backward, update)")
     torch_options.add_argument("--optimizer", default="adam",
@@ -189,6 +202,11 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
                                 sweep=_sweep_request(args.sweep), train=args.train,
                                 optimizer=args.optimizer, amp=args.amp,
                                 grad_accum=args.grad_accum)
+        if wants_suggestions(args):
+            analysis = with_graph_suggestions(analysis, _budget(args), lambda amp: analyze_onnx(
+                model_path, batch=args.batch, dims=dims, gpu=args.gpu, plan=False, train=True,
+                optimizer=args.optimizer, amp=amp, grad_accum=args.grad_accum))
+    analysis = _with_runtime(args, analysis)
     analysis = apply_distributed_options(analysis, args)
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
@@ -203,6 +221,21 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
         write_html(analysis, html_path)
         console.print(f"HTML report written to {html_path}")
     return EXIT_OK
+
+
+def _with_runtime(args: argparse.Namespace, analysis: Analysis) -> Analysis:
+    """--runtime, or the default for the input kind (graphmem/runtime_analysis.py)."""
+    from graphmem.gpus import find_gpu
+    from graphmem.runtime_analysis import check_runtime, default_runtime, with_runtime
+
+    is_onnx = not _is_torch_spec(args.model)
+    has_gpu, training = args.gpu is not None, analysis.mode == "training"
+    runtime = args.runtime or default_runtime(is_onnx, has_gpu, training)
+    if runtime is None:
+        return analysis
+    check_runtime(runtime, is_onnx, has_gpu, training)
+    gpu = find_gpu(args.gpu) if has_gpu else None
+    return with_runtime(analysis, runtime, gpu, args.cuda_reserve)
 
 
 def _sweep_request(text: str | None) -> SweepRequest | None:
@@ -221,7 +254,8 @@ def _report_stem(model: str) -> str:
 
 
 def _refuse_torch_options(args: argparse.Namespace) -> None:
-    given = [flag for flag, value in (("--input", args.input), ("--loss", args.loss)) if value]
+    given = [flag for flag, value in (("--input", args.input), ("--loss", args.loss),
+                                      ("--example-inputs", args.example_inputs)) if value]
     if given:
         raise GraphmemError(
             f"{', '.join(given)} apply to PyTorch models (file.py:fn); ONNX models take"
@@ -241,9 +275,27 @@ def _analyze_torch(args: argparse.Namespace) -> Analysis:
         raise GraphmemError("--sweep varies a dynamic dim of an ONNX model; a PyTorch model is"
                             " traced at fixed shapes: run it once per --input instead")
     loss = load_callable(args.loss) if args.loss else None
+    _resolve_example_inputs(args)
     return analyze_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                          amp=args.amp, grad_accum=args.grad_accum, loss=loss, gpu=args.gpu,
-                         cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth)
+                         cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth,
+                         suggest=wants_suggestions(args), memory_budget_bytes=_budget(args))
+
+
+def _resolve_example_inputs(args: argparse.Namespace) -> None:
+    """--example-inputs FILE.py:FN becomes the --input list it stands for."""
+    from graphmem.importers.torch_loader import load_example_inputs, spec_text
+
+    if args.example_inputs is None:
+        return
+    if args.input:
+        raise GraphmemError("give the inputs either with --input or with --example-inputs,"
+                            " not both")
+    args.input = [spec_text(spec) for spec in load_example_inputs(args.example_inputs)]
+
+
+def _budget(args: argparse.Namespace) -> int | None:
+    return budget_bytes(args.memory_budget, args.gpu, args.cuda_reserve)
 
 
 def _dims_dict(bindings: list[tuple[str, int]]) -> dict[str, int]:

@@ -24,11 +24,17 @@ def onnx_training_step(graph: Graph, binding: DimBinding, optimizer: str, amp: s
     if not 1 <= grad_accum <= MAX_GRAD_ACCUM:
         raise GraphmemError(f"--grad-accum {grad_accum}: give a whole number from 1 to"
                             f" {MAX_GRAD_ACCUM}")
-    expanded = expand_training(graph, TrainingConfig(optimizer, amp, autocast_device))
+    config = TrainingConfig(optimizer, amp, autocast_device, grad_accum=grad_accum)
+    expanded = expand_training(graph, config)
     warnings = [
         "training step built from the inference graph: cross-entropy on the first output,"
-        " every float initializer trained, views as PyTorch makes them (README: Training"
-        " memory for ONNX models)"]
+        " every float initializer trained, views as PyTorch makes them (README:"
+        " Training memory for an ONNX graph)"]
+    if expanded.unfolded_batchnorms:
+        warnings.append(
+            f"{expanded.unfolded_batchnorms} Conv nodes carry a BatchNorm folded in at export:"
+            " trained as Conv + BatchNorm, as the PyTorch model is (export with"
+            " do_constant_folding=False to keep the BatchNorm nodes)")
     if expanded.no_backward_rule:
         ops = ", ".join(f"{op} ({count})" for op, count in expanded.no_backward_rule.items())
         warnings.append(f"no backward rule for {ops}: counted as saving every input they read;"

@@ -10,15 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphmem.analysis import Analysis
+from graphmem.gpus import GpuSpec
 from graphmem.passes.checkpoint_search import CheckpointPlan, PlanOutcome
 from graphmem.passes.checkpoint_segments import forward_nodes
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.inplace import InplaceCandidate, find_inplace
-from graphmem.passes.layer_hints import FcHead, GroupedConv, find_fc_heads, find_grouped_convs
+from graphmem.passes.layer_hints import (
+    FcHead,
+    GroupedConv,
+    find_fc_heads,
+    find_grouped_convs,
+    peak_with_pooled_head,
+)
 from graphmem.units import format_bytes
-
-# Optimizer state slots per parameter (fp32 tensors the size of the parameter), see DESIGN.md
-STATE_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 
 
 @dataclass(frozen=True)
@@ -41,20 +45,25 @@ class SuggestionReport:
     base_peak_bytes: int
     suggestions: tuple[Suggestion, ...]
     checkpoint_curve: tuple[PlanOutcome, ...]
+    notes: tuple[str, ...] = ()  # what could not be suggested, and why
 
 
-def graph_suggestions(analysis: Analysis) -> list[Suggestion]:
-    """In-place ops, FC heads and grouped convs of an analysed graph (ONNX or torch.fx)."""
+def graph_suggestions(analysis: Analysis, fc_heads: bool = True) -> list[Suggestion]:
+    """In-place ops, FC heads and grouped convs of an analysed graph (ONNX or torch.fx);
+    `fc_heads=False` leaves FC heads to a front door that can re-trace the model."""
     graph = analysis.graph
     if analysis.dims.free:
         return []  # savings at the peak need every dim bound
     sizes = value_bytes(graph, analysis.dims)
     nodes = forward_nodes(graph) if analysis.mode == "training" else graph.nodes
+    candidates = find_inplace(graph, sizes, nodes, analysis.dims.bound)
     found = [inplace_suggestion(c, graph.source_format)
-             for c in find_inplace(graph, sizes, nodes, analysis.dims.bound)]
-    slots = 1 + STATE_SLOTS.get(analysis.training.optimizer, 0) if analysis.training else 0
-    found += [fc_head_suggestion(head, slots)
-              for head in find_fc_heads(graph, analysis.params.count, sizes)]
+             for c in sorted(candidates, key=lambda c: -c.saves_bytes)]
+    if fc_heads:
+        base = int(analysis.liveness.peak_bytes)
+        for head in find_fc_heads(graph, analysis.params.count, sizes):
+            new_peak = peak_with_pooled_head(graph, sizes, head, analysis.dims.bound)
+            found.append(fc_head_suggestion(head, base, new_peak, None, GRAPH_FC_NOTE))
     convs = find_grouped_convs(graph, analysis.costs, sizes, nodes)
     if convs:
         found.append(grouped_conv_suggestion(convs, int(analysis.costs.total_flops)
@@ -89,35 +98,41 @@ def _inplace_snippet(op: str) -> str:
     return f"x.{op}_(other)  # instead of x = x.{op}(other) / torch.{op}(x, ...)"
 
 
-def fc_head_suggestion(head: FcHead, slots: int) -> Suggestion:
-    copies = 1 + slots  # the weight, and in training its gradient and optimizer state
-    saves = head.removable_weight_bytes * copies
-    what = "weight" if copies == 1 else f"weight, its gradient and {copies - 2} optimizer states"
+GRAPH_FC_NOTE = ("liveness re-run with the weight, its gradient and optimizer state (every"
+                 " tensor of its shape in those roles) at 1/(H*W) of their size; activations as"
+                 " they are")
+
+
+def fc_head_suggestion(head: FcHead, base_peak_bytes: int, new_peak_bytes: int,
+                       extra_flops: int | None, how: str) -> Suggestion:
     return Suggestion(
         "fc_head",
         f"{head.module_path or head.node}: {head.share_of_params:.0%} of all parameters",
-        (head.module_path or head.node,), saves, None, None, None,
+        (head.module_path or head.node,), base_peak_bytes - new_peak_bytes, new_peak_bytes,
+        extra_flops, None,
         "nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, out))",
         f"the FC layer reads a flattened {head.spatial_positions}-position feature map; global"
-        f" average pooling first divides its weight by {head.spatial_positions}: saves"
-        f" {format_bytes(head.removable_weight_bytes)} per copy x {copies} ({what}); a"
-        " first-order figure from the weight's size, not re-analysed (the model must change)")
+        f" average pooling first (Lin et al. 2014; ResNet's head) divides its weight by"
+        f" {head.spatial_positions} ({format_bytes(head.removable_weight_bytes)} less per copy);"
+        f" {how}; a change of architecture: the model must be retrained")
 
 
 def grouped_conv_suggestion(convs: list[GroupedConv], total_flops: int) -> Suggestion:
     flops = sum(c.flops for c in convs)
     saved = sum(c.output_bytes for c in convs if c.saved_for_backward)
     share = f"{flops / total_flops:.1%}" if total_flops else "?"
+    kept = f", {format_bytes(saved)} saved for backward" if saved else ""
     return Suggestion(
-        "grouped_conv",
-        f"{len(convs)} grouped/depthwise convs: {share} of FLOPs, {format_bytes(saved)} saved",
+        "grouped_conv", f"{len(convs)} grouped/depthwise convs: {share} of FLOPs{kept}",
         tuple(c.module_path or c.node for c in convs), None, None, None, None, None,
         "grouped and depthwise convs cut FLOPs by their group count but write full-size"
         " outputs, so memory per FLOP rises and they are memory-bound on a GPU; cheap to"
         " recompute, they are good checkpoint targets")
 
 
-def checkpoint_suggestion(plan: CheckpointPlan) -> Suggestion | None:
+def checkpoint_suggestion(plan: CheckpointPlan, base_flops: int,
+                          stateful: frozenset[str] = frozenset()) -> Suggestion | None:
+    """The plan as a card; `stateful`: modules whose forward writes a buffer in place."""
     outcome = plan.chosen or plan.best_effort
     if outcome is None or not outcome.modules:
         return None
@@ -128,10 +143,15 @@ def checkpoint_suggestion(plan: CheckpointPlan) -> Suggestion | None:
         note += (f"; checkpointing every depth-{plan.depth} module instead peaks at"
                  f" {format_bytes(plan.baseline.peak_bytes)} for"
                  f" {plan.baseline.extra_flops:,} extra FLOPs")
+    twice = [m for m in outcome.modules if m in stateful]
+    if twice:
+        note += (f"; {', '.join(twice)} update buffers in their forward (BatchNorm running"
+                 " statistics), which the recomputation updates a second time per step")
     if not fits:
         note = "nothing found under the budget; the lowest peak found: " + note
-    title = (f"checkpoint {len(outcome.modules)} module(s)" if fits
-             else f"checkpointing {len(outcome.modules)} module(s) is not enough")
+    more = f", +{outcome.extra_flops / base_flops:.0%} FLOPs" if base_flops > 0 else ""
+    title = (f"checkpoint {len(outcome.modules)} module(s){more}" if fits
+             else f"checkpointing {len(outcome.modules)} module(s) is not enough{more}")
     return Suggestion("checkpoint", title, outcome.modules,
                       plan.base_peak_bytes - outcome.peak_bytes, outcome.peak_bytes,
                       outcome.extra_flops, outcome.extra_time_s,
@@ -150,6 +170,11 @@ def checkpoint_snippet(modules: tuple[str, ...]) -> str:
     )
 
 
+def amp_for(gpu: GpuSpec | None) -> str:
+    """bf16 where the GPU runs it (or no GPU is named), else fp16."""
+    return "fp16" if gpu is not None and gpu.bf16_flops_per_s is None else "bf16"
+
+
 def memory_budget(analysis: Analysis, memory_budget_bytes: int | None) -> tuple[int | None, str]:
     """The budget suggestions aim at: --memory-budget, else the GPU's usable memory."""
     if memory_budget_bytes is not None:
@@ -164,9 +189,14 @@ def over_budget(analysis: Analysis, budget_bytes: int | None) -> bool:
     return budget_bytes is not None and peak.is_constant and int(peak) > budget_bytes
 
 
+FREE_DIMS_NOTE = ("savings at the peak need every dim bound: give --batch / --dim NAME=VALUE"
+                  " for in-place, FC-head and grouped-conv suggestions")
+
+
 def graph_report(analysis: Analysis, memory_budget_bytes: int | None) -> SuggestionReport:
     """Suggestions that need no re-trace (in-place, FC heads, grouped convs): any graph."""
     budget, source = memory_budget(analysis, memory_budget_bytes)
     peak = analysis.liveness.peak_bytes
     base = int(peak) if peak.is_constant else 0
-    return SuggestionReport(budget, source, base, tuple(graph_suggestions(analysis)), ())
+    notes = (FREE_DIMS_NOTE,) if analysis.dims.free else ()
+    return SuggestionReport(budget, source, base, tuple(graph_suggestions(analysis)), (), notes)

@@ -18,15 +18,20 @@ from graphmem.analysis import Analysis
 from graphmem.gpus import GpuSpec
 from graphmem.importers.torch_checkpoint import checkpointed
 from graphmem.importers.torch_loader import TensorSpec
+from graphmem.importers.torch_rewrites import can_pool, pooled_head
 from graphmem.passes.checkpoint_search import PlanOutcome, plan_checkpoints
 from graphmem.passes.checkpoint_segments import find_candidates
 from graphmem.passes.dims import value_bytes
+from graphmem.passes.layer_hints import find_fc_heads, peak_with_pooled_head
 from graphmem.passes.max_batch import find_max_batch
 from graphmem.passes.roofline import estimate_roofline
 from graphmem.suggestions import (
+    GRAPH_FC_NOTE,
     Suggestion,
     SuggestionReport,
+    amp_for,
     checkpoint_suggestion,
+    fc_head_suggestion,
     graph_report,
     graph_suggestions,
     memory_budget,
@@ -98,14 +103,36 @@ def torch_suggestions(base: Analysis, step: TrainingStep, budget_bytes: int | No
     candidates = find_candidates(base.graph, base.costs, sizes)
     plan = plan_checkpoints(candidates, peak(base), budget_bytes, reanalyze)
     found: list[Suggestion] = []
-    checkpoint = checkpoint_suggestion(plan)
+    stateful = frozenset(c.path for c in candidates if c.updates_buffers)
+    checkpoint = checkpoint_suggestion(plan, flops(base), stateful)
     if checkpoint is not None:
         found.append(checkpoint)
     found += amp_suggestions(base, step, outcome)
     if budget_bytes is not None:
         found += batch_suggestions(base, step, budget_bytes)
-    found += graph_suggestions(base)
+    found += graph_suggestions(base, fc_heads=False)
+    found += fc_head_suggestions(base, step)
     return SuggestionReport(budget_bytes, budget_source, peak(base), tuple(found), plan.curve)
+
+
+TORCH_FC_NOTE = ("the step re-traced with the layer replaced by global average pooling and a"
+                 " Linear(C, out) (graphmem/importers/torch_rewrites.py) and analysed again")
+
+
+def fc_head_suggestions(base: Analysis, step: TrainingStep) -> list[Suggestion]:
+    """FC heads on flattened feature maps, each re-traced with a pooled head."""
+    sizes = value_bytes(base.graph, base.dims)
+    found = []
+    for head in find_fc_heads(base.graph, base.params.count, sizes):
+        if can_pool(step.module, head.module_path, head.spatial_positions):
+            with pooled_head(step.module, head.module_path, head.spatial_positions):
+                changed = retrace(step, (), step.amp)
+            found.append(fc_head_suggestion(head, peak(base), peak(changed),
+                                            flops(changed) - flops(base), TORCH_FC_NOTE))
+        else:
+            new_peak = peak_with_pooled_head(base.graph, sizes, head, base.dims.bound)
+            found.append(fc_head_suggestion(head, peak(base), new_peak, None, GRAPH_FC_NOTE))
+    return found
 
 
 def amp_suggestions(base: Analysis, step: TrainingStep,
@@ -126,11 +153,6 @@ def amp_suggestions(base: Analysis, step: TrainingStep,
         "the step re-traced under autocast (CPU autocast's op lists, which follow CUDA's for"
         " matmul and conv) and analysed again; weights, gradients and optimizer state stay"
         f" fp32; {why}")]
-
-
-def amp_for(gpu: GpuSpec | None) -> str:
-    """bf16 where the GPU runs it (or no GPU is named), else fp16."""
-    return "fp16" if gpu is not None and gpu.bf16_flops_per_s is None else "bf16"
 
 
 def batch_suggestions(base: Analysis, step: TrainingStep, budget_bytes: int) -> list[Suggestion]:
@@ -189,6 +211,8 @@ def _batch_card(fit: BatchFit, amp: str | None, budget_bytes: int) -> Suggestion
     label = f" with autocast {amp}" if amp else ""
     if fit.max_batch == 0:
         title = f"even batch 1 does not fit{label}"
+    elif fit.max_batch >= MAX_SUGGESTED_BATCH:
+        title = f"largest batch that fits{label}: {fit.max_batch} or more (the search stops)"
     else:
         title = f"largest batch that fits{label}: {fit.max_batch}"
     return Suggestion(

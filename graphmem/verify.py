@@ -18,6 +18,7 @@ What is compared (numbers in README "Check the numbers"):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from graphmem.errors import GraphmemError
 from graphmem.ir import DType, Graph, Node, Role, Value
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.liveness import analyze_liveness
+from graphmem.passes.runtime_model import RuntimeEstimate
 from graphmem.runtimes.onnxruntime_runner import InputSpec, MeasuredRun
 from graphmem.symbolic import SymInt
 
@@ -68,6 +70,31 @@ class Verification:
     optimized: MeasuredRun | None  # ORT_ENABLE_ALL
     nodes: tuple[NodeComparison, ...]  # execution order
     unmatched_runtime_nodes: tuple[str, ...]
+    # graphmem's model of onnxruntime CPU (graphmem/passes/runtime_ort.py): its prediction of
+    # the measured `mem_in_use_peak` at ORT_DISABLE_ALL, weights in the arena included
+    runtime: RuntimeEstimate | None = None
+
+    @property
+    def runtime_model_error_pct(self) -> float | None:
+        """The runtime model against the measured `mem_in_use_peak` (ORT_DISABLE_ALL)."""
+        if self.runtime is None:
+            return None
+        return percent_error(self.runtime.runtime_peak_bytes, self.measured.peak_bytes)
+
+    @property
+    def runtime_model_activation_bytes(self) -> int | None:
+        """The runtime model's peak less the weights it puts in the arena before the run."""
+        if self.runtime is None:
+            return None
+        return self.runtime.runtime_peak_bytes - self.runtime.runtime_weights_bytes
+
+    @property
+    def runtime_model_activation_error_pct(self) -> float | None:
+        """The same less the weights on both sides: the run's own allocations alone."""
+        predicted = self.runtime_model_activation_bytes
+        if predicted is None:
+            return None
+        return percent_error(predicted, self.measured.activation_peak_bytes)
 
     @property
     def error_pct(self) -> float:
@@ -114,7 +141,13 @@ def verify_onnx(path: str | Path, batch: int | None = None,
     check_external_data(path)  # before a run: the one error names the missing file
     measured = run_onnx(path, specs, provider, "disabled", threads, seed)
     optimized = run_onnx(path, specs, provider, "all", threads, seed) if optimized_run else None
-    return compare(analysis, specs, measured, optimized)
+    result = compare(analysis, specs, measured, optimized)
+    if provider != "cpu":
+        return result
+    from graphmem.runtime_analysis import runtime_estimate
+
+    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads)
+    return dataclasses.replace(result, runtime=estimate)
 
 
 def input_specs(analysis: Analysis) -> tuple[InputSpec, ...]:

@@ -237,6 +237,8 @@ BACKWARD_TABLE: dict[str, tuple[tuple[SavedTensor, ...], int]] = {
 }
 _DIFFERENTIABLE = {"Where": (1, 2), "Pow": (0,), "Dropout": (0,), "Clip": (0,)}
 _BROADCAST_TEMPORARIES = frozenset({"Mul", "Div"})
+# the incoming gradient itself goes to these inputs (where not broadcast): no new tensor
+_PASSES_GRADIENT: dict[str, tuple[int, ...] | None] = {"Add": (0, 1), "Sub": (0,), "Sum": None}
 
 
 def _register_backward_table() -> None:
@@ -244,7 +246,7 @@ def _register_backward_table() -> None:
         temporaries = (broadcast_temporaries if op_type in _BROADCAST_TEMPORARIES
                        else no_temporaries)
         rule = pointwise_backward(saves, flops_per_element, _DIFFERENTIABLE.get(op_type),
-                                  temporaries)
+                                  temporaries, _PASSES_GRADIENT.get(op_type, ()))
         for domain in DOMAINS.get(op_type, ("",)):
             register_backward(rule, op_type, domain=domain)
 

@@ -174,6 +174,13 @@ class BackwardRule:
     # the input gradients are views of the incoming gradient (Reshape, Concat's slices)
     grad_view: bool = False
     temporaries: BackwardTemporaries = no_temporaries
+    # inputs whose gradient IS the incoming gradient when they have the output's shape
+    # (derivatives.yaml add: `self: grad`, `other: maybe_multiply(grad, alpha)` with alpha 1;
+    # sub's self): autograd hands the same tensor on, no copy. None: every input (Sum).
+    passes_gradient: tuple[int, ...] | None = ()
+
+    def passes_gradient_to(self, index: int) -> bool:
+        return self.passes_gradient is None or index in self.passes_gradient
 
 
 _BACKWARD_RULES: dict[tuple[str, str], BackwardRule] = {}
@@ -218,9 +225,10 @@ def pointwise_backward(
     flops_per_element: int,
     differentiable: tuple[int, ...] | None = None,
     temporaries: BackwardTemporaries = no_temporaries,
+    passes_gradient: tuple[int, ...] | None = (),
 ) -> BackwardRule:
     return BackwardRule(saves, pointwise_backward_flops(flops_per_element), differentiable,
-                        temporaries=temporaries)
+                        temporaries=temporaries, passes_gradient=passes_gradient)
 
 
 def registered_backward_ops() -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
 from graphmem.errors import GraphmemError
+from graphmem.importers.torch_trace import module_scope_guard
 
 
 @contextlib.contextmanager
@@ -62,7 +63,8 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
         def body(*inner: Any) -> Any:
             recomputing[0] = True
             try:
-                return functional_call(module, tensors, inner, kwargs)
+                with module_scope_guard():  # early stop leaves module annotations open
+                    return functional_call(module, tensors, inner, kwargs)
             finally:
                 recomputing[0] = False
 

@@ -53,6 +53,40 @@ def parse_tensor_spec(text: str) -> TensorSpec:
     return TensorSpec(tuple(int(d) for d in dims), _DTYPES[dtype_name])
 
 
+def load_example_inputs(spec: str) -> list[TensorSpec]:
+    """Call the user's `file.py:fn` that returns the example inputs (a tensor, or a tuple or
+    list of tensors or `SHAPE:dtype` strings) on the meta device: only shapes and dtypes are
+    kept, no memory is allocated."""
+    target = load_callable(spec)
+    if not callable(target) or inspect.isclass(target):
+        raise GraphmemError(f"--example-inputs {spec}: name a function that returns the inputs")
+    try:
+        with torch.device("meta"):
+            value = target()
+    except Exception as error:  # noqa: BLE001
+        raise GraphmemError(f"calling {spec}() failed: {_describe(error)} (it must return the"
+                            " example inputs with no arguments)") from None
+    items = list(value) if isinstance(value, tuple | list) else [value]
+    if not items:
+        raise GraphmemError(f"--example-inputs {spec} returned no inputs")
+    return [_input_spec(item, spec) for item in items]
+
+
+def spec_text(spec: TensorSpec) -> str:
+    """The `--input` text of a spec: `4x1024:int64`."""
+    name = next(n for n, d in _DTYPES.items() if d == spec.dtype)
+    return "x".join(str(d) for d in spec.shape) + f":{name}"
+
+
+def _input_spec(item: Any, spec: str) -> TensorSpec:
+    if isinstance(item, torch.Tensor):
+        return TensorSpec(tuple(int(d) for d in item.shape), item.dtype)
+    if isinstance(item, str):
+        return parse_tensor_spec(item)
+    raise GraphmemError(f"--example-inputs {spec} returned {type(item).__name__!r}: return a"
+                        " tensor, or a tuple of tensors or 'SHAPE:dtype' strings")
+
+
 def is_model_spec(text: str) -> bool:
     """`file.py:fn` or `pkg.mod:fn` (and not an existing file such as `model.onnx`)."""
     return ":" in text and not Path(text).exists() and not text.endswith(".onnx")

@@ -282,6 +282,27 @@ def _phase(name: str) -> Iterator[None]:
         yield
 
 
+# the annotation stacks of the traces running now, innermost last (see module_scope_guard)
+_ANNOTATION_STACKS: list[list[contextlib.ExitStack]] = []
+
+
+@contextlib.contextmanager
+def module_scope_guard() -> Iterator[None]:
+    """Close the module annotations a block opened and left open on the way out.
+
+    Non-reentrant checkpointing stops a recomputation early by raising inside a module's
+    forward, so that module's forward hook never runs; without this its path would label the
+    rest of the backward pass (graphmem/importers/torch_checkpoint.py wraps recomputation).
+    """
+    stack = _ANNOTATION_STACKS[-1] if _ANNOTATION_STACKS else []
+    depth = len(stack)
+    try:
+        yield
+    finally:
+        while len(stack) > depth:
+            stack.pop().close()
+
+
 @contextlib.contextmanager
 def _module_annotations(model: nn.Module) -> Iterator[None]:
     """Annotate every traced node with the path of the module running when it was made."""
@@ -304,8 +325,12 @@ def _module_annotations(model: nn.Module) -> Iterator[None]:
         if path:
             handles.append(module.register_forward_pre_hook(enter(path)))
             handles.append(module.register_forward_hook(leave))
+    _ANNOTATION_STACKS.append(stack)
     try:
         yield
     finally:
         for handle in handles:
             handle.remove()
+        while stack:  # a hook that never ran must not label the next trace
+            stack.pop().close()
+        _ANNOTATION_STACKS.remove(stack)

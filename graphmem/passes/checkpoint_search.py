@@ -8,8 +8,8 @@ dynamic programming:
     minimise  sum(forward_flops[m] for m in chosen)
     subject to sum(saved_bytes[m] for m in chosen) >= need_bytes
 
-with saved bytes counted in units of need/`_UNITS` rounded down (so a solution's true first-
-order saving is at least the need). Ties go to modules earlier in the forward pass: their
+with saved bytes counted in units of need/`_UNITS` (a solution's true first-order saving is
+checked to be at least the need). Ties go to modules earlier in the forward pass: their
 recomputation runs late in backward, when later modules' activations are already freed.
 
 The first-order saving ignores the recomputation's own transient memory, so every plan is
@@ -56,16 +56,21 @@ class CheckpointPlan:
 
 def cheapest_covering(candidates: Sequence[SegmentCandidate], need_bytes: int
                       ) -> tuple[SegmentCandidate, ...] | None:
-    """The least-FLOPs set whose saved bytes add up to `need_bytes`; None if none can."""
+    """The least-FLOPs set whose saved bytes add up to `need_bytes`; None if none can.
+
+    Bytes are counted in units of need/_UNITS, rounded down per module; each module loses less
+    than a unit to rounding, so sets within len(candidates) units of the target are checked
+    in true bytes too (three 1 GiB blocks cover 3 GiB though their units fall one short).
+    """
     if need_bytes <= 0:
         return ()
     if sum(c.saved_bytes for c in candidates) < need_bytes:
         return None
     unit = -(-need_bytes // _UNITS)
     target = -(-need_bytes // unit)
-    # best[j]: (flops, sum of first steps, chosen indexes) reaching at least j units
-    best: list[tuple[int, int, tuple[int, ...]] | None] = [None] * (target + 1)
-    best[0] = (0, 0, ())
+    # best[j]: (flops, sum of first steps, chosen indexes, true bytes) reaching j units
+    best: list[tuple[int, int, tuple[int, ...], int] | None] = [None] * (target + 1)
+    best[0] = (0, 0, (), 0)
     for index, candidate in enumerate(candidates):
         units = candidate.saved_bytes // unit
         for reached in range(target, -1, -1):  # descending: each candidate used once
@@ -73,13 +78,16 @@ def cheapest_covering(candidates: Sequence[SegmentCandidate], need_bytes: int
             if current is None:
                 continue
             new = min(target, reached + units)
-            option = (current[0] + candidate.forward_flops,
-                      current[1] + candidate.first_step, (*current[2], index))
-            if best[new] is None or option[:2] < best[new][:2]:  # type: ignore[index]
+            option = (current[0] + candidate.forward_flops, current[1] + candidate.first_step,
+                      (*current[2], index), current[3] + candidate.saved_bytes)
+            known = best[new]
+            if known is None or option[:2] < known[:2]:
                 best[new] = option
-    found = best[target]
-    if found is None:
+    covering = [state for state in best[max(target - len(candidates), 0):]
+                if state is not None and state[3] >= need_bytes]
+    if not covering:
         return None
+    found = min(covering, key=lambda state: state[:2])
     return tuple(candidates[i] for i in sorted(found[2]))
 
 
@@ -103,7 +111,7 @@ def plan_checkpoints(candidates: Sequence[SegmentCandidate], base_peak_bytes: in
             plan = _fit_budget(group, base_peak_bytes, budget_bytes, measured)
             if plan is not None and (chosen is None or plan.extra_flops < chosen.extra_flops):
                 chosen, chosen_depth = plan, depth
-    depth = chosen_depth if chosen_depth is not None else _most_saving_depth(by_depth)
+    depth = chosen_depth if chosen_depth is not None else _lowest_peak_depth(by_depth, measured)
     group = by_depth.get(depth, []) if depth is not None else []
     baseline = measured(tuple(c.path for c in group)) if group else None
     curve = _curve(group, measured, chosen if chosen_depth == depth else None)
@@ -129,15 +137,28 @@ def _fit_budget(group: list[SegmentCandidate], base_peak_bytes: int, budget_byte
     return everything if everything.peak_bytes <= budget_bytes else None
 
 
-def _most_saving_depth(by_depth: dict[int, list[SegmentCandidate]]) -> int | None:
+def _lowest_peak_depth(by_depth: dict[int, list[SegmentCandidate]], measured: Reanalyze
+                       ) -> int | None:
+    """The depth whose every-module plan re-analyses to the lowest peak (then fewest FLOPs).
+
+    Re-analysed, not first-order: checkpointing one module that spans the whole model
+    (`blocks`) saves all its activations to a first order and nothing in fact, since backward
+    recomputes them all at once.
+    """
     if not by_depth:
         return None
-    return max(by_depth, key=lambda d: (sum(c.saved_bytes for c in by_depth[d]), -d))
+
+    def key(depth: int) -> tuple[int, int, int]:
+        outcome = measured(tuple(c.path for c in by_depth[depth]))
+        return outcome.peak_bytes, outcome.extra_flops, depth
+
+    return min(by_depth, key=key)
 
 
 def _curve(group: list[SegmentCandidate], measured: Reanalyze, chosen: PlanOutcome | None
            ) -> tuple[PlanOutcome, ...]:
-    """Re-analysed plans for a range of needed savings at one depth, cheapest first."""
+    """Re-analysed plans for a range of needed savings at one depth, cheapest first; a plan
+    that costs more FLOPs than another without a lower peak is left out."""
     total = sum(c.saved_bytes for c in group)
     points = {(): measured(())}
     if chosen is not None:
@@ -147,4 +168,8 @@ def _curve(group: list[SegmentCandidate], measured: Reanalyze, chosen: PlanOutco
         if chosen is not None:
             modules = tuple(c.path for c in chosen)
             points[modules] = measured(modules)
-    return tuple(sorted(points.values(), key=lambda p: (p.extra_flops, p.peak_bytes)))
+    front: list[PlanOutcome] = []  # the Pareto front: each point lowers the peak further
+    for point in sorted(points.values(), key=lambda p: (p.extra_flops, p.peak_bytes)):
+        if not front or point.peak_bytes < front[-1].peak_bytes:
+            front.append(point)
+    return tuple(front)

@@ -37,6 +37,7 @@ class SegmentCandidate:
     saved_bytes: int  # saved activations it makes that do not leave it
     forward_flops: int  # what recomputing it costs
     single_tensor_input: bool  # its one activation input is a single-tensor cut
+    updates_buffers: bool = False  # writes a buffer in place (BatchNorm's running statistics)
 
 
 def forward_nodes(graph: Graph) -> list[Node]:
@@ -71,6 +72,7 @@ def find_candidates(graph: Graph, costs: CostReport, sizes: Mapping[str, SymInt 
             saved_bytes=saved,
             forward_flops=sum(_int(flops_by_node.get(n.name, SymInt())) for n in nodes),
             single_tensor_input=_single_cut_input(nodes, cuts),
+            updates_buffers=any(_writes_buffer(node) for node in nodes),
         ))
     return candidates
 
@@ -85,6 +87,13 @@ def _saved_inside(nodes: list[Node], sizes: Mapping[str, SymInt | None]) -> int:
             if all(reader in inside or _is_gradient_side(reader) for reader in value.consumers):
                 total += _int(sizes.get(value.name) or SymInt())
     return total
+
+
+def _writes_buffer(node: Node) -> bool:
+    """An in-place aten op (`add_`: its overload packet ends in `_`) on a buffer."""
+    packet = node.op_type.split(".")[1] if node.domain == "aten" and "." in node.op_type else ""
+    return packet.endswith("_") and any(v.storage.role is Role.BUFFER
+                                        for v in node.present_inputs)
 
 
 def _is_gradient_side(node: Node) -> bool:

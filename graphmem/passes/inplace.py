@@ -2,7 +2,10 @@
 
 An op can run in place when its input dies at that op: no later node reads the input (or a
 view of it), the input is an ordinary activation (not saved for backward, not a graph input,
-output or weight) and the output has the input's size and dtype. What it saves is re-computed,
+output or weight) and the output has the input's size and dtype. Only `add`/`mul` can write
+into either operand (`y.add_(x)` for `x + y`); other ops write into input 0. A Python variable
+that still holds the input (`Value.held_until`) without reading it does not stop it: the shared
+storage then lives as long as the variable, which liveness counts. What it saves is re-computed,
 not assumed: liveness runs again with the op's output an alias of its input (sharing its
 storage, as `relu_` does). The saving is the drop of the peak: zero when the input and output
 are not both live at the peak step (the op still saves memory at its own step, but the peak
@@ -26,6 +29,8 @@ INPLACE_OPS = frozenset({
     "exp", "Relu", "LeakyRelu", "Elu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip",
     "Add", "Sub", "Mul", "Div", "Neg", "Exp",
 })
+# where either operand can take the result (`y.add_(x)` for `x + y`); others write input 0
+COMMUTATIVE_OPS = frozenset({"add", "mul", "Add", "Mul"})
 MAX_CANDIDATES = 200  # liveness re-runs per analysis
 
 
@@ -81,13 +86,15 @@ def _dying_input(node: Node, readers: Mapping[Value, list[Node]], position: Mapp
     out = node.outputs[0]
     if out.alias_of is not None:
         return None
-    for value in node.present_inputs:
-        if value.alias_of is not None or value.role is not Role.ACTIVATION or value in outputs:
-            continue
+    operands = node.present_inputs if op_name(node) in COMMUTATIVE_OPS else node.inputs[:1]
+    for value in operands:
+        if value is None or value.alias_of is not None or value.role is not Role.ACTIVATION \
+                or value in outputs:
+            continue  # a view, saved for backward, an input, a weight or a graph output
         if value.dtype is not out.dtype or sizes.get(value.name) != sizes.get(out.name):
             continue
-        if value.held_until is not None and position.get(value.held_until, -1) > position[node]:
-            continue  # a Python variable still holds it after the op
+        # no later reader of it or of a view of it; a Python variable may still hold it
+        # (`Value.held_until`): liveness keeps the shared storage that long
         if all(position[reader] <= position[node] for reader in readers.get(value, [])):
             return value
     return None

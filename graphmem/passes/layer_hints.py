@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from graphmem.ir import Graph, Node, Role, Value
 from graphmem.passes.costs import CostReport
 from graphmem.passes.inplace import op_name
+from graphmem.passes.liveness import analyze_liveness
 from graphmem.symbolic import SymInt
 
 MATMUL_OPS = frozenset({"addmm", "mm", "linear", "Gemm", "MatMul"})
 FLATTEN_OPS = frozenset({"view", "reshape", "flatten", "_unsafe_view", "Flatten", "Reshape"})
 CONV_OPS = frozenset({"convolution", "conv2d", "Conv"})
+# tensors the size of a parameter: the weight, its gradient, optimizer state, update temporaries
+_WEIGHT_LIKE_ROLES = frozenset({Role.PARAMETER, Role.GRADIENT, Role.OPTIMIZER_STATE,
+                                Role.TEMPORARY})
 FC_HEAD_SHARE = 0.25  # a layer holding at least this share of the parameters is flagged
 
 
@@ -67,6 +71,21 @@ def find_fc_heads(graph: Graph, total_params: int,
         heads.append(FcHead(node.name, node.module_path, weight.name, count, share, positions,
                             weight_bytes - weight_bytes // positions))
     return heads
+
+
+def peak_with_pooled_head(graph: Graph, sizes: Mapping[str, SymInt | None], head: FcHead,
+                          dims: Mapping[str, int]) -> int:
+    """The model-order peak with the head's weight H*W times smaller: liveness re-run with the
+    weight and every tensor of its shape in a weight-like role (its gradient, optimizer state
+    and update temporaries) at 1/(H*W) of their size. Activations are left as they are."""
+    weight = graph.values[head.weight]
+    shrunk = dict(sizes)
+    for value in graph.values.values():
+        if value.alias_of is None and value.role in _WEIGHT_LIKE_ROLES \
+                and value.shape == weight.shape and value.dtype is weight.dtype:
+            shrunk[value.name] = SymInt.const(_int(sizes.get(value.name)) // head.spatial_positions)
+    peak = analyze_liveness(graph, shrunk, dims=dims).peak_bytes
+    return int(peak) if peak.is_constant else int(peak.evaluate(dict(dims)))
 
 
 def _weight(node: Node) -> Value | None:

@@ -86,8 +86,13 @@ def training_phases(graph: Graph) -> tuple[PhaseSpan, ...]:
 
 
 def _is_backward(node: Node) -> bool:
-    """Makes a gradient, or only views of gradients (`t(mm)` of a weight's gradient)."""
+    """Makes a gradient, or only views of gradients (`t(mm)` of a weight's gradient).
+
+    A node that reads nothing is not: with gradient accumulation the step starts with the
+    .grad tensors of the earlier micro-batches (graphmem/passes/training.py)."""
     outputs = node.outputs
+    if not node.present_inputs:
+        return False
     makes = any(v.alias_of is None and v.role in _BACKWARD_ROLES for v in outputs)
     views = bool(outputs) and all(
         v.alias_of is not None and v.storage.role in _BACKWARD_ROLES for v in outputs)

@@ -12,11 +12,17 @@ The forward graph becomes, in this order:
    gets its gradients summed in place, as autograd's InputBuffer does) and of parameters
    (GRADIENT, held until the optimizer step ends);
 3. the optimizer update (training_steps.py), with its state resident (OPTIMIZER_STATE).
+   With gradient accumulation, every .grad exists from the start (the earlier micro-batches
+   left it) and each new parameter gradient is added into it in place, then freed.
+As in eager PyTorch, a Cast to the tensor's own type is the tensor itself, and add/sub hand
+the incoming gradient on to a same-shaped input without a copy. What exporters did to the
+graph (merged initializers, running statistics, BatchNorm folded into convs) is undone first
+(training_exports.py).
 The model's outputs stay alive until backward ends (the training loop holds them in a Python
 variable, `out = model(x); loss = ce(out, y); loss.backward()`), and saved tensors of nodes
 that no gradient reaches are freed with the autograd graph when backward ends. Every float
-initializer of more than one element is a trainable parameter (ONNX cannot tell a frozen
-weight or a folded buffer from a trained one).
+initializer of more than one element, BatchNorm running statistics aside, is a trainable
+parameter (ONNX cannot tell a frozen weight or a folded buffer from a trained one).
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ from graphmem.costs.registry import (
 )
 from graphmem.errors import GraphmemError
 from graphmem.ir import RESIDENT_ROLES, DType, Graph, Node, Role, Value
+from graphmem.passes.training_exports import (
+    folded_batchnorm_bias,
+    identity_of_resident,
+    running_statistics,
+)
 from graphmem.passes.training_fusion import fuse_pointwise_regions
 from graphmem.passes.training_precision import (
     AUTOCAST_DEVICES,
@@ -62,6 +73,12 @@ class TrainingConfig:
     autocast_device: str = "cuda"  # whose autocast op lists: "cuda" or "cpu"
     # decomposed activations (tanh-GELU, SiLU) as the one PyTorch op they came from
     fuse_pointwise: bool = True
+    # a BatchNorm that the exporter folded into a conv is trained as Conv + BatchNorm
+    # (graphmem/passes/training_exports.py)
+    unfold_batchnorm: bool = True
+    # micro-batches per optimizer step: above 1, every parameter's .grad exists before the
+    # forward starts (from the second micro-batch on) and backward adds into it
+    grad_accum: int = 1
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,7 @@ class TrainingGraph:
     graph: Graph
     no_backward_rule: dict[str, int]  # op type -> nodes counted as saving all their inputs
     loss: str  # name of the loss value
+    unfolded_batchnorms: int = 0  # convs given back the BatchNorm folded into them
 
 
 @dataclass(eq=False)
@@ -91,10 +109,13 @@ def expand_training(graph: Graph, config: TrainingConfig) -> TrainingGraph:
     forward = graph.nodes
     if config.fuse_pointwise:
         forward = fuse_pointwise_regions(graph.nodes, graph.outputs)
-    for node in [*forward, *src_loss_nodes]:
+    for node in forward:
         expansion.copy_forward(node)
+    for node in src_loss_nodes:  # cross_entropy is on both autocast fp32 lists
+        expansion.copy_forward(node, Precision.FLOAT32)
     expansion.save_for_backward()
     expansion.run_backward(expansion.mapped[loss])
+    expansion.allocate_grad_buffers()
     expansion.add_optimizer()
     return expansion.finish(graph, [expansion.mapped[v] for v in graph.outputs],
                             expansion.mapped[loss])
@@ -106,6 +127,8 @@ def _check_config(config: TrainingConfig) -> None:
                             f" {', '.join(OPTIMIZERS)}")
     if config.amp is not None and config.amp not in HALF_DTYPES:
         raise GraphmemError(f"--amp {config.amp}: choose fp16 or bf16")
+    if config.grad_accum < 1:
+        raise GraphmemError(f"--grad-accum {config.grad_accum}: give 1 or more micro-batches")
     if config.autocast_device not in AUTOCAST_DEVICES:
         raise GraphmemError(f"autocast device {config.autocast_device}: choose cuda or cpu")
 
@@ -139,6 +162,8 @@ class _Expansion:
     backward_nodes: list[Node] = field(default_factory=list)
     no_rule: Counter[str] = field(default_factory=Counter)
     inputs: list[Value] = field(default_factory=list)
+    grad_buffers: dict[Value, Value] = field(default_factory=dict)  # parameter -> its .grad
+    unfolded_batchnorms: int = 0
 
     # ----- values ---------------------------------------------------------------------------
     def new_value(self, name: str, dtype: DType, shape: object, role: Role,
@@ -150,8 +175,10 @@ class _Expansion:
 
     def copy_residents(self, graph_inputs: list[Value], constants: list[Value]) -> None:
         residents = [v for v in self.source.values.values() if v.role in RESIDENT_ROLES]
+        statistics = running_statistics(self.source)
         for value in dict.fromkeys([*residents, *graph_inputs, *constants]):
-            self.mapped[value] = self.new_value(value.name, value.dtype, value.shape, value.role)
+            role = Role.BUFFER if value in statistics else value.role
+            self.mapped[value] = self.new_value(value.name, value.dtype, value.shape, role)
         self.inputs = [self.mapped[v] for v in graph_inputs]
 
     @property
@@ -159,8 +186,17 @@ class _Expansion:
         return HALF_DTYPES[self.config.amp] if self.config.amp else None
 
     # ----- forward --------------------------------------------------------------------------
-    def copy_forward(self, node: Node) -> None:
-        precision = op_precision(node, self.config.autocast_device)
+    def copy_forward(self, node: Node, precision: Precision | None = None) -> None:
+        resident = identity_of_resident(node, self.mapped)
+        if resident is not None:  # an exporter's alias of a deduplicated initializer
+            self.mapped[node.outputs[0]] = resident
+            return
+        bias = folded_batchnorm_bias(node) if self.config.unfold_batchnorm else None
+        if bias is not None:  # the conv without its folded bias, then the BatchNorm
+            node = Node(node.name, node.op_type, node.inputs[:2], list(node.outputs),
+                        dict(node.attributes), node.domain, node.module_path)
+        if precision is None:
+            precision = op_precision(node, self.config.autocast_device)
         inputs = [self.autocast_input(node, v, precision) for v in node.inputs]
         copy = Node(node.name, node.op_type, inputs, [], dict(node.attributes), node.domain,
                     node.module_path, node.subgraph_node_count)
@@ -173,6 +209,25 @@ class _Expansion:
             copy.outputs.append(out)
         self.as_view(copy)
         self.add_forward(copy)
+        if bias is not None:
+            self.add_batchnorm(copy, self.mapped[bias], node.outputs[0])
+
+    def add_batchnorm(self, conv: Node, beta: Value, source_output: Value) -> None:
+        """Training-mode BatchNorm after `conv`: the folded bias is its beta, gamma is a new
+        parameter, the running statistics new buffers (training_exports.py)."""
+        made = conv.outputs[0]
+        gamma = self.new_value(f"{conv.name}/batchnorm.weight", beta.dtype, beta.shape,
+                               Role.PARAMETER)
+        statistics = [self.new_value(f"{conv.name}/batchnorm.{label}", beta.dtype, beta.shape,
+                                     Role.BUFFER) for label in ("running_mean", "running_var")]
+        node = Node(f"{conv.name}/batchnorm", "BatchNormalization",
+                    [made, gamma, beta, *statistics], [], module_path=conv.module_path)
+        out = self.new_value(f"{made.name}/batchnorm", made.dtype, made.shape, Role.ACTIVATION,
+                             node)
+        node.outputs.append(out)
+        self.mapped[source_output] = out
+        self.add_forward(node)
+        self.unfolded_batchnorms += 1
 
     def add_forward(self, node: Node) -> None:
         self.nodes.append(node)
@@ -202,6 +257,8 @@ class _Expansion:
         """Outputs of ops PyTorch runs as views share their input's storage."""
         rule = find_backward_rule(node.op_type, node.domain)
         base = node.input(0)
+        if base is not None and _same_type_cast(node, base):
+            rule = BackwardRule((), rule.flops, view=True, grad_view=True) if rule else None
         if rule is None or not rule.view or base is None:
             return
         if node.op_type in _RESHAPING_VIEWS and base.storage in self.noncontiguous:
@@ -286,15 +343,15 @@ class _Expansion:
             f"{node.name}/backward", node.op_type, [*grad_outputs, *self.saved[node]], [],
             dict(node.attributes), _backward_domain(node.domain), node.module_path,
             forward=node, needs_grad=needs)
-        grad_view = rule is not None and rule.grad_view and len(grad_outputs) == 1
         made = []
         for index in sorted(needs):
             target = node.inputs[index]
             if target is None:
                 continue
             role = Role.GRADIENT if target.role is Role.PARAMETER else Role.ACTIVATION_GRADIENT
+            view = _gradient_is_view(rule, node, index, grad_outputs)
             grad = self.new_value(f"grad[{target.name}]", target.dtype, target.shape, role,
-                                  alias_of=grad_outputs[0] if grad_view else None)
+                                  alias_of=grad_outputs[0] if view else None)
             backward.outputs.append(grad)
             made.append((target, grad))
         for label, shape in (rule.temporaries(node, needs) if rule else ()):
@@ -308,6 +365,9 @@ class _Expansion:
     def accumulate(self, target: Value, grad: Value) -> None:
         """A second gradient of `target` is added to the first, in place when it owns its
         storage (autograd's InputBuffer), else into a new tensor."""
+        if target.role is Role.PARAMETER and self.config.grad_accum > 1:
+            self.accumulate_into_grad_buffer(target, grad)
+            return
         old = self.grads.get(target)
         if old is None:
             self.grads[target] = grad
@@ -315,10 +375,42 @@ class _Expansion:
         in_place = old.alias_of is None
         total = self.new_value(f"grad[{target.name}]", old.dtype, old.shape, old.role,
                                alias_of=old if in_place else None)
+        if target.role is Role.PARAMETER:  # only the sum is the parameter's gradient
+            grad.role = Role.ACTIVATION_GRADIENT
+            if not in_place:
+                old.role = Role.ACTIVATION_GRADIENT
         self.add_backward(Node(f"{grad.name}/accumulate", "GradAccumulate", [old, grad],
                                [total], domain=TRAINING_DOMAIN,
                                module_path=grad.producer.module_path if grad.producer else ""))
         self.grads[target] = total
+
+    def accumulate_into_grad_buffer(self, target: Value, grad: Value) -> None:
+        """Gradient accumulation: AccumulateGrad adds each new gradient into the parameter's
+        existing .grad in place (`param.grad += new`), and the new one is freed."""
+        grad.role = Role.ACTIVATION_GRADIENT
+        buffer = self.grad_buffers.get(target)
+        if buffer is None:
+            buffer = self.new_value(f"{target.name}.grad", target.dtype, target.shape,
+                                    Role.GRADIENT)
+            self.grad_buffers[target] = buffer
+        current = self.grads.get(target, buffer)
+        total = self.new_value(f"grad[{target.name}]", buffer.dtype, buffer.shape,
+                               Role.GRADIENT, alias_of=buffer)
+        self.add_backward(Node(f"{grad.name}/accumulate", "GradAccumulate", [current, grad],
+                               [total], domain=TRAINING_DOMAIN,
+                               module_path=grad.producer.module_path if grad.producer else ""))
+        self.grads[target] = total
+
+    def allocate_grad_buffers(self) -> None:
+        """The .grad tensors of the earlier micro-batches, alive from the step's start."""
+        if not self.grad_buffers:
+            return
+        node = Node("optimizer/accumulated_grads", "GradBuffers", [],
+                    list(self.grad_buffers.values()), domain=TRAINING_DOMAIN,
+                    module_path="optimizer")
+        for value in node.outputs:
+            value.producer = node
+        self.nodes.insert(0, node)
 
     # ----- optimizer ------------------------------------------------------------------------
     def add_optimizer(self) -> None:
@@ -356,7 +448,8 @@ class _Expansion:
         loss.role = Role.OUTPUT
         graph = Graph(f"{source.name}", self.nodes, self.values, self.inputs, [loss],
                       source.opset, source.source_format)
-        return TrainingGraph(graph, dict(sorted(self.no_rule.items())), loss.name)
+        return TrainingGraph(graph, dict(sorted(self.no_rule.items())), loss.name,
+                             self.unfolded_batchnorms)
 
 
 def _inputs_needing_grad(node: Node, rule: BackwardRule | None,
@@ -383,6 +476,28 @@ def _nodes_reaching(target: Value) -> set[Node]:
         reached.add(value.producer)
         stack.extend(value.producer.present_inputs)
     return reached
+
+
+def _gradient_is_view(rule: BackwardRule | None, node: Node, index: int,
+                      grad_outputs: list[Value]) -> bool:
+    """The gradient of input `index` is the incoming gradient (or a view of it)."""
+    if rule is None or len(grad_outputs) != 1:
+        return False
+    base = node.input(0)
+    if rule.grad_view or (base is not None and _same_type_cast(node, base)):
+        return True
+    # a parameter's gradient is its own tensor (AccumulateGrad clones a shared gradient)
+    target, incoming = node.inputs[index], grad_outputs[0]
+    return (rule.passes_gradient_to(index) and target is not None
+            and target.role is not Role.PARAMETER and target.dtype is incoming.dtype
+            and target.shape is not None and target.shape == incoming.shape)
+
+
+def _same_type_cast(node: Node, base: Value) -> bool:
+    """`x.to(x.dtype)` (HF's `softmax(..., dtype=float32).to(query.dtype)` in fp32) returns x
+    itself in PyTorch: no copy, and autograd records nothing."""
+    return (node.op_type in ("Cast", "CastLike") and len(node.outputs) == 1
+            and node.outputs[0].dtype is base.dtype)
 
 
 def _permutes(node: Node) -> bool:

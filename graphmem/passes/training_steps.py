@@ -16,7 +16,8 @@ element (`add_(x, alpha=a)` is a multiply and an add, 2):
   fp32, as large as all parameters together), denom.div_(bias_correction2_sqrt) 1,
   denom.add_(eps) 1, p.addcdiv_(exp_avg, denom, -step_size) 3: 13; state 2x.
 - adamw: adam + p.mul_(1 - lr * wd) 1: 14; state 2x.
-State and temporaries are float32 (the master weights' type, also under AMP).
+State and temporaries have the parameter's dtype (float32 master weights, also under AMP; a
+model stored in half precision keeps half-precision state, as torch.optim does).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def loss_nodes(logits: Value, prefix: str = "loss") -> tuple[list[Node], Value, 
     classes = shape[-1] if shape and shape[-1] is not None else SymInt.const(1)
     rows = product(d for d in shape[:-1] if d is not None) if len(shape) > 1 else SymInt.const(1)
     flat = Value(f"{prefix}/logits_2d", logits.dtype, (rows, classes), Role.ACTIVATION)
-    log_probs = Value(f"{prefix}/log_probs", DType.FLOAT32, (rows, classes), Role.ACTIVATION)
+    # the logits' dtype; under AMP the expansion runs both loss ops in float32
+    log_probs = Value(f"{prefix}/log_probs", logits.dtype, (rows, classes), Role.ACTIVATION)
     targets = Value(f"{prefix}/targets", DType.INT64, (rows,), Role.INPUT)
-    loss = Value(f"{prefix}/loss", DType.FLOAT32, (), Role.OUTPUT)
+    loss = Value(f"{prefix}/loss", logits.dtype, (), Role.OUTPUT)
     shape_value = Value(f"{prefix}/shape_2d", DType.INT64, (SymInt.const(2),), Role.CONSTANT)
     nodes = [
         Node(f"{prefix}/reshape", "Reshape", [logits, shape_value], [flat]),
@@ -78,6 +80,11 @@ def grad_seed(node: Node) -> OpCost:
     return OpCost.zero()  # ones_like(loss): a fill
 
 
+@register("GradBuffers", domain=TRAINING_DOMAIN)
+def grad_buffers(node: Node) -> OpCost:
+    return OpCost.zero()  # the .grad tensors left by the earlier micro-batches: no arithmetic
+
+
 @register("GradAccumulate", domain=TRAINING_DOMAIN)
 def grad_accumulate(node: Node) -> OpCost:
     # autograd's InputBuffer adds a second gradient of the same tensor: 1 FLOP per element
@@ -103,8 +110,9 @@ register_backward(BackwardRule((saved_input(1),), nll_backward_flops, differenti
 
 
 def state_values(params: list[Value], optimizer: str) -> dict[str, list[Value]]:
-    """Optimizer state slot -> one float32 tensor per parameter (OPTIMIZER_STATE, resident)."""
-    return {slot: [Value(f"{slot}[{p.name}]", DType.FLOAT32, p.shape, Role.OPTIMIZER_STATE)
+    """Optimizer state slot -> one tensor per parameter, in its dtype as torch.optim makes it
+    (`torch.zeros_like(p)`; float32 for float32 master weights, also under AMP)."""
+    return {slot: [Value(f"{slot}[{p.name}]", p.dtype, p.shape, Role.OPTIMIZER_STATE)
                    for p in params] for slot in STATE_SLOTS[optimizer]}
 
 
@@ -119,7 +127,7 @@ def optimizer_nodes(params: list[Value], grads: list[Value], optimizer: str,
     exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
     moments = _phase("adam_moments", [*exp_avg, *grads, *exp_avg_sq], len(params),
                      ADAM_MOMENT_FLOPS)
-    denominators = [Value(f"adam_denominator[{p.name}]", DType.FLOAT32, p.shape,
+    denominators = [Value(f"adam_denominator[{p.name}]", p.dtype, p.shape,
                           Role.TEMPORARY) for p in params]
     sqrt = _phase("adam_sqrt", list(exp_avg_sq), len(params), ADAM_DENOMINATOR_FLOPS,
                   op_type="OptimizerTemporaries", outputs=denominators)

@@ -184,13 +184,21 @@ class RuntimeView:
     capacity: Quantity | None
     capacity_percent: float  # where the capacity rule sits on the bar
     fits: bool | None
+    counts: str = ""  # what the runtime's own peak counts (runtime_peak_bytes)
+    peak: Quantity | None = None  # runtime_peak_bytes
+    notes: tuple[str, ...] = ()
 
 
 _RUNTIME_PARTS = (
     ("tensors", "tensors at peak", "tensors_at_peak_bytes"),
+    ("runtime-weights", "weights in the runtime's pool", "runtime_weights_bytes"),
+    ("resident", "weights + inputs", "resident_bytes"),
     ("allocator", "allocator overhead", "allocator_overhead_bytes"),
     ("context", "context + workspaces", "context_workspaces_bytes"),
 )
+
+
+_OPTIONAL_PARTS = ("runtime-weights", "resident")  # shown only when not zero
 
 
 def runtime_view(memory: Mapping[str, Any]) -> RuntimeView | None:
@@ -198,7 +206,8 @@ def runtime_view(memory: Mapping[str, Any]) -> RuntimeView | None:
     if not isinstance(runtime, Mapping):
         return None
     sizes = [(key, label, _size(runtime.get(field))) for key, label, field in _RUNTIME_PARTS]
-    present = [(key, label, size) for key, label, size in sizes if size is not None]
+    present = [(key, label, size) for key, label, size in sizes
+               if size is not None and (size.probe > 0 or key not in _OPTIONAL_PARTS)]
     if not present:
         return None
     total = _size(runtime.get("total_device_bytes"))
@@ -213,6 +222,9 @@ def runtime_view(memory: Mapping[str, Any]) -> RuntimeView | None:
         capacity=capacity,
         capacity_percent=_percent(capacity.probe, scale) if capacity else 0.0,
         fits=fits,
+        counts=str(runtime.get("counts") or ""),
+        peak=_size(runtime.get("runtime_peak_bytes")),
+        notes=tuple(str(n) for n in runtime.get("notes") or ()),
     )
 
 

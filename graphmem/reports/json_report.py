@@ -19,6 +19,8 @@ from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
 from graphmem.reports.distributed_json import distributed_config, distributed_memory
 from graphmem.reports.plan_json import plan_gpu, plan_memory, sweep_json, with_node_times
+from graphmem.reports.runtime_json import runtime_memory
+from graphmem.reports.suggestions_json import suggestions_json
 from graphmem.symbolic import SymInt
 
 SCHEMA_VERSION = 1
@@ -80,7 +82,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "bytes_written": quantity(costs.total_bytes_written),
         },
         "memory": {**_memory(analysis.liveness), **plan_memory(analysis),
-                   **distributed_memory(analysis)},
+                   **distributed_memory(analysis), **runtime_memory(analysis)},
         "nodes": with_node_times([_node(n) for n in costs.nodes], analysis.roofline),
         "unsupported_ops": costs.unsupported_ops,
         "unknown_shapes": {
@@ -91,6 +93,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         "modules": _modules(analysis.modules) if analysis.modules else None,
         "gpu": {**_gpu(analysis.fit), **plan_gpu(analysis)} if analysis.fit else None,
         "sweep": sweep_json(analysis.sweep),
+        **suggestions_json(analysis),
     }
 
 

@@ -12,6 +12,8 @@ from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.reports.distributed_terminal import print_distributed
 from graphmem.reports.json_report import ROLE_KEYS
 from graphmem.reports.plan_terminal import print_plans
+from graphmem.reports.runtime_terminal import print_runtime
+from graphmem.reports.suggestions_terminal import print_suggestions
 from graphmem.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
 
 _LIVE_ROWS = 8
@@ -29,7 +31,9 @@ def print_summary(analysis: Analysis, console: Console) -> None:
     if analysis.fit:
         console.print(_fit_line(analysis.fit))
     print_plans(analysis, console)
+    print_runtime(analysis, console)
     print_distributed(analysis, console)
+    print_suggestions(analysis.suggestions, console)
 
 
 def _headline(analysis: Analysis) -> str:

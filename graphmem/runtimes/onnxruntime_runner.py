@@ -147,6 +147,27 @@ def check_external_data(path: Path, model: onnx.ModelProto | None = None) -> Non
                                 f" (tensor {tensor.name} needs bytes up to {end:,})")
 
 
+def with_random_weights(path: Path, folder: Path, seed: int = 0) -> Path:
+    """A copy of a graph-only model (its external data file not shipped) in `folder`, every
+    external initializer filled with small random values of its shape and dtype, stored
+    inline: onnxruntime can then run it, and its memory does not depend on the values."""
+    model = _load_proto(path)
+    rng = np.random.default_rng(seed)
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        shape = tuple(int(d) for d in tensor.dims)
+        values = (rng.standard_normal(shape) * 0.02).astype(dtype) if dtype.kind == "f" else (
+            np.zeros(shape, dtype))
+        tensor.ClearField("external_data")
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        tensor.raw_data = np.ascontiguousarray(values).tobytes()
+    target = folder / path.name
+    onnx.save(model, str(target))
+    return target
+
+
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
              seed: int = 0) -> MeasuredRun:

@@ -1,0 +1,115 @@
+"""`--runtime`: what a real runtime holds, next to graphmem's live-tensor peak.
+
+Picks the runtime model (onnxruntime CPU or CUDA for ONNX models, PyTorch's CUDA caching
+allocator for PyTorch models), runs it on an analysis whose dims are all bound, and returns
+the analysis with `runtime` set. Only this module and the importers know where the shapes
+onnxruntime plans with come from (the ONNX file itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphmem.errors import GraphmemError
+from graphmem.gpus import GpuSpec
+from graphmem.passes.dims import value_bytes
+from graphmem.passes.runtime_model import RUNTIMES, RuntimeEstimate
+
+if TYPE_CHECKING:
+    from graphmem.analysis import Analysis
+
+
+def default_runtime(is_onnx: bool, has_gpu: bool, training: bool) -> str | None:
+    """ort-cuda for ONNX inference with a GPU, ort-cpu without; torch-cuda with a GPU for
+    PyTorch models and for ONNX training steps (graphmem builds those as PyTorch runs them)."""
+    if is_onnx and not training:
+        return "ort-cuda" if has_gpu else "ort-cpu"
+    return "torch-cuda" if has_gpu else None
+
+
+def check_runtime(runtime: str, is_onnx: bool, has_gpu: bool, training: bool) -> None:
+    """One clear line for a runtime that cannot model this input."""
+    if runtime not in RUNTIMES:
+        raise GraphmemError(f"--runtime {runtime}: choose one of {', '.join(RUNTIMES)}")
+    if runtime.startswith("ort-") and not is_onnx:
+        raise GraphmemError(f"--runtime {runtime} models onnxruntime running an ONNX file;"
+                            " for a PyTorch model use --runtime torch-cuda (with --gpu)")
+    if runtime.startswith("ort-") and training:
+        raise GraphmemError(f"--runtime {runtime} models inference; drop --train, or use"
+                            " --runtime torch-cuda for a training step")
+    if runtime.endswith("-cuda") and not has_gpu:
+        raise GraphmemError(f"--runtime {runtime} needs a GPU to size the CUDA context: add"
+                            " --gpu NAME (see 'graphmem gpus')")
+
+
+def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
+                 cuda_reserve_bytes: int | None = None,
+                 threads: int | None = None) -> Analysis:
+    """The analysis with `runtime` set; unchanged when no runtime applies or dims are free."""
+    if runtime is None:
+        return analysis
+    if analysis.dims.free:
+        return dataclasses.replace(analysis, runtime_note=(
+            f"--runtime {runtime} needs every dim bound (free: {', '.join(analysis.dims.free)});"
+            " bind them with --batch/--dim"))
+    estimate = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads)
+    return dataclasses.replace(analysis, runtime=estimate)
+
+
+def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
+                     cuda_reserve_bytes: int | None = None,
+                     threads: int | None = None) -> RuntimeEstimate:
+    if runtime == "torch-cuda":
+        return _torch_cuda(analysis, _need_gpu(gpu, runtime), cuda_reserve_bytes)
+    from graphmem.passes.runtime_ort import ort_cpu_estimate, ort_cuda_estimate
+
+    graph = analysis.graph
+    sizes = value_bytes(graph, analysis.dims)
+    shapes = _plan_shapes(analysis)
+    resident = int(analysis.liveness.resident_bytes)
+    if runtime == "ort-cpu":
+        return ort_cpu_estimate(graph, sizes, threads or default_threads(),
+                                analysis.dims.bound, shapes, resident)
+    from graphmem.passes.torch_cuda import cuda_overhead
+
+    overhead = cuda_overhead(_need_gpu(gpu, runtime).architecture, cuda_reserve_bytes)
+    return ort_cuda_estimate(graph, sizes, shapes, resident, overhead.context_bytes,
+                             overhead.context_source)
+
+
+def default_threads() -> int:
+    """onnxruntime's default intra-op pool: one thread per core this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _plan_shapes(analysis: Analysis) -> dict | None:
+    """The shapes onnxruntime plans with, read from the ONNX file (None: use graphmem's)."""
+    path = Path(analysis.model.path)
+    if analysis.model.source_format != "onnx" or not path.is_file():
+        return None
+    from graphmem.importers.ort_plan_shapes import ort_plan_shapes
+
+    return ort_plan_shapes(path)
+
+
+def _need_gpu(gpu: GpuSpec | None, runtime: str) -> GpuSpec:
+    if gpu is None:
+        raise GraphmemError(f"--runtime {runtime} needs --gpu NAME (see 'graphmem gpus')")
+    return gpu
+
+
+def _torch_cuda(analysis: Analysis, gpu: GpuSpec,
+                cuda_reserve_bytes: int | None) -> RuntimeEstimate:
+    try:
+        from graphmem.passes.torch_cuda import torch_cuda_estimate
+    except ImportError:
+        raise GraphmemError("--runtime torch-cuda: this graphmem has no model of PyTorch's"
+                            " CUDA caching allocator yet (graphmem/passes/torch_cuda.py);"
+                            " use --runtime ort-cpu or ort-cuda for ONNX models") from None
+    return torch_cuda_estimate(analysis, gpu, cuda_reserve_bytes)
