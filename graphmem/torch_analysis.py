@@ -52,8 +52,8 @@ def analyze_torch(
     specs = [_as_spec(item) for item in inputs]
     if not specs:
         raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
-    config = (TrainConfig(optimizer=optimizer, amp=amp, amp_policy=amp_policy, loss=loss)
-              if train else None)
+    config = (TrainConfig(optimizer=optimizer, amp=amp, amp_policy=amp_policy, loss=loss,
+                          grad_accum=grad_accum) if train else None)
     traced = trace_model(module, specs, config)
     graph = graph_from_trace(traced, type(module).__name__)
     training = None

@@ -70,6 +70,9 @@ def test_sorting_filtering_and_timeline_clicks(browser, tmp_path: Path) -> None:
     after = [float(flops.nth(i).get_attribute("data-sort")) for i in range(4)]
     assert before == [32768, 512, 512, 10240]
     assert after == sorted(before, reverse=True)  # numbers: largest first
+    # a number and its unit stay on one line ("32.77 kFLOP" wrapped to "32.77 / kFLOP")
+    for cell in (flops.nth(0), page.locator("#node-table tbody tr td:nth-child(9)").nth(0)):
+        assert cell.evaluate("c => getComputedStyle(c).whiteSpace") == "nowrap"
     page.fill("#node-filter", "relu")
     assert rows.count() == 1 and "relu1" in rows.nth(0).inner_text()
     page.select_option("#node-filter-field", "op")

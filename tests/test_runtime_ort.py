@@ -1,9 +1,10 @@
 """graphmem's model of onnxruntime's CPU memory against onnxruntime itself.
 
 Each test runs onnxruntime (CPU, ORT_DISABLE_ALL, one fresh session, profiler on) and compares
-its measured `mem_in_use_peak` less the arena bytes in use before the first kernel with
-graphmem's prediction (graphmem/passes/runtime_ort.py). Small onnx.helper graphs pin one
-planner behaviour each; the shipped samples check the whole model.
+its measured `mem_in_use_peak` with graphmem's prediction (graphmem/passes/runtime_ort.py):
+mostly the run's own part (less the bytes in use before the first kernel, the weights, on both
+sides), and the whole peak, the weights and `mem_arena_held` on the samples. Small
+onnx.helper graphs pin one planner behaviour each; the shipped samples check the whole model.
 """
 
 from __future__ import annotations

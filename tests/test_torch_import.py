@@ -231,3 +231,20 @@ def test_python_api(tmp_path: Path) -> None:
     assert result.breakdown["optimizer_state"] == 2 * result.params.bytes
     result.to_json(tmp_path / "r.json")
     assert (tmp_path / "r.json").read_text().startswith("{")
+
+
+def test_a_failed_trace_leaves_no_annotation_behind() -> None:
+    # The conv rejects 5 channels inside module `features.0`: the phase annotation unwinds
+    # before the module hook's, which used to leave {phase: forward, module: ...} set in fx's
+    # global metadata, labelling every node of the next trace.
+    import torch.fx.traceback as fx_traceback
+
+    def labels() -> tuple[dict, list[str]]:
+        analysis = analyze_torch(ConvNet(), [CONV_INPUT], train=True, plan=False, suggest=False)
+        return analysis.breakdown, [n.module_path for n in analysis.graph.nodes]
+
+    before = labels()
+    with pytest.raises(GraphmemError):
+        analyze_torch(ConvNet(), ["2x5x8x8"], train=True)
+    assert "custom" not in fx_traceback.current_meta
+    assert labels() == before

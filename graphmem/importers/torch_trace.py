@@ -54,6 +54,10 @@ class TrainConfig:
     # whose autocast op lists the trace follows: "cuda" (the GPU graphmem predicts for) or
     # "cpu" (to compare with a real CPU step); see graphmem/importers/torch_autocast.py
     amp_policy: str = "cuda"
+    # micro-batches per optimizer step; above 1 the traced step is the last micro-batch, whose
+    # parameters' .grad already hold the earlier micro-batches' sums (AccumulateGrad adds into
+    # them in place), so the gradients exist from the start of the step
+    grad_accum: int = 1
     loss: Callable[..., torch.Tensor] | None = None  # loss(output) -> scalar; default CE
 
 
@@ -115,7 +119,7 @@ def trace_model(
         model, params, buffers)
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
-    with _module_annotations(model), fx_traceback.preserve_node_meta():
+    with _restored_annotations(), _module_annotations(model), fx_traceback.preserve_node_meta():
         graph_module = _make_fx(_observed(step, lifetimes), fake_params, fake_buffers,
                                 fake_state, fake_inputs)
     return TracedStep(graph_module, roles, "training" if train else "inference",
@@ -209,14 +213,22 @@ def _training_step(
     steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
 
     def step(p: list, b: list, state: list, inputs: list) -> Any:
+        trainable = [t for t in p if t.requires_grad]
+        if train.grad_accum > 1:
+            with _phase("backward"):  # the sums of the earlier micro-batches
+                for t in trainable:
+                    t.grad = torch.zeros_like(t)
         with _phase("forward"), _autocast(train.amp, train.amp_policy):
             output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
             loss = (train.loss or cross_entropy_loss)(output)
         with _phase("backward"):
-            grads = torch.autograd.grad(loss, [t for t in p if t.requires_grad])
+            if train.grad_accum > 1:
+                loss.backward()  # AccumulateGrad: .grad += each gradient as it is made
+                grads = [t.grad for t in trainable]
+            else:
+                grads = list(torch.autograd.grad(loss, trainable))
         with _phase("optimizer"), torch.no_grad():
-            trainable = [t for t in p if t.requires_grad]
-            _optimizer_update(train.optimizer, trainable, list(grads), state, steps)
+            _optimizer_update(train.optimizer, trainable, grads, state, steps)
         return loss.detach()
 
     return step
@@ -274,6 +286,26 @@ def _autocast(amp: str | None, policy: str) -> Iterator[None]:
         if policy == "cuda":
             stack.enter_context(CudaAutocastPolicy())
         yield
+
+
+@contextlib.contextmanager
+def _restored_annotations() -> Iterator[None]:
+    """Put fx's global annotations back as they were, whatever happened in the trace.
+
+    A model that raises inside a module unwinds the phase annotation before the module
+    hooks' ones are closed; each annotate() restores what it saw on entry, so closing them out
+    of order would leave this trace's phase and module on every node of the next trace."""
+    meta = fx_traceback.current_meta
+    had_custom = "custom" in meta
+    saved = dict(meta.get("custom", {}))
+    try:
+        yield
+    finally:
+        meta = fx_traceback.current_meta
+        if had_custom:
+            meta["custom"] = saved
+        else:
+            meta.pop("custom", None)
 
 
 @contextlib.contextmanager

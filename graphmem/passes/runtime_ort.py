@@ -1,8 +1,10 @@
 """onnxruntime's memory on CPU: its execution order, its allocation plan, its arena.
 
-Predicts what onnxruntime's profiler reports as `mem_in_use_peak` during one run (less the
-arena bytes held before the first kernel: the prepacked weights), from graphmem's IR. How
-onnxruntime 1.31 allocates, read in its source and checked by measuring (README "Runtimes"):
+Predicts what onnxruntime's profiler reports as `mem_in_use_peak` (and `mem_arena_held`) over
+one run of a fresh session, from graphmem's IR: the weights onnxruntime puts in its arena at
+session creation (graphmem/passes/ort_kernels.py) plus the run's own peak. How onnxruntime
+1.31 allocates, read in its source and checked by measuring (README "Runtime model:
+onnxruntime"):
 
 - Order: the session runs the nodes in `GraphViewer`'s order, a reverse depth-first walk from
   the leaf nodes (nodes no other node consumes) towards the inputs, the producers of a node's
@@ -30,8 +32,7 @@ onnxruntime 1.31 allocates, read in its source and checked by measuring (README 
 
 Not modelled: graph optimizations (the prediction is for ORT_DISABLE_ALL, the graph as
 written), the memory pattern of later runs with the same shapes (one pre-planned block), and
-the weights onnxruntime copies or prepacks into its arena at session creation (in use before
-the first kernel, left out of the prediction and of the measurement it is checked against).
+the parallel executor.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from graphmem.reports.html_summary import (
 )
 from graphmem.reports.json_report import ROLE_KEYS, to_dict
 from graphmem.symbolic import SymInt
-from graphmem.units import format_bytes, format_bytes_sym, format_si, format_si_sym
+from graphmem.units import format_bytes, format_bytes_sym, format_si_sym
 
 MAX_HOVER_TARGETS = 2000  # timeline tooltips: one per step, or per bucket of steps above this
 MAX_RESIDENT_ROWS = 20  # residents live at the peak: the largest, then "N more"
@@ -127,6 +127,7 @@ class RoleShare:
 class Summary:
     stats: tuple[Stat, ...]
     peak: Quantity
+    peak_candidates: tuple[Quantity, ...]  # () unless the peak step depends on free dims
     peak_step: int
     peak_node: str
     peak_op: str
@@ -360,25 +361,14 @@ def _summary(report: Mapping[str, Any], op_of: Mapping[str, str]) -> Summary:
     residents = bytes_quantity(memory["resident_bytes"])
     lower_bound = bytes_quantity(memory["lower_bound_bytes"])
     macs, total_flops = count_quantity(flops["macs"]), count_quantity(flops["total"], "FLOP")
-    param_bytes = bytes_quantity(params["bytes"])
-    stats = [
-        Stat("parameters", f"{params['count']:,}",
-             " · ".join(([format_si(params["count"])] if params["count"] >= 1000 else [])
-                        + [param_bytes.text]),
-             f"{params['bytes']:,} bytes"),
-    ]
+    # parameters, FLOPs and the peak are in the headline above: these are the rest
+    stats = []
     if params["buffer_count"]:
         stats.append(Stat("buffers", f"{params['buffer_count']:,}",
                           format_bytes(params["buffer_bytes"]), "running statistics etc."))
     at_step = bytes_quantity(memory["peak_bytes"])  # the live total at the peak step
-    candidates = len(memory["peak_candidates"])
-    peak_detail = f"step {memory['peak_step']} · {memory['peak_node']}"
-    if candidates > 1:
-        peak_detail += f" · 1 of {candidates} candidate peaks (see below)"
     stats += [
         _stat("MACs", macs, "multiply-accumulates", "MACs"),
-        _stat("FLOPs", total_flops, "1 MAC = 2 FLOPs", "FLOPs"),
-        _stat("peak memory", at_step, peak_detail),
         _stat("activations at peak", activations, "peak less residents"),
         _stat("residents", residents, "weights, inputs, constants: live throughout"),
         _stat("lower bound", lower_bound, f"largest node: {memory['lower_bound_node']}"),
@@ -390,6 +380,7 @@ def _summary(report: Mapping[str, Any], op_of: Mapping[str, str]) -> Summary:
     return Summary(
         stats=tuple(stats),
         peak=peak,
+        peak_candidates=_peak_candidates(memory),
         peak_step=memory["peak_step"],
         peak_node=memory["peak_node"],
         peak_op=op_of.get(memory["peak_node"], ""),
@@ -401,16 +392,23 @@ def _summary(report: Mapping[str, Any], op_of: Mapping[str, str]) -> Summary:
 
 
 def _peak_quantity(memory: Mapping[str, Any]) -> Quantity:
-    """The peak; with free dims and several candidate steps, max(a, b) of their formulas."""
+    """The peak: the live total at the peak step (the largest at large values of the free
+    dims); with several candidate steps the exact value, max(a, b, ...), is its tooltip."""
     peak = bytes_quantity(memory["peak_bytes"])
-    candidates = [bytes_quantity(c) for c in memory["peak_candidates"]]
-    if len(candidates) <= 1:
+    candidates = _peak_candidates(memory)
+    if not candidates:
         return peak
     return Quantity(
         exact="max(" + ", ".join(str(c.exact) for c in candidates) + ")",
-        text="max(" + ", ".join(c.text for c in candidates) + ")",
+        text=peak.text,
         probe=max(c.probe for c in candidates),
     )
+
+
+def _peak_candidates(memory: Mapping[str, Any]) -> tuple[Quantity, ...]:
+    """The steps that can peak, each a formula; () when one step peaks at every value."""
+    candidates = tuple(bytes_quantity(c) for c in memory["peak_candidates"])
+    return candidates if len(candidates) > 1 else ()
 
 
 def _gaps(report: Mapping[str, Any]) -> Gaps:

@@ -143,15 +143,17 @@ def xy_chart(
     limit_label: str = "",
     marked: Sequence[bool] | None = None,
     marker: tuple[float, str] | None = None,
+    limit_max_ratio: float = _LIMIT_MAX_RATIO,
 ) -> XYChart:
-    """Points (x, bytes) joined in x order; `limit_bytes` a horizontal line; `marker` (x,
-    label) a vertical one."""
+    """Points (x, bytes) joined in x order; `limit_bytes` a horizontal line (left out, and
+    said, when above `limit_max_ratio` x the highest point); `marker` (x, label) a vertical
+    one."""
     log_x = min(xs) > 0 and max(xs) / min(xs) >= 16
     fx = math.log2 if log_x else float
     x_low, x_high = fx(min(xs)), fx(max(xs))
     if x_high == x_low:
         x_low, x_high = x_low - 1, x_high + 1
-    limit_shown = limit_bytes is not None and limit_bytes <= _LIMIT_MAX_RATIO * max(ys)
+    limit_shown = limit_bytes is not None and limit_bytes <= limit_max_ratio * max(ys)
     y_top = max([*ys, limit_bytes if limit_shown and limit_bytes else 0, 1]) * 1.1
 
     def x_of(value: float) -> float:

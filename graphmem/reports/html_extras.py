@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from graphmem.passes.sweep import SATURATION_SHARE
 from graphmem.reports.html_charts import XYChart, xy_chart
 from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity
 from graphmem.reports.plan_terminal import format_seconds
@@ -127,6 +128,12 @@ class SweepView:
     rows: tuple[SweepRow, ...]
     max_batch: int | None
     saturates_at: int | None
+    saturation_percent: int = round(100 * SATURATION_SHARE)  # what "saturates" means
+
+
+# A sweep is read against the GPU's line: keep it in view up to 10x the largest peak (the
+# curve still spans a tenth of the chart); above that the legend says where it is.
+_SWEEP_LIMIT_MAX_RATIO = 10.0
 
 
 def sweep_view(report: Mapping[str, Any]) -> SweepView | None:
@@ -160,6 +167,7 @@ def sweep_view(report: Mapping[str, Any]) -> SweepView | None:
         x_label=dim, y_label="peak memory", x_format=lambda v: f"{v:,.0f}",
         limit_bytes=usable, limit_label="GPU usable",
         marked=[r.fits is False for r in rows], marker=marker,
+        limit_max_ratio=_SWEEP_LIMIT_MAX_RATIO,
     )
     saturates = sweep.get("saturates_at")
     return SweepView(dim, chart, rows, max_batch, saturates if isinstance(saturates, int) else None)

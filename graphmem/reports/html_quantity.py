@@ -11,9 +11,11 @@ from graphmem.symbolic import SymInt, parse_dim
 from graphmem.units import format_bytes_sym, format_si_sym
 
 # Free dims are set to this value wherever a formula must become one number (charts, bars,
-# sorting). 1 is the smallest legal value: the picture shows the shape of the curve, and the
-# formulas next to it give the size at any other value.
-PROBE_DIM_VALUE = 1
+# sorting): the value the liveness pass picks the peak step at (passes/liveness.py), so the
+# step marked as the peak is the highest point drawn, and what grows with the batch or the
+# sequence shows next to the weights (at 1 a GPT-2's timeline is a flat band of weights).
+# The formulas next to the charts give the size at any other value.
+PROBE_DIM_VALUE = 64
 
 
 @dataclass(frozen=True)

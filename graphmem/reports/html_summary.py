@@ -56,10 +56,13 @@ def headline_facts(report: Mapping[str, Any], peak: Quantity, unsupported: int) 
         Fact("model", report["model"]["name"], report["model"]["format"]),
         Fact("mode", mode_text(report["config"], report["params"]["bytes_by_dtype"])),
         Fact("batch and dims", batch_text(report)),
-        Fact("peak memory", peak.text, "live tensors, " + report["config"]["schedule"]),
+        Fact("peak memory", peak.text, _peak_detail(report)),
         Fact("parameters", f"{report['params']['count']:,}",
              bytes_quantity(report["params"]["bytes"]).text),
-        Fact("FLOPs", flops.text, "per step, 1 MAC = 2 FLOPs"),
+        Fact("FLOPs", ("\u2265 " if unsupported else "") + flops.text,
+             "per step, 1 MAC = 2 FLOPs" + (
+                 f"; {unsupported:,} unsupported node{'s' if unsupported != 1 else ''}"
+                 " not counted" if unsupported else "")),
         Fact("unsupported ops", f"{unsupported:,} node{'s' if unsupported != 1 else ''}",
              "FLOPs not counted" if unsupported else "every op has a cost rule",
              "bad" if unsupported else "good"),
@@ -67,6 +70,19 @@ def headline_facts(report: Mapping[str, Any], peak: Quantity, unsupported: int) 
     if gpu:
         facts += _gpu_facts(gpu)
     return tuple(facts)
+
+
+def _peak_detail(report: Mapping[str, Any]) -> str:
+    """'live tensors, model order · step 9: /layer1/Add', and whether the step depends on
+    the free dims (several candidate steps: this one is the largest at large values)."""
+    memory = report["memory"]
+    detail = (f"live tensors, {report['config']['schedule']} · step {memory['peak_step']}:"
+              f" {memory['peak_node']}")
+    candidates = len(memory.get("peak_candidates") or ())
+    if candidates > 1:
+        detail += f" · the largest at large {', '.join(report['dims']['free'])}"
+        detail += f" (1 of {candidates} candidate steps, below)"
+    return detail
 
 
 def _gpu_facts(gpu: Mapping[str, Any]) -> list[Fact]:

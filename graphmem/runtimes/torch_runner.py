@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -49,17 +49,34 @@ def measure_step(
     amp: str | None = None,
     device: str = "cpu",
     loss: Callable[..., torch.Tensor] | None = None,
+    grad_accum: int = 1,
 ) -> MeasuredStep:
-    """`loss(output) -> scalar`, as graphmem traces it; default: cross-entropy, zero targets."""
+    """`loss(output) -> scalar`, as graphmem traces it; default: cross-entropy, zero targets.
+
+    With `grad_accum` > 1 the measured step is the last micro-batch: an earlier one ran its
+    forward and backward first, so the .grad sums exist when it starts; they are counted in
+    the peak (graphmem's trace allocates them at the step's start)."""
     model = model.to(device)
     inputs = random_inputs(specs, device)
-    step = (_training_step(model, inputs, optimizer, amp, device, loss or cross_entropy_loss)
+    loss_of = loss or cross_entropy_loss
+    step = (_training_step(model, inputs, optimizer, amp, device, loss_of)
             if train else _inference_step(model, inputs))
     step()  # warm up: optimizer state exists from now on, as graphmem assumes
     model.zero_grad(set_to_none=True)
-    if device == "cuda":
-        return _measure_cuda(step)
-    return _measure_cpu(step)
+    held = 0
+    if train and grad_accum > 1:
+        _micro_batch(model, inputs, amp, device, loss_of)
+        held = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
+    measured = _measure_cuda(step) if device == "cuda" else _measure_cpu(step)
+    return replace(measured, peak_bytes=measured.peak_bytes + held)
+
+
+def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, device: str,
+                 loss_of: Callable[..., torch.Tensor]) -> None:
+    """Forward and backward without the optimizer: an earlier micro-batch's .grad sums."""
+    with _autocast(amp, device):
+        loss = loss_of(model(*inputs))
+    loss.backward()
 
 
 def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[], None]:
