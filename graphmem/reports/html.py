@@ -27,7 +27,7 @@ from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.fit import default_cuda_reserve
 from graphmem.passes.role_timeline import PhaseSpan, role_timeline, training_phases
-from graphmem.reports.html_charts import Band, Layer, stacked_layers
+from graphmem.reports.html_charts import Band, Layer, Tick, stacked_layers
 from graphmem.reports.html_extras import Extras, extras
 from graphmem.reports.html_nodes import NodeTable, node_table
 from graphmem.reports.html_quantity import (
@@ -206,12 +206,6 @@ class OpTable:
     rows: tuple[OpShare, ...]  # ops with FLOPs, largest first
     no_arithmetic: tuple[tuple[str, int], ...]  # ops that count 0 FLOPs (data movement)
     not_counted: tuple[tuple[str, int], ...]  # unsupported / shape unknown / control flow
-
-
-@dataclass(frozen=True)
-class Tick:
-    position: float
-    label: str
 
 
 @dataclass(frozen=True)
