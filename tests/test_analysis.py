@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -20,21 +21,40 @@ class AttentionBlock(nn.Module):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-def test_shape_inference_gaps_are_merged_and_reported(tmp_path: Path) -> None:
-    # onnxruntime's symbolic rules assert on this export's dynamic Reshape; graphmem keeps its
-    # results for every other node and merges in onnx's own inference. Neither can follow the
-    # Slice of a computed shape inside MultiheadAttention (with the batch bound and re-inferred
-    # either), so a few nodes stay unknown: they must be reported, never silently zero.
+def test_multihead_attention_export_is_fully_shaped(tmp_path: Path) -> None:
+    # The TorchScript export of nn.MultiheadAttention computes a slice end with
+    # Mod(Constant, Constant), which onnxruntime's symbolic rules cannot evaluate; graphmem
+    # folds that arithmetic for inference (importers/onnx_fold.py), so every shape is known.
     path = tmp_path / "mha.onnx"
     torch.onnx.export(AttentionBlock().eval(), (torch.randn(2, 7, 32),), str(path),
                       dynamo=False, opset_version=17, input_names=["x"],
                       dynamic_axes={"x": {0: "batch"}})
     analysis = analyze_onnx(path, batch=3)
-    assert any("could not follow" in w for w in analysis.model.warnings)
-    unknown = set(analysis.costs.shape_unknown_nodes)
-    assert "/attention/MatMul_2" in unknown
-    assert all(analysis.graph.values[v].shape_known is False
-               for v in analysis.liveness.unknown_size_values)
-    # the input projection is known: [7, 3, 32] @ [32, 96] -> 7*3*96*32 = 64512 MACs
+    assert analysis.costs.shape_unknown_nodes == ()
+    # the input projection: [7, 3, 32] @ [32, 96] -> 7*3*96*32 = 64512 MACs
     in_proj = next(n for n in analysis.costs.nodes if n.op_type == "MatMul")
     assert int(in_proj.macs) == 64512
+    # scores per head: [3*4, 7, 8] @ [3*4, 8, 7] -> 12*7*7*8 = 4704 MACs
+    scores = next(n for n in analysis.costs.nodes if n.name == "/attention/MatMul_1")
+    assert int(scores.macs) == 4704
+
+
+def test_shape_inference_gaps_are_reported_never_zero(tmp_path: Path) -> None:
+    # A Reshape to a target of unknown length (an input): not even the rank of its output is
+    # known, so the MatMul after it has unknown FLOPs and is listed, never counted as zero.
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    weight = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+         helper.make_node("MatMul", ["r", "w"], ["y"], name="matmul")],
+        "gap",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+         helper.make_tensor_value_info("target", TensorProto.INT64, ["rank"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[weight])
+    path = tmp_path / "gap.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    analysis = analyze_onnx(path, batch=2)
+    assert "matmul" in set(analysis.costs.shape_unknown_nodes)
+    assert all(analysis.graph.values[v].shape_known is False
+               for v in analysis.liveness.unknown_size_values)

@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto
 
 from graphmem.errors import GraphmemError
+from graphmem.importers.onnx_fold import fold_constants, restore_nodes
 from graphmem.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
 from graphmem.passes.shapes import fill_shape_gaps
 from graphmem.symbolic import SymInt, parse_dim
@@ -83,7 +84,9 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
     _name_dynamic_input_dims(model.graph)
     if input_dims:
         _fix_input_dims(model.graph, input_dims)
+    folded = fold_constants(model)  # inference sees literal shape values (onnx_fold.py)
     inferred, engine = _infer_shapes(model, warnings)
+    restore_nodes(inferred, folded)
     graph = _build_graph(inferred, Path(path).stem)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
