@@ -7,7 +7,8 @@ file is not shipped, are skipped with a note), plus ResNet-18 and MobileNetV2 fr
 tests/models.py exported here (TorchScript exporter, opset 17, dynamic batch) into a temporary
 folder. Each runs through `graphmem.verify.verify_onnx` at each batch (token models at
 seq = --seq): one onnxruntime run with ORT_DISABLE_ALL (the graph graphmem analyzed) and one
-with ORT_ENABLE_ALL. The table goes to stdout and, with the date and machine, to --out.
+with ORT_ENABLE_ALL, each against graphmem's ORT-CPU model at that level. The table goes to
+stdout and, with the date and machine, to --out.
 """
 
 from __future__ import annotations
@@ -105,8 +106,12 @@ def row(case: Case, dims: dict[str, int], result: Verification) -> str:
     in_order = result.predicted_in_runtime_order_bytes
     equal = sum(1 for n in result.nodes if n.matches)
     model = result.runtime
+    all_run, all_model = result.optimized, result.runtime_optimized
     cells = [
         case.name, ", ".join(f"{k}={v}" for k, v in dims.items()),
+        _bytes(all_run.peak_bytes if all_run else None),
+        _bytes(all_model.runtime_peak_bytes if all_model else None),
+        f"**{_pct(result.runtime_model_optimized_error_pct)}**",
         f"{measured.peak_bytes:,}", _bytes(model.runtime_peak_bytes if model else None),
         f"**{_pct(result.runtime_model_error_pct)}**",
         f"{measured.activation_peak_bytes:,}", _bytes(result.runtime_model_activation_bytes),
@@ -131,24 +136,31 @@ def _pct(value: float | None) -> str:
 
 
 HEADER = [
-    "| model | dims | ORT mem_in_use_peak | graphmem ORT-CPU model | error"
+    "| model | dims | ORT mem_in_use_peak (ENABLE_ALL, default) | graphmem ORT-CPU model"
+    " (ENABLE_ALL) | error"
+    " | ORT mem_in_use_peak | graphmem ORT-CPU model | error"
     " | ORT peak - weights | graphmem model - weights | error"
     " | ORT mem_arena_held | graphmem arena held"
     " | graphmem live-tensor peak | error vs peak - weights | graphmem in ORT's order"
     " | ORT requested at kernel end | error, same order"
     " | ORT peak - weights (ENABLE_ALL) | error vs live peak | node outputs equal |",
-    "|---|---|" + "---:|" * 16,
+    "|---|---|" + "---:|" * 19,
 ]
 
 EXPLANATION = """\
-Bytes, ORT_DISABLE_ALL unless said. *ORT mem_in_use_peak*: onnxruntime's profiler's
-`mem_in_use_peak` (the CPU arena's high-water mark, max over the kernel events); *graphmem
-ORT-CPU model*: `memory.runtime_peak_bytes` with `--runtime ort-cpu`
-(graphmem/passes/runtime_ort.py), its prediction; *error* = (graphmem - ORT) / ORT. *ORT peak -
-weights*: the same less the bytes in use before the first kernel ran (the weights onnxruntime
-prepacked or copied into its arena), against graphmem's prediction less its predicted weights
-(`memory.runtime.runtime_weights_bytes`): the run's own allocations, the harder half.
-*mem_arena_held*: what the arena holds (regions and weights), against
+Bytes. The first three columns are the session users run, ORT_ENABLE_ALL (onnxruntime's
+default): its measured `mem_in_use_peak` against `memory.runtime_peak_bytes` of `graphmem
+analyze --runtime ort-cpu` (default `--ort-optimization all`), which plans the graph
+onnxruntime saves after optimizing the model at that level (graphmem/importers/
+ort_optimized.py: fusions, constant folding, the NCHWc layout, in the order the optimized
+session runs its nodes). The other columns are ORT_DISABLE_ALL unless said.
+*ORT mem_in_use_peak*: onnxruntime's profiler's `mem_in_use_peak` (the CPU arena's high-water
+mark, max over the kernel events); *graphmem ORT-CPU model*: `memory.runtime_peak_bytes` with
+`--runtime ort-cpu --ort-optimization disabled` (graphmem/passes/runtime_ort.py); *error* =
+(graphmem - ORT) / ORT. *ORT peak - weights*: the same less the bytes in use before the first
+kernel ran (the weights onnxruntime prepacked or copied into its arena), against graphmem's
+prediction less its predicted weights (`memory.runtime.runtime_weights_bytes`): the run's own
+allocations, the harder half. *mem_arena_held*: what the arena holds (regions and weights), against
 `memory.runtime.arena_held_bytes`. *graphmem live-tensor peak*: `memory.activation_peak_bytes`,
 the ideal peak (every tensor freed at its last use, model order, inputs and weights left out),
 with its error against the peak - weights. *graphmem in ORT's order*: the live-tensor peak
@@ -177,8 +189,11 @@ What the ORT-CPU model reproduces (onnxruntime 1.31 source, checked by these run
   rounded up to 16 columns, x K x 4 bytes, 64-byte aligned) and initializers of 127 bytes or
   less, which onnxruntime copies (larger ones it uses in place, uncounted).
 
-Not modelled: ORT_ENABLE_ALL's fusions and layout changes (the last columns compare that run
-with the live-tensor peak only) and the memory pattern onnxruntime builds for later runs of the
+- at ORT_ENABLE_ALL: the optimized graph as onnxruntime saves it, shaped through standard
+  stand-ins for its contrib ops, its node list taken as the execution order, and
+  com.microsoft.nchwc Conv writing its output over its fused residual input (MayInplace).
+
+Not modelled: the memory pattern onnxruntime builds for later runs of the
 same shapes. Each measurement is the first run of a fresh session."""
 
 

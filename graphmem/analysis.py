@@ -128,13 +128,16 @@ def analyze_onnx(
     grad_accum: int = 1,
     autocast_device: str = "cuda",
     runtime: str | None = None,
+    checkpoints: tuple[str, ...] = (),
 ) -> Analysis:
     """Analyze an ONNX model for inference; `gpu` is a name from `graphmem gpus`.
 
     `plan=False` skips graphmem/planning.py (schedule, arena, roofline, max batch, sweep).
     `train=True` analyzes one training step built from the graph (graphmem/passes/
     training.py): `optimizer` sgd|momentum|adam|adamw, `amp` fp16|bf16, `grad_accum` N;
-    `autocast_device` picks whose autocast op lists AMP follows ("cuda", or "cpu").
+    `autocast_device` picks whose autocast op lists AMP follows ("cuda", or "cpu");
+    `checkpoints` (module paths or FIRST..LAST node ranges) run under activation
+    checkpointing (graphmem/passes/training_checkpoint.py).
     `runtime` ort-cpu|ort-cuda|torch-cuda adds that runtime's model (graphmem/
     runtime_analysis.py; every dim must be bound).
     """
@@ -154,7 +157,8 @@ def analyze_onnx(
     if train:
         from graphmem.onnx_training import onnx_training_step
 
-        step = onnx_training_step(graph, binding, optimizer, amp, grad_accum, autocast_device)
+        step = onnx_training_step(graph, binding, optimizer, amp, grad_accum, autocast_device,
+                                  checkpoints)
         graph = step.graph
         imported.warnings.extend(step.warnings)
         training = TrainingInfo(optimizer, amp, grad_accum, step.micro_batch)

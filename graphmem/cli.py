@@ -7,6 +7,7 @@ with exit code 2; nothing the user gave is modified.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -109,6 +110,10 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("ort-cpu", "ort-cuda", "torch-cuda"),
                         help="model what this runtime holds (default: ort-cuda for ONNX with"
                         " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu)")
+    parser.add_argument("--ort-optimization", choices=("disabled", "basic", "extended", "all"),
+                        default="all", help="ort-cpu: the session's graph optimization level"
+                        " (default all, onnxruntime's default): graphmem plans the graph"
+                        " onnxruntime optimizes at that level")
     parser.add_argument("--sweep", metavar="DIM=VALUES",
                         help="peak, fit, latency and throughput at each value of a dim, e.g."
                         " batch=1,2,4,...,256 (ONNX models)")
@@ -203,9 +208,9 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
                                 optimizer=args.optimizer, amp=args.amp,
                                 grad_accum=args.grad_accum)
         if wants_suggestions(args):
-            analysis = with_graph_suggestions(analysis, _budget(args), lambda amp: analyze_onnx(
-                model_path, batch=args.batch, dims=dims, gpu=args.gpu, plan=False, train=True,
-                optimizer=args.optimizer, amp=amp, grad_accum=args.grad_accum))
+            analysis = with_graph_suggestions(analysis, _budget(args), functools.partial(
+                analyze_onnx, model_path, batch=args.batch, dims=dims, gpu=args.gpu, plan=False,
+                train=True, optimizer=args.optimizer, amp=args.amp, grad_accum=args.grad_accum))
     analysis = _with_runtime(args, analysis)
     analysis = apply_distributed_options(analysis, args)
     if args.json == "-":
@@ -235,7 +240,8 @@ def _with_runtime(args: argparse.Namespace, analysis: Analysis) -> Analysis:
         return analysis
     check_runtime(runtime, is_onnx, has_gpu, training)
     gpu = find_gpu(args.gpu) if has_gpu else None
-    return with_runtime(analysis, runtime, gpu, args.cuda_reserve)
+    return with_runtime(analysis, runtime, gpu, args.cuda_reserve,
+                        ort_optimization=args.ort_optimization)
 
 
 def _sweep_request(text: str | None) -> SweepRequest | None:

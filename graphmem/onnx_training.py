@@ -20,11 +20,13 @@ class OnnxTrainingStep:
 
 
 def onnx_training_step(graph: Graph, binding: DimBinding, optimizer: str, amp: str | None,
-                       grad_accum: int, autocast_device: str = "cuda") -> OnnxTrainingStep:
+                       grad_accum: int, autocast_device: str = "cuda",
+                       checkpoints: tuple[str, ...] = ()) -> OnnxTrainingStep:
     if not 1 <= grad_accum <= MAX_GRAD_ACCUM:
         raise GraphmemError(f"--grad-accum {grad_accum}: give a whole number from 1 to"
                             f" {MAX_GRAD_ACCUM}")
-    config = TrainingConfig(optimizer, amp, autocast_device, grad_accum=grad_accum)
+    config = TrainingConfig(optimizer, amp, autocast_device, grad_accum=grad_accum,
+                            checkpoints=checkpoints)
     expanded = expand_training(graph, config)
     warnings = [
         "training step built from the inference graph: cross-entropy on the first output,"

@@ -20,6 +20,7 @@ from graphmem.passes.runtime_model import RUNTIMES, RuntimeEstimate
 
 if TYPE_CHECKING:
     from graphmem.analysis import Analysis
+    from graphmem.importers.ort_optimized import OptimizedGraph
 
 
 def default_runtime(is_onnx: bool, has_gpu: bool, training: bool) -> str | None:
@@ -45,9 +46,13 @@ def check_runtime(runtime: str, is_onnx: bool, has_gpu: bool, training: bool) ->
                             " --gpu NAME (see 'graphmem gpus')")
 
 
+ORT_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
+DEFAULT_ORT_OPTIMIZATION = "all"  # onnxruntime's own default, and what `graphmem verify` runs
+
+
 def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
-                 cuda_reserve_bytes: int | None = None,
-                 threads: int | None = None) -> Analysis:
+                 cuda_reserve_bytes: int | None = None, threads: int | None = None,
+                 ort_optimization: str = DEFAULT_ORT_OPTIMIZATION) -> Analysis:
     """The analysis with `runtime` set; unchanged when no runtime applies or dims are free."""
     if runtime is None:
         return analysis
@@ -55,29 +60,65 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
         return dataclasses.replace(analysis, runtime_note=(
             f"--runtime {runtime} needs every dim bound (free: {', '.join(analysis.dims.free)});"
             " bind them with --batch/--dim"))
-    estimate = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads)
+    estimate = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
+                                ort_optimization)
     return dataclasses.replace(analysis, runtime=estimate)
 
 
 def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
-                     cuda_reserve_bytes: int | None = None,
-                     threads: int | None = None) -> RuntimeEstimate:
+                     cuda_reserve_bytes: int | None = None, threads: int | None = None,
+                     ort_optimization: str = DEFAULT_ORT_OPTIMIZATION) -> RuntimeEstimate:
+    """`ort_optimization` (ort-cpu): the graph optimization level of the session modelled;
+    above "disabled", onnxruntime's optimized graph is planned (graphmem/importers/
+    ort_optimized.py), else the graph as written."""
     if runtime == "torch-cuda":
         return _torch_cuda(analysis, _need_gpu(gpu, runtime), cuda_reserve_bytes)
     from graphmem.passes.runtime_ort import ort_cpu_estimate, ort_cuda_estimate
 
     graph = analysis.graph
+    resident = int(analysis.liveness.resident_bytes)
+    threads = threads or default_threads()
+    if runtime == "ort-cpu":
+        optimized, note = _optimized(analysis, ort_optimization)
+        if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
+            return ort_cpu_estimate(
+                optimized.graph, value_bytes(optimized.graph, analysis.dims), threads,
+                analysis.dims.bound, optimized.plan_shapes, resident,
+                order=optimized.graph.nodes, graph_note=note)
+        return ort_cpu_estimate(graph, value_bytes(graph, analysis.dims), threads,
+                                analysis.dims.bound, _plan_shapes(analysis), resident,
+                                graph_note=note)
     sizes = value_bytes(graph, analysis.dims)
     shapes = _plan_shapes(analysis)
-    resident = int(analysis.liveness.resident_bytes)
-    if runtime == "ort-cpu":
-        return ort_cpu_estimate(graph, sizes, threads or default_threads(),
-                                analysis.dims.bound, shapes, resident)
     from graphmem.passes.torch_cuda import cuda_overhead
 
     overhead = cuda_overhead(_need_gpu(gpu, runtime).architecture, cuda_reserve_bytes)
     return ort_cuda_estimate(graph, sizes, shapes, resident, overhead.context_bytes,
                              overhead.context_source)
+
+
+def _optimized(analysis: Analysis, level: str) -> tuple[OptimizedGraph | None, str]:
+    """onnxruntime's optimized graph at `level` and the note saying which graph was planned;
+    (None, note) where the graph as written is planned."""
+    if level not in ORT_OPTIMIZATION_LEVELS:
+        raise GraphmemError(f"--ort-optimization {level}: choose one of"
+                            f" {', '.join(ORT_OPTIMIZATION_LEVELS)}")
+    path = Path(analysis.model.path)
+    if level == "disabled":
+        return None, "planned the graph as written (ORT_DISABLE_ALL)"
+    if analysis.model.source_format != "onnx" or not path.is_file():
+        return None, "planned the graph as written: no ONNX file to optimize"
+    from graphmem.importers.ort_optimized import OptimizationRefused, optimized_graph
+
+    try:
+        optimized = optimized_graph(path, level, analysis.dims.bound)
+    except OptimizationRefused as refused:
+        return None, str(refused)
+    except GraphmemError as error:  # the saved graph did not import: plan the file's
+        return None, f"not optimized offline ({error}); planned the graph as written"
+    note = (f"planned onnxruntime's optimized graph (--ort-optimization {level}):"
+            f" {len(optimized.graph.nodes)} nodes, {optimized.nodes_before} as written")
+    return optimized, "; ".join((note, *optimized.notes))
 
 
 def default_threads() -> int:

@@ -2,8 +2,10 @@
 
 PyTorch models get every kind (checkpointing, AMP, batch, in-place, FC head, grouped conv),
 each re-traced (graphmem/torch_suggestions.py); ONNX models get the graph-level kinds
-(graphmem/suggestions.py). The budget is `--memory-budget` (a size, or a share of the GPU's
-usable memory), else the usable memory of `--gpu`, else none (suggestions without a target).
+(graphmem/suggestions.py), and an ONNX training step (--train) also AMP and checkpointing,
+each rebuilt from the graph and re-analysed (graphmem/onnx_suggestions.py). The budget is
+`--memory-budget` (a size, or a share of the GPU's usable memory), else the usable memory of
+`--gpu`, else none (suggestions without a target).
 """
 
 from __future__ import annotations
@@ -20,10 +22,8 @@ if TYPE_CHECKING:
     from graphmem.analysis import Analysis
     from graphmem.suggestions import Suggestion
 
-ONNX_CHECKPOINT_NOTE = (
-    "checkpointing suggestions need the model's modules re-traced with torch.utils.checkpoint:"
-    " they are for PyTorch models (file.py:fn); for an ONNX training graph graphmem lists AMP,"
-    " in-place, FC-head and grouped-conv suggestions only")
+FREE_DIMS_CHECKPOINT_NOTE = ("checkpointing is searched with every dim bound: give --batch /"
+                             " --dim NAME=VALUE")
 
 
 def add_suggest_options(parser: argparse.ArgumentParser) -> None:
@@ -71,19 +71,30 @@ def budget_bytes(limit: MemoryLimit | None, gpu: str | None,
 
 
 def with_graph_suggestions(analysis: Analysis, budget: int | None,
-                           rerun_with_amp: Callable[[str], Analysis]) -> Analysis:
-    """Suggestions of an ONNX model's graph; for a training graph also AMP (the training graph
-    rebuilt under autocast by `rerun_with_amp`), and a note that checkpointing is torch-only."""
+                           rerun: Callable[..., Analysis]) -> Analysis:
+    """Suggestions of an ONNX model's graph; for a training graph also checkpointing and AMP,
+    each the training step rebuilt by `rerun(checkpoints=...)` / `rerun(amp=...)` (the same
+    analysis with that one change) and analysed again."""
+    from graphmem.onnx_suggestions import onnx_checkpoint_plan
     from graphmem.suggestions import amp_for, graph_report
 
     report = graph_report(analysis, budget)
-    if analysis.training is not None:
-        cards = report.suggestions
-        if analysis.training.amp is None and not analysis.dims.free:
-            amp = amp_for(analysis.fit.gpu if analysis.fit else None)
-            cards = (onnx_amp_suggestion(analysis, rerun_with_amp(amp), amp), *cards)
-        report = replace(report, suggestions=cards, notes=(*report.notes, ONNX_CHECKPOINT_NOTE))
-    return replace(analysis, suggestions=report)
+    if analysis.training is None:
+        return replace(analysis, suggestions=report)
+    if analysis.dims.free:
+        return replace(analysis, suggestions=replace(
+            report, notes=(*report.notes, FREE_DIMS_CHECKPOINT_NOTE)))
+    gpu = analysis.fit.gpu if analysis.fit else None
+    checkpoint = onnx_checkpoint_plan(analysis, report.budget_bytes,
+                                      lambda targets: rerun(checkpoints=targets), gpu)
+    cards = report.suggestions
+    if analysis.training.amp is None:
+        amp = amp_for(gpu)
+        cards = (onnx_amp_suggestion(analysis, rerun(amp=amp), amp), *cards)
+    if checkpoint.suggestion is not None:
+        cards = (checkpoint.suggestion, *cards)
+    return replace(analysis, suggestions=replace(report, suggestions=cards,
+                                                 checkpoint_curve=checkpoint.plan.curve))
 
 
 def onnx_amp_suggestion(base: Analysis, changed: Analysis, amp: str) -> Suggestion:

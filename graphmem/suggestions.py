@@ -7,6 +7,7 @@ from re-tracing a PyTorch model (graphmem/torch_suggestions.py) and are turned i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphmem.analysis import Analysis
@@ -130,15 +131,22 @@ def grouped_conv_suggestion(convs: list[GroupedConv], total_flops: int) -> Sugge
         " recompute, they are good checkpoint targets")
 
 
+TORCH_CHECKPOINT_NOTE = (
+    "the step re-traced with these modules checkpointed (torch.utils.checkpoint, non-reentrant;"
+    " make_fx records the recomputation in backward) and analysed again")
+
+
 def checkpoint_suggestion(plan: CheckpointPlan, base_flops: int,
-                          stateful: frozenset[str] = frozenset()) -> Suggestion | None:
-    """The plan as a card; `stateful`: modules whose forward writes a buffer in place."""
+                          stateful: frozenset[str] = frozenset(), how: str = TORCH_CHECKPOINT_NOTE,
+                          snippet: Callable[[tuple[str, ...]], str] | None = None
+                          ) -> Suggestion | None:
+    """The plan as a card; `stateful`: modules whose forward writes a buffer in place; `how`:
+    how it was re-analysed; `snippet`: the change to make (default: torch's)."""
     outcome = plan.chosen or plan.best_effort
     if outcome is None or not outcome.modules:
         return None
     fits = plan.chosen is not None
-    note = ("the step re-traced with these modules checkpointed (torch.utils.checkpoint,"
-            " non-reentrant; make_fx records the recomputation in backward) and analysed again")
+    note = how
     if plan.baseline is not None and plan.baseline.modules:
         note += (f"; checkpointing every depth-{plan.depth} module instead peaks at"
                  f" {format_bytes(plan.baseline.peak_bytes)} for"
@@ -155,7 +163,7 @@ def checkpoint_suggestion(plan: CheckpointPlan, base_flops: int,
     return Suggestion("checkpoint", title, outcome.modules,
                       plan.base_peak_bytes - outcome.peak_bytes, outcome.peak_bytes,
                       outcome.extra_flops, outcome.extra_time_s,
-                      checkpoint_snippet(outcome.modules), note)
+                      (snippet or checkpoint_snippet)(outcome.modules), note)
 
 
 def checkpoint_snippet(modules: tuple[str, ...]) -> str:

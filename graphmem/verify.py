@@ -10,8 +10,9 @@ What is compared (numbers in README "Check the numbers"):
   less the weights): no arena rounding, no scratch that lives inside one kernel; and
   graphmem's liveness replayed in onnxruntime's execution order (from the profile) against
   it, which sets "different order" and "arena rounding" apart from "different memory model";
-- a second run at ORT_ENABLE_ALL (fusions, layout changes), as a deployment runs it: reported,
-  not compared node by node (its nodes are renamed and fused);
+- a second run at ORT_ENABLE_ALL (fusions, layout changes), as a deployment runs it: not
+  compared node by node (its nodes are renamed and fused), but its `mem_in_use_peak` against
+  graphmem's model planned on onnxruntime's optimized graph (`runtime_optimized`);
 - per node, graphmem's output bytes against onnxruntime's `output_size`, nodes matched by name
   (else by onnxruntime's node index with the same op type).
 """
@@ -73,6 +74,16 @@ class Verification:
     # graphmem's model of onnxruntime CPU (graphmem/passes/runtime_ort.py): its prediction of
     # the measured `mem_in_use_peak` at ORT_DISABLE_ALL, weights in the arena included
     runtime: RuntimeEstimate | None = None
+    # the same model planned on onnxruntime's ORT_ENABLE_ALL graph, against `optimized`
+    runtime_optimized: RuntimeEstimate | None = None
+
+    @property
+    def runtime_model_optimized_error_pct(self) -> float | None:
+        """The runtime model of the ORT_ENABLE_ALL session against its `mem_in_use_peak`."""
+        if self.runtime_optimized is None or self.optimized is None:
+            return None
+        return percent_error(self.runtime_optimized.runtime_peak_bytes,
+                             self.optimized.peak_bytes)
 
     @property
     def runtime_model_error_pct(self) -> float | None:
@@ -146,8 +157,11 @@ def verify_onnx(path: str | Path, batch: int | None = None,
         return result
     from graphmem.runtime_analysis import runtime_estimate
 
-    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads)
-    return dataclasses.replace(result, runtime=estimate)
+    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads,
+                                ort_optimization="disabled")
+    optimized_estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads,
+                                          ort_optimization="all") if optimized else None
+    return dataclasses.replace(result, runtime=estimate, runtime_optimized=optimized_estimate)
 
 
 def input_specs(analysis: Analysis) -> tuple[InputSpec, ...]:

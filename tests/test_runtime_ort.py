@@ -41,7 +41,8 @@ def measure(path: Path, dims: dict[str, int] | None = None, threads: int = 1
     """(graphmem's prediction, onnxruntime's measurement, the run), both less the weights
     onnxruntime holds in its arena before the first kernel: the run's own peak."""
     analysis = analyze_onnx(path, dims=dims, plan=False)
-    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads)
+    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads,
+                                ort_optimization="disabled")
     run = run_onnx(path, input_specs(analysis), "cpu", "disabled", threads)
     predicted = estimate.runtime_peak_bytes - estimate.runtime_weights_bytes
     return predicted, run.activation_peak_bytes, run
@@ -213,7 +214,8 @@ def test_whole_mem_in_use_peak(sample: str) -> None:
     # 864 bytes of small constants = 525,152); the arena regions held add up to mem_arena_held.
     path = SAMPLES / f"{sample}.onnx"
     analysis = analyze_onnx(path, dims=_dims(path, 2, 16), plan=False)
-    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=1)
+    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=1,
+                                ort_optimization="disabled")
     run = run_onnx(path, input_specs(analysis), "cpu", "disabled", 1)
     assert estimate.runtime_weights_bytes == run.weights_in_arena_bytes
     error = (estimate.runtime_peak_bytes - run.peak_bytes) / run.peak_bytes * 100

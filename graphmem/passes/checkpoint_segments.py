@@ -41,9 +41,12 @@ class SegmentCandidate:
 
 
 def forward_nodes(graph: Graph) -> list[Node]:
-    """The forward pass of a traced training step: the nodes before the first gradient."""
+    """The forward pass of a traced training step: the nodes before the first gradient (a
+    node that reads nothing is not one: with gradient accumulation the step starts with the
+    .grad tensors of the earlier micro-batches, graphmem/passes/training.py)."""
     for step, node in enumerate(graph.nodes):
-        if any(v.alias_of is None and v.role in _GRADIENT_ROLES for v in node.outputs):
+        if node.present_inputs and any(
+                v.alias_of is None and v.role in _GRADIENT_ROLES for v in node.outputs):
             return graph.nodes[:step]
     return list(graph.nodes)
 
@@ -64,7 +67,7 @@ def find_candidates(graph: Graph, costs: CostReport, sizes: Mapping[str, SymInt 
         if steps[-1] - steps[0] + 1 != len(steps):
             continue  # interleaved with other modules' nodes: called more than once
         nodes = forward[steps[0]: steps[-1] + 1]
-        saved = _saved_inside(nodes, sizes)
+        saved = saved_inside(nodes, sizes)
         if saved <= 0:
             continue
         candidates.append(SegmentCandidate(
@@ -77,7 +80,7 @@ def find_candidates(graph: Graph, costs: CostReport, sizes: Mapping[str, SymInt 
     return candidates
 
 
-def _saved_inside(nodes: list[Node], sizes: Mapping[str, SymInt | None]) -> int:
+def saved_inside(nodes: list[Node], sizes: Mapping[str, SymInt | None]) -> int:
     inside = set(nodes)
     total = 0
     for node in nodes:
@@ -119,14 +122,21 @@ def _single_cut_input(nodes: list[Node], cuts: set[Value]) -> bool:
     return len(entering) == 1 and next(iter(entering)) in cuts
 
 
-def single_tensor_cuts(graph: Graph, forward: list[Node]) -> set[Value]:
-    """Forward tensors every input-to-loss path passes through: dominators of the loss."""
+def single_tensor_cuts(graph: Graph, forward: list[Node], float_only: bool = False
+                       ) -> set[Value]:
+    """Forward tensors every input-to-loss path passes through: dominators of the loss.
+
+    `float_only` leaves integer tensors out of the paths (an ONNX export's Shape -> Gather ->
+    Reshape chains read the graph input and would bypass every cut; they carry no gradient).
+    """
     dag: nx.DiGraph = nx.DiGraph()
     source = "<inputs>"
     dag.add_node(source)
     for node in forward:
         for value in node.present_inputs:
             storage = value.storage
+            if float_only and not storage.dtype.is_float and storage.role is not Role.INPUT:
+                continue
             if storage.role is Role.INPUT:
                 dag.add_edge(source, storage)
             if storage.role not in RESIDENT_ROLES or storage.role is Role.INPUT:

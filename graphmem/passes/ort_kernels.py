@@ -24,6 +24,13 @@ INPLACE_OPS = frozenset({
     "ThresholdedRelu", "Shrink", "Clip", "Softmax", "LogSoftmax", "Cast",
 })
 
+# Contrib kernels that may write output 0 over another input: (domain, op) -> input index.
+# com.microsoft.nchwc Conv adds its fused residual (input 3, "Sum") into the output buffer
+# (KernelDefBuilder().MayInplace(3, 0) in contrib_ops/cpu/nchwc_ops.cc; measured: the ResNet-50
+# samples at ORT_ENABLE_ALL are exact with it, 5% (batch 1) to 9% (batch 8) above without; the
+# residual block of tests/test_runtime_ort_optimized.py).
+CONTRIB_INPLACE_INPUT = {("com.microsoft.nchwc", "Conv"): 3}
+
 CONV_BUFFER_FLOATS_PER_THREAD = 128 * 128  # MLAS_SGEMM_STRIDEN * MLAS_SGEMM_STRIDEK
 CONV_THREAD_COMPLEXITY = 64 * 1024  # MLAS_SGEMM_THREAD_COMPLEXITY (multiply-adds per thread)
 CONV_MAX_THREADS = 16  # MLAS_MAXIMUM_THREAD_COUNT

@@ -30,8 +30,12 @@ onnxruntime"):
   request, regions doubling).
 - Scratch: what Conv and Where allocate while they run (graphmem/passes/ort_kernels.py).
 
-Not modelled: graph optimizations (the prediction is for ORT_DISABLE_ALL, the graph as
-written), the memory pattern of later runs with the same shapes (one pre-planned block), and
+Graph optimizations: the planner runs on whichever graph it is given. For the level a user's
+session runs (ORT_ENABLE_ALL by default) graphmem/importers/ort_optimized.py asks onnxruntime
+for the optimized graph (saved with `optimized_model_filepath`), whose node list is the order
+the optimized session runs; contrib kernels that write in place are in ort_kernels.py.
+
+Not modelled: the memory pattern of later runs with the same shapes (one pre-planned block), and
 the parallel executor.
 """
 
@@ -44,6 +48,7 @@ from graphmem.ir import Graph, Node, Role, Value
 from graphmem.passes.bfc_arena import ArenaEvent, replay
 from graphmem.passes.ort_kernels import (
     ALIAS_OPS,
+    CONTRIB_INPLACE_INPUT,
     INPLACE_OPS,
     KernelScratch,
     arena_weights_bytes,
@@ -197,7 +202,12 @@ class _Planner:
             self._reuse(freed, value)
 
     def _reusable_input(self, node: Node, position: int, value: Value) -> Value | None:
-        if position != 0 or node.domain not in ("", "ai.onnx") or not node.inputs:
+        if position != 0 or not node.inputs:
+            return None
+        contrib = CONTRIB_INPLACE_INPUT.get((node.domain, node.op_type))
+        if contrib is not None:
+            return self._inplace_source(node.input(contrib), value)
+        if node.domain not in ("", "ai.onnx"):
             return None
         source = node.inputs[0]
         if source is None:
@@ -206,10 +216,17 @@ class _Planner:
             self.counts["alias"] += 1
             return source
         if node.op_type in INPLACE_OPS:
-            owner = self.owner[id(source)]
-            if self.use_count[id(owner)] == 1 and self._same_size(source, value):
-                self.counts["inplace"] += 1
-                return source
+            return self._inplace_source(source, value)
+        return None
+
+    def _inplace_source(self, source: Value | None, value: Value) -> Value | None:
+        """MayInplace: the input's buffer, when this is its last use and the sizes match."""
+        if source is None:
+            return None
+        owner = self.owner[id(source)]
+        if self.use_count[id(owner)] == 1 and self._same_size(source, value):
+            self.counts["inplace"] += 1
+            return source
         return None
 
     def _reusable_free_buffer(self, value: Value) -> Value | None:
@@ -341,15 +358,19 @@ def _live_at(held: Sequence[OrtBuffer], step: int,
 def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: int,
                      bound: Mapping[str, int],
                      plan_shapes: Mapping[str, PlanShape | None] | None = None,
-                     resident_bytes: int = 0) -> RuntimeEstimate:
+                     resident_bytes: int = 0, order: Sequence[Node] | None = None,
+                     graph_note: str = "") -> RuntimeEstimate:
     """onnxruntime CPU's `mem_in_use_peak` over one run: the weights it holds in its arena
     from session creation plus the run's own peak; `resident_bytes` (the file's initializers
-    and the caller's inputs, outside that count) completes the process total."""
-    plan = plan_ort_buffers(graph, sizes, plan_shapes)
+    and the caller's inputs, outside that count) completes the process total. `order`: the
+    order the session runs the nodes in (default: onnxruntime's reverse DFS on `graph`; an
+    optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
+    plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
     scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
     timeline = ort_timeline(plan, scratch, _live_spans(plan))
     weights = arena_weights_bytes(graph, plan.order)
-    notes = _notes(plan, timeline, graph, plan_shapes is None)
+    notes = ((graph_note,) if graph_note else ()) + _notes(plan, timeline, graph,
+                                                          plan_shapes is None)
     notes += (f"of the runtime peak, {weights:,} bytes are weights onnxruntime holds before the"
               f" run (prepacked MatMul/Gemm weights, small initializers) and"
               f" {timeline.peak_bytes:,} bytes the run's own",)
@@ -384,6 +405,8 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
     notes = _notes(plan, timeline, graph, plan_shapes is None)
     notes += (
         "a model, not a measurement: onnxruntime-gpu was not available to check it",
+        "planned the graph as written (the CUDA provider's graph optimizations are not"
+        " modelled)",
         "cuDNN's convolution workspace (taken from the arena by the algorithm cuDNN picks) is"
         " not modelled; CPU kernels' scratch does not apply",
         f"context: {context_source}",
@@ -408,7 +431,8 @@ ORT_CUDA_COUNTS = (
     " GPU and the CUDA context")
 
 ORT_CPU_COUNTS = (
-    "onnxruntime's CPU arena over one run at ORT_DISABLE_ALL, as its profiler's"
+    "onnxruntime's CPU arena over one run of the graph it runs (optimized at the chosen"
+    " level, ORT_ENABLE_ALL by default; see the notes), as its profiler's"
     " mem_in_use_peak counts it: the weights it holds from session creation (MatMul/Gemm"
     " weights prepacked for MLAS, initializers of 127 bytes or less), every buffer its"
     " allocation plan holds at the peak (graph outputs, buffers kept for later same-shape"

@@ -17,7 +17,9 @@ The forward graph becomes, in this order:
 As in eager PyTorch, a Cast to the tensor's own type is the tensor itself, and add/sub hand
 the incoming gradient on to a same-shaped input without a copy. What exporters did to the
 graph (merged initializers, running statistics, BatchNorm folded into convs) is undone first
-(training_exports.py).
+(training_exports.py). Segments named in `TrainingConfig.checkpoints` run under activation
+checkpointing: nothing made inside them is saved, and backward recomputes them
+(training_checkpoint.py).
 The model's outputs stay alive until backward ends (the training loop holds them in a Python
 variable, `out = model(x); loss = ce(out, y); loss.backward()`), and saved tensors of nodes
 that no gradient reaches are freed with the autograd graph when backward ends. Every float
@@ -39,6 +41,13 @@ from graphmem.costs.registry import (
 )
 from graphmem.errors import GraphmemError
 from graphmem.ir import RESIDENT_ROLES, DType, Graph, Node, Role, Value
+from graphmem.passes.training_checkpoint import (
+    RECOMPUTE_SUFFIX,
+    CheckpointSegment,
+    recompute_stop,
+    resolve_segments,
+    segment_index,
+)
 from graphmem.passes.training_exports import (
     folded_batchnorm_bias,
     identity_of_resident,
@@ -79,6 +88,9 @@ class TrainingConfig:
     # micro-batches per optimizer step: above 1, every parameter's .grad exists before the
     # forward starts (from the second micro-batch on) and backward adds into it
     grad_accum: int = 1
+    # forward segments run under activation checkpointing: module paths or FIRST..LAST node
+    # ranges (graphmem/passes/training_checkpoint.py)
+    checkpoints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,7 @@ def expand_training(graph: Graph, config: TrainingConfig) -> TrainingGraph:
         forward = fuse_pointwise_regions(graph.nodes, graph.outputs)
     for node in forward:
         expansion.copy_forward(node)
+    expansion.segments = resolve_segments(expansion.forward_nodes, config.checkpoints)
     for node in src_loss_nodes:  # cross_entropy is on both autocast fp32 lists
         expansion.copy_forward(node, Precision.FLOAT32)
     expansion.save_for_backward()
@@ -164,6 +177,8 @@ class _Expansion:
     inputs: list[Value] = field(default_factory=list)
     grad_buffers: dict[Value, Value] = field(default_factory=dict)  # parameter -> its .grad
     unfolded_batchnorms: int = 0
+    segments: list[CheckpointSegment] = field(default_factory=list)
+    in_segment: dict[Node, CheckpointSegment] = field(default_factory=dict)
 
     # ----- values ---------------------------------------------------------------------------
     def new_value(self, name: str, dtype: DType, shape: object, role: Role,
@@ -281,12 +296,21 @@ class _Expansion:
             self.needs[node] = needs
             requires_grad.update(v for v in node.outputs if v.dtype.is_float)
             self.saved[node] = self.saved_tensors(node, rule, needs)
+        self.in_segment = segment_index(self.segments)
+        for node, saved in self.saved.items():
+            segment = self.in_segment.get(node)
+            for value in saved:  # inside a checkpointed segment: recomputed in backward
+                if segment is None or not segment.makes(value):
+                    self.mark_saved(value)
+        for segment in self.segments:  # the checkpoint's frame holds the segment's inputs
+            for value in segment.entering():
+                self.mark_saved(value)
 
     def saved_tensors(self, node: Node, rule: BackwardRule | None,
                       needs: frozenset[int]) -> list[Value]:
         if rule is None:  # unknown backward: assume it keeps every input it reads
             self.no_rule[_qualified(node)] += 1
-            return [self.mark_saved(v) for v in dict.fromkeys(node.present_inputs)
+            return [v for v in dict.fromkeys(node.present_inputs)
                     if v.storage.role not in RESIDENT_ROLES]
         saved: list[Value] = []
         for spec in rule.saves:
@@ -298,14 +322,14 @@ class _Expansion:
                 value = node.input(spec.index) if spec.kind == "input" else (
                     node.outputs[spec.index] if spec.index < len(node.outputs) else None)
             if value is not None and value not in saved:
-                saved.append(self.mark_saved(value))
+                saved.append(value)
         return saved
 
     def extra_output(self, node: Node, label: str, dtype: DType | None, shape: object) -> Value:
         """A tensor the training-mode op makes besides its outputs (mean, rstd, a mask)."""
         made_shape = shape(node) if callable(shape) else ()
         out = self.new_value(f"{node.name}/{label}", dtype or node.outputs[0].dtype, made_shape,
-                             Role.SAVED_ACTIVATION, node)
+                             Role.ACTIVATION, node)  # SAVED_ACTIVATION once marked saved
         node.outputs.append(out)
         return out
 
@@ -340,7 +364,7 @@ class _Expansion:
         rule = find_backward_rule(node.op_type, node.domain)
         needs = self.needs[node]
         backward = BackwardNode(
-            f"{node.name}/backward", node.op_type, [*grad_outputs, *self.saved[node]], [],
+            f"{node.name}/backward", node.op_type, [*grad_outputs, *self.saved_for(node)], [],
             dict(node.attributes), _backward_domain(node.domain), node.module_path,
             forward=node, needs_grad=needs)
         made = []
@@ -361,6 +385,51 @@ class _Expansion:
         self.add_backward(backward)
         for target, grad in made:
             self.accumulate(target, grad)
+
+    # ----- checkpointed segments -----------------------------------------------------------
+    def saved_for(self, node: Node) -> list[Value]:
+        """What `node`'s backward reads: in a checkpointed segment, the recomputed copies of
+        the tensors made inside it (recomputed now if this is the segment's first)."""
+        segment = self.in_segment.get(node)
+        saved = self.saved[node]
+        if segment is None or not any(segment.makes(v) for v in saved):
+            return saved
+        if not segment.done:
+            self.recompute(segment)
+        copies = [segment.recomputed[v] if segment.makes(v) else v for v in saved]
+        for value in copies:
+            self.mark_saved(value)
+        return copies
+
+    def recompute(self, segment: CheckpointSegment) -> None:
+        """The segment's forward again, up to its last node whose tensors backward reads."""
+        segment.done = True
+        for node in segment.nodes[:recompute_stop(segment, self.saved)]:
+            inputs = [None if v is None else segment.recomputed.get(v, v) for v in node.inputs]
+            copy = Node(f"{node.name}{RECOMPUTE_SUFFIX}", node.op_type, inputs, [],
+                        dict(node.attributes), node.domain, node.module_path,
+                        node.subgraph_node_count)
+            for value in node.outputs:
+                alias = value.alias_of
+                made = self.new_value(
+                    f"{value.name}{RECOMPUTE_SUFFIX}", value.dtype, value.shape, Role.ACTIVATION,
+                    alias_of=None if alias is None else segment.recomputed.get(alias, alias))
+                segment.recomputed[value] = made
+                copy.outputs.append(made)
+            self.add_backward(copy)
+
+    def hold_segment_inputs(self) -> None:
+        """The checkpoint's frame holds a segment's inputs until its last backward node."""
+        step = {node: index for index, node in enumerate(self.nodes)}
+        for segment in self.segments:
+            last = [b for b in self.backward_nodes
+                    if isinstance(b, BackwardNode) and b.forward in segment.members]
+            if not last:
+                continue
+            for value in segment.entering():
+                held = value.held_until
+                if held is None or step.get(held, -1) < step[last[-1]]:
+                    value.held_until = last[-1]
 
     def accumulate(self, target: Value, grad: Value) -> None:
         """A second gradient of `target` is added to the first, in place when it owns its
@@ -437,11 +506,14 @@ class _Expansion:
         end_of_backward = self.backward_nodes[-1]
         for value in model_outputs:
             value.held_until = end_of_backward
+        with_backward = {b.forward for b in self.backward_nodes if isinstance(b, BackwardNode)}
         for node, saved in self.saved.items():
-            if not any(isinstance(b, BackwardNode) and b.forward is node
-                       for b in self.backward_nodes):
+            segment = self.in_segment.get(node)
+            if node not in with_backward:
                 for value in saved:  # freed with the autograd graph
-                    value.held_until = end_of_backward
+                    if segment is None or not segment.makes(value):
+                        value.held_until = end_of_backward
+        self.hold_segment_inputs()
         for node in self.nodes:
             for value in dict.fromkeys(node.present_inputs):
                 value.consumers.append(node)

@@ -39,9 +39,11 @@ ADAM_DENOMINATOR_FLOPS = 3  # sqrt, div, add eps
 ADAM_UPDATE_FLOPS = 3  # addcdiv
 ADAMW_DECAY_FLOPS = 1  # p.mul_(1 - lr * wd)
 NLL_FLOPS_PER_ROW = 1  # pick the target's log-probability and add it to the mean
+LOSS_PREFIX = "loss/"  # the loss nodes' names start with it
 
 
-def loss_nodes(logits: Value, prefix: str = "loss") -> tuple[list[Node], Value, Value]:
+def loss_nodes(logits: Value, prefix: str = LOSS_PREFIX.rstrip("/")
+               ) -> tuple[list[Node], Value, Value]:
     """Reshape -> LogSoftmax -> NegativeLogLikelihoodLoss on `logits`: (nodes, targets, loss)."""
     shape = logits.shape or ()
     classes = shape[-1] if shape and shape[-1] is not None else SymInt.const(1)
