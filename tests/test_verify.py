@@ -62,6 +62,11 @@ def test_verify_prints_prediction_measurement_and_error(
         (16384 - measured["activation_peak_bytes"]) / measured["activation_peak_bytes"] * 100,
         abs=1e-3)
     assert result["optimized"]["graph_optimization"] == "all"
+    # graphmem's runtime model, planned on the graph each session ran, against each session
+    for key, run_key in (("runtime_model", "measured"), ("runtime_model_optimized", "optimized")):
+        model, measured_run = result[key], result[run_key]
+        assert model["runtime_peak_bytes"] == pytest.approx(
+            measured_run["mem_in_use_peak_bytes"], rel=0.03), key
     # per node: ORT's output_size is graphmem's output bytes, node for node
     outputs = {n["name"]: (n["predicted_output_bytes"], n["measured_output_bytes"])
                for n in result["nodes"]}
