@@ -139,12 +139,18 @@ PACKED_BUFFER_ALIGN = 64  # MlasGetPreferredBufferAlignment
 SMALL_INITIALIZER_BYTES = 127  # kSmallTensorExternalDataThreshold: larger ones are used in place
 
 
+# kernels whose PrePack packs B: MatMul<float>, Gemm<float> and contrib FusedGemm (a Gemm<float>
+# with an activation, what ORT_ENABLE_EXTENDED makes of MatMul + Add + Relu)
+_PREPACKING_KERNELS = frozenset({("", "MatMul"), ("ai.onnx", "MatMul"), ("", "Gemm"),
+                                 ("ai.onnx", "Gemm"), ("com.microsoft", "FusedGemm")})
+
+
 def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:
     """MatMul and Gemm prepack a constant 2-D float32 B for MLAS's SGEMM at session creation,
     into the arena: (weight name, bytes), N rounded up to 16 columns, 64-byte aligned."""
     packed = []
     for node in nodes:
-        if node.op_type not in ("MatMul", "Gemm") or node.domain not in ("", "ai.onnx"):
+        if (node.domain, node.op_type) not in _PREPACKING_KERNELS:
             continue
         b = node.input(1)
         if b is None or b.producer is not None or b.shape is None or len(b.shape) != 2:
@@ -152,7 +158,7 @@ def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:
         if b.dtype.label != "float32" or not all(d is not None and d.is_constant for d in b.shape):
             continue
         rows, cols = (int(d) for d in b.shape if d is not None)  # [K, N]; Gemm transB: [N, K]
-        k, n = (cols, rows) if node.op_type == "Gemm" and node.attr_int("transB", 0) else (
+        k, n = (cols, rows) if node.op_type.endswith("Gemm") and node.attr_int("transB", 0) else (
             rows, cols)
         size = -(-n // SGEMM_PACKED_N_ALIGN) * SGEMM_PACKED_N_ALIGN * k * 4
         packed.append((b.name, -(-size // PACKED_BUFFER_ALIGN) * PACKED_BUFFER_ALIGN))
