@@ -29,7 +29,7 @@ FREE_DIMS_CHECKPOINT_NOTE = ("checkpointing is searched with every dim bound: gi
 def add_suggest_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("suggestions (what to change so the model fits)")
     group.add_argument("--suggest", action="store_true",
-                       help="suggest checkpointing (PyTorch --train), AMP, batch, in-place ops,"
+                       help="suggest checkpointing (--train), AMP, batch, in-place ops,"
                        " FC heads and grouped convs, each saving re-analysed")
     group.add_argument("--memory-budget", type=_memory_limit, metavar="LIMIT",
                        help="the peak to aim at: a size (12GiB) or a share of the --gpu's"

@@ -69,11 +69,13 @@ def _owner(value: Value, phases: dict[Node, str]) -> tuple[int, str]:
 
 
 def _assign_eager_lifetimes(converter: _Converter, released_after: dict[str, str]) -> None:
-    nodes_by_name = {node.name: node for node in converter.nodes}
+    """`released_after` names the fx node last traced when eager dropped a tensor; that is
+    often a `getitem` unpacking a multi-output op (native_layer_norm's output, mean, rstd),
+    which is no IR node: the tensor is held until the IR node at or before it."""
     for fx_name, value in converter.fx_values.items():
-        released = released_after.get(fx_name)
-        if released in nodes_by_name:
-            value.held_until = nodes_by_name[released]
+        holder = converter.ir_node_at.get(released_after.get(fx_name, ""))
+        if holder is not None:
+            value.held_until = holder
 
 
 class _Converter:
@@ -86,6 +88,8 @@ class _Converter:
         self.outputs: list[Value] = []
         self.phases: dict[Node, str] = {}
         self.fx_values: dict[str, Value] = {}  # fx node name -> the value it stands for
+        # fx node name -> the last IR node made at or before it (None before the first)
+        self.ir_node_at: dict[str, Node | None] = {}
 
     def visit(self, fx_node: torch.fx.Node) -> None:
         if fx_node.op == "placeholder":
@@ -104,6 +108,7 @@ class _Converter:
             for value in self.outputs:
                 if value.role is Role.ACTIVATION:
                     value.role = Role.OUTPUT
+        self.ir_node_at[fx_node.name] = self.nodes[-1] if self.nodes else None
 
     def _placeholder(self, fx_node: torch.fx.Node) -> None:
         role, label = self.traced.leaf_roles[len(self.placeholders)]
