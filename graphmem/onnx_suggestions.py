@@ -20,8 +20,14 @@ from graphmem.passes.checkpoint_search import CheckpointPlan, PlanOutcome, plan_
 from graphmem.passes.checkpoint_segments import SegmentCandidate, forward_nodes
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.onnx_checkpoint import onnx_candidates
-from graphmem.passes.roofline import estimate_roofline
-from graphmem.suggestions import Suggestion, checkpoint_snippet, checkpoint_suggestion
+from graphmem.suggestions import (
+    Suggestion,
+    checkpoint_snippet,
+    checkpoint_suggestion,
+    flops,
+    latency_s,
+    peak,
+)
 
 # the analysis of the same ONNX training step with these segments checkpointed
 Checkpointed = Callable[[tuple[str, ...]], Analysis]
@@ -45,23 +51,23 @@ def onnx_checkpoint_plan(base: Analysis, budget_bytes: int | None, checkpointed:
                          gpu: GpuSpec | None) -> OnnxCheckpointResult:
     """The cheapest re-analysed checkpoint plan under the budget, and the memory/recompute
     curve; `base` is the analysed training step (every dim bound)."""
-    base_latency = _latency_s(base, gpu)
+    base_latency = latency_s(base, gpu)
 
     def reanalyze(targets: tuple[str, ...]) -> PlanOutcome:
         changed = checkpointed(targets) if targets else base
-        latency = _latency_s(changed, gpu)
+        latency = latency_s(changed, gpu)
         extra = None if latency is None or base_latency is None else latency - base_latency
-        return PlanOutcome(targets, _peak(changed), _flops(changed) - _flops(base), extra)
+        return PlanOutcome(targets, peak(changed), flops(changed) - flops(base), extra)
 
     candidates = onnx_candidates(base.graph, base.costs, value_bytes(base.graph, base.dims))
-    plan = plan_checkpoints(candidates, _peak(base), budget_bytes, reanalyze)
+    plan = plan_checkpoints(candidates, peak(base), budget_bytes, reanalyze)
     modules = {".".join(parts[:depth]) for n in forward_nodes(base.graph) if n.module_path
                for parts in [n.module_path.split(".")] for depth in range(1, len(parts) + 1)}
 
     def snippet(targets: tuple[str, ...]) -> str:
         return onnx_checkpoint_snippet(targets, all(t in modules for t in targets))
 
-    card = checkpoint_suggestion(plan, _flops(base), _stateful(base, candidates),
+    card = checkpoint_suggestion(plan, flops(base), _stateful(base, candidates),
                                  ONNX_CHECKPOINT_NOTE, snippet)
     return OnnxCheckpointResult(plan, card)
 
@@ -82,17 +88,3 @@ def _stateful(base: Analysis, candidates: list[SegmentCandidate]) -> frozenset[s
     forward = forward_nodes(base.graph)
     return frozenset(c.path for c in candidates if any(
         n.op_type in _STATEFUL_OPS for n in forward[c.first_step: c.last_step + 1]))
-
-
-def _latency_s(analysis: Analysis, gpu: GpuSpec | None) -> float | None:
-    if gpu is None:
-        return None
-    return estimate_roofline(analysis.graph, analysis.costs, gpu, {}).est_latency_s
-
-
-def _peak(analysis: Analysis) -> int:
-    return int(analysis.liveness.peak_bytes)
-
-
-def _flops(analysis: Analysis) -> int:
-    return int(analysis.costs.total_flops)

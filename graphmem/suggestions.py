@@ -23,6 +23,7 @@ from graphmem.passes.layer_hints import (
     find_grouped_convs,
     peak_with_pooled_head,
 )
+from graphmem.passes.roofline import estimate_roofline
 from graphmem.units import format_bytes
 
 
@@ -208,3 +209,18 @@ def graph_report(analysis: Analysis, memory_budget_bytes: int | None) -> Suggest
     base = int(peak) if peak.is_constant else 0
     notes = (FREE_DIMS_NOTE,) if analysis.dims.free else ()
     return SuggestionReport(budget, source, base, tuple(graph_suggestions(analysis)), (), notes)
+
+
+def latency_s(analysis: Analysis, gpu: GpuSpec | None) -> float | None:
+    """The roofline latency of an analysed step on `gpu` (None without one)."""
+    if gpu is None:
+        return None
+    return estimate_roofline(analysis.graph, analysis.costs, gpu, {}).est_latency_s
+
+
+def peak(analysis: Analysis) -> int:
+    return int(analysis.liveness.peak_bytes)
+
+
+def flops(analysis: Analysis) -> int:
+    return int(analysis.costs.total_flops)

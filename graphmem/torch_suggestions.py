@@ -24,7 +24,6 @@ from graphmem.passes.checkpoint_segments import find_candidates
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.layer_hints import find_fc_heads, peak_with_pooled_head
 from graphmem.passes.max_batch import find_max_batch
-from graphmem.passes.roofline import estimate_roofline
 from graphmem.suggestions import (
     GRAPH_FC_NOTE,
     Suggestion,
@@ -32,10 +31,13 @@ from graphmem.suggestions import (
     amp_for,
     checkpoint_suggestion,
     fc_head_suggestion,
+    flops,
     graph_report,
     graph_suggestions,
+    latency_s,
     memory_budget,
     over_budget,
+    peak,
 )
 from graphmem.units import format_bytes
 
@@ -70,20 +72,6 @@ def with_batch(specs: tuple[TensorSpec, ...], batch: int) -> list[TensorSpec]:
     old = specs[0].shape[0]
     return [TensorSpec((batch, *s.shape[1:]), s.dtype) if s.shape and s.shape[0] == old else s
             for s in specs]
-
-
-def latency_s(analysis: Analysis, gpu: GpuSpec | None) -> float | None:
-    if gpu is None:
-        return None
-    return estimate_roofline(analysis.graph, analysis.costs, gpu, {}).est_latency_s
-
-
-def peak(analysis: Analysis) -> int:
-    return int(analysis.liveness.peak_bytes)
-
-
-def flops(analysis: Analysis) -> int:
-    return int(analysis.costs.total_flops)
 
 
 def torch_suggestions(base: Analysis, step: TrainingStep, budget_bytes: int | None,
