@@ -27,7 +27,7 @@ from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.fit import default_cuda_reserve
 from graphmem.passes.role_timeline import PhaseSpan, role_timeline, training_phases
-from graphmem.reports.html_charts import Band, Layer, Tick, stacked_layers
+from graphmem.reports.html_charts import Band, Layer, Tick, byte_ticks, stacked_layers
 from graphmem.reports.html_extras import Extras, extras
 from graphmem.reports.html_nodes import NodeTable, node_table
 from graphmem.reports.html_quantity import (
@@ -536,8 +536,6 @@ def _op_table(nodes: Sequence[Mapping[str, Any]]) -> OpTable:
 
 _CHART_WIDTH, _CHART_HEIGHT = 1000, 300
 _PLOT_LEFT, _PLOT_RIGHT, _PLOT_TOP, _PLOT_BOTTOM = 78.0, 986.0, 22.0, 268.0
-_IEC_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
-_NICE_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
 def _timeline(
@@ -699,26 +697,9 @@ def _hover_targets(
     return tuple(targets), per_target
 
 
-def _nice_step(raw: float) -> tuple[int, str, int]:
-    """The smallest 1-2-5 step of at least `raw` bytes within one IEC unit.
-
-    Returns (multiple, unit name, unit bytes): 500 KiB, then 1 MiB, 2 MiB, ... 500 MiB, 1 GiB.
-    """
-    for name, unit in reversed(_IEC_UNITS):
-        for multiple in _NICE_STEPS:
-            if multiple * unit >= raw:
-                return multiple, name, unit
-    name, unit = _IEC_UNITS[0]
-    return math.ceil(raw / unit), name, unit
-
-
 def _byte_ticks(top: float, wanted: int = 4) -> tuple[list[tuple[int, str]], float]:
-    """Gridlines at a 1-2-5 step up to `top` (the chart's top, which stays `top`)."""
-    multiple, name, unit = _nice_step(top / wanted)
-    step = multiple * unit
-    ticks = [(k * step, f"{k * multiple:g} {name}" if k else "0")
-             for k in range(int(top // step) + 1)]
-    return ticks, top
+    """Gridlines up to `top` (the chart's top, which stays `top`): html_charts.byte_ticks."""
+    return byte_ticks(top, wanted), top
 
 
 def _step_ticks(count: int, wanted: int = 8) -> list[int]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from graphmem.units import format_bytes, format_si
 
 _IEC_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
-_NICE = (1, 2, 5, 10, 20, 50, 100, 200, 500)
+_NICE = (1, 2, 5, 10, 20, 50, 100, 200, 256, 512)  # 256, 512: a quarter, a half of the next
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,27 @@ class Band:
 
 
 def byte_ticks(top: float, wanted: int = 4) -> list[tuple[int, str]]:
-    """Gridlines at a 1-2-5 step of an IEC unit, from 0 up to `top` bytes."""
+    """Gridlines at a 1-2-5 step of an IEC unit, from 0 up to `top` bytes.
+
+    Above 200 of a unit the step is 256 or 512 of it (a quarter or half of the next unit), so
+    every label reads in the largest unit it reaches: 512 MiB, 1 GiB, 1.5 GiB, never 1500 MiB.
+    """
     raw = top / wanted
-    multiple, name, unit = next(
-        ((m, n, u) for n, u in reversed(_IEC_UNITS) for m in _NICE if m * u >= raw),
-        (math.ceil(raw / _IEC_UNITS[0][1]), *_IEC_UNITS[0]),
+    multiple, unit = next(
+        ((m, u) for _, u in reversed(_IEC_UNITS) for m in _NICE if m * u >= raw),
+        (math.ceil(raw / _IEC_UNITS[0][1]), _IEC_UNITS[0][1]),
     )
     step = multiple * unit
-    return [(k * step, f"{k * multiple:g} {name}" if k else "0")
-            for k in range(int(top // step) + 1)]
+    return [(k * step, byte_tick_label(k * step)) for k in range(int(top // step) + 1)]
+
+
+def byte_tick_label(value: int) -> str:
+    """A tick's bytes in the largest IEC unit they reach, as format_bytes picks it, with no
+    needless decimals: 0, 768 MiB, 1 GiB, 1.5 GiB, 1.25 GiB."""
+    if value == 0:
+        return "0"
+    name, unit = next((n, u) for n, u in _IEC_UNITS if value >= u)
+    return f"{value / unit:g} {name}"
 
 
 def number_ticks(low: float, high: float, wanted: int = 6) -> list[float]:

@@ -15,8 +15,8 @@ from typing import Any
 
 from graphmem.passes.sweep import SATURATION_SHARE
 from graphmem.reports.html_charts import XYChart, xy_chart
-from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity
-from graphmem.reports.plan_terminal import format_seconds
+from graphmem.reports.html_distributed import KvCacheView, PerGpuView, kv_cache_view, per_gpu_view
+from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity, format_time
 from graphmem.units import format_si
 
 DASH = "\u2013"
@@ -31,7 +31,7 @@ def _flops(value: Any) -> Quantity | None:
 
 
 def _seconds(value: Any) -> str:
-    return format_seconds(float(value)) if isinstance(value, int | float) else ""
+    return format_time(float(value)) if isinstance(value, int | float) else ""
 
 
 def _percent(part: int, whole: int) -> float:
@@ -263,12 +263,14 @@ def _cell(key: str, value: Any) -> Cell:
         size = bytes_quantity(value)
         return Cell(size.text, str(size.probe), f"{size.exact_text} bytes")
     if key.endswith("_s") and isinstance(value, int | float):
-        return Cell(format_seconds(float(value)), repr(float(value)))
+        return Cell(format_time(float(value)), repr(float(value)))
     if isinstance(value, int):
         return Cell(f"{value:,}", str(value))
     if isinstance(value, float):
         return Cell(f"{value:.4g}", repr(value))
     if isinstance(value, Mapping | list | tuple):
+        if not value:
+            return Cell(DASH, "")
         return Cell(json.dumps(value, separators=(", ", ": ")), "")
     return Cell(str(value), str(value))
 
@@ -306,12 +308,19 @@ class Extras:
     checkpoint_curve: CheckpointCurve | None
     sweep: SweepView | None
     runtime: RuntimeView | None
-    tables: tuple[GenericTable, ...]  # distributed training per GPU, KV cache
+    tables: tuple[GenericTable, ...]  # fields of a shape the views below do not read
+    per_gpu: PerGpuView | None = None
+    kv_cache: KvCacheView | None = None
 
     @property
     def any(self) -> bool:
         return bool(self.suggestions or self.checkpoint_curve or self.sweep or self.runtime
-                    or self.tables)
+                    or self.tables or self.per_gpu or self.kv_cache)
+
+    @property
+    def more_memory(self) -> bool:
+        """The "Per GPU and caches" section has something to show."""
+        return bool(self.tables or self.per_gpu or self.kv_cache)
 
 
 _TABLE_FIELDS = (
@@ -323,13 +332,18 @@ _TABLE_FIELDS = (
 
 def extras(report: Mapping[str, Any], peak_probe: int) -> Extras:
     memory = report.get("memory") or {}
-    tables = tuple(t for field, title, first in _TABLE_FIELDS
-                   if (t := generic_table(title, memory.get(field), first)) is not None)
+    per_gpu, kv_cache = per_gpu_view(memory), kv_cache_view(memory)
+    read = {"per_rank", "fit_by_strategy"} if per_gpu else set()
+    read |= {"kv_cache"} if kv_cache else set()
+    tables = tuple(t for field, title, first in _TABLE_FIELDS if field not in read
+                   and (t := generic_table(title, memory.get(field), first)) is not None)
     return Extras(
         suggestions=suggestion_cards(report, peak_probe),
         checkpoint_curve=checkpoint_curve(report),
         sweep=sweep_view(report),
         runtime=runtime_view(memory),
         tables=tables,
+        per_gpu=per_gpu,
+        kv_cache=kv_cache,
     )
 

@@ -14,8 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity
-from graphmem.reports.plan_terminal import format_seconds
+from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity, format_time
 
 MAX_NODE_ROWS = 500  # rows written as HTML; the script shows them all
 PAGE_ROWS = 100  # rows per page when the script runs
@@ -100,7 +99,7 @@ def _row(step: int, node: Mapping[str, Any], op: str, phase: str) -> NodeRow:
         flops=count_quantity(node["flops"], "FLOP"),
         output_bytes=bytes_quantity(node["output_bytes"]),
         time_s=time_s,
-        time_text=format_seconds(time_s) if time_s is not None else "",
+        time_text=format_time(time_s) if time_s is not None else "",
         bound=node.get("bound") or "",
         status=node["status"],
         note=node["note"],

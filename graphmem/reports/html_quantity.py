@@ -88,3 +88,15 @@ def _monomial(text: str) -> SymInt | None:
         for _ in range(int(power or 1)):
             term = term * SymInt.symbol(name)
     return term
+
+
+_TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("\u00b5s", 1e-6))
+
+
+def format_time(seconds: float) -> str:
+    """0.0123 -> '12.3 ms', 5.72e-05 -> '57.2 µs': the terminal's format_seconds
+    (reports/plan_terminal.py, which keeps ASCII "us"), with the micro sign for the page."""
+    for unit, scale in _TIME_UNITS:
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"

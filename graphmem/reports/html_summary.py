@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity
-from graphmem.reports.plan_terminal import format_seconds
+from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity, format_time
 
 MAX_MODULE_BARS = 12  # the largest modules as bars; the table below has every one
 
@@ -103,7 +102,7 @@ def _gpu_facts(gpu: Mapping[str, Any]) -> list[Fact]:
         detail = "roofline lower bound"
         if throughput:
             detail += f" · {throughput:,.0f} samples/s"
-        facts.append(Fact("est. latency", format_seconds(latency), detail))
+        facts.append(Fact("est. latency", format_time(latency), detail))
     return facts
 
 
