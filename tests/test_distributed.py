@@ -353,3 +353,17 @@ def test_replace_keeps_layout_checks(hand: TrainingProfile) -> None:
     config = replace(DistributedConfig("zero2", 2), layout="fp8")
     with pytest.raises(GraphmemError, match="--state-layout fp8"):
         per_rank_memory(hand, config)
+
+
+def test_terminal_explains_a_bucket_larger_than_the_model(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # DeepSpeed's default reduce buffer (5e8 elements) dwarfs a tiny model: say why, and how
+    # to set it, instead of leaving a 1.9 GiB bucket next to kilobytes of parameters.
+    from graphmem.cli import main
+
+    argv = ["analyze", "tests/torch_models/small.py:build_tiny_gpt", "--input", "8x64:int64",
+            "--train", "--gpus", "4", "--strategy", "zero2", "--no-html"]
+    assert main(argv) == 0
+    assert "--reduce-bucket-size sets it" in " ".join(capsys.readouterr().out.split())
+    assert main([*argv, "--reduce-bucket-size", "1000"]) == 0
+    assert "--reduce-bucket-size sets it" not in " ".join(capsys.readouterr().out.split())

@@ -48,6 +48,10 @@ def _per_rank_table(rank: PerRankMemory) -> Table:
     if config.tensor_parallel > 1:
         table.add_row("split by tensor parallel", f"{float(rank.split_parameter_share):.1%}"
                       " of parameter bytes (matmul and embedding weights)")
+    if config.strategy.startswith("zero") and rank.buckets_bytes > rank.total_bytes // 2:
+        table.add_row("note", f"DeepSpeed allocates its reduce buffer of reduce_bucket_size"
+                      f" ({config.zero.reduce_bucket_size:,}) elements whatever the model's"
+                      " size; --reduce-bucket-size sets it as in the DeepSpeed config")
     return table
 
 
