@@ -111,9 +111,10 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
                         help="model what this runtime holds (default: ort-cuda for ONNX with"
                         " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu)")
     parser.add_argument("--ort-optimization", choices=("disabled", "basic", "extended", "all"),
-                        default="all", help="ort-cpu: the session's graph optimization level"
-                        " (default all, onnxruntime's default): graphmem plans the graph"
-                        " onnxruntime optimizes at that level")
+                        help="ort-cpu: the session's graph optimization level; graphmem plans"
+                        " the graph onnxruntime optimizes at that level (default: all,"
+                        " onnxruntime's default, for models with up to 256 MiB of weights;"
+                        " above, the graph as written unless a level is given)")
     parser.add_argument("--sweep", metavar="DIM=VALUES",
                         help="peak, fit, latency and throughput at each value of a dim, e.g."
                         " batch=1,2,4,...,256 (ONNX models)")

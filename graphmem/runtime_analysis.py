@@ -47,12 +47,16 @@ def check_runtime(runtime: str, is_onnx: bool, has_gpu: bool, training: bool) ->
 
 
 ORT_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
-DEFAULT_ORT_OPTIMIZATION = "all"  # onnxruntime's own default, and what `graphmem verify` runs
+# Without --ort-optimization graphmem models onnxruntime's default level ("all", what `graphmem
+# verify` runs too), but builds the optimizing session (the weights in memory, random where the
+# file has none) only for models up to this size; above it, the graph as written is planned
+# and the note says how to ask for the optimized one (up to importers/ort_optimized.py's limit).
+AUTO_OPTIMIZE_INITIALIZER_BYTES = 256 << 20
 
 
 def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
                  cuda_reserve_bytes: int | None = None, threads: int | None = None,
-                 ort_optimization: str = DEFAULT_ORT_OPTIMIZATION) -> Analysis:
+                 ort_optimization: str | None = None) -> Analysis:
     """The analysis with `runtime` set; unchanged when no runtime applies or dims are free."""
     if runtime is None:
         return analysis
@@ -67,10 +71,11 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
 
 def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      cuda_reserve_bytes: int | None = None, threads: int | None = None,
-                     ort_optimization: str = DEFAULT_ORT_OPTIMIZATION) -> RuntimeEstimate:
+                     ort_optimization: str | None = None) -> RuntimeEstimate:
     """`ort_optimization` (ort-cpu): the graph optimization level of the session modelled;
     above "disabled", onnxruntime's optimized graph is planned (graphmem/importers/
-    ort_optimized.py), else the graph as written."""
+    ort_optimized.py), else the graph as written. None: "all" for models with up to
+    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
     if runtime == "torch-cuda":
         return _torch_cuda(analysis, _need_gpu(gpu, runtime), cuda_reserve_bytes)
     from graphmem.passes.runtime_ort import ort_cpu_estimate, ort_cuda_estimate
@@ -97,9 +102,11 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                              overhead.context_source)
 
 
-def _optimized(analysis: Analysis, level: str) -> tuple[OptimizedGraph | None, str]:
+def _optimized(analysis: Analysis, level: str | None) -> tuple[OptimizedGraph | None, str]:
     """onnxruntime's optimized graph at `level` and the note saying which graph was planned;
     (None, note) where the graph as written is planned."""
+    asked = level is not None
+    level = level or "all"
     if level not in ORT_OPTIMIZATION_LEVELS:
         raise GraphmemError(f"--ort-optimization {level}: choose one of"
                             f" {', '.join(ORT_OPTIMIZATION_LEVELS)}")
@@ -111,9 +118,13 @@ def _optimized(analysis: Analysis, level: str) -> tuple[OptimizedGraph | None, s
     from graphmem.importers.ort_optimized import OptimizationRefused, optimized_graph
 
     try:
-        optimized = optimized_graph(path, level, analysis.dims.bound)
+        optimized = optimized_graph(path, level, analysis.dims.bound,
+                                    None if asked else AUTO_OPTIMIZE_INITIALIZER_BYTES)
     except OptimizationRefused as refused:
-        return None, str(refused)
+        hint = "" if asked else (
+            " (--ort-optimization all plans onnxruntime's optimized graph anyway: it builds a"
+            " session holding the weights)")
+        return None, f"{refused}{hint}"
     except GraphmemError as error:  # the saved graph did not import: plan the file's
         return None, f"not optimized offline ({error}); planned the graph as written"
     note = (f"planned onnxruntime's optimized graph (--ort-optimization {level}):"

@@ -128,7 +128,7 @@ def test_large_models_fall_back_to_the_graph_as_written(monkeypatch: pytest.Monk
         optimized_graph(SAMPLES / "tiny_cnn.onnx", "all", max_initializer_bytes=1024)
     monkeypatch.setattr(ort_optimized, "MAX_INITIALIZER_BYTES", 1024)
     analysis = analyze_onnx(SAMPLES / "tiny_cnn.onnx", batch=1, plan=False)
-    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=1)
+    estimate = runtime_estimate(analysis, "ort-cpu", None, threads=1, ort_optimization="all")
     assert "planned the graph as written" in estimate.notes[0]
     disabled = runtime_estimate(analysis, "ort-cpu", None, threads=1,
                                 ort_optimization="disabled")
@@ -214,3 +214,19 @@ def test_newer_ir_version_is_lowered_for_onnxruntime(tmp_path: Path) -> None:
     onnx.save(model, path)
     optimized = optimized_graph(path, "all")
     assert any(n.domain == "com.microsoft.nchwc" for n in optimized.graph.nodes)
+
+
+def test_without_a_level_large_models_are_planned_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Optimizing builds a session holding the weights: by default only up to 256 MiB of them.
+    # With the limit lowered below tiny_cnn's weights, no level given plans the file as
+    # written and says how to ask; an explicit level still optimizes.
+    import graphmem.runtime_analysis as runtime_analysis
+
+    monkeypatch.setattr(runtime_analysis, "AUTO_OPTIMIZE_INITIALIZER_BYTES", 16)
+    analysis = analyze_onnx(SAMPLES / "tiny_cnn.onnx", batch=1)
+    auto = runtime_analysis.runtime_estimate(analysis, "ort-cpu", None, threads=1)
+    assert any("--ort-optimization all plans" in note for note in auto.notes)
+    asked = runtime_analysis.runtime_estimate(analysis, "ort-cpu", None, threads=1,
+                                              ort_optimization="all")
+    assert any("planned onnxruntime's optimized graph" in note for note in asked.notes)

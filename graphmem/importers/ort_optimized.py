@@ -39,6 +39,7 @@ from graphmem.errors import GraphmemError
 from graphmem.importers.onnx_importer import import_onnx
 from graphmem.importers.ort_plan_shapes import PlanShape, ort_plan_shapes
 from graphmem.ir import Graph, Node
+from graphmem.units import format_bytes
 
 LEVELS = {
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -78,8 +79,8 @@ def optimized_graph(path: str | Path, level: str,
     weights = initializer_bytes(model)
     if weights > max_initializer_bytes:
         raise OptimizationRefused(
-            f"not optimized offline: {weights / 2**30:.1f} GiB of initializers is above the"
-            f" {max_initializer_bytes / 2**30:.0f} GiB limit; planned the graph as written")
+            f"not optimized offline: {format_bytes(weights)} of initializers is above the"
+            f" {format_bytes(max_initializer_bytes)} limit; planned the graph as written")
     with tempfile.TemporaryDirectory(prefix="graphmem-ort-opt-") as folder:
         saved, notes = _saved_optimized(path, model, level, Path(folder))
         graph, plan_shapes = _import_through_proxy(saved, Path(folder), input_dims)
