@@ -535,3 +535,26 @@ def test_unknown_elementwise_output_raises() -> None:
 def test_missing_required_input_raises() -> None:
     with pytest.raises(ShapeUnknownError, match="missing input"):
         cost(node("Conv", [tensor(1, 3, 8, 8), None], [tensor(1, 4, 6, 6)]))
+
+
+# ----- the torch front door's pooling FLOPs (graphmem/importers/torch_costs.py) ---------------
+@pytest.mark.parametrize(("pool", "expected_flops"), [
+    # MaxPool2d(3, 2) on 1x4x9x9: out 1x4x4x4 = 64 windows x 9 compares = 576 (ONNX MaxPool's)
+    ("max", 576),
+    # AvgPool2d(3, 2): the same 64 windows x 9 adds = 576
+    ("avg", 576),
+    # AdaptiveAvgPool2d(1): one add per input element, 4 * 9 * 9 = 324 (GlobalAveragePool's)
+    ("adaptive", 324),
+    # MaxPool2d(kernel (2, 3), stride 1) on 1x4x9x9: out 1x4x8x7 = 224 windows x 6 = 1344
+    ("max_rect", 1344),
+])
+def test_torch_pooling_flops(pool: str, expected_flops: int) -> None:
+    from torch import nn
+
+    from graphmem.torch_analysis import analyze_torch
+
+    layer = {"max": nn.MaxPool2d(3, 2), "avg": nn.AvgPool2d(3, 2),
+             "adaptive": nn.AdaptiveAvgPool2d(1), "max_rect": nn.MaxPool2d((2, 3), 1)}[pool]
+    costs = analyze_torch(layer, ["1x4x9x9"], plan=False).costs
+    assert costs.unsupported_ops == {}
+    assert costs.total_flops.evaluate({}) == expected_flops

@@ -32,8 +32,12 @@ PER_INPUT_ELEMENT = {
     "_native_batch_norm_legit_no_training": 2, "native_batch_norm_backward": 9,
     "native_group_norm": 7, "native_group_norm_backward": 9, "_fused_rms_norm": 4,
     "nll_loss_forward": 1, "nll_loss_backward": 1, "embedding_dense_backward": 1,
-    "cumsum": 1, "logsumexp": 2,
+    "cumsum": 1, "logsumexp": 2, "_adaptive_avg_pool2d": 1, "adaptive_avg_pool3d": 1,
 }
+# Window pools: 1 compare or add per window element per output, as ONNX MaxPool/AveragePool
+# (graphmem/costs/pooling.py); kernel_size is argument 1.
+WINDOW_POOLS = frozenset({"max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d",
+                          "max_pool1d", "avg_pool1d", "avg_pool2d", "avg_pool3d"})
 # Ops that only move or make bytes.
 NO_ARITHMETIC = frozenset({
     "_to_copy", "clone", "copy", "copy_", "contiguous", "empty", "empty_like", "empty_strided",
@@ -43,7 +47,7 @@ NO_ARITHMETIC = frozenset({
     "constant_pad_nd", "repeat", "index_put", "index_put_", "masked_fill", "tril", "triu",
     "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
     "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
-    "flip", "as_strided_scatter", "_foreach_copy_", "sort", "topk",
+    "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",
 })
 
 
@@ -58,6 +62,9 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
     name = packet.__name__
     if name in PER_INPUT_ELEMENT:
         return ImportedCost(0, PER_INPUT_ELEMENT[name] * _numel_of_first_tensor(fx_node.args))
+    if name in WINDOW_POOLS:
+        spatial_dims = int(name.split("_pool")[1][0])  # max_pool2d_with_indices -> 2
+        return ImportedCost(0, _pooled_numel(fx_node) * _window_size(fx_node, spatial_dims))
     if name in NO_ARITHMETIC or _is_view(target):
         return ImportedCost(0, 0)
     if name.startswith("_foreach_"):  # one elementwise op over every tensor of the list
@@ -74,6 +81,18 @@ def _registry_flops(fx_node: torch.fx.Node, packet: Any) -> int:
 
 def _meta_of(item: Any) -> Any:
     return item.meta.get("val") if isinstance(item, torch.fx.Node) else item
+
+
+def _pooled_numel(fx_node: torch.fx.Node) -> int:
+    # max_pool*_with_indices returns (values, indices): the windows are the values' elements
+    meta = fx_node.meta.get("val")
+    return _numel_of_output(meta[0] if isinstance(meta, (tuple, list)) else meta)
+
+
+def _window_size(fx_node: torch.fx.Node, spatial_dims: int) -> int:
+    # kernel_size [k] means k in every spatial dim
+    kernel = list(fx_node.args[1])
+    return kernel[0] ** spatial_dims if len(kernel) == 1 else math.prod(kernel)
 
 
 def _is_view(target: Any) -> bool:
