@@ -22,6 +22,8 @@ from graphmem import __version__
 from graphmem.check_command import add_check_parser, run_check_command
 from graphmem.distributed_command import add_distributed_options, apply_distributed_options
 from graphmem.errors import GraphmemError
+from graphmem.passes.runtime_model import RUNTIMES
+from graphmem.runtime_analysis import ORT_OPTIMIZATION_LEVELS
 from graphmem.suggest_command import (
     add_suggest_options,
     budget_bytes,
@@ -107,10 +109,10 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
                         help="non-tensor CUDA memory to assume (default: measured, see README)")
     parser.add_argument("--depth", type=int, default=2, metavar="N",
                         help="group FLOPs, parameters and peak memory by module path at depth N")
-    parser.add_argument("--runtime", choices=("ort-cpu", "ort-cuda", "torch-cuda"),
+    parser.add_argument("--runtime", choices=RUNTIMES,
                         help="model what this runtime holds (default: ort-cuda for ONNX with"
                         " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu)")
-    parser.add_argument("--ort-optimization", choices=("disabled", "basic", "extended", "all"),
+    parser.add_argument("--ort-optimization", choices=ORT_OPTIMIZATION_LEVELS,
                         help="ort-cpu: the session's graph optimization level; graphmem plans"
                         " the graph onnxruntime optimizes at that level (default: all,"
                         " onnxruntime's default, for models with up to 256 MiB of weights;"

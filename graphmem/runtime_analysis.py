@@ -158,10 +158,6 @@ def _need_gpu(gpu: GpuSpec | None, runtime: str) -> GpuSpec:
 
 def _torch_cuda(analysis: Analysis, gpu: GpuSpec,
                 cuda_reserve_bytes: int | None) -> RuntimeEstimate:
-    try:
-        from graphmem.passes.torch_cuda import torch_cuda_estimate
-    except ImportError:
-        raise GraphmemError("--runtime torch-cuda: this graphmem has no model of PyTorch's"
-                            " CUDA caching allocator yet (graphmem/passes/torch_cuda.py);"
-                            " use --runtime ort-cpu or ort-cuda for ONNX models") from None
+    from graphmem.passes.torch_cuda import torch_cuda_estimate
+
     return torch_cuda_estimate(analysis, gpu, cuda_reserve_bytes)

@@ -32,7 +32,7 @@ def fold_constants(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
     returns the replaced nodes by their first output's name."""
     known = _constant_values(model.graph)
     replaced: dict[str, onnx.NodeProto] = {}
-    opset = _default_opset(model)
+    opset = default_opset(model) or 17  # a model without one still folds
     for index, node in enumerate(model.graph.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             value = _constant_node_value(node)
@@ -119,8 +119,6 @@ def _has_typed_data(tensor: onnx.TensorProto) -> bool:
                 or tensor.double_data)
 
 
-def _default_opset(model: onnx.ModelProto) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return 17
+def default_opset(model: onnx.ModelProto) -> int:
+    """The version of the default ("" / ai.onnx) domain the model imports; 0 when none."""
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)

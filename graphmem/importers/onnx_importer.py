@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto
 
 from graphmem.errors import GraphmemError
-from graphmem.importers.onnx_fold import fold_constants, restore_nodes
+from graphmem.importers.onnx_fold import default_opset, fold_constants, restore_nodes
 from graphmem.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
 from graphmem.passes.shapes import fill_shape_gaps
 from graphmem.symbolic import SymInt, parse_dim
@@ -312,13 +312,9 @@ def _build_graph(model: onnx.ModelProto, default_name: str) -> Graph:
         values=values,
         inputs=[v for v in inputs if v.role is Role.INPUT],
         outputs=outputs,
-        opset=_default_opset(model),
+        opset=default_opset(model),
         source_format="onnx",
     )
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def _add_initializers(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
