@@ -72,11 +72,17 @@ def measure_step(
 
 
 def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, device: str,
-                 loss_of: Callable[..., torch.Tensor]) -> None:
-    """Forward and backward without the optimizer: an earlier micro-batch's .grad sums."""
+                 loss_of: Callable[..., torch.Tensor]) -> object:
+    """Forward and backward, no optimizer: one micro-batch, its gradients added into .grad.
+
+    Returns the model's output, which the caller holds: as in `out = model(x); loss = f(out);
+    loss.backward(); opt.step()` and as graphmem traces the step, the logits stay allocated
+    to the end of the step."""
     with _autocast(amp, device):
-        loss = loss_of(model(*inputs))
+        output = model(*inputs)
+        loss = loss_of(output)
     loss.backward()
+    return output
 
 
 def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[], None]:
@@ -96,14 +102,10 @@ def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name:
     optimizer = _optimizer(optimizer_name, model)
 
     def step() -> None:
-        # `output` stays referenced through backward, as in `out = model(x); loss = f(out);
-        # loss.backward()` and as graphmem traces the step: the logits stay allocated
-        with _autocast(amp, device):
-            output = model(*inputs)
-            loss = loss_of(output)
-        loss.backward()
+        output = _micro_batch(model, inputs, amp, device, loss_of)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        del output  # held through the update, as graphmem traces the step
 
     return step
 
