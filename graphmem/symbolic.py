@@ -9,12 +9,13 @@ evaluated with sympy when the dims are bound.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from functools import cache
 
 import sympy
+
+from graphmem.dim_parser import DimParseError, dim_symbol, parse_dim_expression
 
 # A monomial is a sorted tuple of (factor, power); the empty tuple is the constant term.
 Factor = sympy.Expr
@@ -74,7 +75,12 @@ class SymInt:
 
     @staticmethod
     def from_sympy(expr: sympy.Expr | int) -> SymInt:
-        return _from_sympy_cached(sympy.sympify(expr))
+        # never sympify text: sympy.sympify evaluates Python (dim_parser.py parses dim text)
+        if isinstance(expr, int):
+            return SymInt.const(expr)
+        if not isinstance(expr, sympy.Expr):
+            raise TypeError(f"SymInt.from_sympy takes a sympy expression, not {type(expr)}")
+        return _from_sympy_cached(expr)
 
     # ----- arithmetic ---------------------------------------------------------------------
     def __add__(self, other: SymInt | int) -> SymInt:
@@ -196,32 +202,16 @@ class SymInt:
         return f"SymInt({self})"
 
 
-@cache
-def dim_symbol(name: str) -> sympy.Symbol:
-    """The one sympy symbol for a dynamic dim: a positive integer."""
-    return sympy.Symbol(name, integer=True, positive=True)
-
-
-def parse_dim(text: str) -> sympy.Expr:
-    """A dim as shape inference writes it (`batch`, `2*seq`, `floor(seq/2)`) as sympy.
-
-    Names that are not valid expressions (`batch/size`, `N.1`) become one opaque symbol.
+def parse_dim(text: str, names: Mapping[str, str] | None = None) -> sympy.Expr:
+    """A dim as shape inference writes it (`batch`, `2*seq`, `floor(seq/2)`) as sympy, parsed by
+    graphmem's own closed grammar (dim_parser.py), never evaluated. `names` maps the safe
+    identifiers in the text back to the model's dim names. Text outside the grammar
+    (`batch/size`, `N.1`, anything hostile) becomes one opaque symbol of that name.
     """
-    if text.isidentifier():
-        return dim_symbol(text)
-    names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text)) - _SYMPY_FUNCTIONS
     try:
-        expr = sympy.sympify(text, locals={n: dim_symbol(n) for n in names})
-    except (sympy.SympifyError, SyntaxError, TypeError, ValueError):
-        return dim_symbol(text)
-    if not isinstance(expr, sympy.Expr):
-        return dim_symbol(text)
-    # Resize writes scales as floats (`floor(1.0*batch)`): exact rationals simplify that to
-    # `batch`, since dims are integers.
-    return sympy.nsimplify(expr, rational=True) if expr.has(sympy.Float) else expr
-
-
-_SYMPY_FUNCTIONS = {"floor", "ceiling", "Max", "Min", "Mod", "sqrt"}
+        return parse_dim_expression(text, names)
+    except DimParseError:
+        return dim_symbol(names.get(text, text) if names else text)
 
 
 def _parenthesized(factor: Factor) -> str:

@@ -84,10 +84,11 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
     _name_dynamic_input_dims(model.graph)
     if input_dims:
         _fix_input_dims(model.graph, input_dims)
+    dim_names = _alias_dim_params(model.graph)  # inference sees safe names only
     folded = fold_constants(model)  # inference sees literal shape values (onnx_fold.py)
-    inferred, engine = _infer_shapes(model, warnings)
+    inferred, engine = _infer_shapes(model, warnings, dim_names)
     restore_nodes(inferred, folded)
-    graph = _build_graph(inferred, Path(path).stem)
+    graph = _build_graph(inferred, Path(path).stem, dim_names)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"
@@ -154,13 +155,55 @@ def _fix_input_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
                 dim.dim_value = dims[dim.dim_param]
 
 
+_ALIAS_PREFIX = "gm__dim"
+
+
+def _alias_dim_params(graph: onnx.GraphProto) -> dict[str, str]:
+    """Rename every dim_param (subgraphs included) to a safe identifier `gm__dimN`, in place;
+    returns alias -> the model's name.
+
+    A model's dim names are untrusted text: the shape inference engines print expressions
+    over them (`2*<name>`) that graphmem parses back (dim_parser.py). With safe aliases the
+    only identifiers in those expressions are graphmem's own, and the model's names are
+    put back as symbol names, never parsed.
+    """
+    aliases: dict[str, str] = {}
+    for dim in _declared_dims(graph):
+        if dim.dim_param:
+            alias = aliases.setdefault(dim.dim_param, f"{_ALIAS_PREFIX}{len(aliases)}")
+            dim.dim_param = alias
+    return {alias: name for name, alias in aliases.items()}
+
+
+def _declared_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
+    dims: list[onnx.TensorShapeProto.Dimension] = []
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        dims.extend(_type_dims(info.type))
+    for node in graph.node:
+        for body in _subgraphs(node):
+            dims.extend(_declared_dims(body))
+    return dims
+
+
+def _type_dims(type_proto: onnx.TypeProto) -> list[onnx.TensorShapeProto.Dimension]:
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type" and type_proto.tensor_type.HasField("shape"):
+        return list(type_proto.tensor_type.shape.dim)
+    if kind == "sequence_type":
+        return _type_dims(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _type_dims(type_proto.optional_type.elem_type)
+    return []
+
+
 def _identifier(name: str) -> str:
     text = re.sub(r"\W", "_", name)
     return text if text and not text[0].isdigit() else f"v_{text}"
 
 
 # ----- shape inference -----------------------------------------------------------------------
-def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.ModelProto, str]:
+def _infer_shapes(model: onnx.ModelProto, warnings: list[str],
+                  dim_names: Mapping[str, str]) -> tuple[onnx.ModelProto, str]:
     """onnxruntime's symbolic inference; where its rules give up on some nodes, the shapes
     onnx's own inference (with data propagation) finds are merged in, value by value."""
     try:
@@ -173,7 +216,7 @@ def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.Mod
         )
         fallback = _onnx_inference(model, warnings)
         return (fallback, "onnx shape inference") if fallback else (model, "none")
-    changed = _changed_input_dims(model.graph, inferred.graph)
+    changed = _changed_input_dims(model.graph, inferred.graph, dim_names)
     if changed:
         warnings.append(
             f"onnxruntime symbolic shape inference changed the input dims ({changed});"
@@ -193,18 +236,20 @@ def _infer_shapes(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.Mod
     return inferred, "onnxruntime symbolic shape inference + onnx shape inference"
 
 
-def _dims_of(info: onnx.ValueInfoProto) -> list[str | int]:
-    return [d.dim_param or d.dim_value for d in info.type.tensor_type.shape.dim]
+def _dims_of(info: onnx.ValueInfoProto, dim_names: Mapping[str, str]) -> list[str | int]:
+    return [dim_names.get(d.dim_param, d.dim_param) or d.dim_value
+            for d in info.type.tensor_type.shape.dim]
 
 
-def _changed_input_dims(before: onnx.GraphProto, after: onnx.GraphProto) -> str:
+def _changed_input_dims(before: onnx.GraphProto, after: onnx.GraphProto,
+                        dim_names: Mapping[str, str]) -> str:
     """The first graph input whose declared dims inference rewrote, as text ("" if none).
     Inference must never change what the model declares: onnxruntime 1.30's symbolic rules
     turn a dynamo export's [batch, seq] input into [16, 16] and its logits into rank 5."""
-    declared = {v.name: _dims_of(v) for v in before.input}
+    declared = {v.name: _dims_of(v, dim_names) for v in before.input}
     for info in after.input:
         old = declared.get(info.name)
-        new = _dims_of(info)
+        new = _dims_of(info, dim_names)
         if old is not None and old and old != new:
             return f"{info.name}: {old} became {new}"
     return ""
@@ -296,14 +341,16 @@ def _symbolic_shape_infer_module() -> ModuleType:
 
 
 # ----- building the IR ---------------------------------------------------------------------
-def _build_graph(model: onnx.ModelProto, default_name: str) -> Graph:
+def _build_graph(model: onnx.ModelProto, default_name: str,
+                 dim_names: Mapping[str, str]) -> Graph:
     onnx_graph = model.graph
     values: dict[str, Value] = {}
     _add_initializers(onnx_graph, values)
     _add_constant_nodes(onnx_graph, values)
-    inputs = [_input_value(v, values) for v in onnx_graph.input]
+    reader = _ShapeReader(dim_names)
+    inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
     value_infos = {v.name: v for v in (*onnx_graph.value_info, *onnx_graph.output)}
-    nodes = _build_nodes(onnx_graph, values, value_infos)
+    nodes = _build_nodes(onnx_graph, values, value_infos, reader)
     outputs = [_mark_output(values, v) for v in onnx_graph.output]
     _mark_buffers(nodes)
     return Graph(
@@ -351,38 +398,51 @@ def _constant_type(node: onnx.NodeProto) -> tuple[DType, Shape]:
     return (DType.INT64 if is_int else DType.FLOAT32), ()
 
 
-def _input_value(info: onnx.ValueInfoProto, values: dict[str, Value]) -> Value:
+def _input_value(info: onnx.ValueInfoProto, values: dict[str, Value],
+                 reader: _ShapeReader) -> Value:
     if info.name in values:  # IR < 4 lists initializers among the inputs
         return values[info.name]
-    value = _value_from_info(info, Role.INPUT)
+    value = reader.value(info, Role.INPUT)
     values[info.name] = value
     return value
 
 
-def _value_from_info(info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
-    if info is None or not info.type.HasField("tensor_type"):
-        return Value(name or (info.name if info else ""), DType.UNKNOWN, None, role)
-    tensor_type = info.type.tensor_type
-    dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
-    shape = None
-    if tensor_type.HasField("shape"):
-        shape = tuple(_dim(d) for d in tensor_type.shape.dim)
-    return Value(info.name, dtype, shape, role)
+class _ShapeReader:
+    """Dims of the inferred model as SymInts: the aliases mapped back to the model's dim
+    names, each distinct text parsed once (a large decoder repeats a few texts thousands of
+    times)."""
 
+    def __init__(self, dim_names: Mapping[str, str]) -> None:
+        self.dim_names = dim_names
+        self.parsed: dict[str, SymInt | None] = {}
 
-def _dim(dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
-    if dim.HasField("dim_value") and dim.dim_value >= 0:
-        return SymInt.const(int(dim.dim_value))
-    # `unk__N` is onnxruntime's name for a size it could not infer: an unknown, not a dim.
-    if dim.dim_param and not dim.dim_param.startswith("unk__"):
-        return SymInt.from_sympy(parse_dim(dim.dim_param))
-    return None
+    def value(self, info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
+        if info is None or not info.type.HasField("tensor_type"):
+            return Value(name or (info.name if info else ""), DType.UNKNOWN, None, role)
+        tensor_type = info.type.tensor_type
+        dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
+        shape = None
+        if tensor_type.HasField("shape"):
+            shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
+        return Value(info.name, dtype, shape, role)
+
+    def dim(self, dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            return SymInt.const(int(dim.dim_value))
+        text = dim.dim_param
+        # `unk__N` is onnxruntime's name for a size it could not infer: an unknown, not a dim.
+        if not text or text.startswith("unk__"):
+            return None
+        if text not in self.parsed:
+            self.parsed[text] = SymInt.from_sympy(parse_dim(text, self.dim_names))
+        return self.parsed[text]
 
 
 def _build_nodes(
     graph: onnx.GraphProto,
     values: dict[str, Value],
     value_infos: dict[str, onnx.ValueInfoProto],
+    reader: _ShapeReader,
 ) -> list[Node]:
     nodes: list[Node] = []
     used_names: set[str] = set()
@@ -403,7 +463,7 @@ def _build_nodes(
             _attach_subgraphs(node, proto, values)
         for output_name in proto.output:
             if output_name:
-                _add_output(node, output_name, values, value_infos)
+                _add_output(node, output_name, values, value_infos, reader)
         for value in node.present_inputs:
             value.consumers.append(node)
         nodes.append(node)
@@ -458,9 +518,10 @@ def _lookup_input(values: dict[str, Value], name: str, node_name: str) -> Value:
 
 
 def _add_output(
-    node: Node, name: str, values: dict[str, Value], infos: dict[str, onnx.ValueInfoProto]
+    node: Node, name: str, values: dict[str, Value], infos: dict[str, onnx.ValueInfoProto],
+    reader: _ShapeReader,
 ) -> None:
-    value = _value_from_info(infos.get(name), Role.ACTIVATION, name)
+    value = reader.value(infos.get(name), Role.ACTIVATION, name)
     value.producer = node
     values[name] = value
     node.outputs.append(value)
