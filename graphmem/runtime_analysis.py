@@ -3,7 +3,8 @@
 Picks the runtime model (onnxruntime CPU or CUDA for ONNX models, PyTorch's CUDA caching
 allocator for PyTorch models), runs it on an analysis whose dims are all bound, and returns
 the analysis with `runtime` set. Only this module and the importers know where the shapes
-onnxruntime plans with come from (the ONNX file itself).
+onnxruntime plans with come from (the ONNX file itself, read once per estimate as the importer
+reads it: never its external data).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from graphmem.passes.dims import value_bytes
 from graphmem.passes.runtime_model import RUNTIMES, RuntimeEstimate
 
 if TYPE_CHECKING:
+    import onnx
+
     from graphmem.analysis import Analysis
     from graphmem.importers.ort_optimized import OptimizedGraph
 
@@ -48,9 +51,10 @@ def check_runtime(runtime: str, is_onnx: bool, has_gpu: bool, training: bool) ->
 
 ORT_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
 # Without --ort-optimization graphmem models onnxruntime's default level ("all", what `graphmem
-# verify` runs too), but builds the optimizing session (the weights in memory, random where the
-# file has none) only for models up to this size; above it, the graph as written is planned
-# and the note says how to ask for the optimized one (up to importers/ort_optimized.py's limit).
+# verify` runs too), but builds the optimizing session (synthetic weights of the model's size
+# in memory: graphmem never reads weights) only for models up to this size; above it, the
+# graph as written is planned and the note says how to ask for the optimized one (up to
+# importers/ort_optimized.py's limit).
 AUTO_OPTIMIZE_INITIALIZER_BYTES = 256 << 20
 
 
@@ -83,18 +87,19 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
     graph = analysis.graph
     resident = int(analysis.liveness.resident_bytes)
     threads = threads or default_threads()
+    model = _onnx_model(analysis)
     if runtime == "ort-cpu":
-        optimized, note = _optimized(analysis, ort_optimization)
+        optimized, note = _optimized(analysis, model, ort_optimization)
         if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
             return ort_cpu_estimate(
                 optimized.graph, value_bytes(optimized.graph, analysis.dims), threads,
                 analysis.dims.bound, optimized.plan_shapes, resident,
                 order=optimized.graph.nodes, graph_note=note)
         return ort_cpu_estimate(graph, value_bytes(graph, analysis.dims), threads,
-                                analysis.dims.bound, _plan_shapes(analysis), resident,
+                                analysis.dims.bound, _plan_shapes(model), resident,
                                 graph_note=note)
     sizes = value_bytes(graph, analysis.dims)
-    shapes = _plan_shapes(analysis)
+    shapes = _plan_shapes(model)
     from graphmem.passes.torch_cuda import cuda_overhead
 
     overhead = cuda_overhead(_need_gpu(gpu, runtime).architecture, cuda_reserve_bytes)
@@ -102,7 +107,19 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                              overhead.context_source)
 
 
-def _optimized(analysis: Analysis, level: str | None) -> tuple[OptimizedGraph | None, str]:
+def _onnx_model(analysis: Analysis) -> onnx.ModelProto | None:
+    """The analysed ONNX file's protobuf, read as the importer reads it (only the model file
+    is opened, external data cut off: importers/onnx_untrusted.py); None for other inputs."""
+    path = Path(analysis.model.path)
+    if analysis.model.source_format != "onnx" or not path.is_file():
+        return None
+    from graphmem.importers.onnx_importer import read_model
+
+    return read_model(path)
+
+
+def _optimized(analysis: Analysis, model: onnx.ModelProto | None,
+               level: str | None) -> tuple[OptimizedGraph | None, str]:
     """onnxruntime's optimized graph at `level` and the note saying which graph was planned;
     (None, note) where the graph as written is planned."""
     asked = level is not None
@@ -110,20 +127,19 @@ def _optimized(analysis: Analysis, level: str | None) -> tuple[OptimizedGraph | 
     if level not in ORT_OPTIMIZATION_LEVELS:
         raise GraphmemError(f"--ort-optimization {level}: choose one of"
                             f" {', '.join(ORT_OPTIMIZATION_LEVELS)}")
-    path = Path(analysis.model.path)
     if level == "disabled":
         return None, "planned the graph as written (ORT_DISABLE_ALL)"
-    if analysis.model.source_format != "onnx" or not path.is_file():
+    if model is None:
         return None, "planned the graph as written: no ONNX file to optimize"
     from graphmem.importers.ort_optimized import OptimizationRefused, optimized_graph
 
     try:
-        optimized = optimized_graph(path, level, analysis.dims.bound,
+        optimized = optimized_graph(model, level, analysis.dims.bound,
                                     None if asked else AUTO_OPTIMIZE_INITIALIZER_BYTES)
     except OptimizationRefused as refused:
         hint = "" if asked else (
             " (--ort-optimization all plans onnxruntime's optimized graph anyway: it builds a"
-            " session holding the weights)")
+            " session holding synthetic weights of the model's size)")
         return None, f"{refused}{hint}"
     except GraphmemError as error:  # the saved graph did not import: plan the file's
         return None, f"not optimized offline ({error}); planned the graph as written"
@@ -140,14 +156,13 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _plan_shapes(analysis: Analysis) -> dict | None:
-    """The shapes onnxruntime plans with, read from the ONNX file (None: use graphmem's)."""
-    path = Path(analysis.model.path)
-    if analysis.model.source_format != "onnx" or not path.is_file():
+def _plan_shapes(model: onnx.ModelProto | None) -> dict | None:
+    """The shapes onnxruntime plans with, from the ONNX model (None: use graphmem's)."""
+    if model is None:
         return None
     from graphmem.importers.ort_plan_shapes import ort_plan_shapes
 
-    return ort_plan_shapes(path)
+    return ort_plan_shapes(model)
 
 
 def _need_gpu(gpu: GpuSpec | None, runtime: str) -> GpuSpec:

@@ -15,6 +15,10 @@ What is compared (numbers in README "Check the numbers"):
   graphmem's model planned on onnxruntime's optimized graph (`runtime_optimized`);
 - per node, graphmem's output bytes against onnxruntime's `output_size`, nodes matched by name
   (else by onnxruntime's node index with the same op type).
+
+verify is the one graphmem command that loads a model's weights (the run's notes say so): its
+external data files must be regular files inside the model's folder, checked before any run
+(importers/onnx_untrusted.py, `safe_data_file`); analyze and check never read them.
 """
 
 from __future__ import annotations
@@ -143,7 +147,8 @@ def verify_onnx(path: str | Path, batch: int | None = None,
                 dims: Mapping[str, int] | None = None, provider: str = "cpu",
                 threads: int | None = None, seed: int = 0,
                 optimized_run: bool = True) -> Verification:
-    """Analyze, run on onnxruntime (twice: optimizations off, then all on), compare."""
+    """Analyze, run on onnxruntime (twice: optimizations off, then all on), compare; the
+    external data files are checked (inside the model's folder, regular, long enough) first."""
     from graphmem.runtimes.onnxruntime_runner import check_external_data, run_onnx
 
     path = Path(path)

@@ -70,3 +70,19 @@ def test_large_or_non_constant_inputs_are_never_folded() -> None:
         [helper.make_tensor_value_info("sum", TensorProto.INT64, [1000])], initializer=[big])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert fold_constants(model) == {}
+
+
+def _range_model(limit: int) -> onnx.ModelProto:
+    scalars = [helper.make_node("Constant", [], [n], value=numpy_helper.from_array(
+        np.array(v, np.int64))) for n, v in (("s", 0), ("l", limit), ("d", 1))]
+    graph = helper.make_graph(
+        [*scalars, helper.make_node("Range", ["s", "l", "d"], ["r"], name="range")], "g", [],
+        [helper.make_tensor_value_info("r", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_range_is_folded_only_when_short() -> None:
+    # Range(0, 8, 1) has 8 values: folded; Range(0, 2**40, 1) would be 8 TiB of int64: its
+    # length is checked from the operands before numpy allocates anything
+    assert set(fold_constants(_range_model(8))) == {"r"}
+    assert fold_constants(_range_model(2**40)) == {}

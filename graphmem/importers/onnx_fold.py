@@ -13,10 +13,14 @@ nodes (`restore_nodes`).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+
+from graphmem.importers.onnx_untrusted import has_inline_data, tensor_numel
 
 # ops that compute shapes and indices; all cheap and deterministic
 FOLDABLE_OPS = frozenset({
@@ -25,6 +29,7 @@ FOLDABLE_OPS = frozenset({
     "Not", "Where", "Identity", "Floor", "Ceil", "Sqrt",
 })
 MAX_FOLDED_ELEMENTS = 64  # shape vectors and scalars, never real tensors
+MAX_FOLDED_RANK = 8  # (numel alone would multiply any number of dims first)
 
 
 def fold_constants(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
@@ -68,13 +73,27 @@ def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray],
         return None
     if any(known[name].size > MAX_FOLDED_ELEMENTS for name in node.input if name):
         return None
+    if node.op_type == "Range" and not _small_range(*(known[n] for n in node.input)):
+        return None  # its length comes from values: refuse before numpy allocates it
     try:
-        values = _run_one(node, known, opset)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")  # an overflowing int product is the model's
+            values = _run_one(node, known, opset)
     except Exception:  # noqa: BLE001 - an op the reference runtime refuses stays as it is
         return None
     if any(v.size > MAX_FOLDED_ELEMENTS for v in values):
         return None
     return values
+
+
+def _small_range(*operands: np.ndarray) -> bool:
+    """Range(start, limit, delta) yields at most MAX_FOLDED_ELEMENTS values."""
+    if len(operands) != 3 or any(o.size != 1 for o in operands):
+        return False
+    start, limit, delta = (float(o.reshape(())) for o in operands)
+    if not all(np.isfinite((start, limit, delta))) or delta == 0:
+        return False
+    return max(np.ceil((limit - start) / delta), 0) <= MAX_FOLDED_ELEMENTS
 
 
 def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
@@ -91,32 +110,28 @@ def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
 
 
 def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    found = {}
-    for tensor in graph.initializer:
-        small = tensor.data_location != onnx.TensorProto.EXTERNAL and _numel(tensor) <= (
-            MAX_FOLDED_ELEMENTS)
-        if small and (tensor.raw_data or _has_typed_data(tensor)):
-            found[tensor.name] = numpy_helper.to_array(tensor)
-    return found
+    """The small initializers whose value the file holds; data-less (external or dropped) or
+    wrongly sized ones are unknown values, never read."""
+    return {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer
+            if _small_known(tensor)}
 
 
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     for attribute in node.attribute:
         tensor = attribute.type == onnx.AttributeProto.TENSOR
-        if attribute.name == "value" and tensor and _numel(attribute.t) <= MAX_FOLDED_ELEMENTS:
-            return numpy_helper.to_array(attribute.t)
+        if attribute.name == "value" and tensor:
+            return numpy_helper.to_array(attribute.t) if _small_known(attribute.t) else None
         if attribute.name in ("value_int", "value_ints"):
             return np.asarray(helper.get_attribute_value(attribute), dtype=np.int64)
     return None
 
 
-def _numel(tensor: onnx.TensorProto) -> int:
-    return int(np.prod(tensor.dims)) if tensor.dims else 1
-
-
-def _has_typed_data(tensor: onnx.TensorProto) -> bool:
-    return bool(tensor.int64_data or tensor.int32_data or tensor.float_data
-                or tensor.double_data)
+def _small_known(tensor: onnx.TensorProto) -> bool:
+    """A shape-sized tensor holding its own value (onnx_untrusted.has_inline_data: never an
+    external file, never data of the wrong size)."""
+    if tensor.data_type == onnx.TensorProto.STRING or len(tensor.dims) > MAX_FOLDED_RANK:
+        return False
+    return tensor_numel(tensor) <= MAX_FOLDED_ELEMENTS and has_inline_data(tensor)
 
 
 def default_opset(model: onnx.ModelProto) -> int:

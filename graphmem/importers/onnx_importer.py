@@ -10,18 +10,28 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
-from collections.abc import Callable, Mapping
+import warnings as py_warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto
 
 from graphmem.errors import GraphmemError
 from graphmem.importers.onnx_fold import default_opset, fold_constants, restore_nodes
+from graphmem.importers.onnx_untrusted import (
+    check_regular_file,
+    clear_tensor_data,
+    read_model_bytes,
+    strip_external_data,
+    validate_graph,
+)
 from graphmem.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
 from graphmem.passes.shapes import fill_shape_gaps
 from graphmem.symbolic import SymInt, parse_dim
@@ -97,30 +107,37 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
 
 # ----- reading -----------------------------------------------------------------------------
 def read_model(path: Path) -> onnx.ModelProto:
-    """Parse the model's protobuf without external data; bad files get one clear error."""
+    """Parse the model's protobuf, external data cut off (never read: onnx_untrusted.py) and the
+    graph validated; bad files get one clear error."""
     _check_path(path)
+    data = read_model_bytes(path)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = onnx.load_model_from_string(data)
     except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
         raise GraphmemError(
             f"'{path}' is not a valid ONNX model ({_first_line(error)}); the file may be"
             " truncated or of another format: re-export it with torch.onnx.export"
         ) from None
+    del data  # the parsed copy is all that is kept
     if not model.opset_import or not model.graph.node:
         raise GraphmemError(
             f"'{path}' holds no ONNX graph (no opset or no nodes): pass an exported .onnx model"
         )
+    if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
+                            " memory to analyze; pass the exported model itself")
+    strip_external_data(model)
+    validate_graph(model)
     _drop_large_payloads(model.graph)
     return model
 
 
 def _check_path(path: Path) -> None:
+    """The path names a regular file of a size protobuf can parse (checked again on the open
+    file by read_model_bytes)."""
     if not path.exists():
         raise GraphmemError(f"no such file '{path}': check the path to the .onnx model")
-    if path.is_dir():
-        raise GraphmemError(f"'{path}' is a directory: pass the .onnx file itself")
-    if path.stat().st_size == 0:
-        raise GraphmemError(f"'{path}' is empty (0 bytes): re-export or re-download the model")
+    check_regular_file(path, path.stat())
 
 
 def _first_line(error: BaseException) -> str:
@@ -129,9 +146,10 @@ def _first_line(error: BaseException) -> str:
 
 
 def _drop_large_payloads(graph: onnx.GraphProto) -> None:
+    """Large initializers become data-less (unknown-valued), raw or typed data alike."""
     for tensor in graph.initializer:
-        if len(tensor.raw_data) > _KEEP_INITIALIZER_BYTES:
-            tensor.ClearField("raw_data")
+        if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
+            clear_tensor_data(tensor)
 
 
 def _name_dynamic_input_dims(graph: onnx.GraphProto) -> None:
@@ -257,7 +275,8 @@ def _changed_input_dims(before: onnx.GraphProto, after: onnx.GraphProto,
 
 def _onnx_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto | None:
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        with _quiet_numpy():
+            return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as error:  # noqa: BLE001
         warnings.append(f"onnx shape inference failed ({_first_line(error)})")
         return None
@@ -314,11 +333,21 @@ def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> on
     engine.dispatcher_ = {
         op: _tolerant(rule, failed_ops) for op, rule in engine.dispatcher_.items()
     }
-    engine._preprocess(model)
-    while engine.run_:
-        engine._infer_impl()
-    engine._update_output_from_vi()
+    with _quiet_numpy():  # its sympy/numpy arithmetic on a model's values warns on overflow
+        engine._preprocess(model)
+        while engine.run_:
+            engine._infer_impl()
+        engine._update_output_from_vi()
     return engine.out_mp_
+
+
+@contextmanager
+def _quiet_numpy() -> Iterator[None]:
+    """numpy's RuntimeWarnings (overflow, divide by zero on a model's constants) are not the
+    user's to read: what inference could not follow shows as unknown shapes."""
+    with py_warnings.catch_warnings(), np.errstate(all="ignore"):
+        py_warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 @cache

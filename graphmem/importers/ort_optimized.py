@@ -17,9 +17,12 @@ through a shape proxy: each contrib node replaced by a standard op with the same
 the channels, ReorderOutput -> Slice of them...), imported with graphmem's ONNX importer, then
 the real op types, domains, attributes and inputs put back on the nodes.
 
-Weights: the session needs them; a file whose external data is missing runs with random
-weights (memory does not depend on values). Above `MAX_INITIALIZER_BYTES` of initializers the
-optimization is refused (OptimizationRefused), and the caller plans the graph as written.
+Weights: graphmem never reads them (onnx_untrusted.py), so the session gets the bytes of a
+weightless copy: every tensor without inline data (external, or above the importer's 64 KiB)
+filled with synthetic values of its dims and dtype (memory does not depend on values); it
+never gets a path, and the only folder it is told of is a private temporary one. Above
+`MAX_INITIALIZER_BYTES` of initializers the optimization is refused (OptimizationRefused), and
+the caller plans the graph as written.
 """
 
 from __future__ import annotations
@@ -33,10 +36,18 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
-from onnx.external_data_helper import uses_external_data
 
 from graphmem.errors import GraphmemError
-from graphmem.importers.onnx_importer import import_onnx
+from graphmem.importers.onnx_importer import import_onnx, read_model
+from graphmem.importers.onnx_untrusted import (
+    PACKED_TYPES,
+    clear_tensor_data,
+    has_inline_data,
+    model_tensors,
+    raw_data_bytes,
+    tensor_bytes,
+    tensor_numel,
+)
 from graphmem.importers.ort_plan_shapes import PlanShape, ort_plan_shapes
 from graphmem.ir import Graph, Node
 from graphmem.units import format_bytes
@@ -66,35 +77,43 @@ class OptimizedGraph:
     notes: tuple[str, ...]
 
 
-def optimized_graph(path: str | Path, level: str,
+def optimized_graph(source: str | Path | onnx.ModelProto, level: str,
                     input_dims: Mapping[str, int] | None = None,
                     max_initializer_bytes: int | None = None) -> OptimizedGraph:
-    """The graph onnxruntime (CPU) runs for `path` at `level` (basic | extended | all)."""
-    path = Path(path)
+    """The graph onnxruntime (CPU) runs for the model at `level` (basic | extended | all).
+
+    `source`: the model as `read_model` returns it (external data cut off, large payloads
+    dropped), or its path, read the same way. onnxruntime never sees a path nor the weights:
+    it gets the bytes of a copy whose data-less tensors hold synthetic values.
+    """
+    model = source if isinstance(source, onnx.ModelProto) else read_model(Path(source))
     if max_initializer_bytes is None:
         max_initializer_bytes = MAX_INITIALIZER_BYTES
     if level not in LEVELS:
         raise GraphmemError(f"--ort-optimization {level}: choose disabled, {', '.join(LEVELS)}")
-    model = onnx.load(str(path), load_external_data=False)
     weights = initializer_bytes(model)
     if weights > max_initializer_bytes:
         raise OptimizationRefused(
-            f"not optimized offline: {format_bytes(weights)} of initializers is above the"
+            f"not optimized offline: {format_bytes(weights)} of weights and constants is above the"
             f" {format_bytes(max_initializer_bytes)} limit; planned the graph as written")
     with tempfile.TemporaryDirectory(prefix="graphmem-ort-opt-") as folder:
-        saved, notes = _saved_optimized(path, model, level, Path(folder))
+        saved, notes = _saved_optimized(model, level, Path(folder))
         graph, plan_shapes = _import_through_proxy(saved, Path(folder), input_dims)
     return OptimizedGraph(graph, plan_shapes, level, len(model.graph.node), notes)
 
 
-def _saved_optimized(path: Path, model: onnx.ModelProto, level: str,
+def _saved_optimized(model: onnx.ModelProto, level: str,
                      folder: Path) -> tuple[onnx.ModelProto, tuple[str, ...]]:
-    """The graph onnxruntime saves after optimizing, its weights left in a side file."""
-    source, random = _loadable(path, model)
+    """The graph onnxruntime saves after optimizing, its weights left in a side file (in the
+    private `folder`, never read back: read_model cuts the reference)."""
+    source, synthetic = _runnable_bytes(model)
     saved = folder / "optimized.onnx"
-    _optimize(_readable_ir(source, model), path.parent, level, saved)
-    notes = ("external weights missing: optimized with random weights",) if random else ()
-    return onnx.load(str(saved), load_external_data=False), notes
+    _optimize(source, folder, level, saved)
+    del source
+    tensors = f"{synthetic} weight tensor{'' if synthetic == 1 else 's'}"
+    notes = (f"optimized with synthetic values in {tensors} (graphmem never reads weights;"
+             " values do not change memory)",) if synthetic else ()
+    return read_model(saved), notes
 
 
 def _import_through_proxy(saved: onnx.ModelProto, folder: Path,
@@ -110,18 +129,14 @@ def _import_through_proxy(saved: onnx.ModelProto, folder: Path,
         if _unknown(retry.graph) < _unknown(imported.graph):
             imported = retry
     restore_nodes(imported.graph, originals)
-    return imported.graph, ort_plan_shapes(proxy_path)
+    return imported.graph, ort_plan_shapes(proxy)
 
 
 def initializer_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of every initializer, inline or external, from dims and element type."""
-    total = 0
-    for tensor in model.graph.initializer:
-        if tensor.data_type == onnx.TensorProto.STRING:
-            continue
-        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-        total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
-    return total
+    """Bytes of every tensor the model holds or names, inline or not, from dims and element
+    type: initializers, Constant values and tensor attributes, subgraphs included (the
+    weightless copy fills each one the file leaves empty, so this bounds what it allocates)."""
+    return sum(tensor_bytes(tensor) for _, tensor in model_tensors(model))
 
 
 def _unknown(graph: Graph) -> int:
@@ -131,36 +146,49 @@ def _unknown(graph: Graph) -> int:
 # ----- running onnxruntime's optimizer ---------------------------------------------------------
 
 
-def _loadable(path: Path, model: onnx.ModelProto) -> tuple[Path | bytes, bool]:
-    """What onnxruntime can load: the file, or a copy with random inline weights where the
-    external data is missing."""
-    missing = [t for t in model.graph.initializer if uses_external_data(t)
-               and not (path.parent / _location(t)).is_file()]
-    if not missing:
-        return path, False
+def weightless_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy onnxruntime can load without any file: every tensor that holds no data of its own
+    (external data cut off, large payloads dropped) filled with synthetic values of its dims and
+    dtype; the small inline ones kept. Returns the copy and the count of tensors filled."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
     rng = np.random.default_rng(0)
-    for tensor in missing:
-        dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-        shape = tuple(int(d) for d in tensor.dims)
-        # nonzero values: onnxruntime drops an Add of zeros or a Mul by ones (NoopElimination)
-        values = (rng.random(shape, dtype=np.float32) * 0.02 + 0.01).astype(dtype) if (
-            dtype.kind == "f") else np.zeros(shape, dtype)
-        tensor.ClearField("external_data")
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        tensor.raw_data = np.ascontiguousarray(values).tobytes()
-    return model.SerializeToString(), True
+    filled = 0
+    for _, tensor in model_tensors(copy):
+        if not has_inline_data(tensor):
+            _fill_synthetic(tensor, rng)
+            filled += 1
+    return copy, filled
 
 
-def _location(tensor: onnx.TensorProto) -> str:
-    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+def _fill_synthetic(tensor: onnx.TensorProto, rng: np.random.Generator) -> None:
+    """Small nonzero floats (onnxruntime drops an Add of zeros or a Mul by ones:
+    NoopElimination), zeros for integers, booleans and packed types, empty strings."""
+    clear_tensor_data(tensor)
+    numel = tensor_numel(tensor)
+    if tensor.data_type == onnx.TensorProto.STRING:
+        tensor.string_data.extend([b""] * numel)
+        return
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    if dtype.kind in "iub" or tensor.data_type in PACKED_TYPES:
+        tensor.raw_data = bytes(raw_data_bytes(tensor))
+        return
+    values = rng.random(numel, dtype=np.float32)
+    values *= 0.02
+    values += 0.01
+    tensor.raw_data = values.astype(dtype, copy=False).tobytes()
 
 
-def _optimize(source: str | bytes, folder: Path, level: str, saved: Path) -> None:
-    """Create a CPU session at `level` that saves its optimized graph to `saved`."""
+def _optimize(source: bytes, folder: Path, level: str, saved: Path) -> None:
+    """Create a CPU session at `level` that saves its optimized graph to `saved`; the model
+    comes as bytes, and the only folder onnxruntime is told of is the private `folder`."""
+    from graphmem.runtimes.onnxruntime_runner import quiet_onnxruntime
+
+    quiet_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = LEVELS[level]
     options.optimized_model_filepath = str(saved)
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: a failure becomes the refusal note, not a log line
     options.intra_op_num_threads = 1
     options.add_session_config_entry(
         "session.model_external_initializers_file_folder_path", str(folder.resolve()))
@@ -178,16 +206,17 @@ def _optimize(source: str | bytes, folder: Path, level: str, saved: Path) -> Non
                                   " planned the graph as written") from None
 
 
-def _readable_ir(source: Path | bytes, model: onnx.ModelProto) -> str | bytes:
-    """The model as onnxruntime can read it: its IR version lowered when onnx stamped a newer
-    one than onnxruntime reads (the graph is the same)."""
+def _runnable_bytes(model: onnx.ModelProto) -> tuple[bytes, int]:
+    """The weightless copy's bytes as onnxruntime can read them, and the count of tensors
+    filled; the copy itself is dropped before the session holds its own (a model's size)."""
     from graphmem.runtimes.onnxruntime_runner import max_ir_version
 
+    copy, filled = weightless_copy(model)
     supported = max_ir_version()
-    if supported is not None and model.ir_version > supported:
-        model.ir_version = supported
-        return model.SerializeToString()
-    return str(source) if isinstance(source, Path) else source
+    if supported is not None and copy.ir_version > supported:
+        # a newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same
+        copy.ir_version = supported
+    return copy.SerializeToString(), filled
 
 
 # ----- the shape proxy -------------------------------------------------------------------------

@@ -18,18 +18,17 @@ from pathlib import Path
 
 import onnx
 
-from graphmem.errors import GraphmemError
+from graphmem.importers.onnx_importer import read_model
 
 PlanDim = int | str | None
 PlanShape = tuple[PlanDim, ...]
 
 
-def ort_plan_shapes(path: str | Path) -> dict[str, PlanShape | None]:
-    """Every tensor's shape as onnxruntime's planner sees it, by value name."""
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
-        raise GraphmemError(f"'{path}' is not a valid ONNX model ({error})") from None
+def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape | None]:
+    """Every tensor's shape as onnxruntime's planner sees it, by value name. `source`: the model
+    as read_model returns it (external data cut off), or its path, read the same way (only the
+    model file itself is opened)."""
+    model = source if isinstance(source, onnx.ModelProto) else read_model(Path(source))
     named = _dim_params(model.graph)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)

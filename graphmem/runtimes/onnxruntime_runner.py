@@ -36,9 +36,20 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+from onnx.external_data_helper import ExternalDataInfo
 
 from graphmem.errors import GraphmemError
+from graphmem.importers.onnx_untrusted import (
+    clear_tensor_data,
+    external_location,
+    external_tensors,
+    quoted,
+    raw_data_bytes,
+    read_model_bytes,
+    safe_data_file,
+    tensor_numel,
+    validate_graph,
+)
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {
@@ -127,42 +138,51 @@ class MeasuredRun:
         return max(n.requested_in_use_bytes for n in self.nodes) - before
 
 
-def check_external_data(path: Path, model: onnx.ModelProto | None = None) -> None:
-    """Every external data file the model references exists and is long enough."""
+def check_external_data(path: Path, model: onnx.ModelProto | None = None) -> tuple[Path, ...]:
+    """Every external data file the model references is a regular file inside the model's
+    folder (onnx_untrusted.safe_data_file), exists and is long enough; returns the files."""
     model = model if model is not None else _load_proto(path)
-    folder = path.parent
-    for tensor in _all_tensors(model):
-        if not uses_external_data(tensor):
-            continue
-        info = ExternalDataInfo(tensor)
-        data_file = folder / info.location
+    files: list[Path] = []
+    for label, tensor in external_tensors(model):
+        data_file = safe_data_file(path, label, tensor)
         if not data_file.is_file():
             raise GraphmemError(
-                f"{path}: its weights are in the external data file '{data_file}', which is"
-                " missing: verify runs the model for real and needs it next to the .onnx"
-                " (graphmem analyze and check do not)")
-        end = (info.offset or 0) + (info.length or 0)
-        if info.length and data_file.stat().st_size < end:
-            raise GraphmemError(f"{path}: external data file '{data_file}' is truncated"
-                                f" (tensor {tensor.name} needs bytes up to {end:,})")
+                f"{path}: its weights are in the external data file"
+                f" {quoted(str(path.parent / external_location(tensor)))}, which is missing:"
+                " verify runs the model for real and needs it next to the .onnx (graphmem"
+                " analyze and check do not)")
+        end = _data_end(path, label, tensor)
+        if data_file.stat().st_size < end:
+            raise GraphmemError(f"{path}: external data file {quoted(str(data_file))} is"
+                                f" truncated ({label} needs bytes up to {end:,})")
+        if data_file not in files:
+            files.append(data_file)
+    return tuple(files)
+
+
+def _data_end(path: Path, label: str, tensor: onnx.TensorProto) -> int:
+    """Where the tensor's bytes end in its data file (its offset plus its length)."""
+    try:
+        info = ExternalDataInfo(tensor)
+        return (info.offset or 0) + (info.length or 0)
+    except ValueError:
+        raise GraphmemError(f"{path}: {label} has an external offset or length that is not a"
+                            " number: the model file is broken; re-export it") from None
 
 
 def with_random_weights(path: Path, folder: Path, seed: int = 0) -> Path:
     """A copy of a graph-only model (its external data file not shipped) in `folder`, every
-    external initializer filled with small random values of its shape and dtype, stored
-    inline: onnxruntime can then run it, and its memory does not depend on the values."""
+    external tensor filled with small random values of its shape and dtype, stored inline:
+    onnxruntime can then run it, and its memory does not depend on the values."""
     model = _load_proto(path)
     rng = np.random.default_rng(seed)
-    for tensor in model.graph.initializer:
-        if not uses_external_data(tensor):
-            continue
+    for _, tensor in external_tensors(model):
+        clear_tensor_data(tensor)
         dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-        shape = tuple(int(d) for d in tensor.dims)
-        values = (rng.standard_normal(shape) * 0.02).astype(dtype) if dtype.kind == "f" else (
-            np.zeros(shape, dtype))
-        tensor.ClearField("external_data")
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        tensor.raw_data = np.ascontiguousarray(values).tobytes()
+        values = (rng.standard_normal(tensor_numel(tensor)) * 0.02).astype(dtype) if (
+            dtype.kind == "f") else None
+        tensor.raw_data = bytes(raw_data_bytes(tensor)) if values is None else (
+            np.ascontiguousarray(values).tobytes())
     target = folder / path.name
     onnx.save(model, str(target))
     return target
@@ -171,14 +191,16 @@ def with_random_weights(path: Path, folder: Path, seed: int = 0) -> Path:
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
              seed: int = 0) -> MeasuredRun:
-    """Run the model once with random inputs and return the profiler's measurements."""
+    """Run the model once with random inputs and return the profiler's measurements. The one
+    place graphmem loads a model's weights: the notes say so."""
     model = _load_proto(path)
-    check_external_data(path, model)
+    data_files = check_external_data(path, model)
     feeds = random_feeds(inputs, seed)
-    notes = _planned_buffers_note(model)
+    notes = [_weights_note(data_files), *_planned_buffers_note(model)]
     with tempfile.TemporaryDirectory(prefix="graphmem-verify-") as folder:
         options = _session_options(Path(folder), optimization, threads)
-        session = _session(path, model, options, provider, notes)
+        session = _session(path, model, options, provider, notes, bool(data_files))
+        del model
         _check_feeds(session, feeds, path)
         try:
             session.run(None, feeds)
@@ -190,6 +212,13 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
                        optimization=optimization, threads=threads, nodes=nodes,
                        notes=tuple(notes))
+
+
+def _weights_note(data_files: Sequence[Path]) -> str:
+    where = "the model file" if not data_files else "the model file and " + ", ".join(
+        quoted(f.name) for f in data_files)
+    return (f"verify loaded the model's weights from {where} to run it (the one graphmem"
+            " command that reads weights; analyze and check never do)")
 
 
 def random_feeds(inputs: Sequence[InputSpec], seed: int = 0) -> dict[str, np.ndarray]:
@@ -224,14 +253,14 @@ def _session_options(folder: Path, optimization: str, threads: int | None
     options.enable_profiling = True
     options.profile_file_prefix = str(folder / "ort_profile")
     options.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
-    options.log_severity_level = 3  # errors only: verify reports failures itself
+    options.log_severity_level = 4  # fatal only: verify reports failures itself, in one line
     if threads is not None:
         options.intra_op_num_threads = threads
     return options
 
 
 def _session(path: Path, model: onnx.ModelProto, options: ort.SessionOptions, provider: str,
-             notes: list[str]) -> ort.InferenceSession:
+             notes: list[str], external: bool) -> ort.InferenceSession:
     wanted = PROVIDERS[provider]
     if provider != "cpu" and not provider_available(provider):
         raise GraphmemError(f"--provider {provider}: this onnxruntime ({ort.__version__}) has no"
@@ -241,7 +270,7 @@ def _session(path: Path, model: onnx.ModelProto, options: ort.SessionOptions, pr
     providers = [wanted, "CPUExecutionProvider"] if provider != "cpu" else [wanted]
     ort.set_default_logger_severity(4)  # a provider that fails to load logs before we can tell
     try:
-        session = _create(path, model, options, providers, notes)
+        session = _create(path, model, options, providers, notes, external)
     finally:
         ort.set_default_logger_severity(2)
     if session.get_providers()[0] != wanted:
@@ -252,22 +281,31 @@ def _session(path: Path, model: onnx.ModelProto, options: ort.SessionOptions, pr
 
 
 def _create(path: Path, model: onnx.ModelProto, options: ort.SessionOptions,
-            providers: list[str], notes: list[str]) -> ort.InferenceSession:
-    source: str | bytes = str(path)
+            providers: list[str], notes: list[str], external: bool) -> ort.InferenceSession:
+    """The session, from the bytes graphmem read and checked (onnxruntime does not open the
+    model file again); external data from the model's folder, its locations checked."""
+    quiet_onnxruntime()
     supported = max_ir_version()
     if supported is not None and model.ir_version > supported:
         # A newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same.
         notes.append(f"the model's IR version {model.ir_version} was lowered to {supported}"
                      f" (the highest onnxruntime {ort.__version__} reads) for the run")
         model.ir_version = supported
+    if external:
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", str(path.parent.resolve()))
-        source = model.SerializeToString()
     try:
-        return ort.InferenceSession(source, options, providers=providers)
+        return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
     except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
         raise GraphmemError(f"onnxruntime {ort.__version__} could not load {path}"
                             f" ({_first_line(error)})") from None
+
+
+@cache
+def quiet_onnxruntime() -> None:
+    """No telemetry: onnxruntime would queue events (node names included) under the user's
+    cache folder. Called before any session is created."""
+    ort.disable_telemetry_events()
 
 
 @cache
@@ -279,6 +317,7 @@ def max_ir_version() -> int | None:
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
     probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     probe.ir_version = 1 << 20
+    quiet_onnxruntime()
     try:
         ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
@@ -361,18 +400,16 @@ def _shape(entry: dict[str, list[int]]) -> tuple[int, ...]:
 
 
 def _load_proto(path: Path) -> onnx.ModelProto:
+    """The model file's protobuf, its external references kept (checked before a run), the
+    graph validated (onnx_untrusted.py)."""
+    data = read_model_bytes(path)
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load_model_from_string(data)
     except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
         raise GraphmemError(f"'{path}' is not a valid ONNX model ({_first_line(error)})"
                             ) from None
-
-
-def _all_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    tensors = list(model.graph.initializer)
-    for node in model.graph.node:
-        tensors += [a.t for a in node.attribute if a.HasField("t")]
-    return tensors
+    validate_graph(model)
+    return model
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,0 +1,401 @@
+"""ONNX files are untrusted input: graphmem runs as a CI gate on models it receives.
+
+A model file must never make graphmem read another file. An ONNX tensor may keep its bytes
+"externally" (`data_location = EXTERNAL`, `location = "<file>"`), and onnx's and onnxruntime's
+helpers read that file whenever a tensor's value is asked for: a `Constant` whose data lives in
+`secret.txt`, cast and gathered into `ConstantOfShape`, would print the file's bytes as output
+shapes. So every external reference is cut on load (`strip_external_data`): the tensor keeps
+its dims and dtype and has no value ("unknown-valued": known shape, unknown value), which is
+all analysis needs. Only `graphmem verify` loads weights, each data file checked first
+(`safe_data_file`: a regular file inside the model's folder).
+
+Broken graphs are refused with one line naming the tensor (`validate_graph`), before any engine
+trips over them: a tensor written twice, inline data of the wrong size, an element type ONNX
+does not define, an absurd rank, negative dims or sizes beyond 2**63 bytes.
+
+Only this module and the other importers touch protobuf.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+from onnx import AttributeProto, TensorProto, helper
+from onnx.external_data_helper import uses_external_data
+
+from graphmem.errors import GraphmemError
+
+# protobuf refuses to parse a message of 2 GiB or more: a larger file is refused before reading
+MAX_MODEL_FILE_BYTES = (2 << 30) - 1
+MAX_RANK = 64  # numpy's own limit; no real model comes near it
+NAME_MAX_CHARS = 200  # a model's name as an error line quotes it
+MAX_TENSOR_BYTES = 1 << 63
+# bits per element of the packed types (raw_data holds them packed)
+_PACKED_BITS = {
+    TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4,
+    TensorProto.INT2: 2, TensorProto.UINT2: 2,
+    TensorProto.FLOAT6E2M3: 6, TensorProto.FLOAT6E3M2: 6,
+}
+# typed-data entries per element, as (entries, elements), where it is not one: complex numbers
+# are (real, imaginary); 4-bit and 2-bit values are packed 2 and 4 to an int32_data entry
+_TYPED_PER_ELEMENT = {
+    TensorProto.COMPLEX64: (2, 1), TensorProto.COMPLEX128: (2, 1),
+    TensorProto.INT4: (1, 2), TensorProto.UINT4: (1, 2), TensorProto.FLOAT4E2M1: (1, 2),
+    TensorProto.INT2: (1, 4), TensorProto.UINT2: (1, 4),
+}
+PACKED_TYPES = frozenset(_PACKED_BITS)
+KNOWN_ELEMENT_TYPES = frozenset(v for v in TensorProto.DataType.values()
+                                if v != TensorProto.UNDEFINED)
+_FIX = "the model file is broken; re-export it"
+# onnxruntime reads a tensor whose location holds this tag from a raw memory address
+_ORT_MEMORY_LOCATION = "_ORT_MEM_ADDR_"
+
+
+# ----- the file ----------------------------------------------------------------------------
+def read_model_bytes(path: Path) -> bytes:
+    """The bytes of the model file itself: a regular file (no FIFO, device or directory) of at
+    most MAX_MODEL_FILE_BYTES, checked on the open descriptor, read once."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise GraphmemError(f"cannot open '{path}' ({error.strerror}): check the path to the"
+                            " .onnx model and its permissions") from None
+    with os.fdopen(descriptor, "rb") as file:
+        info = os.fstat(file.fileno())
+        check_regular_file(path, info)
+        data = file.read(MAX_MODEL_FILE_BYTES + 1)  # a file that grew since fstat stays bounded
+    check_file_size(path, len(data))
+    return data
+
+
+def check_regular_file(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise GraphmemError(f"'{path}' is a directory: pass the .onnx file itself")
+    if not stat.S_ISREG(info.st_mode):
+        raise GraphmemError(f"'{path}' is not a regular file (a FIFO, device or socket):"
+                            " pass the .onnx file itself")
+    check_file_size(path, info.st_size)
+
+
+def check_file_size(path: Path, size_bytes: int) -> None:
+    if size_bytes == 0:
+        raise GraphmemError(f"'{path}' is empty (0 bytes): re-export or re-download the model")
+    if size_bytes > MAX_MODEL_FILE_BYTES:
+        raise GraphmemError(
+            f"'{path}' is {size_bytes:,} bytes, above the 2 GiB protobuf can parse: a model"
+            " this large keeps its weights in external data; re-export it with"
+            " save_as_external_data=True")
+
+
+# ----- names in messages -------------------------------------------------------------------
+def quoted(text: str) -> str:
+    """A model's string, quoted for an error line: a model is untrusted, so characters that
+    are not printable (newlines, terminal escapes, bidi overrides) are shown escaped, and a
+    long name keeps its start and end (NAME_MAX_CHARS)."""
+    if len(text) > NAME_MAX_CHARS:
+        tail = NAME_MAX_CHARS // 3
+        text = text[:NAME_MAX_CHARS - tail - 1] + "\u2026" + text[-tail:]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                       for c in text)
+    return f"'{text}'"
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """`Relu node 'block1/relu'`; a node without a name by its first output."""
+    op_type = quoted(node.op_type)[1:-1]
+    if node.name:
+        return f"{op_type} node {quoted(node.name)}"
+    return f"the {op_type} node writing {quoted(node.output[0])}" if node.output else (
+        f"a {op_type} node")
+
+
+# ----- every tensor of a model -------------------------------------------------------------
+def model_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, TensorProto]]:
+    """Every TensorProto in the model, with a label naming it: initializers, sparse
+    initializers, tensor attributes (Constant's `value`...), in subgraphs and functions too."""
+    yield from graph_tensors(model.graph)
+    for function in model.functions:
+        for node in function.node:
+            yield from _node_tensors(node)
+    for info in model.training_info:
+        yield from graph_tensors(info.initialization)
+        yield from graph_tensors(info.algorithm)
+
+
+def graph_tensors(graph: onnx.GraphProto) -> Iterator[tuple[str, TensorProto]]:
+    for tensor in graph.initializer:
+        yield f"initializer {quoted(tensor.name)}", tensor
+    for sparse in graph.sparse_initializer:
+        yield from _sparse_tensors(f"sparse initializer {quoted(sparse.values.name)}", sparse)
+    for node in graph.node:
+        yield from _node_tensors(node)
+
+
+def _node_tensors(node: onnx.NodeProto) -> Iterator[tuple[str, TensorProto]]:
+    where = node_label(node)
+    for attribute in node.attribute:
+        label = f"attribute {quoted(attribute.name)} of {where}"
+        if attribute.type == AttributeProto.TENSOR:
+            yield label, attribute.t
+        elif attribute.type == AttributeProto.TENSORS:
+            yield from ((label, t) for t in attribute.tensors)
+        elif attribute.type == AttributeProto.SPARSE_TENSOR:
+            yield from _sparse_tensors(label, attribute.sparse_tensor)
+        elif attribute.type == AttributeProto.SPARSE_TENSORS:
+            for sparse in attribute.sparse_tensors:
+                yield from _sparse_tensors(label, sparse)
+        elif attribute.type == AttributeProto.GRAPH:
+            yield from graph_tensors(attribute.g)
+        elif attribute.type == AttributeProto.GRAPHS:
+            for body in attribute.graphs:
+                yield from graph_tensors(body)
+
+
+def _sparse_tensors(label: str, sparse: onnx.SparseTensorProto
+                    ) -> Iterator[tuple[str, TensorProto]]:
+    yield f"{label} (values)", sparse.values
+    yield f"{label} (indices)", sparse.indices
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every subgraph (If/Loop/Scan bodies), recursively."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.GRAPH:
+                yield from _graphs(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for body in attribute.graphs:
+                    yield from _graphs(body)
+
+
+# ----- external data -----------------------------------------------------------------------
+def strip_external_data(model: onnx.ModelProto) -> tuple[str, ...]:
+    """Cut every external-data reference of `model`, in place: each such tensor keeps its dims
+    and dtype and holds no data. Returns the labels of the tensors that were external."""
+    stripped = []
+    for label, tensor in model_tensors(model):
+        if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
+            clear_tensor_data(tensor)
+            stripped.append(label)
+    return tuple(stripped)
+
+
+def clear_tensor_data(tensor: TensorProto) -> None:
+    """The tensor keeps its name, dims and dtype, and holds no data (unknown-valued)."""
+    for field in ("external_data", "raw_data", "float_data", "int32_data", "string_data",
+                  "int64_data", "double_data", "uint64_data"):
+        tensor.ClearField(field)
+    tensor.data_location = TensorProto.DEFAULT
+
+
+def external_tensors(model: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
+    """The tensors whose data the model keeps in other files."""
+    return [(label, t) for label, t in model_tensors(model) if uses_external_data(t)]
+
+
+def external_data_files(path: Path) -> list[Path]:
+    """The files a model's external tensors name, as paths in its folder (never opened: the
+    CLI compares them with its output paths). None when the model cannot be read: the
+    importer says why."""
+    try:
+        model = onnx.load_model_from_string(read_model_bytes(path))
+    except Exception:  # noqa: BLE001 - protobuf and GraphmemError: reported by the importer
+        return []
+    locations = {external_location(t) for _, t in external_tensors(model)}
+    return [path.parent / name for name in sorted(locations) if name and "\0" not in name]
+
+
+def _reason(error: BaseException) -> str:
+    return error.strerror if isinstance(error, OSError) and error.strerror else (
+        type(error).__name__)
+
+
+def external_location(tensor: TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+
+
+def safe_data_file(model_path: Path, label: str, tensor: TensorProto) -> Path:
+    """The resolved data file an external tensor names, refused unless it is a regular file
+    inside the model's folder: never absolute, never `..`, no symlink out of the folder, no
+    FIFO or device. The one place graphmem lets a model name a file (`graphmem verify`,
+    which loads weights); a missing file is returned for the caller to name."""
+    location = external_location(tensor)
+    refuse = f"{model_path}: {label} keeps its data in {quoted(location)}"
+    fix = "external data must be a file next to the model (a relative path inside its folder)"
+    if not location or "\0" in location or Path(location).is_absolute() or (
+            ".." in Path(location).parts):
+        raise GraphmemError(f"{refuse}, which is not a relative path inside the model's"
+                            f" folder: {fix}")
+    if _ORT_MEMORY_LOCATION in location:
+        raise GraphmemError(f"{refuse}, onnxruntime's tag for data at a memory address: {fix}")
+    try:
+        folder = model_path.parent.resolve()
+        data_file = (folder / location).resolve()
+    except (OSError, RuntimeError) as error:  # too long a name, a symlink loop
+        raise GraphmemError(f"{refuse}, which cannot be resolved ({_reason(error)}): {fix}"
+                            ) from None
+    if not data_file.is_relative_to(folder):
+        raise GraphmemError(f"{refuse}, which resolves outside the model's folder"
+                            f" ({quoted(str(data_file))}): {fix}")
+    try:
+        info = os.stat(data_file)
+    except (FileNotFoundError, NotADirectoryError):
+        return data_file
+    except OSError as error:
+        raise GraphmemError(f"{refuse}, which cannot be read ({_reason(error)}): {fix}"
+                            ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise GraphmemError(f"{refuse}, which is not a regular file (a FIFO, device or"
+                            f" directory): {fix}")
+    return data_file
+
+
+# ----- tensors: the data they hold ---------------------------------------------------------
+def tensor_numel(tensor: TensorProto) -> int:
+    return math.prod(int(d) for d in tensor.dims)
+
+
+def has_inline_data(tensor: TensorProto) -> bool:
+    """True when the tensor holds its own value, of exactly the size its dims and dtype say;
+    False for external, data-less (graphmem's "unknown-valued") or wrongly sized tensors."""
+    if uses_external_data(tensor) or tensor.HasField("segment"):
+        return False
+    if tensor.data_type not in KNOWN_ELEMENT_TYPES or any(d < 0 for d in tensor.dims):
+        return False
+    held = _held_data(tensor)
+    return held is not None and held == _expected_data(tensor, raw=tensor.HasField("raw_data"))
+
+
+def raw_data_bytes(tensor: TensorProto) -> int:
+    """The length raw_data has for the tensor's dims and dtype (not for strings)."""
+    return _expected_data(tensor, raw=True)
+
+
+def tensor_bytes(tensor: TensorProto) -> int:
+    """The tensor's size from its dims and dtype (a string entry counted as 8 bytes)."""
+    if tensor.data_type == TensorProto.STRING:
+        return 8 * tensor_numel(tensor)
+    return raw_data_bytes(tensor)
+
+
+def _held_data(tensor: TensorProto) -> int | None:
+    """Bytes of raw_data, or entries of the typed field the dtype stores in; None: no data."""
+    if tensor.HasField("raw_data"):
+        return len(tensor.raw_data)
+    entries = len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type)))
+    # an empty typed field is no data, unless the tensor has no elements
+    return entries if entries or tensor_numel(tensor) == 0 else None
+
+
+def _expected_data(tensor: TensorProto, raw: bool) -> int:
+    numel = tensor_numel(tensor)
+    if tensor.data_type == TensorProto.STRING:
+        return -1 if raw else numel  # strings live in string_data only
+    if not raw:
+        entries, elements = _TYPED_PER_ELEMENT.get(tensor.data_type, (1, 1))
+        return -(-numel * entries // elements)  # exact integers: dims go up to 2**63
+    return -(-numel * _element_bits(tensor.data_type) // 8)
+
+
+def _element_bits(data_type: int) -> int:
+    if data_type in _PACKED_BITS:
+        return _PACKED_BITS[data_type]
+    return 8 * helper.tensor_dtype_to_np_dtype(data_type).itemsize
+
+
+def _dtype_name(data_type: int) -> str:
+    return TensorProto.DataType.Name(data_type).lower() if (
+        data_type in KNOWN_ELEMENT_TYPES) else str(data_type)
+
+
+# ----- validation --------------------------------------------------------------------------
+def validate_graph(model: onnx.ModelProto) -> None:
+    """Refuse, with one line naming the tensor or node, what would break graphmem's engines."""
+    for label, tensor in model_tensors(model):
+        _check_tensor(label, tensor)
+    for graph in _graphs(model.graph):
+        _check_value_infos(graph)
+        _check_single_producers(graph)
+        _check_attribute_references(graph)
+
+
+def _check_tensor(label: str, tensor: TensorProto) -> None:
+    if tensor.data_type not in KNOWN_ELEMENT_TYPES:
+        raise GraphmemError(f"{label} has element type {tensor.data_type}, which ONNX does not"
+                            f" define: {_FIX}")
+    dims = [int(d) for d in tensor.dims]
+    _check_dims(label, dims)
+    size_bytes = math.prod(dims) * _element_bits(tensor.data_type) // 8
+    if size_bytes >= MAX_TENSOR_BYTES:
+        raise GraphmemError(f"{label} of dims {dims} would take {size_bytes:,} bytes, beyond"
+                            f" 2**63: {_FIX}")
+    held = None if uses_external_data(tensor) else _held_data(tensor)
+    raw = tensor.HasField("raw_data")
+    if held is not None and held != _expected_data(tensor, raw):
+        what = "bytes of raw_data" if raw else (
+            f"entries of {helper.tensor_dtype_to_field(tensor.data_type)}")
+        raise GraphmemError(f"{label} holds {held:,} {what}, but dims {dims} of"
+                            f" {_dtype_name(tensor.data_type)} need"
+                            f" {max(_expected_data(tensor, raw), 0):,}: {_FIX}")
+
+
+def _check_dims(label: str, dims: list[int]) -> None:
+    if len(dims) > MAX_RANK:
+        raise GraphmemError(f"{label} has rank {len(dims)}, above the limit of {MAX_RANK}:"
+                            f" {_FIX}")
+    if any(d < 0 for d in dims):
+        raise GraphmemError(f"{label} has a negative dim in {dims}: {_FIX}")
+
+
+def _check_value_infos(graph: onnx.GraphProto) -> None:
+    """Declared inputs, outputs and value_info: an element type ONNX defines (0: not said),
+    a rank within MAX_RANK."""
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        if not info.type.HasField("tensor_type"):
+            continue
+        tensor_type = info.type.tensor_type
+        label = f"value {quoted(info.name)}"
+        if tensor_type.elem_type and tensor_type.elem_type not in KNOWN_ELEMENT_TYPES:
+            raise GraphmemError(f"{label} has element type {tensor_type.elem_type}, which ONNX"
+                                f" does not define: {_FIX}")
+        if tensor_type.HasField("shape") and len(tensor_type.shape.dim) > MAX_RANK:
+            raise GraphmemError(f"{label} has rank {len(tensor_type.shape.dim)}, above the"
+                                f" limit of {MAX_RANK}: {_FIX}")
+
+
+def _check_attribute_references(graph: onnx.GraphProto) -> None:
+    """`ref_attr_name` names an attribute of the enclosing function: a graph has none."""
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.ref_attr_name:
+                raise GraphmemError(
+                    f"attribute {quoted(attribute.name)} of {node_label(node)} refers to a"
+                    f" function attribute ({quoted(attribute.ref_attr_name)}) outside any"
+                    f" function: {_FIX}")
+
+
+def _check_single_producers(graph: onnx.GraphProto) -> None:
+    """Each tensor has one definition: one initializer, or one node output, or a graph input
+    (an initializer may be listed among the inputs too, as IR < 4 requires)."""
+    defined: dict[str, str] = {i.name: "a graph input" for i in graph.input}
+    for tensor in graph.initializer:
+        if defined.get(tensor.name, "a graph input") != "a graph input":
+            raise GraphmemError(f"initializer {quoted(tensor.name)} is defined twice: {_FIX}")
+        defined[tensor.name] = "an initializer"
+    for node in graph.node:
+        writer = node_label(node)
+        for name in node.output:
+            if not name:
+                continue  # an optional output left out
+            if name in defined:
+                raise GraphmemError(f"tensor {quoted(name)} is written by {writer} but is"
+                                    f" already {defined[name]}: {_FIX}")
+            defined[name] = f"written by {writer}"
