@@ -18,19 +18,25 @@
     baseline = "baselines/encoder.json"
     max_growth = "5%"
 
-Unknown keys are errors (a typo must not silently drop a budget).
+The file is checked against a schema before anything is analyzed: unknown keys are errors (a
+typo must not silently drop a budget; the message names the closest known key), every value
+has its type and range, and an error names the file, the key path and the fix. The file is
+read only if it is a regular file of at most MAX_BUDGETS_BYTES, and dotted keys nest at most
+MAX_KEY_DEPTH deep (Python's TOML reader takes quadratic time in the depth of a dotted key).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from graphmem.errors import GraphmemError
+from graphmem.gate.baseline import read_input_file
 from graphmem.gate.budgets import (
     Budgets,
     SpecError,
@@ -41,132 +47,255 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.gate.check import CheckSpec
+from graphmem.passes.dims import MAX_DIM_VALUE
+from graphmem.reports.safe_text import NAME_MAX_CHARS, printable, printable_text
 
-_BUDGET_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "max_memory": parse_memory_limit,
-    "max_latency": parse_latency_s,
-    "max_params": parse_count,
-    "max_flops": parse_count,
-    "max_growth": parse_percent,
+MAX_BUDGETS_BYTES = 1 << 20  # a budgets file of 1000 models is ~100 KiB
+MAX_KEY_DEPTH = 8  # `a.b.c = 1`: 3 deep; the schema's deepest key is defaults.dims.seq
+MAX_STRING_CHARS = 4096  # a path (PATH_MAX on Linux), a name, a GPU
+MAX_DIMS = 256  # dims of one model
+
+
+# ----- the schema --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """A budget key: a string (some also take a number) parsed by `parse`; false removes a
+    default."""
+
+    parse: Callable[[Any], Any]
+    example: str
+    numbers: bool  # an integer or float is read as its text (max_params = 25000000)
+
+
+_BUDGET_KEYS = {
+    "max_memory": _Budget(parse_memory_limit, "90%", False),
+    "max_latency": _Budget(parse_latency_s, "20ms", False),
+    "max_params": _Budget(parse_count, "25M", True),
+    "max_flops": _Budget(parse_count, "4.1G", True),
+    "max_growth": _Budget(parse_percent, "5%", False),
 }
 _SETTING_KEYS = {"gpu", "batch", "dims", "cuda_reserve", "fail_on_unsupported"}
-_DEFAULT_KEYS = _SETTING_KEYS | set(_BUDGET_PARSERS)
-_MODEL_KEYS = _DEFAULT_KEYS | {"path", "name", "baseline"}
+_DEFAULT_KEYS = _SETTING_KEYS | set(_BUDGET_KEYS)
+_MODEL_ONLY_KEYS = {"path", "name", "baseline"}
+_MODEL_KEYS = _DEFAULT_KEYS | _MODEL_ONLY_KEYS
 
 
 def load_budgets_file(path: Path) -> list[CheckSpec]:
     """One CheckSpec per `[[model]]`, paths resolved against the file's folder."""
-    table = _read_toml(path)
-    _check_keys(table, {"defaults", "model"}, f"{path}")
+    file = _File(path)
+    table = _read_toml(path, file)
+    file.known_keys(table, {"defaults", "model"}, "")
     defaults = table.get("defaults", {})
-    models = table.get("model")
     if not isinstance(defaults, dict):
-        raise GraphmemError(f"{path}: [defaults] must be a table")
-    _check_keys(defaults, _DEFAULT_KEYS, f"{path} [defaults]")
-    if not isinstance(models, list) or not models:
-        raise GraphmemError(f"{path} lists no model: add a [[model]] entry with path = ...")
-    entries = [_entry(path, defaults, model, index) for index, model in enumerate(models, 1)]
-    return _with_labels(path, entries)
+        file.fail("defaults", defaults, "should be a table: [defaults] on a line of its own")
+    file.known_keys(defaults, _DEFAULT_KEYS, "defaults.")
+    models = table.get("model")
+    if models is not None and not isinstance(models, list):
+        file.fail("model", models, "should be an array of tables: write [[model]], not [model]")
+    if not models:
+        raise GraphmemError(f"{file.name} lists no model: add a [[model]] entry with path = ...")
+    checked_defaults = _Values(file, "defaults.").settings(defaults)
+    entries = [_entry(file, checked_defaults, model, index)
+               for index, model in enumerate(models, 1)]
+    return _with_labels(entries)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, file: _File) -> dict[str, Any]:
+    text = read_input_file(path, "budgets file", MAX_BUDGETS_BYTES)
+    deep = _DEEP_KEY.search(text)
+    if deep is not None:
+        line = text.count("\n", 0, deep.start()) + 1
+        raise GraphmemError(f"{file.name} line {line}: a dotted key nests more than"
+                            f" {MAX_KEY_DEPTH} deep; a budgets file nests at most 3"
+                            " (defaults.dims.seq): check the file")
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise GraphmemError(f"budgets file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise GraphmemError(f"budgets file {path} cannot be read ({error})") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise GraphmemError(f"budgets file {path} is not valid TOML ({error})") from None
+        raise GraphmemError(f"budgets file {file.name} is not valid TOML"
+                            f" ({printable(error, 400)})") from None
+    except RecursionError:
+        raise GraphmemError(f"budgets file {file.name}: its arrays or inline tables nest too"
+                            " deeply to read; a budgets file nests at most 3 deep") from None
+    except ValueError:  # int() refuses more than 4300 digits
+        raise GraphmemError(f"budgets file {file.name} holds a number too long to read (more"
+                            " than 4300 digits): check the file") from None
 
 
-def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    for key in table:
-        if key not in allowed:
+# One key of a dotted key: bare, "basic" or 'literal'. The look-behind starts a match only
+# where a key can start (not inside a bare key or after a dot), which keeps the search linear.
+# Text in a string value that looks like 9 dotted keys is refused too: no budget needs it.
+_KEY_PART = r"""(?:[A-Za-z0-9_-]++|"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')"""
+_DEEP_KEY = re.compile(r"""(?<![A-Za-z0-9_."'-])""" + _KEY_PART
+                       + rf"(?:[ \t]*+\.[ \t]*+{_KEY_PART}){{{MAX_KEY_DEPTH}}}")
+
+
+class _File:
+    """The budgets file, for messages: `graphmem.toml: [[model]] #2 (a.onnx) batch = 0 ...`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = printable(path, 400)
+
+    def fail(self, key_path: str, value: object, problem: str) -> NoReturn:
+        raise GraphmemError(f"{self.name}: {key_path} = {_shown(value)} {problem}")
+
+    def known_keys(self, table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+        for key in table:
+            if key in allowed:
+                continue
+            shown = printable(key, 80)
+            if where == "defaults." and key in _MODEL_ONLY_KEYS:
+                raise GraphmemError(f"{self.name}: [defaults] cannot hold '{shown}': each"
+                                    " [[model]] gives its own")
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else (
                 f"; known keys: {', '.join(sorted(allowed))}")
-            raise GraphmemError(f"{where}: unknown key '{key}'{hint}")
+            raise GraphmemError(f"{self.name} {_section(where)}: unknown key '{shown}'{hint}")
 
 
-def _entry(path: Path, defaults: Mapping[str, Any], model: Any, index: int
-           ) -> tuple[Mapping[str, Any], CheckSpec]:
-    where = f"{path} [[model]] #{index}"
+def _section(where: str) -> str:
+    """`defaults.` -> `[defaults]`; `[[model]] #2 (a.onnx) ` stays; "" -> the top level."""
+    if where == "defaults.":
+        return "[defaults]"
+    return where.strip() or "(top level)"
+
+
+def _shown(value: object) -> str:
+    """A value of the file in a message, as TOML writes it where that differs from Python."""
+    return "true" if value is True else "false" if value is False else printable(repr(value), 80)
+
+
+@dataclass(frozen=True)
+class _Values:
+    """Checks the keys of one table ([defaults] or one [[model]]) against the schema."""
+
+    file: _File
+    where: str  # "defaults." or "[[model]] #2 (a.onnx) "
+
+    def fail(self, key: str, value: object, problem: str) -> NoReturn:
+        self.file.fail(f"{self.where}{key}", value, problem)
+
+    def settings(self, table: Mapping[str, Any]) -> dict[str, Any]:
+        """The table's values, checked: a budget parsed (None where false removes it)."""
+        checked: dict[str, Any] = {}
+        for key, value in table.items():
+            if key in _BUDGET_KEYS:
+                checked[key] = self.budget(key, value)
+            elif key == "cuda_reserve":
+                checked[key] = self.size(key, value)
+            elif key == "batch":
+                checked[key] = self.dim_value(key, value)
+            elif key == "dims":
+                checked[key] = self.dims(value)
+            elif key == "fail_on_unsupported":
+                checked[key] = self.typed(key, value, bool)
+            else:  # gpu, path, name, baseline
+                checked[key] = self.text(key, value)
+        return checked
+
+    def typed(self, key: str, value: Any, kind: type) -> Any:
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            hint = _TYPE_HINTS.get(key.partition(".")[0] if kind is int else key, "")
+            self.fail(key, value, f"should be a {_KIND_NAMES[kind]}{hint}")
+        return value
+
+    def text(self, key: str, value: Any) -> str:
+        text = self.typed(key, value, str)
+        if not text.strip():
+            self.fail(key, value, "should not be empty")
+        if len(text) > MAX_STRING_CHARS or printable(text, None) != text:
+            self.fail(key, value, f"should be printable text of at most {MAX_STRING_CHARS}"
+                      " characters (no control characters)")
+        return text
+
+    def dim_value(self, key: str, value: Any) -> int:
+        number = self.typed(key, value, int)
+        if not 1 <= number <= MAX_DIM_VALUE:
+            self.fail(key, value, f"should be from 1 to {MAX_DIM_VALUE} (a dim's value)")
+        return number
+
+    def dims(self, value: Any) -> dict[str, int]:
+        if not isinstance(value, dict):
+            self.fail("dims", value, "should be a table of integers, e.g. dims = { seq = 512 }")
+        if len(value) > MAX_DIMS:
+            self.fail("dims", f"<{len(value)} dims>", f"should bind at most {MAX_DIMS} dims")
+        for name in value:
+            if not name.strip() or len(name) > NAME_MAX_CHARS or printable(name, None) != name:
+                self.fail(f"dims.{printable(name, 80)}", value[name],
+                          f"names a dim by printable text of 1 to {NAME_MAX_CHARS} characters")
+        return {name: self.dim_value(f"dims.{name}", n) for name, n in value.items()}
+
+    def size(self, key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            self.fail(key, value, "should be a size such as \"700MiB\"")
+        try:
+            return parse_size(value)
+        except SpecError as error:
+            raise GraphmemError(f"{self.file.name}: {self.where}{key}:"
+                                f" {printable_text(error)}") from None
+
+    def budget(self, key: str, value: Any) -> Any:
+        """A budget's value parsed; None for false (it removes a default budget)."""
+        spec = _BUDGET_KEYS[key]
+        if value is False:
+            return None
+        allowed = (str, int, float) if spec.numbers else (str,)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            self.fail(key, value, f"should be a string such as {spec.example!r}, or false")
+        try:
+            return spec.parse(value if isinstance(value, str) else str(value))
+        except SpecError as error:
+            raise GraphmemError(f"{self.file.name}: {self.where}{key}:"
+                                f" {printable_text(error)}") from None
+        except (OverflowError, ValueError):  # '1e400T' must not reach int() as infinity
+            self.fail(key, value, f"is out of range: give a value such as {spec.example!r}")
+
+
+_KIND_NAMES = {int: "int", str: "string", bool: "boolean"}  # "a int": TOML's name, kept
+_TYPE_HINTS = {"batch": " (an integer, e.g. batch = 32)",
+               "dims": " (a dim's value, e.g. dims = { seq = 512 })"}
+
+
+def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
+           ) -> tuple[str, str | None, CheckSpec]:
+    """(the model's path as written, its name or None, its CheckSpec)."""
+    where = f"[[model]] #{index} "
     if not isinstance(model, dict):
-        raise GraphmemError(f"{where} must be a table with path = ...")
-    _check_keys(model, _MODEL_KEYS, where)
-    if not isinstance(model.get("path"), str):
-        raise GraphmemError(f"{where} needs path = \"model.onnx\" (relative to {path.name})")
-    where = f"{where} ({model['path']})"
-    merged = {**defaults, **model, "dims": {**defaults.get("dims", {}), **model.get("dims", {})}}
-    folder = path.parent
+        file.fail(f"[[model]] #{index}", model, "should be a table with path = ...")
+    file.known_keys(model, _MODEL_KEYS, where)
+    if "path" not in model:
+        raise GraphmemError(f"{file.name} {where}needs path = \"model.onnx\" (relative to"
+                            f" {printable(file.path.name)})")
+    values = _Values(file, where)
+    model_path = values.text("path", model["path"])
+    values = _Values(file, f"{where}({printable(model_path, 80)}) ")
+    checked = values.settings(model)
+    merged = {**defaults, **checked,
+              "dims": {**defaults.get("dims", {}), **checked.get("dims", {})}}
+    folder = file.path.parent
+    budgets = Budgets(
+        max_memory=merged.get("max_memory"), max_latency_s=merged.get("max_latency"),
+        max_params=merged.get("max_params"), max_flops=merged.get("max_flops"),
+        fail_on_unsupported=bool(merged.get("fail_on_unsupported", False)),
+        max_growth=merged.get("max_growth"))
     baseline = merged.get("baseline")
     spec = CheckSpec(
-        model_path=folder / model["path"],
+        model_path=folder / model_path,
         label="",
-        budgets=_budgets(merged, where),
-        gpu=_typed(merged, "gpu", str, where),
-        batch=_typed(merged, "batch", int, where),
-        dims=_dims(merged["dims"], where),
-        cuda_reserve_bytes=_parsed(merged, "cuda_reserve", parse_size, where),
-        baseline_path=folder / _typed(merged, "baseline", str, where) if baseline else None,
+        budgets=budgets,
+        gpu=merged.get("gpu"),
+        batch=merged.get("batch"),
+        dims=merged["dims"],
+        cuda_reserve_bytes=merged.get("cuda_reserve"),
+        baseline_path=folder / baseline if baseline else None,
     )
-    return model, spec
+    return model_path, checked.get("name"), spec
 
 
-def _budgets(merged: Mapping[str, Any], where: str) -> Budgets:
-    return Budgets(
-        max_memory=_parsed(merged, "max_memory", parse_memory_limit, where),
-        max_latency_s=_parsed(merged, "max_latency", parse_latency_s, where),
-        max_params=_parsed(merged, "max_params", parse_count, where),
-        max_flops=_parsed(merged, "max_flops", parse_count, where),
-        fail_on_unsupported=bool(_typed(merged, "fail_on_unsupported", bool, where)),
-        max_growth=_parsed(merged, "max_growth", parse_percent, where),
-    )
-
-
-def _parsed(merged: Mapping[str, Any], key: str, parse: Callable[[Any], Any], where: str) -> Any:
-    value = merged.get(key)
-    if value is None or value is False:  # false removes a default budget
-        return None
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise GraphmemError(f"{where}: {key} = {value!r} should be a string such as"
-                            f" {_EXAMPLES.get(key, '...')!r}")
-    try:
-        return parse(value if isinstance(value, str) else str(value))
-    except SpecError as error:
-        raise GraphmemError(f"{where}: {key}: {error}") from None
-
-
-_EXAMPLES = {"max_memory": "90%", "max_latency": "20ms", "max_params": "25M",
-             "max_flops": "4.1G", "max_growth": "5%", "cuda_reserve": "700MiB"}
-
-
-def _typed(merged: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    value = merged.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise GraphmemError(f"{where}: {key} = {value!r} should be a {kind.__name__}")
-    return value
-
-
-def _dims(dims: Any, where: str) -> dict[str, int]:
-    if not isinstance(dims, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in dims.values()):
-        raise GraphmemError(f"{where}: dims should be a table of integers, e.g."
-                            " dims = { seq = 512 }")
-    return {str(k): int(v) for k, v in dims.items()}
-
-
-def _with_labels(path: Path, entries: list[tuple[Mapping[str, Any], CheckSpec]]
-                 ) -> list[CheckSpec]:
+def _with_labels(entries: list[tuple[str, str | None, CheckSpec]]) -> list[CheckSpec]:
     """Each model's name, or its file's stem (its relative path where stems repeat)."""
-    stems = [Path(model["path"]).stem for model, _ in entries]
-    labels = []
-    for (model, _), stem in zip(entries, stems, strict=True):
-        name = model.get("name")
-        if name is not None and not isinstance(name, str):
-            raise GraphmemError(f"{path}: name = {name!r} should be a string")
-        labels.append(name or (stem if stems.count(stem) == 1 else model["path"]))
-    return [replace(spec, label=label) for (_, spec), label in zip(entries, labels, strict=True)]
+    stems = [Path(model_path).stem for model_path, _, _ in entries]
+    return [replace(spec, label=name or (stem if stems.count(stem) == 1 else model_path))
+            for (model_path, name, spec), stem in zip(entries, stems, strict=True)]

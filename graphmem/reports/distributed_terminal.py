@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from graphmem.analysis import Analysis
 from graphmem.passes.distributed import DistributedReport, PerRankMemory
 from graphmem.passes.kv_cache import KvCacheReport
+from graphmem.reports.safe_text import markup, markup_text
 from graphmem.units import format_bytes, format_bytes_sym
 
 _LAYOUT_TEXT = {
@@ -44,7 +44,7 @@ def _per_rank_table(rank: PerRankMemory) -> Table:
     for label, size in rows:
         table.add_row(label, format_bytes(size))
     table.add_row("total per GPU", f"[bold]{format_bytes(rank.total_bytes)}[/]"
-                  f" (peak at step {rank.peak_step}, {escape(rank.peak_node)})")
+                  f" (peak at step {rank.peak_step}, {markup(rank.peak_node)})")
     if config.tensor_parallel > 1:
         table.add_row("split by tensor parallel", f"{float(rank.split_parameter_share):.1%}"
                       " of parameter bytes (matmul and embedding weights)")
@@ -75,10 +75,10 @@ def kv_cache_lines(report: KvCacheReport) -> list[str]:
     head = (f"KV cache: 2 x {shape.layers} layers x batch x {shape.kv_heads} KV heads x"
             f" {shape.head_dim} head dim x context x {shape.dtype_bytes} B ({shape.dtype})"
             f" = {format_bytes(shape.per_token_bytes)} per token per sequence"
-            f" [{escape(shape.source)}]")
+            f" \\[{markup_text(shape.source)}]")  # literal brackets, not a style tag
     lines = [head]
     if report.batch is not None:
-        lines.append(f"  at batch {report.batch}: {format_bytes_sym(report.bytes)}")
+        lines.append(f"  at batch {report.batch}: {markup_text(format_bytes_sym(report.bytes))}")
     if report.copies > 1:
         lines.append("  the graph takes the past as inputs and returns it as present outputs:"
                      f" {report.copies} copies are live in a step")
@@ -87,5 +87,5 @@ def kv_cache_lines(report: KvCacheReport) -> list[str]:
                      f" ({format_bytes(report.base_bytes or 0)} for weights and one step's"
                      f" activations, {format_bytes(report.usable_bytes or 0)} usable)")
     elif report.max_context_reason:
-        lines.append(f"  {report.max_context_reason}")
+        lines.append(f"  {markup_text(report.max_context_reason)}")
     return lines

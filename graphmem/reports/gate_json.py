@@ -15,18 +15,27 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem import __version__
-from graphmem.gate.budgets import BudgetResult
-from graphmem.gate.check import CheckReport, ModelCheck
 from graphmem.reports.json_report import SCHEMA_VERSION, to_dict
+
+if TYPE_CHECKING:  # gate/check.py reads baselines, whose schema is defined here
+    from graphmem.gate.budgets import BudgetResult
+    from graphmem.gate.check import CheckReport, ModelCheck
+
+CHECK_KIND = "graphmem check"
+# The keys written below; a baseline (gate/baseline.py) refuses any other.
+CHECK_KEYS = frozenset({"schema_version", "kind", "graphmem_version", "passed", "exit_code",
+                        "budget_count", "failure_count", "models"})
+MODEL_KEYS = frozenset({"name", "path", "gpu", "dims", "passed", "seconds", "budgets",
+                        "analysis"})
 
 
 def check_to_dict(report: CheckReport) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": "graphmem check",
+        "kind": CHECK_KIND,
         "graphmem_version": __version__,
         "passed": report.passed,
         "exit_code": 0 if report.passed else 1,

@@ -13,6 +13,15 @@ from rich.markup import escape
 
 from graphmem.gate.budgets import BudgetResult, format_seconds
 from graphmem.gate.check import CheckReport, ModelCheck
+from graphmem.reports.safe_text import (
+    TEXT_MAX_CHARS,
+    escape_markup,
+    markup,
+    markup_dims,
+    markup_text,
+    printable,
+    shorten,
+)
 from graphmem.units import format_bytes, format_si
 
 
@@ -41,15 +50,15 @@ def print_check(report: CheckReport, console: Console) -> None:
 
 def _headline(model: ModelCheck) -> str:
     numbers = model.numbers
-    dims = ", ".join(f"{k}={v}" for k, v in numbers.dims.items()) or "fixed shapes"
-    gpu = f" · {numbers.gpu_name}" if numbers.gpu_name else ""
+    dims = markup_dims(numbers.dims, "fixed shapes")
+    gpu = f" · {markup(numbers.gpu_name)}" if numbers.gpu_name else ""
     parts = [f"peak {format_bytes(numbers.peak_bytes)}"
              f" (activations {format_bytes(numbers.activation_peak_bytes)})",
              f"{numbers.params:,} params", format_si(numbers.flops, "FLOP")]
     if numbers.latency_s is not None:
         parts.append(f"latency >= {format_seconds(numbers.latency_s)} (roofline)")
-    return (f"[bold]{escape(model.spec.label)}[/] ({escape(str(model.spec.model_path))})"
-            f" · {escape(dims)}{escape(gpu)}: {escape(', '.join(parts))}")
+    return (f"[bold]{markup(model.spec.label)}[/] ({markup_text(model.spec.model_path)})"
+            f" · {dims}{gpu}: {escape(', '.join(parts))}")
 
 
 def _budget_line(result: BudgetResult) -> str:
@@ -57,7 +66,7 @@ def _budget_line(result: BudgetResult) -> str:
     value = format_quantity(result.value, result.unit)
     limit = format_quantity(result.limit, result.unit)
     return (f"  {verdict}  {escape(result.name):<20} {escape(value):>12}  <= {escape(limit):<12}"
-            f" {escape(result.message)}")
+            f" {markup_text(result.message)}")
 
 
 def _verdict(report: CheckReport) -> str:
@@ -66,7 +75,8 @@ def _verdict(report: CheckReport) -> str:
     if report.passed:
         return (f"graphmem check: [green]PASSED[/]: {report.budget_count} budgets hold"
                 f" ({models})")
-    broken = "; ".join(f"{m.spec.label}: {', '.join(r.name for r in m.failures)}"
+    broken = "; ".join(f"{printable(m.spec.label)}: {', '.join(r.name for r in m.failures)}"
                        for m in report.models if not m.passed)
+    broken = escape_markup(shorten(broken, TEXT_MAX_CHARS))  # labels are printable already
     return (f"graphmem check: [bold red]FAILED[/]: {report.failure_count} of"
-            f" {report.budget_count} budgets broken ({models}) - {escape(broken)}")
+            f" {report.budget_count} budgets broken ({models}) - {broken}")

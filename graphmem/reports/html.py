@@ -8,6 +8,11 @@ Analysis itself is the schedule (which node runs at each step), which the JSON d
 Sizes are exact integers when every dim is bound, or formulas in the free dims. A formula is
 shown as it is (term by term, in IEC bytes or SI counts); charts, bars and sort keys need one
 number, so they use the formula's value with every free dim at PROBE_DIM_VALUE, and say so.
+
+A model's strings are data (reports/safe_text.py): jinja2 escapes them (autoescape), names are
+shortened to NAME_MAX_CHARS where the view takes them from the JSON, and every other string
+the templates write passes `_inert` (control and bidi characters made visible, each long run
+of non-space characters shortened), so a name quoted in a sentence is bounded too.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 import graphmem
 from graphmem.analysis import Analysis
@@ -45,6 +51,7 @@ from graphmem.reports.html_summary import (
     module_breakdown,
 )
 from graphmem.reports.json_report import ROLE_KEYS, to_dict
+from graphmem.reports.safe_text import printable, printable_text
 from graphmem.symbolic import SymInt
 from graphmem.units import format_bytes, format_bytes_sym, format_si_sym
 
@@ -92,11 +99,20 @@ def _environment(folder: Path) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(folder),
         autoescape=True,  # every template here is HTML (or SVG inside it)
+        finalize=_inert,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+
+
+def _inert(value: Any) -> Any:
+    """Every `{{ ... }}` before it is escaped: text made printable (Markup is the view's own
+    markup, already escaped: the node data, `| safe` entities)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return printable_text(value, None, multiline=True)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,13 +299,14 @@ def build_view(analysis: Analysis, report: Mapping[str, Any] | None = None) -> R
     summary = _summary(report, op_of)
     gaps = _gaps(report)
     return ReportView(
-        title=Path(report["model"]["path"]).name or report["model"]["name"],
-        model=report["model"],
+        title=printable(Path(report["model"]["path"]).name or report["model"]["name"]),
+        model=_model_view(report["model"]),
         mode=report["config"]["mode"],
         schedule=report["config"]["schedule"],
         versions={"graphmem": report["graphmem_version"], "schema": report["schema_version"]},
-        dims_bound=tuple(f"{name}={value}" for name, value in report["dims"]["bound"].items()),
-        dims_free=free,
+        dims_bound=tuple(f"{printable(name)}={value}"
+                         for name, value in report["dims"]["bound"].items()),
+        dims_free=tuple(printable(name) for name in free),
         probe_note=_probe_note(free),
         summary=summary,
         gaps=gaps,
@@ -304,6 +321,13 @@ def build_view(analysis: Analysis, report: Mapping[str, Any] | None = None) -> R
         modules=module_breakdown(report.get("modules")),
         extras=extras(report, summary.peak.probe),
     )
+
+
+def _model_view(model: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON's `model` with its strings as shown: the graph's name and the file's path
+    shortened, the warnings (which quote names) bounded."""
+    return {**model, "name": printable(model["name"]), "path": printable_text(model["path"]),
+            "warnings": [printable_text(w) for w in model["warnings"]]}
 
 
 def _phase_spans(report: Mapping[str, Any], analysis: Analysis) -> tuple[PhaseSpan, ...]:
@@ -334,14 +358,15 @@ def _node_phases(nodes: Sequence[Mapping[str, Any]], spans: Sequence[PhaseSpan])
 def _probe_note(free: Sequence[str]) -> str:
     if not free:
         return ""
-    return ", ".join(f"{name}={PROBE_DIM_VALUE}" for name in free)
+    return ", ".join(f"{printable(name)}={PROBE_DIM_VALUE}" for name in free)
 
 
 def _qualified_op(node: Mapping[str, Any]) -> str:
+    """The op as shown: `Conv`, or `com.microsoft.FusedGemm` outside the default domain."""
     domain, op = node["domain"], node["op"]
     if domain in ("", "ai.onnx") or op.startswith(f"{domain}."):
-        return op
-    return f"{domain}.{op}"
+        return printable(op)
+    return printable(f"{domain}.{op}")
 
 
 def _percent(part: int, whole: int) -> float:
@@ -365,7 +390,8 @@ def _summary(report: Mapping[str, Any], op_of: Mapping[str, str]) -> Summary:
         _stat("MACs", macs, "multiply-accumulates", "MACs"),
         _stat("activations at peak", activations, "peak less residents"),
         _stat("residents", residents, "weights, inputs, constants: live throughout"),
-        _stat("lower bound", lower_bound, f"largest node: {memory['lower_bound_node']}"),
+        _stat("lower bound", lower_bound,
+              f"largest node: {printable(memory['lower_bound_node'])}"),
     ]
     breakdown = tuple(
         RoleShare(role, size, _percent(size.probe, at_step.probe))
@@ -376,7 +402,7 @@ def _summary(report: Mapping[str, Any], op_of: Mapping[str, str]) -> Summary:
         peak=peak,
         peak_candidates=_peak_candidates(memory),
         peak_step=memory["peak_step"],
-        peak_node=memory["peak_node"],
+        peak_node=printable(memory["peak_node"]),
         peak_op=op_of.get(memory["peak_node"], ""),
         macs=macs,
         flops=total_flops,
@@ -407,13 +433,13 @@ def _peak_candidates(memory: Mapping[str, Any]) -> tuple[Quantity, ...]:
 
 def _gaps(report: Mapping[str, Any]) -> Gaps:
     return Gaps(
-        unsupported_ops=tuple(report["unsupported_ops"].items()),
+        unsupported_ops=tuple((printable(op), n) for op, n in report["unsupported_ops"].items()),
         unsupported_nodes=tuple(
-            n["name"] for n in report["nodes"] if n["status"] == "unsupported"),
-        shape_unknown_nodes=tuple(report["unknown_shapes"]["nodes"]),
-        unknown_size_values=tuple(report["unknown_shapes"]["values"]),
-        control_flow_nodes=tuple(report["control_flow_nodes"]),
-        model_warnings=tuple(report["model"]["warnings"]),
+            printable(n["name"]) for n in report["nodes"] if n["status"] == "unsupported"),
+        shape_unknown_nodes=tuple(map(printable, report["unknown_shapes"]["nodes"])),
+        unknown_size_values=tuple(map(printable, report["unknown_shapes"]["values"])),
+        control_flow_nodes=tuple(map(printable, report["control_flow_nodes"])),
+        model_warnings=tuple(map(printable_text, report["model"]["warnings"])),
     )
 
 
@@ -458,13 +484,13 @@ def _live_row(tensor: Mapping[str, Any], peak_probe: int) -> LiveRow:
     if tensor["producer"] is None:
         made_by, kept = "(resident)", "(live throughout)"
     else:
-        made_by = tensor["producer"]
-        kept = tensor["last_consumer"] or (
-            "(graph output: to the end)" if tensor["role"] == "output" else "(to the end)")
+        made_by = printable(tensor["producer"])
+        kept = printable(tensor["last_consumer"] or (
+            "(graph output: to the end)" if tensor["role"] == "output" else "(to the end)"))
     return LiveRow(
-        name=tensor["name"],
-        shape=tensor["shape"],
-        dtype=tensor["dtype"],
+        name=printable(tensor["name"]),
+        shape=printable_text(tensor["shape"]),
+        dtype=printable(tensor["dtype"]),
         size=size,
         role=tensor["role"],
         made_by=made_by,
@@ -555,7 +581,7 @@ def _timeline(
         size = live[step]
         value = f"{size.text} (= {format_bytes(size.probe)} at {probe_note})" if (
             size.is_formula) else size.text
-        return f"step {step} · {node} ({op_of.get(node, '?')}) · live {value}"
+        return f"step {step} · {printable(node)} ({op_of.get(node, '?')}) · live {value}"
 
     usable = gpu.usable.probe if gpu else None
     by_role = role_timeline(analysis.graph, value_bytes(analysis.graph, analysis.dims))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphmem.reports.html_quantity import Quantity, bytes_quantity
+from graphmem.reports.safe_text import printable, printable_text
 from graphmem.units import format_bytes
 
 # The parts of one GPU's peak, in the terminal's order (reports/distributed_terminal.py)
@@ -100,9 +101,10 @@ def per_gpu_view(memory: Mapping[str, Any]) -> PerGpuView | None:
         total=total,
         model_states=_size(rank.get("model_states_bytes")),
         peak_step=_int(rank.get("peak_step")),
-        peak_node=str(rank.get("peak_node") or ""),
+        peak_node=printable(rank.get("peak_node") or ""),
         split_share=float(share) if tp > 1 and isinstance(share, int | float) else None,
-        replicated_weights=tuple(str(w) for w in rank.get("replicated_matmul_weights") or ()),
+        replicated_weights=tuple(printable(w)
+                                 for w in rank.get("replicated_matmul_weights") or ()),
         fit_rows=fit_rows,
         usable=usable,
     )
@@ -174,9 +176,9 @@ def kv_cache_view(memory: Mapping[str, Any]) -> KvCacheView | None:
         formula=str(kv.get("formula") or ""),
         copies=_int(kv.get("copies")) or 1,
         max_context=_int(kv.get("max_context")),
-        max_context_reason=str(kv.get("max_context_reason") or ""),
+        max_context_reason=printable_text(kv.get("max_context_reason") or ""),
         base=_size(kv.get("base_bytes")),
         usable=_size(kv.get("usable_bytes")),
-        source=str(kv.get("source") or ""),
+        source=printable_text(kv.get("source") or ""),
     )
 

@@ -17,6 +17,7 @@ from graphmem.passes.sweep import SATURATION_SHARE
 from graphmem.reports.html_charts import XYChart, xy_chart
 from graphmem.reports.html_distributed import KvCacheView, PerGpuView, kv_cache_view, per_gpu_view
 from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity, format_time
+from graphmem.reports.safe_text import SNIPPET_MAX_CHARS, printable, printable_text
 from graphmem.units import format_si
 
 DASH = "\u2013"
@@ -64,14 +65,15 @@ def suggestion_cards(report: Mapping[str, Any], peak_probe: int) -> tuple[Sugges
         targets = item.get("targets") or ()
         cards.append(SuggestionCard(
             kind=str(item.get("kind") or ""),
-            title=str(item.get("title") or item.get("kind") or "suggestion"),
-            targets=tuple(str(t) for t in (targets if isinstance(targets, list) else [targets])),
+            title=printable_text(item.get("title") or item.get("kind") or "suggestion"),
+            targets=tuple(printable(t) for t in (targets if isinstance(targets, list)
+                                                 else [targets])),
             saves=saves,
             new_peak=_size(item.get("new_peak_bytes")),
             extra_flops=_flops(item.get("extra_flops")),
             extra_time=_seconds(item.get("extra_time_s")),
-            snippet=str(item.get("snippet") or ""),
-            note=str(item.get("note") or ""),
+            snippet=printable_text(item.get("snippet") or "", SNIPPET_MAX_CHARS, multiline=True),
+            note=printable_text(item.get("note") or ""),
             saves_percent=_percent(saves.probe, peak_probe) if saves else 0.0,
         ))
     return tuple(cards)
@@ -99,7 +101,8 @@ def checkpoint_curve(report: Mapping[str, Any]) -> CheckpointCurve | None:
     if not points:
         return None
     rows = tuple(CurveRow(bytes_quantity(p["peak_bytes"]), _flops(p.get("extra_flops", 0)),
-                          ", ".join(str(m) for m in p.get("modules") or ()) or "none")
+                          printable_text(", ".join(printable(m) for m in p.get("modules") or ()))
+                          or "none")
                  for p in points)
     extra = [r.extra_flops.probe if r.extra_flops else 0 for r in rows]
     chart = xy_chart(
@@ -148,7 +151,7 @@ def sweep_view(report: Mapping[str, Any]) -> SweepView | None:
     gpu = report.get("gpu") or {}
     usable = gpu.get("usable_bytes") if isinstance(gpu.get("usable_bytes"), int) else None
     max_batch = gpu.get("max_batch") if isinstance(gpu.get("max_batch"), int) else None
-    dim = str(sweep.get("dim") or "batch")
+    dim = printable(sweep.get("dim") or "batch")
     rows = tuple(SweepRow(
         value=p["value"], peak=bytes_quantity(p["peak_bytes"]), fits=p.get("fits"),
         latency=_seconds(p.get("est_latency_s")),
@@ -232,7 +235,7 @@ def runtime_view(memory: Mapping[str, Any]) -> RuntimeView | None:
         fits=fits,
         counts=str(runtime.get("counts") or ""),
         peak=_size(runtime.get("runtime_peak_bytes")),
-        notes=tuple(str(n) for n in runtime.get("notes") or ()),
+        notes=tuple(printable_text(n) for n in runtime.get("notes") or ()),
     )
 
 
@@ -271,8 +274,9 @@ def _cell(key: str, value: Any) -> Cell:
     if isinstance(value, Mapping | list | tuple):
         if not value:
             return Cell(DASH, "")
-        return Cell(json.dumps(value, separators=(", ", ": ")), "")
-    return Cell(str(value), str(value))
+        return Cell(printable_text(json.dumps(value, separators=(", ", ": "))), "")
+    text = printable_text(value)
+    return Cell(text, text)
 
 
 def _label(key: str) -> str:

@@ -2,7 +2,8 @@
 
 Without JavaScript the page shows the first MAX_NODE_ROWS nodes as a plain table. With it, the
 script pages through all of them (sorted, filtered by name / op / module) from one compact
-JSON array, so a graph of tens of thousands of nodes opens as fast as a small one.
+JSON array, so a graph of tens of thousands of nodes opens as fast as a small one. The
+array bypasses the page's escaping (it is Markup), so its strings are made printable here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from markupsafe import Markup
 
 from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity, format_time
+from graphmem.reports.safe_text import printable, printable_text
 
 MAX_NODE_ROWS = 500  # rows written as HTML; the script shows them all
 PAGE_ROWS = 100  # rows per page when the script runs
@@ -89,11 +91,11 @@ def _row(step: int, node: Mapping[str, Any], op: str, phase: str) -> NodeRow:
     time_s = node.get("est_time_s")
     return NodeRow(
         step=step,
-        name=node["name"],
-        op=op,
-        module=node.get("module") or "",
+        name=printable(node["name"]),
+        op=printable(op),
+        module=printable(node.get("module") or ""),
         phase=phase,
-        output_shapes=", ".join(node["output_shapes"]),
+        output_shapes=printable_text(", ".join(node["output_shapes"])),
         params=node["params"],
         macs=count_quantity(node["macs"]),
         flops=count_quantity(node["flops"], "FLOP"),
@@ -102,7 +104,7 @@ def _row(step: int, node: Mapping[str, Any], op: str, phase: str) -> NodeRow:
         time_text=format_time(time_s) if time_s is not None else "",
         bound=node.get("bound") or "",
         status=node["status"],
-        note=node["note"],
+        note=printable_text(node["note"]),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphmem.reports.html_quantity import Quantity, bytes_quantity, count_quantity, format_time
+from graphmem.reports.safe_text import dims_text, printable
 
 MAX_MODULE_BARS = 12  # the largest modules as bars; the table below has every one
 
@@ -36,8 +37,8 @@ def mode_text(config: Mapping[str, Any], bytes_by_dtype: Mapping[str, Any]) -> s
 
 def batch_text(report: Mapping[str, Any]) -> str:
     dims, config = report["dims"], report["config"]
-    bound = ", ".join(f"{k}={v}" for k, v in dims["bound"].items())
-    free = ", ".join(dims["free"])
+    bound = dims_text(dims["bound"])
+    free = dims_text(dims["free"])
     parts = [bound] if bound else []
     if config.get("micro_batch"):
         parts.append(f"micro-batch {config['micro_batch']}")
@@ -52,7 +53,7 @@ def headline_facts(report: Mapping[str, Any], peak: Quantity, unsupported: int) 
     gpu = report.get("gpu") or {}
     flops = count_quantity(report["flops"]["total"], "FLOP")
     facts = [
-        Fact("model", report["model"]["name"], report["model"]["format"]),
+        Fact("model", printable(report["model"]["name"]), report["model"]["format"]),
         Fact("mode", mode_text(report["config"], report["params"]["bytes_by_dtype"])),
         Fact("batch and dims", batch_text(report)),
         Fact("peak memory", peak.text, _peak_detail(report)),
@@ -76,10 +77,10 @@ def _peak_detail(report: Mapping[str, Any]) -> str:
     the free dims (several candidate steps: this one is the largest at large values)."""
     memory = report["memory"]
     detail = (f"live tensors, {report['config']['schedule']} · step {memory['peak_step']}:"
-              f" {memory['peak_node']}")
+              f" {printable(memory['peak_node'])}")
     candidates = len(memory.get("peak_candidates") or ())
     if candidates > 1:
-        detail += f" · the largest at large {', '.join(report['dims']['free'])}"
+        detail += f" · the largest at large {dims_text(report['dims']['free'])}"
         detail += f" (1 of {candidates} candidate steps, below)"
     return detail
 
@@ -136,7 +137,7 @@ def module_breakdown(modules: Mapping[str, Any] | None) -> ModuleBreakdown | Non
     top_flops = max((q.probe for q in flops), default=0)
     top_peak = max((q.probe for q in at_peak), default=0)
     rows = tuple(
-        ModuleRowView(r["module"], r["params"], f, p, _share(r["params"], top_params),
+        ModuleRowView(printable(r["module"]), r["params"], f, p, _share(r["params"], top_params),
                       _share(f.probe, top_flops), _share(p.probe, top_peak))
         for r, f, p in zip(raw, flops, at_peak, strict=True)
     )

@@ -24,6 +24,13 @@ from graphmem.reports.suggestions_json import suggestions_json
 from graphmem.symbolic import SymInt
 
 SCHEMA_VERSION = 1
+# The top-level keys of `to_dict` and of its `dims`: a baseline (gate/baseline.py) refuses any
+# other, so a key added to either must be added here too (tests/test_budgets_schema.py checks).
+ANALYSIS_KEYS = frozenset({
+    "schema_version", "graphmem_version", "model", "config", "dims", "params", "flops",
+    "memory", "nodes", "unsupported_ops", "unknown_shapes", "control_flow_nodes", "modules",
+    "gpu", "sweep", "suggestions", "suggestion_budget", "checkpoint_curve"})
+DIMS_KEYS = frozenset({"bound", "free", "batch_dim"})
 
 ROLE_KEYS = {
     Role.PARAMETER: "parameters",

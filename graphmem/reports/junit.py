@@ -7,6 +7,9 @@
         </testcase> ...
 
 One testcase per model x budget; a model's analysis time is shared out over its budgets.
+Every string is printable (reports/safe_text.py): ElementTree writes control characters as
+they are, and XML 1.0 forbids most of them, so a model name holding one would make the file
+unreadable to the CI; names are shortened as on the terminal.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from graphmem.gate.check import CheckReport
 from graphmem.reports.gate_terminal import format_quantity
+from graphmem.reports.safe_text import printable, printable_text
 
 SUITE_NAME = "graphmem check"
 
@@ -33,14 +37,15 @@ def check_to_junit(report: CheckReport) -> ET.ElementTree:
         share = model.seconds / max(len(model.results), 1)
         for result in model.results:
             case = ET.SubElement(suite, "testcase", {
-                "classname": model.spec.label, "name": result.name, "time": f"{share:.3f}"})
+                "classname": printable(model.spec.label), "name": printable(result.name),
+                "time": f"{share:.3f}"})
             if not result.passed:
                 value = format_quantity(result.value, result.unit)
                 limit = format_quantity(result.limit, result.unit)
                 failure = ET.SubElement(case, "failure", {
                     "type": "budget exceeded",
-                    "message": f"{result.name}: {value} > limit {limit}"})
-                failure.text = f"{model.spec.model_path}: {result.message}"
+                    "message": printable_text(f"{result.name}: {value} > limit {limit}")})
+                failure.text = printable_text(f"{model.spec.model_path}: {result.message}")
     ET.indent(root)
     return ET.ElementTree(root)
 

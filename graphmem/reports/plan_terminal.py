@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from graphmem.reports.safe_text import markup, markup_dims, markup_text
 from graphmem.units import format_bytes, format_bytes_sym, format_si, format_sym_or_max
 
 if TYPE_CHECKING:
@@ -38,13 +38,13 @@ def print_plans(analysis: Analysis, console: Console) -> None:
     if analysis.sweep is not None:
         console.print(sweep_table(analysis.sweep))
         if analysis.sweep.saturates_at is not None:
-            console.print(f"throughput saturates at {analysis.sweep.dim}="
+            console.print(f"throughput saturates at {markup(analysis.sweep.dim)}="
                           f"{analysis.sweep.saturates_at} (90% of the best in the sweep)")
 
 
 def schedule_line(schedule: ScheduleResult) -> str:
-    model = format_sym_or_max((schedule.model_order_peak_bytes,), format_bytes_sym)
-    best = format_sym_or_max(schedule.best_order_peak_candidates, format_bytes_sym)
+    model = markup_text(format_sym_or_max((schedule.model_order_peak_bytes,), format_bytes_sym))
+    best = markup_text(format_sym_or_max(schedule.best_order_peak_candidates, format_bytes_sym))
     how = {"exact": "exact search: optimal", "greedy": "greedy list scheduling",
            "windowed exact": "greedy, then exact re-ordering around the peak",
            "model order": "no order found lower", "topological sort": "topological sort"}
@@ -53,13 +53,13 @@ def schedule_line(schedule: ScheduleResult) -> str:
         method = "optimal: it meets the lower bound"
     elif schedule.proof == "exact search" and schedule.method != "exact":
         method = "optimal: proven by exact search"
+    lower = markup_text(format_bytes_sym(schedule.lower_bound_bytes))
     text = (f"[bold]schedule[/]: peak {model} in the model's order, {best} in the best order"
-            f" found ({method}); lower bound {format_bytes_sym(schedule.lower_bound_bytes)}")
+            f" found ({method}); lower bound {lower}")
     if schedule.chosen_at_dims:
-        dims = ", ".join(f"{k}={v}" for k, v in schedule.chosen_at_dims.items())
-        text += f"; order chosen at {dims}"
+        text += f"; order chosen at {markup_dims(schedule.chosen_at_dims)}"
     if schedule.moved:
-        moves = ", ".join(f"{escape(m.name)} (step {m.model_step} -> {m.best_step})"
+        moves = ", ".join(f"{markup(m.name)} (step {m.model_step} -> {m.best_step})"
                           for m in schedule.moved[:_MOVED_SHOWN])
         more = "" if schedule.moved_count <= _MOVED_SHOWN else (
             f" and {schedule.moved_count - _MOVED_SHOWN} more")
@@ -70,7 +70,7 @@ def schedule_line(schedule: ScheduleResult) -> str:
 def arena_line(arena: ArenaPlan, schedule: ScheduleResult | None) -> str:
     at = ""
     if schedule is not None and schedule.chosen_at_dims:
-        at = " at " + ", ".join(f"{k}={v}" for k, v in schedule.chosen_at_dims.items())
+        at = " at " + markup_dims(schedule.chosen_at_dims)
     return (f"[bold]arena plan[/] (model order{at}; greedy by size, best fit):"
             f" {format_bytes(arena.arena_bytes)} for a live activation peak of"
             f" {format_bytes(arena.live_activation_peak_bytes)} (fragmentation"
@@ -84,7 +84,7 @@ def roofline_line(roofline: RooflineResult, gpu: str) -> str:
         throughput = f" = {format_si(roofline.est_throughput_per_s)} samples/s"
     total = roofline.est_latency_s
     share = roofline.compute_bound_time_s / total if total else 0.0
-    top = ", ".join(f"{escape(t.name)} ({format_seconds(t.est_time_s)}, {t.bound})"
+    top = ", ".join(f"{markup(t.name)} ({format_seconds(t.est_time_s)}, {t.bound})"
                     for t in roofline.top[:_TOP_SHOWN])
     return (f"[bold]roofline[/] on {gpu} (a lower bound from datasheet peaks, not a benchmark):"
             f" {format_seconds(total)} {per}{throughput}; {share:.0%} of it compute-bound;"
@@ -93,24 +93,25 @@ def roofline_line(roofline: RooflineResult, gpu: str) -> str:
 
 def max_batch_line(result: MaxBatchResult, gpu: str) -> str:
     head = f"[bold]max batch[/] on {gpu}"
+    reason = markup_text(result.reason or "")
     if result.max_batch is None:
-        return f"{head}: not solved: {result.reason}"
+        return f"{head}: not solved: {reason}"
     if result.max_batch == 0:
-        return (f"{head}: 0, {result.reason} (peak {format_bytes(result.peak_at_next_bytes or 0)}"
+        return (f"{head}: 0, {reason} (peak {format_bytes(result.peak_at_next_bytes or 0)}"
                 f" > {format_bytes(result.usable_bytes)} usable)")
-    text = f"{head}: {result.batch_dim}={result.max_batch}"
+    text = f"{head}: {markup(result.batch_dim)}={result.max_batch}"
     if result.peak_at_max_bytes is not None:
         text += f" (peak {format_bytes(result.peak_at_max_bytes)}"
         if result.peak_at_next_bytes is not None:
             text += (f"; {format_bytes(result.peak_at_next_bytes)} at {result.max_batch + 1}"
                      f" > {format_bytes(result.usable_bytes)} usable")
         text += ")"
-    return text + (f"; {result.reason}" if result.reason else "")
+    return text + (f"; {reason}" if reason else "")
 
 
 def sweep_table(sweep: SweepResult) -> Table:
-    table = Table(title=f"sweep over {sweep.dim} (latency: roofline lower bound)")
-    for column in (sweep.dim, "peak", "fits", "est. latency", "throughput /s"):
+    table = Table(title=f"sweep over {markup(sweep.dim)} (latency: roofline lower bound)")
+    for column in (markup(sweep.dim), "peak", "fits", "est. latency", "throughput /s"):
         table.add_column(column, justify="right")
     for point in sweep.points:
         fits = "-" if point.fits is None else ("yes" if point.fits else "[red]no[/]")
@@ -124,10 +125,10 @@ def sweep_table(sweep: SweepResult) -> Table:
 
 def gpu_fits_table(analysis: Analysis, rows: list[GpuRow]) -> Table:
     """`graphmem gpus --fits`: one row per GPU."""
-    dims = ", ".join(f"{k}={v}" for k, v in analysis.dims.bound.items()) or "no dims bound"
-    free = f"; free: {', '.join(analysis.dims.free)}" if analysis.dims.free else ""
-    peak = format_sym_or_max(analysis.liveness.peak_candidates, format_bytes_sym)
-    table = Table(title=f"{escape(analysis.model.name)} ({dims}{free}): peak {peak} in the"
+    dims = markup_dims(analysis.dims.bound, "no dims bound")
+    free = f"; free: {markup_dims(analysis.dims.free)}" if analysis.dims.free else ""
+    peak = markup_text(format_sym_or_max(analysis.liveness.peak_candidates, format_bytes_sym))
+    table = Table(title=f"{markup(analysis.model.name)} ({dims}{free}): peak {peak} in the"
                   " model's order", caption="usable = the GPU's total - CUDA context and"
                   " workspaces; latency is a roofline lower bound from datasheet peaks, not a"
                   " benchmark")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from graphmem.reports.safe_text import markup_text
 from graphmem.units import format_bytes
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
     note = getattr(analysis, "runtime_note", "")
     if estimate is None:
         if note:
-            console.print(f"[yellow]runtime:[/] {escape(note)}")
+            console.print(f"[yellow]runtime:[/] {markup_text(note)}")
         return
     peak, tensors, resident, overhead, context, total = _EXPLAIN.get(
         estimate.runtime, ("",) * 5 + ("= device total",))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from graphmem.reports.plan_terminal import format_seconds
+from graphmem.reports.safe_text import SNIPPET_MAX_CHARS, markup_text
 from graphmem.suggestions import Suggestion, SuggestionReport
 from graphmem.units import format_bytes, format_si
 
@@ -30,14 +30,15 @@ def print_suggestions(report: SuggestionReport | None, console: Console) -> None
                       " peak (their input and output are not both live there)")
     for suggestion in report.suggestions:
         if suggestion.snippet and suggestion.kind in ("checkpoint", "amp", "grad_accum"):
-            console.print(f"[bold]{suggestion.kind}[/]: {escape(suggestion.title)}")
-            console.print(escape(suggestion.snippet.rstrip()), soft_wrap=True)
+            console.print(f"[bold]{suggestion.kind}[/]: {markup_text(suggestion.title)}")
+            console.print(markup_text(suggestion.snippet.rstrip(), SNIPPET_MAX_CHARS,
+                                      multiline=True), soft_wrap=True)
     if len(report.checkpoint_curve) > 1:
         points = "; ".join(f"{format_bytes(p.peak_bytes)} at +{format_si(p.extra_flops, 'FLOP')}"
                            f" ({len(p.modules)} modules)" for p in report.checkpoint_curve)
         console.print(f"checkpointing, peak against recompute (re-analysed): {points}")
     for note in report.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print(f"[yellow]note:[/] {markup_text(note)}")
 
 
 def suggestions_table(report: SuggestionReport) -> Table:
@@ -55,7 +56,7 @@ def suggestions_table(report: SuggestionReport) -> Table:
 
 def _row(suggestion: Suggestion) -> tuple[str, ...]:
     where = "" if suggestion.kind == "inplace" else _targets(suggestion.targets)  # in the title
-    return (suggestion.kind, escape(suggestion.title), _bytes(suggestion.saves_bytes),
+    return (suggestion.kind, markup_text(suggestion.title), _bytes(suggestion.saves_bytes),
             _bytes(suggestion.new_peak_bytes), _cost(suggestion), where)
 
 
@@ -86,4 +87,4 @@ def _signed(value: float, render: Callable[[float], str]) -> str:
 def _targets(targets: tuple[str, ...]) -> str:
     shown = ", ".join(targets[:_TARGETS_SHOWN])
     more = len(targets) - _TARGETS_SHOWN
-    return escape(shown + (f" +{more} more" if more > 0 else ""))
+    return markup_text(shown + (f" +{more} more" if more > 0 else ""))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from graphmem.analysis import Analysis
@@ -13,6 +12,7 @@ from graphmem.reports.distributed_terminal import print_distributed
 from graphmem.reports.json_report import ROLE_KEYS
 from graphmem.reports.plan_terminal import print_plans
 from graphmem.reports.runtime_terminal import print_runtime
+from graphmem.reports.safe_text import markup, markup_dims, markup_text
 from graphmem.reports.suggestions_terminal import print_suggestions
 from graphmem.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
 
@@ -22,7 +22,7 @@ _LIVE_ROWS = 8
 def print_summary(analysis: Analysis, console: Console) -> None:
     console.print(_headline(analysis))
     for warning in analysis.model.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        console.print(f"[yellow]warning:[/] {markup_text(warning)}")
     console.print(_totals_table(analysis))
     console.print(_live_table(analysis))
     if analysis.modules and any(row.module != TOP for row in analysis.modules.rows):
@@ -38,8 +38,8 @@ def print_summary(analysis: Analysis, console: Console) -> None:
 
 def _headline(analysis: Analysis) -> str:
     model = analysis.model
-    dims = ", ".join(f"{k}={v}" for k, v in analysis.dims.bound.items()) or "none bound"
-    free = f"; free dims: {', '.join(analysis.dims.free)}" if analysis.dims.free else ""
+    dims = markup_dims(analysis.dims.bound, "none bound")
+    free = f"; free dims: {markup_dims(analysis.dims.free)}" if analysis.dims.free else ""
     opset = f"opset {model.opset}, " if model.opset else ""
     mode = analysis.mode
     if analysis.training:
@@ -49,7 +49,7 @@ def _headline(analysis: Analysis) -> str:
             mode += (f" · {training.grad_accum} micro-batches of {training.micro_batch}"
                      f" = effective batch {training.effective_batch} (memory per micro-batch)")
     return (
-        f"[bold]{escape(model.name)}[/] ({model.source_format}, {opset}"
+        f"[bold]{markup(model.name)}[/] ({model.source_format}, {opset}"
         f"{model.node_count} nodes) · {mode} · dims: {dims}{free}"
     )
 
@@ -63,14 +63,16 @@ def _totals_table(analysis: Analysis) -> Table:
     table.add_row("parameters", f"{params.count:,} ({format_bytes(params.bytes)})")
     if params.buffer_count:
         table.add_row("buffers", f"{params.buffer_count:,} ({format_bytes(params.buffer_bytes)})")
-    table.add_row("MACs / FLOPs", f"{format_si_sym(analysis.costs.total_macs)} / "
-                  f"{format_si_sym(analysis.costs.total_flops, 'FLOP')} (1 MAC = 2 FLOPs)")
+    macs = format_si_sym(analysis.costs.total_macs)
+    flops = format_si_sym(analysis.costs.total_flops, "FLOP")
+    table.add_row("MACs / FLOPs", f"{markup_text(macs)} / {markup_text(flops)} (1 MAC = 2 FLOPs)")
     peak_node = live.order[live.peak_step]
-    table.add_row("peak memory", f"{format_sym_or_max(live.peak_candidates, format_bytes_sym)}"
-                  f"  at step {live.peak_step} ({escape(peak_node)}), model order; of which:")
+    peak = format_sym_or_max(live.peak_candidates, format_bytes_sym)
+    table.add_row("peak memory", f"{markup_text(peak)}  at step {live.peak_step}"
+                  f" ({markup(peak_node)}), model order; of which:")
     for role, size in live.breakdown_at_peak.items():
-        table.add_row(f"  {ROLE_KEYS[role]}", format_bytes_sym(size))
-    table.add_row("lower bound", f"{format_bytes_sym(live.lower_bound_bytes)} "
+        table.add_row(f"  {ROLE_KEYS[role]}", markup_text(format_bytes_sym(size)))
+    table.add_row("lower bound", f"{markup_text(format_bytes_sym(live.lower_bound_bytes))} "
                   "(largest single node + residents: no order does better)")
     return table
 
@@ -81,9 +83,9 @@ def _live_table(analysis: Analysis) -> Table:
     for column in ("tensor", "shape", "dtype", "size", "made by", "kept alive by"):
         table.add_column(column, overflow="fold")
     for tensor in tensors[:_LIVE_ROWS]:
-        table.add_row(escape(tensor.name), escape(tensor.shape), tensor.dtype,
-                      format_bytes_sym(tensor.nbytes), escape(tensor.producer or "-"),
-                      escape(tensor.last_consumer or "(graph output)"))
+        table.add_row(markup(tensor.name), markup_text(tensor.shape), markup(tensor.dtype),
+                      markup_text(format_bytes_sym(tensor.nbytes)), markup(tensor.producer or "-"),
+                      markup(tensor.last_consumer or "(graph output)"))
     return table
 
 
@@ -92,8 +94,8 @@ def _module_table(report: ModuleReport) -> Table:
     for column in ("module", "params", "FLOPs", "live at peak"):
         table.add_column(column, justify="left" if column == "module" else "right")
     for row in report.rows:
-        table.add_row(escape(row.module), f"{row.params:,}", format_si_sym(row.flops),
-                      format_bytes_sym(row.bytes_at_peak))
+        table.add_row(markup(row.module), f"{row.params:,}", markup_text(format_si_sym(row.flops)),
+                      markup_text(format_bytes_sym(row.bytes_at_peak)))
     return table
 
 
@@ -101,10 +103,10 @@ def _print_gaps(analysis: Analysis, console: Console) -> None:
     costs = analysis.costs
     if costs.unsupported_ops:
         ops = ", ".join(f"{op} x{count}" for op, count in costs.unsupported_ops.items())
-        console.print(f"[yellow]unsupported ops (FLOPs not counted):[/] {escape(ops)}")
+        console.print(f"[yellow]unsupported ops (FLOPs not counted):[/] {markup_text(ops)}")
     if costs.shape_unknown_nodes:
         console.print(f"[yellow]{len(costs.shape_unknown_nodes)} nodes with unknown shapes[/]"
-                      f" (FLOPs not counted), e.g. {escape(costs.shape_unknown_nodes[0])}")
+                      f" (FLOPs not counted), e.g. {markup(costs.shape_unknown_nodes[0])}")
     if analysis.liveness.unknown_size_values:
         console.print(f"[yellow]{len(analysis.liveness.unknown_size_values)} tensors of unknown"
                       " size are counted as 0 bytes[/]")

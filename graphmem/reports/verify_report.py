@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from graphmem import __version__
+from graphmem.reports.safe_text import markup, markup_dims, markup_text
 from graphmem.runtimes.onnxruntime_runner import MeasuredRun
 from graphmem.units import format_bytes
 from graphmem.verify import NodeComparison, Verification, percent_error
@@ -24,16 +24,17 @@ _NODE_ROWS = 20
 
 def print_verification(result: Verification, console: Console, all_nodes: bool = False) -> None:
     measured = result.measured
-    dims = ", ".join(f"{k}={v}" for k, v in result.dims.items()) or "fixed shapes"
+    dims = markup_dims(result.dims, "fixed shapes")
     threads = measured.threads or "default (one per core)"
-    console.print(f"[bold]{escape(result.model_path)}[/] · {escape(dims)} · onnxruntime"
+    console.print(f"[bold]{markup_text(result.model_path)}[/] · {dims} · onnxruntime"
                   f" {measured.ort_version} {measured.provider}, intra-op threads {threads}",
                   soft_wrap=True)
     for note in measured.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+        console.print(f"[yellow]note:[/] {markup_text(note)}", soft_wrap=True)
     console.print(_peak_table(result))
     if result.runtime_order_note:
-        console.print(f"[yellow]note:[/] {escape(result.runtime_order_note)}", soft_wrap=True)
+        console.print(f"[yellow]note:[/] {markup_text(result.runtime_order_note)}",
+                      soft_wrap=True)
     console.print(_measured_detail(result), soft_wrap=True)
     _print_nodes(result, console, all_nodes)
 
@@ -111,7 +112,7 @@ def _print_nodes(result: Verification, console: Console, all_nodes: bool) -> Non
     for column in ("node", "op", "graphmem", "onnxruntime (output_size)", ""):
         table.add_column(column, overflow="fold")
     for node in rows:
-        table.add_row(escape(node.name), node.op_type, _bytes(node.predicted_bytes),
+        table.add_row(markup(node.name), markup(node.op_type), _bytes(node.predicted_bytes),
                       f"{node.measured_bytes:,}", "" if node.matches else "[red]differs[/]")
     console.print(table)
     hidden = len(result.mismatched_nodes) - len(rows)
@@ -203,7 +204,8 @@ def print_torch_verification(result: TorchVerification, console: Console) -> Non
     step = "training step" if result.train else "inference step"
     if result.train:
         step += f", {result.optimizer}" + (f", amp {result.amp}" if result.amp else "")
-    console.print(f"[bold]{escape(result.model)}[/] · inputs {escape(', '.join(result.inputs))}"
+    console.print(f"[bold]{markup_text(result.model)}[/] · inputs"
+                  f" {markup_text(', '.join(result.inputs))}"
                   f" · one {step} on {result.measured.device}", soft_wrap=True)
     table = Table(title="activation peak (no parameters, optimizer state or inputs)")
     for column in ("graphmem", "measured", "error"):
@@ -211,7 +213,7 @@ def print_torch_verification(result: TorchVerification, console: Console) -> Non
     table.add_row(format_bytes(result.predicted_activation_peak_bytes),
                   format_bytes(result.measured.peak_bytes), _pct(result.error_pct))
     console.print(table)
-    console.print(f"measured with {escape(result.measured.method)}; graphmem's figure is"
+    console.print(f"measured with {markup_text(result.measured.method)}; graphmem's figure is"
                   " memory.activation_peak_bytes of `graphmem analyze` with the same options",
                   soft_wrap=True)
 
