@@ -13,10 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from graphmem.cli_inputs import (
+    OutputFile,
+    check_dims,
+    check_input_file,
+    check_model_argument,
+    is_model_spec,
+    onnx_inputs,
+    output_file,
+    print_written,
+    refuse_overwrites,
+    writing,
+)
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import (
     Budgets,
     SpecError,
+    complete_budgets,
     parse_count,
     parse_latency_s,
     parse_memory_limit,
@@ -95,23 +108,67 @@ def run_check_command(args: argparse.Namespace, console: Console) -> int:
     from graphmem.reports.gate_terminal import print_check
     from graphmem.reports.junit import write_junit
 
+    json_out = output_file("--json", args.json, stdout_ok=True)
+    junit_out = output_file("--junit", args.junit)
+    outputs = [o for o in (json_out, junit_out) if o]
+    for flag, path in (("--budgets", args.budgets), ("--baseline", args.baseline)):
+        if path is not None:
+            check_input_file(flag, path)
     specs = _specs(args)
-    inputs = [s.model_path for s in specs] + [s.baseline_path for s in specs if s.baseline_path]
-    json_path = None if args.json in (None, "-") else Path(args.json)
-    junit_path = Path(args.junit) if args.junit else None
-    _refuse_overwriting(inputs, [p for p in (json_path, junit_path) if p])
+    _check_specs(specs, args)
+    refuse_overwrites(outputs, _inputs(specs, args.budgets, outputs))
     report = run_check(specs)
     if args.json == "-":
         sys.stdout.write(check_json_text(report))
-        console = Console(stderr=True, highlight=False)
+        console = Console(stderr=True, highlight=False, emoji=False)
     print_check(report, console)
-    if json_path:
-        write_check_json(report, json_path)
-        console.print(f"JSON written to {json_path}", soft_wrap=True)
-    if junit_path:
-        write_junit(report, junit_path)
-        console.print(f"JUnit XML written to {junit_path}", soft_wrap=True)
+    if json_out:
+        with writing(json_out):
+            write_check_json(report, json_out.path)
+        print_written(console, "JSON", json_out)
+    if junit_out:
+        with writing(junit_out):
+            write_junit(report, junit_out.path)
+        print_written(console, "JUnit XML", junit_out)
     return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _check_specs(specs: list[CheckSpec], args: argparse.Namespace) -> None:
+    """What each model's check needs and no analysis tells, before the first analysis: dims
+    in range, known GPUs, budgets that can be evaluated, baselines that are files."""
+    from graphmem.gpus import find_gpu
+    from graphmem.passes.dims import check_dim_value
+
+    check_dims(args.batch, args.dim)
+    for spec in specs:
+        check_model_argument(str(spec.model_path), onnx_only="graphmem check")
+        check_input_file("model", spec.model_path)
+        if spec.gpu is not None:
+            find_gpu(spec.gpu)
+        source = str(spec.baseline_path) if spec.baseline_path is not None else None
+        complete_budgets(spec.budgets, spec.gpu, source)
+        if args.budgets is None:  # the command line's dims and baseline are checked above
+            continue
+        where = f"{args.budgets} [{spec.label}]"
+        batch = {} if spec.batch is None else {"batch": spec.batch}
+        for name, value in {**batch, **spec.dims}.items():
+            check_dim_value(f"{where} {name} = {value}", value)
+        if spec.baseline_path is not None:
+            check_input_file(f"{where} baseline", spec.baseline_path)
+
+
+def _inputs(specs: list[CheckSpec], budgets: Path | None, outputs: list[OutputFile]
+            ) -> list[tuple[str, Path]]:
+    """Every file the check reads: an output must be none of them."""
+    inputs = [] if budgets is None else [(f"an input of the check (the budgets file {budgets})",
+                                          budgets)]
+    for spec in specs:
+        inputs += [(f"an input of the check ({what})", path)
+                   for what, path in onnx_inputs(spec.model_path, outputs, str(spec.model_path))]
+        if spec.baseline_path is not None:
+            inputs.append((f"an input of the check (the baseline {spec.baseline_path})",
+                           spec.baseline_path))
+    return inputs
 
 
 def _specs(args: argparse.Namespace) -> list[CheckSpec]:
@@ -128,7 +185,7 @@ def _specs(args: argparse.Namespace) -> list[CheckSpec]:
     if not args.model:
         raise GraphmemError("give a model (graphmem check model.onnx --gpu t4 --batch 32 ...)"
                             " or a budgets file (graphmem check --budgets graphmem.toml)")
-    if ":" in args.model and not args.model.endswith(".onnx") and not Path(args.model).exists():
+    if is_model_spec(args.model):
         raise GraphmemError(f"'{args.model}': graphmem check gates ONNX models; export the"
                             " PyTorch model with torch.onnx.export and check the .onnx file")
     budgets = Budgets(max_memory=args.max_memory, max_latency_s=args.max_latency,
@@ -146,13 +203,3 @@ def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:
             raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
         dims[name] = value
     return dims
-
-
-def _refuse_overwriting(inputs: list[Path], outputs: list[Path]) -> None:
-    for output in outputs:
-        if output.is_dir():
-            raise GraphmemError(f"'{output}' is a directory: give a file path for the output")
-        for source in inputs:
-            if output.exists() and source.exists() and output.resolve() == source.resolve():
-                raise GraphmemError(f"'{output}' is an input of the check ({source}): choose"
-                                    " another output path")

@@ -20,8 +20,27 @@ from rich.console import Console
 
 from graphmem import __version__
 from graphmem.check_command import add_check_parser, run_check_command
-from graphmem.distributed_command import add_distributed_options, apply_distributed_options
+from graphmem.cli_inputs import (
+    OutputFile,
+    check_dims,
+    check_input_file,
+    check_int_range,
+    check_model_argument,
+    is_model_spec,
+    onnx_inputs,
+    output_file,
+    print_written,
+    refuse_overwrites,
+    spec_files,
+    writing,
+)
+from graphmem.distributed_command import (
+    add_distributed_options,
+    apply_distributed_options,
+    check_distributed_options,
+)
 from graphmem.errors import GraphmemError
+from graphmem.gate.budgets import SpecError, parse_size
 from graphmem.passes.runtime_model import RUNTIMES
 from graphmem.runtime_analysis import ORT_OPTIMIZATION_LEVELS
 from graphmem.suggest_command import (
@@ -39,9 +58,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
-
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+DEFAULT_OPTIMIZER = "adam"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,16 +73,16 @@ def parse_dim_binding(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     if not sep or not name.strip() or not re.fullmatch(r"-?\d+", value.strip()):
         raise argparse.ArgumentTypeError(f"'{text}' is not NAME=INTEGER, e.g. --dim seq=512")
-    return name.strip(), int(value)
+    # int() refuses thousands of digits; 21 characters keep the sign and the range check's say
+    return name.strip(), int(value.strip()[:21])
 
 
 def parse_size_bytes(text: str) -> int:
-    """`512MiB`, `1.5GiB`, `800000000` -> bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size such as 512MiB or 1.5GiB")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    """`512MiB`, `1.5GiB`, `800000000` -> bytes (finite, at most 4 EiB)."""
+    try:
+        return parse_size(text)
+    except SpecError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,8 +148,8 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
                                " tuple of them), called on the meta device; instead of --input")
     torch_options.add_argument("--train", action="store_true",
                                help="analyze one whole training step (forward, backward, update)")
-    torch_options.add_argument("--optimizer", default="adam",
-                               help="sgd, momentum, adam or adamw (default adam)")
+    torch_options.add_argument("--optimizer", help="with --train: sgd, momentum, adam or adamw"
+                               f" (default {DEFAULT_OPTIMIZER})")
     torch_options.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
     torch_options.add_argument("--grad-accum", type=int, default=1, metavar="N",
                                help="micro-batches per optimizer step (memory is per micro-batch)")
@@ -141,31 +158,61 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    stdout = Console(highlight=False)
+    # emoji=False: a model's names are shown as written (':warning:' stays text)
+    stdout = Console(highlight=False, emoji=False)
     try:
         words = sys.argv[1:] if argv is None else list(argv)
+        # --help and --version exit here (SystemExit 0); usage errors are GraphmemError
         args = build_parser().parse_args([w for w in words if w != "--debug"])
-        if args.command == "gpus":
-            return _run_gpus(args, stdout)
-        if args.command == "check":
-            return run_check_command(args, stdout)
-        if args.command == "verify":
-            return run_verify_command(args, stdout)
-        return _run_analyze(args, stdout)
     except GraphmemError as error:
-        if _debug(argv) and error.__cause__ is not None:
-            traceback.print_exception(error.__cause__)
-        print(f"graphmem: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(error, argv)
+    try:
+        return _run_command(args, stdout)
+    except GraphmemError as error:
+        return _usage_error(error, argv)
     except KeyboardInterrupt:
         print("graphmem: error: interrupted", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - a bug must still end in one clear line
         if _debug(argv):
             traceback.print_exc()
-        print(f"graphmem: error: internal error ({type(error).__name__}: {error}); please report"
-              " it with the model (--debug shows the traceback)", file=sys.stderr)
+        _print_error(f"internal error ({type(error).__name__}: {error}); please report it with"
+                     " the model (--debug shows the traceback)")
         return EXIT_INTERNAL
+    except BaseException as error:  # noqa: BLE001 - SystemExit from the model's own code
+        # graphmem never exits mid-command: the user's file.py (its forward, loss or inputs
+        # function, run by tracing) did; its exit code must not become graphmem's.
+        if _debug(argv):
+            traceback.print_exc()
+        _print_error(f"the model's code raised {error!r}: a model file must not exit or raise"
+                     " BaseException while graphmem imports, builds or traces it")
+        return EXIT_USAGE
+
+
+def _run_command(args: argparse.Namespace, stdout: Console) -> int:
+    if args.command == "gpus":
+        return _run_gpus(args, stdout)
+    if args.command == "check":
+        return run_check_command(args, stdout)
+    if args.command == "verify":
+        return run_verify_command(args, stdout)
+    return _run_analyze(args, stdout)
+
+
+def _usage_error(error: GraphmemError, argv: Sequence[str] | None) -> int:
+    if _debug(argv) and error.__cause__ is not None:
+        traceback.print_exception(error.__cause__)
+    _print_error(str(error))
+    return EXIT_USAGE
+
+
+def _print_error(message: str) -> None:
+    """One line, whatever the message quotes: a flag's value, a path or the user's exception
+    text may hold newlines (a forged second error line) or terminal escapes; each is shown
+    as a visible escape (graphmem/reports/safe_text.py), long names shortened."""
+    from graphmem.reports.safe_text import printable_text
+
+    print(f"graphmem: error: {printable_text(message)}", file=sys.stderr)
 
 
 def _debug(argv: Sequence[str] | None) -> bool:
@@ -182,9 +229,13 @@ def _run_gpus(args: argparse.Namespace, console: Console) -> int:
             raise GraphmemError("--batch/--dim/--cuda-reserve go with --fits MODEL")
         print_gpu_table(console)
         return EXIT_OK
+    check_model_argument(args.fits, onnx_only="graphmem gpus --fits")
+    check_input_file("--fits", Path(args.fits))
+    check_dims(args.batch, args.dim)
+    dims = _dims_dict(args.dim)
     from graphmem.fits_command import print_fits
 
-    print_fits(args.fits, args.batch, _dims_dict(args.dim), args.cuda_reserve, console)
+    print_fits(args.fits, args.batch, dims, args.cuda_reserve, console)
     return EXIT_OK
 
 
@@ -193,42 +244,90 @@ def _run_analyze(args: argparse.Namespace, console: Console) -> int:
     from graphmem.reports.json_report import to_json_text, write_json
     from graphmem.reports.terminal import print_summary
 
+    check_model_argument(args.model)
     model_path = Path(args.model)
-    default_html = f"{_report_stem(args.model)}.graphmem.html"
-    html_path = None if args.no_html else Path(args.html or default_html)
-    json_path = None if args.json in (None, "-") else Path(args.json)
-    _refuse_overwriting_input(model_path, [p for p in (html_path, json_path) if p])
-    dims = _dims_dict(args.dim)
-    if args.depth < 1:
-        raise GraphmemError(f"--depth {args.depth}: give 1 or more (1 = top-level modules)")
-    if _is_torch_spec(args.model):
-        analysis = _analyze_torch(args)
+    json_out, html_out = _analyze_outputs(args)
+    outputs = [o for o in (json_out, html_out) if o]
+    _check_analyze_options(args)
+    budget = _budget(args)
+    if is_model_spec(args.model):
+        refuse_overwrites(outputs, spec_files((args.model, args.loss, args.example_inputs)))
+        analysis = _analyze_torch(args, budget)
     else:
-        _refuse_torch_options(args)
+        check_input_file("model", model_path)
+        refuse_overwrites(outputs, onnx_inputs(model_path, outputs))
+        dims = _dims_dict(args.dim)
         analysis = analyze_onnx(model_path, batch=args.batch, dims=dims, gpu=args.gpu,
                                 cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth,
                                 sweep=_sweep_request(args.sweep), train=args.train,
                                 optimizer=args.optimizer, amp=args.amp,
                                 grad_accum=args.grad_accum)
         if wants_suggestions(args):
-            analysis = with_graph_suggestions(analysis, _budget(args), functools.partial(
+            analysis = with_graph_suggestions(analysis, budget, functools.partial(
                 analyze_onnx, model_path, batch=args.batch, dims=dims, gpu=args.gpu, plan=False,
                 train=True, optimizer=args.optimizer, amp=args.amp, grad_accum=args.grad_accum))
     analysis = _with_runtime(args, analysis)
     analysis = apply_distributed_options(analysis, args)
     if args.json == "-":
         sys.stdout.write(to_json_text(analysis))
-        console = Console(stderr=True, highlight=False)
+        console = Console(stderr=True, highlight=False, emoji=False)
     print_summary(analysis, console)
-    if json_path:
-        write_json(analysis, json_path)
-        console.print(f"JSON written to {json_path}")
-    if html_path:
+    if json_out:
+        with writing(json_out):
+            write_json(analysis, json_out.path)
+        print_written(console, "JSON", json_out)
+    if html_out:
         from graphmem.reports.html import write_html
 
-        write_html(analysis, html_path)
-        console.print(f"HTML report written to {html_path}")
+        with writing(html_out):
+            write_html(analysis, html_out.path)
+        print_written(console, "HTML report", html_out)
     return EXIT_OK
+
+
+def _analyze_outputs(args: argparse.Namespace) -> tuple[OutputFile | None, OutputFile | None]:
+    """--json and --html (default ./<model>.graphmem.html), checked before any work."""
+    if args.no_html and args.html is not None:
+        raise GraphmemError(f"--html {args.html} and --no-html contradict: give one of them")
+    json_out = output_file("--json", args.json, stdout_ok=True)
+    default_html = f"{_report_stem(args.model)}.graphmem.html"
+    html_text = None if args.no_html else default_html if args.html is None else args.html
+    return json_out, output_file("--html", html_text)
+
+
+def _check_analyze_options(args: argparse.Namespace) -> None:
+    """Every option that needs no model, checked before the model is read or traced."""
+    from graphmem.onnx_training import MAX_GRAD_ACCUM
+
+    if args.depth < 1:
+        raise GraphmemError(f"--depth {args.depth}: give 1 or more (1 = top-level modules)")
+    check_int_range("--grad-accum", args.grad_accum, 1, MAX_GRAD_ACCUM)
+    _resolve_optimizer(args)
+    if is_model_spec(args.model):
+        _check_torch_options(args)
+    else:
+        _refuse_torch_options(args)
+        check_dims(args.batch, args.dim)
+        _dims_dict(args.dim)
+    if args.runtime is not None:
+        from graphmem.runtime_analysis import check_runtime
+
+        check_runtime(args.runtime, not is_model_spec(args.model), args.gpu is not None,
+                      args.train)
+    check_distributed_options(args)
+
+
+def _resolve_optimizer(args: argparse.Namespace) -> None:
+    """--optimizer describes the training step: refused without --train, never ignored."""
+    from graphmem.passes.training_steps import OPTIMIZERS
+
+    if args.optimizer is not None and not args.train:
+        raise GraphmemError(f"--optimizer {args.optimizer} describes a training step: add"
+                            " --train (or drop --optimizer)")
+    if args.optimizer is not None and args.optimizer not in OPTIMIZERS:
+        raise GraphmemError(f"--optimizer {args.optimizer}: choose one of"
+                            f" {', '.join(OPTIMIZERS)}")
+    args.optimizer = args.optimizer or DEFAULT_OPTIMIZER
 
 
 def _with_runtime(args: argparse.Namespace, analysis: Analysis) -> Analysis:
@@ -236,7 +335,7 @@ def _with_runtime(args: argparse.Namespace, analysis: Analysis) -> Analysis:
     from graphmem.gpus import find_gpu
     from graphmem.runtime_analysis import check_runtime, default_runtime, with_runtime
 
-    is_onnx = not _is_torch_spec(args.model)
+    is_onnx = not is_model_spec(args.model)
     has_gpu, training = args.gpu is not None, analysis.mode == "training"
     runtime = args.runtime or default_runtime(is_onnx, has_gpu, training)
     if runtime is None:
@@ -254,12 +353,8 @@ def _sweep_request(text: str | None) -> SweepRequest | None:
     return None if text is None else SweepRequest(*parse_sweep(text))
 
 
-def _is_torch_spec(model: str) -> bool:
-    return ":" in model and not Path(model).exists() and not model.endswith(".onnx")
-
-
 def _report_stem(model: str) -> str:
-    return model.rpartition(":")[2] if _is_torch_spec(model) else Path(model).stem
+    return model.rpartition(":")[2] if is_model_spec(model) else Path(model).stem
 
 
 def _refuse_torch_options(args: argparse.Namespace) -> None:
@@ -273,9 +368,9 @@ def _refuse_torch_options(args: argparse.Namespace) -> None:
         raise GraphmemError("--amp/--grad-accum describe a training step: add --train")
 
 
-def _analyze_torch(args: argparse.Namespace) -> Analysis:
-    from graphmem.importers.torch_loader import load_callable
-    from graphmem.torch_analysis import analyze_torch
+def _check_torch_options(args: argparse.Namespace) -> None:
+    """A PyTorch model's options, before its file is imported: shapes from --input."""
+    from graphmem.importers.torch_loader import parse_tensor_spec
 
     if args.batch is not None or args.dim:
         raise GraphmemError("--batch/--dim bind ONNX dims; for a PyTorch model give the"
@@ -283,12 +378,25 @@ def _analyze_torch(args: argparse.Namespace) -> Analysis:
     if args.sweep:
         raise GraphmemError("--sweep varies a dynamic dim of an ONNX model; a PyTorch model is"
                             " traced at fixed shapes: run it once per --input instead")
+    if not args.train and (args.amp or args.grad_accum != 1):
+        raise GraphmemError("--amp/--grad-accum describe a training step: add --train")
+    if args.input and args.example_inputs:
+        raise GraphmemError("give the inputs either with --input or with --example-inputs,"
+                            " not both")
+    for text in args.input:
+        parse_tensor_spec(text)
+
+
+def _analyze_torch(args: argparse.Namespace, budget: int | None) -> Analysis:
+    from graphmem.importers.torch_loader import load_callable
+    from graphmem.torch_analysis import analyze_torch
+
     loss = load_callable(args.loss) if args.loss else None
     _resolve_example_inputs(args)
     return analyze_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                          amp=args.amp, grad_accum=args.grad_accum, loss=loss, gpu=args.gpu,
                          cuda_reserve_bytes=args.cuda_reserve, module_depth=args.depth,
-                         suggest=wants_suggestions(args), memory_budget_bytes=_budget(args))
+                         suggest=wants_suggestions(args), memory_budget_bytes=budget)
 
 
 def _resolve_example_inputs(args: argparse.Namespace) -> None:
@@ -314,14 +422,6 @@ def _dims_dict(bindings: list[tuple[str, int]]) -> dict[str, int]:
             raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
         dims[name] = value
     return dims
-
-
-def _refuse_overwriting_input(model_path: Path, outputs: list[Path]) -> None:
-    for output in outputs:
-        if output.exists() and model_path.exists() and output.resolve() == model_path.resolve():
-            raise GraphmemError(f"'{output}' is the model itself: choose another output path")
-        if output.is_dir():
-            raise GraphmemError(f"'{output}' is a directory: give a file path for the output")
 
 
 if __name__ == "__main__":

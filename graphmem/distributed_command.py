@@ -14,6 +14,9 @@ from graphmem.passes.kv_cache import parse_kv_option
 if TYPE_CHECKING:
     from graphmem.analysis import Analysis
 
+# ZeRO's reduce buffer holds this many elements of up to 8 bytes: its bytes stay below 2**62
+MAX_BUCKET_ELEMENTS = 1 << 58
+
 
 def add_distributed_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("distributed training (with --train) and KV cache")
@@ -37,6 +40,35 @@ def add_distributed_options(parser: argparse.ArgumentParser) -> None:
                        " context that fits (ONNX past_key_values inputs are found without it)")
     group.add_argument("--kv-dtype", metavar="DTYPE",
                        help="dtype of the KV cache (default: the model's or the past inputs')")
+
+
+def check_distributed_options(args: argparse.Namespace) -> None:
+    """These options, checked before the analysis runs (apply_distributed_options uses them)."""
+    from graphmem.distributed_analysis import dtype_bytes
+    from graphmem.passes.dims import MAX_DIM_VALUE
+
+    if _wants_distributed(args):
+        if not args.train:
+            raise GraphmemError("--gpus/--strategy/--tensor-parallel describe a training job:"
+                                " add --train (optimizer state and gradients are what they"
+                                " shard)")
+        _config(args).check()
+        if args.reduce_bucket_size is not None and not (
+                1 <= args.reduce_bucket_size <= MAX_BUCKET_ELEMENTS):
+            raise GraphmemError(f"--reduce-bucket-size {args.reduce_bucket_size}: give 1 to"
+                                f" {MAX_BUCKET_ELEMENTS} elements (a bucket holds one or more)")
+    elif args.fsdp_depth != 2:
+        raise GraphmemError("--fsdp-depth goes with --strategy fsdp")
+    if args.kv_cache is not None and args.train:
+        raise GraphmemError("--kv-cache is for inference (a decoder generating tokens):"
+                            " drop --train")
+    if args.kv_cache not in (None, "auto"):
+        for value in parse_kv_option(args.kv_cache):
+            if value > MAX_DIM_VALUE:
+                raise GraphmemError(f"--kv-cache {args.kv_cache}: {value} is implausibly large"
+                                    f" (the limit is {MAX_DIM_VALUE}); check the numbers")
+    if args.kv_dtype is not None:
+        dtype_bytes(args.kv_dtype)
 
 
 def apply_distributed_options(analysis: Analysis, args: argparse.Namespace) -> Analysis:

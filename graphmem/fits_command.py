@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from rich.console import Console
 
 from graphmem.analysis import analyze_onnx
+from graphmem.cli_inputs import is_model_spec
 from graphmem.errors import GraphmemError
 from graphmem.gpus import load_gpu_table
 from graphmem.passes.fit import CudaReserve
@@ -17,7 +17,7 @@ from graphmem.reports.plan_terminal import gpu_fits_table
 
 def print_fits(model: str, batch: int | None, dims: Mapping[str, int],
                cuda_reserve_bytes: int | None, console: Console) -> None:
-    if not model.endswith(".onnx") and ":" in model and not Path(model).exists():
+    if is_model_spec(model):
         raise GraphmemError(f"--fits {model}: give an .onnx file (for a PyTorch model use"
                             " 'graphmem analyze file.py:fn --input SHAPE --gpu NAME')")
     analysis = analyze_onnx(model, batch=batch, dims=dims, plan=False)

@@ -174,7 +174,15 @@ def solve_max_batch(analysis: Analysis, usable_bytes: int, reanalyze: Reanalyze 
         return not_solved(batch_dim, usable_bytes,
                           f"bind the other dynamic dims ({binds}) to solve for the batch")
     probe = probe or DimProbe(analysis, batch_dim, reanalyze, sizes, model)
-    return find_max_batch(batch_dim, usable_bytes, probe.estimate, probe.exact_peak)
+    try:
+        return find_max_batch(batch_dim, usable_bytes, probe.estimate, probe.exact_peak)
+    except UnresolvedPeak as unresolved:
+        return not_solved(batch_dim, usable_bytes, f"{unresolved}: re-export the model with"
+                          " static shapes for those tensors")
+
+
+class UnresolvedPeak(GraphmemError):
+    """The bound analysis's peak still has sizes no dim binding resolves."""
 
 
 class DimProbe:
@@ -234,7 +242,12 @@ class DimProbe:
 
     def _exact_peak(self, value: int) -> int:
         if self.reanalyze is not None or self.model is None:
-            return int(self._bound_analysis(value).liveness.peak_bytes)
+            peak = self._bound_analysis(value).liveness.peak_bytes
+            if not peak.is_constant:
+                raise UnresolvedPeak(f"at {self.dim}={value} the peak still depends on sizes"
+                                     " shape inference could not resolve"
+                                     f" ({', '.join(sorted(peak.free_symbols()))})")
+            return int(peak)
         dims = {self.dim: value}
         model = self.model
         peak = order_peak(rebind(model, self.sizes, dims), range(model.node_count))[0]

@@ -56,6 +56,10 @@ def analyze_torch(
                           grad_accum=grad_accum) if train else None)
     traced = trace_model(module, specs, config)
     graph = graph_from_trace(traced, type(module).__name__)
+    if not graph.nodes:
+        raise GraphmemError(
+            f"{spec_text}: its forward computes no tensor from the inputs (it returns None, a"
+            " number or an input unchanged): graphmem analyzes the ops a model runs")
     training = None
     if train:
         micro_batch = specs[0].shape[0] if specs[0].shape else None

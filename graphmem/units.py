@@ -6,6 +6,12 @@ from fractions import Fraction
 
 from graphmem.symbolic import SymInt, format_terms
 
+# The largest byte count graphmem accepts, given or computed: 4 EiB. A few such counts still
+# add up inside a signed 64-bit integer (a C long, numpy's int64, JSON readers' int64).
+MAX_BYTES = 1 << 62
+# The largest count (parameters, FLOPs) a budget may give: a signed 64-bit integer.
+MAX_COUNT = (1 << 63) - 1
+
 _IEC = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
 

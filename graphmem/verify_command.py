@@ -9,7 +9,25 @@ from typing import Any
 
 from rich.console import Console
 
+from graphmem.cli_inputs import (
+    MAX_SEED,
+    MAX_THREADS,
+    OutputFile,
+    check_dims,
+    check_input_file,
+    check_int_range,
+    check_model_argument,
+    onnx_inputs,
+    output_file,
+    print_written,
+    refuse_overwrites,
+    spec_files,
+    writing,
+)
+from graphmem.cli_inputs import is_model_spec as _is_model_spec
 from graphmem.errors import GraphmemError
+
+DEFAULT_OPTIMIZER = "adam"
 
 
 def add_verify_parser(commands: Any) -> None:
@@ -46,7 +64,7 @@ def add_verify_parser(commands: Any) -> None:
     torch_options.add_argument("--train", action="store_true",
                                help="measure one whole training step, not inference")
     torch_options.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"),
-                               default="adam", help="with --train (default adam)")
+                               help=f"with --train (default {DEFAULT_OPTIMIZER})")
     torch_options.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
     torch_options.add_argument("--loss", metavar="FILE.py:FN",
                                help="loss(output) -> scalar (default: cross-entropy)")
@@ -60,56 +78,74 @@ def run_verify_command(args: argparse.Namespace, console: Console) -> int:
     )
     from graphmem.verify import verify_onnx
 
+    check_model_argument(args.model)
+    json_out = output_file("--json", args.json, stdout_ok=True)
+    _check_options(args)
     if is_model_spec(args.model):
-        return _verify_torch(args, console)
+        return _verify_torch(args, json_out, console)
     if args.input or args.train or args.amp or args.loss:
         raise GraphmemError("--input/--train/--amp/--loss are for PyTorch models"
                             " (file.py:fn); an ONNX model's shapes come from --batch/--dim")
-    if args.threads is not None and args.threads < 1:
-        raise GraphmemError(f"--threads {args.threads}: give 1 or more")
     model = Path(args.model)
-    json_path = None if args.json in (None, "-") else Path(args.json)
-    if json_path and json_path.exists() and model.exists() and (
-            json_path.resolve() == model.resolve()):
-        raise GraphmemError(f"'{json_path}' is the model itself: choose another output path")
-    result = verify_onnx(model, batch=args.batch, dims=_dims(args.dim), provider=args.provider,
+    check_input_file("model", model)
+    check_dims(args.batch, args.dim)
+    dims = _dims(args.dim)
+    outputs = [json_out] if json_out else []
+    refuse_overwrites(outputs, onnx_inputs(model, outputs))
+    result = verify_onnx(model, batch=args.batch, dims=dims, provider=args.provider,
                          threads=args.threads, seed=args.seed,
                          optimized_run=not args.no_optimized_run)
     if args.json == "-":
         sys.stdout.write(verification_json_text(result))
-        console = Console(stderr=True, highlight=False)
+        console = Console(stderr=True, highlight=False, emoji=False)
     print_verification(result, console, all_nodes=args.all_nodes)
-    if json_path:
-        write_verification_json(result, json_path)
-        console.print(f"JSON written to {json_path}", soft_wrap=True)
+    if json_out:
+        with writing(json_out):
+            write_verification_json(result, json_out.path)
+        print_written(console, "JSON", json_out)
     return 0
 
 
-def _verify_torch(args: argparse.Namespace, console: Console) -> int:
-    from graphmem.importers.torch_loader import load_callable
+def _check_options(args: argparse.Namespace) -> None:
+    """The numbers and option pairs, before the model is read or run."""
+    check_int_range("--seed", args.seed, 0, MAX_SEED)
+    check_int_range("--threads", args.threads, 1, MAX_THREADS)
+    if args.optimizer is not None and not args.train:
+        raise GraphmemError(f"--optimizer {args.optimizer} describes a training step: add"
+                            " --train (or drop --optimizer)")
+    args.optimizer = args.optimizer or DEFAULT_OPTIMIZER
+
+
+def _verify_torch(args: argparse.Namespace, json_out: OutputFile | None,
+                  console: Console) -> int:
+    from graphmem.importers.torch_loader import load_callable, parse_tensor_spec
     from graphmem.reports.verify_report import print_torch_verification, torch_verification_json
     from graphmem.verify_torch import verify_torch
 
     if args.batch is not None or args.dim or args.threads is not None:
         raise GraphmemError("--batch/--dim/--threads are for ONNX models; for a PyTorch model"
                             " give the shapes with --input, e.g. --input 8x3x224x224")
+    for text in args.input:
+        parse_tensor_spec(text)
+    refuse_overwrites([json_out] if json_out else [], spec_files((args.model, args.loss)))
     loss = load_callable(args.loss) if args.loss else None
     result = verify_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                           amp=args.amp, loss=loss, device=args.provider, seed=args.seed)
     if args.json == "-":
         sys.stdout.write(torch_verification_json(result))
-        console = Console(stderr=True, highlight=False)
+        console = Console(stderr=True, highlight=False, emoji=False)
     print_torch_verification(result, console)
-    if args.json not in (None, "-"):
-        Path(args.json).write_text(torch_verification_json(result), encoding="utf-8")
-        console.print(f"JSON written to {args.json}", soft_wrap=True)
+    if json_out:
+        with writing(json_out):
+            json_out.path.write_text(torch_verification_json(result), encoding="utf-8")
+        print_written(console, "JSON", json_out)
     return 0
 
 
 def is_model_spec(text: str) -> bool:
     """`file.py:fn` or `pkg.mod:fn`, not a file (graphmem.importers.torch_loader imports torch,
     which the ONNX path never needs)."""
-    return ":" in text and not Path(text).exists() and not text.endswith(".onnx")
+    return _is_model_spec(text)
 
 
 def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:

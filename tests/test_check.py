@@ -86,7 +86,7 @@ def test_every_budget_holds_exit_0(mlp: Path, capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.parametrize(("flags", "broken"), [
-    (["--max-memory", "31487"], "peak memory"),  # one byte below the peak
+    (["--max-memory", "31487B"], "peak memory"),  # one byte below the peak
     (["--max-memory", "30KiB"], "peak memory"),
     (["--gpu", "t4", "--max-latency", "1ns"], "latency"),
     (["--max-params", "2751"], "parameters"),
@@ -103,7 +103,7 @@ def test_each_budget_fails_exit_1(mlp: Path, flags: list[str], broken: str,
 
 
 def test_size_budget_at_the_peak_passes(mlp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["check", str(mlp), "--batch", "32", "--max-memory", str(PEAK)], capsys)
+    code, out, _ = run(["check", str(mlp), "--batch", "32", "--max-memory", f"{PEAK}B"], capsys)
     assert code == 0 and budget_lines(out) == {"peak memory": "PASS"}
 
 

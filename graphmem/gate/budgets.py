@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from graphmem.errors import GraphmemError
-from graphmem.units import format_bytes, format_si
+from graphmem.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
 
 if TYPE_CHECKING:
     from graphmem.analysis import Analysis
@@ -53,31 +53,47 @@ def parse_percent(text: str) -> float:
     match = re.fullmatch(r"\s*" + _NUMBER + r"\s*%\s*", str(text))
     if not match:
         raise SpecError(f"'{text}' is not a percentage such as 5%")
-    return float(match.group(1)) / 100
+    percent = float(match.group(1))
+    if not math.isfinite(percent):
+        raise SpecError(f"'{text}' is not a finite percentage: give one such as 5%")
+    return percent / 100
 
 
 def parse_size(text: str | int) -> int:
-    """`12GiB`, `1.5 GB`, `800000000` (bytes) -> bytes."""
+    """`12GiB`, `1.5 GB`, `800000000` (bytes) -> bytes, at most MAX_BYTES (4 EiB)."""
     match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z]*)\s*", str(text))
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _SIZE_UNITS:
         raise SpecError(f"'{text}' is not a size such as 12GiB, 512MiB or 800000000 (bytes)")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    size = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not size <= MAX_BYTES:  # also inf: '1e999GiB' must not reach int()
+        raise SpecError(f"'{text}' is more than 4 EiB (2**62 bytes): check the number and unit")
+    return int(size)
 
 
 def parse_memory_limit(text: str | int) -> MemoryLimit:
-    """`90%` (of the GPU's usable memory) or a size of the peak (`12GiB`)."""
+    """`90%` (of the GPU's usable memory) or a size of the peak with its unit (`12GiB`, `512B`).
+
+    A bare number is refused: `90` meant as 90% or 90 GiB would silently be 90 bytes."""
     given = str(text).strip()
     if given.endswith("%"):
         fraction = parse_percent(given)
         if not 0 < fraction <= 1:
             raise SpecError(f"'{text}': a share of the GPU's memory is between 0% and 100%")
         return MemoryLimit(given, fraction=fraction)
-    try:
-        return MemoryLimit(given, bytes=parse_size(given))
-    except SpecError:
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", given)
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise SpecError(f"'{text}' is neither a share of the GPU's usable memory (90%) nor a"
-                        " size (12GiB, 512MiB, or bytes)") from None
+                        " size (12GiB, 512MiB, or 512B)")
+    if not match.group(2):
+        if float(given) <= 100:  # most likely a percentage or GiB, never meant as bytes
+            raise SpecError(f"'{text}' has no unit: say {given}% (of the GPU's usable memory),"
+                            f" {given}GiB or {given}B (bytes)")
+        raise SpecError(f"'{text}' has no unit: say {given}B (bytes) or a size such as 12GiB")
+    size = parse_size(given)
+    if size <= 0:
+        raise SpecError(f"'{text}': a memory limit of 0 bytes never holds: give a size above 0")
+    return MemoryLimit(given, bytes=size)
 
 
 def parse_latency_s(text: str) -> float:
@@ -85,20 +101,28 @@ def parse_latency_s(text: str) -> float:
     match = re.fullmatch(r"\s*" + _NUMBER + r"\s*(s|ms|us|µs|ns)\s*", str(text))
     if not match:
         raise SpecError(f"'{text}' is not a duration such as 20ms, 0.5s or 800us (give the unit)")
-    return float(match.group(1)) * _TIME_UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _TIME_UNITS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise SpecError(f"'{text}' is not a finite duration: give one such as 20ms")
+    return seconds
 
 
 def parse_count(text: str | int) -> int:
-    """`25M`, `1.5B`, `4.1G`, `4.1e9`, `25_000_000`, `4.1GFLOPs` -> an integer count."""
+    """`25M`, `1.5B`, `4.1G`, `4.1e9`, `25_000_000`, `4.1GFLOPs` -> an integer count that fits
+    a signed 64-bit integer."""
     if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    cleaned = str(text).replace("_", "").replace(",", "").strip()
-    cleaned = re.sub(r"(?i)\s*flops?$", "", cleaned)
-    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]?)", cleaned)
-    suffix = match.group(2).lower() if match else ""
-    if not match or suffix not in _COUNT_SUFFIXES:
-        raise SpecError(f"'{text}' is not a count such as 25000000, 25M, 1.5B or 4.1e9")
-    return round(float(match.group(1)) * _COUNT_SUFFIXES[suffix])
+        count: float = text
+    else:
+        cleaned = str(text).replace("_", "").replace(",", "").strip()
+        cleaned = re.sub(r"(?i)\s*flops?$", "", cleaned)
+        match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]?)", cleaned)
+        suffix = match.group(2).lower() if match else ""
+        if not match or suffix not in _COUNT_SUFFIXES:
+            raise SpecError(f"'{text}' is not a count such as 25000000, 25M, 1.5B or 4.1e9")
+        count = float(match.group(1)) * _COUNT_SUFFIXES[suffix]
+    if not 0 <= count <= MAX_COUNT:  # also inf: '1e308G' must not reach round()
+        raise SpecError(f"'{text}' is not a count from 0 to 2**63-1: check the number")
+    return round(count)
 
 
 # ----- budgets -----------------------------------------------------------------------------
@@ -223,7 +247,8 @@ def _require_bound(analysis: Analysis) -> None:
             f"{analysis.model.path}: dims left free ({', '.join(unbound_inputs)}): bind the dims"
             f" with --batch/--dim; a gate needs numbers ({binds}, or batch/dims in a budgets"
             " file)")
-    quantities = (analysis.liveness.peak_bytes, analysis.costs.total_flops)
+    quantities = (analysis.liveness.peak_bytes, analysis.liveness.activation_peak_bytes,
+                  analysis.costs.total_flops)
     if not all(q.is_constant for q in quantities):
         raise GraphmemError(
             f"{analysis.model.path}: the peak still depends on dims shape inference could not"

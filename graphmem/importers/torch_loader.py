@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,11 @@ import torch
 from torch import nn
 
 from graphmem.errors import GraphmemError
+from graphmem.passes.dims import MAX_DIM_VALUE
+from graphmem.units import MAX_BYTES, format_bytes
+
+# PyTorch's CUDA kernels index at most 25 dims (ATen/cuda/detail/OffsetCalculator.cuh MAX_DIMS)
+MAX_INPUT_RANK = 25
 
 _DTYPES = {
     "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
@@ -44,13 +52,26 @@ def parse_tensor_spec(text: str) -> TensorSpec:
     dims = shape_text.lower().split("x")
     if not shape_text or not all(re.fullmatch(r"\d+", d) for d in dims):
         raise GraphmemError(f"--input {text}: expected a shape like 32x3x224x224[:dtype]")
-    if any(int(d) <= 0 for d in dims):
+    if len(dims) > MAX_INPUT_RANK:
+        raise GraphmemError(f"--input {text[:60]}...: {len(dims)} dims; PyTorch's CUDA kernels"
+                            f" take at most {MAX_INPUT_RANK}")
+    # a dim of 20 digits or more is out of range anyway (and int() refuses thousands)
+    shape = tuple(int(d) if len(d) < 20 else MAX_DIM_VALUE + 1 for d in dims)
+    if any(d <= 0 for d in shape):
         raise GraphmemError(f"--input {text}: every dim must be 1 or more")
+    if any(d > MAX_DIM_VALUE for d in shape):
+        raise GraphmemError(f"--input {text}: a dim is implausibly large (the limit is"
+                            f" {MAX_DIM_VALUE}); check the numbers")
     dtype_name = (dtype_text or "float32").lower()
     if dtype_name not in _DTYPES:
         known = ", ".join(sorted(_DTYPES))
         raise GraphmemError(f"--input {text}: unknown dtype '{dtype_name}'; known: {known}")
-    return TensorSpec(tuple(int(d) for d in dims), _DTYPES[dtype_name])
+    dtype = _DTYPES[dtype_name]
+    size_bytes = math.prod(shape) * dtype.itemsize
+    if size_bytes > MAX_BYTES:
+        raise GraphmemError(f"--input {text}: {format_bytes(size_bytes)}, more than 2**62 bytes"
+                            " (4 EiB): check the shape")
+    return TensorSpec(shape, dtype)
 
 
 def load_example_inputs(spec: str) -> list[TensorSpec]:
@@ -63,7 +84,9 @@ def load_example_inputs(spec: str) -> list[TensorSpec]:
     try:
         with torch.device("meta"):
             value = target()
-    except Exception as error:  # noqa: BLE001
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the user's code: SystemExit included
         raise GraphmemError(f"calling {spec}() failed: {_describe(error)} (it must return the"
                             " example inputs with no arguments)") from None
     items = list(value) if isinstance(value, tuple | list) else [value]
@@ -89,7 +112,7 @@ def _input_spec(item: Any, spec: str) -> TensorSpec:
 
 def is_model_spec(text: str) -> bool:
     """`file.py:fn` or `pkg.mod:fn` (and not an existing file such as `model.onnx`)."""
-    return ":" in text and not Path(text).exists() and not text.endswith(".onnx")
+    return ":" in text and not _exists(text) and not text.endswith(".onnx")
 
 
 def load_model(spec: str) -> nn.Module:
@@ -129,7 +152,7 @@ def load_callable(spec: str) -> Any:
 
 def _import_file(location: str) -> ModuleType:
     path = Path(location)
-    if not path.is_file():
+    if not _is_regular_file(path):
         raise GraphmemError(f"no such file '{location}': check the path to the model's .py file")
     module_name = f"graphmem_user_{abs(hash(path.resolve()))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -139,7 +162,9 @@ def _import_file(location: str) -> ModuleType:
     sys.path.insert(0, str(path.resolve().parent))  # so the file's sibling imports work
     try:
         spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 - the user's code: any failure is reported
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the user's code: SystemExit included
         raise GraphmemError(f"importing {location} failed: {_describe(error)}") from None
     finally:
         sys.path.pop(0)
@@ -153,7 +178,9 @@ def _import_module(location: str) -> ModuleType:
         raise GraphmemError(
             f"cannot import '{location}' ({error}): install the package or give a .py path"
         ) from None
-    except Exception as error:  # noqa: BLE001
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the package's code: SystemExit included
         raise GraphmemError(f"importing {location} failed: {_describe(error)}") from None
 
 
@@ -164,9 +191,9 @@ def _call(target: Any, spec: str) -> Any:
         if inspect.isclass(target) and not issubclass(target, nn.Module):
             raise GraphmemError(f"{spec} is a class but not a torch.nn.Module")
         return target()
-    except GraphmemError:
+    except (GraphmemError, KeyboardInterrupt):
         raise
-    except Exception as error:  # noqa: BLE001
+    except BaseException as error:  # noqa: BLE001 - the user's code: SystemExit included
         raise GraphmemError(
             f"calling {spec}() failed: {_describe(error)} (it must build the model with no"
             " arguments)"
@@ -174,5 +201,23 @@ def _call(target: Any, spec: str) -> Any:
 
 
 def _describe(error: BaseException) -> str:
+    """`ValueError: first line`; `SystemExit(3)` for what is not an Exception (an exit)."""
+    if not isinstance(error, Exception):
+        return repr(error)
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):  # missing, a name too long, a NUL byte
+        return False
+
+
+def _exists(text: str) -> bool:
+    try:
+        os.stat(text)
+    except (OSError, ValueError):  # Path.exists raises for a name too long
+        return False
+    return True

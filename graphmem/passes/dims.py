@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from graphmem.errors import GraphmemError
 from graphmem.ir import Graph, Value
 from graphmem.symbolic import SymInt
+from graphmem.units import MAX_BYTES, format_bytes
 
 # A dim value above this is a typo, not a workload: refuse it instead of printing exabytes.
 MAX_DIM_VALUE = 1 << 24
@@ -28,14 +29,14 @@ def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBi
     batch_dim = input_dims[0] if input_dims else None
     bound = dict(dims)
     for name, value in bound.items():
-        _check_value(f"--dim {name}={value}", value)
+        check_dim_value(f"--dim {name}={value}", value)
         if name not in known:
             raise GraphmemError(
                 f"--dim {name}={value}: the model has no dynamic dim named '{name}';"
                 f" {_known_dims_text(known)}"
             )
     if batch is not None:
-        _check_value(f"--batch {batch}", batch)
+        check_dim_value(f"--batch {batch}", batch)
         if batch_dim is None:
             raise GraphmemError(
                 f"--batch {batch}: the model's inputs have no dynamic dim (its batch size is"
@@ -51,7 +52,8 @@ def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBi
     return DimBinding(bound=bound, free=free, batch_dim=batch_dim)
 
 
-def _check_value(flag: str, value: int) -> None:
+def check_dim_value(flag: str, value: int) -> None:
+    """A dim value of 1 to MAX_DIM_VALUE; `flag` names where it was given (`--batch 0`)."""
     if value <= 0:
         raise GraphmemError(f"{flag}: dims must be positive integers (1 or more)")
     if value > MAX_DIM_VALUE:
@@ -67,8 +69,24 @@ def _known_dims_text(known: frozenset[str]) -> str:
 
 
 def value_bytes(graph: Graph, binding: DimBinding) -> dict[str, SymInt | None]:
-    """Size in bytes of every value with the bound dims substituted (None: unknown size)."""
-    return {name: _bound_bytes(value, binding.bound) for name, value in graph.values.items()}
+    """Size in bytes of every value with the bound dims substituted (None: unknown size);
+    a size beyond MAX_BYTES is an error naming the tensor (check_sizes_fit)."""
+    sizes = {name: _bound_bytes(value, binding.bound) for name, value in graph.values.items()}
+    check_sizes_fit(sizes, binding.bound)
+    return sizes
+
+
+def check_sizes_fit(sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> None:
+    """Every size that is a number is at most MAX_BYTES (2**62): a larger one is a typo in
+    --batch/--dim or in the model's shapes, and would overflow 64-bit integers downstream
+    (numpy, onnxruntime, the allocator models). Sizes still formulas in free dims pass."""
+    for name, size in sizes.items():
+        if size is not None and size.is_constant and int(size) > MAX_BYTES:
+            at = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "its static shape"
+            raise GraphmemError(
+                f"tensor '{name}' would hold {int(size):,} bytes ({format_bytes(int(size))}) at"
+                f" {at}, more than 2**62 bytes (4 EiB): check --batch/--dim (or the model's"
+                " shapes)")
 
 
 def _bound_bytes(value: Value, dims: Mapping[str, int]) -> SymInt | None:
