@@ -5,7 +5,7 @@
 Models: every samples/*.onnx whose weights are there (graph-only samples, whose external data
 file is not shipped, are skipped with a note), plus ResNet-18 and MobileNetV2 from
 tests/models.py exported here (TorchScript exporter, opset 17, dynamic batch) into a temporary
-folder. Each runs through `graphmem.verify.verify_onnx` at each batch (token models at
+folder. Each runs through `graphmem.verify.onnx_run.verify_onnx` at each batch (token models at
 seq = --seq): one onnxruntime run with ORT_DISABLE_ALL (the graph graphmem analyzed) and one
 with ORT_ENABLE_ALL, each against graphmem's ORT-CPU model at that level. The table goes to
 stdout and, with the date and machine, to --out.
@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `python benchmarks/accuracy.py` finds tests/ and graphmem/
 
 from graphmem.errors import GraphmemError  # noqa: E402 (needs the path above)
-from graphmem.runtimes.onnxruntime_runner import (  # noqa: E402
+from graphmem.verify.onnx_run import Verification, percent_error, verify_onnx  # noqa: E402
+from graphmem.verify.runners.onnxruntime_runner import (  # noqa: E402
     check_external_data,
     with_random_weights,
 )
-from graphmem.verify import Verification, percent_error, verify_onnx  # noqa: E402
 
 DATE = "2026-11-23"
 MACHINE = f"2 cores, no GPU, onnxruntime {ort.__version__} CPU"
@@ -86,7 +86,7 @@ def exported_cases(folder: Path, notes: list[str]) -> list[Case]:
 
 
 def dims_for(case: Case, batch: int, seq: int) -> dict[str, int]:
-    from graphmem.importers.onnx_importer import import_onnx
+    from graphmem.frontends.onnx.importer import import_onnx
 
     names = import_onnx(case.path).graph.input_dims_in_order()
     return {name: (batch if i == 0 else seq) for i, name in enumerate(names)}
@@ -151,12 +151,12 @@ EXPLANATION = """\
 Bytes. The first three columns are the session users run, ORT_ENABLE_ALL (onnxruntime's
 default): its measured `mem_in_use_peak` against `memory.runtime_peak_bytes` of `graphmem
 analyze --runtime ort-cpu` (default `--ort-optimization all`), which plans the graph
-onnxruntime saves after optimizing the model at that level (graphmem/importers/
+onnxruntime saves after optimizing the model at that level (graphmem/frontends/onnx/
 ort_optimized.py: fusions, constant folding, the NCHWc layout, in the order the optimized
 session runs its nodes). The other columns are ORT_DISABLE_ALL unless said.
 *ORT mem_in_use_peak*: onnxruntime's profiler's `mem_in_use_peak` (the CPU arena's high-water
 mark, max over the kernel events); *graphmem ORT-CPU model*: `memory.runtime_peak_bytes` with
-`--runtime ort-cpu --ort-optimization disabled` (graphmem/passes/runtime_ort.py); *error* =
+`--runtime ort-cpu --ort-optimization disabled` (graphmem/runtime_models/ort_cpu.py); *error* =
 (graphmem - ORT) / ORT. *ORT peak - weights*: the same less the bytes in use before the first
 kernel ran (the weights onnxruntime prepacked or copied into its arena), against graphmem's
 prediction less its predicted weights (`memory.runtime.runtime_weights_bytes`): the run's own

@@ -5,7 +5,7 @@ Prints markdown: (a) synthetic alloc/free sequences replayed with torch.empty, m
 max_memory_allocated / max_memory_reserved against `simulate_caching_allocator`; (c) the CUDA
 context and library workspaces (benchmarks/gpu_context.py); (b) real training and inference
 steps of small models, each in a fresh process, against graphmem's analyze_torch +
-torch_cuda_estimate (graphmem/passes/torch_cuda.py).
+torch_cuda_estimate (graphmem/runtime_models/torch_cuda.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import gpu_context
-from graphmem.gpus import find_gpu
-from graphmem.importers.torch_trace import cross_entropy_loss
-from graphmem.passes.cuda_allocator import AllocatorEvent, simulate_caching_allocator
-from graphmem.passes.torch_cuda import cuda_overhead, torch_cuda_estimate
-from graphmem.torch_analysis import analyze_torch
+from graphmem.devices.gpus import find_gpu
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.trace import cross_entropy_loss
+from graphmem.runtime_models.cuda_allocator import AllocatorEvent, simulate_caching_allocator
+from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate
 from tests.models import ResNet18
 from tests.torch_models.small import ConvNet, TinyGPT
 

@@ -7,7 +7,7 @@ saving re-analysed by re-tracing the step with those modules wrapped), then the 
 modules of the real model are wrapped in `torch.utils.checkpoint(..., use_reentrant=False)`
 (what the suggestion's snippet does) and one Adam training step is measured before and after:
 `torch.cuda.max_memory_allocated` above the step's start on CUDA, torch.profiler's memory
-deltas on the CPU (graphmem/runtimes/torch_runner.py). Prints a markdown table.
+deltas on the CPU (graphmem/verify/runners/torch_runner.py). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphmem.importers.torch_loader import TensorSpec
-from graphmem.runtimes.torch_runner import measure_step
-from graphmem.torch_analysis import analyze_torch
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.loader import TensorSpec
+from graphmem.verify.runners.torch_runner import measure_step
 from tests.models import ResNet18
 from tests.test_checkpoint_search import MLP
 from tests.torch_models.small import TinyGPT

@@ -31,9 +31,9 @@ from dataclasses import replace
 import onnx
 from llama_graph import PRESETS, build_llama
 
-from graphmem.analysis import analyze_onnx
-from graphmem.reports.html import build_view, render_html
-from graphmem.units import format_bytes
+from graphmem.core.units import format_bytes
+from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.report.html.page import build_view, render_html
 
 T = TypeVar("T")
 

@@ -28,16 +28,16 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphmem.analysis import ModelInfo, run_passes
-from graphmem.gpus import find_gpu
-from graphmem.ir import DType, Graph, Node, Role, Value
+from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.core.units import format_bytes
+from graphmem.devices.gpus import find_gpu
 from graphmem.passes.arena import plan_arena
 from graphmem.passes.buffers import build_memory_model, order_peak
 from graphmem.passes.dims import bind_dims
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.schedule import GREEDY_KEYS, best_order, greedy_order
-from graphmem.symbolic import SymInt
-from graphmem.units import format_bytes
+from graphmem.pipeline.analysis import ModelInfo, run_passes
 
 T = TypeVar("T")
 

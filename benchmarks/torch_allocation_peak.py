@@ -1,7 +1,7 @@
 """What a real CPU step's allocator holds at its peak, allocation by allocation.
 
 `python benchmarks/torch_allocation_peak.py [--train] [--live MODEL]` prints, per model of
-benchmarks/torch_accuracy.py, the peak measured as graphmem/runtimes/torch_runner.py does
+benchmarks/torch_accuracy.py, the peak measured as graphmem/verify/runners/torch_runner.py does
 (each op's net memory delta, replayed in time order) next to the allocator's true peak from
 the profiler's raw allocation events, which also counts buffers an op allocates and frees
 inside itself (oneDNN's blocked-layout copies of a convolution's input and output). With
@@ -23,8 +23,8 @@ from torch._C._profiler import _EventType
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.torch_accuracy import CASES, extra_cases
-from graphmem.importers.torch_loader import parse_tensor_spec
-from graphmem.runtimes import torch_runner
+from graphmem.frontends.torch.loader import parse_tensor_spec
+from graphmem.verify.runners import torch_runner
 
 
 @dataclass(frozen=True)

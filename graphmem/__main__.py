@@ -1,5 +1,5 @@
 import sys
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 
 sys.exit(main())

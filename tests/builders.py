@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from graphmem.ir import DType, Graph, Node, Role, Value
-from graphmem.symbolic import SymInt
+from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
 
 
 class GraphBuilder:

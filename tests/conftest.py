@@ -9,13 +9,14 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 from tests.onnx_builders import mlp_model
 
 Run = Callable[..., tuple[int, str, str]]
 # the modules whose analysis entry points the `work` fixture replaces
-ANALYSIS_MODULES = ("graphmem.analysis", "graphmem.gate.check", "graphmem.fits_command",
-                    "graphmem.verify", "graphmem.torch_analysis", "graphmem.verify_torch")
+ANALYSIS_MODULES = ("graphmem.pipeline.analysis", "graphmem.gate.check", "graphmem.cli.fits",
+                    "graphmem.verify.onnx_run", "graphmem.frontends.torch.analyze",
+                    "graphmem.verify.torch_run")
 
 
 @pytest.fixture
@@ -40,12 +41,13 @@ def work(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     for module in ANALYSIS_MODULES:  # imported before any patch: each binds the real function
         importlib.import_module(module)
-    monkeypatch.setattr("graphmem.analysis.analyze_onnx", forbidden("analyze_onnx"))
+    monkeypatch.setattr("graphmem.pipeline.analysis.analyze_onnx", forbidden("analyze_onnx"))
     monkeypatch.setattr("graphmem.gate.check.analyze_onnx", forbidden("check"))
-    monkeypatch.setattr("graphmem.fits_command.analyze_onnx", forbidden("fits"))
-    monkeypatch.setattr("graphmem.verify.verify_onnx", forbidden("verify_onnx"))
-    monkeypatch.setattr("graphmem.torch_analysis.analyze_torch", forbidden("analyze_torch"))
-    monkeypatch.setattr("graphmem.verify_torch.verify_torch", forbidden("verify_torch"))
+    monkeypatch.setattr("graphmem.cli.fits.analyze_onnx", forbidden("fits"))
+    monkeypatch.setattr("graphmem.verify.onnx_run.verify_onnx", forbidden("verify_onnx"))
+    monkeypatch.setattr("graphmem.frontends.torch.analyze.analyze_torch",
+                        forbidden("analyze_torch"))
+    monkeypatch.setattr("graphmem.verify.torch_run.verify_torch", forbidden("verify_torch"))
     return calls
 
 

@@ -1,7 +1,7 @@
 """A generated corpus of hostile and broken input for the graphmem CLI (tests/test_fuzz_*.py).
 
 Each `Case` writes its files into a fresh folder (the cwd of the run) and returns the `Run`:
-the argv for `graphmem.cli.main` and what the run may leave behind or must never show. Cases
+the argv for `graphmem.cli.main.main` and what the run may leave behind or must never show. Cases
 are plain data built without running graphmem, so collecting hundreds of them is cheap; every
 model is a few nodes built with onnx.helper (the samples are only truncated or mutated).
 

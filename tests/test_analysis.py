@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphmem.analysis import analyze_onnx
+from graphmem.pipeline.analysis import analyze_onnx
 
 
 class AttentionBlock(nn.Module):
@@ -24,7 +24,7 @@ class AttentionBlock(nn.Module):
 def test_multihead_attention_export_is_fully_shaped(tmp_path: Path) -> None:
     # The TorchScript export of nn.MultiheadAttention computes a slice end with
     # Mod(Constant, Constant), which onnxruntime's symbolic rules cannot evaluate; graphmem
-    # folds that arithmetic for inference (importers/onnx_fold.py), so every shape is known.
+    # folds that arithmetic for inference (frontends/onnx/fold.py), so every shape is known.
     path = tmp_path / "mha.onnx"
     torch.onnx.export(AttentionBlock().eval(), (torch.randn(2, 7, 32),), str(path),
                       dynamo=False, opset_version=17, input_names=["x"],

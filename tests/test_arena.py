@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from graphmem.ir import Role
+from graphmem.core.ir import Role
 from graphmem.passes.arena import ArenaPlan, _best_fit, _best_fit_vectorized, plan_arena
 from graphmem.passes.buffers import build_memory_model, order_peak
 from graphmem.passes.schedule import greedy_order

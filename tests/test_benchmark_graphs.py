@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from graphmem.analysis import analyze_onnx
+from graphmem.pipeline.analysis import analyze_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphmem.analysis import analyze_onnx
-from graphmem.reports.html import write_html
+from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.report.html.page import write_html
 from tests.onnx_builders import mlp_model
 from tests.test_html_report import SAMPLES
 
@@ -90,7 +90,7 @@ def test_sorting_filtering_and_timeline_clicks(browser, tmp_path: Path) -> None:
 
 def test_training_report_pages_and_jumps(browser, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
     from tests.models import TinyCNN
 
     analysis = analyze_torch(TinyCNN(), ["4x3x32x32"], train=True, optimizer="adam", gpu="t4")

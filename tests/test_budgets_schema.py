@@ -19,16 +19,16 @@ from typing import Any
 import onnx
 import pytest
 
-from graphmem.analysis import analyze_onnx
-from graphmem.cli import main
+from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
 from graphmem.gate import baseline as baseline_module
 from graphmem.gate.baseline import load_baseline, read_input_file
 from graphmem.gate.budgets import MemoryLimit
 from graphmem.gate.budgets_file import MAX_BUDGETS_BYTES, MAX_KEY_DEPTH, load_budgets_file
 from graphmem.gate.check import run_check
-from graphmem.reports.gate_json import CHECK_KEYS, MODEL_KEYS, check_to_dict
-from graphmem.reports.json_report import ANALYSIS_KEYS, DIMS_KEYS, to_dict
+from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.report.json.gate import CHECK_KEYS, MODEL_KEYS, check_to_dict
+from graphmem.report.json.report import ANALYSIS_KEYS, DIMS_KEYS, to_dict
 from tests.onnx_builders import mlp_model
 
 

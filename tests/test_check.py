@@ -19,7 +19,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import (
     Budgets,

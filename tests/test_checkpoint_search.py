@@ -9,15 +9,15 @@ import random
 import torch
 from torch import nn
 
-from graphmem.passes.checkpoint_search import (
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.passes.dims import value_bytes
+from graphmem.suggest.candidates import SegmentCandidate, find_candidates
+from graphmem.suggest.search import (
     PlanOutcome,
     Reanalyze,
     cheapest_covering,
     plan_checkpoints,
 )
-from graphmem.passes.checkpoint_segments import SegmentCandidate, find_candidates
-from graphmem.passes.dims import value_bytes
-from graphmem.torch_analysis import analyze_torch
 
 
 def seg(path: str, saved_bytes: int, flops: int, step: int) -> SegmentCandidate:

@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 from tests.onnx_builders import custom_op_model, mlp_model
 
 
@@ -87,7 +87,7 @@ def test_html_default_path_is_next_to_the_working_directory(
     mlp_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pytest.importorskip("graphmem.reports.html")
+    pytest.importorskip("graphmem.report.html.page")
     monkeypatch.chdir(tmp_path)
     code, _, _ = run_cli(["analyze", str(mlp_path), "--batch", "4"], capsys)
     assert code == 0

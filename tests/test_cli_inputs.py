@@ -1,5 +1,5 @@
 """Output paths and outputs over inputs: refused at the boundary, before any analysis, with one
-error line and exit 2 (graphmem/cli_inputs.py); nothing the user gave is modified."""
+error line and exit 2 (graphmem/cli/inputs.py); nothing the user gave is modified."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_a_write_error_at_the_end_is_one_line(mlp: Path, tmp_path: Path, run: Ru
     def disk_full(*args: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("graphmem.reports.json_report.write_json", disk_full)
+    monkeypatch.setattr("graphmem.report.json.report.write_json", disk_full)
     code, out, err = run("analyze", mlp, "--batch", "2", "--no-html", "--json",
                          tmp_path / "out.json")
     refused_early((code, out, err), [], "writing --json", "No space left on device")
@@ -158,7 +158,7 @@ def test_a_junit_write_error_at_the_end_is_one_line(mlp: Path, tmp_path: Path, r
     def gone(*args: object) -> None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
 
-    monkeypatch.setattr("graphmem.reports.junit.write_junit", gone)
+    monkeypatch.setattr("graphmem.report.junit.write_junit", gone)
     result = run("check", mlp, "--batch", "2", "--max-params", "1M", "--junit",
                  tmp_path / "out.xml")
     refused_early(result, [], "writing --junit", "No such file or directory")

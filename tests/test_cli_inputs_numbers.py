@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import (
     SpecError,
@@ -19,7 +20,6 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.passes.dims import check_sizes_fit
-from graphmem.symbolic import SymInt
 from tests.conftest import Run
 
 BUILD = "import torch\n\ndef build():\n    return torch.nn.Linear(4, 4)\n"

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from graphmem.symbolic import SymInt
+from graphmem.core.symbolic import SymInt
 from tests import cnn_zoo
 
 CONTRACTION_OPS = frozenset({"Conv", "Gemm", "MatMul"})
@@ -103,7 +103,7 @@ def test_published_parameter_counts() -> None:
 @pytest.mark.parametrize(("name", "make_model", "side", "params", "gmacs"), zoo_cases())
 def test_onnx_export(tmp_path: Path, name: str, make_model: Callable[[], nn.Module], side: int,
                      params: int, gmacs: float) -> None:
-    from graphmem.importers.onnx_importer import load_onnx
+    from graphmem.frontends.onnx.importer import load_onnx
     from graphmem.passes.costs import compute_costs
     from graphmem.passes.params import count_params
 
@@ -131,7 +131,7 @@ def test_onnx_export(tmp_path: Path, name: str, make_model: Callable[[], nn.Modu
 @pytest.mark.parametrize(("name", "make_model", "side", "params", "gmacs"), zoo_cases())
 def test_torch_path(name: str, make_model: Callable[[], nn.Module], side: int, params: int,
                     gmacs: float) -> None:
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
 
     model = make_model().eval()
     analysis = analyze_torch(model, [f"1x3x{side}x{side}"], plan=False)

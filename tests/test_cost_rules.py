@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
-import graphmem.costs  # noqa: F401 - fills the registry
-from graphmem.costs import OpCost, ShapeUnknownError, find_rule, registered_ops, registry
-from graphmem.costs.elementwise import FLOPS_PER_ELEMENT
-from graphmem.costs.registry import register
-from graphmem.ir import DType, Node, Role, Value
-from graphmem.symbolic import SymInt
+import graphmem.ops  # noqa: F401 - fills the registry
+from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.ops import OpCost, ShapeUnknownError, find_rule, registered_ops, registry
+from graphmem.ops.elementwise import FLOPS_PER_ELEMENT
+from graphmem.ops.registry import register
 
 MS = "com.microsoft"
 BATCH = SymInt.symbol("batch")
@@ -537,7 +537,7 @@ def test_missing_required_input_raises() -> None:
         cost(node("Conv", [tensor(1, 3, 8, 8), None], [tensor(1, 4, 6, 6)]))
 
 
-# ----- the torch front door's pooling FLOPs (graphmem/importers/torch_costs.py) ---------------
+# ----- the torch front door's pooling FLOPs (graphmem/frontends/torch/costs.py) ---------------
 @pytest.mark.parametrize(("pool", "expected_flops"), [
     # MaxPool2d(3, 2) on 1x4x9x9: out 1x4x4x4 = 64 windows x 9 compares = 576 (ONNX MaxPool's)
     ("max", 576),
@@ -551,7 +551,7 @@ def test_missing_required_input_raises() -> None:
 def test_torch_pooling_flops(pool: str, expected_flops: int) -> None:
     from torch import nn
 
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
 
     layer = {"max": nn.MaxPool2d(3, 2), "avg": nn.AvgPool2d(3, 2),
              "adaptive": nn.AdaptiveAvgPool2d(1), "max_rect": nn.MaxPool2d((2, 3), 1)}[pool]

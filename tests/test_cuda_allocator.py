@@ -10,18 +10,18 @@ import random
 
 import pytest
 
-from graphmem.analysis import Analysis, ModelInfo, run_passes
+from graphmem.core.ir import Role
+from graphmem.devices.gpus import find_gpu
 from graphmem.errors import GraphmemError
-from graphmem.gpus import find_gpu
-from graphmem.ir import Role
-from graphmem.passes.cuda_allocator import (
+from graphmem.passes.dims import bind_dims
+from graphmem.pipeline.analysis import Analysis, ModelInfo, run_passes
+from graphmem.runtime_models.cuda_allocator import (
     AllocatorEvent,
     round_size,
     segment_bytes,
     simulate_caching_allocator,
 )
-from graphmem.passes.dims import bind_dims
-from graphmem.passes.torch_cuda import (
+from graphmem.runtime_models.torch_cuda import (
     Workspace,
     allocation_events,
     cuda_overhead,
@@ -263,7 +263,7 @@ def test_estimate_parts_add_up_to_the_device_total() -> None:
 def test_torch_step_events_replay_the_liveness_peak() -> None:
     # the events of a traced training step, replayed, hold exactly graphmem's live tensors:
     # the requested peak is the liveness peak, and every step buffer is freed by its end
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
     from tests.torch_models.small import TinyGPT
 
     analysis = analyze_torch(TinyGPT(), ["8x64:int64"], train=True, plan=False, suggest=False)
@@ -287,7 +287,7 @@ def test_prediction_matches_the_h100(name: str, train: bool, allocated_bytes: in
                                      reserved_bytes: int) -> None:
     from torch import nn
 
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
     from tests.torch_models.small import TinyGPT
 
     if name == "TinyGPT":

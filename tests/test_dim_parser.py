@@ -11,10 +11,10 @@ import pytest
 import sympy
 from onnx import TensorProto, helper
 
-from graphmem.cli import main
-from graphmem.dim_parser import DimParseError, dim_symbol, parse_dim_expression
-from graphmem.importers.onnx_importer import import_onnx
-from graphmem.symbolic import SymInt, parse_dim
+from graphmem.cli.main import main
+from graphmem.core.dim_parser import DimParseError, dim_symbol, parse_dim_expression
+from graphmem.core.symbolic import SymInt, parse_dim
+from graphmem.frontends.onnx.importer import import_onnx
 
 SEQ = dim_symbol("seq")
 

@@ -1,4 +1,4 @@
-"""Per-GPU memory under DDP, ZeRO 1/2/3, FSDP and tensor parallelism (passes/distributed.py).
+"""Per-GPU memory under DDP, ZeRO 1/2/3, FSDP and tensor parallelism (distributed/strategies.py).
 
 Checked three ways: a hand-built training graph worked out by hand (roles only, ONNX op names:
 the pass knows no framework), the published formulas (the ZeRO paper's 16 bytes per parameter
@@ -17,20 +17,20 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from graphmem.cli import main
-from graphmem.distributed_analysis import with_distributed
-from graphmem.errors import GraphmemError
-from graphmem.ir import Graph, Role
-from graphmem.passes.dims import value_bytes
-from graphmem.passes.distributed import (
+from graphmem.cli.main import main
+from graphmem.core.ir import Graph, Role
+from graphmem.distributed.attach import with_distributed
+from graphmem.distributed.model_states import Part, TrainingProfile, profile_training
+from graphmem.distributed.strategies import (
     STRATEGIES,
     DistributedConfig,
     ZeroSettings,
     fit_by_strategy,
     per_rank_memory,
 )
-from graphmem.passes.model_states import Part, TrainingProfile, profile_training
-from graphmem.torch_analysis import analyze_torch
+from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.passes.dims import value_bytes
 from tests.builders import GraphBuilder, sizes_of
 from tests.models import EXPECTED_PARAMS, tiny_gpt
 
@@ -359,7 +359,7 @@ def test_terminal_explains_a_bucket_larger_than_the_model(
         capsys: pytest.CaptureFixture[str]) -> None:
     # DeepSpeed's default reduce buffer (5e8 elements) dwarfs a tiny model: say why, and how
     # to set it, instead of leaving a 1.9 GiB bucket next to kilobytes of parameters.
-    from graphmem.cli import main
+    from graphmem.cli.main import main
 
     argv = ["analyze", "tests/torch_models/small.py:build_tiny_gpt", "--input", "8x64:int64",
             "--train", "--gpus", "4", "--strategy", "zero2", "--no-html"]

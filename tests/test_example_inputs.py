@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
-from graphmem.importers.torch_loader import TensorSpec, load_example_inputs, spec_text
+from graphmem.frontends.torch.loader import TensorSpec, load_example_inputs, spec_text
 
 MODEL = "tests/torch_models/small.py:build_tiny_gpt"
 INPUTS = '''

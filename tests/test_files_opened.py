@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import graphmem
-from graphmem.cli import main
+from graphmem.cli.main import main
 from tests.onnx_builders import mlp_model, save_with_external_data
 
 _OPENED: list[str] = []

@@ -24,10 +24,10 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-import graphmem.costs  # noqa: F401 - fills the registry
-from graphmem.costs import OpCost, find_rule
-from graphmem.ir import DType, Node, Role, Value
-from graphmem.symbolic import SymInt
+import graphmem.ops  # noqa: F401 - fills the registry
+from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.ops import OpCost, find_rule
 
 CONTRACTION_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"})
 
@@ -339,7 +339,7 @@ def test_whole_models_vs_flop_counter(
     """End to end: the contractions' FLOPs (Conv/Gemm/MatMul, 2 * MACs) equal FlopCounterMode's
     total (exactly; the brief allowed 1%), and with a dynamic batch they are a function of
     `batch` that gives torch's number at the batch torch ran."""
-    from graphmem.importers.onnx_importer import load_onnx
+    from graphmem.frontends.onnx.importer import load_onnx
     from graphmem.passes.costs import compute_costs
 
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """Hostile and broken input through the CLI, from the generated corpus in tests/fuzz_corpus.py.
 
-Every case runs `graphmem.cli.main(argv)` in its own folder (the cwd) and must end as the
+Every case runs `graphmem.cli.main.main(argv)` in its own folder (the cwd) and must end as the
 README promises: exit 0 (1 for a broken `check` budget) or exit 2 with one line
 `graphmem: error: ...` on stderr; never a traceback or an internal error; every input file
 byte-for-byte as it was; no file written but the outputs the case asked for (temporary files
@@ -34,7 +34,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 from tests.fuzz_corpus import MARKER, Case, Run, all_groups, unique
 
 CASES: dict[str, list[Case]] = {group: unique(make()) for group, make in all_groups().items()}

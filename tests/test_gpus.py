@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmem.errors import GraphmemError
-from graphmem.gpus import (
+from graphmem.devices.gpus import (
     GpuSpec,
     GpuTableError,
     UnknownGpuError,
@@ -17,6 +16,7 @@ from graphmem.gpus import (
     load_gpu_table,
     load_gpu_table_from,
 )
+from graphmem.errors import GraphmemError
 
 GIB = 2**30
 MIB = 2**20

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmem.importers.torch_loader import parse_tensor_spec
-from graphmem.runtimes.torch_runner import measure_step
-from graphmem.torch_analysis import analyze_torch
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.loader import parse_tensor_spec
+from graphmem.verify.runners.torch_runner import measure_step
 from tests.torch_models.small import ConvNet, TinyGPT
 
 GPT_INPUT = "8x64:int64"

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from graphmem.analysis import Analysis
-from graphmem.distributed_analysis import kv_shape, with_distributed, with_kv_cache
-from graphmem.passes.distributed import DistributedConfig
-from graphmem.reports.html import build_view, render_html
-from graphmem.reports.html_charts import byte_ticks
-from graphmem.reports.html_nodes import node_table
-from graphmem.reports.html_quantity import format_time
-from graphmem.reports.json_report import to_dict
-from graphmem.reports.plan_terminal import format_seconds
-from graphmem.units import format_bytes
+from graphmem.core.units import format_bytes
+from graphmem.distributed.attach import kv_shape, with_distributed, with_kv_cache
+from graphmem.distributed.strategies import DistributedConfig
+from graphmem.pipeline.analysis import Analysis
+from graphmem.report.html.charts import byte_ticks
+from graphmem.report.html.nodes import node_table
+from graphmem.report.html.page import build_view, render_html
+from graphmem.report.html.quantity import format_time
+from graphmem.report.json.report import to_dict
+from graphmem.report.terminal.plan import format_seconds
 from tests.test_html_report import check_page
 from tests.test_html_sections import TINY_CNN, inference, training  # noqa: F401 (fixtures)
 
@@ -92,7 +92,7 @@ def test_per_gpu_without_a_gpu_has_no_fit_table(zero3: Analysis) -> None:
 
 
 def test_a_generic_table_shows_empty_lists_and_none_as_a_dash() -> None:
-    from graphmem.reports.html_extras import generic_table
+    from graphmem.report.html.extras import generic_table
 
     table = generic_table("x", {"weights": [], "reason": None, "names": ["a"]})
     assert table is not None
@@ -179,7 +179,7 @@ def test_byte_ticks_switch_units(top_bytes: float, labels: list[str]) -> None:
 
 
 def test_timeline_ticks_never_read_1000_or_more_of_a_unit(training: Analysis) -> None:  # noqa: F811
-    from graphmem.reports.html import timeline_chart
+    from graphmem.report.html.page import timeline_chart
 
     live = [100 * MIB, 1400 * MIB, 900 * MIB]  # peak 1.37 GiB: the chart's top is 1.5 GiB
     chart = timeline_chart(live, 50 * MIB, 1, None, lambda step: f"step {step}")

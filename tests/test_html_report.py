@@ -15,10 +15,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import graphmem
-from graphmem.analysis import Analysis, analyze_onnx
+from graphmem.core.symbolic import SymInt, parse_dim
+from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.errors import GraphmemError
-from graphmem.reports.html import (
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.report.html.nodes import MAX_NODE_ROWS
+from graphmem.report.html.page import (
     MAX_HOVER_TARGETS,
     PROBE_DIM_VALUE,
     bytes_quantity,
@@ -27,9 +29,6 @@ from graphmem.reports.html import (
     timeline_chart,
     write_html,
 )
-from graphmem.reports.html_nodes import MAX_NODE_ROWS
-from graphmem.symbolic import SymInt, parse_dim
-from graphmem.units import format_bytes, format_bytes_sym
 from tests.onnx_builders import custom_op_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -161,25 +160,19 @@ def _node_table_rows(page: str) -> int:
 # ----- reports for real models ----------------------------------------------------------------
 
 
-def test_templates_dir_is_the_source_checkouts() -> None:
-    assert templates_dir() == REPO_ROOT / "templates"
+def test_templates_ship_inside_the_package() -> None:
+    from graphmem.report.html import page
+
+    assert templates_dir() == Path(page.__file__).parent / "templates"
     assert (templates_dir() / "report.html.j2").is_file()
-
-
-def test_templates_dir_prefers_the_wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    package = tmp_path / "site-packages" / "graphmem"
-    (package / "templates").mkdir(parents=True)
-    (package / "templates" / "report.html.j2").write_text("wheel")
-    monkeypatch.setattr(graphmem, "__file__", str(package / "__init__.py"))
-    assert templates_dir() == package / "templates"
 
 
 def test_missing_templates_are_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "graphmem"
-    package.mkdir()
-    monkeypatch.setattr(graphmem, "__file__", str(package / "__init__.py"))
+    from graphmem.report.html import page
+
+    monkeypatch.setattr(page, "__file__", str(tmp_path / "page.py"))
     with pytest.raises(GraphmemError, match="HTML report templates not found"):
         templates_dir()
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from graphmem.analysis import Analysis, analyze_onnx
 from graphmem.passes import liveness
-from graphmem.reports.html import PROBE_DIM_VALUE, build_view, render_html
-from graphmem.reports.html_extras import sweep_view
-from graphmem.reports.json_report import to_dict
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.report.html.extras import sweep_view
+from graphmem.report.html.page import PROBE_DIM_VALUE, build_view, render_html
+from graphmem.report.json.report import to_dict
 from tests.test_html_report import check_page
 from tests.test_html_sections import TINY_CNN, training  # noqa: F401 (a fixture)
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from graphmem.analysis import Analysis, analyze_onnx
-from graphmem.planning import SweepRequest
-from graphmem.reports.html import build_view, render_html
-from graphmem.reports.json_report import to_dict
-from graphmem.units import format_bytes
+from graphmem.core.units import format_bytes
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.pipeline.planning import SweepRequest
+from graphmem.report.html.page import build_view, render_html
+from graphmem.report.json.report import to_dict
 from tests.test_html_report import SAMPLES, check_page
 
 TINY_CNN = next((s for s in SAMPLES if s.name == "tiny_cnn.onnx"), None)
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(TINY_CNN is None, reason="samples/tiny_cnn.onnx 
 @pytest.fixture(scope="module")
 def training() -> Analysis:
     pytest.importorskip("torch")
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
     from tests.models import TinyCNN
 
     return analyze_torch(TinyCNN(), ["4x3x32x32"], train=True, optimizer="adam", gpu="t4")
@@ -160,7 +160,7 @@ def test_batch_sweep_chart_with_the_gpu_line(tmp_path: Path) -> None:
 
 
 def test_sweep_near_the_limit_draws_the_line_and_the_max_batch() -> None:
-    from graphmem.reports.html_extras import sweep_view
+    from graphmem.report.html.extras import sweep_view
 
     mib = 1 << 20
     report = {"sweep": {"dim": "batch", "saturates_at": None, "points": [

@@ -1,5 +1,5 @@
 """Decoder KV cache: the formula, detection (ONNX past inputs, PyTorch attention modules) and the
-longest context that fits (graphmem/passes/kv_cache.py, graphmem/distributed_analysis.py).
+longest context that fits (graphmem/distributed/kv_cache.py, graphmem/distributed/attach.py).
 
 The formula is checked against real tensors: the present outputs onnxruntime returns for a
 tiny decoder-with-past, and the K and V projections a PyTorch Llama computes.
@@ -19,13 +19,13 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from graphmem.analysis import analyze_onnx
-from graphmem.cli import main
-from graphmem.distributed_analysis import kv_shape, with_kv_cache
+from graphmem.cli.main import main
+from graphmem.distributed.attach import kv_shape, with_kv_cache
+from graphmem.distributed.kv_cache import find_past_inputs, kv_cache_formula, parse_kv_option
 from graphmem.errors import GraphmemError
-from graphmem.importers.torch_kv import detect_kv_shape
-from graphmem.passes.kv_cache import find_past_inputs, kv_cache_formula, parse_kv_option
-from graphmem.torch_analysis import analyze_torch
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.kv import detect_kv_shape
+from graphmem.pipeline.analysis import analyze_onnx
 from tests.models import tiny_gpt, tiny_llama
 
 LAYERS, KV_HEADS, HEAD_DIM, WIDTH = 2, 2, 16, 32

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from graphmem.ir import RESIDENT_ROLES, Graph, Role
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Role
+from graphmem.core.symbolic import SymInt
 from graphmem.passes.liveness import analyze_liveness
-from graphmem.symbolic import SymInt
 from tests.builders import GraphBuilder, sizes_of
 
 
@@ -145,8 +145,8 @@ def test_in_place_update_of_a_resident_allocates_nothing() -> None:
 def test_value_size_follows_a_replaced_shape_or_dtype() -> None:
     # nbytes is cached per (shape, dtype) object: [2, 3] float32 = 6*4 = 24 bytes; a new
     # shape [4, 3] gives 48; float16 gives 4*3*2 = 24.
-    from graphmem.ir import DType, Role, Value
-    from graphmem.symbolic import SymInt
+    from graphmem.core.ir import DType, Role, Value
+    from graphmem.core.symbolic import SymInt
 
     value = Value("x", DType.FLOAT32, (SymInt.const(2), SymInt.const(3)), Role.ACTIVATION)
     assert value.nbytes == SymInt.const(24)

@@ -1,6 +1,6 @@
 """Activation checkpointing of an ONNX training step: the recomputation in the expansion
-(graphmem/passes/training_checkpoint.py), the candidates (graphmem/passes/onnx_checkpoint.py)
-and the `--suggest` cards (graphmem/onnx_suggestions.py), checked by hand, against a fresh
+(graphmem/training/checkpoint.py), the candidates (graphmem/suggest/onnx_candidates.py)
+and the `--suggest` cards (graphmem/suggest/onnx_step.py), checked by hand, against a fresh
 analysis, against the torch.fx path and against a measured CPU step."""
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.analysis import Analysis, analyze_onnx
-from graphmem.cli import main
+from graphmem.cli.main import main
+from graphmem.cli.suggest_options import with_graph_suggestions
+from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
-from graphmem.importers.torch_checkpoint import checkpointed
-from graphmem.ir import Role
-from graphmem.passes.checkpoint_search import plan_checkpoints
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.checkpoint import checkpointed
 from graphmem.passes.dims import value_bytes
-from graphmem.passes.onnx_checkpoint import cut_stretches, onnx_candidates
-from graphmem.passes.training import BackwardNode
-from graphmem.suggest_command import with_graph_suggestions
-from graphmem.suggestions import Suggestion
-from graphmem.torch_analysis import analyze_torch
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.suggest.cards import Suggestion
+from graphmem.suggest.onnx_candidates import cut_stretches, onnx_candidates
+from graphmem.suggest.search import plan_checkpoints
+from graphmem.training.expand import BackwardNode
 from tests.models import tiny_gpt
 from tests.test_checkpoint_search import MLP
 
@@ -142,7 +142,7 @@ def test_search_picks_the_hand_optimal_segment(tmp_path: Path) -> None:
     assert [(c.path, c.saved_bytes) for c in candidates] == [("mm1..mm2", 4096)]
 
     def reanalyze(targets: tuple[str, ...]):  # type: ignore[no-untyped-def]
-        from graphmem.passes.checkpoint_search import PlanOutcome
+        from graphmem.suggest.search import PlanOutcome
 
         changed = train(path, targets)
         return PlanOutcome(targets, peak(changed), flops(changed) - flops(base), None)
@@ -312,8 +312,8 @@ def test_onnx_card_applied_to_the_torch_model_saves_what_it_predicts(tmp_path: P
     """
     from torch.utils.checkpoint import checkpoint
 
-    from graphmem.importers.torch_loader import TensorSpec
-    from graphmem.runtimes.torch_runner import measure_step
+    from graphmem.frontends.torch.loader import TensorSpec
+    from graphmem.verify.runners.torch_runner import measure_step
 
     torch.manual_seed(0)
     model = MLP(width=128, depth=4)

@@ -1,4 +1,4 @@
-"""Constant shape arithmetic folded for shape inference (graphmem/importers/onnx_fold.py)."""
+"""Constant shape arithmetic folded for shape inference (graphmem/frontends/onnx/fold.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.importers.onnx_fold import fold_constants, restore_nodes
-from graphmem.importers.onnx_importer import import_onnx
-from graphmem.symbolic import SymInt
+from graphmem.core.symbolic import SymInt
+from graphmem.frontends.onnx.fold import fold_constants, restore_nodes
+from graphmem.frontends.onnx.importer import import_onnx
 
 
 def _const(name: str, values: list[int]) -> onnx.NodeProto:

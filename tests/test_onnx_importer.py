@@ -5,11 +5,11 @@ from pathlib import Path
 import onnx
 import pytest
 
+from graphmem.core.ir import Role
+from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
-from graphmem.importers.onnx_importer import import_onnx, load_onnx
-from graphmem.ir import Role
+from graphmem.frontends.onnx.importer import import_onnx, load_onnx
 from graphmem.passes.params import count_params
-from graphmem.symbolic import SymInt
 from tests.onnx_builders import if_model, mlp_model, save_with_external_data
 
 BATCH = SymInt.symbol("batch")
@@ -106,7 +106,7 @@ def test_inference_that_rewrites_declared_input_dims_is_discarded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # onnxruntime 1.30's symbolic rules turn a dynamo export's [batch, seq] input into
     # [16, 16]; graphmem must keep the model's own dims and fall back to onnx's inference.
-    from graphmem.importers import onnx_importer
+    from graphmem.frontends.onnx import importer as onnx_importer
 
     def rewriting(model: onnx.ModelProto, failed_ops: list[str]) -> onnx.ModelProto:
         broken = onnx.ModelProto()

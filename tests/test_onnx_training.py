@@ -6,8 +6,8 @@ Checked four ways:
   accumulation, and the whole schedule peak worked out step by step in a comment;
 - invariants on every shipped sample: the training peak is at least the inference peak and at
   least parameters + gradients + optimizer state;
-- agreement with the torch.fx path (graphmem/torch_analysis.py, itself within 0.5% of real CPU
-  runs) on the same torch models exported to ONNX and on the shipped ResNet-50/MobileNetV2
+- agreement with the torch.fx path (graphmem/frontends/torch/analyze.py, itself within 0.5% of
+  real CPU runs) on the same torch models exported to ONNX and on the shipped ResNet-50/MobileNetV2
   samples, and with one real CPU training step of the torch model (tolerances stated there);
 - the command line: JSON, per-GPU ZeRO-2, one-line errors.
 """
@@ -26,15 +26,15 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from graphmem.analysis import Analysis, analyze_onnx
+from graphmem.core.ir import Graph, Role
+from graphmem.distributed.model_states import Part, profile_training
 from graphmem.errors import GraphmemError
-from graphmem.importers.onnx_importer import import_onnx
-from graphmem.ir import Graph, Role
+from graphmem.frontends.onnx.importer import import_onnx
+from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.passes.dims import DimBinding, value_bytes
-from graphmem.passes.model_states import Part, profile_training
 from graphmem.passes.role_timeline import training_phases
-from graphmem.passes.training import BackwardNode, TrainingConfig, expand_training
-from graphmem.torch_analysis import analyze_torch
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.training.expand import BackwardNode, TrainingConfig, expand_training
 from tests.models import BasicBlock, MobileNetV2, ResNet50, TinyCNN, conv1x1, tiny_gpt
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -366,7 +366,7 @@ def test_training_peak_bounds(sample: str, optimizer: str, amp: str | None) -> N
 #   embedding twice (GPT: +8% here), dynamo folds buffers into initializers (trained: TinyLlama
 #   +6%), and merged equal initializers share one gradient. So the GPT is exported with
 #   do_constant_folding=False and every model gets random weights. A BatchNorm folded into its
-#   conv is trained again (graphmem/passes/training_exports.py): both exports are checked.
+#   conv is trained again (graphmem/training/exports.py): both exports are checked.
 class MLP(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -482,7 +482,7 @@ def test_shipped_cnns_agree_with_the_torch_fx_path(sample: str, build: type[nn.M
 
 
 # Against one real training step on this CPU (torch.profiler's memory events, the step's peak
-# above what existed before it: graphmem/runtimes/torch_runner.py), AMP with CPU autocast's
+# above what existed before it: graphmem/verify/runners/torch_runner.py), AMP with CPU autocast's
 # lists. Measured: MLP, GPT, BERT, ViT within 0.05%; ResNet block 0.03% (fp32), -1.4% (bf16);
 # TinyCNN -2.8% (fp32) and -2.5% (bf16), where the torch.fx path predicts the same bytes to
 # the byte: a CPU kernel's scratch, not the ONNX rules.
@@ -495,8 +495,8 @@ MEASURED_TOLERANCE = 0.03
 @pytest.mark.parametrize("optimizer,amp", [("adam", None), ("adamw", "bf16")])
 def test_matches_a_measured_cpu_step(tmp_path: Path, name: str, optimizer: str,
                                      amp: str | None) -> None:
-    from graphmem.importers.torch_loader import parse_tensor_spec
-    from graphmem.runtimes.torch_runner import measure_step
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+    from graphmem.verify.runners.torch_runner import measure_step
 
     if amp and name in ("tiny_cnn", "resnet_block") and not (
             torch.ops.mkldnn._is_mkldnn_bf16_supported()):
@@ -519,7 +519,7 @@ def _assert_agree(onnx_result: Analysis, torch_result: Analysis) -> None:
 
 # ----- command line ---------------------------------------------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "graphmem.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "graphmem.cli.main", *args], capture_output=True,
                           text=True, check=False)
 
 

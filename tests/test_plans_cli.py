@@ -9,11 +9,11 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from graphmem.analysis import analyze_onnx
-from graphmem.gpus import load_gpu_table
+from graphmem.devices.gpus import load_gpu_table
 from graphmem.passes.max_batch import _largest_fitting, find_max_batch
 from graphmem.passes.sweep import parse_sweep
-from graphmem.planning import SweepRequest
+from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.pipeline.planning import SweepRequest
 from tests.test_cli import assert_one_error_line, run_cli
 from tests.torch_models.small import ConvNet
 
@@ -224,10 +224,10 @@ def test_max_batch_with_unknown_shapes_checks_each_batch_by_reanalysis(tmp_path:
 def test_the_three_ways_to_the_bound_peak_agree(seed: int) -> None:
     # the liveness's symbolic peak evaluated at a batch, the integer model's peak, and the
     # bound liveness run at that batch are the same number
-    from graphmem.analysis import ModelInfo, run_passes
     from graphmem.passes.dims import bind_dims
     from graphmem.passes.liveness import analyze_liveness
-    from graphmem.planning import DimProbe
+    from graphmem.pipeline.analysis import ModelInfo, run_passes
+    from graphmem.pipeline.planning import DimProbe
     from tests.test_schedule import symbolic_random_dag
 
     graph = symbolic_random_dag(seed, node_count=40)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmem.cli import build_parser
+from graphmem.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -87,7 +87,8 @@ def test_every_path_the_readme_names_exists() -> None:
     top = re.findall(r"(?<![\w/.@-])((?:samples|benchmarks|tests|graphmem|templates|docs)"
                      r"/[\w./-]*\w)", README)
     # Module paths written relative to the package, e.g. `passes/schedule.py`.
-    inner = re.findall(r"`((?:passes|importers|costs|runtimes|gate|reports)/[\w./]*\w)`", README)
+    inner = re.findall(r"`((?:core|ops|frontends|passes|training|runtime_models|distributed|"
+                       r"suggest|pipeline|verify|gate|devices|report|cli)/[\w./]*\w)`", README)
     paths = set(top) | {f"graphmem/{path}" for path in inner}
     assert len(paths) > 20
     assert sorted(path for path in paths if not (ROOT / path).exists()) == []

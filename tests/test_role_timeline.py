@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from graphmem.analysis import analyze_onnx
-from graphmem.ir import Role
+from graphmem.core.ir import Role
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.role_timeline import role_timeline, training_phases
+from graphmem.pipeline.analysis import analyze_onnx
 from tests.builders import GraphBuilder, sizes_of
 from tests.test_html_report import SAMPLES
 
@@ -42,9 +42,9 @@ def test_roles_add_up_to_the_live_total_on_the_tiny_samples() -> None:
 @pytest.fixture(scope="module")
 def traced_steps() -> dict[str, object]:
     torch = pytest.importorskip("torch")
-    from graphmem.importers.fx_convert import graph_from_trace
-    from graphmem.importers.torch_loader import parse_tensor_spec
-    from graphmem.importers.torch_trace import TrainConfig, trace_model
+    from graphmem.frontends.torch.fx_convert import graph_from_trace
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+    from graphmem.frontends.torch.trace import TrainConfig, trace_model
     from tests.models import TinyCNN
 
     torch.manual_seed(0)
@@ -58,7 +58,7 @@ def traced_steps() -> dict[str, object]:
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_phases_match_the_tracer_labels(traced_steps: dict[str, object], optimizer: str) -> None:
-    from graphmem.importers.torch_trace import PHASE_KEY
+    from graphmem.frontends.torch.trace import PHASE_KEY
 
     traced, graph = traced_steps[optimizer]  # type: ignore[misc]
     labels = {n.name: n.meta["custom"][PHASE_KEY] for n in traced.graph_module.graph.nodes

@@ -2,12 +2,12 @@
 
 import pytest
 
-from graphmem.gpus import find_gpu
-from graphmem.ir import DType, Graph, Node, Role, Value
+from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.devices.gpus import find_gpu
 from graphmem.passes.costs import compute_costs
 from graphmem.passes.dims import DimBinding
 from graphmem.passes.roofline import estimate_roofline, node_rate_dtype
-from graphmem.symbolic import SymInt
 
 
 def value(name: str, shape: tuple[int | SymInt, ...], dtype: DType, role: Role) -> Value:

@@ -1,7 +1,7 @@
 """graphmem's model of onnxruntime's CPU memory against onnxruntime itself.
 
 Each test runs onnxruntime (CPU, ORT_DISABLE_ALL, one fresh session, profiler on) and compares
-its measured `mem_in_use_peak` with graphmem's prediction (graphmem/passes/runtime_ort.py):
+its measured `mem_in_use_peak` with graphmem's prediction (graphmem/runtime_models/ort_cpu.py):
 mostly the run's own part (less the bytes in use before the first kernel, the weights, on both
 sides), and the whole peak, the weights and `mem_arena_held` on the samples. Small
 onnx.helper graphs pin one planner behaviour each; the shipped samples check the whole model.
@@ -17,17 +17,17 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.analysis import analyze_onnx
-from graphmem.cli import main
+from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
-from graphmem.importers.ort_plan_shapes import ort_plan_shapes
-from graphmem.passes.bfc_arena import ArenaEvent, BfcArena, replay, rounded_bytes
+from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
 from graphmem.passes.dims import value_bytes
-from graphmem.passes.ort_kernels import INPLACE_OPS, conv_scratch_bytes
-from graphmem.passes.runtime_ort import ort_execution_order, plan_ort_buffers
-from graphmem.runtime_analysis import runtime_estimate
-from graphmem.runtimes.onnxruntime_runner import MeasuredRun, run_onnx
-from graphmem.verify import _match_nodes, input_specs
+from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.runtime_models.bfc_arena import ArenaEvent, BfcArena, replay, rounded_bytes
+from graphmem.runtime_models.ort_cpu import ort_execution_order, plan_ort_buffers
+from graphmem.runtime_models.ort_kernels import INPLACE_OPS, conv_scratch_bytes
+from graphmem.runtime_models.select import runtime_estimate
+from graphmem.verify.onnx_run import _match_nodes, input_specs
+from graphmem.verify.runners.onnxruntime_runner import MeasuredRun, run_onnx
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 RUNNABLE = ["tiny_cnn", "tiny_cnn.nofold", "tiny_cnn.dynamo", "tiny_gpt", "tiny_gpt.dynamo",
@@ -188,7 +188,7 @@ def test_where_broadcasts_two_selections(tmp_path: Path) -> None:
 
 
 def _dims(path: Path, batch: int, seq: int) -> dict[str, int]:
-    from graphmem.importers.onnx_importer import import_onnx
+    from graphmem.frontends.onnx.importer import import_onnx
 
     names = import_onnx(path).graph.input_dims_in_order()
     return {name: (batch if i == 0 else seq) for i, name in enumerate(names)}

@@ -1,7 +1,7 @@
 """graphmem's onnxruntime CPU model at ORT_ENABLE_ALL, the level sessions run by default.
 
-The planner (graphmem/passes/runtime_ort.py) runs on the graph onnxruntime saves after
-optimizing the model (graphmem/importers/ort_optimized.py); each test runs onnxruntime itself
+The planner (graphmem/runtime_models/ort_cpu.py) runs on the graph onnxruntime saves after
+optimizing the model (graphmem/frontends/onnx/ort_optimized.py); each test runs onnxruntime itself
 at ORT_ENABLE_ALL (one fresh session, profiler on) and compares its `mem_in_use_peak`.
 """
 
@@ -15,13 +15,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.analysis import analyze_onnx
-from graphmem.cli import main
-from graphmem.importers import ort_optimized
-from graphmem.importers.ort_optimized import OptimizationRefused, optimized_graph
-from graphmem.runtime_analysis import runtime_estimate
-from graphmem.runtimes.onnxruntime_runner import run_onnx
-from graphmem.verify import input_specs
+from graphmem.cli.main import main
+from graphmem.frontends.onnx import ort_optimized
+from graphmem.frontends.onnx.ort_optimized import OptimizationRefused, optimized_graph
+from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.runtime_models.select import runtime_estimate
+from graphmem.verify.onnx_run import input_specs
+from graphmem.verify.runners.onnxruntime_runner import run_onnx
 from tests.test_runtime_ort import RUNNABLE, SAMPLES, _dims
 
 F32 = TensorProto.FLOAT
@@ -221,7 +221,7 @@ def test_without_a_level_large_models_are_planned_as_written(
     # Optimizing builds a session holding the weights: by default only up to 256 MiB of them.
     # With the limit lowered below tiny_cnn's weights, no level given plans the file as
     # written and says how to ask; an explicit level still optimizes.
-    import graphmem.runtime_analysis as runtime_analysis
+    import graphmem.runtime_models.select as runtime_analysis
 
     monkeypatch.setattr(runtime_analysis, "AUTO_OPTIMIZE_INITIALIZER_BYTES", 16)
     analysis = analyze_onnx(SAMPLES / "tiny_cnn.onnx", batch=1)

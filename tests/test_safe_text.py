@@ -1,4 +1,4 @@
-"""A model's strings are inert data in every output (graphmem/reports/safe_text.py).
+"""A model's strings are inert data in every output (graphmem/report/safe_text.py).
 
 Hostile models are built with onnx.helper: their graph, node, tensor and op names and dim
 names hold rich markup (`[/b]`), terminal escapes, NUL, a bidi override, HTML, or a megabyte.
@@ -21,9 +21,9 @@ import pytest
 from onnx import TensorProto, helper
 from rich.console import Console
 
-from graphmem.cli import main
-from graphmem.reports.html import render_html
-from graphmem.reports.safe_text import (
+from graphmem.cli.main import main
+from graphmem.report.html.page import render_html
+from graphmem.report.safe_text import (
     ELLIPSIS,
     NAME_MAX_CHARS,
     dims_text,
@@ -233,7 +233,7 @@ def test_a_megabyte_name_is_shortened_and_fast(tmp_path: Path,
 def test_the_page_escapes_and_bounds_every_string(tmp_path: Path) -> None:
     """Strings the view does not shorten by name (a sentence quoting a name) are bounded by
     the environment's finalize: each run of non-space characters, and its controls."""
-    from graphmem.analysis import analyze_onnx
+    from graphmem.pipeline.analysis import analyze_onnx
 
     model = hostile_model(tmp_path / "m.onnx", "x" * 5000 + "\x1b", op="Op" + "y" * 5000)
     page = render_html(analyze_onnx(model, batch=2))

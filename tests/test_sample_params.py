@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from graphmem.importers.onnx_importer import import_onnx
+from graphmem.frontends.onnx.importer import import_onnx
 from graphmem.passes.params import count_params
 from tests.models import EXPECTED_PARAMS
 

@@ -6,7 +6,8 @@ import time
 import networkx as nx
 import pytest
 
-from graphmem.ir import Graph, Role
+from graphmem.core.ir import Graph, Role
+from graphmem.core.symbolic import SymInt
 from graphmem.passes.buffers import (
     MemoryModel,
     build_memory_model,
@@ -24,7 +25,6 @@ from graphmem.passes.schedule import (
     moved_nodes,
     refine_around_peak,
 )
-from graphmem.symbolic import SymInt
 from tests.builders import GraphBuilder, sizes_of
 from tests.test_liveness import random_dag
 
@@ -311,7 +311,7 @@ def test_a_traced_training_step_keeps_liveness_conventions(optimizer: str) -> No
     # held past their last use by Python variables: the integer model must give the
     # liveness's peak for the model order, and every order the search returns must respect
     # the in-place ordering edges.
-    from graphmem.torch_analysis import analyze_torch
+    from graphmem.frontends.torch.analyze import analyze_torch
     from tests.torch_models.small import ConvNet
 
     analysis = analyze_torch(ConvNet(), ["4x3x16x16"], train=True, optimizer=optimizer)

@@ -1,8 +1,8 @@
 """graphmem's own shape rules fill what shape inference left unknown."""
 
-from graphmem.ir import DType, Role
-from graphmem.passes.shapes import broadcast_shapes, fill_shape_gaps
-from graphmem.symbolic import SymInt
+from graphmem.core.ir import DType, Role
+from graphmem.core.symbolic import SymInt
+from graphmem.frontends.onnx.shape_gaps import broadcast_shapes, fill_shape_gaps
 from tests.builders import GraphBuilder
 
 B = SymInt.symbol("batch")

@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from graphmem.analysis import Analysis, analyze_onnx
-from graphmem.cli import main
-from graphmem.importers.torch_checkpoint import checkpointed
-from graphmem.ir import Role
-from graphmem.passes.inplace import find_inplace
-from graphmem.suggestions import Suggestion, graph_report
-from graphmem.torch_analysis import analyze_torch
+from graphmem.cli.main import main
+from graphmem.core.ir import Role
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.checkpoint import checkpointed
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.suggest.cards import Suggestion, graph_report
+from graphmem.suggest.inplace import find_inplace
 from tests.builders import GraphBuilder, sizes_of
 from tests.test_checkpoint_search import MLP
 
@@ -340,9 +340,9 @@ def test_cli_budget_share_needs_a_gpu(capsys: pytest.CaptureFixture[str]) -> Non
 
 def skip_batch_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch cards re-trace a dozen batch sizes; these tests only need the checkpoint."""
-    import graphmem.torch_suggestions
+    import graphmem.suggest.torch_step
 
-    monkeypatch.setattr(graphmem.torch_suggestions, "batch_suggestions", lambda *_: [])
+    monkeypatch.setattr(graphmem.suggest.torch_step, "batch_suggestions", lambda *_: [])
 
 
 def test_checkpoint_snippet_measured_saving_matches_the_prediction(
@@ -357,8 +357,8 @@ def test_checkpoint_snippet_measured_saving_matches_the_prediction(
     """
     from torch.utils.checkpoint import checkpoint
 
-    from graphmem.importers.torch_loader import TensorSpec
-    from graphmem.runtimes.torch_runner import measure_step
+    from graphmem.frontends.torch.loader import TensorSpec
+    from graphmem.verify.runners.torch_runner import measure_step
 
     skip_batch_search(monkeypatch)
     specs = [TensorSpec((1024, 128), torch.float32)]
@@ -411,8 +411,8 @@ def test_checkpoint_saving_measured_on_an_attention_model(
     """
     from torch.utils.checkpoint import checkpoint
 
-    from graphmem.importers.torch_loader import TensorSpec
-    from graphmem.importers.torch_trace import cross_entropy_loss
+    from graphmem.frontends.torch.loader import TensorSpec
+    from graphmem.frontends.torch.trace import cross_entropy_loss
     from tests.torch_models.small import TinyGPT
 
     skip_batch_search(monkeypatch)

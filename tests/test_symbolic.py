@@ -2,7 +2,7 @@
 
 from fractions import Fraction
 
-from graphmem.symbolic import SymInt, parse_dim, symint_max
+from graphmem.core.symbolic import SymInt, parse_dim, symint_max
 
 BATCH = SymInt.symbol("batch")
 SEQ = SymInt.symbol("seq")

@@ -1,12 +1,12 @@
-"""CUDA's autocast policy on top of CPU autocast (graphmem/importers/torch_autocast.py)."""
+"""CUDA's autocast policy on top of CPU autocast (graphmem/frontends/torch/autocast.py)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from graphmem.importers.torch_autocast import CudaAutocastPolicy
-from graphmem.torch_analysis import analyze_torch
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.autocast import CudaAutocastPolicy
 from tests.torch_models.small import TinyGPT
 
 GPT_INPUT = "8x64:int64"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from graphmem.importers.torch_loader import parse_tensor_spec
-from graphmem.runtimes.torch_runner import measure_step
-from graphmem.torch_analysis import analyze_torch
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.loader import parse_tensor_spec
+from graphmem.verify.runners.torch_runner import measure_step
 
 SPEC = "64x256"
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
-from graphmem.ir import Role
-from graphmem.runtimes.torch_runner import measure_step, random_inputs
-from graphmem.torch_analysis import analyze_torch
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.verify.runners.torch_runner import measure_step, random_inputs
 from tests.torch_models.small import ConvNet, DataDependent, TinyGPT
 
 MODELS_FILE = Path(__file__).parent / "torch_models" / "small.py"
@@ -63,7 +63,7 @@ def test_contraction_flops_match_flop_counter_mode(model_class: type, spec: str,
                              loss=lambda out: out.float().pow(2).mean())
     ours = sum(int(n.flops) for n in analysis.costs.nodes
                if n.op_type.rsplit(".", 1)[0] in CONTRACTIONS)
-    from graphmem.importers.torch_loader import parse_tensor_spec
+    from graphmem.frontends.torch.loader import parse_tensor_spec
 
     expected = torch_flops(model, random_inputs([parse_tensor_spec(spec)], "cpu"), train)
     # forward: convolution/addmm/bmm; training adds convolution_backward and the mm of
@@ -89,7 +89,7 @@ def test_predicted_peak_matches_a_real_cpu_step(model_class: type, spec: str, tr
     torch.manual_seed(0)
     analysis = analyze_torch(model_class(), [spec], train=train, optimizer=optimizer, amp=amp,
                              amp_policy="cpu")
-    from graphmem.importers.torch_loader import parse_tensor_spec
+    from graphmem.frontends.torch.loader import parse_tensor_spec
 
     measured = measure_step(model_class(), [parse_tensor_spec(spec)], train, optimizer, amp)
     predicted = int(analysis.liveness.activation_peak_bytes)
@@ -154,7 +154,7 @@ def test_an_input_the_model_rejects_is_a_clear_error() -> None:
 
 def test_a_tracing_error_is_one_line_and_debug_shows_the_cause(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from graphmem.cli import main
+    from graphmem.cli.main import main
 
     argv = ["analyze", "tests/torch_models/small.py:ConvNet", "--input", "2x5x8x8", "--no-html"]
     assert main(argv) == 2
@@ -190,7 +190,7 @@ def test_module_table_adds_up_and_attributes_parameters() -> None:
 def test_cli_analyzes_a_training_step_from_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from graphmem.cli import main
+    from graphmem.cli.main import main
 
     code = main(["analyze", f"{MODELS_FILE}:build_convnet", "--input", "2x3x16x16", "--train",
                  "--optimizer", "momentum", "--amp", "bf16", "--grad-accum", "4", "--json", "-",
@@ -215,7 +215,7 @@ def test_cli_analyzes_a_training_step_from_a_file(capsys: pytest.CaptureFixture[
 )
 def test_cli_torch_usage_errors(args: list[str], message: str,
                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from graphmem.cli import main
+    from graphmem.cli.main import main
 
     code = main(["analyze", f"{MODELS_FILE}:build_convnet", "--no-html", *args])
     err = capsys.readouterr().err

@@ -1,5 +1,5 @@
 """Untrusted ONNX files: a model never makes graphmem read another file, and broken graphs get
-one error line (graphmem/importers/onnx_untrusted.py)."""
+one error line (graphmem/frontends/onnx/untrusted.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
-from graphmem.importers.onnx_fold import fold_constants
-from graphmem.importers.onnx_untrusted import (
+from graphmem.frontends.onnx.fold import fold_constants
+from graphmem.frontends.onnx.untrusted import (
     has_inline_data,
     model_tensors,
     strip_external_data,

@@ -14,10 +14,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.importers.onnx_importer import read_model
-from graphmem.importers.ort_optimized import optimized_graph, weightless_copy
-from graphmem.importers.ort_plan_shapes import ort_plan_shapes
-from graphmem.runtimes import onnxruntime_runner
+from graphmem.frontends.onnx.importer import read_model
+from graphmem.frontends.onnx.ort_optimized import optimized_graph, weightless_copy
+from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
+from graphmem.verify.runners import onnxruntime_runner
 from tests.onnx_builders import mlp_model, save_with_external_data
 from tests.test_untrusted_onnx import external, opened, recorded_opens, run_cli
 

@@ -15,9 +15,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.cli import main
-from graphmem.runtimes.onnxruntime_runner import InputSpec, random_feeds
-from graphmem.verify import percent_error
+from graphmem.cli.main import main
+from graphmem.verify.onnx_run import percent_error
+from graphmem.verify.runners.onnxruntime_runner import InputSpec, random_feeds
 from tests.onnx_builders import mlp_model, save_with_external_data
 
 

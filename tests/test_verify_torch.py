@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graphmem.cli import main
+from graphmem.cli.main import main
 
 CONVNET = "tests/torch_models/small.py:ConvNet"
 

@@ -8,7 +8,7 @@ MAX_BASELINE_BYTES, and every value the gate reads is checked for its type and r
 use, so a file of the wrong shape is one error line naming the key path (`models[0].analysis
 .memory.peak_bytes`), never a traceback. Unknown keys are refused in the parts of the JSON
 whose keys graphmem defines in one place: a check JSON's envelope and its model entries
-(reports/gate_json.py), an analysis' top level (reports/json_report.py), and its `dims`.
+(report/json/gate.py), an analysis' top level (report/json/report.py), and its `dims`.
 Inside the other sections keys may be added within schema version 1, and are not read.
 """
 
@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import Baseline
 from graphmem.passes.dims import MAX_DIM_VALUE
-from graphmem.reports.gate_json import CHECK_KEYS, CHECK_KIND, MODEL_KEYS
-from graphmem.reports.json_report import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
-from graphmem.reports.safe_text import printable, printable_text
-from graphmem.units import format_bytes
+from graphmem.report.json.gate import CHECK_KEYS, CHECK_KIND, MODEL_KEYS
+from graphmem.report.json.report import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
+from graphmem.report.safe_text import printable, printable_text
 
 MAX_BASELINE_BYTES = 512 * 2**20  # a check JSON of several 100k-node graphs is ~100s of MiB
 _MODES = ("inference", "training")

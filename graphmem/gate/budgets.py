@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from graphmem.core.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
 from graphmem.errors import GraphmemError
-from graphmem.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
 
 if TYPE_CHECKING:
-    from graphmem.analysis import Analysis
+    from graphmem.pipeline.analysis import Analysis
 
 
 class SpecError(ValueError):

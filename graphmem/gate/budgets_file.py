@@ -48,7 +48,7 @@ from graphmem.gate.budgets import (
 )
 from graphmem.gate.check import CheckSpec
 from graphmem.passes.dims import MAX_DIM_VALUE
-from graphmem.reports.safe_text import NAME_MAX_CHARS, printable, printable_text
+from graphmem.report.safe_text import NAME_MAX_CHARS, printable, printable_text
 
 MAX_BUDGETS_BYTES = 1 << 20  # a budgets file of 1000 models is ~100 KiB
 MAX_KEY_DEPTH = 8  # `a.b.c = 1`: 3 deep; the schema's deepest key is defaults.dims.seq

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from graphmem.analysis import Analysis, analyze_onnx
 from graphmem.gate.baseline import load_baseline
 from graphmem.gate.budgets import (
     BudgetResult,
@@ -17,6 +16,7 @@ from graphmem.gate.budgets import (
     evaluate,
     numbers_of,
 )
+from graphmem.pipeline.analysis import Analysis, analyze_onnx
 
 
 @dataclass(frozen=True)

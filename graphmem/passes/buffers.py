@@ -22,9 +22,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphmem.ir import RESIDENT_ROLES, Graph, Node, Value
-from graphmem.passes.evaluate import evaluate
-from graphmem.symbolic import SymInt, symint_max
+from graphmem.core.evaluate import evaluate
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
+from graphmem.core.symbolic import SymInt, symint_max
 
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to
 # pick one peak step among candidates that depend on free dims).

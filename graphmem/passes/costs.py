@@ -9,10 +9,10 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 
-from graphmem.costs import OpCost, ShapeUnknownError, find_rule
-from graphmem.ir import Graph, Node, Role, Value
+from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.ops import OpCost, ShapeUnknownError, find_rule
 from graphmem.passes.dims import DimBinding
-from graphmem.symbolic import SymInt
 
 
 class CostStatus(StrEnum):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from graphmem.core.ir import Graph, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.core.units import MAX_BYTES, format_bytes
 from graphmem.errors import GraphmemError
-from graphmem.ir import Graph, Value
-from graphmem.symbolic import SymInt
-from graphmem.units import MAX_BYTES, format_bytes
 
 # A dim value above this is a typo, not a workload: refuse it instead of printing exabytes.
 MAX_DIM_VALUE = 1 << 24

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from graphmem.gpus import GpuSpec
-from graphmem.symbolic import SymInt
+from graphmem.core.symbolic import SymInt
+from graphmem.devices.gpus import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class GpuFit:
 
 @cache
 def default_cuda_reserve(architecture: str) -> CudaReserve:
-    text = resources.files("graphmem.data").joinpath("cuda_overhead.toml").read_text()
+    text = resources.files("graphmem.devices.data").joinpath("cuda_overhead.toml").read_text()
     table = tomllib.loads(text)
     measured = table.get("measured", {})
     return CudaReserve(

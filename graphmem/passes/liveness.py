@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphmem.ir import RESIDENT_ROLES, Graph, Node, Role, Value
-from graphmem.symbolic import SymInt, symint_max
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt, symint_max
 
 # Dims are probed at this value to pick one step among peaks that depend on free dims.
 _PROBE_DIM_VALUE = 64

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphmem.ir import Graph, Role, Value
+from graphmem.core.ir import Graph, Role, Value
+from graphmem.core.symbolic import SymInt
 from graphmem.passes.costs import CostReport
 from graphmem.passes.liveness import LivenessResult
-from graphmem.symbolic import SymInt
 
 TOP = "(top level)"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphmem.ir import Graph, Role, Value
+from graphmem.core.ir import Graph, Role, Value
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphmem.ir import RESIDENT_ROLES, Graph, Node, Role
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role
+from graphmem.core.symbolic import SymInt
 from graphmem.passes.liveness import _last_use_steps, _size, _values_freed_after
-from graphmem.symbolic import SymInt
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _is_backward(node: Node) -> bool:
     """Makes a gradient, or only views of gradients (`t(mm)` of a weight's gradient).
 
     A node that reads nothing is not: with gradient accumulation the step starts with the
-    .grad tensors of the earlier micro-batches (graphmem/passes/training.py)."""
+    .grad tensors of the earlier micro-batches (graphmem/training/expand.py)."""
     outputs = node.outputs
     if not node.present_inputs:
         return False

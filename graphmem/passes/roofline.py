@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphmem.gpus import GpuSpec
-from graphmem.ir import DType, Graph, Node
+from graphmem.core.evaluate import evaluate
+from graphmem.core.ir import DType, Graph, Node
+from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.costs import CostReport, CostStatus
-from graphmem.passes.evaluate import evaluate
 
 TOP_NODES = 10
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from graphmem.ir import Graph
+from graphmem.core.ir import Graph
+from graphmem.core.symbolic import SymInt
 from graphmem.passes.buffers import (
     MemoryModel,
     build_memory_model,
@@ -45,7 +46,6 @@ from graphmem.passes.buffers import (
     symbolic_order_peak,
 )
 from graphmem.passes.liveness import LivenessResult
-from graphmem.symbolic import SymInt
 
 EXACT_MAX_NODES = 20
 EXACT_MAX_STATES = 50_000

@@ -1,0 +1,205 @@
+"""`graphmem check`: the command line of the gate (exit 0 all budgets hold, 1 one is broken).
+
+Usage and input errors raise GraphmemError, which the CLI turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from graphmem.cli.inputs import (
+    OutputFile,
+    check_dims,
+    check_input_file,
+    check_model_argument,
+    is_model_spec,
+    onnx_inputs,
+    output_file,
+    print_written,
+    refuse_overwrites,
+    writing,
+)
+from graphmem.errors import GraphmemError
+from graphmem.gate.budgets import (
+    Budgets,
+    SpecError,
+    complete_budgets,
+    parse_count,
+    parse_latency_s,
+    parse_memory_limit,
+    parse_percent,
+    parse_size,
+)
+
+if TYPE_CHECKING:
+    from graphmem.gate.check import CheckSpec
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+
+# Options that describe one model; with --budgets they belong in the file.
+_MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "max_latency",
+                  "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth")
+
+
+def _argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A budget parser as an argparse type: its message becomes the usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except SpecError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def add_check_parser(commands: Any) -> None:
+    from graphmem.cli.main import parse_dim_binding
+
+    parser = commands.add_parser(
+        "check", help="gate a model in CI: exit 0 when every budget holds, 1 when one is broken",
+        description="Check an ONNX model against budgets (memory, latency, params, FLOPs,"
+        " unsupported ops, growth over a baseline). Exit 0: every budget holds; 1: one is"
+        " broken; 2: usage or input error.")
+    parser.add_argument("model", nargs="?", help="an .onnx file (or use --budgets)")
+    parser.add_argument("--gpu", help="GPU name from 'graphmem gpus'; with it the model must"
+                        " at least fit (--max-memory 100%%) unless --max-memory says otherwise")
+    parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
+    parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
+                        metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
+    parser.add_argument("--cuda-reserve", type=_argtype(parse_size), metavar="SIZE",
+                        help="non-tensor CUDA memory to assume (default: measured, see README)")
+    budgets = parser.add_argument_group("budgets")
+    budgets.add_argument("--max-memory", type=_argtype(parse_memory_limit), metavar="LIMIT",
+                         help="peak memory: a share of the GPU's usable memory (90%%, needs"
+                         " --gpu) or a size (12GiB)")
+    budgets.add_argument("--max-latency", type=_argtype(parse_latency_s), metavar="TIME",
+                         help="roofline latency estimate (20ms; needs --gpu)")
+    budgets.add_argument("--max-params", type=_argtype(parse_count), metavar="N",
+                         help="parameter count (25M, 1.5B, 25000000)")
+    budgets.add_argument("--max-flops", type=_argtype(parse_count), metavar="N",
+                         help="FLOPs per run at the bound dims (4.1G, 4.1e9; 1 MAC = 2 FLOPs)")
+    budgets.add_argument("--fail-on-unsupported", action="store_true",
+                         help="fail when an op has no cost rule or a shape is unknown")
+    budgets.add_argument("--baseline", type=Path, metavar="PREVIOUS.json",
+                         help="an earlier graphmem JSON (analyze or check) at the same dims")
+    budgets.add_argument("--max-growth", type=_argtype(parse_percent), metavar="PCT",
+                         help="allowed growth of peak memory, params and FLOPs over --baseline"
+                         " (5%%)")
+    budgets.add_argument("--budgets", type=Path, metavar="FILE.toml",
+                         help="check every model a budgets file lists (see README)")
+    outputs = parser.add_argument_group("outputs")
+    outputs.add_argument("--json", metavar="PATH", help="write verdicts and analyses as JSON"
+                         " ('-' for stdout)")
+    outputs.add_argument("--junit", metavar="PATH", help="write JUnit XML for CI test reports")
+
+
+def run_check_command(args: argparse.Namespace, console: Console) -> int:
+    from graphmem.gate.check import run_check
+    from graphmem.report.json.gate import check_json_text, write_check_json
+    from graphmem.report.junit import write_junit
+    from graphmem.report.terminal.gate import print_check
+
+    json_out = output_file("--json", args.json, stdout_ok=True)
+    junit_out = output_file("--junit", args.junit)
+    outputs = [o for o in (json_out, junit_out) if o]
+    for flag, path in (("--budgets", args.budgets), ("--baseline", args.baseline)):
+        if path is not None:
+            check_input_file(flag, path)
+    specs = _specs(args)
+    _check_specs(specs, args)
+    refuse_overwrites(outputs, _inputs(specs, args.budgets, outputs))
+    report = run_check(specs)
+    if args.json == "-":
+        sys.stdout.write(check_json_text(report))
+        console = Console(stderr=True, highlight=False, emoji=False)
+    print_check(report, console)
+    if json_out:
+        with writing(json_out):
+            write_check_json(report, json_out.path)
+        print_written(console, "JSON", json_out)
+    if junit_out:
+        with writing(junit_out):
+            write_junit(report, junit_out.path)
+        print_written(console, "JUnit XML", junit_out)
+    return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _check_specs(specs: list[CheckSpec], args: argparse.Namespace) -> None:
+    """What each model's check needs and no analysis tells, before the first analysis: dims
+    in range, known GPUs, budgets that can be evaluated, baselines that are files."""
+    from graphmem.devices.gpus import find_gpu
+    from graphmem.passes.dims import check_dim_value
+
+    check_dims(args.batch, args.dim)
+    for spec in specs:
+        check_model_argument(str(spec.model_path), onnx_only="graphmem check")
+        check_input_file("model", spec.model_path)
+        if spec.gpu is not None:
+            find_gpu(spec.gpu)
+        source = str(spec.baseline_path) if spec.baseline_path is not None else None
+        complete_budgets(spec.budgets, spec.gpu, source)
+        if args.budgets is None:  # the command line's dims and baseline are checked above
+            continue
+        where = f"{args.budgets} [{spec.label}]"
+        batch = {} if spec.batch is None else {"batch": spec.batch}
+        for name, value in {**batch, **spec.dims}.items():
+            check_dim_value(f"{where} {name} = {value}", value)
+        if spec.baseline_path is not None:
+            check_input_file(f"{where} baseline", spec.baseline_path)
+
+
+def _inputs(specs: list[CheckSpec], budgets: Path | None, outputs: list[OutputFile]
+            ) -> list[tuple[str, Path]]:
+    """Every file the check reads: an output must be none of them."""
+    inputs = [] if budgets is None else [(f"an input of the check (the budgets file {budgets})",
+                                          budgets)]
+    for spec in specs:
+        inputs += [(f"an input of the check ({what})", path)
+                   for what, path in onnx_inputs(spec.model_path, outputs, str(spec.model_path))]
+        if spec.baseline_path is not None:
+            inputs.append((f"an input of the check (the baseline {spec.baseline_path})",
+                           spec.baseline_path))
+    return inputs
+
+
+def _specs(args: argparse.Namespace) -> list[CheckSpec]:
+    from graphmem.gate.budgets_file import load_budgets_file
+    from graphmem.gate.check import CheckSpec
+
+    if args.budgets is not None:
+        given = [f"--{o.replace('_', '-')}" for o in _MODEL_OPTIONS if getattr(args, o)]
+        if args.model or given:
+            extra = ", ".join(([args.model] if args.model else []) + given)
+            raise GraphmemError(f"--budgets {args.budgets} checks the models the file lists:"
+                                f" put {extra} in the file (or drop --budgets)")
+        return load_budgets_file(args.budgets)
+    if not args.model:
+        raise GraphmemError("give a model (graphmem check model.onnx --gpu t4 --batch 32 ...)"
+                            " or a budgets file (graphmem check --budgets graphmem.toml)")
+    if is_model_spec(args.model):
+        raise GraphmemError(f"'{args.model}': graphmem check gates ONNX models; export the"
+                            " PyTorch model with torch.onnx.export and check the .onnx file")
+    budgets = Budgets(max_memory=args.max_memory, max_latency_s=args.max_latency,
+                      max_params=args.max_params, max_flops=args.max_flops,
+                      fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth)
+    return [CheckSpec(model_path=Path(args.model), label=Path(args.model).stem, budgets=budgets,
+                      gpu=args.gpu, batch=args.batch, dims=_dims(args.dim),
+                      cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline)]
+
+
+def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for name, value in bindings:
+        if dims.get(name, value) != value:
+            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
+        dims[name] = value
+    return dims

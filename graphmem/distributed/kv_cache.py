@@ -1,0 +1,166 @@
+"""The KV cache of decoder inference: its size as a formula in batch and context, and the
+longest context that fits on a GPU.
+
+    kv_cache_bytes = 2 (K and V) * layers * batch * kv_heads * head_dim * context * dtype_bytes
+
+The cache's shape comes from an ONNX decoder-with-past graph's inputs (`past_key_values.N.key`
+/ `.value` [batch, kv_heads, past, head_dim] as Hugging Face Optimum exports them, or
+`past.N` / `past_N` [2, batch, kv_heads, past, head_dim] as onnxruntime's GPT-2 exports do),
+from the model's attention modules (graphmem/frontends/torch/kv.py) or from the user
+(`--kv-cache LAYERS,KV_HEADS,HEAD_DIM`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from graphmem.core.ir import Graph, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.errors import GraphmemError
+
+BATCH = "batch"
+CONTEXT = "context"
+
+# past_key_values.3.key, past_key_values_3_value, past.3.key, past_key.3, past_value_3
+_SPLIT_KV = (
+    re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$"),
+    re.compile(r"^past[._](key|value)s?[._](\d+)$"),
+)
+# past.3 / past_3: K and V stacked in one [2, batch, heads, past, head_dim] tensor
+_STACKED_KV = re.compile(r"^past[._](\d+)$")
+_PRESENT = re.compile(r"^present")
+
+
+@dataclass(frozen=True)
+class KvCacheShape:
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    dtype_bytes: int
+    source: str  # how it was found
+
+    @property
+    def per_token_bytes(self) -> int:
+        """One token of one sequence: 2 (K and V) * layers * kv_heads * head_dim * dtype."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class KvCacheReport:
+    shape: KvCacheShape
+    batch: int | None  # None: left free in the formula
+    formula: SymInt  # bytes in `batch` and `context`
+    bytes: SymInt  # the formula at the known batch: bytes in `context`
+    copies: int  # cache copies held during a step (ONNX past inputs + present outputs: 2)
+    base_bytes: int | None  # everything else at the peak: weights, one step's activations
+    usable_bytes: int | None
+    max_context: int | None
+    max_context_reason: str | None  # why max_context is None
+
+
+def parse_kv_option(text: str) -> tuple[int, int, int]:
+    """`--kv-cache 32,8,128` -> (layers, kv_heads, head_dim)."""
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise GraphmemError(f"--kv-cache {text}: give LAYERS,KV_HEADS,HEAD_DIM as three positive"
+                            " integers, e.g. --kv-cache 32,8,128 (or 'auto' for a PyTorch model)")
+    layers, heads, head_dim = (int(p) for p in parts)
+    return layers, heads, head_dim
+
+
+def kv_cache_formula(shape: KvCacheShape) -> SymInt:
+    return SymInt.symbol(BATCH) * SymInt.symbol(CONTEXT) * shape.per_token_bytes
+
+
+@dataclass(frozen=True)
+class PastInputs:
+    """The KV inputs of an ONNX decoder-with-past and what they say about the cache."""
+
+    shape: KvCacheShape
+    values: tuple[Value, ...]  # the past inputs
+    presents: tuple[Value, ...]  # graph outputs named present*: the cache after this step
+    batch_dim: SymInt | None  # dim 0 of a past input (the batch)
+
+
+def find_past_inputs(graph: Graph) -> PastInputs | None:
+    """Past K/V inputs by name; None when the graph has none (or their dims are not fixed)."""
+    layers: set[int] = set()
+    found: list[tuple[Value, bool]] = []  # (value, stacked K and V)
+    for value in graph.inputs:
+        layer, stacked = _past_layer(value.name)
+        if layer is not None:
+            layers.add(layer)
+            found.append((value, stacked))
+    if not found:
+        return None
+    heads_dim = _heads_and_head_dim(found[0][0], found[0][1])
+    if heads_dim is None:
+        return None
+    sample = found[0][0]
+    bits = sample.dtype.bits
+    shape = KvCacheShape(
+        layers=len(layers), kv_heads=heads_dim[0], head_dim=heads_dim[1],
+        dtype=sample.dtype.label, dtype_bytes=max(bits // 8, 1),
+        source=f"ONNX inputs {found[0][0].name} ... ({len(found)} past inputs)")
+    presents = tuple(v for v in graph.outputs if _PRESENT.match(v.name))
+    batch_axis = 1 if found[0][1] else 0
+    dims = sample.shape or ()
+    return PastInputs(shape, tuple(v for v, _ in found), presents,
+                      dims[batch_axis] if len(dims) > batch_axis else None)
+
+
+def _past_layer(name: str) -> tuple[int | None, bool]:
+    for pattern in _SPLIT_KV:
+        match = pattern.match(name)
+        if match:
+            digits = next(g for g in match.groups() if g.isdigit())
+            return int(digits), False
+    match = _STACKED_KV.match(name)
+    return (int(match.group(1)), True) if match else (None, False)
+
+
+def _heads_and_head_dim(value: Value, stacked: bool) -> tuple[int, int] | None:
+    rank = 5 if stacked else 4
+    dims = value.shape or ()
+    if len(dims) != rank:
+        return None
+    heads, head_dim = dims[rank - 3], dims[rank - 1]
+    if heads is None or head_dim is None or not heads.is_constant or not head_dim.is_constant:
+        return None
+    return int(heads), int(head_dim)
+
+
+def past_input_bytes(past: PastInputs, dims: Mapping[str, int]) -> SymInt:
+    """Bytes of the past inputs and present outputs at the analyzed dims."""
+    total = SymInt()
+    for value in (*past.values, *past.presents):
+        if value.nbytes is not None:
+            total = total + value.nbytes.bind(dims)
+    return total
+
+
+def kv_cache_report(shape: KvCacheShape, batch: int | None, copies: int,
+                    base_bytes: SymInt | None, usable_bytes: int | None) -> KvCacheReport:
+    """The cache formula, and with a GPU and a known batch the longest context that fits:
+    base + copies * per_token_bytes * batch * context <= usable."""
+    formula = kv_cache_formula(shape)
+    at_batch = formula.bind({BATCH: batch}) if batch is not None else formula
+    base = int(base_bytes) if base_bytes is not None and base_bytes.is_constant else None
+    max_context, reason = _max_context(shape, batch, copies, base, usable_bytes)
+    return KvCacheReport(shape, batch, formula, at_batch, copies, base, usable_bytes,
+                         max_context, reason)
+
+
+def _max_context(shape: KvCacheShape, batch: int | None, copies: int, base: int | None,
+                 usable: int | None) -> tuple[int | None, str | None]:
+    if usable is None:
+        return None, "give --gpu to get the longest context that fits"
+    if batch is None:
+        return None, "bind the batch (--batch) to get the longest context that fits"
+    if base is None:
+        return None, "bind every other dim (--dim) to get the longest context that fits"
+    per_token = shape.per_token_bytes * batch * copies
+    return max((usable - base) // per_token, 0), None

@@ -1,0 +1,425 @@
+"""The graph onnxruntime actually runs: the model optimized offline at the user's level.
+
+onnxruntime rewrites a model at session creation (ORT_ENABLE_ALL by default): constant
+folding, fusions (MatMul+Add into Gemm, Conv+Add+Relu, Q*K^T*scale into com.microsoft
+FusedMatMul, LayerNormalization, SkipLayerNormalization, QuickGelu...) and, on x86, the
+NCHWc layout (com.microsoft.nchwc Conv/MaxPool/GlobalAveragePool with ReorderInput/
+ReorderOutput around them). Its memory is that graph's, so graphmem asks onnxruntime for it:
+a session created with `SessionOptions.optimized_model_filepath` saves the optimized graph,
+its nodes listed in the order the optimized session runs them (checked against the profiles
+of the samples; onnxruntime reloading the file would number, so order, them differently).
+Planned in that order it gives the optimized session's `mem_in_use_peak`: exact on every
+shipped sample but tiny_llama.dynamo (within 3%; README "Runtime model: onnxruntime").
+
+The saved graph has contrib ops onnx's shape inference does not know, so it is imported
+through a shape proxy: each contrib node replaced by a standard op with the same output shape
+(FusedMatMul -> Einsum, nchwc Conv -> Conv over its padded channels, ReorderInput -> Pad of
+the channels, ReorderOutput -> Slice of them...), imported with graphmem's ONNX importer, then
+the real op types, domains, attributes and inputs put back on the nodes.
+
+Weights: graphmem never reads them (onnx_untrusted.py), so the session gets the bytes of a
+weightless copy: every tensor without inline data (external, or above the importer's 64 KiB)
+filled with synthetic values of its dims and dtype (memory does not depend on values); it
+never gets a path, and the only folder it is told of is a private temporary one. Above
+`MAX_INITIALIZER_BYTES` of initializers the optimization is refused (OptimizationRefused), and
+the caller plans the graph as written.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from graphmem.core.ir import Graph, Node
+from graphmem.core.units import format_bytes
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.importer import import_onnx, read_model
+from graphmem.frontends.onnx.ort_plan_shapes import PlanShape, ort_plan_shapes
+from graphmem.frontends.onnx.untrusted import (
+    PACKED_TYPES,
+    clear_tensor_data,
+    has_inline_data,
+    model_tensors,
+    raw_data_bytes,
+    tensor_bytes,
+    tensor_numel,
+)
+
+LEVELS = {
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+# onnxruntime's own ops in the ONNX domain, unknown to onnx's shape inference.
+ORT_ONNX_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
+MAX_INITIALIZER_BYTES = 2 << 30  # 2 GiB: beyond this, optimizing would copy too much
+NCHWC = "com.microsoft.nchwc"
+MS = "com.microsoft"
+
+
+class OptimizationRefused(GraphmemError):
+    """The model is not optimized offline (too large, or onnxruntime could not load it)."""
+
+
+@dataclass(frozen=True)
+class OptimizedGraph:
+    graph: Graph  # the optimized graph, real op types, shapes from the proxy
+    plan_shapes: dict[str, PlanShape | None]  # as onnxruntime's planner sees them
+    level: str
+    nodes_before: int  # nodes in the file as written
+    notes: tuple[str, ...]
+
+
+def optimized_graph(source: str | Path | onnx.ModelProto, level: str,
+                    input_dims: Mapping[str, int] | None = None,
+                    max_initializer_bytes: int | None = None) -> OptimizedGraph:
+    """The graph onnxruntime (CPU) runs for the model at `level` (basic | extended | all).
+
+    `source`: the model as `read_model` returns it (external data cut off, large payloads
+    dropped), or its path, read the same way. onnxruntime never sees a path nor the weights:
+    it gets the bytes of a copy whose data-less tensors hold synthetic values.
+    """
+    model = source if isinstance(source, onnx.ModelProto) else read_model(Path(source))
+    if max_initializer_bytes is None:
+        max_initializer_bytes = MAX_INITIALIZER_BYTES
+    if level not in LEVELS:
+        raise GraphmemError(f"--ort-optimization {level}: choose disabled, {', '.join(LEVELS)}")
+    weights = initializer_bytes(model)
+    if weights > max_initializer_bytes:
+        raise OptimizationRefused(
+            f"not optimized offline: {format_bytes(weights)} of weights and constants is above the"
+            f" {format_bytes(max_initializer_bytes)} limit; planned the graph as written")
+    with tempfile.TemporaryDirectory(prefix="graphmem-ort-opt-") as folder:
+        saved, notes = _saved_optimized(model, level, Path(folder))
+        graph, plan_shapes = _import_through_proxy(saved, Path(folder), input_dims)
+    return OptimizedGraph(graph, plan_shapes, level, len(model.graph.node), notes)
+
+
+def _saved_optimized(model: onnx.ModelProto, level: str,
+                     folder: Path) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    """The graph onnxruntime saves after optimizing, its weights left in a side file (in the
+    private `folder`, never read back: read_model cuts the reference)."""
+    source, synthetic = _runnable_bytes(model)
+    saved = folder / "optimized.onnx"
+    _optimize(source, folder, level, saved)
+    del source
+    tensors = f"{synthetic} weight tensor{'' if synthetic == 1 else 's'}"
+    notes = (f"optimized with synthetic values in {tensors} (graphmem never reads weights;"
+             " values do not change memory)",) if synthetic else ()
+    return read_model(saved), notes
+
+
+def _import_through_proxy(saved: onnx.ModelProto, folder: Path,
+                          input_dims: Mapping[str, int] | None
+                          ) -> tuple[Graph, dict[str, PlanShape | None]]:
+    """graphmem's graph of the saved model: shapes from the stand-ins, real nodes put back."""
+    proxy, originals = shape_proxy(saved)
+    proxy_path = folder / "proxy.onnx"
+    onnx.save(proxy, str(proxy_path))
+    imported = import_onnx(proxy_path)
+    if input_dims and _unknown(imported.graph):
+        retry = import_onnx(proxy_path, input_dims=input_dims)
+        if _unknown(retry.graph) < _unknown(imported.graph):
+            imported = retry
+    restore_nodes(imported.graph, originals)
+    return imported.graph, ort_plan_shapes(proxy)
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of every tensor the model holds or names, inline or not, from dims and element
+    type: initializers, Constant values and tensor attributes, subgraphs included (the
+    weightless copy fills each one the file leaves empty, so this bounds what it allocates)."""
+    return sum(tensor_bytes(tensor) for _, tensor in model_tensors(model))
+
+
+def _unknown(graph: Graph) -> int:
+    return sum(1 for n in graph.nodes for v in n.outputs if not v.shape_known)
+
+
+# ----- running onnxruntime's optimizer ---------------------------------------------------------
+
+
+def weightless_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy onnxruntime can load without any file: every tensor that holds no data of its own
+    (external data cut off, large payloads dropped) filled with synthetic values of its dims and
+    dtype; the small inline ones kept. Returns the copy and the count of tensors filled."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    rng = np.random.default_rng(0)
+    filled = 0
+    for _, tensor in model_tensors(copy):
+        if not has_inline_data(tensor):
+            _fill_synthetic(tensor, rng)
+            filled += 1
+    return copy, filled
+
+
+def _fill_synthetic(tensor: onnx.TensorProto, rng: np.random.Generator) -> None:
+    """Small nonzero floats (onnxruntime drops an Add of zeros or a Mul by ones:
+    NoopElimination), zeros for integers, booleans and packed types, empty strings."""
+    clear_tensor_data(tensor)
+    numel = tensor_numel(tensor)
+    if tensor.data_type == onnx.TensorProto.STRING:
+        tensor.string_data.extend([b""] * numel)
+        return
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    if dtype.kind in "iub" or tensor.data_type in PACKED_TYPES:
+        tensor.raw_data = bytes(raw_data_bytes(tensor))
+        return
+    values = rng.random(numel, dtype=np.float32)
+    values *= 0.02
+    values += 0.01
+    tensor.raw_data = values.astype(dtype, copy=False).tobytes()
+
+
+def _optimize(source: bytes, folder: Path, level: str, saved: Path) -> None:
+    """Create a CPU session at `level` that saves its optimized graph to `saved`; the model
+    comes as bytes, and the only folder onnxruntime is told of is the private `folder`."""
+    from graphmem.verify.runners.onnxruntime_runner import quiet_onnxruntime
+
+    quiet_onnxruntime()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = LEVELS[level]
+    options.optimized_model_filepath = str(saved)
+    options.log_severity_level = 4  # fatal only: a failure becomes the refusal note, not a log line
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry(
+        "session.model_external_initializers_file_folder_path", str(folder.resolve()))
+    # the saved graph's weights go to a side file, never read back (only their shapes are)
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", "optimized.onnx.data")
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
+        text = str(error).strip().splitlines()
+        raise OptimizationRefused(f"not optimized offline: onnxruntime could not load the model"
+                                  f" ({text[0][:200] if text else type(error).__name__});"
+                                  " planned the graph as written") from None
+
+
+def _runnable_bytes(model: onnx.ModelProto) -> tuple[bytes, int]:
+    """The weightless copy's bytes as onnxruntime can read them, and the count of tensors
+    filled; the copy itself is dropped before the session holds its own (a model's size)."""
+    from graphmem.verify.runners.onnxruntime_runner import max_ir_version
+
+    copy, filled = weightless_copy(model)
+    supported = max_ir_version()
+    if supported is not None and copy.ir_version > supported:
+        # a newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same
+        copy.ir_version = supported
+    return copy.SerializeToString(), filled
+
+
+# ----- the shape proxy -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OriginalNode:
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    attributes: dict
+
+
+def shape_proxy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, OriginalNode]]:
+    """A copy whose contrib nodes are standard ops of the same output shapes; the originals
+    by node name (names made unique where the saved graph leaves them empty)."""
+    proxy = onnx.ModelProto()
+    proxy.CopyFrom(model)
+    block = _nchwc_block(proxy)
+    channels = _known_channels(model)
+    originals: dict[str, OriginalNode] = {}
+    used: set[str] = set()
+    for index, node in enumerate(proxy.graph.node):
+        if not node.name or node.name in used:
+            node.name = f"{node.op_type}_{index}_ort"
+        used.add(node.name)
+        if node.domain not in (MS, NCHWC) and node.op_type not in ORT_ONNX_DOMAIN_OPS:
+            continue
+        original = OriginalNode(node.op_type, node.domain, tuple(node.input),
+                                {a.name: helper.get_attribute_value(a) for a in node.attribute})
+        if _rewrite(node, proxy.graph, block, channels):
+            originals[node.name] = original
+    return proxy, originals
+
+
+# Standard attributes each stand-in keeps.
+_CONV_ATTRS = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
+_POOL_ATTRS = {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides",
+               "storage_order", "count_include_pad"}
+
+
+def _rewrite(node: onnx.NodeProto, graph: onnx.GraphProto, block: int,
+             channels: Mapping[str, int]) -> bool:
+    """Turn one contrib node into its shape stand-in; False: left as it is."""
+    kind = (node.domain, node.op_type)
+    if kind in ((NCHWC, "Conv"), (MS, "FusedConv")):
+        _standard(node, "Conv", _CONV_ATTRS, keep_inputs=3)
+    elif kind == (MS, "FusedGemm"):
+        _standard(node, "Gemm", {"alpha", "beta", "transA", "transB"}, keep_inputs=3)
+    elif node.domain == NCHWC and node.op_type in ("MaxPool", "AveragePool",
+                                                   "GlobalMaxPool", "GlobalAveragePool"):
+        _standard(node, node.op_type, _POOL_ATTRS if "Global" not in node.op_type else set())
+        if node.op_type == "AveragePool":
+            _drop_attrs(node, {"storage_order", "dilations"})
+        if node.op_type == "MaxPool":
+            _drop_attrs(node, {"count_include_pad"})
+    elif node.op_type in ORT_ONNX_DOMAIN_OPS and node.domain in ("", "ai.onnx"):
+        return _single_output(node) and _standard_norm(node)
+    elif kind in ((MS, "QuickGelu"), (MS, "Gelu")) or (
+            kind == (MS, "FastGelu") and len(node.input) == 1):
+        _standard(node, "Sigmoid", set(), keep_inputs=1)  # elementwise: the input's shape
+    elif kind in ((MS, "BiasGelu"), (MS, "FastGelu"), (MS, "SkipLayerNormalization"),
+                  (MS, "SkipSimplifiedLayerNormalization")):
+        if not _single_output(node):
+            return False
+        _standard(node, "Add", set(), keep_inputs=2)  # input + bias/skip, broadcast
+    elif kind == (MS, "FusedMatMul"):
+        return _fused_matmul(node)
+    elif kind == (NCHWC, "ReorderInput"):
+        return _reorder_input(node, graph, block, channels.get(node.input[0]))
+    elif kind == (NCHWC, "ReorderOutput"):
+        return _reorder_output(node, graph)
+    else:
+        return False  # onnxruntime's symbolic inference knows the rest (Gelu, SkipLayerNorm...)
+    return True
+
+
+def _single_output(node: onnx.NodeProto) -> bool:
+    return not any(node.output[1:])
+
+
+def _standard_norm(node: onnx.NodeProto) -> bool:
+    """SimplifiedLayerNormalization (RMSNorm, onnxruntime's op in the ONNX domain, unknown to
+    onnx's inference): the shape of LayerNormalization over the same axis."""
+    _standard(node, "LayerNormalization", {"axis", "epsilon", "stash_type"}, keep_inputs=2)
+    return True
+
+
+def _standard(node: onnx.NodeProto, op_type: str, keep: set[str], keep_inputs: int = 99) -> None:
+    node.op_type = op_type
+    node.domain = ""
+    _drop_attrs(node, {a.name for a in node.attribute} - keep)
+    del node.input[keep_inputs:]
+
+
+def _drop_attrs(node: onnx.NodeProto, names: set[str]) -> None:
+    kept = [a for a in node.attribute if a.name not in names]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+
+
+def _fused_matmul(node: onnx.NodeProto) -> bool:
+    """FusedMatMul(A, B) = alpha * op(A) @ op(B): the shape of an Einsum with the transposes."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
+        return False
+    left = "...ji" if attrs.get("transA", 0) else "...ij"
+    right = "...kj" if attrs.get("transB", 0) else "...jk"
+    node.op_type, node.domain = "Einsum", ""
+    del node.attribute[:]
+    node.attribute.append(helper.make_attribute("equation", f"{left},{right}->...ik"))
+    return True
+
+
+def _reorder_input(node: onnx.NodeProto, graph: onnx.GraphProto, block: int,
+                   channels: int | None) -> bool:
+    """NCHW [N, C, H, W] -> [N, C rounded up to the NCHWc block, H, W]: a Pad of the
+    channels (NCHW inputs with a known channel count only)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("channels_last", 0) or channels is None:
+        return False
+    pad = -(-channels // block) * block - channels
+    name = f"{node.name}_graphmem_pads"
+    graph.initializer.append(numpy_helper.from_array(
+        np.array([0, 0, 0, 0, 0, pad, 0, 0], dtype=np.int64), name))
+    node.op_type, node.domain = "Pad", ""
+    del node.attribute[:]
+    node.input.append(name)
+    return True
+
+
+def _reorder_output(node: onnx.NodeProto, graph: onnx.GraphProto) -> bool:
+    """[N, C padded, H, W] -> [N, channels, H, W]: a Slice of the channels (NCHW only)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("channels_last", 0) or "channels" not in attrs:
+        return False
+    names = [f"{node.name}_graphmem_{k}" for k in ("starts", "ends", "axes")]
+    for name, value in zip(names, (0, int(attrs["channels"]), 1), strict=True):
+        graph.initializer.append(numpy_helper.from_array(np.array([value], dtype=np.int64),
+                                                         name))
+    node.op_type, node.domain = "Slice", ""
+    del node.attribute[:]
+    node.input.extend(names)
+    return True
+
+
+def _known_channels(model: onnx.ModelProto) -> dict[str, int]:
+    """Dim 1 of every tensor onnx's own inference shapes in the saved graph (the inputs of
+    ReorderInput come from standard ops or the graph's inputs)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - onnx raises several types; then no channel is known
+        inferred = model
+    graph = inferred.graph
+    channels = {}
+    for info in [*graph.input, *graph.value_info]:
+        dims = info.type.tensor_type.shape.dim
+        if len(dims) > 1 and dims[1].HasField("dim_value"):
+            channels[info.name] = int(dims[1].dim_value)
+    return channels
+
+
+def _nchwc_block(model: onnx.ModelProto) -> int:
+    """The NCHWc block (8 channels with AVX2, 16 with AVX-512F): the gcd of the filter
+    counts of the reordered nchwc Conv weights, which onnxruntime pads to the block."""
+    weights = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    counts = [weights[n.input[1]][0] for n in model.graph.node
+              if n.domain == NCHWC and n.op_type == "Conv" and n.input[1] in weights]
+    block = 0
+    for count in counts:
+        block = int(np.gcd(block, count))
+    return 16 if block % 16 == 0 and block else 8
+
+
+# ----- putting the real nodes back -------------------------------------------------------------
+
+
+def restore_nodes(graph: Graph, originals: Mapping[str, OriginalNode]) -> None:
+    """The real op type, domain, attributes and inputs on each node the proxy replaced."""
+    for node in graph.nodes:
+        original = originals.get(node.name)
+        if original is None:
+            continue
+        for value in node.present_inputs:
+            if node in value.consumers:
+                value.consumers.remove(node)
+        node.op_type, node.domain = original.op_type, original.domain
+        node.attributes = {k: _attribute(v) for k, v in original.attributes.items()}
+        node.inputs = [graph.values.get(name) if name else None for name in original.inputs]
+        for value in node.present_inputs:
+            value.consumers.append(node)
+    _drop_unused_proxy_values(graph)
+
+
+def _attribute(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _drop_unused_proxy_values(graph: Graph) -> None:
+    for name in [n for n in graph.values if "_graphmem_" in n]:
+        if not graph.values[name].consumers:
+            del graph.values[name]
+
+
+def describe(node: Node) -> str:
+    return f"{node.domain}.{node.op_type}" if node.domain else node.op_type

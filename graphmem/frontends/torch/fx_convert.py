@@ -1,0 +1,255 @@
+"""Convert a traced aten-level FX graph into graphmem's IR.
+
+Memory semantics come from the op schemas: an output whose schema alias annotation matches an
+argument (views, in-place ops) is an alias of that argument and allocates nothing. FLOPs come
+from PyTorch's own FlopCounterMode formulas where it has one, else from graphmem's per-element
+conventions (see torch_costs); an op neither knows is reported as unsupported.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.frontends.torch.costs import imported_cost
+from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
+
+_DTYPES = {
+    torch.float32: DType.FLOAT32, torch.float16: DType.FLOAT16, torch.bfloat16: DType.BFLOAT16,
+    torch.float64: DType.FLOAT64, torch.int64: DType.INT64, torch.int32: DType.INT32,
+    torch.int16: DType.INT16, torch.int8: DType.INT8, torch.uint8: DType.UINT8,
+    torch.bool: DType.BOOL, torch.complex64: DType.COMPLEX64,
+}
+
+
+def graph_from_trace(traced: TracedStep, name: str) -> Graph:
+    converter = _Converter(traced)
+    for fx_node in traced.graph_module.graph.nodes:
+        converter.visit(fx_node)
+    graph = Graph(
+        name=name,
+        nodes=converter.nodes,
+        values=converter.values,
+        inputs=[v for v in converter.placeholders if v.role is Role.INPUT],
+        outputs=converter.outputs,
+        source_format="torch.fx",
+    )
+    _assign_training_roles(graph, converter.phases)
+    _attribute_backward_nodes(graph, converter.phases)
+    _assign_eager_lifetimes(converter, traced.released_after)
+    return graph
+
+
+def _attribute_backward_nodes(graph: Graph, phases: dict[Node, str]) -> None:
+    """Backward and optimizer nodes run outside module calls: attribute each to the module of
+    a parameter it reads (`stem.weight` -> `stem`), else of a forward tensor it reads (what
+    autograd saved), else of any tensor it reads."""
+    for node in graph.nodes:
+        if node.module_path or phases.get(node, "forward") == "forward":
+            continue
+        owners = [_owner(value, phases) for value in node.present_inputs]
+        ranked = sorted((rank, path) for rank, path in owners if path)
+        if ranked:
+            node.module_path = ranked[0][1]
+
+
+def _owner(value: Value, phases: dict[Node, str]) -> tuple[int, str]:
+    """(preference, module path): parameters first, then forward tensors, then the rest."""
+    if value.role is Role.PARAMETER:
+        return 0, value.name.rpartition(".")[0]
+    producer = value.storage.producer
+    if producer is None:
+        return 3, ""
+    return (1 if phases.get(producer) == "forward" else 2), producer.module_path
+
+
+def _assign_eager_lifetimes(converter: _Converter, released_after: dict[str, str]) -> None:
+    """`released_after` names the fx node last traced when eager dropped a tensor; that is
+    often a `getitem` unpacking a multi-output op (native_layer_norm's output, mean, rstd),
+    which is no IR node: the tensor is held until the IR node at or before it."""
+    for fx_name, value in converter.fx_values.items():
+        holder = converter.ir_node_at.get(released_after.get(fx_name, ""))
+        if holder is not None:
+            value.held_until = holder
+
+
+class _Converter:
+    def __init__(self, traced: TracedStep) -> None:
+        self.traced = traced
+        self.env: dict[torch.fx.Node, Any] = {}  # fx node -> Value, or a list for tuples
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.placeholders: list[Value] = []
+        self.outputs: list[Value] = []
+        self.phases: dict[Node, str] = {}
+        self.fx_values: dict[str, Value] = {}  # fx node name -> the value it stands for
+        # fx node name -> the last IR node made at or before it (None before the first)
+        self.ir_node_at: dict[str, Node | None] = {}
+
+    def visit(self, fx_node: torch.fx.Node) -> None:
+        if fx_node.op == "placeholder":
+            self._placeholder(fx_node)
+        elif fx_node.op == "get_attr":
+            self.env[fx_node] = self._value(fx_node.name, fx_node.meta.get("val"), Role.CONSTANT)
+        elif fx_node.op == "call_function" and fx_node.target is operator.getitem:
+            parent, index = fx_node.args
+            self.env[fx_node] = self.env[parent][index]  # type: ignore[index]
+            if isinstance(self.env[fx_node], Value):
+                self.fx_values[fx_node.name] = self.env[fx_node]
+        elif fx_node.op == "call_function":
+            self._call(fx_node)
+        elif fx_node.op == "output":
+            self.outputs = [v for v in _leaves(fx_node.args, self.env) if v is not None]
+            for value in self.outputs:
+                if value.role is Role.ACTIVATION:
+                    value.role = Role.OUTPUT
+        self.ir_node_at[fx_node.name] = self.nodes[-1] if self.nodes else None
+
+    def _placeholder(self, fx_node: torch.fx.Node) -> None:
+        role, label = self.traced.leaf_roles[len(self.placeholders)]
+        value = self._value(label, fx_node.meta.get("val"), role)
+        self.placeholders.append(value)
+        self.env[fx_node] = value
+
+    def _value(self, name: str, meta: Any, role: Role) -> Value:
+        unique = name if name not in self.values else f"{name}#{len(self.values)}"
+        if isinstance(meta, torch.Tensor):
+            shape = tuple(SymInt.const(int(d)) for d in meta.shape)
+            value = Value(unique, _DTYPES.get(meta.dtype, DType.UNKNOWN), shape, role)
+        else:
+            value = Value(unique, DType.UNKNOWN, (), role)
+        self.values[unique] = value
+        return value
+
+    def _call(self, fx_node: torch.fx.Node) -> None:
+        target = fx_node.target
+        custom = fx_node.meta.get("custom", {})
+        node = Node(
+            name=fx_node.name,
+            op_type=str(target),
+            inputs=[v for v in _leaves((fx_node.args, fx_node.kwargs), self.env) if v is not None],
+            outputs=[],
+            domain="aten",
+            module_path=str(custom.get(MODULE_KEY, "")),
+        )
+        for value in dict.fromkeys(node.present_inputs):
+            value.consumers.append(node)
+        self.env[fx_node] = self._outputs(fx_node, node)
+        if isinstance(self.env[fx_node], Value):
+            self.fx_values[fx_node.name] = self.env[fx_node]
+        node.imported_cost = imported_cost(fx_node)
+        self.phases[node] = str(custom.get(PHASE_KEY, "forward"))
+        self.nodes.append(node)
+
+    def _outputs(self, fx_node: torch.fx.Node, node: Node) -> Any:
+        meta = fx_node.meta.get("val")
+        aliases = _output_aliases(fx_node)
+        if isinstance(meta, list | tuple):
+            made = [self._output(fx_node, node, f"{fx_node.name}.{i}", m, aliases.get(i))
+                    for i, m in enumerate(meta)]
+            return made
+        return self._output(fx_node, node, fx_node.name, meta, aliases.get(0))
+
+    def _output(self, fx_node: torch.fx.Node, node: Node, name: str, meta: Any,
+                alias_arg: Any) -> Value | None:
+        if not isinstance(meta, torch.Tensor):
+            return None
+        value = self._value(name, meta, Role.ACTIVATION)
+        value.producer = node
+        if alias_arg is not None:
+            base = self.env.get(alias_arg) if isinstance(alias_arg, torch.fx.Node) else None
+            value.alias_of = base if isinstance(base, Value) else None
+        node.outputs.append(value)
+        return value
+
+
+def _leaves(tree: Any, env: dict[torch.fx.Node, Any]) -> list[Value | None]:
+    values: list[Value | None] = []
+    for leaf in torch.utils._pytree.tree_leaves(tree):
+        if isinstance(leaf, torch.fx.Node):
+            mapped = env.get(leaf)
+            values.extend(mapped if isinstance(mapped, list) else [mapped])
+    return values
+
+
+# Ops whose schema declares a fresh tensor although the result shares its input's storage
+# (autograd treats them as non-views): `_unsafe_view` reshapes a just-made temporary.
+STORAGE_SHARING_OPS = frozenset({"_unsafe_view"})
+
+
+def _output_aliases(fx_node: torch.fx.Node) -> dict[int, Any]:
+    """Output index -> the fx argument it aliases (views and in-place results)."""
+    schema = getattr(fx_node.target, "_schema", None)
+    if schema is None:
+        return {}
+    packet = getattr(fx_node.target, "overloadpacket", None)
+    if packet is not None and packet.__name__ in STORAGE_SHARING_OPS:
+        return {0: fx_node.args[0]}
+    if len(schema.returns) == 1 and isinstance(fx_node.meta.get("val"), list | tuple):
+        # one returned list (split, unbind, chunk): every element aliases like the list does
+        info = schema.returns[0].alias_info
+        base = _aliased_argument(fx_node, schema, info)
+        count = len(fx_node.meta["val"])
+        return dict.fromkeys(range(count), base) if base is not None else {}
+    arg_by_set: dict[frozenset[str], Any] = {}
+    for position, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.before_set:
+            value = _argument(fx_node, position, argument.name)
+            arg_by_set[frozenset(argument.alias_info.before_set)] = value
+    aliases: dict[int, Any] = {}
+    for index, returned in enumerate(schema.returns):
+        info = returned.alias_info
+        if info is not None and frozenset(info.before_set) in arg_by_set:
+            aliases[index] = arg_by_set[frozenset(info.before_set)]
+    return aliases
+
+
+def _aliased_argument(fx_node: torch.fx.Node, schema: Any, info: Any) -> Any:
+    """The argument a returned list's elements alias: `Tensor(a -> *) self` in split's schema.
+
+    The list's own annotation carries no set (its elements do, which pybind does not expose),
+    so the argument annotated as flowing into the wildcard set is the base.
+    """
+    if info is None:
+        return None
+    for position, argument in enumerate(schema.arguments):
+        arg_info = argument.alias_info
+        if arg_info is None or arg_info.is_write:
+            continue
+        if "*" in arg_info.after_set or set(arg_info.before_set) & set(info.before_set):
+            return _argument(fx_node, position, argument.name)
+    return None
+
+
+def _argument(fx_node: torch.fx.Node, position: int, name: str) -> Any:
+    if position < len(fx_node.args):
+        return fx_node.args[position]
+    return fx_node.kwargs.get(name)
+
+
+def _assign_training_roles(graph: Graph, phases: dict[Node, str]) -> None:
+    """Label tensors by the phase that makes them and the phases that read them.
+
+    A tensor read through a view counts as read by the view's readers.
+    """
+    readers: dict[Value, set[str]] = {}
+    for value in graph.values.values():
+        phases_reading = {phases.get(c, "forward") for c in value.consumers}
+        readers.setdefault(value.storage, set()).update(phases_reading)
+    for node in graph.nodes:
+        for value in node.outputs:
+            if value.alias_of is None and value.role is Role.ACTIVATION:
+                value.role = _role_for(phases.get(node, "forward"), readers.get(value, set()))
+
+
+def _role_for(phase: str, readers: set[str]) -> Role:
+    if phase == "forward":
+        return Role.SAVED_ACTIVATION if "backward" in readers else Role.ACTIVATION
+    if phase == "backward":
+        return Role.GRADIENT if "optimizer" in readers else Role.ACTIVATION_GRADIENT
+    return Role.TEMPORARY

@@ -1,0 +1,368 @@
+"""Trace a PyTorch model with fake tensors into one aten-level FX graph.
+
+Inference traces the forward under no_grad in eval mode. Training traces ONE graph for the
+whole step: forward and loss (under autocast for AMP), backward through the real autograd
+graph (torch.autograd.grad), and the optimizer update as torch implements it (its functional
+foreach implementation, the default on CUDA), in the steady state: optimizer state exists
+before the step, as from step 2 on. No weight is ever materialized: parameters are fake.
+
+Every node is annotated with its phase (forward / backward / optimizer) and the module path
+that was running when it was traced. And every tensor's eager lifetime is recorded: the fake
+tensors flowing through the model's Python code are referenced exactly as real ones would be
+(local variables, autograd's saved tensors), so the moment CPython drops the last reference to
+one is the moment eager PyTorch would free it. A weakref finalizer notes the graph node that
+was last traced at that moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.optim.adam import adam as adam_update
+from torch.optim.adamw import adamw as adamw_update
+from torch.optim.sgd import sgd as sgd_update
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from graphmem.core.ir import Role
+from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.autocast import CudaAutocastPolicy
+from graphmem.frontends.torch.loader import TensorSpec
+
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+STATE_SLOTS = {"sgd": (), "momentum": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"),
+               "adamw": ("exp_avg", "exp_avg_sq")}
+AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+PHASE_KEY = "graphmem_phase"
+MODULE_KEY = "graphmem_module"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    optimizer: str = "adam"
+    amp: str | None = None  # "fp16" | "bf16"
+    # whose autocast op lists the trace follows: "cuda" (the GPU graphmem predicts for) or
+    # "cpu" (to compare with a real CPU step); see graphmem/frontends/torch/autocast.py
+    amp_policy: str = "cuda"
+    # micro-batches per optimizer step; above 1 the traced step is the last micro-batch, whose
+    # parameters' .grad already hold the earlier micro-batches' sums (AccumulateGrad adds into
+    # them in place), so the gradients exist from the start of the step
+    grad_accum: int = 1
+    loss: Callable[..., torch.Tensor] | None = None  # loss(output) -> scalar; default CE
+
+
+@dataclass
+class TracedStep:
+    graph_module: torch.fx.GraphModule
+    leaf_roles: list[tuple[Role, str]]  # one per placeholder, in order: role and a label
+    mode: str  # "inference" | "training"
+    # fx node name -> the fx node last traced when eager PyTorch dropped that tensor
+    released_after: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class _EagerLifetimes(TorchDispatchMode):
+    """Notes when the Python object of each op's output dies (when eager frees it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released_after: dict[str, str] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        proxy_mode = get_proxy_mode()
+        if proxy_mode is None:
+            return out
+        for tensor in torch.utils._pytree.tree_leaves(out):
+            if isinstance(tensor, torch.Tensor):
+                slot = get_proxy_slot(tensor, proxy_mode.tracer, None)
+                if slot is not None:
+                    weakref.finalize(tensor, self._released, slot.proxy.node.name,
+                                     proxy_mode.tracer.graph)
+        return out
+
+    def _released(self, name: str, graph: torch.fx.Graph) -> None:
+        last = next(iter(reversed(graph.nodes)), None)
+        if last is not None:
+            self.released_after[name] = last.name
+
+
+def trace_model(
+    model: nn.Module, inputs: list[TensorSpec], train: TrainConfig | None
+) -> TracedStep:
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake_mode:
+        fake_params = [_fake_like(p, requires_grad=train is not None) for p in params.values()]
+        fake_buffers = [_fake_like(b) for b in buffers.values()]
+        fake_inputs = [torch.empty(s.shape, dtype=s.dtype) for s in inputs]
+        slots = STATE_SLOTS[train.optimizer] if train else ()
+        fake_state = [[_fake_like(p) for p in params.values()] for _ in slots]
+    roles = (
+        [(Role.PARAMETER, name) for name in params]
+        + [(Role.BUFFER, name) for name in buffers]
+        + [(Role.OPTIMIZER_STATE, f"{slot}[{name}]") for slot in slots for name in params]
+        + [(Role.INPUT, f"input{i}") for i in range(len(inputs))]
+    )
+    step = _training_step(model, params, buffers, train) if train else _inference_step(
+        model, params, buffers)
+    model.train(train is not None)
+    lifetimes = _EagerLifetimes()
+    with _restored_annotations(), _module_annotations(model), fx_traceback.preserve_node_meta():
+        graph_module = _make_fx(_observed(step, lifetimes), fake_params, fake_buffers,
+                                fake_state, fake_inputs)
+    return TracedStep(graph_module, roles, "training" if train else "inference",
+                      released_after=dict(lifetimes.released_after))
+
+
+def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        with lifetimes:
+            return step(*args)
+
+    return run
+
+
+def _fake_like(tensor: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:
+    fake = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return fake.requires_grad_(True) if requires_grad and tensor.is_floating_point() else fake
+
+
+def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+    try:
+        with _quiet_fake_tensor_log():
+            return make_fx(step, tracing_mode="fake")(*args)
+    except GraphmemError:
+        raise
+    except Exception as error:  # the user's model: any failure is reported
+        raise GraphmemError(
+            f"tracing the model failed: {type(error).__name__}: {_first_line(error)}; "
+            + _tracing_hint(error)
+        ) from error  # the cause is shown with --debug
+
+
+def _tracing_hint(error: Exception) -> str:
+    text = f"{type(error).__name__} {error}"
+    if any(key in text for key in ("DataDependent", "data-dependent", "DynamicOutputShape",
+                                   "item()", "nonzero")):
+        return ("the model branches on tensor values (if on a tensor, .item(), nonzero), which"
+                " tracing with fake tensors cannot follow: make the branch static")
+    return ("the model rejected the example inputs: check each --input's shape and dtype"
+            " (e.g. 8x3x224x224, or 4x128:int64 for token ids)")
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """FakeTensor logs a traceback for every failing op before raising; the error is enough."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def _inference_step(model: nn.Module, params: dict, buffers: dict) -> Callable[..., Any]:
+    def step(p: list, b: list, state: list, inputs: list) -> Any:
+        with torch.no_grad(), _phase("forward"):
+            output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
+        return tensors_in(output)
+
+    return step
+
+
+def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
+    """Every tensor the model returns, in order: inside tuples, lists, dicts (Hugging Face's
+    ModelOutput) and plain objects such as a KV cache (`DynamicCache`), which make_fx cannot
+    return as they are; the caller holds all of them, so all are graph outputs."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if depth == 0 or output is None or isinstance(output, str | int | float | bool):
+        return []
+    if isinstance(output, dict):
+        items: Any = output.values()
+    elif isinstance(output, list | tuple):
+        items = output
+    elif hasattr(output, "__dict__"):
+        items = vars(output).values()
+    else:
+        return []
+    return [t for item in items for t in tensors_in(item, depth - 1)]
+
+
+def _training_step(
+    model: nn.Module, params: dict, buffers: dict, train: TrainConfig
+) -> Callable[..., Any]:
+    steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
+
+    def step(p: list, b: list, state: list, inputs: list) -> Any:
+        trainable = [t for t in p if t.requires_grad]
+        if train.grad_accum > 1:
+            with _phase("backward"):  # the sums of the earlier micro-batches
+                for t in trainable:
+                    t.grad = torch.zeros_like(t)
+        with _phase("forward"), _autocast(train.amp, train.amp_policy):
+            output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
+            loss = (train.loss or cross_entropy_loss)(output)
+        with _phase("backward"):
+            if train.grad_accum > 1:
+                loss.backward()  # AccumulateGrad: .grad += each gradient as it is made
+                grads = [t.grad for t in trainable]
+            else:
+                grads = list(torch.autograd.grad(loss, trainable))
+        with _phase("optimizer"), torch.no_grad():
+            _optimizer_update(train.optimizer, trainable, grads, state, steps)
+        return loss.detach()
+
+    return step
+
+
+def _state_dict(params: dict, buffers: dict, p: list, b: list) -> dict[str, torch.Tensor]:
+    return {**dict(zip(params, p, strict=True)), **dict(zip(buffers, b, strict=True))}
+
+
+def _first_tensor(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        output = output.get("logits", next(iter(output.values())))
+        return _first_tensor(output)
+    if isinstance(output, list | tuple) and output:
+        return _first_tensor(output[0])
+    raise GraphmemError("the model's output holds no tensor to compute a loss from;"
+                        " pass a loss callable")
+
+
+def cross_entropy_loss(output: Any) -> torch.Tensor:
+    """Cross-entropy over the last dim against integer targets (the default training loss)."""
+    logits = _first_tensor(output)
+    if logits.dim() < 2:
+        return logits.float().sum()
+    flat = logits.reshape(-1, logits.shape[-1])
+    target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
+    return nn.functional.cross_entropy(flat, target)
+
+
+def _optimizer_update(name: str, params: list, grads: list, state: list, steps: list) -> None:
+    steps = steps[: len(params)]
+    if name in ("sgd", "momentum"):
+        buffers = state[0] if state else [None] * len(params)
+        sgd_update(params, grads, buffers, foreach=True, weight_decay=0.0,
+                            momentum=0.9 if name == "momentum" else 0.0, lr=0.01,
+                            dampening=0.0, nesterov=False, maximize=False)
+        return
+    update = adamw_update if name == "adamw" else adam_update
+    update(params, grads, state[0], state[1], [], steps, foreach=True, capturable=False,
+           amsgrad=False, beta1=0.9, beta2=0.999, lr=1e-3,
+           weight_decay=0.01 if name == "adamw" else 0.0, eps=1e-8, maximize=False)
+
+
+@contextlib.contextmanager
+def _autocast(amp: str | None, policy: str) -> Iterator[None]:
+    if amp is None:
+        yield
+        return
+    # CPU autocast: its lower-precision list matches CUDA's for matmul, linear and conv; the
+    # ops CUDA runs in fp32 on top of it come from CudaAutocastPolicy.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast("cpu", dtype=AMP_DTYPES[amp]))
+        if policy == "cuda":
+            stack.enter_context(CudaAutocastPolicy())
+        yield
+
+
+@contextlib.contextmanager
+def _restored_annotations() -> Iterator[None]:
+    """Put fx's global annotations back as they were, whatever happened in the trace.
+
+    A model that raises inside a module unwinds the phase annotation before the module
+    hooks' ones are closed; each annotate() restores what it saw on entry, so closing them out
+    of order would leave this trace's phase and module on every node of the next trace."""
+    meta = fx_traceback.current_meta
+    had_custom = "custom" in meta
+    saved = dict(meta.get("custom", {}))
+    try:
+        yield
+    finally:
+        meta = fx_traceback.current_meta
+        if had_custom:
+            meta["custom"] = saved
+        else:
+            meta.pop("custom", None)
+
+
+@contextlib.contextmanager
+def _phase(name: str) -> Iterator[None]:
+    with fx_traceback.annotate({PHASE_KEY: name}):
+        yield
+
+
+# the annotation stacks of the traces running now, innermost last (see module_scope_guard)
+_ANNOTATION_STACKS: list[list[contextlib.ExitStack]] = []
+
+
+@contextlib.contextmanager
+def module_scope_guard() -> Iterator[None]:
+    """Close the module annotations a block opened and left open on the way out.
+
+    Non-reentrant checkpointing stops a recomputation early by raising inside a module's
+    forward, so that module's forward hook never runs; without this its path would label the
+    rest of the backward pass (graphmem/frontends/torch/checkpoint.py wraps recomputation).
+    """
+    stack = _ANNOTATION_STACKS[-1] if _ANNOTATION_STACKS else []
+    depth = len(stack)
+    try:
+        yield
+    finally:
+        while len(stack) > depth:
+            stack.pop().close()
+
+
+@contextlib.contextmanager
+def _module_annotations(model: nn.Module) -> Iterator[None]:
+    """Annotate every traced node with the path of the module running when it was made."""
+    stack: list[contextlib.ExitStack] = []
+
+    def enter(path: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            scope = contextlib.ExitStack()
+            scope.enter_context(fx_traceback.annotate({MODULE_KEY: path}))
+            stack.append(scope)
+
+        return hook
+
+    def leave(*_: Any) -> None:
+        if stack:
+            stack.pop().close()
+
+    handles = []
+    for path, module in model.named_modules():
+        if path:
+            handles.append(module.register_forward_pre_hook(enter(path)))
+            handles.append(module.register_forward_hook(leave))
+    _ANNOTATION_STACKS.append(stack)
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        while stack:  # a hook that never ran must not label the next trace
+            stack.pop().close()
+        _ANNOTATION_STACKS.remove(stack)

@@ -1,0 +1,113 @@
+"""Fused attention: ONNX Attention (opset 23) and ORT's com.microsoft fusions.
+
+One formula for all of them, as FlopCounterMode's scaled-dot-product-attention formula:
+    Q [b, h, s, dq] @ K^T [b, h, dq, l] -> scores [b, h, s, l]: b*h*s*l*dq MACs = l * numel(Q)
+    P [b, h, s, l] @ V [b, h, l, dv]    -> out [b, h, s, dv]:   b*h*s*l*dv MACs = l * numel(out)
+FLOPs = 2 * MACs + the softmax and the 1/sqrt(d) scale on each of the b*h*s*l scores
+(FlopCounterMode counts only the two matmuls). Masking and causality are not subtracted: the
+kernels that skip masked blocks are an optimisation, the arithmetic defined is the full one.
+com.microsoft Attention also projects its input to Q, K, V with one weight: + those MACs.
+"""
+
+from __future__ import annotations
+
+from graphmem.core.ir import Node, Value
+from graphmem.core.symbolic import SymInt, product
+from graphmem.ops.normalization import SOFTMAX_FLOPS_PER_ELEMENT
+from graphmem.ops.registry import (
+    OpCost,
+    input_numel,
+    known_dim,
+    known_rank,
+    output_numel,
+    register,
+)
+
+MS_DOMAIN = "com.microsoft"
+SCORE_FLOPS = SOFTMAX_FLOPS_PER_ELEMENT + 1  # softmax, and the scale by 1/sqrt(d)
+
+
+def attention_cost(
+    query_numel: SymInt, output_numel: SymInt, query_rows: SymInt, key_length: SymInt
+) -> OpCost:
+    """query_rows = b*h*s, the rows of the score matrix; key_length = l (past included)."""
+    macs = key_length * (query_numel + output_numel)
+    return OpCost.from_macs(macs) + OpCost.from_flops(query_rows * key_length * SCORE_FLOPS)
+
+
+def heads_attr(node: Node, name: str) -> SymInt:
+    return SymInt.const(node.attr_int(name, 1))
+
+
+def past_length(past: Value | None, axis: int, node: Node) -> SymInt:
+    return SymInt() if past is None else known_dim(past, axis, node)
+
+
+@register("Attention")
+def onnx_attention(node: Node) -> OpCost:
+    # Q [b, hq, s, dq] or [b, s, hq*dq]; K [b, hkv, l, dq] or [b, l, hkv*dq]; past_key (input
+    # 4) [b, hkv, p, dq]. Grouped KV heads (hkv < hq) change the bytes, not the MACs.
+    query = node.input(0)
+    if known_rank(query, node) == 4:
+        query_rows = product(known_dim(query, axis, node) for axis in (0, 1, 2))
+    else:
+        query_rows = known_dim(query, 0, node) * known_dim(query, 1, node)
+        query_rows = query_rows * heads_attr(node, "q_num_heads")
+    key = node.input(1)
+    key_length = known_dim(key, 2 if known_rank(key, node) == 4 else 1, node)
+    key_length = key_length + past_length(node.input(4), 2, node)
+    return attention_cost(input_numel(node, 0), output_numel(node), query_rows, key_length)
+
+
+def multi_head_key_length(node: Node) -> SymInt:
+    # key [b, l, d], [b, h, l, dh] (BNSH), packed KV [b, l, h, 2, dh], or absent when the
+    # query packs Q, K and V [b, s, h, 3, dh]; past_key (input 6) is [b, h, p, dh]
+    key = node.input(1)
+    if key is None:
+        length = known_dim(node.input(0), 1, node)
+    else:
+        length = known_dim(key, 2 if known_rank(key, node) == 4 else 1, node)
+    return length + past_length(node.input(6), 2, node)
+
+
+@register("MultiHeadAttention", domain=MS_DOMAIN)
+def multi_head_attention(node: Node) -> OpCost:
+    # query [b, s, h*dq] or packed QKV [b, s, h, 3, dh] (its Q third); out [b, s, h*dv]
+    query = node.input(0)
+    query_numel = input_numel(node, 0)
+    if known_rank(query, node) == 5:
+        query_numel = query_numel.scaled(1, 3)
+    tokens = known_dim(query, 0, node) * known_dim(query, 1, node)
+    query_rows = tokens * heads_attr(node, "num_heads")
+    key_length = multi_head_key_length(node)
+    return attention_cost(query_numel, output_numel(node), query_rows, key_length)
+
+
+@register("Attention", domain=MS_DOMAIN)
+def microsoft_attention(node: Node) -> OpCost:
+    # input [b, s, d_in] @ weights [d_in, dq + dk + dv] -> QKV: numel(input) * (dq+dk+dv) MACs
+    # then attention over l = s + p keys, past (input 4) [2, b, h, p, dh]; out [b, s, dv]
+    weights_width = known_dim(node.input(1), 1, node)
+    projection = OpCost.from_macs(input_numel(node, 0) * weights_width)
+    hidden_sizes = node.attr_ints("qkv_hidden_sizes")
+    query_width = SymInt.const(hidden_sizes[0]) if hidden_sizes else weights_width.scaled(1, 3)
+    tokens = known_dim(node.input(0), 0, node) * known_dim(node.input(0), 1, node)
+    key_length = known_dim(node.input(0), 1, node) + past_length(node.input(4), 3, node)
+    query_rows = tokens * heads_attr(node, "num_heads")
+    attention = attention_cost(tokens * query_width, output_numel(node), query_rows, key_length)
+    return projection + attention
+
+
+@register("GroupQueryAttention", domain=MS_DOMAIN)
+def group_query_attention(node: Node) -> OpCost:
+    # query [b, s, h*dh] (or packed [b, s, (h + 2*hkv)*dh] with no key); out [b, s, h*dh]:
+    # numel(Q) = numel(out). Keys: key [b, l, hkv*dh] (or s when packed) + past_key (input 3)
+    # [b, hkv, p, dh]. A past buffer shared with present is sized to the maximum length: then
+    # this is an upper bound (the kernel attends to total_sequence_length, a runtime value).
+    query = node.input(0)
+    key = node.input(1)
+    tokens = known_dim(query, 0, node) * known_dim(query, 1, node)
+    new_keys = known_dim(query if key is None else key, 1, node)
+    key_length = new_keys + past_length(node.input(3), 2, node)
+    query_rows = tokens * heads_attr(node, "num_heads")
+    return attention_cost(output_numel(node), output_numel(node), query_rows, key_length)

@@ -1,0 +1,255 @@
+"""Contractions: MatMul, Gemm, Conv, ConvTranspose, their quantized forms and Einsum.
+
+Convention: FLOPs = 2 * MACs exactly, as PyTorch's FlopCounterMode counts them. A bias add
+(Gemm's C, Conv's B), Gemm's alpha/beta scaling and the requantisation of QLinear* outputs are
+O(outputs), not O(outputs * k), and are not counted: FlopCounterMode ignores them too (addmm
+costs what mm costs), so the two tools agree to the FLOP on the ops that dominate a model.
+
+Every contraction here is `numel(output) * (length of the reduced axis)` MACs; the output shape
+(from shape inference) already holds broadcasting, groups, strides, padding and dilation.
+"""
+
+from __future__ import annotations
+
+from graphmem.core.ir import Node, Value
+from graphmem.core.symbolic import SymInt, product
+from graphmem.ops.registry import (
+    BackwardRule,
+    OpCost,
+    ShapeUnknownError,
+    find_rule,
+    input_numel,
+    known_dim,
+    known_rank,
+    known_shape,
+    output_numel,
+    register,
+    register_backward,
+    saved_input,
+)
+
+MS_DOMAIN = "com.microsoft"
+
+
+# ----- matrix products ------------------------------------------------------------------------
+def matmul_macs(node: Node, reduced_dim: SymInt) -> SymInt:
+    # [b, m, k] @ [b, k, n] -> [b, m, n]: b*m*n*k MACs = numel(out) * k
+    # numpy rules: broadcast batch dims are in numel(out); a 1-D operand drops its m or n.
+    return output_numel(node) * reduced_dim
+
+
+def matmul_reduced_dim(node: Node, a_index: int = 0, b_index: int = 1) -> SymInt:
+    # k is A's last dim ([..., m, k] or [k]), or else B's second-to-last ([..., k, n]), or its
+    # only one ([k]): shape inference sometimes knows one and not the other
+    a, b = node.input(a_index), node.input(b_index)
+    if a is not None and a.shape and a.shape[-1] is not None:
+        return a.shape[-1]
+    return known_dim(b, -2 if known_rank(b, node) >= 2 else 0, node)
+
+
+@register("MatMul", "MatMulInteger")
+def matmul(node: Node) -> OpCost:
+    return OpCost.from_macs(matmul_macs(node, matmul_reduced_dim(node)))
+
+
+@register("QLinearMatMul")
+def qlinear_matmul(node: Node) -> OpCost:
+    # inputs: a, a_scale, a_zero_point, b, b_scale, ...
+    return OpCost.from_macs(matmul_macs(node, matmul_reduced_dim(node, 0, 3)))
+
+
+@register("MatMulIntegerToFloat", "DynamicQuantizeMatMul", domain=MS_DOMAIN)
+def microsoft_matmul(node: Node) -> OpCost:
+    # A float or int8 [..., m, k] @ B int8 [k, n], scales and zero points after
+    return matmul(node)
+
+
+@register("MatMulNBits", domain=MS_DOMAIN)
+def matmul_n_bits(node: Node) -> OpCost:
+    # A [..., m, k] @ B packed as n rows of k/block_size blocks: k is a (required) attribute
+    reduced_dim = node.attr_int("K", 0)
+    if reduced_dim <= 0:
+        raise ShapeUnknownError(f"{node.describe()}: no K attribute")
+    return OpCost.from_macs(matmul_macs(node, SymInt.const(reduced_dim)))
+
+
+@register("FusedMatMul", domain=MS_DOMAIN)
+def fused_matmul(node: Node) -> OpCost:
+    # alpha * op(A) @ op(B): A is [..., m, k]; transA reads it as [..., k, m], and with
+    # transBatchA too as [k, ..., m]
+    axis = -1
+    if node.attr_int("transA", 0):
+        axis = 0 if node.attr_int("transBatchA", 0) else -2
+    return OpCost.from_macs(matmul_macs(node, known_dim(node.input(0), axis, node)))
+
+
+@register("Gemm")
+def gemm(node: Node) -> OpCost:
+    # Y = alpha * A' @ B' + beta * C, A' = [m, k] (A = [k, m] when transA): m*n*k MACs.
+    # The C add, alpha and beta are not counted (FlopCounterMode: addmm == mm).
+    reduced_axis = 0 if node.attr_int("transA", 0) else 1
+    return OpCost.from_macs(matmul_macs(node, known_dim(node.input(0), reduced_axis, node)))
+
+
+# ----- convolutions ---------------------------------------------------------------------------
+def weight_fan_in(weight: Value | None, node: Node) -> SymInt:
+    """prod(W.shape[1:]): what one output element of a conv contracts over."""
+    # Conv W: [c_out, c_in/groups, *kernel]; ConvTranspose W: [c_in, c_out/groups, *kernel]
+    return product(known_shape(weight, node)[1:])
+
+
+def conv_macs(node: Node, weight: Value | None) -> SymInt:
+    # [n, c_in, *in] * W[c_out, c_in/groups, *k] -> [n, c_out, *out]:
+    #   n * c_out * prod(out) * (c_in/groups) * prod(k) MACs = numel(out) * prod(W.shape[1:])
+    # groups and depthwise (c_in/groups == 1) need nothing more: W already says it.
+    return output_numel(node) * weight_fan_in(weight, node)
+
+
+@register("Conv", "ConvInteger")
+def conv(node: Node) -> OpCost:
+    # bias B (input 2) not counted, as in FlopCounterMode
+    return OpCost.from_macs(conv_macs(node, node.input(1)))
+
+
+@register("QLinearConv")
+def qlinear_conv(node: Node) -> OpCost:
+    # inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B
+    return OpCost.from_macs(conv_macs(node, node.input(3)))
+
+
+@register("FusedConv", domain=MS_DOMAIN)
+def fused_conv(node: Node) -> OpCost:
+    # Conv + bias + activation (+ Z add): the activation is O(outputs), not counted
+    return conv(node)
+
+
+@register("ConvTranspose")
+def conv_transpose(node: Node) -> OpCost:
+    # [n, c_in, *in] * W[c_in, c_out/groups, *k] -> [n, c_out, *out]: every input element is
+    # scattered into (c_out/groups) * prod(k) outputs:
+    #   n * c_in * prod(in) * (c_out/groups) * prod(k) MACs = numel(x) * prod(W.shape[1:])
+    return OpCost.from_macs(input_numel(node, 0) * weight_fan_in(node.input(1), node))
+
+
+# ----- Einsum ---------------------------------------------------------------------------------
+Labels = tuple[str, ...]
+
+
+def split_labels(term: str, rank: int) -> Labels:
+    """'b...ij' of a rank-5 operand -> ('b', '…1', '…0', 'i', 'j').
+
+    Ellipsis dims are named from the right so that broadcasting aligns them across operands.
+    """
+    head, ellipsis, tail = term.partition("...")
+    if not ellipsis:
+        return tuple(term)
+    covered = rank - len(head) - len(tail)
+    return (*head, *(f"…{i}" for i in reversed(range(covered))), *tail)
+
+
+def einsum_terms(equation: str) -> tuple[list[str], str | None]:
+    """'ij,jk->ik' -> (['ij', 'jk'], 'ik'); the output is None for an implicit equation."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    return lhs.split(","), (rhs if arrow else None)
+
+
+def ellipsis_labels(operands: list[Labels]) -> Labels:
+    """Every ellipsis label of the operands, leftmost (highest number) first."""
+    names = {label for labels in operands for label in labels if label.startswith("…")}
+    return tuple(sorted(names, reverse=True))
+
+
+def output_labels(output_term: str | None, operands: list[Labels]) -> Labels:
+    if output_term is not None:
+        head, _, tail = output_term.partition("...")
+        return (*head, *ellipsis_labels(operands), *tail)
+    # implicit (numpy): ellipsis dims first, then the letters that appear exactly once, sorted
+    letters = [label for labels in operands for label in labels if not label.startswith("…")]
+    return (*ellipsis_labels(operands), *sorted(lb for lb in letters if letters.count(lb) == 1))
+
+
+def label_sizes(operands: list[Labels], shapes: list[tuple[SymInt, ...]]) -> dict[str, SymInt]:
+    """Size of every label; a broadcast 1 gives way to the real size."""
+    sizes: dict[str, SymInt] = {}
+    for labels, shape in zip(operands, shapes, strict=True):
+        for label, dim in zip(labels, shape, strict=True):
+            if sizes.get(label, SymInt.const(1)) == 1:
+                sizes[label] = dim
+    return sizes
+
+
+def sum_out_private(
+    labels: Labels, needed: set[str], sizes: dict[str, SymInt]
+) -> tuple[Labels, SymInt]:
+    """Drop labels nobody else needs by summing them first; additions = numel(operand)."""
+    kept = tuple(label for label in labels if label in needed)
+    if len(kept) == len(labels):
+        return labels, SymInt()
+    return kept, product(sizes[label] for label in labels)
+
+
+def einsum_cost(operands: list[Labels], output: Labels, sizes: dict[str, SymInt]) -> OpCost:
+    # Two operands: MACs = product of every distinct index size (the naive loop nest), e.g.
+    # 'bhqd,bhkd->bhqk': b*h*q*k*d. More operands: contracted left to right as torch does,
+    # each pair keeping the labels a later operand or the output needs. An index that only one
+    # operand has and nobody needs is summed away first (additions), as torch.einsum does.
+    # One operand ('ij->i', 'ij->ji'): additions only when something is summed.
+    needed_later = set(output) | _labels_of(operands[1:])
+    current, first_adds = sum_out_private(operands[0], needed_later, sizes)
+    cost = OpCost.from_flops(first_adds)
+    for position, right in enumerate(operands[1:], start=1):
+        later = _labels_of(operands[position + 1 :]) | set(output)
+        left, left_adds = sum_out_private(current, later | set(right), sizes)
+        right, right_adds = sum_out_private(right, later | set(left), sizes)
+        union = dict.fromkeys((*left, *right))
+        macs = product(sizes[label] for label in union)
+        cost = cost + OpCost.from_macs(macs) + OpCost.from_flops(left_adds + right_adds)
+        current = tuple(label for label in union if label in later)
+    return cost
+
+
+def _labels_of(operands: list[Labels]) -> set[str]:
+    return {label for labels in operands for label in labels}
+
+
+@register("Einsum")
+def einsum(node: Node) -> OpCost:
+    terms, output_term = einsum_terms(node.attr_str("equation", ""))
+    inputs = node.present_inputs
+    if len(terms) != len(inputs):
+        raise ShapeUnknownError(f"{node.describe()}: equation has {len(terms)} operands")
+    shapes = [known_shape(value, node) for value in inputs]
+    operands = [split_labels(term, len(shape)) for term, shape in zip(terms, shapes, strict=True)]
+    output = output_labels(output_term, operands)
+    return einsum_cost(operands, output, label_sizes(operands, shapes))
+
+
+# ----- backward (training) --------------------------------------------------------------------
+# derivatives.yaml: mm/addmm/bmm save mat1 for mat2's gradient and mat2 for mat1's
+# (mm_mat1_backward(grad, mat2), mm_mat2_backward(grad, mat1)); convolution_backward saves
+# input and weight the same way. Each gradient is one contraction as large as the forward:
+#   grad_A = grad_Y @ B^T, grad_B = A^T @ grad_Y: forward MACs each, so 2x forward for both.
+# A bias gradient is a sum of grad_Y over the rows: numel(Y) FLOPs.
+def contraction_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+    forward = find_rule(node.op_type, node.domain)
+    macs = forward(node).macs if forward is not None else SymInt()
+    operands = len(needs_grad & {0, 1})
+    bias = output_numel(node) if 2 in needs_grad else SymInt()
+    return OpCost.from_macs(macs * operands) + OpCost.from_flops(bias)
+
+
+_OPERANDS_CROSS_SAVED = (saved_input(0, (1,)), saved_input(1, (0,)))
+_CONTRACTION = BackwardRule(_OPERANDS_CROSS_SAVED, contraction_backward_flops)
+register_backward(_CONTRACTION, "MatMul", "Gemm", "Conv", "ConvTranspose")
+register_backward(BackwardRule(_OPERANDS_CROSS_SAVED, contraction_backward_flops),
+                  "FusedMatMul", domain=MS_DOMAIN)
+
+
+def einsum_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
+    # one einsum of the forward's size per operand gradient
+    forward = einsum(node)
+    return OpCost(forward.macs * len(needs_grad), forward.flops * len(needs_grad))
+
+
+register_backward(BackwardRule((saved_input(0), saved_input(1)), einsum_backward_flops),
+                  "Einsum")

@@ -1,0 +1,354 @@
+"""The passes after liveness: best schedule, arena plan, roofline, max batch and sweeps.
+
+`with_plans` runs them on an Analysis and returns it with its `schedule`, `arena`,
+`roofline`, `max_batch` and `sweep` filled in. `DimProbe` answers "what would the bound
+analysis say at dim = value" for max batch, sweeps and `graphmem gpus --fits`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from graphmem.core.evaluate import compile_count
+from graphmem.core.ir import Graph
+from graphmem.core.symbolic import SymInt
+from graphmem.devices.gpus import GpuSpec
+from graphmem.errors import GraphmemError
+from graphmem.passes.arena import plan_arena
+from graphmem.passes.buffers import (
+    MemoryModel,
+    build_memory_model,
+    order_peak,
+    plan_dims,
+    rebind,
+    resident_sizes,
+    symbolic_order_peak,
+)
+from graphmem.passes.costs import CostReport, CostStatus
+from graphmem.passes.dims import value_bytes
+from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
+from graphmem.passes.liveness import analyze_liveness
+from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
+from graphmem.passes.roofline import (
+    NodeTime,
+    RooflineResult,
+    estimate_roofline,
+    node_rate_dtype,
+    node_time,
+    summarize,
+)
+from graphmem.passes.schedule import find_schedule
+from graphmem.passes.sweep import SweepResult, run_sweep
+
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+
+# The whole bound analysis at given dims, as `graphmem analyze` with them bound runs it.
+Reanalyze = Callable[[dict[str, int]], "Analysis"]
+
+
+def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None) -> Reanalyze | None:
+    """How to re-run the bound analysis, where binding dims can change the shapes.
+
+    `analyze_onnx` re-infers shapes with the bound dims when the symbolic inference left some
+    unknown; then the graph has unknown shapes or dims no input has (shape inference names
+    sizes it could not follow), or, if binding resolved them, its input dims are fixed numbers.
+    A different batch must then be checked by a whole new analysis, as `--batch N` would run
+    it. Elsewhere the graph's symbolic sizes are exact: None.
+    """
+    graph = analysis.graph
+    free = graph.free_dims() if free is None else free
+    dims = set(analysis.dims.bound) | set(analysis.dims.free)
+    resolved = dims <= free
+    # dims that no input has were invented by shape inference for sizes it could not follow
+    invented = free - set(graph.input_dims_in_order())
+    exact = resolved and not invented and not _has_unknown_shapes(graph)
+    if analysis.model.source_format != "onnx" or exact:
+        return None
+    path = analysis.model.path
+    training = analysis.training
+    options = {} if training is None else {
+        "train": True, "optimizer": training.optimizer, "amp": training.amp,
+        "grad_accum": training.grad_accum}
+
+    def reanalyze(dims: dict[str, int]) -> Analysis:
+        from graphmem.pipeline.analysis import analyze_onnx
+
+        return analyze_onnx(path, dims=dims, plan=False, **options)  # type: ignore[arg-type]
+
+    return reanalyze
+
+
+def unbound_input_dims(analysis: Analysis, varied: str) -> list[str]:
+    """Free dims of the model's inputs other than `varied` (dims shape inference invented for
+    sizes it could not follow are not the user's to bind: binding the inputs resolves them)."""
+    inputs = set(analysis.graph.input_dims_in_order())
+    return [d for d in analysis.dims.free if d != varied and d in inputs]
+
+
+def _costs_bound(costs: CostReport) -> bool:
+    return all(n.flops.is_constant and n.bytes_read.is_constant and n.bytes_written.is_constant
+               for n in costs.nodes)
+
+
+def _has_unknown_shapes(graph: Graph) -> bool:
+    return any(not value.shape_known for node in graph.nodes for value in node.outputs)
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    dim: str  # as given; "batch" also names the model's batch dim, whatever it is called
+    values: tuple[int, ...]
+
+
+def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | None = None,
+               sizes: Mapping[str, SymInt | None] | None = None) -> Analysis:
+    """`analysis` with the planning results; `gpu` enables roofline and max batch.
+
+    `sizes` are the value sizes the liveness used (`value_bytes`), if at hand.
+    """
+    graph, binding = analysis.graph, analysis.dims
+    free = graph.free_dims()
+    reanalyze = reanalyzer(analysis, free)
+    sweep_dim = resolve_sweep_dim(analysis, sweep.dim, free) if sweep else None
+    sizes = sizes if sizes is not None else value_bytes(graph, binding)
+    model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free))
+    schedule = find_schedule(graph, sizes, analysis.liveness, binding.bound, model)
+    arena = plan_arena(model)
+    roofline = None
+    if gpu is not None and _costs_bound(analysis.costs):
+        roofline = estimate_roofline(graph, analysis.costs, gpu, binding.bound, binding.batch_dim)
+    max_batch = None
+    if gpu is not None and analysis.fit is not None:
+        max_batch = solve_max_batch(analysis, analysis.fit.usable_bytes, reanalyze,
+                                    sizes=sizes, model=model)
+    sweep_result = None
+    if sweep is not None and sweep_dim is not None:
+        usable = analysis.fit.usable_bytes if analysis.fit else None
+        probe = DimProbe(analysis, sweep_dim, reanalyze, sizes, model)
+        sweep_result = probe.sweep(sweep.values, gpu, usable)
+    return dataclasses.replace(analysis, schedule=schedule, arena=arena, roofline=roofline,
+                               max_batch=max_batch, sweep=sweep_result)
+
+
+def resolve_sweep_dim(analysis: Analysis, name: str,
+                      free: frozenset[str] | None = None) -> str:
+    """The dim a sweep varies; every other dim must be bound. Errors name the fix."""
+    binding = analysis.dims
+    known = set(analysis.graph.free_dims() if free is None else free) | set(binding.bound)
+    dim = name
+    if name not in known and name == "batch" and binding.batch_dim is not None:
+        dim = binding.batch_dim
+    if dim in binding.bound:
+        raise GraphmemError(f"--sweep {name}=... and a bound value for '{dim}' (--batch/--dim)"
+                            " disagree: give only the sweep")
+    if dim not in known:
+        names = ", ".join(sorted(known)) or "none (all its shapes are fixed)"
+        raise GraphmemError(f"--sweep {name}=...: the model has no dynamic dim named '{name}';"
+                            f" its dynamic dims: {names}")
+    others = unbound_input_dims(analysis, dim)
+    if others:
+        raise GraphmemError(f"--sweep {name}=...: bind the other dynamic dims first"
+                            f" ({', '.join(f'--dim {d}=N' for d in others)})")
+    return dim
+
+
+def solve_max_batch(analysis: Analysis, usable_bytes: int, reanalyze: Reanalyze | None = None,
+                    probe: DimProbe | None = None,
+                    sizes: Mapping[str, SymInt | None] | None = None,
+                    model: MemoryModel | None = None) -> MaxBatchResult:
+    """The largest batch that fits `usable_bytes`; `probe` may be shared between GPUs."""
+    batch_dim = analysis.dims.batch_dim
+    if batch_dim is None:
+        reason = "the model's inputs have no dynamic dim: its batch size is fixed"
+        if analysis.model.source_format == "torch.fx":
+            reason = "a PyTorch model is traced at its --input shapes: try a larger --input"
+        return not_solved(None, usable_bytes, reason)
+    others = unbound_input_dims(analysis, batch_dim)
+    if others:
+        binds = ", ".join(f"--dim {d}=N" for d in others)
+        return not_solved(batch_dim, usable_bytes,
+                          f"bind the other dynamic dims ({binds}) to solve for the batch")
+    probe = probe or DimProbe(analysis, batch_dim, reanalyze, sizes, model)
+    try:
+        return find_max_batch(batch_dim, usable_bytes, probe.estimate, probe.exact_peak)
+    except UnresolvedPeak as unresolved:
+        return not_solved(batch_dim, usable_bytes, f"{unresolved}: re-export the model with"
+                          " static shapes for those tensors")
+
+
+class UnresolvedPeak(GraphmemError):
+    """The bound analysis's peak still has sizes no dim binding resolves."""
+
+
+class DimProbe:
+    """The model with one dim free (all others bound): its peak and latency at any value.
+
+    `estimate_peak` evaluates the max of the liveness's symbolic peak candidates: it is the
+    bound liveness's peak wherever every size is known (each step is dominated, coefficient by
+    coefficient, by some candidate). `exact_peak` computes the bound peak again, independently,
+    on graphmem's integer model of the model order (`passes/buffers.py`); where the two
+    disagree, the bound liveness itself is run and decides. Where the symbolic graph had
+    unknown shapes, `exact_peak` is the whole bound analysis (`reanalyze`).
+    """
+
+    def __init__(self, analysis: Analysis, dim: str, reanalyze: Reanalyze | None,
+                 sizes: Mapping[str, SymInt | None] | None = None,
+                 model: MemoryModel | None = None) -> None:
+        """`sizes`: the analysis's value sizes (`value_bytes`), and `model` its MemoryModel,
+        if at hand."""
+        self.dim = dim
+        self.graph = analysis.graph
+        self.others = {k: v for k, v in analysis.dims.bound.items() if k != dim}
+        self.batch_dim = analysis.dims.batch_dim
+        self.reanalyze = reanalyze
+        free = dim in analysis.dims.free
+        if sizes is not None and free:
+            self.sizes = dict(sizes)  # the same: every dim but this one bound
+        else:
+            self.sizes = {name: (v.nbytes.bind(self.others) if v.nbytes is not None else None)
+                          for name, v in self.graph.values.items()}
+        self.model = None
+        if reanalyze is None:
+            self.model = model or build_memory_model(self.graph, self.sizes,
+                                                     plan_dims(self.graph, self.others))
+        candidates: tuple[SymInt, ...] = ()
+        if free:
+            candidates = analysis.liveness.peak_candidates
+        elif self.model is not None:
+            probe = plan_dims(self.graph, self.others)
+            residents = resident_sizes(self.model, self.sizes)
+            candidates = symbolic_order_peak(self.model, range(self.model.node_count),
+                                             self.sizes, residents, probe)[1]
+        self.costs = analysis.costs if free else None
+        # the candidates estimate the peak only where they depend on this dim alone
+        estimable = all(c.free_symbols() <= {dim} for c in candidates)
+        self.candidates = [compile_count(c) for c in candidates] if estimable else []
+        self.exact_peak = cache(self._exact_peak)
+        self._bound_analysis = cache(self._reanalyzed)
+        self._rooflines: dict[str, Callable[[dict[str, int]], RooflineResult]] = {}
+
+    @property
+    def estimate(self) -> Callable[[int], int] | None:
+        return self.estimate_peak if self.candidates else None
+
+    def estimate_peak(self, value: int) -> int:
+        dims = {self.dim: value}
+        return max(candidate(dims) for candidate in self.candidates)
+
+    def _exact_peak(self, value: int) -> int:
+        if self.reanalyze is not None or self.model is None:
+            peak = self._bound_analysis(value).liveness.peak_bytes
+            if not peak.is_constant:
+                raise UnresolvedPeak(f"at {self.dim}={value} the peak still depends on sizes"
+                                     " shape inference could not resolve"
+                                     f" ({', '.join(sorted(peak.free_symbols()))})")
+            return int(peak)
+        dims = {self.dim: value}
+        model = self.model
+        peak = order_peak(rebind(model, self.sizes, dims), range(model.node_count))[0]
+        if self.candidates and self.estimate_peak(value) == peak:
+            return peak
+        sizes = {name: (size.bind(dims) if size is not None else None)
+                 for name, size in self.sizes.items()}
+        return int(analyze_liveness(self.graph, sizes).peak_bytes)
+
+    def _reanalyzed(self, value: int) -> Analysis:
+        assert self.reanalyze is not None
+        return self.reanalyze({**self.others, self.dim: value})
+
+    def peak(self, value: int) -> int:
+        """The bound analysis's peak: exact_peak where shapes needed re-inferring."""
+        if self.reanalyze is not None or not self.candidates:
+            return self.exact_peak(value)
+        return self.estimate_peak(value)
+
+    def roofline(self, value: int, gpu: GpuSpec) -> RooflineResult | None:
+        """None where the bound analysis's costs still depend on dims it could not bind."""
+        dims = {**self.others, self.dim: value}
+        if self.reanalyze is not None:
+            bound = self._bound_analysis(value)
+            if not _costs_bound(bound.costs):
+                return None
+            return estimate_roofline(bound.graph, bound.costs, gpu, dims, self.batch_dim)
+        if gpu.name not in self._rooflines:
+            if self.costs is None:
+                raise GraphmemError(f"internal: no costs symbolic in '{self.dim}' to vary it")
+            self._rooflines[gpu.name] = _compile_roofline(self.graph, self.costs, gpu,
+                                                          self.batch_dim)
+        return self._rooflines[gpu.name](dims)
+
+    def sweep(self, values: tuple[int, ...], gpu: GpuSpec | None,
+              usable_bytes: int | None) -> SweepResult:
+        def latency(value: int) -> float | None:
+            roofline = self.roofline(value, gpu) if gpu is not None else None
+            return roofline.est_latency_s if roofline is not None else None
+
+        batch_dim = self.batch_dim
+        others = self.others
+
+        def batch_at(value: int) -> int | None:
+            if batch_dim == self.dim:
+                return value
+            return others.get(batch_dim) if batch_dim is not None else None
+
+        return run_sweep(self.dim, values, self.peak, latency, usable_bytes, batch_at)
+
+
+def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
+                      batch_dim: str | None) -> Callable[[dict[str, int]], RooflineResult]:
+    """Roofline at any dims, with each node's FLOPs and bytes compiled once."""
+    nodes = []
+    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
+        rate_dtype = node_rate_dtype(node)
+        nodes.append((cost.name, compile_count(cost.flops),
+                      compile_count(cost.bytes_read + cost.bytes_written),
+                      gpu.flops_per_s_for(rate_dtype), rate_dtype,
+                      cost.status is CostStatus.OK))
+    bandwidth = gpu.memory_bandwidth_bytes_per_s
+
+    def at(dims: dict[str, int]) -> RooflineResult:
+        times: list[NodeTime] = [
+            node_time(name, flops(dims), moved(dims), rate, bandwidth, rate_dtype, known)
+            for name, flops, moved, rate, rate_dtype, known in nodes
+        ]
+        return summarize(gpu.name, times, dims.get(batch_dim) if batch_dim else None)
+
+    return at
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU of `graphmem gpus --fits`: the fit, the roofline, the largest batch."""
+
+    fit: GpuFit
+    roofline: RooflineResult | None  # every dim bound
+    max_batch: MaxBatchResult | None  # the model has a batch dim
+
+
+def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
+                     reserve: CudaReserve | None = None) -> list[GpuRow]:
+    """`analysis` (planned without a GPU) against every GPU of `gpus`."""
+    binding = analysis.dims
+    reanalyze = reanalyzer(analysis)
+    probe = None
+    solvable = binding.batch_dim is not None and not unbound_input_dims(analysis,
+                                                                       binding.batch_dim)
+    if solvable:
+        probe = DimProbe(analysis, binding.batch_dim or "", reanalyze)
+    rows = []
+    for gpu in gpus:
+        fit = fit_on_gpu(gpu, analysis.liveness.peak_bytes, reserve)
+        roofline = None
+        if _costs_bound(analysis.costs):
+            roofline = estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
+                                         binding.batch_dim)
+        max_batch = None
+        if binding.batch_dim is not None:
+            max_batch = solve_max_batch(analysis, fit.usable_bytes, reanalyze, probe)
+        rows.append(GpuRow(fit, roofline, max_batch))
+    return rows

@@ -1,0 +1,100 @@
+"""JSON of the distributed-training and KV-cache results (README, "JSON schema").
+
+`config.strategy`, `config.gpus`, `config.tensor_parallel`, `config.state_layout`;
+`memory.per_rank`, `memory.fit_by_strategy`, `memory.kv_cache`. Only present when computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphmem.core.symbolic import SymInt
+from graphmem.distributed.kv_cache import KvCacheReport
+from graphmem.distributed.strategies import DistributedReport, PerRankMemory, StrategyFit
+from graphmem.pipeline.analysis import Analysis
+
+
+def _quantity(value: SymInt) -> int | str:
+    return int(value) if value.is_constant else value.formula()
+
+
+def distributed_config(analysis: Analysis) -> dict[str, Any]:
+    if analysis.distributed is None:
+        return {}
+    config = analysis.distributed.per_rank.config
+    return {"strategy": config.strategy, "gpus": config.gpus,
+            "tensor_parallel": config.tensor_parallel, "state_layout": config.layout}
+
+
+def distributed_memory(analysis: Analysis) -> dict[str, Any]:
+    memory: dict[str, Any] = {}
+    if analysis.distributed is not None:
+        memory["per_rank"] = per_rank_json(analysis.distributed.per_rank)
+        memory["fit_by_strategy"] = fit_json(analysis.distributed)
+    if analysis.kv_cache is not None:
+        memory["kv_cache"] = kv_cache_json(analysis.kv_cache)
+    return memory
+
+
+def per_rank_json(rank: PerRankMemory) -> dict[str, Any]:
+    config = rank.config
+    return {
+        "parameters_bytes": rank.parameters_bytes,
+        "gradients_bytes": rank.gradients_bytes,
+        "optimizer_state_bytes": rank.optimizer_state_bytes,
+        "temporaries_bytes": rank.temporaries_bytes,
+        "activations_bytes": rank.activations_bytes,
+        "gathered_bytes": rank.gathered_bytes,
+        "buckets_bytes": rank.buckets_bytes,
+        "total_bytes": rank.total_bytes,
+        "model_states_bytes": rank.model_states_bytes,
+        "peak_step": rank.peak_step,
+        "peak_node": rank.peak_node,
+        "strategy": config.strategy,
+        "data_parallel": config.gpus,
+        "tensor_parallel": config.tensor_parallel,
+        "total_gpus": config.gpus * config.tensor_parallel,
+        "state_layout": config.layout,
+        "tensor_parallel_split_share": float(rank.split_parameter_share),
+        "replicated_matmul_weights": list(rank.replicated_matmul_weights),
+    }
+
+
+def fit_json(report: DistributedReport) -> list[dict[str, Any]] | None:
+    if report.usable_bytes is None:
+        return None
+    return [_fit_row(row, report.usable_bytes) for row in report.fit_by_strategy]
+
+
+def _fit_row(row: StrategyFit, usable_bytes: int) -> dict[str, Any]:
+    return {
+        "strategy": row.strategy,
+        "min_gpus": row.total_gpus,
+        "data_parallel": row.data_parallel,
+        "tensor_parallel": row.tensor_parallel,
+        "per_rank_total_bytes": row.per_rank_total_bytes,
+        "usable_bytes": usable_bytes,
+        "fits": row.data_parallel is not None,
+    }
+
+
+def kv_cache_json(report: KvCacheReport) -> dict[str, Any]:
+    shape = report.shape
+    return {
+        "bytes": _quantity(report.bytes),
+        "formula": report.formula.formula(),
+        "per_token_bytes": shape.per_token_bytes,
+        "per_token_bytes_at_batch": (None if report.batch is None
+                                     else shape.per_token_bytes * report.batch),
+        "batch": report.batch,
+        "layers": shape.layers,
+        "kv_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "dtype": shape.dtype,
+        "copies": report.copies,
+        "base_bytes": report.base_bytes,
+        "usable_bytes": report.usable_bytes,
+        "max_context": report.max_context,
+        "max_context_reason": report.max_context_reason,
+        "source": shape.source,
+    }

@@ -1,0 +1,83 @@
+"""`graphmem check --json`: the verdict of every budget, and each model's whole analysis.
+
+    {"schema_version": 1, "kind": "graphmem check", "graphmem_version": ..., "passed": bool,
+     "exit_code": 0 | 1, "budget_count": N, "failure_count": F,
+     "models": [{"name", "path", "gpu", "dims", "passed", "seconds",
+                 "budgets": [{"name", "value", "limit", "unit", "passed", "message"}],
+                 "analysis": <the `graphmem analyze --json` object>}]}
+
+An infinite growth (from a baseline value of 0) is written as null. A check JSON with one
+model is a valid `--baseline` for the next check.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphmem import __version__
+from graphmem.report.json.report import SCHEMA_VERSION, to_dict
+
+if TYPE_CHECKING:  # gate/check.py reads baselines, whose schema is defined here
+    from graphmem.gate.budgets import BudgetResult
+    from graphmem.gate.check import CheckReport, ModelCheck
+
+CHECK_KIND = "graphmem check"
+# The keys written below; a baseline (gate/baseline.py) refuses any other.
+CHECK_KEYS = frozenset({"schema_version", "kind", "graphmem_version", "passed", "exit_code",
+                        "budget_count", "failure_count", "models"})
+MODEL_KEYS = frozenset({"name", "path", "gpu", "dims", "passed", "seconds", "budgets",
+                        "analysis"})
+
+
+def check_to_dict(report: CheckReport) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": CHECK_KIND,
+        "graphmem_version": __version__,
+        "passed": report.passed,
+        "exit_code": 0 if report.passed else 1,
+        "budget_count": report.budget_count,
+        "failure_count": report.failure_count,
+        "models": [_model(m) for m in report.models],
+    }
+
+
+def _model(model: ModelCheck) -> dict[str, Any]:
+    return {
+        "name": model.spec.label,
+        "path": str(model.spec.model_path),
+        "gpu": model.numbers.gpu_name,
+        "dims": model.numbers.dims,
+        "passed": model.passed,
+        "seconds": round(model.seconds, 3),
+        "budgets": [_budget(r) for r in model.results],
+        "analysis": to_dict(model.analysis),
+    }
+
+
+def _budget(result: BudgetResult) -> dict[str, Any]:
+    return {
+        "name": result.name,
+        "value": _finite(result.value),
+        "limit": _finite(result.limit),
+        "unit": result.unit,
+        "passed": result.passed,
+        "message": result.message,
+    }
+
+
+def _finite(value: float) -> float | int | None:
+    if math.isinf(value) or math.isnan(value):
+        return None
+    return int(value) if float(value).is_integer() else value
+
+
+def check_json_text(report: CheckReport) -> str:
+    return json.dumps(check_to_dict(report), indent=2) + "\n"
+
+
+def write_check_json(report: CheckReport, path: Path) -> None:
+    path.write_text(check_json_text(report))

@@ -1,0 +1,50 @@
+"""The JSON fields of the suggestions (graphmem/suggest/cards.py): `suggestions`, the budget they
+aim at (`suggestion_budget`) and the checkpointing trade-off (`checkpoint_curve`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphmem.pipeline.analysis import Analysis
+from graphmem.suggest.cards import Suggestion
+from graphmem.suggest.search import PlanOutcome
+
+
+def suggestions_json(analysis: Analysis) -> dict[str, Any]:
+    """Each field None when suggestions were not asked for (--suggest)."""
+    report = analysis.suggestions
+    if report is None:
+        return {"suggestions": None, "suggestion_budget": None, "checkpoint_curve": None}
+    return {
+        "suggestions": [_suggestion(s) for s in report.suggestions],
+        "suggestion_budget": {
+            "budget_bytes": report.budget_bytes,
+            "source": report.budget_source or None,
+            "base_peak_bytes": report.base_peak_bytes,
+            "notes": list(report.notes),
+        },
+        "checkpoint_curve": [_point(p) for p in report.checkpoint_curve],
+    }
+
+
+def _suggestion(suggestion: Suggestion) -> dict[str, Any]:
+    return {
+        "kind": suggestion.kind,
+        "title": suggestion.title,
+        "targets": list(suggestion.targets),
+        "saves_bytes": suggestion.saves_bytes,
+        "new_peak_bytes": suggestion.new_peak_bytes,
+        "extra_flops": suggestion.extra_flops,
+        "extra_time_s": suggestion.extra_time_s,
+        "snippet": suggestion.snippet,
+        "note": suggestion.note,
+    }
+
+
+def _point(outcome: PlanOutcome) -> dict[str, Any]:
+    return {
+        "modules": list(outcome.modules),
+        "peak_bytes": outcome.peak_bytes,
+        "extra_flops": outcome.extra_flops,
+        "extra_time_s": outcome.extra_time_s,
+    }

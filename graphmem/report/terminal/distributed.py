@@ -1,0 +1,91 @@
+"""Terminal rendering of per-GPU distributed memory and the KV cache (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from graphmem.core.units import format_bytes, format_bytes_sym
+from graphmem.distributed.kv_cache import KvCacheReport
+from graphmem.distributed.strategies import DistributedReport, PerRankMemory
+from graphmem.pipeline.analysis import Analysis
+from graphmem.report.safe_text import markup, markup_text
+
+_LAYOUT_TEXT = {
+    "traced": "model states as traced",
+    "zero-paper": "2-byte params/grads + fp32 master in the optimizer (ZeRO paper)",
+    "deepspeed": "DeepSpeed mixed precision (2 + 2 + 4 fp32 grads + 4 master + optimizer)",
+}
+
+
+def print_distributed(analysis: Analysis, console: Console) -> None:
+    if analysis.distributed is not None:
+        console.print(_per_rank_table(analysis.distributed.per_rank))
+        if analysis.distributed.fit_by_strategy:
+            console.print(_fit_table(analysis.distributed, analysis))
+    if analysis.kv_cache is not None:
+        for line in kv_cache_lines(analysis.kv_cache):
+            console.print(line)
+
+
+def _per_rank_table(rank: PerRankMemory) -> Table:
+    config = rank.config
+    tp = f" x tensor parallel {config.tensor_parallel}" if config.tensor_parallel > 1 else ""
+    table = Table(title=f"per GPU: {config.strategy} on {config.gpus} data-parallel ranks{tp}"
+                  f" ({_LAYOUT_TEXT[config.layout]})", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rows = (("parameters", rank.parameters_bytes), ("gradients", rank.gradients_bytes),
+            ("optimizer state", rank.optimizer_state_bytes),
+            ("optimizer temporaries", rank.temporaries_bytes),
+            ("activations", rank.activations_bytes),
+            ("gathered parameters", rank.gathered_bytes),
+            ("communication buckets", rank.buckets_bytes))
+    for label, size in rows:
+        table.add_row(label, format_bytes(size))
+    table.add_row("total per GPU", f"[bold]{format_bytes(rank.total_bytes)}[/]"
+                  f" (peak at step {rank.peak_step}, {markup(rank.peak_node)})")
+    if config.tensor_parallel > 1:
+        table.add_row("split by tensor parallel", f"{float(rank.split_parameter_share):.1%}"
+                      " of parameter bytes (matmul and embedding weights)")
+    if config.strategy.startswith("zero") and rank.buckets_bytes > rank.total_bytes // 2:
+        table.add_row("note", f"DeepSpeed allocates its reduce buffer of reduce_bucket_size"
+                      f" ({config.zero.reduce_bucket_size:,}) elements whatever the model's"
+                      " size; --reduce-bucket-size sets it as in the DeepSpeed config")
+    return table
+
+
+def _fit_table(report: DistributedReport, analysis: Analysis) -> Table:
+    gpu = analysis.fit.gpu.name if analysis.fit else "the GPU"
+    usable = format_bytes(report.usable_bytes or 0)
+    table = Table(title=f"fewest GPUs of {gpu} ({usable} usable each) by strategy")
+    for column in ("strategy", "GPUs", "per GPU"):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for row in report.fit_by_strategy:
+        gpus = "[red]never[/]" if row.total_gpus is None else str(row.total_gpus)
+        if row.total_gpus is not None and row.tensor_parallel > 1:
+            gpus += f" ({row.data_parallel} x TP {row.tensor_parallel})"
+        floor = " (the unsharded part alone)" if row.total_gpus is None else ""
+        table.add_row(row.strategy, gpus, format_bytes(row.per_rank_total_bytes) + floor)
+    return table
+
+
+def kv_cache_lines(report: KvCacheReport) -> list[str]:
+    shape = report.shape
+    head = (f"KV cache: 2 x {shape.layers} layers x batch x {shape.kv_heads} KV heads x"
+            f" {shape.head_dim} head dim x context x {shape.dtype_bytes} B ({shape.dtype})"
+            f" = {format_bytes(shape.per_token_bytes)} per token per sequence"
+            f" \\[{markup_text(shape.source)}]")  # literal brackets, not a style tag
+    lines = [head]
+    if report.batch is not None:
+        lines.append(f"  at batch {report.batch}: {markup_text(format_bytes_sym(report.bytes))}")
+    if report.copies > 1:
+        lines.append("  the graph takes the past as inputs and returns it as present outputs:"
+                     f" {report.copies} copies are live in a step")
+    if report.max_context is not None:
+        lines.append(f"  longest context that fits: [bold]{report.max_context:,}[/] tokens"
+                     f" ({format_bytes(report.base_bytes or 0)} for weights and one step's"
+                     f" activations, {format_bytes(report.usable_bytes or 0)} usable)")
+    elif report.max_context_reason:
+        lines.append(f"  {markup_text(report.max_context_reason)}")
+    return lines

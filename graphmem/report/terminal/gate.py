@@ -1,0 +1,82 @@
+"""`graphmem check` on the terminal: per model a headline, one line per budget, a verdict.
+
+Each budget line is `PASS|FAIL  name  value  <= limit  (how the value was obtained)`, on one
+line whatever the terminal width, so CI logs can be grepped.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.markup import escape
+
+from graphmem.core.units import format_bytes, format_si
+from graphmem.gate.budgets import BudgetResult, format_seconds
+from graphmem.gate.check import CheckReport, ModelCheck
+from graphmem.report.safe_text import (
+    TEXT_MAX_CHARS,
+    escape_markup,
+    markup,
+    markup_dims,
+    markup_text,
+    printable,
+    shorten,
+)
+
+
+def format_quantity(value: float, unit: str) -> str:
+    """A budget's value or limit in its unit: bytes in IEC, FLOPs in SI, growth in %."""
+    if math.isinf(value):
+        return "inf"
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "s":
+        return format_seconds(value)
+    if unit == "FLOP":
+        return format_si(value, "FLOP")
+    if unit == "%":
+        return f"{value:+.2f}%"
+    return f"{int(value):,}"
+
+
+def print_check(report: CheckReport, console: Console) -> None:
+    for model in report.models:
+        console.print(_headline(model), soft_wrap=True)
+        for result in model.results:
+            console.print(_budget_line(result), soft_wrap=True)
+    console.print(_verdict(report), soft_wrap=True)
+
+
+def _headline(model: ModelCheck) -> str:
+    numbers = model.numbers
+    dims = markup_dims(numbers.dims, "fixed shapes")
+    gpu = f" · {markup(numbers.gpu_name)}" if numbers.gpu_name else ""
+    parts = [f"peak {format_bytes(numbers.peak_bytes)}"
+             f" (activations {format_bytes(numbers.activation_peak_bytes)})",
+             f"{numbers.params:,} params", format_si(numbers.flops, "FLOP")]
+    if numbers.latency_s is not None:
+        parts.append(f"latency >= {format_seconds(numbers.latency_s)} (roofline)")
+    return (f"[bold]{markup(model.spec.label)}[/] ({markup_text(model.spec.model_path)})"
+            f" · {dims}{gpu}: {escape(', '.join(parts))}")
+
+
+def _budget_line(result: BudgetResult) -> str:
+    verdict = "[green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+    value = format_quantity(result.value, result.unit)
+    limit = format_quantity(result.limit, result.unit)
+    return (f"  {verdict}  {escape(result.name):<20} {escape(value):>12}  <= {escape(limit):<12}"
+            f" {markup_text(result.message)}")
+
+
+def _verdict(report: CheckReport) -> str:
+    count = len(report.models)
+    models = f"{count} model{'s' if count != 1 else ''}"
+    if report.passed:
+        return (f"graphmem check: [green]PASSED[/]: {report.budget_count} budgets hold"
+                f" ({models})")
+    broken = "; ".join(f"{printable(m.spec.label)}: {', '.join(r.name for r in m.failures)}"
+                       for m in report.models if not m.passed)
+    broken = escape_markup(shorten(broken, TEXT_MAX_CHARS))  # labels are printable already
+    return (f"graphmem check: [bold red]FAILED[/]: {report.failure_count} of"
+            f" {report.budget_count} budgets broken ({models}) - {broken}")

@@ -1,0 +1,167 @@
+"""Terminal lines for the planning results: schedule, arena, roofline, max batch, sweep."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from graphmem.core.units import format_bytes, format_bytes_sym, format_si, format_sym_or_max
+from graphmem.report.safe_text import markup, markup_dims, markup_text
+
+if TYPE_CHECKING:
+    from graphmem.passes.arena import ArenaPlan
+    from graphmem.passes.max_batch import MaxBatchResult
+    from graphmem.passes.roofline import RooflineResult
+    from graphmem.passes.schedule import ScheduleResult
+    from graphmem.passes.sweep import SweepResult
+    from graphmem.pipeline.analysis import Analysis
+    from graphmem.pipeline.planning import GpuRow
+
+_MOVED_SHOWN = 4
+_TOP_SHOWN = 3
+
+
+def print_plans(analysis: Analysis, console: Console) -> None:
+    if analysis.schedule is not None:
+        console.print(schedule_line(analysis.schedule))
+    if analysis.arena is not None:
+        console.print(arena_line(analysis.arena, analysis.schedule))
+    gpu = analysis.fit.gpu.full_name if analysis.fit else ""
+    if analysis.roofline is not None:
+        console.print(roofline_line(analysis.roofline, gpu))
+    elif analysis.fit is not None:
+        console.print(f"roofline on {gpu}: bind every dim (--batch / --dim) to estimate latency")
+    if analysis.max_batch is not None:
+        console.print(max_batch_line(analysis.max_batch, gpu))
+    if analysis.sweep is not None:
+        console.print(sweep_table(analysis.sweep))
+        if analysis.sweep.saturates_at is not None:
+            console.print(f"throughput saturates at {markup(analysis.sweep.dim)}="
+                          f"{analysis.sweep.saturates_at} (90% of the best in the sweep)")
+
+
+def schedule_line(schedule: ScheduleResult) -> str:
+    model = markup_text(format_sym_or_max((schedule.model_order_peak_bytes,), format_bytes_sym))
+    best = markup_text(format_sym_or_max(schedule.best_order_peak_candidates, format_bytes_sym))
+    how = {"exact": "exact search: optimal", "greedy": "greedy list scheduling",
+           "windowed exact": "greedy, then exact re-ordering around the peak",
+           "model order": "no order found lower", "topological sort": "topological sort"}
+    method = how.get(schedule.method, schedule.method)
+    if schedule.proof == "lower bound":
+        method = "optimal: it meets the lower bound"
+    elif schedule.proof == "exact search" and schedule.method != "exact":
+        method = "optimal: proven by exact search"
+    lower = markup_text(format_bytes_sym(schedule.lower_bound_bytes))
+    text = (f"[bold]schedule[/]: peak {model} in the model's order, {best} in the best order"
+            f" found ({method}); lower bound {lower}")
+    if schedule.chosen_at_dims:
+        text += f"; order chosen at {markup_dims(schedule.chosen_at_dims)}"
+    if schedule.moved:
+        moves = ", ".join(f"{markup(m.name)} (step {m.model_step} -> {m.best_step})"
+                          for m in schedule.moved[:_MOVED_SHOWN])
+        more = "" if schedule.moved_count <= _MOVED_SHOWN else (
+            f" and {schedule.moved_count - _MOVED_SHOWN} more")
+        text += f"\n  moves {schedule.moved_count} node(s): {moves}{more}"
+    return text
+
+
+def arena_line(arena: ArenaPlan, schedule: ScheduleResult | None) -> str:
+    at = ""
+    if schedule is not None and schedule.chosen_at_dims:
+        at = " at " + markup_dims(schedule.chosen_at_dims)
+    return (f"[bold]arena plan[/] (model order{at}; greedy by size, best fit):"
+            f" {format_bytes(arena.arena_bytes)} for a live activation peak of"
+            f" {format_bytes(arena.live_activation_peak_bytes)} (fragmentation"
+            f" {arena.fragmentation:.1%}); without reuse {format_bytes(arena.no_reuse_bytes)}")
+
+
+def roofline_line(roofline: RooflineResult, gpu: str) -> str:
+    per = f"per batch of {roofline.batch}" if roofline.batch is not None else "per run"
+    throughput = ""
+    if roofline.est_throughput_per_s is not None:
+        throughput = f" = {format_si(roofline.est_throughput_per_s)} samples/s"
+    total = roofline.est_latency_s
+    share = roofline.compute_bound_time_s / total if total else 0.0
+    top = ", ".join(f"{markup(t.name)} ({format_seconds(t.est_time_s)}, {t.bound})"
+                    for t in roofline.top[:_TOP_SHOWN])
+    return (f"[bold]roofline[/] on {gpu} (a lower bound from datasheet peaks, not a benchmark):"
+            f" {format_seconds(total)} {per}{throughput}; {share:.0%} of it compute-bound;"
+            f" longest: {top}")
+
+
+def max_batch_line(result: MaxBatchResult, gpu: str) -> str:
+    head = f"[bold]max batch[/] on {gpu}"
+    reason = markup_text(result.reason or "")
+    if result.max_batch is None:
+        return f"{head}: not solved: {reason}"
+    if result.max_batch == 0:
+        return (f"{head}: 0, {reason} (peak {format_bytes(result.peak_at_next_bytes or 0)}"
+                f" > {format_bytes(result.usable_bytes)} usable)")
+    text = f"{head}: {markup(result.batch_dim)}={result.max_batch}"
+    if result.peak_at_max_bytes is not None:
+        text += f" (peak {format_bytes(result.peak_at_max_bytes)}"
+        if result.peak_at_next_bytes is not None:
+            text += (f"; {format_bytes(result.peak_at_next_bytes)} at {result.max_batch + 1}"
+                     f" > {format_bytes(result.usable_bytes)} usable")
+        text += ")"
+    return text + (f"; {reason}" if reason else "")
+
+
+def sweep_table(sweep: SweepResult) -> Table:
+    table = Table(title=f"sweep over {markup(sweep.dim)} (latency: roofline lower bound)")
+    for column in (markup(sweep.dim), "peak", "fits", "est. latency", "throughput /s"):
+        table.add_column(column, justify="right")
+    for point in sweep.points:
+        fits = "-" if point.fits is None else ("yes" if point.fits else "[red]no[/]")
+        latency = "-" if point.est_latency_s is None else format_seconds(point.est_latency_s)
+        throughput = ("-" if point.est_throughput_per_s is None
+                      else format_si(point.est_throughput_per_s))
+        table.add_row(str(point.value), format_bytes(point.peak_bytes), fits, latency,
+                      throughput)
+    return table
+
+
+def gpu_fits_table(analysis: Analysis, rows: list[GpuRow]) -> Table:
+    """`graphmem gpus --fits`: one row per GPU."""
+    dims = markup_dims(analysis.dims.bound, "no dims bound")
+    free = f"; free: {markup_dims(analysis.dims.free)}" if analysis.dims.free else ""
+    peak = markup_text(format_sym_or_max(analysis.liveness.peak_candidates, format_bytes_sym))
+    table = Table(title=f"{markup(analysis.model.name)} ({dims}{free}): peak {peak} in the"
+                  " model's order", caption="usable = the GPU's total - CUDA context and"
+                  " workspaces; latency is a roofline lower bound from datasheet peaks, not a"
+                  " benchmark")
+    for column in ("GPU", "usable", "fits", "est. latency", "throughput /s", "max batch"):
+        table.add_column(column, justify="left" if column == "GPU" else "right")
+    for row in rows:
+        fit = row.fit
+        if fit.fits is None:
+            verdict = "-"
+        else:
+            utilization = fit.utilization or 0.0
+            share = "<1%" if utilization < 0.01 else f"{utilization:.0%}"
+            verdict = f"yes ({share})" if fit.fits else f"[red]no[/] ({share})"
+        roofline = row.roofline
+        latency = format_seconds(roofline.est_latency_s) if roofline else "-"
+        throughput = "-"
+        if roofline is not None and roofline.est_throughput_per_s is not None:
+            throughput = format_si(roofline.est_throughput_per_s)
+        table.add_row(fit.gpu.name, format_bytes(fit.usable_bytes), verdict, latency,
+                      throughput, _max_batch_cell(row.max_batch))
+    return table
+
+
+def _max_batch_cell(result: MaxBatchResult | None) -> str:
+    if result is None or result.max_batch is None:
+        return "-"
+    limit = "+" if result.reason and result.max_batch > 0 else ""
+    return f"{result.max_batch:,}{limit}"
+
+
+def format_seconds(seconds: float) -> str:
+    """0.0123 -> '12.3 ms'."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"

@@ -1,0 +1,72 @@
+"""Terminal lines for `--runtime`: the runtime's peak and what the device holds. Render only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from graphmem.core.units import format_bytes
+from graphmem.report.safe_text import markup_text
+
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+
+_LABELS = {
+    "ort-cpu": "onnxruntime CPU",
+    "ort-cuda": "onnxruntime CUDA (model, not measured)",
+    "torch-cuda": "PyTorch CUDA caching allocator",
+}
+
+
+# per runtime: what each line is, in a few words
+_EXPLAIN = {
+    "ort-cpu": ("mem_in_use_peak", "buffers its plan holds at the peak",
+                "the file's initializers, the inputs", "arena rounding, chunks handed out whole",
+                "kernel scratch (im2col, Where)", "= process tensor memory"),
+    "ort-cuda": ("arena in use at its peak", "buffers its plan holds at the peak",
+                 "initializers and inputs", "rounding, unused region space",
+                 "CUDA context", "= device total (nvidia-smi)"),
+    "torch-cuda": ("torch.cuda.max_memory_allocated", "graphmem's live tensors",
+                   "", "segments less tensors and workspaces",
+                   "CUDA context, cuBLAS workspaces", "= device total (nvidia-smi)"),
+}
+
+
+def print_runtime(analysis: Analysis, console: Console) -> None:
+    estimate = getattr(analysis, "runtime", None)
+    note = getattr(analysis, "runtime_note", "")
+    if estimate is None:
+        if note:
+            console.print(f"[yellow]runtime:[/] {markup_text(note)}")
+        return
+    peak, tensors, resident, overhead, context, total = _EXPLAIN.get(
+        estimate.runtime, ("",) * 5 + ("= device total",))
+    table = Table(title=f"runtime: {_LABELS.get(estimate.runtime, estimate.runtime)}",
+                  show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column()
+    table.add_row("runtime peak", format_bytes(estimate.runtime_peak_bytes), peak)
+    table.add_row("tensors at peak", format_bytes(estimate.tensors_at_peak_bytes), tensors)
+    if estimate.runtime_weights_bytes:
+        table.add_row("+ weights in the arena", format_bytes(estimate.runtime_weights_bytes),
+                      "prepacked MatMul/Gemm weights, small initializers")
+    if estimate.resident_bytes:
+        table.add_row("+ weights and inputs", format_bytes(estimate.resident_bytes), resident)
+    table.add_row("+ allocator overhead", format_bytes(estimate.allocator_overhead_bytes),
+                  overhead)
+    table.add_row("+ context + workspaces",
+                  format_bytes(estimate.context_bytes + estimate.workspace_bytes), context)
+    table.add_row(total, format_bytes(estimate.device_total_bytes), _capacity(analysis))
+    console.print(table)
+
+
+def _capacity(analysis: Analysis) -> str:
+    fit, estimate = analysis.fit, analysis.runtime
+    if fit is None or estimate is None or estimate.runtime == "ort-cpu":
+        return ""
+    share = estimate.device_total_bytes / fit.capacity_bytes
+    verdict = "[green]fits[/]" if share <= 1 else "[red]does NOT fit[/]"
+    return f"{share:.1%} of {format_bytes(fit.capacity_bytes)}: {verdict}"

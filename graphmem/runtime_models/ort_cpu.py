@@ -1,0 +1,477 @@
+"""onnxruntime's memory on CPU: its execution order, its allocation plan, its arena.
+
+Predicts what onnxruntime's profiler reports as `mem_in_use_peak` (and `mem_arena_held`) over
+one run of a fresh session, from graphmem's IR: the weights onnxruntime puts in its arena at
+session creation (graphmem/runtime_models/ort_kernels.py) plus the run's own peak. How onnxruntime
+1.31 allocates, read in its source and checked by measuring (README "Runtime model:
+onnxruntime"):
+
+- Order: the session runs the nodes in `GraphViewer`'s order, a reverse depth-first walk from
+  the leaf nodes (nodes no other node consumes) towards the inputs, the producers of a node's
+  inputs pushed on the stack in ascending node index (so the highest is visited first), each
+  node emitted when its inputs are done (`Graph::ReverseDFSFrom`, core/graph/graph.cc; the
+  order was checked against the profiles of every sample).
+- Plan (`PlannerImpl::ComputeSingleStreamReusePlan`, core/framework/allocation_planner.cc),
+  per node in that order, per output: a graph output gets its own buffer, held to the end; a
+  kernel that aliases its input (Reshape, Squeeze, Unsqueeze, Flatten, Identity) uses that
+  input's buffer; a kernel that may run in place (Relu, Sigmoid, Softmax, Clip...) uses its
+  input's buffer when this is the buffer's last use and both shapes are the same
+  (`SameSize`); else a freed buffer is taken from the free list, most recently freed first,
+  when its shape equals the output's dim by dim (`FindReusableTensor`); else a new buffer.
+  Shapes are those onnxruntime infers at session creation (graphmem/frontends/onnx/
+  ort_plan_shapes.py): a tensor whose shape it does not know is never reused or reused into.
+- Release (`GenerateDeallocationPlan`): a buffer is freed after the last node that reads any
+  tensor sharing it. Reuse from the free list therefore holds a buffer from its first tensor
+  to its last one, through the gap between them: a dead buffer waiting for a same-shaped
+  tensor, often a whole layer later, is memory the arena counts. An output nothing reads is
+  freed only at the end of the run.
+- Arena: the allocations and frees replayed through onnxruntime's BFC arena
+  (graphmem/runtime_models/bfc_arena.py: 256-byte rounding, chunks handed out whole below twice the
+  request, regions doubling).
+- Scratch: what Conv and Where allocate while they run (graphmem/runtime_models/ort_kernels.py).
+
+Graph optimizations: the planner runs on whichever graph it is given. For the level a user's
+session runs (ORT_ENABLE_ALL by default) graphmem/frontends/onnx/ort_optimized.py asks onnxruntime
+for the optimized graph (saved with `optimized_model_filepath`), whose node list is the order
+the optimized session runs; contrib kernels that write in place are in ort_kernels.py.
+
+Not modelled: the memory pattern of later runs with the same shapes (one pre-planned block), and
+the parallel executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.runtime_models.base import RuntimeEstimate
+from graphmem.runtime_models.bfc_arena import ArenaEvent, replay
+from graphmem.runtime_models.ort_kernels import (
+    ALIAS_OPS,
+    CONTRIB_INPLACE_INPUT,
+    INPLACE_OPS,
+    KernelScratch,
+    arena_weights_bytes,
+    kernel_scratch,
+)
+
+PlanShape = tuple[int | str | None, ...]
+
+@dataclass(frozen=True)
+class OrtBuffer:
+    """One allocation of onnxruntime's plan: the tensor that first holds it and its life."""
+
+    owner: Value
+    size_bytes: int
+    first_step: int  # index in the execution order of the node that allocates it
+    last_step: int  # the node after which it is freed (the last step: held to the end)
+    kind: str  # "planned" | "output" (a graph output, held to the end)
+
+
+@dataclass(frozen=True)
+class OrtPlan:
+    order: tuple[Node, ...]
+    buffers: tuple[OrtBuffer, ...]
+    storage: dict[str, str]  # value name -> name of the value owning its buffer
+    inplace_count: int  # outputs written over their input (MayInplace)
+    alias_count: int  # outputs that are views of their input (Alias)
+    reused_count: int  # outputs placed in a freed buffer of the same shape
+
+
+@dataclass(frozen=True)
+class OrtTimeline:
+    peak_step: int
+    peak_bytes: int  # in use at the peak, arena-rounded, scratch included
+    tensors_bytes: int  # the buffers held at the peak, as requested
+    rounding_bytes: int  # the arena's rounding of those buffers and of the scratch
+    scratch_bytes: int  # the kernel's working buffer at the peak, as requested
+    live_bytes: int  # of tensors_bytes, those a tensor still needs (the rest: held for reuse)
+    held_bytes: int  # the arena's regions at the end (`mem_arena_held` less the weights)
+
+
+# ----- order ----------------------------------------------------------------------------------
+
+
+def ort_execution_order(graph: Graph) -> list[Node]:
+    """onnxruntime's default order: post-order of a reverse DFS from the leaf nodes."""
+    index = {id(node): i for i, node in enumerate(graph.nodes)}
+    stack: list[tuple[Node, bool]] = [(n, False) for n in graph.nodes if _is_leaf(n)]
+    visited: set[int] = set()
+    order: list[Node] = []
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            order.append(node)
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        # pushed in ascending index: the highest index is popped, so visited, first
+        for producer in sorted(_producers(node), key=lambda n: index[id(n)]):
+            if id(producer) not in visited:
+                stack.append((producer, False))
+    return order
+
+
+def _is_leaf(node: Node) -> bool:
+    return not any(value.consumers for value in node.outputs)
+
+
+def _producers(node: Node) -> list[Node]:
+    seen: dict[int, Node] = {}
+    for value in node.present_inputs:
+        if value.producer is not None:
+            seen[id(value.producer)] = value.producer
+    return list(seen.values())
+
+
+# ----- plan -----------------------------------------------------------------------------------
+
+
+def plan_shape_from_ir(value: Value) -> PlanShape | None:
+    """Fallback when the file's own shapes are not at hand: graphmem's shape, where a dim is a
+    number or a bare dim name; any other formula counts as a dim onnxruntime cannot name."""
+    if value.shape is None:
+        return None
+    return tuple(_plan_dim(d) for d in value.shape)
+
+
+def _plan_dim(dim: SymInt | None) -> int | str | None:
+    if dim is None:
+        return None
+    if dim.is_constant:
+        return int(dim)
+    terms = dim.terms()
+    if len(terms) == 1:
+        ((monomial, coefficient),) = terms.items()
+        if coefficient == 1 and len(monomial) == 1 and monomial[0][1] == 1:
+            return str(monomial[0][0])
+    return None
+
+
+class _Planner:
+    """onnxruntime's single-stream reuse plan, replayed on graphmem's IR."""
+
+    def __init__(self, graph: Graph, order: Sequence[Node],
+                 plan_shapes: Mapping[str, PlanShape | None]) -> None:
+        self.graph = graph
+        self.order = order
+        self.shapes = plan_shapes
+        self.outputs = {id(v) for v in graph.outputs}
+        self.owner: dict[int, Value] = {}  # id(value) -> the value whose buffer it uses
+        self.use_count: dict[int, int] = {}
+        # the free list, by (element bits, shape): FindReusableTensor takes the most recently
+        # freed buffer whose shape equals the output's; a shape with an unnamed dim equals none
+        self.free: dict[tuple[int, PlanShape], list[Value]] = {}
+        self.counts = {"inplace": 0, "alias": 0, "reused": 0}
+        self._count_uses()
+
+    def _count_uses(self) -> None:
+        # ComputeReuseCount: +1 per consumer input slot, +1 for being defined, +1 for a graph
+        # input, initializer or graph output (so those are never freed or written over).
+        for value in self.graph.values.values():
+            resident = value.producer is None
+            self.use_count[id(value)] = 1 if resident or id(value) in self.outputs else 0
+            self.owner[id(value)] = value
+        for node in self.order:
+            for value in node.present_inputs:
+                self.use_count[id(value)] += 1
+            for value in node.outputs:
+                self.use_count[id(value)] += 1
+
+    def run(self) -> None:
+        for node in self.order:
+            for position, value in enumerate(node.outputs):
+                self._place(node, position, value)
+            for value in [*node.present_inputs, *node.outputs]:
+                self._release(value)
+
+    def _place(self, node: Node, position: int, value: Value) -> None:
+        if id(value) in self.outputs:
+            return  # kAllocateOutput: its own buffer
+        source = self._reusable_input(node, position, value)
+        if source is not None:
+            self._reuse(source, value)
+            return
+        freed = self._reusable_free_buffer(value)
+        if freed is not None:
+            self.counts["reused"] += 1
+            self._reuse(freed, value)
+
+    def _reusable_input(self, node: Node, position: int, value: Value) -> Value | None:
+        if position != 0 or not node.inputs:
+            return None
+        contrib = CONTRIB_INPLACE_INPUT.get((node.domain, node.op_type))
+        if contrib is not None:
+            return self._inplace_source(node.input(contrib), value)
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        source = node.inputs[0]
+        if source is None:
+            return None
+        if node.op_type in ALIAS_OPS:
+            self.counts["alias"] += 1
+            return source
+        if node.op_type in INPLACE_OPS:
+            return self._inplace_source(source, value)
+        return None
+
+    def _inplace_source(self, source: Value | None, value: Value) -> Value | None:
+        """MayInplace: the input's buffer, when this is its last use and the sizes match."""
+        if source is None:
+            return None
+        owner = self.owner[id(source)]
+        if self.use_count[id(owner)] == 1 and self._same_size(source, value):
+            self.counts["inplace"] += 1
+            return source
+        return None
+
+    def _reusable_free_buffer(self, value: Value) -> Value | None:
+        key = self._free_key(value)
+        if key is None or not key[1]:  # unknown, or a scalar: FindReusableTensor skips both
+            return None
+        stack = self.free.get(key)
+        return stack.pop() if stack else None
+
+    def _free_key(self, value: Value) -> tuple[int, PlanShape] | None:
+        shape = self.shapes.get(value.name)
+        if shape is None or any(d is None for d in shape) or not value.dtype.has_known_size:
+            return None
+        return value.dtype.bits, shape
+
+    def _reuse(self, source: Value, value: Value) -> None:
+        owner = self.owner[id(source)]
+        self.owner[id(value)] = owner
+        self.use_count[id(owner)] += self.use_count[id(value)]
+
+    def _release(self, value: Value) -> None:
+        owner = self.owner[id(value)]
+        self.use_count[id(owner)] -= 1
+        if self.use_count[id(owner)] == 0:
+            key = self._free_key(owner)
+            if key is not None:
+                self.free.setdefault(key, []).append(owner)
+
+    def _same_size(self, left: Value, right: Value) -> bool:
+        a, b = self.shapes.get(left.name), self.shapes.get(right.name)
+        if a is None or b is None or len(a) != len(b):
+            return False
+        if left.dtype.bits != right.dtype.bits or not left.dtype.has_known_size:
+            return False
+        return all(x is not None and x == y for x, y in zip(a, b, strict=True))
+
+
+def plan_ort_buffers(graph: Graph, sizes: Mapping[str, SymInt | None],
+                     plan_shapes: Mapping[str, PlanShape | None] | None = None,
+                     order: Sequence[Node] | None = None) -> OrtPlan:
+    """Which buffer each tensor uses and how long each buffer is held, as onnxruntime plans."""
+    order = list(order) if order is not None else ort_execution_order(graph)
+    if plan_shapes is None:
+        plan_shapes = {name: plan_shape_from_ir(v) for name, v in graph.values.items()}
+    planner = _Planner(graph, order, plan_shapes)
+    planner.run()
+    buffers = _buffers(order, planner.owner, planner.outputs, sizes)
+    storage = {v.name: planner.owner[id(v)].name for v in graph.values.values()}
+    return OrtPlan(tuple(order), buffers, storage, planner.counts["inplace"],
+                   planner.counts["alias"], planner.counts["reused"])
+
+
+def _buffers(order: Sequence[Node], owner: Mapping[int, Value], outputs: set[int],
+             sizes: Mapping[str, SymInt | None]) -> tuple[OrtBuffer, ...]:
+    """Each buffer from its first tensor's step to the last read of any tensor placed in it;
+    a graph output, or a buffer nothing reads, is held to the end of the run."""
+    step_of = {id(node): step for step, node in enumerate(order)}
+    end = len(order) - 1
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for step, node in enumerate(order):
+        for value in node.outputs:
+            first.setdefault(id(owner[id(value)]), step)
+        for value in node.present_inputs:
+            key = id(owner[id(value)])
+            last[key] = max(last.get(key, step), step)
+    buffers = []
+    for key, step in first.items():
+        value = owner.get(key)
+        if value is None or value.producer is None or id(value.producer) not in step_of:
+            continue
+        size = sizes.get(value.name)
+        size_bytes = int(size) if size is not None and size.is_constant else 0
+        held_to_end = key in outputs or key not in last
+        buffers.append(OrtBuffer(value, size_bytes, step, end if held_to_end else last[key],
+                                 "output" if key in outputs else "planned"))
+    return tuple(buffers)
+
+
+# ----- timeline -------------------------------------------------------------------------------
+
+
+def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[ArenaEvent]]:
+    """Per step, in onnxruntime's sequence: the kernel allocates its outputs and scratch
+    (Where its two selections before its output, Conv its output before the im2col
+    buffer), frees the scratch on return; then the plan frees the buffers read last here."""
+    starts: dict[int, list[OrtBuffer]] = {}
+    ends: dict[int, list[OrtBuffer]] = {}
+    for buffer in plan.buffers:
+        starts.setdefault(buffer.first_step, []).append(buffer)
+        ends.setdefault(buffer.last_step, []).append(buffer)
+    steps = []
+    for step in range(len(plan.order)):
+        outputs = [ArenaEvent(b.owner.name, b.size_bytes) for b in starts.get(step, [])]
+        temps = [ArenaEvent(f"scratch {step} {i}", size)
+                 for i, size in enumerate(scratch[step].sizes_bytes)]
+        kernel = temps + outputs if scratch[step].before_outputs else outputs + temps
+        frees = [ArenaEvent(e.key, None) for e in temps]
+        frees += [ArenaEvent(b.owner.name, None) for b in ends.get(step, [])]
+        steps.append(kernel + frees)
+    return steps
+
+
+def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
+                 live_spans: Mapping[str, list[tuple[int, int]]] | None = None) -> OrtTimeline:
+    """Replay the plan through onnxruntime's arena; split its peak into labelled parts."""
+    result = replay(arena_events(plan, scratch))
+    step = result.peak_step
+    held = [b for b in plan.buffers if b.first_step <= step <= b.last_step]
+    tensors = sum(b.size_bytes for b in held)
+    scratch_bytes = sum(scratch[step].sizes_bytes) if scratch else 0
+    live = _live_at(held, step, live_spans)
+    return OrtTimeline(step, result.peak_in_use_bytes, tensors,
+                       result.peak_in_use_bytes - tensors - scratch_bytes, scratch_bytes, live,
+                       result.held_bytes)
+
+
+def _live_at(held: Sequence[OrtBuffer], step: int,
+             live_spans: Mapping[str, list[tuple[int, int]]] | None) -> int:
+    if live_spans is None:
+        return sum(b.size_bytes for b in held)
+    return sum(b.size_bytes for b in held
+               if any(start <= step <= last for start, last in live_spans.get(b.owner.name, [])))
+
+
+# ----- estimate -------------------------------------------------------------------------------
+
+
+def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: int,
+                     bound: Mapping[str, int],
+                     plan_shapes: Mapping[str, PlanShape | None] | None = None,
+                     resident_bytes: int = 0, order: Sequence[Node] | None = None,
+                     graph_note: str = "") -> RuntimeEstimate:
+    """onnxruntime CPU's `mem_in_use_peak` over one run: the weights it holds in its arena
+    from session creation plus the run's own peak; `resident_bytes` (the file's initializers
+    and the caller's inputs, outside that count) completes the process total. `order`: the
+    order the session runs the nodes in (default: onnxruntime's reverse DFS on `graph`; an
+    optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
+    plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
+    scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
+    timeline = ort_timeline(plan, scratch, _live_spans(plan))
+    weights = arena_weights_bytes(graph, plan.order)
+    notes = ((graph_note,) if graph_note else ()) + _notes(plan, timeline, graph,
+                                                          plan_shapes is None)
+    notes += (f"of the runtime peak, {weights:,} bytes are weights onnxruntime holds before the"
+              f" run (prepacked MatMul/Gemm weights, small initializers) and"
+              f" {timeline.peak_bytes:,} bytes the run's own",)
+    if any(node.op_type == "Conv" for node in plan.order):
+        notes += (f"Conv scratch sized for {threads} intra-op threads",)
+    return RuntimeEstimate(
+        runtime="ort-cpu",
+        tensors_at_peak_bytes=timeline.tensors_bytes,
+        allocator_overhead_bytes=timeline.rounding_bytes,
+        context_bytes=0,
+        runtime_peak_bytes=weights + timeline.peak_bytes,
+        device_total_bytes=weights + timeline.peak_bytes + resident_bytes,
+        counts=ORT_CPU_COUNTS,
+        notes=notes,
+        workspace_bytes=timeline.scratch_bytes,
+        resident_bytes=resident_bytes,
+        arena_held_bytes=weights + timeline.held_bytes,
+        runtime_weights_bytes=weights,
+    )
+
+
+def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
+                      plan_shapes: Mapping[str, PlanShape | None] | None,
+                      resident_bytes: int, context_bytes: int,
+                      context_source: str) -> RuntimeEstimate:
+    """onnxruntime with the CUDA execution provider: a documented model, not measured (no
+    onnxruntime-gpu here). The same allocation plan and BFC arena as on CPU (the CUDA arena
+    is a BFCArena too, extended by powers of two); the device holds the arena's regions, the
+    initializers and inputs copied to the GPU, and the CUDA context."""
+    plan = plan_ort_buffers(graph, sizes, plan_shapes)
+    timeline = ort_timeline(plan, [KernelScratch()] * len(plan.order), _live_spans(plan))
+    notes = _notes(plan, timeline, graph, plan_shapes is None)
+    notes += (
+        "a model, not a measurement: onnxruntime-gpu was not available to check it",
+        "planned the graph as written (the CUDA provider's graph optimizations are not"
+        " modelled)",
+        "cuDNN's convolution workspace (taken from the arena by the algorithm cuDNN picks) is"
+        " not modelled; CPU kernels' scratch does not apply",
+        f"context: {context_source}",
+    )
+    return RuntimeEstimate(
+        runtime="ort-cuda",
+        tensors_at_peak_bytes=timeline.tensors_bytes,
+        allocator_overhead_bytes=timeline.held_bytes - timeline.tensors_bytes,
+        context_bytes=context_bytes,
+        runtime_peak_bytes=timeline.peak_bytes,
+        device_total_bytes=timeline.held_bytes + resident_bytes + context_bytes,
+        counts=ORT_CUDA_COUNTS,
+        notes=notes,
+        resident_bytes=resident_bytes,
+        arena_held_bytes=timeline.held_bytes,
+    )
+
+
+ORT_CUDA_COUNTS = (
+    "onnxruntime's CUDA arena in use at its peak during one run (same plan as on CPU); the"
+    " device total adds the arena's unused region space, the initializers and inputs on the"
+    " GPU and the CUDA context")
+
+ORT_CPU_COUNTS = (
+    "onnxruntime's CPU arena over one run of the graph it runs (optimized at the chosen"
+    " level, ORT_ENABLE_ALL by default; see the notes), as its profiler's"
+    " mem_in_use_peak counts it: the weights it holds from session creation (MatMul/Gemm"
+    " weights prepacked for MLAS, initializers of 127 bytes or less), every buffer its"
+    " allocation plan holds at the peak (graph outputs, buffers kept for later same-shape"
+    " reuse) rounded by the arena, and the kernel's scratch; not the caller's inputs, not the"
+    " initializers it uses in place")
+
+
+def _live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
+    """Per buffer owner: the steps during which some tensor placed in it is still to be read
+    (the rest of the buffer's life is held for a later tensor of the same shape)."""
+    step_of = {id(node): step for step, node in enumerate(plan.order)}
+    end = len(plan.order) - 1
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for node in plan.order:
+        for value in node.outputs:
+            start = step_of[id(node)]
+            reads = [step_of[id(n)] for n in value.consumers if id(n) in step_of]
+            last = end if value.role is Role.OUTPUT else max(reads, default=start)
+            spans.setdefault(plan.storage[value.name], []).append((start, last))
+    return spans
+
+
+def _notes(plan: OrtPlan, timeline: OrtTimeline, graph: Graph,
+           shapes_from_ir: bool) -> tuple[str, ...]:
+    node = plan.order[timeline.peak_step] if plan.order else None
+    notes = [
+        f"peak at node {node.name} ({node.op_type}), step {timeline.peak_step + 1} of"
+        f" {len(plan.order)} in onnxruntime's order" if node else "no nodes",
+        f"{plan.inplace_count} outputs written in place, {plan.alias_count} views of their"
+        f" input, {plan.reused_count} placed in a freed buffer of the same shape",
+    ]
+    held = timeline.tensors_bytes - timeline.live_bytes
+    if held > 0:
+        notes.append(f"{held:,} bytes at the peak are buffers held for a later tensor of the"
+                     " same shape (onnxruntime frees a reused buffer after its last tensor)")
+    if shapes_from_ir:
+        notes.append("planned with graphmem's shapes (onnxruntime's own were not at hand)")
+    unknown = sum(1 for v in graph.values.values()
+                  if v.role is Role.ACTIVATION and v.nbytes is None)
+    if unknown:
+        notes.append(f"{unknown} tensors of unknown size counted as 0 bytes")
+    return tuple(notes)

@@ -1,0 +1,182 @@
+"""What onnxruntime's CPU kernels do with memory: views, in-place writes, scratch.
+
+The planner (graphmem/runtime_models/ort_cpu.py) needs, per kernel, what onnxruntime's
+KernelDefBuilder declares (`Alias`, `MayInplace`) and what the kernel takes from the arena
+while it runs. Measured on onnxruntime 1.31.1 CPU by running each op on an input that dies
+there (the output took no new memory, or it did), and read in its source:
+core/mlas/lib/convolve.cpp (MlasConvPrepare), core/providers/cpu/tensor/where_op.cc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from graphmem.core.ir import Graph, Node, Role, Value
+
+# CPU kernels whose output 0 is a view of input 0 (KernelDefBuilder::Alias(0, 0)).
+ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+# CPU kernels that may write output 0 over input 0 (MayInplace(0, 0)). Measured not in place:
+# Add, Sub, Mul, Div, Pow, Max, Min, Sum, Where, Abs, Neg, Exp, Log, Sqrt, Reciprocal, Floor,
+# Ceil, Erf, Sign, Round, Dropout, Hardmax, Gelu, Transpose, Expand (tests/test_runtime_ort.py).
+INPLACE_OPS = frozenset({
+    "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "Tanh", "Softplus",
+    "ThresholdedRelu", "Shrink", "Clip", "Softmax", "LogSoftmax", "Cast",
+})
+
+# Contrib kernels that may write output 0 over another input: (domain, op) -> input index.
+# com.microsoft.nchwc Conv adds its fused residual (input 3, "Sum") into the output buffer
+# (KernelDefBuilder().MayInplace(3, 0) in contrib_ops/cpu/nchwc_ops.cc; measured: the ResNet-50
+# samples at ORT_ENABLE_ALL are exact with it, 5% (batch 1) to 9% (batch 8) above without; the
+# residual block of tests/test_runtime_ort_optimized.py).
+CONTRIB_INPLACE_INPUT = {("com.microsoft.nchwc", "Conv"): 3}
+
+CONV_BUFFER_FLOATS_PER_THREAD = 128 * 128  # MLAS_SGEMM_STRIDEN * MLAS_SGEMM_STRIDEK
+CONV_THREAD_COMPLEXITY = 64 * 1024  # MLAS_SGEMM_THREAD_COMPLEXITY (multiply-adds per thread)
+CONV_MAX_THREADS = 16  # MLAS_MAXIMUM_THREAD_COUNT
+CONV_STRIDE_N_ALIGN = 16  # MLAS_SGEMM_STRIDEN_THREAD_ALIGN
+
+
+@dataclass(frozen=True)
+class KernelScratch:
+    """Arena allocations a kernel makes and frees while it runs."""
+
+    sizes_bytes: tuple[int, ...] = ()
+    before_outputs: bool = False  # allocated before the kernel's outputs
+
+
+def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
+    if node.domain not in ("", "ai.onnx"):
+        return KernelScratch()
+    if node.op_type == "Conv":
+        size = conv_scratch_bytes(node, threads, bound)
+        return KernelScratch((size,) if size else ())
+    if node.op_type == "Where":
+        return where_scratch(node, bound)
+    return KernelScratch()
+
+
+def where_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
+    """Where broadcasts two inputs at a time (core/providers/cpu/tensor/where_op.cc):
+    X_selection = cond ? X : 0 and Y_selection = cond ? 0 : Y, each of the broadcast shape
+    of (cond, value), then merges them into the output."""
+    cond, x, y, out = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    shapes = [_ints(v, bound) for v in (cond, x, y)]
+    if any(s is None for s in shapes) or not out.dtype.has_known_size:
+        return KernelScratch()
+    c, xs, ys = shapes
+    element = out.dtype.bits // 8
+    sizes = tuple(element * _product(_broadcast(c, v)) for v in (xs, ys))
+    return KernelScratch(sizes, before_outputs=True)
+
+
+def _broadcast(a: Sequence[int], b: Sequence[int]) -> list[int]:
+    """numpy broadcasting of two shapes: [64, 64] with [1, 4, 64, 64] -> [1, 4, 64, 64]."""
+    rank = max(len(a), len(b))
+    a = [1] * (rank - len(a)) + list(a)
+    b = [1] * (rank - len(b)) + list(b)
+    return [max(x, y) if 1 in (x, y) else x for x, y in zip(a, b, strict=True)]
+
+
+def conv_scratch_bytes(node: Node, threads: int, bound: Mapping[str, int]) -> int:
+    """Conv's working buffer (MlasConvPrepare), from the bound shapes of its tensors."""
+    x, w = node.input(0), node.input(1)
+    y = node.outputs[0] if node.outputs else None
+    dims = [_ints(v, bound) for v in (x, w, y)]
+    if any(d is None or len(d) < 3 for d in dims):
+        return 0
+    x_shape, w_shape, y_shape = dims  # [N, C, *in], [F, C/group, *kernel], [N, F, *out]
+    group = node.attr_int("group", 1)
+    spatial = len(x_shape) - 2
+    kernel = _product(w_shape[2:])
+    k = w_shape[1] * kernel  # K = C/group * prod(kernel)
+    output_pixels = _product(y_shape[2:])
+    filters = w_shape[0] // max(group, 1)  # per group
+    pads = node.attr_ints("pads", (0,) * 2 * spatial)
+    strides = node.attr_ints("strides", (1,) * spatial)
+    if all(s == 1 for s in strides) and not any(pads) and kernel == 1:
+        return 0  # pointwise: the GEMM reads the input directly
+    if filters > output_pixels:
+        return 4 * output_pixels * k  # the full im2col matrix
+    batch_groups = x_shape[0] * group
+    used = min(threads, batch_groups) if batch_groups > 1 else _conv_threads(
+        filters * output_pixels * k, output_pixels, threads)
+    return 4 * used * CONV_BUFFER_FLOATS_PER_THREAD
+
+
+def _conv_threads(multiply_adds: int, output_pixels: int, threads: int) -> int:
+    """MlasConvPrepare: one thread per 64K multiply-adds, at most 16 and the pool's size,
+    then fewer where slicing the output pixels in 16-aligned strides leaves a thread idle."""
+    target = min(multiply_adds // CONV_THREAD_COMPLEXITY + 1, CONV_MAX_THREADS, threads)
+    stride = -(-output_pixels // target)
+    if target > 1:
+        stride = -(-stride // CONV_STRIDE_N_ALIGN) * CONV_STRIDE_N_ALIGN
+        if stride >= output_pixels:
+            target = 1
+        elif stride * (target - 1) >= output_pixels:
+            target -= 1
+    return max(target, 1)
+
+
+def _ints(value: Value | None, bound: Mapping[str, int]) -> list[int] | None:
+    if value is None or value.shape is None or any(d is None for d in value.shape):
+        return None
+    dims = [d.bind(bound) for d in value.shape if d is not None]
+    return [int(d) for d in dims] if all(d.is_constant for d in dims) else None
+
+
+def _product(values: Sequence[int]) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+# ----- what is in the arena before the first kernel ----------------------------------------------
+
+SGEMM_PACKED_N_ALIGN = 16  # MlasGemmPackBSize: N rounded up to the packed panel width
+PACKED_BUFFER_ALIGN = 64  # MlasGetPreferredBufferAlignment
+SMALL_INITIALIZER_BYTES = 127  # kSmallTensorExternalDataThreshold: larger ones are used in place
+
+
+# kernels whose PrePack packs B: MatMul<float>, Gemm<float> and contrib FusedGemm (a Gemm<float>
+# with an activation, what ORT_ENABLE_EXTENDED makes of MatMul + Add + Relu)
+_PREPACKING_KERNELS = frozenset({("", "MatMul"), ("ai.onnx", "MatMul"), ("", "Gemm"),
+                                 ("ai.onnx", "Gemm"), ("com.microsoft", "FusedGemm")})
+
+
+def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:
+    """MatMul and Gemm prepack a constant 2-D float32 B for MLAS's SGEMM at session creation,
+    into the arena: (weight name, bytes), N rounded up to 16 columns, 64-byte aligned."""
+    packed = []
+    for node in nodes:
+        if (node.domain, node.op_type) not in _PREPACKING_KERNELS:
+            continue
+        b = node.input(1)
+        if b is None or b.producer is not None or b.shape is None or len(b.shape) != 2:
+            continue
+        if b.dtype.label != "float32" or not all(d is not None and d.is_constant for d in b.shape):
+            continue
+        rows, cols = (int(d) for d in b.shape if d is not None)  # [K, N]; Gemm transB: [N, K]
+        k, n = (cols, rows) if node.op_type.endswith("Gemm") and node.attr_int("transB", 0) else (
+            rows, cols)
+        size = -(-n // SGEMM_PACKED_N_ALIGN) * SGEMM_PACKED_N_ALIGN * k * 4
+        packed.append((b.name, -(-size // PACKED_BUFFER_ALIGN) * PACKED_BUFFER_ALIGN))
+    return packed
+
+
+def small_initializer_bytes(initializers: Sequence[Value]) -> int:
+    """Initializers (and Constant-node values) of at most 127 bytes, which onnxruntime copies
+    into memory it counts as in use; larger ones it uses in place, uncounted."""
+    return sum(int(v.nbytes) for v in initializers
+               if v.nbytes is not None and v.nbytes.is_constant
+               and int(v.nbytes) <= SMALL_INITIALIZER_BYTES)
+
+
+def arena_weights_bytes(graph: Graph, order: Sequence[Node]) -> int:
+    """What onnxruntime CPU holds in use before the first kernel: the prepacked MatMul/Gemm
+    weights and the small initializers it copies (unused initializers are dropped)."""
+    initializers = [v for v in graph.values.values()
+                    if v.producer is None and v.role is not Role.INPUT and v.consumers]
+    packed = sum(size for _, size in prepacked_weights(order))
+    return packed + small_initializer_bytes(initializers)

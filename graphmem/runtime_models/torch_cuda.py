@@ -1,0 +1,187 @@
+"""The torch-cuda runtime model: a step's allocations through PyTorch's caching allocator.
+
+From graphmem's analysis to the allocator's events (graphmem/runtime_models/cuda_allocator.py
+replays them) and to the numbers of a PyTorch process on a named GPU: tensors at the peak,
+what the allocator adds (rounding, segments), the CUDA context and library workspaces, and
+the total nvidia-smi would show. Measured against a real H100 in
+benchmarks/results/allocator_h100.md.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Hashable
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from graphmem.core.evaluate import evaluate
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role, Value
+from graphmem.devices.gpus import GpuSpec
+from graphmem.passes.buffers import MemoryModel, build_memory_model, plan_dims
+from graphmem.passes.dims import value_bytes
+from graphmem.passes.fit import default_cuda_reserve
+from graphmem.runtime_models.base import RuntimeEstimate
+from graphmem.runtime_models.cuda_allocator import AllocatorEvent, simulate_caching_allocator
+
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+
+# Ops PyTorch runs through cuBLAS: the first one on a thread makes PyTorch allocate that
+# thread's cuBLAS handle workspace through the caching allocator, kept for the process. The
+# backward pass runs on autograd's device thread, with a handle (and workspace) of its own.
+_CUBLAS_OPS = frozenset({
+    "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+    "aten.matmul.default", "aten.linear.default", "aten.addbmm.default",
+    "MatMul", "Gemm", "FusedMatMul",
+})
+# addmm (Linear with a bias) goes through cuBLASLt, whose workspace is allocated separately.
+_CUBLASLT_OPS = frozenset({"aten.addmm.default", "aten.linear.default", "Gemm"})
+_BACKWARD_ROLES = frozenset({Role.GRADIENT, Role.ACTIVATION_GRADIENT})
+# Residents exist before the step, in this order (model.to(device), the batch, then the
+# optimizer state), as a training loop makes them.
+_RESIDENT_ORDER = (Role.PARAMETER, Role.BUFFER, Role.CONSTANT, Role.INPUT,
+                   Role.OPTIMIZER_STATE)
+
+
+@dataclass(frozen=True)
+class CudaOverhead:
+    """One GPU generation's numbers from graphmem/devices/data/cuda_overhead.toml."""
+
+    context_bytes: int  # context, kernel images, library handles: outside the allocator
+    context_source: str
+    cublas_workspace_bytes: int  # per thread that runs cuBLAS; inside the allocator
+    cublaslt_workspace_bytes: int  # cuBLASLt (addmm); inside the allocator
+    workspace_source: str
+
+
+@dataclass(frozen=True)
+class Workspace:
+    name: str
+    nbytes: int
+
+
+def cuda_overhead(architecture: str, context_override_bytes: int | None = None) -> CudaOverhead:
+    """Numbers for one GPU generation; `context_override_bytes` is --cuda-reserve."""
+    text = resources.files("graphmem.devices.data").joinpath("cuda_overhead.toml").read_text()
+    table = tomllib.loads(text)
+    reserve = default_cuda_reserve(architecture)
+    blas = table.get("cublas_workspace", {})
+    blas_lt = table.get("cublaslt_workspace", {})
+    override = context_override_bytes is not None
+    return CudaOverhead(
+        context_bytes=context_override_bytes if override else reserve.bytes,
+        context_source="given with --cuda-reserve" if override else reserve.source,
+        cublas_workspace_bytes=int(blas.get(architecture, blas.get("default_bytes", 0))),
+        cublaslt_workspace_bytes=int(blas_lt.get(architecture, blas_lt.get("default_bytes", 0))),
+        workspace_source=str(blas.get("source", "")),
+    )
+
+
+def library_workspaces(graph: Graph, overhead: CudaOverhead) -> tuple[Workspace, ...]:
+    """The cuBLAS workspaces a step of `graph` leaves allocated (all exist in steady state)."""
+    forward = [n for n in graph.nodes if not _is_backward(n)]
+    backward = [n for n in graph.nodes if _is_backward(n)]
+    found = []
+    if any(n.op_type in _CUBLAS_OPS for n in forward):
+        found.append(Workspace("cuBLAS workspace", overhead.cublas_workspace_bytes))
+    if any(n.op_type in _CUBLASLT_OPS for n in graph.nodes):
+        found.append(Workspace("cuBLASLt workspace", overhead.cublaslt_workspace_bytes))
+    if any(n.op_type in _CUBLAS_OPS for n in backward):
+        found.append(Workspace("cuBLAS workspace (autograd thread)",
+                               overhead.cublas_workspace_bytes))
+    return tuple(found)
+
+
+def _is_backward(node: Node) -> bool:
+    return any(value.role in _BACKWARD_ROLES for value in node.outputs)
+
+
+def allocation_events(analysis: Analysis, steps: int = 1,
+                      workspaces: tuple[Workspace, ...] = ()) -> list[AllocatorEvent]:
+    """The step's allocations and frees in the model's own order, as eager PyTorch runs it.
+
+    First the workspaces and the residents; then, per step, each node's outputs are allocated
+    when it runs and each buffer is freed after its last user (graphmem's liveness
+    conventions; views and in-place results share their base's buffer). Graph outputs are
+    dropped at the end of each step, as a training loop drops the loss and (set_to_none) the
+    gradients before the next one. Free dims are taken at graphmem's probe value.
+    """
+    graph = analysis.graph
+    sizes = value_bytes(graph, analysis.dims)
+    dims = plan_dims(graph, analysis.dims.bound)
+    model = build_memory_model(graph, sizes, dims)
+    events: list[AllocatorEvent] = [("alloc", ("workspace", w.name), w.nbytes)
+                                    for w in workspaces]
+    for value in _residents_in_order(graph):
+        size = sizes.get(value.name)
+        nbytes = 0 if size is None else evaluate(size, dims)
+        events.append(("alloc", ("resident", value.name), nbytes))
+    for step in range(steps):
+        events.extend(_step_events(model, step))
+    return events
+
+
+def _residents_in_order(graph: Graph) -> list[Value]:
+    rank = {role: i for i, role in enumerate(_RESIDENT_ORDER)}
+    residents = [v for v in graph.values.values()
+                 if v.role in RESIDENT_ROLES and v.alias_of is None]
+    return sorted(residents, key=lambda v: rank.get(v.role, len(rank)))  # stable: graph order
+
+
+def _step_events(model: MemoryModel, step: int) -> list[AllocatorEvent]:
+    remaining = [len(users) for users in model.users]
+    events: list[AllocatorEvent] = []
+
+    def buffer_id(buffer: int) -> Hashable:
+        return (step, model.buffer_names[buffer])
+
+    for node in range(model.node_count):
+        events.extend(("alloc", buffer_id(b), model.buffer_bytes[b])
+                      for b in model.allocates[node])
+        for b in model.uses[node]:
+            remaining[b] -= 1
+            if remaining[b] == 0 and not model.pinned[b]:
+                events.append(("free", buffer_id(b), model.buffer_bytes[b]))
+    events.extend(("free", buffer_id(b), model.buffer_bytes[b])
+                  for b, pinned in enumerate(model.pinned) if pinned)
+    return events
+
+
+def torch_cuda_estimate(analysis: Analysis, gpu: GpuSpec,
+                        context_override_bytes: int | None = None) -> RuntimeEstimate:
+    """PyTorch eager on `gpu`: the caching allocator's peaks over a step, plus the context.
+
+    A training step is replayed twice (the second reuses the segments the first cached, as
+    every later step does); the peaks are those of the whole replay. `context_override_bytes`
+    (--cuda-reserve) replaces the measured context size.
+    """
+    overhead = cuda_overhead(gpu.architecture, context_override_bytes)
+    workspaces = library_workspaces(analysis.graph, overhead)
+    workspace_bytes = sum(w.nbytes for w in workspaces)
+    steps = 2 if analysis.mode == "training" else 1
+    result = simulate_caching_allocator(allocation_events(analysis, steps, workspaces))
+    tensors = result.requested_peak_bytes - workspace_bytes
+    named = ", ".join(f"{w.name} {w.nbytes:,} B" for w in workspaces) or "none"
+    return RuntimeEstimate(
+        runtime="torch-cuda",
+        tensors_at_peak_bytes=tensors,
+        allocator_overhead_bytes=result.reserved_peak_bytes - tensors - workspace_bytes,
+        context_bytes=overhead.context_bytes + workspace_bytes,
+        runtime_peak_bytes=result.allocated_peak_bytes,
+        device_total_bytes=result.reserved_peak_bytes + overhead.context_bytes,
+        counts=("torch.cuda.max_memory_allocated: blocks in use (512-byte rounding, whole"
+                " blocks where not split), parameters, optimizer state, inputs and the"
+                f" cuBLAS workspaces ({workspace_bytes:,} B) included; the allocator's cached"
+                " free blocks and the CUDA context left out"),
+        notes=(
+            f"caching allocator: {result.segment_count} segments"
+            f" ({result.small_segment_count} of 2 MiB), reserved peak"
+            f" {result.reserved_peak_bytes:,} B",
+            f"context + workspaces: {overhead.context_bytes:,} B outside the allocator"
+            f" ({overhead.context_source}); inside it: {named}"
+            f" ({overhead.workspace_source})",
+            "not modelled: cuDNN workspaces and kernels' temporary buffers (allocated and"
+            " freed inside one op; a few MiB for convolutions on the H100)",
+        ),
+    )

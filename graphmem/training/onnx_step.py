@@ -1,0 +1,53 @@
+"""`graphmem analyze model.onnx --train`: an ONNX inference graph expanded to a training step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphmem.core.ir import Graph
+from graphmem.errors import GraphmemError
+from graphmem.passes.dims import DimBinding
+from graphmem.training.expand import TrainingConfig, expand_training
+
+MAX_GRAD_ACCUM = 1 << 16
+
+
+@dataclass(frozen=True)
+class OnnxTrainingStep:
+    graph: Graph
+    micro_batch: int | None
+    warnings: tuple[str, ...]
+
+
+def onnx_training_step(graph: Graph, binding: DimBinding, optimizer: str, amp: str | None,
+                       grad_accum: int, autocast_device: str = "cuda",
+                       checkpoints: tuple[str, ...] = ()) -> OnnxTrainingStep:
+    if not 1 <= grad_accum <= MAX_GRAD_ACCUM:
+        raise GraphmemError(f"--grad-accum {grad_accum}: give a whole number from 1 to"
+                            f" {MAX_GRAD_ACCUM}")
+    config = TrainingConfig(optimizer, amp, autocast_device, grad_accum=grad_accum,
+                            checkpoints=checkpoints)
+    expanded = expand_training(graph, config)
+    warnings = [
+        "training step built from the inference graph: cross-entropy on the first output,"
+        " every float initializer trained, views as PyTorch makes them (README:"
+        " Training memory for an ONNX graph)"]
+    if expanded.unfolded_batchnorms:
+        warnings.append(
+            f"{expanded.unfolded_batchnorms} Conv nodes carry a BatchNorm folded in at export:"
+            " trained as Conv + BatchNorm, as the PyTorch model is (export with"
+            " do_constant_folding=False to keep the BatchNorm nodes)")
+    if expanded.no_backward_rule:
+        ops = ", ".join(f"{op} ({count})" for op, count in expanded.no_backward_rule.items())
+        warnings.append(f"no backward rule for {ops}: counted as saving every input they read;"
+                        " their backward FLOPs are unknown")
+    return OnnxTrainingStep(expanded.graph, _micro_batch(graph, binding), tuple(warnings))
+
+
+def _micro_batch(graph: Graph, binding: DimBinding) -> int | None:
+    if binding.batch_dim is not None:
+        return binding.bound.get(binding.batch_dim)
+    first = graph.inputs[0].shape if graph.inputs else None
+    if first and first[0] is not None and first[0].is_constant:
+        return int(first[0])
+    return None

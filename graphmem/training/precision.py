@@ -1,0 +1,87 @@
+"""Mixed precision (AMP) for the training expansion: which ops autocast runs in half.
+
+torch.autocast keeps the fp32 master weights and, op by op, casts the inputs of some ops to
+the half type and of others to float32; every other op runs in the widest floating type of
+its inputs (type promotion). The op lists are torch's (torch/csrc/autocast_mode.cpp):
+- CUDA, "lower precision": matmul, mm, bmm, addmm, linear, conv*, conv_transpose*, baddbmm;
+  "fp32": softmax, log_softmax, layer_norm, group_norm, norm, the losses (cross_entropy,
+  nll_loss), pow, exp, log...
+- CPU, "lower precision": the same matmul/conv family; "fp32": the losses, but softmax and
+  layer_norm follow their input (`torch.autocast("cpu")` returns bf16 from a bf16 softmax).
+Weight casts are cached for the whole forward (one half copy per weight, as autocast's cache
+of leaf tensors that require grad); an activation is cast again at each op that needs it.
+Zero-dim tensors and parameters do not widen an op's type (torch's promotion skips 0-dim
+tensors; a parameter reaching a promoting op, such as a bias Add after MatMul, is the bias of
+a Linear, which autocast casts with the matmul).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from graphmem.core.ir import DType, Node, Role, Value
+
+HALF_DTYPES = {"fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
+AUTOCAST_DEVICES = ("cuda", "cpu")
+
+
+class Precision(Enum):
+    HALF = "half"  # inputs cast to the half type, outputs half
+    FLOAT32 = "float32"  # inputs cast to float32, outputs float32
+    PROMOTE = "promote"  # no casts: outputs take the widest floating input type
+
+
+LOWER_PRECISION_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum",
+                                 "FusedMatMul"})
+FLOAT32_OPS = {
+    "cuda": frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization",
+                       "InstanceNormalization", "RMSNormalization", "LpNormalization",
+                       "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Pow", "Exp",
+                       "Log", "ReduceL2", "ReduceLogSumExp", "Softplus"}),
+    "cpu": frozenset({"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}),
+}
+
+
+def op_precision(node: Node, autocast_device: str) -> Precision:
+    if node.op_type in LOWER_PRECISION_OPS:
+        return Precision.HALF
+    if node.op_type in FLOAT32_OPS[autocast_device]:
+        return Precision.FLOAT32
+    return Precision.PROMOTE
+
+
+def cast_target(value: Value, precision: Precision, half: DType) -> DType | None:
+    """The dtype `value` is cast to before an op of `precision` (None: used as it is)."""
+    if not value.dtype.is_float or value.dtype is DType.FLOAT64:
+        return None
+    if precision is Precision.HALF and value.dtype is not half:
+        return half
+    if precision is Precision.FLOAT32 and value.dtype is not DType.FLOAT32:
+        return DType.FLOAT32
+    return None
+
+
+def promoted_dtype(inputs: list[Value | None], fallback: DType) -> DType:
+    """The widest floating dtype among the inputs that take part in promotion."""
+    widths = [v.dtype for v in inputs if v is not None and _promotes(v)]
+    if not widths:
+        return fallback
+    return max(widths, key=lambda d: (d.bits, d is DType.FLOAT32))
+
+
+def _promotes(value: Value) -> bool:
+    if not value.dtype.is_float or value.role in (Role.PARAMETER, Role.BUFFER, Role.CONSTANT):
+        return False
+    return value.shape is None or len(value.shape) > 0
+
+
+def output_dtype(node: Node, original: DType, precision: Precision, half: DType,
+                 inputs: list[Value | None]) -> DType:
+    """The dtype a floating output of `node` has under autocast."""
+    if not original.is_float or node.op_type in ("Cast", "CastLike"):
+        return original
+    if precision is Precision.HALF:
+        return half
+    if precision is Precision.FLOAT32:
+        return DType.FLOAT32
+    return promoted_dtype(inputs, original)

@@ -1,0 +1,185 @@
+"""Run a real PyTorch step and measure its peak of allocated bytes (CPU profiler or CUDA).
+
+This is the reference graphmem's torch.fx predictions are checked against: the same model,
+inputs, loss and optimizer (torch's foreach implementation, as traced), in the steady state
+(one warm-up step first, so optimizer state exists), gradients set to None before the step.
+Like importers, runtimes are allowed to know torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from graphmem.frontends.torch.loader import TensorSpec
+from graphmem.frontends.torch.trace import AMP_DTYPES, cross_entropy_loss
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """Peak bytes allocated during one step, above what was allocated before it."""
+
+    peak_bytes: int
+    device: str
+    method: str  # how it was measured
+
+
+def random_inputs(specs: Sequence[TensorSpec], device: str) -> list[torch.Tensor]:
+    """Random tensors of the right shapes and dtypes; integer inputs are ids below 100."""
+    inputs = []
+    for spec in specs:
+        if spec.dtype.is_floating_point:
+            inputs.append(torch.randn(spec.shape, dtype=spec.dtype, device=device))
+        else:
+            inputs.append(torch.randint(0, 100, spec.shape, dtype=spec.dtype, device=device))
+    return inputs
+
+
+def measure_step(
+    model: nn.Module,
+    specs: Sequence[TensorSpec],
+    train: bool,
+    optimizer: str = "adam",
+    amp: str | None = None,
+    device: str = "cpu",
+    loss: Callable[..., torch.Tensor] | None = None,
+    grad_accum: int = 1,
+) -> MeasuredStep:
+    """`loss(output) -> scalar`, as graphmem traces it; default: cross-entropy, zero targets.
+
+    With `grad_accum` > 1 the measured step is the last micro-batch: an earlier one ran its
+    forward and backward first, so the .grad sums exist when it starts; they are counted in
+    the peak (graphmem's trace allocates them at the step's start)."""
+    model = model.to(device)
+    inputs = random_inputs(specs, device)
+    loss_of = loss or cross_entropy_loss
+    step = (_training_step(model, inputs, optimizer, amp, device, loss_of)
+            if train else _inference_step(model, inputs))
+    step()  # warm up: optimizer state exists from now on, as graphmem assumes
+    model.zero_grad(set_to_none=True)
+    held = 0
+    if train and grad_accum > 1:
+        _micro_batch(model, inputs, amp, device, loss_of)
+        held = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
+    measured = _measure_cuda(step) if device == "cuda" else _measure_cpu(step)
+    return replace(measured, peak_bytes=measured.peak_bytes + held)
+
+
+def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, device: str,
+                 loss_of: Callable[..., torch.Tensor]) -> object:
+    """Forward and backward, no optimizer: one micro-batch, its gradients added into .grad.
+
+    Returns the model's output, which the caller holds: as in `out = model(x); loss = f(out);
+    loss.backward(); opt.step()` and as graphmem traces the step, the logits stay allocated
+    to the end of the step."""
+    with _autocast(amp, device):
+        output = model(*inputs)
+        loss = loss_of(output)
+    loss.backward()
+    return output
+
+
+def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[], None]:
+    model.eval()
+
+    def step() -> None:
+        with torch.no_grad():
+            model(*inputs)
+
+    return step
+
+
+def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name: str,
+                   amp: str | None, device: str,
+                   loss_of: Callable[..., torch.Tensor]) -> Callable[[], None]:
+    model.train()
+    optimizer = _optimizer(optimizer_name, model)
+
+    def step() -> None:
+        output = _micro_batch(model, inputs, amp, device, loss_of)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del output  # held through the update, as graphmem traces the step
+
+    return step
+
+
+def _optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
+    params = model.parameters()
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.01, foreach=True)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True)
+    return torch.optim.Adam(params, lr=1e-3, foreach=True)
+
+
+@contextlib.contextmanager
+def _autocast(amp: str | None, device: str) -> Iterator[None]:
+    if amp is None:
+        yield
+        return
+    with torch.autocast(device, dtype=AMP_DTYPES[amp]):
+        yield
+
+
+def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
+    """Replay the profiler's memory deltas in time order; the running maximum is the peak.
+
+    The profiler attributes each allocation to the op that made it (`self_cpu_memory_usage`)
+    and records frees outside ops as `[memory]` events. An op's net release is placed at its
+    end (autograd's evaluate_function frees its inputs after its children ran), a net
+    allocation at its start; summing the deltas in time order gives the live bytes allocated
+    since the step began.
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with _quiet_stderr(), torch.profiler.profile(activities=activities,
+                                                  profile_memory=True) as profile:
+        step()
+    deltas = sorted(
+        (event.time_range.end if delta < 0 else event.time_range.start, delta)
+        for event in profile.events()
+        if (delta := _delta_bytes(event))
+    )
+    live = peak = 0
+    for _, delta in deltas:
+        live += delta
+        peak = max(peak, live)
+    return MeasuredStep(peak, "cpu", "torch.profiler profile_memory, memory deltas replayed")
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The profiler's C++ side prints `profiler_start`/`profiler_stop` lines to fd 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _delta_bytes(event: torch.autograd.profiler_util.FunctionEvent) -> int:
+    if event.name == "[memory]":
+        return int(event.cpu_memory_usage)
+    return int(event.self_cpu_memory_usage)
+
+
+def _measure_cuda(step: Callable[[], None]) -> MeasuredStep:
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    return MeasuredStep(peak, "cuda", "torch.cuda.max_memory_allocated above the step's start")

@@ -1,0 +1,71 @@
+"""`graphmem verify file.py:fn`: a real PyTorch step next to graphmem's prediction for it.
+
+The prediction is graphmem's activation peak (the live-tensor peak less parameters, buffers,
+optimizer state and inputs, which exist before the step); the measurement is the peak of
+bytes allocated during one real step above what was allocated before it: torch.profiler's
+memory events on the CPU, `torch.cuda.max_memory_allocated()` on a GPU
+(graphmem/verify/runners/torch_runner.py). Both steps are the same: the model's forward, for
+training the same loss, backward and torch's foreach optimizer in its steady state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.frontends.torch.loader import TensorSpec, build_model, parse_tensor_spec
+from graphmem.verify.onnx_run import percent_error
+from graphmem.verify.runners.torch_runner import MeasuredStep, measure_step
+
+
+@dataclass(frozen=True)
+class TorchVerification:
+    model: str
+    inputs: tuple[str, ...]  # as given, e.g. "4x3x32x32"
+    train: bool
+    optimizer: str | None  # None for inference
+    amp: str | None
+    predicted_activation_peak_bytes: int
+    measured: MeasuredStep
+
+    @property
+    def error_pct(self) -> float | None:
+        """(graphmem - measured) / measured, in %."""
+        return percent_error(self.predicted_activation_peak_bytes, self.measured.peak_bytes)
+
+
+def verify_torch(
+    spec: str,
+    inputs: Sequence[str],
+    train: bool = False,
+    optimizer: str = "adam",
+    amp: str | None = None,
+    loss: Callable[..., torch.Tensor] | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+) -> TorchVerification:
+    """Analyze `spec` (file.py:fn or package.module:fn), then run one real step of it."""
+    specs: list[TensorSpec] = [parse_tensor_spec(text) for text in inputs]
+    if not specs:
+        raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise GraphmemError("--provider cuda: torch sees no CUDA device here; drop the option"
+                            " to measure on the CPU")
+    analysis = analyze_torch(spec, specs, train=train, optimizer=optimizer, amp=amp, loss=loss,
+                             amp_policy="cuda" if device.startswith("cuda") else "cpu")
+    torch.manual_seed(seed)
+    model = build_model(spec)  # real weights this time: the step runs for real
+    measured = measure_step(model, specs, train, optimizer, amp, device=device, loss=loss)
+    return TorchVerification(
+        model=spec,
+        inputs=tuple(inputs),
+        train=train,
+        optimizer=optimizer if train else None,
+        amp=amp,
+        predicted_activation_peak_bytes=int(analysis.liveness.activation_peak_bytes),
+        measured=measured,
+    )
