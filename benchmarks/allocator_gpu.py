@@ -24,8 +24,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import gpu_context
+from graphmem import analyze_torch
 from graphmem.devices.gpus import find_gpu
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.frontends.torch.trace import cross_entropy_loss
 from graphmem.runtime_models.cuda_allocator import AllocatorEvent, simulate_caching_allocator
 from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate

@@ -24,7 +24,7 @@ from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.frontends.torch.loader import TensorSpec
 from graphmem.verify.runners.torch_runner import measure_step
 from tests.models import ResNet18

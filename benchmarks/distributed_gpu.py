@@ -28,9 +28,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphmem.distributed.attach import with_distributed
+from graphmem import analyze_torch
 from graphmem.distributed.strategies import DistributedConfig
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem.pipeline.extras import with_distributed
 from tests.models import GPT2
 
 

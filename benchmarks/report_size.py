@@ -31,8 +31,8 @@ from dataclasses import replace
 import onnx
 from llama_graph import PRESETS, build_llama
 
+from graphmem import analyze_onnx
 from graphmem.core.units import format_bytes
-from graphmem.pipeline.analysis import analyze_onnx
 from graphmem.report.html.page import build_view, render_html
 
 T = TypeVar("T")

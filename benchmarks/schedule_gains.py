@@ -25,9 +25,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from graphmem import analyze_onnx
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
-from graphmem.pipeline.analysis import analyze_onnx
 from tests.torch_models.small import TinyGPT
 
 REPO = Path(__file__).resolve().parent.parent

@@ -33,11 +33,12 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import find_gpu
 from graphmem.passes.arena import plan_arena
-from graphmem.passes.buffers import build_memory_model, order_peak
 from graphmem.passes.dims import bind_dims
 from graphmem.passes.liveness import analyze_liveness
+from graphmem.passes.memory_model import build_memory_model, order_peak
 from graphmem.passes.schedule import GREEDY_KEYS, best_order, greedy_order
-from graphmem.pipeline.analysis import ModelInfo, run_passes
+from graphmem.pipeline.analysis import ModelInfo
+from graphmem.pipeline.run import run_passes
 
 T = TypeVar("T")
 

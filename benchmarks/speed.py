@@ -69,7 +69,7 @@ TIMEOUT_S = 900
 
 # ----- the measurements, each in its own process -----------------------------------------------
 def _child_graphmem(path: str, seq: int, gpu: str | None) -> dict[str, Any]:
-    from graphmem.pipeline.analysis import analyze_onnx
+    from graphmem import analyze_onnx
 
     dims = {"seq": seq} if seq else {}
     start = time.perf_counter()

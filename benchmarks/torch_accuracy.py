@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.verify.runners.torch_runner import measure_step
 from tests.torch_models.small import ConvNet, TinyGPT

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.ir import DType, Graph, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt
 
 
@@ -11,8 +11,9 @@ class GraphBuilder:
 
     def __init__(self, name: str = "test") -> None:
         self.name = name
-        self.values: dict[str, Value] = {}
-        self.nodes: list[Node] = []
+        self.graph = Graph(name, [], {}, [], [])
+        self.values: dict[str, Value] = self.graph.values
+        self.nodes: list[Node] = self.graph.nodes
         self.inputs: list[Value] = []
 
     def tensor(self, name: str, numel: int | SymInt, role: Role) -> Value:
@@ -24,23 +25,21 @@ class GraphBuilder:
         return value
 
     def node(self, name: str, inputs: list[str], outputs: dict[str, int | SymInt],
-             op_type: str = "Relu") -> Node:
-        node = Node(name, op_type, [self.values[n] for n in inputs], [])
-        for value in node.present_inputs:
-            value.consumers.append(node)
-        for out_name, numel in outputs.items():
-            value = self.tensor(out_name, numel, Role.ACTIVATION)
-            value.producer = node
-            node.outputs.append(value)
-        self.nodes.append(node)
-        return node
+             op_type: str = "Relu", phase: Phase = Phase.NONE) -> Node:
+        made = [self.tensor(out_name, numel, Role.ACTIVATION)
+                for out_name, numel in outputs.items()]
+        node = Node(name, op_type, [self.values[n] for n in inputs], made, phase=phase)
+        return self.graph.add_node(node)
 
     def build(self, outputs: list[str]) -> Graph:
         graph_outputs = [self.values[n] for n in outputs]
         for value in graph_outputs:
             if value.role is Role.ACTIVATION:
                 value.role = Role.OUTPUT
-        return Graph(self.name, self.nodes, self.values, self.inputs, graph_outputs)
+        self.graph.inputs = list(self.inputs)
+        self.graph.outputs = graph_outputs
+        self.graph.check()
+        return self.graph
 
 
 def sizes_of(graph: Graph) -> dict[str, SymInt | None]:

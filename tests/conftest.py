@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 import pytest
 
-from graphmem.cli.main import main
-from tests.onnx_builders import mlp_model
+# the shared helpers assert: have pytest explain their failures as it does a test's
+pytest.register_assert_rewrite("tests.helpers")
 
-Run = Callable[..., tuple[int, str, str]]
-# the modules whose analysis entry points the `work` fixture replaces
-ANALYSIS_MODULES = ("graphmem.pipeline.analysis", "graphmem.gate.check", "graphmem.cli.fits",
-                    "graphmem.verify.onnx_run", "graphmem.frontends.torch.analyze",
-                    "graphmem.verify.torch_run")
+from tests.helpers.samples import TINY_CNN  # noqa: E402 (after the rewrite hook, as pytest asks)
+from tests.helpers.untrusted import recorded_opens  # noqa: E402
+from tests.onnx_builders import mlp_model  # noqa: E402
+
+# graphmem itself is imported in the fixtures: a module broken mid-change fails the tests that
+# need it, not the collection of every test
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+    from tests.helpers.cli import Run
+
+# fixtures that trace a PyTorch model: a test using one is marked `torch` (pyproject.toml markers)
+TORCH_FIXTURES = frozenset({"training"})
+# every way into an analysis, which the `work` fixture replaces: the commands and the API call
+# them through their modules (`run.analyze(...)`), so replacing the attribute reaches every caller
+ANALYSIS_ENTRIES = ("graphmem.pipeline.run.analyze", "graphmem.verify.onnx_run.verify_onnx",
+                    "graphmem.verify.torch_run.verify_torch")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TORCH_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.torch)
 
 
 @pytest.fixture
@@ -39,23 +56,47 @@ def work(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             raise AssertionError(f"{name} ran")  # an Exception: main() reports exit 3
         return run
 
-    for module in ANALYSIS_MODULES:  # imported before any patch: each binds the real function
-        importlib.import_module(module)
-    monkeypatch.setattr("graphmem.pipeline.analysis.analyze_onnx", forbidden("analyze_onnx"))
-    monkeypatch.setattr("graphmem.gate.check.analyze_onnx", forbidden("check"))
-    monkeypatch.setattr("graphmem.cli.fits.analyze_onnx", forbidden("fits"))
-    monkeypatch.setattr("graphmem.verify.onnx_run.verify_onnx", forbidden("verify_onnx"))
-    monkeypatch.setattr("graphmem.frontends.torch.analyze.analyze_torch",
-                        forbidden("analyze_torch"))
-    monkeypatch.setattr("graphmem.verify.torch_run.verify_torch", forbidden("verify_torch"))
+    for entry in ANALYSIS_ENTRIES:
+        monkeypatch.setattr(entry, forbidden(entry.rsplit(".", 1)[1]))
     return calls
 
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str]) -> Run:
     """graphmem's command line in-process: (exit code, stdout, stderr)."""
+    from graphmem.cli.main import main
+
     def run_cli(*args: str | Path) -> tuple[int, str, str]:
         code = main([str(a) for a in args])
         captured = capsys.readouterr()
         return code, captured.out, captured.err
     return run_cli
+
+
+@pytest.fixture
+def opened_paths() -> Iterator[list[str]]:
+    """Every path Python opens during the test (tests/helpers/untrusted.py)."""
+    with recorded_opens() as paths:
+        yield paths
+
+
+# ----- the tiny CNN analysed once per test module, for the HTML report's tests ------------------
+
+
+@pytest.fixture(scope="module")
+def training() -> Analysis:
+    """tests/models.py's TinyCNN, a whole Adam training step at batch 4 on a T4 (torch.fx)."""
+    pytest.importorskip("torch")
+    from graphmem import analyze_torch
+    from tests.models import TinyCNN
+
+    return analyze_torch(TinyCNN(), ["4x3x32x32"], train=True, optimizer="adam", gpu="t4")
+
+
+@pytest.fixture(scope="module")
+def inference() -> Analysis:
+    """samples/tiny_cnn.onnx at batch 8 on a T4."""
+    from graphmem import analyze_onnx
+
+    assert TINY_CNN is not None
+    return analyze_onnx(TINY_CNN, batch=8, gpu="t4")

@@ -5,22 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
-from graphmem.pipeline.analysis import analyze_onnx
-
-
-class AttentionBlock(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.attention = nn.MultiheadAttention(32, 4, batch_first=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.attention(x, x, x, need_weights=True)[0]
+from graphmem import analyze_onnx
+from tests.helpers.torch_nets import AttentionBlock
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.torch
 def test_multihead_attention_export_is_fully_shaped(tmp_path: Path) -> None:
     # The TorchScript export of nn.MultiheadAttention computes a slice end with
     # Mod(Constant, Constant), which onnxruntime's symbolic rules cannot evaluate; graphmem

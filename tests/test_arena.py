@@ -6,10 +6,10 @@ import pytest
 
 from graphmem.core.ir import Role
 from graphmem.passes.arena import ArenaPlan, _best_fit, _best_fit_vectorized, plan_arena
-from graphmem.passes.buffers import build_memory_model, order_peak
+from graphmem.passes.memory_model import build_memory_model, order_peak
 from graphmem.passes.schedule import greedy_order
 from tests.builders import GraphBuilder, sizes_of
-from tests.test_liveness import random_dag
+from tests.helpers.graphs import random_dag
 
 
 def assert_valid(plan: ArenaPlan) -> None:

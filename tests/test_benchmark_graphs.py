@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import numpy_helper
 
-from graphmem.pipeline.analysis import analyze_onnx
+from graphmem import analyze_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
@@ -75,6 +76,8 @@ def test_node_count_and_checker() -> None:
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in two.graph.initializer)
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_graph_computes_llama() -> None:
     # With real weights the graph runs in onnxruntime and gives a plain numpy Llama's logits.
     model = build_llama(TINY)

@@ -19,16 +19,17 @@ from typing import Any
 import onnx
 import pytest
 
+from graphmem import analyze_onnx
 from graphmem.cli.main import main
+from graphmem.core.json_schema import ANALYSIS_KEYS, CHECK_KEYS, DIMS_KEYS, MODEL_KEYS
 from graphmem.errors import GraphmemError
 from graphmem.gate import baseline as baseline_module
 from graphmem.gate.baseline import load_baseline, read_input_file
 from graphmem.gate.budgets import MemoryLimit
 from graphmem.gate.budgets_file import MAX_BUDGETS_BYTES, MAX_KEY_DEPTH, load_budgets_file
 from graphmem.gate.check import run_check
-from graphmem.pipeline.analysis import analyze_onnx
-from graphmem.report.json.gate import CHECK_KEYS, MODEL_KEYS, check_to_dict
-from graphmem.report.json.report import ANALYSIS_KEYS, DIMS_KEYS, to_dict
+from graphmem.report.json.gate import check_to_dict
+from graphmem.report.json.report import to_dict
 from tests.onnx_builders import mlp_model
 
 

@@ -205,6 +205,7 @@ def write_baseline(mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     return path
 
 
+@pytest.mark.ort
 def test_baseline_growth_passes_and_fails(mlp: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     baseline = write_baseline(mlp, tmp_path, capsys, "--batch", "32")
@@ -241,6 +242,7 @@ def test_a_check_json_is_a_baseline(mlp: Path, tmp_path: Path,
     (lambda d: d["dims"].update(bound={"batch": 16}), "analyzed at batch=16"),
     (lambda d: d.pop("memory"), "lacks the field"),
 ])
+@pytest.mark.ort
 def test_bad_baselines_exit_2(mlp: Path, tmp_path: Path, edit: object, fragment: str,
                               capsys: pytest.CaptureFixture[str]) -> None:
     baseline = write_baseline(mlp, tmp_path, capsys, "--batch", "32")

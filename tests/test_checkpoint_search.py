@@ -6,10 +6,9 @@ from __future__ import annotations
 import itertools
 import random
 
-import torch
-from torch import nn
+import pytest
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.passes.dims import value_bytes
 from graphmem.suggest.candidates import SegmentCandidate, find_candidates
 from graphmem.suggest.search import (
@@ -18,6 +17,7 @@ from graphmem.suggest.search import (
     cheapest_covering,
     plan_checkpoints,
 )
+from tests.helpers.torch_nets import MLP
 
 
 def seg(path: str, saved_bytes: int, flops: int, step: int) -> SegmentCandidate:
@@ -134,20 +134,7 @@ def test_plan_reports_the_lowest_peak_when_nothing_fits() -> None:
     assert plan.best_effort is not None and plan.best_effort.peak_bytes == 810
 
 
-class MLP(nn.Module):
-    """Blocks of Linear(w, 4w) -> GELU -> Linear(4w, w)."""
-
-    def __init__(self, width: int = 32, depth: int = 4) -> None:
-        super().__init__()
-        self.blocks = nn.Sequential(*[
-            nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-            for _ in range(depth)])
-        self.head = nn.Linear(width, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(x))
-
-
+@pytest.mark.torch
 def test_candidates_of_a_traced_mlp() -> None:
     analysis = analyze_torch(MLP(), [(64, 32)], train=True, optimizer="sgd", suggest=False,
                              plan=False)
@@ -168,6 +155,7 @@ def test_candidates_of_a_traced_mlp() -> None:
     assert all(found[f"blocks.{i}"].single_tensor_input for i in range(1, 4))
 
 
+@pytest.mark.torch
 def test_candidates_that_update_batchnorm_statistics_are_marked() -> None:
     # BatchNorm in training adds 1 to num_batches_tracked in place (aten add_ on a buffer):
     # recomputing such a module in backward updates its statistics a second time

@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphmem.cli.main import main
+from tests.helpers.cli import assert_one_error_line, run_cli
 from tests.onnx_builders import custom_op_model, mlp_model
 
 
@@ -17,22 +17,6 @@ def mlp_path(tmp_path: Path) -> Path:
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp_model(), path)
     return path
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_error_line(code: int, err: str, *fragments: str) -> None:
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("graphmem: error: ")
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 def test_analyze_writes_json_with_the_documented_fields(
@@ -69,6 +53,7 @@ def test_free_dims_give_formulas(mlp_path: Path, capsys: pytest.CaptureFixture[s
     assert "batch" in result["memory"]["peak_bytes"]
 
 
+@pytest.mark.ort
 def test_unsupported_ops_are_reported_not_zeroed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -83,6 +68,7 @@ def test_unsupported_ops_are_reported_not_zeroed(
     assert custom["status"] == "unsupported"
 
 
+@pytest.mark.ort
 def test_html_default_path_is_next_to_the_working_directory(
     mlp_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -169,6 +155,7 @@ def test_gpus_lists_the_table(capsys: pytest.CaptureFixture[str]) -> None:
         assert name in stdout
 
 
+@pytest.mark.slow
 def test_console_script_runs_as_a_module() -> None:
     done = subprocess.run([sys.executable, "-m", "graphmem", "analyze", "/nonexistent.onnx"],
                           capture_output=True, text=True, check=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Run
+from tests.helpers.cli import Run
 from tests.onnx_builders import mlp_model, save_with_external_data
 
 
@@ -141,6 +141,7 @@ def test_html_and_no_html_together_are_refused(mlp: Path, work: list[str], run: 
     refused_early(run("analyze", mlp, "--html", "x.html", "--no-html"), work, "--no-html")
 
 
+@pytest.mark.ort
 def test_a_write_error_at_the_end_is_one_line(mlp: Path, tmp_path: Path, run: Run,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     def disk_full(*args: object) -> None:
@@ -244,6 +245,7 @@ def test_a_budgets_file_that_is_a_fifo_is_refused_not_waited_on(
                   "not a regular file")
 
 
+@pytest.mark.ort
 def test_the_analysis_still_writes_its_outputs(mlp: Path, tmp_path: Path, run: Run) -> None:
     # the checks let a good command through: both outputs written, an old one replaced
     (tmp_path / "out.json").write_text("old")
@@ -263,6 +265,7 @@ def test_an_error_line_quoting_the_user_stays_one_inert_line(mlp: Path, run: Run
     assert "\x1b" not in err and ("\\n" in err or "\\x1b" in err)
 
 
+@pytest.mark.ort
 def test_an_output_path_is_shown_as_written(mlp: Path, tmp_path: Path, run: Run) -> None:
     # rich would take '[bold]' as markup and ':warning:' as an emoji; \x1b would reach the tty
     name = "[bold]:warning:\x1b[31m.json"

@@ -20,7 +20,7 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.passes.dims import check_sizes_fit
-from tests.conftest import Run
+from tests.helpers.cli import Run
 
 BUILD = "import torch\n\ndef build():\n    return torch.nn.Linear(4, 4)\n"
 
@@ -242,6 +242,7 @@ def test_functions_that_exit_are_one_line(tmp_path: Path, work: list[str], run: 
              "calling exits.py:build() failed: SystemExit(7)")
 
 
+@pytest.mark.torch
 def test_a_forward_that_exits_is_one_line(tmp_path: Path, run: Run) -> None:
     (tmp_path / "exits.py").write_text(
         "import sys\nimport torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n"

@@ -26,6 +26,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from graphmem.core.symbolic import SymInt
 from tests import cnn_zoo
 
+pytestmark = pytest.mark.slow
+
 CONTRACTION_OPS = frozenset({"Conv", "Gemm", "MatMul"})
 
 
@@ -101,6 +103,7 @@ def test_published_parameter_counts() -> None:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter
 @pytest.mark.parametrize(("name", "make_model", "side", "params", "gmacs"), zoo_cases())
+@pytest.mark.torch
 def test_onnx_export(tmp_path: Path, name: str, make_model: Callable[[], nn.Module], side: int,
                      params: int, gmacs: float) -> None:
     from graphmem.frontends.onnx.importer import load_onnx
@@ -129,9 +132,10 @@ def test_onnx_export(tmp_path: Path, name: str, make_model: Callable[[], nn.Modu
 
 
 @pytest.mark.parametrize(("name", "make_model", "side", "params", "gmacs"), zoo_cases())
+@pytest.mark.torch
 def test_torch_path(name: str, make_model: Callable[[], nn.Module], side: int, params: int,
                     gmacs: float) -> None:
-    from graphmem.frontends.torch.analyze import analyze_torch
+    from graphmem import analyze_torch
 
     model = make_model().eval()
     analysis = analyze_torch(model, [f"1x3x{side}x{side}"], plan=False)

@@ -548,10 +548,11 @@ def test_missing_required_input_raises() -> None:
     # MaxPool2d(kernel (2, 3), stride 1) on 1x4x9x9: out 1x4x8x7 = 224 windows x 6 = 1344
     ("max_rect", 1344),
 ])
+@pytest.mark.torch
 def test_torch_pooling_flops(pool: str, expected_flops: int) -> None:
     from torch import nn
 
-    from graphmem.frontends.torch.analyze import analyze_torch
+    from graphmem import analyze_torch
 
     layer = {"max": nn.MaxPool2d(3, 2), "avg": nn.AvgPool2d(3, 2),
              "adaptive": nn.AdaptiveAvgPool2d(1), "max_rect": nn.MaxPool2d((2, 3), 1)}[pool]

@@ -10,11 +10,12 @@ import random
 
 import pytest
 
-from graphmem.core.ir import Role
+from graphmem.core.ir import Phase, Role
 from graphmem.devices.gpus import find_gpu
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import bind_dims
-from graphmem.pipeline.analysis import Analysis, ModelInfo, run_passes
+from graphmem.pipeline.analysis import Analysis, ModelInfo
+from graphmem.pipeline.run import run_passes
 from graphmem.runtime_models.cuda_allocator import (
     AllocatorEvent,
     round_size,
@@ -233,8 +234,9 @@ def test_workspaces_per_thread_and_library() -> None:
     assert library_workspaces(chain_analysis().graph, overhead) == ()  # no matmul
     b = GraphBuilder("mlp")
     b.tensor("x", 8, Role.INPUT)
-    b.node("fc", ["x"], {"y": 8}, "aten.addmm.default")
-    b.node("dx", ["y"], {"gx": 8}, "aten.mm.default").outputs[0].role = Role.ACTIVATION_GRADIENT
+    b.node("fc", ["x"], {"y": 8}, "aten.addmm.default", Phase.FORWARD)
+    backward = b.node("dx", ["y"], {"gx": 8}, "aten.mm.default", Phase.BACKWARD)
+    backward.outputs[0].role = Role.ACTIVATION_GRADIENT
     names = [w.name for w in library_workspaces(b.build(["gx"]), overhead)]
     # forward addmm: the main thread's cuBLAS handle and cuBLASLt; backward mm: autograd's
     assert names == ["cuBLAS workspace", "cuBLASLt workspace",
@@ -260,10 +262,12 @@ def test_estimate_parts_add_up_to_the_device_total() -> None:
     assert no_blas.device_total_bytes == 10**9 + 22 * MIB
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_torch_step_events_replay_the_liveness_peak() -> None:
     # the events of a traced training step, replayed, hold exactly graphmem's live tensors:
     # the requested peak is the liveness peak, and every step buffer is freed by its end
-    from graphmem.frontends.torch.analyze import analyze_torch
+    from graphmem import analyze_torch
     from tests.torch_models.small import TinyGPT
 
     analysis = analyze_torch(TinyGPT(), ["8x64:int64"], train=True, plan=False, suggest=False)
@@ -283,11 +287,13 @@ def test_torch_step_events_replay_the_liveness_peak() -> None:
     ("TinyGPT", True, 72_685_568, 73_400_320),
     ("MLP", False, 137_662_464, 138_412_032),
 ])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_prediction_matches_the_h100(name: str, train: bool, allocated_bytes: int,
                                      reserved_bytes: int) -> None:
     from torch import nn
 
-    from graphmem.frontends.torch.analyze import analyze_torch
+    from graphmem import analyze_torch
     from tests.torch_models.small import TinyGPT
 
     if name == "TinyGPT":

@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from graphmem import analyze_torch
 from graphmem.cli.main import main
 from graphmem.core.ir import Graph, Role
-from graphmem.distributed.attach import with_distributed
 from graphmem.distributed.model_states import Part, TrainingProfile, profile_training
 from graphmem.distributed.strategies import (
     STRATEGIES,
@@ -29,8 +29,8 @@ from graphmem.distributed.strategies import (
     per_rank_memory,
 )
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.passes.dims import value_bytes
+from graphmem.pipeline.extras import with_distributed
 from tests.builders import GraphBuilder, sizes_of
 from tests.models import EXPECTED_PARAMS, tiny_gpt
 
@@ -153,6 +153,8 @@ def gpt() -> TrainingProfile:
     return profile_training(analysis.graph, value_bytes(analysis.graph, analysis.dims))
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_gpt_profile_counts_the_known_parameters(gpt: TrainingProfile) -> None:
     assert gpt.parameter_count == PSI == 141_056
     assert gpt.parameter_bytes == gpt.gradient_bytes == 4 * PSI  # fp32 weights and grads
@@ -160,6 +162,7 @@ def test_gpt_profile_counts_the_known_parameters(gpt: TrainingProfile) -> None:
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+@pytest.mark.torch
 def test_zero_paper_sixteen_bytes_per_parameter(gpt: TrainingProfile, gpus: int) -> None:
     # Rajbhandari et al. 2020, Fig. 1 (mixed-precision Adam, K = 12): per GPU
     # stage 1: 2 Psi + 2 Psi + 12 Psi / N; stage 2: 2 Psi + 14 Psi / N; stage 3: 16 Psi / N.
@@ -171,6 +174,7 @@ def test_zero_paper_sixteen_bytes_per_parameter(gpt: TrainingProfile, gpus: int)
 
 
 @pytest.mark.parametrize("gpus", [1, 4, 8])
+@pytest.mark.torch
 def test_traced_fp32_adam_is_also_sixteen_bytes_but_split_differently(
         gpt: TrainingProfile, gpus: int) -> None:
     # torch (no AMP) holds 4 B params + 4 B grads + 8 B Adam state: 16 Psi in all, like the
@@ -194,12 +198,14 @@ def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer: int, total_gpus:
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
+@pytest.mark.torch
 def test_agrees_with_deepspeed_zero2_estimator(gpt: TrainingProfile, gpus: int) -> None:
     ours = rank(gpt, "zero2", gpus, layout="deepspeed").model_states_bytes
     assert ours == deepspeed_zero2_gpu_bytes(PSI, gpus)
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
+@pytest.mark.torch
 def test_deepspeed_zero3_estimator_and_where_graphmem_differs(gpt: TrainingProfile,
                                                               gpus: int) -> None:
     # Largest module by its own parameters: wte, 512 x 64 = 32,768.
@@ -215,6 +221,7 @@ def test_deepspeed_zero3_estimator_and_where_graphmem_differs(gpt: TrainingProfi
     assert r.gathered_bytes == 2 * largest
 
 
+@pytest.mark.torch
 def test_ddp_single_rank_is_the_single_gpu_peak_plus_buckets(gpt: TrainingProfile) -> None:
     r = rank(gpt, "ddp", 1)
     assert r.buckets_bytes == gpt.gradient_bytes == 4 * PSI
@@ -223,24 +230,28 @@ def test_ddp_single_rank_is_the_single_gpu_peak_plus_buckets(gpt: TrainingProfil
         gpt.single_gpu_peak_bytes)
 
 
+@pytest.mark.torch
 def test_ddp_does_not_depend_on_n(gpt: TrainingProfile) -> None:
     totals = {rank(gpt, "ddp", n).total_bytes for n in (1, 2, 8, 64, 1024)}
     assert len(totals) == 1
 
 
 @pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+@pytest.mark.torch
 def test_zero_at_one_rank_shards_nothing(gpt: TrainingProfile, strategy: str) -> None:
     r = rank(gpt, strategy, 1)
     assert r.total_bytes == gpt.single_gpu_peak_bytes + r.buckets_bytes + r.gathered_bytes
 
 
 @pytest.mark.parametrize("strategy", ["zero3", "fsdp"])
+@pytest.mark.torch
 def test_full_sharding_decreases_with_n(gpt: TrainingProfile, strategy: str) -> None:
     totals = [rank(gpt, strategy, n).total_bytes for n in range(1, 65)]
     assert all(a >= b for a, b in pairwise(totals))
     assert totals[7] < totals[0]
 
 
+@pytest.mark.torch
 def test_parts_sum_to_total_and_stay_below_n1(gpt: TrainingProfile) -> None:
     for strategy in STRATEGIES:
         for n in (1, 3, 16):
@@ -250,6 +261,7 @@ def test_parts_sum_to_total_and_stay_below_n1(gpt: TrainingProfile) -> None:
                 r.temporaries_bytes, r.activations_bytes, r.gathered_bytes, r.buckets_bytes))
 
 
+@pytest.mark.torch
 def test_zero3_persistence_threshold_keeps_small_parameters_whole(gpt: TrainingProfile) -> None:
     # DeepSpeed's default stage3_param_persistence_threshold is 1e5 elements: every tiny_gpt
     # parameter (the largest is 32,768) stays whole on each rank, nothing is gathered.
@@ -259,6 +271,7 @@ def test_zero3_persistence_threshold_keeps_small_parameters_whole(gpt: TrainingP
     assert r.buckets_bytes == 500_000_000 * 4
 
 
+@pytest.mark.torch
 def test_tensor_parallel_splits_matmul_and_embedding_weights(gpt: TrainingProfile) -> None:
     # Splittable (2-D, read by mm/addmm or embedding): wte 512x64, wpe 128x64 and per layer
     # c_attn 192x64, attn c_proj 64x64, c_fc 256x64, mlp c_proj 64x256 = 49,152; two layers:
@@ -271,6 +284,7 @@ def test_tensor_parallel_splits_matmul_and_embedding_weights(gpt: TrainingProfil
     assert r.activations_bytes <= rank(gpt, "ddp", 1).activations_bytes
 
 
+@pytest.mark.torch
 def test_tensor_parallel_replicates_weights_it_cannot_divide(gpt: TrainingProfile) -> None:
     # T = 3 divides 192 (c_attn: 192 x 64) and nothing else
     r = rank(gpt, "ddp", 1, tensor_parallel=3)
@@ -278,6 +292,7 @@ def test_tensor_parallel_replicates_weights_it_cannot_divide(gpt: TrainingProfil
     assert "wte.weight" in r.replicated_matmul_weights
 
 
+@pytest.mark.torch
 def test_fit_by_strategy_finds_the_smallest_n(gpt: TrainingProfile) -> None:
     config = DistributedConfig("ddp", 1, zero=SMALL_ZERO)
     usable = rank(gpt, "zero3", 3).total_bytes
@@ -294,6 +309,8 @@ def test_fit_by_strategy_finds_the_smallest_n(gpt: TrainingProfile) -> None:
     assert rows["ddp"].data_parallel is None  # DDP replicates everything: no N helps
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_ddp_buckets_match_a_real_reducer() -> None:
     """A real DistributedDataParallel (gloo, one rank, CPU): its reducer's bucket sizes add up
     to every gradient once, graphmem's DDP bucket bytes."""
@@ -313,12 +330,14 @@ def test_ddp_buckets_match_a_real_reducer() -> None:
     assert report.distributed.per_rank.buckets_bytes == bucket_bytes == 4 * PSI
 
 
+@pytest.mark.torch
 def test_with_distributed_needs_training() -> None:
     analysis = analyze_torch(tiny_gpt(), ["2x16:int64"])
     with pytest.raises(GraphmemError, match="--train"):
         with_distributed(analysis, DistributedConfig("zero3", 4))
 
 
+@pytest.mark.torch
 def test_cli_json_per_rank_and_fit(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["analyze", "tests/models.py:tiny_gpt", "--input", "2x16:int64", "--train",
                  "--gpus", "4", "--strategy", "zero2", "--gpu", "t4", "--no-html",
@@ -355,6 +374,8 @@ def test_replace_keeps_layout_checks(hand: TrainingProfile) -> None:
         per_rank_memory(hand, config)
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_terminal_explains_a_bucket_larger_than_the_model(
         capsys: pytest.CaptureFixture[str]) -> None:
     # DeepSpeed's default reduce buffer (5e8 elements) dwarfs a tiny model: say why, and how

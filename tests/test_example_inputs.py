@@ -51,6 +51,7 @@ def test_spec_text_round_trips() -> None:
     assert spec_text(TensorSpec((4, 1024), torch.int64)) == "4x1024:int64"
 
 
+@pytest.mark.torch
 def test_cli_example_inputs_equal_the_same_input_flag(inputs_file: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", MODEL, "--example-inputs", f"{inputs_file}:ids", "--json", "-"]) == 0

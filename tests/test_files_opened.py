@@ -83,6 +83,7 @@ def model_with_data(tmp_path: Path) -> Path:
     ["analyze", "{model}", "--no-html"],
     ["check", "{model}", "--batch", "4", "--gpu", "t4", "--max-params", "1M"],
 ], ids=["analyze-outputs", "analyze-gpu", "analyze-free-dims", "check"])
+@pytest.mark.ort
 def test_only_the_model_file_is_opened(model_with_data: Path, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch, argv: list[str],
                                        opened: list[str],

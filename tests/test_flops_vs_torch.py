@@ -69,6 +69,7 @@ CONV_CASES = [
 
 @pytest.mark.parametrize(("x_shape", "c_out", "kernel", "stride", "padding", "groups"), CONV_CASES)
 @pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.torch
 def test_conv2d(
     x_shape: tuple[int, ...],
     c_out: int,
@@ -89,6 +90,7 @@ def test_conv2d(
 
 
 @pytest.mark.parametrize("dims", [1, 3])
+@pytest.mark.torch
 def test_conv1d_and_conv3d(dims: int) -> None:
     conv = (nn.Conv1d if dims == 1 else nn.Conv3d)(4, 6, 3, padding=1, groups=2)
     x = torch.randn((2, 4) + (5,) * dims)
@@ -110,6 +112,7 @@ CONV_TRANSPOSE_CASES = [
     ("x_shape", "c_out", "kernel", "stride", "padding", "output_padding", "groups"),
     CONV_TRANSPOSE_CASES,
 )
+@pytest.mark.torch
 def test_conv_transpose2d(
     x_shape: tuple[int, ...],
     c_out: int,
@@ -129,6 +132,7 @@ def test_conv_transpose2d(
 
 
 @pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.torch
 def test_linear_as_gemm(bias: bool) -> None:
     # nn.Linear on [b, in] exports as Gemm(x, W [out, in], b, transB=1); torch runs addmm/mm
     linear = nn.Linear(64, 48, bias=bias)
@@ -138,6 +142,7 @@ def test_linear_as_gemm(bias: bool) -> None:
     assert cost.flops == torch_flops(lambda: linear(x))
 
 
+@pytest.mark.torch
 def test_linear_on_3d_input_as_matmul() -> None:
     # nn.Linear on [b, s, in] exports as MatMul(x, W^T [in, out]) (+ Add)
     linear = nn.Linear(32, 96)
@@ -329,6 +334,7 @@ def export(model: nn.Module, x: torch.Tensor, path: Path, dynamic_batch: bool) -
 @pytest.mark.parametrize(
     ("name", "make_model", "input_shape", "dynamic_batch"), whole_model_cases()
 )
+@pytest.mark.torch
 def test_whole_models_vs_flop_counter(
     tmp_path: Path,
     name: str,

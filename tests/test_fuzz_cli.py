@@ -37,6 +37,8 @@ import pytest
 from graphmem.cli.main import main
 from tests.fuzz_corpus import MARKER, Case, Run, all_groups, unique
 
+pytestmark = pytest.mark.slow
+
 CASES: dict[str, list[Case]] = {group: unique(make()) for group, make in all_groups().items()}
 _IN_PROCESS_LIMIT_S = 30.0  # a safety net: cases that could hang are forked with their own limit
 _EXTRA_MEMORY_BYTES = 4 * 2**30  # address space one case may add to the process's
@@ -379,36 +381,42 @@ def test_broken_file(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 @_parametrize("graph")
+@pytest.mark.ort
 def test_broken_graph(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                       capfd: pytest.CaptureFixture[str]) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
 
 
 @_parametrize("dim")
+@pytest.mark.ort
 def test_hostile_dim_name(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                           capfd: pytest.CaptureFixture[str]) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
 
 
 @_parametrize("name")
+@pytest.mark.ort
 def test_hostile_name(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                       capfd: pytest.CaptureFixture[str]) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
 
 
 @_parametrize("external")
+@pytest.mark.ort
 def test_hostile_external_data(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                capfd: pytest.CaptureFixture[str]) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
 
 
 @_parametrize("flag")
+@pytest.mark.ort
 def test_bad_flag(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                   capfd: pytest.CaptureFixture[str]) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
 
 
 @_parametrize("output")
+@pytest.mark.ort
 def test_bad_output_path(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                          capfd: pytest.CaptureFixture[str]) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
@@ -438,6 +446,7 @@ def warm_torch(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @_parametrize("torch")
+@pytest.mark.torch
 def test_broken_pytorch_file(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                              capfd: pytest.CaptureFixture[str], warm_torch: None) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.verify.runners.torch_runner import measure_step
 from tests.torch_models.small import ConvNet, TinyGPT
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 GPT_INPUT = "8x64:int64"
 

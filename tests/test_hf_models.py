@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.verify.runners.torch_runner import measure_step
 
 pytest.importorskip("transformers")
 
 from tests.torch_models import hf
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 @pytest.mark.parametrize(("build", "train", "optimizer"), [

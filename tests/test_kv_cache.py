@@ -19,13 +19,13 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
+from graphmem import analyze_onnx, analyze_torch
 from graphmem.cli.main import main
-from graphmem.distributed.attach import kv_shape, with_kv_cache
+from graphmem.distributed.attach import kv_shape
 from graphmem.distributed.kv_cache import find_past_inputs, kv_cache_formula, parse_kv_option
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.frontends.torch.kv import detect_kv_shape
-from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.pipeline.extras import with_kv_cache
 from tests.models import tiny_gpt, tiny_llama
 
 LAYERS, KV_HEADS, HEAD_DIM, WIDTH = 2, 2, 16, 32
@@ -90,6 +90,8 @@ def test_onnx_past_inputs_are_found(decoder_path: Path) -> None:
     assert past.shape.dtype == "float32" and len(past.values) == 4 and len(past.presents) == 4
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_formula_matches_onnxruntime_present_outputs(decoder_path: Path) -> None:
     # batch 2, 5 cached tokens + 3 new: the cache after the step holds 8 tokens:
     # 512 B x 2 x 8 = 8192 B over the four present outputs
@@ -181,6 +183,7 @@ def test_torch_detection_failure_is_a_clear_error() -> None:
         detect_kv_shape(nn.Sequential(nn.Linear(2, 2)))
 
 
+@pytest.mark.torch
 def test_formula_matches_the_keys_and_values_a_llama_computes() -> None:
     """The K and V projections of every layer for 16 tokens of 3 sequences are exactly what a
     cache holds after 16 tokens."""
@@ -205,6 +208,7 @@ def test_parse_option() -> None:
             parse_kv_option(bad)
 
 
+@pytest.mark.torch
 def test_cli_torch_auto_and_explicit_agree(capsys: pytest.CaptureFixture[str]) -> None:
     results = []
     for option in ("auto", "2,4,16"):
@@ -242,6 +246,7 @@ def test_cli_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.torch
 def test_torch_inference_batch_comes_from_the_input() -> None:
     analysis = analyze_torch(tiny_llama(), ["3x16:int64"], gpu="t4")
     report = with_kv_cache(analysis, kv_shape(2, 4, 16, "float32", "test"), batch=3)

@@ -1,13 +1,12 @@
 """Liveness: hand-worked peaks and invariants that must hold on any graph."""
 
-import random
-
 import pytest
 
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Role
 from graphmem.core.symbolic import SymInt
 from graphmem.passes.liveness import analyze_liveness
 from tests.builders import GraphBuilder, sizes_of
+from tests.helpers.graphs import random_dag
 
 
 def chain_graph() -> Graph:
@@ -65,20 +64,6 @@ def test_symbolic_peak_is_a_formula_in_batch() -> None:
     assert result.peak_step == 1
     # binding batch=8 afterwards gives what a bound analysis gives: 400 + 576 = 976
     assert result.peak_bytes.evaluate({"batch": 8}) == 976
-
-
-def random_dag(seed: int, node_count: int = 30) -> Graph:
-    rng = random.Random(seed)
-    b = GraphBuilder(f"random{seed}")
-    b.tensor("in", rng.randint(1, 50), Role.INPUT)
-    b.tensor("p", rng.randint(1, 50), Role.PARAMETER)
-    available = ["in", "p"]
-    for index in range(node_count):
-        inputs = rng.sample(available, k=min(len(available), rng.randint(1, 3)))
-        outputs = {f"t{index}_{k}": rng.randint(1, 200) for k in range(rng.randint(1, 2))}
-        b.node(f"n{index}", inputs, outputs)
-        available.extend(outputs)
-    return b.build([available[-1]])
 
 
 def brute_force_live_bytes(graph: Graph, step: int) -> int:

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from onnx import helper
 
+from graphmem import analyze_onnx
 from graphmem.frontends.onnx.importer import module_path_of
-from graphmem.pipeline.analysis import analyze_onnx
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 

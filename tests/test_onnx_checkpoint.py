@@ -1,6 +1,6 @@
 """Activation checkpointing of an ONNX training step: the recomputation in the expansion
 (graphmem/training/checkpoint.py), the candidates (graphmem/suggest/onnx_candidates.py)
-and the `--suggest` cards (graphmem/suggest/onnx_step.py), checked by hand, against a fresh
+and the `--suggest` cards (graphmem/suggest/driver.py), checked by hand, against a fresh
 analysis, against the torch.fx path and against a measured CPU step."""
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem import analyze_onnx, analyze_torch
 from graphmem.cli.main import main
-from graphmem.cli.suggest_options import with_graph_suggestions
 from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.frontends.torch.checkpoint import checkpointed
 from graphmem.passes.dims import value_bytes
-from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.pipeline.analysis import Analysis
 from graphmem.suggest.cards import Suggestion
 from graphmem.suggest.onnx_candidates import cut_stretches, onnx_candidates
 from graphmem.suggest.search import plan_checkpoints
-from graphmem.training.expand import BackwardNode
+from tests.helpers.torch_nets import MLP
 from tests.models import tiny_gpt
-from tests.test_checkpoint_search import MLP
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 TINY_GPT = SAMPLES / "tiny_gpt.onnx"
@@ -163,10 +161,8 @@ def test_bad_segments_are_one_line_errors(tmp_path: Path) -> None:
 
 # ----- suggestions: re-analysis consistency ---------------------------------------------------
 def gpt_suggestions(budget: int | None, gpu: str | None = None) -> Analysis:
-    base = analyze_onnx(TINY_GPT, dims=GPT_DIMS, train=True, gpu=gpu, plan=False)
-    rerun = functools.partial(analyze_onnx, TINY_GPT, dims=GPT_DIMS, train=True, gpu=gpu,
-                              plan=False)
-    return with_graph_suggestions(base, budget, rerun)
+    return analyze_onnx(TINY_GPT, dims=GPT_DIMS, train=True, gpu=gpu, plan=False, suggest=True,
+                        memory_budget_bytes=budget)
 
 
 def card_of(analysis: Analysis, kind: str) -> Suggestion:
@@ -178,6 +174,7 @@ def card_of(analysis: Analysis, kind: str) -> Suggestion:
 MIB = 1 << 20
 
 
+@pytest.mark.slow
 def test_gpt_card_is_a_fresh_analysis_with_those_segments() -> None:
     # tiny_gpt at batch 8, seq 64 peaks at 11,823,476 B (11.3 MiB) with Adam
     budget = 8 * MIB
@@ -205,6 +202,7 @@ def test_no_budget_gives_the_curve_but_no_card() -> None:
     assert len(suggested.suggestions.checkpoint_curve) >= 2
 
 
+@pytest.mark.slow
 def test_cli_prints_and_writes_the_checkpoint_card(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "gpt.json"
@@ -220,9 +218,7 @@ def test_cli_prints_and_writes_the_checkpoint_card(tmp_path: Path,
 
 def test_node_range_cards_say_what_to_wrap(tmp_path: Path) -> None:
     path = chain(tmp_path / "chain.onnx")
-    base = train(path)
-    suggested = with_graph_suggestions(base, CHAIN_PEAK - 4096,
-                                       functools.partial(train, path))
+    suggested = train(path, suggest=True, memory_budget_bytes=CHAIN_PEAK - 4096)
     card = card_of(suggested, "checkpoint")
     assert card.targets == ("mm1..mm2",) and card.new_peak_bytes == CHAIN_PEAK - 4096
     assert card.snippet is not None and "#   mm1..mm2" in card.snippet
@@ -232,6 +228,7 @@ def test_node_range_cards_say_what_to_wrap(tmp_path: Path) -> None:
 # ----- invariants -----------------------------------------------------------------------------
 @pytest.mark.parametrize("targets", [("h.0",), ("h.1",), ("h.0", "h.1"), ("h.0.attn",),
                                      ("h.0.mlp", "h.1.attn"), ("lm_head",)])
+@pytest.mark.slow
 def test_invariants_on_the_gpt(targets: tuple[str, ...]) -> None:
     base = analyze_onnx(TINY_GPT, dims=GPT_DIMS, train=True, plan=False)
     done = analyze_onnx(TINY_GPT, dims=GPT_DIMS, train=True, plan=False, checkpoints=targets)
@@ -253,9 +250,9 @@ def test_invariants_on_the_gpt(targets: tuple[str, ...]) -> None:
     for name in recomputed:
         for value in nodes[name].outputs:
             readers = value.consumers
-            if any(isinstance(r, BackwardNode) for r in readers):
+            if any(r.origin is not None for r in readers):  # a backward node
                 assert value.storage.role is Role.SAVED_ACTIVATION
-            assert all(isinstance(r, BackwardNode) or r.name.endswith("/recompute")
+            assert all(r.origin is not None or r.name.endswith("/recompute")
                        for r in readers)
 
 
@@ -277,6 +274,8 @@ EXTRA_FLOPS_TOLERANCE = 0.08
                                                           "blocks.3")]),
     ("gpt", [("h.0",), ("h.0", "h.1"), ("h.1.mlp",)]),
 ])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_agrees_with_the_torch_fx_path(tmp_path: Path, name: str,
                                        plans: list[tuple[str, ...]]) -> None:
     torch.manual_seed(0)
@@ -300,6 +299,8 @@ def test_agrees_with_the_torch_fx_path(tmp_path: Path, name: str,
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.slow
+@pytest.mark.torch
 def test_onnx_card_applied_to_the_torch_model_saves_what_it_predicts(tmp_path: Path) -> None:
     """The ONNX card's targets wrapped in the PyTorch model the file came from, a real CPU
     training step measured before and after (profiler memory tracking).
@@ -323,8 +324,8 @@ def test_onnx_card_applied_to_the_torch_model_saves_what_it_predicts(tmp_path: P
     model.train()
     base = analyze_onnx(path, train=True, plan=False)
     budget = peak(base) - 7 * MIB
-    rerun = functools.partial(analyze_onnx, path, train=True, plan=False)
-    card = card_of(with_graph_suggestions(base, budget, rerun), "checkpoint")
+    card = card_of(analyze_onnx(path, train=True, plan=False, suggest=True,
+                                memory_budget_bytes=budget), "checkpoint")
     assert card.new_peak_bytes is not None and card.new_peak_bytes <= budget
     assert card.saves_bytes is not None
 
@@ -343,7 +344,6 @@ def test_gradient_accumulation_keeps_the_same_segments(tmp_path: Path) -> None:
     path = chain(tmp_path / "chain.onnx")
     base = train(path, grad_accum=4)
     budget = peak(base) - 4096
-    suggested = with_graph_suggestions(base, budget, functools.partial(train, path,
-                                                                      grad_accum=4))
+    suggested = train(path, grad_accum=4, suggest=True, memory_budget_bytes=budget)
     card = card_of(suggested, "checkpoint")
     assert card.targets == ("mm1..mm2",) and card.new_peak_bytes == budget

@@ -106,7 +106,7 @@ def test_inference_that_rewrites_declared_input_dims_is_discarded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # onnxruntime 1.30's symbolic rules turn a dynamo export's [batch, seq] input into
     # [16, 16]; graphmem must keep the model's own dims and fall back to onnx's inference.
-    from graphmem.frontends.onnx import importer as onnx_importer
+    from graphmem.frontends.onnx import infer as onnx_importer
 
     def rewriting(model: onnx.ModelProto, failed_ops: list[str]) -> onnx.ModelProto:
         broken = onnx.ModelProto()

@@ -26,15 +26,15 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
+from graphmem import analyze_onnx, analyze_torch
 from graphmem.core.ir import Graph, Role
 from graphmem.distributed.model_states import Part, profile_training
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.importer import import_onnx
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.role_timeline import training_phases
-from graphmem.pipeline.analysis import Analysis, analyze_onnx
-from graphmem.training.expand import BackwardNode, TrainingConfig, expand_training
+from graphmem.pipeline.analysis import Analysis
+from graphmem.training.expand import TrainingConfig, expand_training
 from tests.models import BasicBlock, MobileNetV2, ResNet50, TinyCNN, conv1x1, tiny_gpt
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -79,8 +79,7 @@ def _expanded(path: Path, **options: object) -> Graph:
 def _saved(graph: Graph, forward_name: str) -> dict[str, tuple[str, str]]:
     """name -> (dtype, shape) of what the backward of `forward_name` reads from the forward."""
     backward = next(n for n in graph.nodes
-                    if isinstance(n, BackwardNode) and n.forward is not None
-                    and n.forward.name == forward_name)
+                    if n.origin is not None and n.origin.name == forward_name)
     return {v.name: (v.dtype.label, v.shape_text()) for v in backward.inputs
             if v is not None and v.role not in (Role.ACTIVATION_GRADIENT, Role.GRADIENT)}
 
@@ -338,6 +337,7 @@ SMALL_SAMPLES = {"tiny_cnn.onnx": {"batch": 4}, "tiny_cnn.nofold.onnx": {"batch"
 
 @pytest.mark.parametrize("sample", sorted(SMALL_SAMPLES))
 @pytest.mark.parametrize("optimizer,amp", [("sgd", None), ("adam", None), ("adamw", "bf16")])
+@pytest.mark.slow
 def test_training_peak_bounds(sample: str, optimizer: str, amp: str | None) -> None:
     dims = SMALL_SAMPLES[sample]
     inference = analyze_onnx(SAMPLES / sample, dims=dims, plan=False)
@@ -456,6 +456,8 @@ def _model_states(analysis: Analysis) -> tuple[int, int, int]:
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # HF's shape checks
 @pytest.mark.parametrize("name,fold", EXPORTS)
 @pytest.mark.parametrize("optimizer,amp", [("adam", None), ("momentum", "bf16")])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_agrees_with_the_torch_fx_path(tmp_path: Path, name: str, fold: bool, optimizer: str,
                                        amp: str | None) -> None:
     model, spec = _export(name, tmp_path / f"{name}.onnx", fold)
@@ -471,6 +473,8 @@ def test_agrees_with_the_torch_fx_path(tmp_path: Path, name: str, fold: bool, op
     ("resnet50.dynamo.onnx", ResNet50, {"batch": 2}),  # dynamo: FuseBatchNormIntoConv
     ("mobilenet_v2.onnx", MobileNetV2, {"batch": 2}),
 ])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_shipped_cnns_agree_with_the_torch_fx_path(sample: str, build: type[nn.Module],
                                                    dims: dict[str, int]) -> None:
     # eval-mode exports with every BatchNorm folded (53 in ResNet-50, 52 in MobileNetV2)
@@ -493,6 +497,8 @@ MEASURED_TOLERANCE = 0.03
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 @pytest.mark.parametrize("name", ["mlp", "tiny_cnn", "resnet_block", "tiny_gpt", "vit"])
 @pytest.mark.parametrize("optimizer,amp", [("adam", None), ("adamw", "bf16")])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_matches_a_measured_cpu_step(tmp_path: Path, name: str, optimizer: str,
                                      amp: str | None) -> None:
     from graphmem.frontends.torch.loader import parse_tensor_spec
@@ -523,6 +529,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, check=False)
 
 
+@pytest.mark.slow
 def test_cli_train_json(tmp_path: Path) -> None:
     path = mlp(tmp_path / "mlp.onnx")
     result = _cli("analyze", str(path), "--train", "--optimizer", "adamw", "--json", "-",
@@ -535,6 +542,7 @@ def test_cli_train_json(tmp_path: Path) -> None:
     assert breakdown["gradients"] == 1152 and breakdown["optimizer_state"] == 2304
 
 
+@pytest.mark.slow
 def test_cli_train_with_zero2_on_four_gpus(tmp_path: Path) -> None:
     path = mlp(tmp_path / "mlp.onnx")
     result = _cli("analyze", str(path), "--train", "--optimizer", "adam", "--gpus", "4",
@@ -553,6 +561,7 @@ def test_cli_train_with_zero2_on_four_gpus(tmp_path: Path) -> None:
     (["--train", "--optimizer", "lion"], "--optimizer lion"),
     (["--train", "--grad-accum", "0"], "--grad-accum 0"),
 ])
+@pytest.mark.slow
 def test_cli_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     path = mlp(tmp_path / "mlp.onnx")
     result = _cli("analyze", str(path), "--no-html", *args)

@@ -9,12 +9,12 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from graphmem import analyze_onnx
 from graphmem.devices.gpus import load_gpu_table
 from graphmem.passes.max_batch import _largest_fitting, find_max_batch
 from graphmem.passes.sweep import parse_sweep
-from graphmem.pipeline.analysis import analyze_onnx
 from graphmem.pipeline.planning import SweepRequest
-from tests.test_cli import assert_one_error_line, run_cli
+from tests.helpers.cli import assert_one_error_line, run_cli
 from tests.torch_models.small import ConvNet
 
 WIDTH = 1 << 18  # floats per sample: 1 MiB per tensor per sample
@@ -62,6 +62,7 @@ def test_max_batch_is_also_solved_when_the_batch_is_bound(relu_path: Path) -> No
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.torch
 def test_max_batch_of_an_exported_convnet(tmp_path: Path) -> None:
     path = tmp_path / "convnet.onnx"
     with warnings.catch_warnings():
@@ -201,10 +202,11 @@ def test_gpus_options_need_fits(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.torch
 def test_max_batch_with_unknown_shapes_checks_each_batch_by_reanalysis(tmp_path: Path) -> None:
     # onnxruntime's symbolic inference cannot follow MultiheadAttention's dynamic Reshape;
     # with the batch bound, shapes are re-inferred: max batch must agree with that analysis.
-    from tests.test_analysis import AttentionBlock
+    from tests.helpers.torch_nets import AttentionBlock
 
     path = tmp_path / "mha.onnx"
     with warnings.catch_warnings():
@@ -226,9 +228,10 @@ def test_the_three_ways_to_the_bound_peak_agree(seed: int) -> None:
     # bound liveness run at that batch are the same number
     from graphmem.passes.dims import bind_dims
     from graphmem.passes.liveness import analyze_liveness
-    from graphmem.pipeline.analysis import ModelInfo, run_passes
+    from graphmem.pipeline.analysis import ModelInfo
     from graphmem.pipeline.planning import DimProbe
-    from tests.test_schedule import symbolic_random_dag
+    from graphmem.pipeline.run import run_passes
+    from tests.helpers.graphs import symbolic_random_dag
 
     graph = symbolic_random_dag(seed, node_count=40)
     info = ModelInfo("", graph.name, "ir", 0, len(graph.nodes), "none", ())

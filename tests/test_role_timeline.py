@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
+from graphmem import analyze_onnx
 from graphmem.core.ir import Role
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.role_timeline import role_timeline, training_phases
-from graphmem.pipeline.analysis import analyze_onnx
 from tests.builders import GraphBuilder, sizes_of
-from tests.test_html_report import SAMPLES
+from tests.helpers.samples import SAMPLE_MODELS as SAMPLES
 
 
 def test_roles_by_hand() -> None:
@@ -32,6 +32,7 @@ def test_roles_by_hand() -> None:
     assert rows == [[40, 16, 0, 100, 0], [40, 16, 0, 100, 4], [40, 16, 40, 100, 4]]
 
 
+@pytest.mark.slow
 def test_roles_add_up_to_the_live_total_on_the_tiny_samples() -> None:
     for sample in [s for s in SAMPLES if s.name.startswith("tiny")]:
         analysis = analyze_onnx(sample, plan=False)
@@ -42,9 +43,10 @@ def test_roles_add_up_to_the_live_total_on_the_tiny_samples() -> None:
 @pytest.fixture(scope="module")
 def traced_steps() -> dict[str, object]:
     torch = pytest.importorskip("torch")
+    from graphmem.core.conventions import TrainingOptions as TrainConfig
     from graphmem.frontends.torch.fx_convert import graph_from_trace
     from graphmem.frontends.torch.loader import parse_tensor_spec
-    from graphmem.frontends.torch.trace import TrainConfig, trace_model
+    from graphmem.frontends.torch.trace import trace_model
     from tests.models import TinyCNN
 
     torch.manual_seed(0)
@@ -57,6 +59,7 @@ def traced_steps() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.torch
 def test_phases_match_the_tracer_labels(traced_steps: dict[str, object], optimizer: str) -> None:
     from graphmem.frontends.torch.trace import PHASE_KEY
 

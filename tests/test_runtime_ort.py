@@ -17,21 +17,21 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem import analyze_onnx
 from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
 from graphmem.passes.dims import value_bytes
-from graphmem.pipeline.analysis import analyze_onnx
+from graphmem.pipeline.runtime import runtime_estimate
 from graphmem.runtime_models.bfc_arena import ArenaEvent, BfcArena, replay, rounded_bytes
 from graphmem.runtime_models.ort_cpu import ort_execution_order, plan_ort_buffers
 from graphmem.runtime_models.ort_kernels import INPLACE_OPS, conv_scratch_bytes
-from graphmem.runtime_models.select import runtime_estimate
 from graphmem.verify.onnx_run import _match_nodes, input_specs
 from graphmem.verify.runners.onnxruntime_runner import MeasuredRun, run_onnx
+from tests.helpers.samples import RUNNABLE
+from tests.helpers.samples import SAMPLES_DIR as SAMPLES
+from tests.helpers.samples import sample_dims as _dims
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-RUNNABLE = ["tiny_cnn", "tiny_cnn.nofold", "tiny_cnn.dynamo", "tiny_gpt", "tiny_gpt.dynamo",
-            "tiny_llama", "tiny_llama.dynamo"]
 N = 4096  # floats: 16 KiB tensors in the helper graphs
 F32 = TensorProto.FLOAT
 
@@ -65,6 +65,8 @@ def vector(name: str, size: int = N) -> onnx.ValueInfoProto:
 # ----- one planner behaviour per graph ---------------------------------------------------------
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_chain_of_relus_runs_in_place(tmp_path: Path) -> None:
     # t = x + x (16 KiB, x is the caller's and never reused); three Relus write over t in turn
     # (MayInplace, t's last use each time); z = r3 + r3 is a graph output (16 KiB).
@@ -87,6 +89,8 @@ NOT_IN_PLACE = ["Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil
 
 
 @pytest.mark.parametrize("op", sorted(INPLACE_OPS) + NOT_IN_PLACE)
+@pytest.mark.ort
+@pytest.mark.slow
 def test_in_place_table(tmp_path: Path, op: str) -> None:
     # t = x + x (16 KiB) dies at y = op(t); z = y + y is the output (16 KiB). In place: t's
     # buffer and z, 32768 bytes; not in place: t, y, then y and z, also 32768 at the peak but
@@ -103,6 +107,8 @@ def test_in_place_table(tmp_path: Path, op: str) -> None:
     assert (plan.storage["y"] == "t") == measured_in_place == (op in INPLACE_OPS), op
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_reshape_is_a_view(tmp_path: Path) -> None:
     # t = x + x (16 KiB); v = Reshape(t, [64, 64]) shares t's buffer (Alias); z = v + v (16 KiB
     # graph output). Peak 32768 bytes; with Reshape copying it would be 49152.
@@ -116,6 +122,8 @@ def test_reshape_is_a_view(tmp_path: Path) -> None:
     assert predicted == measured == 32768, (predicted, measured)
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_add_is_not_in_place(tmp_path: Path) -> None:
     # onnxruntime 1.31's CPU Add declares no MayInplace: u = t + x takes a new 16 KiB buffer
     # while t is still held: t + u + z(output) = 3 * 16384 = 49152 at u's step.
@@ -127,6 +135,8 @@ def test_add_is_not_in_place(tmp_path: Path) -> None:
     assert measured == 2 * 16384  # t dies at u, then z: t+u = 32768 = u+z
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_freed_buffer_is_held_until_a_same_shape_tensor_reuses_it(tmp_path: Path) -> None:
     # a = x + x [N] dies at b = a * a [N]; c = concat(b, b) and d = c * c are [2N]; e = d[:N]
     # takes a's buffer from the free list (same shape), so onnxruntime holds a's 16 KiB from
@@ -149,6 +159,8 @@ def test_freed_buffer_is_held_until_a_same_shape_tensor_reuses_it(tmp_path: Path
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("channels", "filters", "size"), [(3, 16, 32), (16, 512, 4)])
+@pytest.mark.ort
+@pytest.mark.slow
 def test_conv_scratch(tmp_path: Path, threads: int, channels: int, filters: int,
                       size: int) -> None:
     # MlasConvPrepare, 3x3 pad 1 on [1, C, S, S]: K = 9C multiply-adds per output pixel.
@@ -170,6 +182,8 @@ def test_conv_scratch(tmp_path: Path, threads: int, channels: int, filters: int,
     assert conv_scratch_bytes(conv, threads, {}) == expected
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_where_broadcasts_two_selections(tmp_path: Path) -> None:
     # Where(cond [64, 64], -inf scalar, y [4, 64, 64]) allocates X_selection [64, 64] (16 KiB)
     # and Y_selection [4, 64, 64] (64 KiB) before its 64 KiB output (where_op.cc).
@@ -187,15 +201,10 @@ def test_where_broadcasts_two_selections(tmp_path: Path) -> None:
 # ----- the shipped samples ---------------------------------------------------------------------
 
 
-def _dims(path: Path, batch: int, seq: int) -> dict[str, int]:
-    from graphmem.frontends.onnx.importer import import_onnx
-
-    names = import_onnx(path).graph.input_dims_in_order()
-    return {name: (batch if i == 0 else seq) for i, name in enumerate(names)}
-
-
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("sample", RUNNABLE)
+@pytest.mark.ort
+@pytest.mark.slow
 def test_samples_within_two_percent(sample: str, batch: int) -> None:
     # Measured 2026-11-23 (onnxruntime 1.31.1, 1 thread): 0.0% on every sample but
     # tiny_gpt.dynamo (+0.1%: the arena's chunk placement differs by one 256-byte chunk).
@@ -207,6 +216,8 @@ def test_samples_within_two_percent(sample: str, batch: int) -> None:
 
 
 @pytest.mark.parametrize("sample", RUNNABLE)
+@pytest.mark.ort
+@pytest.mark.slow
 def test_whole_mem_in_use_peak(sample: str) -> None:
     # mem_in_use_peak itself: the weights in the arena before the run (MatMul/Gemm weights
     # prepacked for MLAS: N rounded up to 16 columns, x K x 4 bytes; initializers of <= 127
@@ -226,6 +237,8 @@ def test_whole_mem_in_use_peak(sample: str) -> None:
 
 
 @pytest.mark.parametrize("sample", ["tiny_gpt", "tiny_llama.dynamo", "tiny_cnn"])
+@pytest.mark.ort
+@pytest.mark.slow
 def test_execution_order_is_onnxruntimes(sample: str) -> None:
     path = SAMPLES / f"{sample}.onnx"
     analysis = analyze_onnx(path, dims=_dims(path, 1, 16), plan=False)
@@ -246,6 +259,8 @@ def test_plan_shapes_are_onnxruntimes() -> None:
                for name, shape in dynamo.items() if name.startswith("softmax"))
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_verify_prints_the_runtime_model(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["verify", str(SAMPLES / "tiny_cnn.onnx"), "--batch", "1", "--threads", "1",
                  "--no-optimized-run"])
@@ -294,6 +309,7 @@ def test_arena_regions_double() -> None:
 # ----- the command line and JSON ---------------------------------------------------------------
 
 
+@pytest.mark.ort
 def test_analyze_reports_the_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "a.json"
     code = main(["analyze", str(SAMPLES / "tiny_cnn.onnx"), "--batch", "8", "--no-html",

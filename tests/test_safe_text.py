@@ -1,4 +1,4 @@
-"""A model's strings are inert data in every output (graphmem/report/safe_text.py).
+"""A model's strings are inert data in every output (graphmem/core/safe_text.py).
 
 Hostile models are built with onnx.helper: their graph, node, tensor and op names and dim
 names hold rich markup (`[/b]`), terminal escapes, NUL, a bidi override, HTML, or a megabyte.
@@ -22,8 +22,7 @@ from onnx import TensorProto, helper
 from rich.console import Console
 
 from graphmem.cli.main import main
-from graphmem.report.html.page import render_html
-from graphmem.report.safe_text import (
+from graphmem.core.safe_text import (
     ELLIPSIS,
     NAME_MAX_CHARS,
     dims_text,
@@ -33,6 +32,7 @@ from graphmem.report.safe_text import (
     printable_text,
     shorten,
 )
+from graphmem.report.html.page import render_html
 
 # What a terminal must never receive from a model: C0 controls but newline, DEL, C1, the bidi
 # embeddings, overrides and isolates.
@@ -208,6 +208,7 @@ def test_nul_and_controls_keep_the_junit_valid(tmp_path: Path,
         ET.parse(junit)
 
 
+@pytest.mark.slow
 def test_a_megabyte_name_is_shortened_and_fast(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """A 1 MB graph, node and tensor name: rich wrapped it for minutes; now every output
@@ -233,7 +234,7 @@ def test_a_megabyte_name_is_shortened_and_fast(tmp_path: Path,
 def test_the_page_escapes_and_bounds_every_string(tmp_path: Path) -> None:
     """Strings the view does not shorten by name (a sentence quoting a name) are bounded by
     the environment's finalize: each run of non-space characters, and its controls."""
-    from graphmem.pipeline.analysis import analyze_onnx
+    from graphmem import analyze_onnx
 
     model = hostile_model(tmp_path / "m.onnx", "x" * 5000 + "\x1b", op="Op" + "y" * 5000)
     page = render_html(analyze_onnx(model, batch=2))

@@ -51,6 +51,7 @@ ADJUSTMENTS = {
 
 
 @pytest.mark.parametrize("sample", sorted(ADJUSTMENTS))
+@pytest.mark.slow
 def test_sample_parameter_count_is_exact(sample: str) -> None:
     build, published = EXPECTED_PARAMS[sample.split(".")[0]]
     model = build()

@@ -8,13 +8,13 @@ import pytest
 
 from graphmem.core.ir import Graph, Role
 from graphmem.core.symbolic import SymInt
-from graphmem.passes.buffers import (
+from graphmem.passes.liveness import analyze_liveness
+from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
     is_topological,
     order_peak,
 )
-from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.schedule import (
     GREEDY_KEYS,
     best_order,
@@ -26,7 +26,7 @@ from graphmem.passes.schedule import (
     refine_around_peak,
 )
 from tests.builders import GraphBuilder, sizes_of
-from tests.test_liveness import random_dag
+from tests.helpers.graphs import random_dag, symbolic_random_dag
 
 
 def model_of(graph: Graph) -> MemoryModel:
@@ -250,6 +250,7 @@ def test_free_dims_are_scheduled_at_a_probe_and_the_peak_stays_a_formula() -> No
     assert result.model_order_peak_bytes == batch * 808
 
 
+@pytest.mark.slow
 def test_greedy_scales_to_tens_of_thousands_of_nodes() -> None:
     rng = random.Random(0)
     b = GraphBuilder("large")
@@ -268,30 +269,9 @@ def test_greedy_scales_to_tens_of_thousands_of_nodes() -> None:
     assert elapsed < 20  # about 1 s here; generous for slow CI machines
 
 
-def symbolic_random_dag(seed: int, node_count: int = 25) -> Graph:
-    """Like random_dag, with sizes a + b*batch (+ c*batch*seq now and then)."""
-    rng = random.Random(seed)
-    batch, seq = SymInt.symbol("batch"), SymInt.symbol("seq")
-
-    def size() -> SymInt:
-        value = batch * rng.randint(0, 50) + rng.randint(1, 50)
-        return value + batch * seq * rng.randint(1, 5) if rng.random() < 0.3 else value
-
-    b = GraphBuilder(f"sym{seed}")
-    b.tensor("in", size(), Role.INPUT)
-    b.tensor("p", rng.randint(1, 50), Role.PARAMETER)
-    available = ["in", "p"]
-    for index in range(node_count):
-        inputs = rng.sample(available, k=min(len(available), rng.randint(1, 3)))
-        outputs = {f"t{index}_{k}": size() for k in range(rng.randint(1, 2))}
-        b.node(f"n{index}", inputs, outputs)
-        available.extend(outputs)
-    return b.build([available[-1]])
-
-
 @pytest.mark.parametrize("seed", range(10))
 def test_symbolic_peak_of_another_order_matches_liveness(seed: int) -> None:
-    from graphmem.passes.buffers import plan_dims, symbolic_order_peak
+    from graphmem.passes.memory_model import plan_dims, symbolic_order_peak
 
     graph = symbolic_random_dag(seed)
     sizes = sizes_of(graph)
@@ -306,12 +286,13 @@ def test_symbolic_peak_of_another_order_matches_liveness(seed: int) -> None:
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.torch
 def test_a_traced_training_step_keeps_liveness_conventions(optimizer: str) -> None:
     # A whole training step from torch.fx has views, in-place optimizer updates and tensors
     # held past their last use by Python variables: the integer model must give the
     # liveness's peak for the model order, and every order the search returns must respect
     # the in-place ordering edges.
-    from graphmem.frontends.torch.analyze import analyze_torch
+    from graphmem import analyze_torch
     from tests.torch_models.small import ConvNet
 
     analysis = analyze_torch(ConvNet(), ["4x3x16x16"], train=True, optimizer=optimizer)

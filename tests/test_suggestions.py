@@ -12,15 +12,15 @@ import pytest
 import torch
 from torch import nn
 
+from graphmem import analyze_onnx, analyze_torch
 from graphmem.cli.main import main
 from graphmem.core.ir import Role
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.frontends.torch.checkpoint import checkpointed
-from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.pipeline.analysis import Analysis
 from graphmem.suggest.cards import Suggestion, graph_report
 from graphmem.suggest.inplace import find_inplace
 from tests.builders import GraphBuilder, sizes_of
-from tests.test_checkpoint_search import MLP
+from tests.helpers.torch_nets import MLP
 
 MIB = 1 << 20
 
@@ -45,6 +45,8 @@ def mlp_suggested() -> tuple[MLP, Analysis, int]:
     return model, suggested, budget
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_checkpoint_suggestion_matches_a_fresh_analysis(
         mlp_suggested: tuple[MLP, Analysis, int]) -> None:
     model, suggested, budget = mlp_suggested
@@ -70,6 +72,8 @@ def test_checkpoint_suggestion_matches_a_fresh_analysis(
     assert [p.peak_bytes for p in curve] == sorted((p.peak_bytes for p in curve), reverse=True)
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_amp_suggestion_is_the_difference_of_two_analyses(
         mlp_suggested: tuple[MLP, Analysis, int]) -> None:
     model, suggested, _ = mlp_suggested
@@ -81,6 +85,7 @@ def test_amp_suggestion_is_the_difference_of_two_analyses(
     assert card.saves_bytes > 0
 
 
+@pytest.mark.torch
 def test_batch_and_accumulation_cards_are_reanalysed(
         mlp_suggested: tuple[MLP, Analysis, int]) -> None:
     model, suggested, budget = mlp_suggested
@@ -97,6 +102,7 @@ def test_batch_and_accumulation_cards_are_reanalysed(
     assert accumulate.new_peak_bytes == int(fresh.liveness.peak_bytes)
 
 
+@pytest.mark.torch
 def test_html_report_renders_the_cards_and_the_curve(
         mlp_suggested: tuple[MLP, Analysis, int], tmp_path: Path) -> None:
     _, suggested, _ = mlp_suggested
@@ -177,6 +183,8 @@ def gradients(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_inplace_candidates_are_safe_in_a_real_training_step() -> None:
     torch.manual_seed(0)
     model = Gated()
@@ -229,6 +237,7 @@ class VggPooled(VggLike):
         return self.fc7(torch.relu(self.fc6(pooled)))
 
 
+@pytest.mark.torch
 def test_fc_head_on_a_vgg_like_model_is_a_fresh_analysis_of_the_pooled_model() -> None:
     analysis = analyze_torch(VggLike(), [(2, 3, 14, 14)], train=True, optimizer="adam",
                              suggest=True)
@@ -249,6 +258,7 @@ def test_fc_head_on_a_vgg_like_model_is_a_fresh_analysis_of_the_pooled_model() -
     assert card.extra_flops is not None and card.extra_flops < 0  # a smaller matmul
 
 
+@pytest.mark.torch
 def test_fc_head_saving_at_inference_is_the_weight_bytes() -> None:
     # inference: the weight is resident through the peak, so shrinking it 49 times lowers the
     # peak by exactly 3,211,264 - 3,211,264 / 49 = 3,145,728 bytes (liveness re-run)
@@ -257,6 +267,7 @@ def test_fc_head_saving_at_inference_is_the_weight_bytes() -> None:
     assert card.saves_bytes == 3_145_728
 
 
+@pytest.mark.torch
 def test_fc_head_not_flagged_after_global_pooling() -> None:
     # ConvNet-like head: mean over H, W then Linear(8 -> 10): nothing to shrink
     from tests.torch_models.small import ConvNet
@@ -278,6 +289,7 @@ class MobileLike(nn.Module):
         return self.blocks(x).mean((2, 3))
 
 
+@pytest.mark.torch
 def test_grouped_convs_on_a_mobilenet_like_model() -> None:
     analysis = analyze_torch(MobileLike(), [(2, 16, 8, 8)], train=True, optimizer="sgd",
                              suggest=True)
@@ -295,6 +307,8 @@ def test_grouped_convs_on_a_mobilenet_like_model() -> None:
 # ----- CLI and JSON --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_cli_suggest_writes_the_json_fields(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["analyze", "tests/torch_models/small.py:ConvNet", "--input", "16x3x32x32",
@@ -340,11 +354,13 @@ def test_cli_budget_share_needs_a_gpu(capsys: pytest.CaptureFixture[str]) -> Non
 
 def skip_batch_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch cards re-trace a dozen batch sizes; these tests only need the checkpoint."""
-    import graphmem.suggest.torch_step
+    import graphmem.suggest.driver
 
-    monkeypatch.setattr(graphmem.suggest.torch_step, "batch_suggestions", lambda *_: [])
+    monkeypatch.setattr(graphmem.suggest.driver, "batch_suggestions", lambda *_: [])
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_checkpoint_snippet_measured_saving_matches_the_prediction(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Predicted vs measured drop of the training step's peak, CPU profiler memory tracking.
@@ -401,6 +417,8 @@ def raw_profiler_peak(step: Callable[[], None]) -> int:
     return peak
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_checkpoint_saving_measured_on_an_attention_model(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """TinyGPT (2 pre-LN attention blocks) at 32 x 64 tokens, Adam, budget 12 MiB.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.frontends.torch.autocast import CudaAutocastPolicy
 from tests.torch_models.small import TinyGPT
 
@@ -56,6 +57,8 @@ def test_explicit_dtype_is_left_alone() -> None:
     assert out.dtype == torch.bfloat16
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_cuda_policy_holds_more_of_a_transformer_than_cpu_autocast() -> None:
     # fp32 softmax outputs, layer_norm outputs and log-probs are saved for backward on a GPU:
     # the CUDA-policy trace holds more than the CPU one (measured on an H100: 3,943,936 B,

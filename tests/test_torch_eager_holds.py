@@ -10,12 +10,15 @@ block (-7.7%, one [8,16,112,112] tensor) in benchmarks/results/torch_accuracy.md
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
-from graphmem.frontends.torch.analyze import analyze_torch
+from graphmem import analyze_torch
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.verify.runners.torch_runner import measure_step
+
+pytestmark = pytest.mark.torch
 
 SPEC = "64x256"
 

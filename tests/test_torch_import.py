@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from graphmem import analyze_torch
 from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.verify.runners.torch_runner import measure_step, random_inputs
 from tests.torch_models.small import ConvNet, DataDependent, TinyGPT
 
@@ -25,6 +25,7 @@ def role_bytes(analysis: object, role: Role) -> int:
                if v.role is role and v.alias_of is None)
 
 
+@pytest.mark.torch
 def test_parameter_counts_are_exact_and_tied_weights_count_once() -> None:
     for model, spec in ((ConvNet(), CONV_INPUT), (TinyGPT(), GPT_INPUT)):
         analysis = analyze_torch(model, [spec])
@@ -35,6 +36,7 @@ def test_parameter_counts_are_exact_and_tied_weights_count_once() -> None:
     assert analyze_torch(gpt, [GPT_INPUT]).params.count == 3200 + 2048 + 2 * 12704 + 64
 
 
+@pytest.mark.torch
 def test_nothing_is_materialized_for_a_model_built_from_a_spec() -> None:
     analysis = analyze_torch(f"{MODELS_FILE}:build_tiny_gpt", [GPT_INPUT])
     assert analysis.params.count == sum(p.numel() for p in TinyGPT().parameters())
@@ -55,6 +57,8 @@ def torch_flops(model: torch.nn.Module, inputs: list[torch.Tensor], train: bool)
 
 @pytest.mark.parametrize("train", [False, True])
 @pytest.mark.parametrize(("model_class", "spec"), [(ConvNet, CONV_INPUT), (TinyGPT, GPT_INPUT)])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_contraction_flops_match_flop_counter_mode(model_class: type, spec: str,
                                                    train: bool) -> None:
     torch.manual_seed(0)
@@ -78,6 +82,8 @@ def test_contraction_flops_match_flop_counter_mode(model_class: type, spec: str,
      (True, "adamw", None), (True, "adam", "bf16")],
 )
 @pytest.mark.parametrize(("model_class", "spec"), [(ConvNet, CONV_INPUT), (TinyGPT, GPT_INPUT)])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_predicted_peak_matches_a_real_cpu_step(model_class: type, spec: str, train: bool,
                                                 optimizer: str, amp: str | None) -> None:
     if amp == "bf16" and model_class is ConvNet and not _cpu_has_native_bf16():
@@ -104,6 +110,7 @@ def _cpu_has_native_bf16() -> bool:
 
 @pytest.mark.parametrize(("optimizer", "state_copies"),
                          [("sgd", 0), ("momentum", 1), ("adam", 2), ("adamw", 2)])
+@pytest.mark.torch
 def test_the_seed_rules_hold_for_gradients_and_optimizer_state(optimizer: str,
                                                                state_copies: int) -> None:
     analysis = analyze_torch(ConvNet(), [CONV_INPUT], train=True, optimizer=optimizer)
@@ -114,6 +121,7 @@ def test_the_seed_rules_hold_for_gradients_and_optimizer_state(optimizer: str,
     assert role_bytes(analysis, Role.SAVED_ACTIVATION) > 0
 
 
+@pytest.mark.torch
 def test_amp_keeps_fp32_masters_and_halves_saved_activations() -> None:
     fp32 = analyze_torch(ConvNet(), [CONV_INPUT], train=True)
     bf16 = analyze_torch(ConvNet(), [CONV_INPUT], train=True, amp="bf16")
@@ -121,6 +129,7 @@ def test_amp_keeps_fp32_masters_and_halves_saved_activations() -> None:
     assert role_bytes(bf16, Role.SAVED_ACTIVATION) < role_bytes(fp32, Role.SAVED_ACTIVATION)
 
 
+@pytest.mark.torch
 def test_nodes_carry_module_paths() -> None:
     analysis = analyze_torch(TinyGPT(), [GPT_INPUT])
     paths = {n.module_path for n in analysis.graph.nodes}
@@ -142,16 +151,19 @@ def test_bad_model_specs_give_one_clear_error(spec: str, message: str) -> None:
         analyze_torch(spec, ["2x3x8x8"])
 
 
+@pytest.mark.torch
 def test_data_dependent_control_flow_is_a_clear_error() -> None:
     with pytest.raises(GraphmemError, match="branches on tensor values"):
         analyze_torch(DataDependent(), ["2x4"])
 
 
+@pytest.mark.torch
 def test_an_input_the_model_rejects_is_a_clear_error() -> None:
     with pytest.raises(GraphmemError, match="rejected the example inputs"):
         analyze_torch(ConvNet(), ["2x5x8x8"])  # 5 channels into a 3-channel conv
 
 
+@pytest.mark.torch
 def test_a_tracing_error_is_one_line_and_debug_shows_the_cause(
         capsys: pytest.CaptureFixture[str]) -> None:
     from graphmem.cli.main import main
@@ -174,6 +186,7 @@ def test_bad_input_specs(spec: str, message: str) -> None:
         analyze_torch(ConvNet(), [spec])
 
 
+@pytest.mark.torch
 def test_module_table_adds_up_and_attributes_parameters() -> None:
     model = ConvNet()
     analysis = analyze_torch(model, [CONV_INPUT], train=True, module_depth=1)
@@ -187,6 +200,7 @@ def test_module_table_adds_up_and_attributes_parameters() -> None:
     assert int(rows["stem"].flops) > 0 and int(rows["conv"].flops) > int(rows["stem"].flops)
 
 
+@pytest.mark.torch
 def test_cli_analyzes_a_training_step_from_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
@@ -222,6 +236,7 @@ def test_cli_torch_usage_errors(args: list[str], message: str,
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+@pytest.mark.torch
 def test_python_api(tmp_path: Path) -> None:
     import graphmem
 
@@ -233,6 +248,7 @@ def test_python_api(tmp_path: Path) -> None:
     assert (tmp_path / "r.json").read_text().startswith("{")
 
 
+@pytest.mark.torch
 def test_a_failed_trace_leaves_no_annotation_behind() -> None:
     # The conv rejects 5 channels inside module `features.0`: the phase annotation unwinds
     # before the module hook's, which used to leave {phase: forward, module: ...} set in fx's

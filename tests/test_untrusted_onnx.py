@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +13,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.fold import fold_constants
 from graphmem.frontends.onnx.untrusted import (
@@ -25,63 +21,14 @@ from graphmem.frontends.onnx.untrusted import (
     strip_external_data,
     validate_graph,
 )
+from tests.helpers.cli import run_cli_with_deadline as run_cli
+from tests.helpers.untrusted import external, opened
 from tests.onnx_builders import mlp_model
 
 SECRET = b"QZXJKVWQ"  # 81 90 88 74 75 86 87 81: would come out as output shapes
 
 
-# ----- watching which files are opened --------------------------------------------------------
-class _OpenRecorder:
-    """An audit hook (hooks cannot be removed: it records only while a test holds the list)."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] | None = None
-
-    def __call__(self, event: str, args: tuple) -> None:
-        if event == "open" and self.paths is not None and args and isinstance(
-                args[0], str | bytes):
-            self.paths.append(os.fsdecode(args[0]))
-
-
-_RECORDER = _OpenRecorder()
-_HOOKED: list[bool] = []
-
-
-@contextmanager
-def recorded_opens() -> Iterator[list[str]]:
-    """Every path Python opens meanwhile (onnxruntime's C++ reads are not seen)."""
-    if not _HOOKED:
-        sys.addaudithook(_RECORDER)
-        _HOOKED.append(True)
-    _RECORDER.paths = []
-    try:
-        yield _RECORDER.paths
-    finally:
-        _RECORDER.paths = None
-
-
-@pytest.fixture
-def opened_paths() -> Iterator[list[str]]:
-    with recorded_opens() as paths:
-        yield paths
-
-
-def opened(paths: list[str], name: str) -> list[str]:
-    return [p for p in paths if Path(p).name == name]
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str],
-            seconds: float = 120) -> tuple[int, str, str]:
-    """main(args) with a deadline: a FIFO or device read would block forever."""
-    result: list[int] = []
-    worker = threading.Thread(target=lambda: result.append(main(args)), daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert result, f"graphmem {' '.join(args)} did not finish in {seconds} s"
-    captured = capsys.readouterr()
-    return result[0], captured.out, captured.err
-
-
+# ----- the one-error-line contract ------------------------------------------------------------
 def one_error(code: int, err: str, *fragments: str) -> None:
     assert code == 2, err
     lines = err.strip().splitlines()
@@ -91,14 +38,6 @@ def one_error(code: int, err: str, *fragments: str) -> None:
 
 
 # ----- models ----------------------------------------------------------------------------------
-def external(tensor: TensorProto, location: str, length: int) -> TensorProto:
-    tensor.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", "0"), ("length", str(length))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-    return tensor
-
-
 def exfiltration_model(location: str, as_initializer: bool = False) -> onnx.ModelProto:
     """leak (uint8[8], data in `location`) -> Cast -> Gather(i) -> ConstantOfShape: each
     output's shape would be one byte of the file."""

@@ -14,20 +14,15 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem.frontends.onnx import ort_session
 from graphmem.frontends.onnx.importer import read_model
 from graphmem.frontends.onnx.ort_optimized import optimized_graph, weightless_copy
 from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
-from graphmem.verify.runners import onnxruntime_runner
+from tests.helpers.cli import run_cli_with_deadline as run_cli
+from tests.helpers.untrusted import external, opened
 from tests.onnx_builders import mlp_model, save_with_external_data
-from tests.test_untrusted_onnx import external, opened, recorded_opens, run_cli
 
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
-
-
-@pytest.fixture
-def opened_paths() -> Iterator[list[str]]:
-    with recorded_opens() as paths:
-        yield paths
 
 
 @pytest.fixture
@@ -59,6 +54,7 @@ def external_mlp(tmp_path: Path) -> tuple[Path, Path]:
     return path, save_with_external_data(mlp_model(), path)
 
 
+@pytest.mark.ort
 def test_ort_cpu_runtime_model_never_opens_the_weights(
         external_mlp: tuple[Path, Path], tmp_path: Path, opened_paths: list[str],
         sessions: list[tuple[Any, str]], capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,6 +78,7 @@ def test_ort_cpu_runtime_model_never_opens_the_weights(
         assert str(path.parent) not in folder
 
 
+@pytest.mark.ort
 def test_runtime_model_reads_the_model_file_as_the_importer_does(
         external_mlp: tuple[Path, Path], opened_paths: list[str]) -> None:
     # ort_plan_shapes and optimized_graph take the ModelProto read_model returns
@@ -108,20 +105,23 @@ def test_weightless_copy_fills_only_tensors_without_data() -> None:
     np.testing.assert_array_equal(values["b1"], kept)
 
 
+@pytest.mark.ort
 def test_telemetry_is_off_before_any_session(external_mlp: tuple[Path, Path],
                                              monkeypatch: pytest.MonkeyPatch,
                                              sessions: list[tuple[Any, str]]) -> None:
     calls: list[str] = []
     monkeypatch.setattr(ort, "disable_telemetry_events", lambda: calls.append(len(sessions)))
-    onnxruntime_runner.quiet_onnxruntime.cache_clear()
-    onnxruntime_runner.max_ir_version.cache_clear()
+    ort_session.quiet_onnxruntime.cache_clear()
+    ort_session.max_ir_version.cache_clear()
     try:
         optimized_graph(external_mlp[0], "all")
     finally:
-        onnxruntime_runner.quiet_onnxruntime.cache_clear()  # the real one runs next time
+        ort_session.quiet_onnxruntime.cache_clear()  # the real one runs next time
     assert calls == [0] and sessions  # once, before the first session
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_verify_says_it_loaded_the_weights(external_mlp: tuple[Path, Path],
                                            capsys: pytest.CaptureFixture[str],
                                            sessions: list[tuple[Any, str]]) -> None:
@@ -158,6 +158,7 @@ def test_verify_refuses_an_offset_that_is_not_a_number(
     assert code == 2 and "not a number" in err, err
 
 
+@pytest.mark.ort
 def test_small_external_constants_run_with_synthetic_values(tmp_path: Path) -> None:
     # A shape read from external data: onnxruntime gets a filled copy and never the file
     shape = external(TensorProto(name="shape", data_type=TensorProto.INT64, dims=[2]),

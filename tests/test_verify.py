@@ -42,6 +42,8 @@ def one_error(code: int, err: str, *fragments: str) -> None:
         assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_verify_prints_prediction_measurement_and_error(
         mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_json = tmp_path / "verify.json"
@@ -78,6 +80,8 @@ def test_verify_prints_prediction_measurement_and_error(
         assert "IR version" in out
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_verify_external_data_present_and_missing(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ext.onnx"
@@ -94,6 +98,7 @@ def test_verify_needs_bound_dims(mlp: Path, capsys: pytest.CaptureFixture[str]) 
     one_error(code, err, "dims left free (batch)", "--batch/--dim")
 
 
+@pytest.mark.ort
 def test_verify_cuda_says_when_it_is_not_there(mlp: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["verify", str(mlp), "--batch", "4", "--provider", "cuda",
@@ -124,6 +129,8 @@ def embedding_model(vocab: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.ort
+@pytest.mark.slow
 def test_integer_inputs_stay_inside_the_table_they_index(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "embed.onnx"

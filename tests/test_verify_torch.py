@@ -13,6 +13,8 @@ CONVNET = "tests/torch_models/small.py:ConvNet"
 
 @pytest.mark.parametrize("options", [[], ["--train", "--optimizer", "sgd"],
                                      ["--train", "--optimizer", "adamw"]])
+@pytest.mark.slow
+@pytest.mark.torch
 def test_verify_measures_a_real_step_and_reports_the_error(
         options: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["verify", CONVNET, "--input", "8x3x32x32", "--json", "-", *options])

@@ -6,29 +6,31 @@ Usage and input errors raise GraphmemError, which the CLI turns into exit code 2
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from graphmem.cli.common import (
+    Output,
+    argtype,
+    dims_dict,
+    emit,
+    is_model_spec,
+    parse_dim_binding,
+)
 from graphmem.cli.inputs import (
     OutputFile,
     check_dims,
     check_input_file,
     check_model_argument,
-    is_model_spec,
     onnx_inputs,
     output_file,
-    print_written,
     refuse_overwrites,
-    writing,
 )
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import (
     Budgets,
-    SpecError,
     complete_budgets,
     parse_count,
     parse_latency_s,
@@ -48,24 +50,12 @@ _MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "max_late
                   "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth")
 
 
-def _argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A budget parser as an argparse type: its message becomes the usage error."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SpecError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    convert.__name__ = parse.__name__
-    return convert
+NAME = "check"
 
 
-def add_check_parser(commands: Any) -> None:
-    from graphmem.cli.main import parse_dim_binding
-
+def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "check", help="gate a model in CI: exit 0 when every budget holds, 1 when one is broken",
+        NAME, help="gate a model in CI: exit 0 when every budget holds, 1 when one is broken",
         description="Check an ONNX model against budgets (memory, latency, params, FLOPs,"
         " unsupported ops, growth over a baseline). Exit 0: every budget holds; 1: one is"
         " broken; 2: usage or input error.")
@@ -75,23 +65,23 @@ def add_check_parser(commands: Any) -> None:
     parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
                         metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
-    parser.add_argument("--cuda-reserve", type=_argtype(parse_size), metavar="SIZE",
+    parser.add_argument("--cuda-reserve", type=argtype(parse_size), metavar="SIZE",
                         help="non-tensor CUDA memory to assume (default: measured, see README)")
     budgets = parser.add_argument_group("budgets")
-    budgets.add_argument("--max-memory", type=_argtype(parse_memory_limit), metavar="LIMIT",
+    budgets.add_argument("--max-memory", type=argtype(parse_memory_limit), metavar="LIMIT",
                          help="peak memory: a share of the GPU's usable memory (90%%, needs"
                          " --gpu) or a size (12GiB)")
-    budgets.add_argument("--max-latency", type=_argtype(parse_latency_s), metavar="TIME",
+    budgets.add_argument("--max-latency", type=argtype(parse_latency_s), metavar="TIME",
                          help="roofline latency estimate (20ms; needs --gpu)")
-    budgets.add_argument("--max-params", type=_argtype(parse_count), metavar="N",
+    budgets.add_argument("--max-params", type=argtype(parse_count), metavar="N",
                          help="parameter count (25M, 1.5B, 25000000)")
-    budgets.add_argument("--max-flops", type=_argtype(parse_count), metavar="N",
+    budgets.add_argument("--max-flops", type=argtype(parse_count), metavar="N",
                          help="FLOPs per run at the bound dims (4.1G, 4.1e9; 1 MAC = 2 FLOPs)")
     budgets.add_argument("--fail-on-unsupported", action="store_true",
                          help="fail when an op has no cost rule or a shape is unknown")
     budgets.add_argument("--baseline", type=Path, metavar="PREVIOUS.json",
                          help="an earlier graphmem JSON (analyze or check) at the same dims")
-    budgets.add_argument("--max-growth", type=_argtype(parse_percent), metavar="PCT",
+    budgets.add_argument("--max-growth", type=argtype(parse_percent), metavar="PCT",
                          help="allowed growth of peak memory, params and FLOPs over --baseline"
                          " (5%%)")
     budgets.add_argument("--budgets", type=Path, metavar="FILE.toml",
@@ -102,10 +92,9 @@ def add_check_parser(commands: Any) -> None:
     outputs.add_argument("--junit", metavar="PATH", help="write JUnit XML for CI test reports")
 
 
-def run_check_command(args: argparse.Namespace, console: Console) -> int:
+def run(args: argparse.Namespace, console: Console) -> int:
     from graphmem.gate.check import run_check
     from graphmem.report.json.gate import check_json_text, write_check_json
-    from graphmem.report.junit import write_junit
     from graphmem.report.terminal.gate import print_check
 
     json_out = output_file("--json", args.json, stdout_ok=True)
@@ -118,19 +107,17 @@ def run_check_command(args: argparse.Namespace, console: Console) -> int:
     _check_specs(specs, args)
     refuse_overwrites(outputs, _inputs(specs, args.budgets, outputs))
     report = run_check(specs)
-    if args.json == "-":
-        sys.stdout.write(check_json_text(report))
-        console = Console(stderr=True, highlight=False, emoji=False)
-    print_check(report, console)
-    if json_out:
-        with writing(json_out):
-            write_check_json(report, json_out.path)
-        print_written(console, "JSON", json_out)
-    if junit_out:
-        with writing(junit_out):
-            write_junit(report, junit_out.path)
-        print_written(console, "JUnit XML", junit_out)
+    emit(console, lambda out: print_check(report, out),
+         [Output(json_out, "JSON", lambda path: write_check_json(report, path)),
+          Output(junit_out, "JUnit XML", lambda path: _write_junit(report, path))],
+         (lambda: check_json_text(report)) if args.json == "-" else None)
     return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _write_junit(report: Any, path: Path) -> None:
+    from graphmem.report.junit import write_junit  # looked up now: tests replace it
+
+    write_junit(report, path)
 
 
 def _check_specs(specs: list[CheckSpec], args: argparse.Namespace) -> None:
@@ -192,14 +179,6 @@ def _specs(args: argparse.Namespace) -> list[CheckSpec]:
                       max_params=args.max_params, max_flops=args.max_flops,
                       fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth)
     return [CheckSpec(model_path=Path(args.model), label=Path(args.model).stem, budgets=budgets,
-                      gpu=args.gpu, batch=args.batch, dims=_dims(args.dim),
+                      gpu=args.gpu, batch=args.batch, dims=dims_dict(args.dim),
                       cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline)]
 
-
-def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:
-    dims: dict[str, int] = {}
-    for name, value in bindings:
-        if dims.get(name, value) != value:
-            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
-        dims[name] = value
-    return dims

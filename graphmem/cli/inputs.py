@@ -35,21 +35,7 @@ class OutputFile:
     path: Path
 
 
-# ----- what the model argument is --------------------------------------------------------------
-def path_exists(text: str | Path) -> bool:
-    """Path.exists that says False, never raises, for a NUL byte or a name too long."""
-    try:
-        os.stat(text)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def is_model_spec(text: str) -> bool:
-    """`file.py:fn` or `pkg.mod:fn`, not a file such as `model.onnx` (no torch import)."""
-    return ":" in text and not path_exists(text) and not text.endswith(".onnx")
-
-
+# ----- what the model argument is (a PyTorch spec or not: graphmem/cli/common.py) -------------
 def check_model_argument(text: str, onnx_only: str | None = None) -> None:
     """The MODEL argument names something: no NUL byte, and a .py file names its function.
     `onnx_only`: the command, when it takes ONNX files alone (`graphmem check`)."""
@@ -139,7 +125,7 @@ def _check_folder(flag: str, path: Path) -> None:
 def print_written(console: Console, what: str, output: OutputFile) -> None:
     """`JSON written to PATH`: the path as given, shown inert (no rich markup or emoji codes,
     control characters as visible escapes: a file name must not forge a line)."""
-    from graphmem.report.safe_text import printable
+    from graphmem.core.safe_text import printable
 
     console.print(f"{what} written to {printable(output.path, None)}", markup=False,
                   emoji=False, highlight=False, soft_wrap=True)

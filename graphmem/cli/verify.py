@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from graphmem.cli.common import Output, dims_dict, emit, is_model_spec, parse_dim_binding
 from graphmem.cli.inputs import (
     MAX_SEED,
     MAX_THREADS,
@@ -19,22 +19,18 @@ from graphmem.cli.inputs import (
     check_model_argument,
     onnx_inputs,
     output_file,
-    print_written,
     refuse_overwrites,
     spec_files,
-    writing,
 )
-from graphmem.cli.inputs import is_model_spec as _is_model_spec
+from graphmem.core.conventions import DEFAULT_OPTIMIZER, OPTIMIZERS
 from graphmem.errors import GraphmemError
 
-DEFAULT_OPTIMIZER = "adam"
+NAME = "verify"
 
 
-def add_verify_parser(commands: Any) -> None:
-    from graphmem.cli.main import parse_dim_binding
-
+def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "verify", help="run an ONNX model on onnxruntime and compare graphmem's prediction",
+        NAME, help="run an ONNX model on onnxruntime and compare graphmem's prediction",
         description="Run the model for real on onnxruntime (random inputs: floats standard"
         " normal, integers in [0, 100) and below the size of any table they index, booleans"
         " random) with its profiler, and print graphmem's predicted activation peak and"
@@ -63,14 +59,14 @@ def add_verify_parser(commands: Any) -> None:
                                " (repeatable, one per positional input)")
     torch_options.add_argument("--train", action="store_true",
                                help="measure one whole training step, not inference")
-    torch_options.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"),
+    torch_options.add_argument("--optimizer", choices=OPTIMIZERS,
                                help=f"with --train (default {DEFAULT_OPTIMIZER})")
     torch_options.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
     torch_options.add_argument("--loss", metavar="FILE.py:FN",
                                help="loss(output) -> scalar (default: cross-entropy)")
 
 
-def run_verify_command(args: argparse.Namespace, console: Console) -> int:
+def run(args: argparse.Namespace, console: Console) -> int:
     from graphmem.report.verify import (
         print_verification,
         verification_json_text,
@@ -89,20 +85,15 @@ def run_verify_command(args: argparse.Namespace, console: Console) -> int:
     model = Path(args.model)
     check_input_file("model", model)
     check_dims(args.batch, args.dim)
-    dims = _dims(args.dim)
+    dims = dims_dict(args.dim)
     outputs = [json_out] if json_out else []
     refuse_overwrites(outputs, onnx_inputs(model, outputs))
     result = verify_onnx(model, batch=args.batch, dims=dims, provider=args.provider,
                          threads=args.threads, seed=args.seed,
                          optimized_run=not args.no_optimized_run)
-    if args.json == "-":
-        sys.stdout.write(verification_json_text(result))
-        console = Console(stderr=True, highlight=False, emoji=False)
-    print_verification(result, console, all_nodes=args.all_nodes)
-    if json_out:
-        with writing(json_out):
-            write_verification_json(result, json_out.path)
-        print_written(console, "JSON", json_out)
+    emit(console, lambda out: print_verification(result, out, all_nodes=args.all_nodes),
+         [Output(json_out, "JSON", lambda path: write_verification_json(result, path))],
+         (lambda: verification_json_text(result)) if args.json == "-" else None)
     return 0
 
 
@@ -131,27 +122,9 @@ def _verify_torch(args: argparse.Namespace, json_out: OutputFile | None,
     loss = load_callable(args.loss) if args.loss else None
     result = verify_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                           amp=args.amp, loss=loss, device=args.provider, seed=args.seed)
-    if args.json == "-":
-        sys.stdout.write(torch_verification_json(result))
-        console = Console(stderr=True, highlight=False, emoji=False)
-    print_torch_verification(result, console)
-    if json_out:
-        with writing(json_out):
-            json_out.path.write_text(torch_verification_json(result), encoding="utf-8")
-        print_written(console, "JSON", json_out)
+    text = torch_verification_json(result)
+    emit(console, lambda out: print_torch_verification(result, out),
+         [Output(json_out, "JSON", lambda path: path.write_text(text, encoding="utf-8"))],
+         (lambda: text) if args.json == "-" else None)
     return 0
 
-
-def is_model_spec(text: str) -> bool:
-    """`file.py:fn` or `pkg.mod:fn`, not a file (graphmem.frontends.torch.loader imports torch,
-    which the ONNX path never needs)."""
-    return _is_model_spec(text)
-
-
-def _dims(bindings: list[tuple[str, int]]) -> dict[str, int]:
-    dims: dict[str, int] = {}
-    for name, value in bindings:
-        if dims.get(name, value) != value:
-            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
-        dims[name] = value
-    return dims

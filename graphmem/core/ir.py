@@ -1,6 +1,11 @@
 """graphmem's one graph IR: nodes, values (tensors) and explicit use-def links.
 
 Importers build it; every pass reads it. Nothing here knows ONNX or torch.
+
+The use-def links (`Value.producer`, `Value.consumers`) are kept by the graph, never by hand:
+`Graph.add_node` links a node to what it reads and makes, `Node.replace_input`/`set_inputs`
+relink one end and the other, `Graph.remove_node` unlinks. `Graph.check()` verifies every
+invariant the passes rely on (the tests run it after every front end and training expansion).
 """
 
 from __future__ import annotations
@@ -31,6 +36,19 @@ class Role(StrEnum):
 RESIDENT_ROLES = frozenset(
     {Role.INPUT, Role.PARAMETER, Role.BUFFER, Role.CONSTANT, Role.OPTIMIZER_STATE}
 )
+
+
+class Phase(StrEnum):
+    """Which part of a training step a node runs in; NONE for an inference graph."""
+
+    NONE = "none"
+    FORWARD = "forward"  # the model and the loss
+    BACKWARD = "backward"  # autograd: gradients, recomputation, gradient accumulation
+    OPTIMIZER = "optimizer"  # the parameter update
+
+
+class GraphCheckError(RuntimeError):
+    """A graph breaks an IR invariant: a bug in the code that built or changed it."""
 
 
 class DType(Enum):
@@ -80,6 +98,9 @@ class Value:
     dtype: DType
     shape: Shape | None  # None: rank unknown
     role: Role
+    # The node that makes it (None: an input, weight or constant) and every node that reads it,
+    # each once, in the order they were linked: kept by Graph.add_node and Node's relinking
+    # methods, never assigned by hand.
     producer: Node | None = None
     consumers: list[Node] = field(default_factory=list)
     # A view or an in-place result shares the storage of `alias_of` and allocates nothing.
@@ -158,10 +179,50 @@ class Node:
     module_path: str = ""  # e.g. "layer3.1.conv2" where the importer knows it
     subgraph_node_count: int = 0  # nodes inside If/Loop/Scan bodies, accounted conservatively
     imported_cost: ImportedCost | None = None  # e.g. from PyTorch's FlopCounterMode formulas
+    phase: Phase = Phase.NONE  # set by the front end or the training expansion
+    # A backward node: the forward node it differentiates (its cost comes from that node's
+    # backward rule), and the indices of that node's inputs it makes gradients for.
+    origin: Node | None = None
+    needs_grad: frozenset[int] = frozenset()
 
     @property
     def present_inputs(self) -> list[Value]:
         return [v for v in self.inputs if v is not None]
+
+    def add_output(self, value: Value) -> None:
+        """Append an output this node makes (before or after it joined a graph)."""
+        if value.producer is not None and value.producer is not self:
+            raise GraphCheckError(f"{value.name} is already made by {value.producer.describe()};"
+                                  f" {self.describe()} cannot make it too")
+        value.producer = self
+        self.outputs.append(value)
+
+    def replace_input(self, index: int, value: Value | None) -> None:
+        """Read `value` as input `index` instead (a node of a graph: both values' consumers
+        follow)."""
+        old = self.inputs[index]
+        if old is value:
+            return
+        self.inputs[index] = value
+        if old is not None and not any(v is old for v in self.inputs):
+            old.consumers.remove(self)
+        if value is not None and sum(v is value for v in self.inputs) == 1:
+            value.consumers.append(self)
+
+    def set_inputs(self, inputs: list[Value | None]) -> None:
+        """Read `inputs` instead of the current inputs (a node of a graph: consumers follow;
+        before a node joins a graph, assign `inputs` directly)."""
+        self._unlink_inputs()
+        self.inputs = list(inputs)
+        self._link_inputs()
+
+    def _link_inputs(self) -> None:
+        for value in dict.fromkeys(self.present_inputs):
+            value.consumers.append(self)
+
+    def _unlink_inputs(self) -> None:
+        for value in dict.fromkeys(self.present_inputs):
+            value.consumers.remove(self)
 
     def input(self, index: int) -> Value | None:
         return self.inputs[index] if index < len(self.inputs) else None
@@ -198,6 +259,52 @@ class Graph:
     opset: int = 0
     source_format: str = ""  # "onnx", "torch.fx"
 
+    def add_node(self, node: Node, index: int | None = None) -> Node:
+        """Append `node` (or insert it at `index`), linked: the producer of its outputs and a
+        consumer (once) of each value it reads. Registering values in `values` is the
+        builder's job (it chooses their unique names)."""
+        for value in node.outputs:  # all checked before anything changes
+            maker = value.producer
+            if maker is not None and maker is not node:
+                raise GraphCheckError(f"{value.name} is already made by {maker.describe()};"
+                                      f" {node.describe()} cannot make it too")
+        for value in node.outputs:
+            value.producer = node
+        node._link_inputs()
+        if index is None:
+            self.nodes.append(node)
+        else:
+            self.nodes.insert(index, node)
+        return node
+
+    def remove_node(self, node: Node) -> None:
+        """Take out a node whose outputs nothing reads; its inputs forget it."""
+        read = [value for value in node.outputs if value.consumers]
+        if read:
+            raise GraphCheckError(f"cannot remove {node.describe()}: {read[0].name} is read by"
+                                  f" {read[0].consumers[0].describe()}")
+        for value in node.outputs:
+            value.producer = None
+        node._unlink_inputs()
+        self.nodes.remove(node)
+
+    def check(self) -> None:
+        """Verify the invariants every pass relies on; raise GraphCheckError naming the first
+        one broken:
+        - node names are unique; the nodes are in topological order (a node reads only values
+          made by an earlier node or by none: inputs, weights, constants);
+        - every value a node reads or makes, every graph input and output and every alias base
+          is the graph's value of that name; graph inputs are made by no node;
+        - each value is made by at most one node, its `producer` (None if no node makes it);
+        - `consumers` lists exactly the nodes that read the value, each once;
+        - `held_until` and `origin` are nodes of the graph; alias chains end.
+        """
+        position = _positions(self)
+        _check_registered(self)
+        made_by = _check_producers(self, position)
+        _check_consumers(self)
+        _check_links(self, position, made_by)
+
     def values_with_role(self, *roles: Role) -> Iterator[Value]:
         return (v for v in self.values.values() if v.role in roles)
 
@@ -218,3 +325,101 @@ class Graph:
                 for name in sorted(dim.free_symbols()) if dim is not None else ():
                     ordered.setdefault(name)
         return list(ordered)
+
+
+# ----- Graph.check ------------------------------------------------------------------------------
+def _positions(graph: Graph) -> dict[Node, int]:
+    position: dict[Node, int] = {}
+    names: set[str] = set()
+    for step, node in enumerate(graph.nodes):
+        if node in position:
+            raise GraphCheckError(f"{node.describe()} is in the graph twice")
+        if node.name in names:
+            raise GraphCheckError(f"two nodes are named {node.name}")
+        position[node] = step
+        names.add(node.name)
+    return position
+
+
+def _check_registered(graph: Graph) -> None:
+    """Every value the graph refers to is `graph.values[value.name]`."""
+    for name, value in graph.values.items():
+        if value.name != name:
+            raise GraphCheckError(f"graph.values[{name!r}] is a value named {value.name}")
+    referred = [*graph.inputs, *graph.outputs]
+    for node in graph.nodes:
+        referred += node.present_inputs
+        referred += node.outputs
+    referred += [v.alias_of for v in graph.values.values() if v.alias_of is not None]
+    for value in referred:
+        if graph.values.get(value.name) is not value:
+            raise GraphCheckError(f"{value.name} is not the graph's value of that name")
+    for value in graph.inputs:
+        if value.producer is not None:
+            raise GraphCheckError(f"graph input {value.name} is made by"
+                                  f" {value.producer.describe()}")
+
+
+def _check_producers(graph: Graph, position: dict[Node, int]) -> dict[Value, Node]:
+    made_by: dict[Value, Node] = {}
+    for node in graph.nodes:
+        for value in node.outputs:
+            if value in made_by:
+                raise GraphCheckError(f"{value.name} is made twice, by"
+                                      f" {made_by[value].describe()} and {node.describe()}")
+            made_by[value] = node
+            if value.producer is not node:
+                raise GraphCheckError(f"{value.name} is made by {node.describe()} but its"
+                                      f" producer is {_described(value.producer)}")
+    for value in graph.values.values():
+        if value not in made_by and value.producer is not None:
+            raise GraphCheckError(f"{value.name}'s producer {value.producer.describe()} does not"
+                                  " make it in this graph")
+    return made_by
+
+
+def _check_consumers(graph: Graph) -> None:
+    readers: dict[Value, dict[Node, None]] = {}
+    for node in graph.nodes:
+        for value in node.present_inputs:
+            readers.setdefault(value, {})[node] = None
+    for value in graph.values.values():
+        expected = readers.get(value, {})
+        listed = value.consumers
+        listed_set = set(listed)
+        if len(listed_set) != len(listed):
+            raise GraphCheckError(f"{value.name} lists a consumer twice")
+        missing = [n for n in expected if n not in listed_set]
+        if missing:
+            raise GraphCheckError(f"{missing[0].describe()} reads {value.name} but is not among"
+                                  " its consumers")
+        extra = [n for n in listed if n not in expected]
+        if extra:
+            raise GraphCheckError(f"{value.name} lists {extra[0].describe()} as a consumer,"
+                                  " which does not read it")
+
+
+def _check_links(graph: Graph, position: dict[Node, int], made_by: dict[Value, Node]) -> None:
+    for step, node in enumerate(graph.nodes):
+        for value in node.present_inputs:
+            producer = made_by.get(value)
+            if producer is not None and position[producer] >= step:
+                raise GraphCheckError(f"{node.describe()} reads {value.name} before"
+                                      f" {producer.describe()} makes it")
+        if node.origin is not None and node.origin not in position:
+            raise GraphCheckError(f"{node.describe()}'s origin {node.origin.describe()} is not"
+                                  " a node of the graph")
+    for value in graph.values.values():
+        if value.held_until is not None and value.held_until not in position:
+            raise GraphCheckError(f"{value.name} is held until {value.held_until.describe()},"
+                                  " which is not a node of the graph")
+        base, hops = value.alias_of, 0
+        while base is not None:
+            hops += 1
+            if hops > len(graph.values):
+                raise GraphCheckError(f"{value.name}'s alias chain is a cycle")
+            base = base.alias_of
+
+
+def _described(node: Node | None) -> str:
+    return "none" if node is None else node.describe()

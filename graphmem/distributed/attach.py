@@ -1,17 +1,19 @@
-"""Attach per-GPU distributed-training memory and the decoder KV cache to an Analysis.
+"""Per-GPU distributed-training memory and the decoder KV cache of an analysed graph.
 
-Both work on any front door's Analysis: the distributed model on a training graph's roles
-(torch.fx today, ONNX training graphs with the same roles), the KV cache on an ONNX graph's
-past inputs or on a shape the caller found (the model's attention modules, `--kv-cache`).
+Both work on any front door's graph: the distributed model on a training graph's roles
+(torch.fx, or ONNX training graphs with the same roles), the KV cache on an ONNX graph's past
+inputs or on a shape the caller found (the model's attention modules, `--kv-cache`). The
+pipeline (graphmem/pipeline/extras.py) puts the reports on the Analysis.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from graphmem.core.ir import DType
+from graphmem.core.ir import DType, Graph, Role
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.kv_cache import (
+    KvCacheReport,
     KvCacheShape,
     find_past_inputs,
     kv_cache_report,
@@ -25,21 +27,17 @@ from graphmem.distributed.strategies import (
     per_rank_memory,
 )
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import value_bytes
-from graphmem.pipeline.analysis import Analysis
+from graphmem.passes.dims import DimBinding, value_bytes
 
 
-def with_distributed(analysis: Analysis, config: DistributedConfig) -> Analysis:
-    """The per-rank memory of `config`, and with a GPU the smallest N for every strategy."""
+def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig,
+                       usable_bytes: int | None) -> DistributedReport:
+    """The per-rank memory of `config`, and with a GPU's usable bytes the smallest N for
+    every strategy; `graph` is a training step."""
     config.check()
-    if analysis.mode != "training":
-        raise GraphmemError("--gpus/--strategy/--tensor-parallel describe a training job:"
-                            " add --train (optimizer state and gradients are what they shard)")
-    profile = profile_training(analysis.graph, value_bytes(analysis.graph, analysis.dims))
-    usable = analysis.fit.usable_bytes if analysis.fit else None
-    fits = fit_by_strategy(profile, config, usable) if usable is not None else ()
-    report = DistributedReport(per_rank_memory(profile, config), usable, fits)
-    return replace(analysis, distributed=report)
+    profile = profile_training(graph, value_bytes(graph, dims))
+    fits = fit_by_strategy(profile, config, usable_bytes) if usable_bytes is not None else ()
+    return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits)
 
 
 def kv_shape(layers: int, kv_heads: int, head_dim: int, dtype: str, source: str) -> KvCacheShape:
@@ -54,30 +52,39 @@ def dtype_bytes(label: str) -> int:
     raise GraphmemError(f"--kv-dtype {label}: choose one of {floats}")
 
 
-def with_kv_cache(analysis: Analysis, shape: KvCacheShape | None = None,
-                  batch: int | None = None, dtype: str | None = None) -> Analysis:
-    """The KV cache: from the ONNX graph's past inputs, or from `shape` (which wins).
+def graph_float_dtype(graph: Graph) -> str:
+    """The dtype of the graph's first floating parameter (the cache's default)."""
+    for value in graph.values_with_role(Role.PARAMETER):
+        if value.dtype.is_float:
+            return value.dtype.label
+    return "float32"
+
+
+def kv_cache_for(graph: Graph, dims: DimBinding, peak_bytes: SymInt, usable_bytes: int | None,
+                 shape: KvCacheShape | None = None, batch: int | None = None,
+                 dtype: str | None = None) -> KvCacheReport | None:
+    """The KV cache: from the ONNX graph's past inputs, or from `shape` (which wins); None
+    when neither gives one.
 
     `batch` is the traced batch of a PyTorch model; ONNX graphs give it by their bound dims.
-    The rest of the peak (weights, one step's activations) comes from this analysis: its
-    peak, less the past inputs and present outputs already in it.
+    The rest of the peak (weights, one step's activations) is `peak_bytes`, less the past
+    inputs and present outputs already in it.
     """
-    past = find_past_inputs(analysis.graph)
+    past = find_past_inputs(graph)
     if shape is None and past is None:
-        return analysis
+        return None
     chosen = shape or past.shape  # type: ignore[union-attr]
     if dtype is not None:
         chosen = replace(chosen, dtype=dtype, dtype_bytes=dtype_bytes(dtype))
-    base = analysis.liveness.peak_bytes
+    base = peak_bytes
     copies = 1
     if past is not None:
-        base = base - past_input_bytes(past, analysis.dims.bound)
+        base = base - past_input_bytes(past, dims.bound)
         copies = 2 if past.presents else 1
-        batch = _bound(past.batch_dim, analysis.dims.bound)
-    elif batch is None and analysis.dims.batch_dim is not None:
-        batch = analysis.dims.bound.get(analysis.dims.batch_dim)
-    usable = analysis.fit.usable_bytes if analysis.fit else None
-    return replace(analysis, kv_cache=kv_cache_report(chosen, batch, copies, base, usable))
+        batch = _bound(past.batch_dim, dims.bound)
+    elif batch is None and dims.batch_dim is not None:
+        batch = dims.bound.get(dims.batch_dim)
+    return kv_cache_report(chosen, batch, copies, base, usable_bytes)
 
 
 def _bound(dim: SymInt | None, dims: dict[str, int]) -> int | None:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
+from graphmem.ops import Contraction, traits_of
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import parameter_module
 
@@ -42,10 +43,6 @@ _PART_OF_ROLE = {
     Role.TEMPORARY: Part.TEMPORARIES,
 }
 
-# Ops whose output is x @ W for a weight W (torch ATen names without overload, ONNX op types).
-MATMUL_OPS = frozenset({"mm", "addmm", "matmul", "linear", "bmm", "MatMul", "Gemm"})
-# Ops that read rows of a weight table (Megatron splits the vocabulary: VocabParallelEmbedding).
-EMBEDDING_OPS = frozenset({"embedding", "Gather"})
 
 
 @dataclass(frozen=True)
@@ -82,12 +79,6 @@ class TrainingProfile:
 
     def step_total(self, step: int) -> int:
         return sum(timeline[step] for timeline in self.part_bytes.values())
-
-
-def op_name(node: Node) -> str:
-    """`aten.addmm.default` -> `addmm`; ONNX op types unchanged."""
-    parts = node.op_type.split(".")
-    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else node.op_type
 
 
 def profile_training(graph: Graph, sizes: Mapping[str, SymInt | None]) -> TrainingProfile:
@@ -129,7 +120,7 @@ def _part(value: Value, splittable: frozenset[str]) -> Part:
 
 def _is_split_matmul_output(value: Value, splittable: frozenset[str]) -> bool:
     node = value.producer
-    if node is None or op_name(node) not in MATMUL_OPS:
+    if node is None or not _is_matmul(node):
         return False
     return any(v.storage.name in splittable for v in node.present_inputs)
 
@@ -141,13 +132,20 @@ def _parameter_table(graph: Graph) -> tuple[ParameterInfo, ...]:
         if value.alias_of is not None or value.numel is None:
             continue
         shape = tuple(int(d) for d in value.shape or () if d is not None)
-        ops = {op_name(node) for node in readers.get(value.name, ())}
+        # a matmul's weight, or an embedding's table (read by rows: Megatron splits the
+        # vocabulary, VocabParallelEmbedding)
         splittable = (len(shape) == 2 and value.dtype.is_float
-                      and bool(ops & (MATMUL_OPS | EMBEDDING_OPS)))
+                      and any(_is_matmul(node) or traits_of(node).row_gather
+                              for node in readers.get(value.name, ())))
         rows.append(ParameterInfo(
             name=value.name, shape=shape, numel=int(value.numel), nbytes=int(value.nbytes or 0),
             module=_owner(value), splittable=splittable))
     return tuple(rows)
+
+
+def _is_matmul(node: Node) -> bool:
+    """Its output is x @ W for a weight W, which Megatron splits."""
+    return traits_of(node).contraction is Contraction.MATMUL
 
 
 def _storage_readers(graph: Graph) -> dict[str, list[Node]]:

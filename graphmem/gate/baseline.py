@@ -22,13 +22,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from graphmem.core.conventions import MAX_DIM_VALUE
+from graphmem.core.json_schema import (
+    ANALYSIS_KEYS,
+    CHECK_KEYS,
+    CHECK_KIND,
+    DIMS_KEYS,
+    MODEL_KEYS,
+    SCHEMA_VERSION,
+)
+from graphmem.core.safe_text import printable, printable_text
 from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import Baseline
-from graphmem.passes.dims import MAX_DIM_VALUE
-from graphmem.report.json.gate import CHECK_KEYS, CHECK_KIND, MODEL_KEYS
-from graphmem.report.json.report import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
-from graphmem.report.safe_text import printable, printable_text
 
 MAX_BASELINE_BYTES = 512 * 2**20  # a check JSON of several 100k-node graphs is ~100s of MiB
 _MODES = ("inference", "training")

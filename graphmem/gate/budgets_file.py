@@ -35,6 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from graphmem.core.conventions import MAX_DIM_VALUE
+from graphmem.core.safe_text import NAME_MAX_CHARS, printable, printable_text
 from graphmem.errors import GraphmemError
 from graphmem.gate.baseline import read_input_file
 from graphmem.gate.budgets import (
@@ -47,8 +49,6 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.gate.check import CheckSpec
-from graphmem.passes.dims import MAX_DIM_VALUE
-from graphmem.report.safe_text import NAME_MAX_CHARS, printable, printable_text
 
 MAX_BUDGETS_BYTES = 1 << 20  # a budgets file of 1000 models is ~100 KiB
 MAX_KEY_DEPTH = 8  # `a.b.c = 1`: 3 deep; the schema's deepest key is defaults.dims.seq

@@ -16,7 +16,9 @@ from graphmem.gate.budgets import (
     evaluate,
     numbers_of,
 )
-from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.pipeline import run
+from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.request import Request, SuggestOptions
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,9 @@ def check_model(spec: CheckSpec) -> ModelCheck:
     budgets = complete_budgets(spec.budgets, spec.gpu, source)
     if spec.baseline_path is not None:
         budgets = replace(budgets, baseline=load_baseline(spec.baseline_path, spec.label))
-    analysis = analyze_onnx(spec.model_path, batch=spec.batch, dims=spec.dims, gpu=spec.gpu,
-                            cuda_reserve_bytes=spec.cuda_reserve_bytes)
+    analysis = run.analyze(Request(spec.model_path, batch=spec.batch, dims=spec.dims,
+                                   gpu=spec.gpu, cuda_reserve_bytes=spec.cuda_reserve_bytes,
+                                   suggest=SuggestOptions(enabled=False)))
     numbers = numbers_of(analysis)
     results = evaluate(numbers, budgets)
     return ModelCheck(spec, analysis, numbers, results, time.perf_counter() - started)

@@ -1,14 +1,26 @@
-"""Per-op cost formulas. Importing this package fills the registry with every rule family."""
+"""Everything graphmem knows about an op: cost, backward and traits, in one registry.
 
-from graphmem.ops import (  # noqa: F401 - imported to register their rules
-    attention,
-    elementwise,
-    linear,
-    movement,
-    normalization,
-    pooling,
-    reduction,
+Importing this package loads every rule family (`load_all`), so the registry does not depend
+on what else was imported first.
+"""
+
+from graphmem.ops.registry import (
+    OpCost,
+    OpSpec,
+    ShapeUnknownError,
+    find_backward_rule,
+    find_rule,
+    find_spec,
+    load_all,
+    op_name,
+    registered_ops,
+    spec_of,
+    traits_of,
 )
-from graphmem.ops.registry import OpCost, ShapeUnknownError, find_rule, registered_ops
+from graphmem.ops.traits import Autocast, Contraction, Traits
 
-__all__ = ["OpCost", "ShapeUnknownError", "find_rule", "registered_ops"]
+load_all()
+
+__all__ = ["Autocast", "Contraction", "OpCost", "OpSpec", "ShapeUnknownError", "Traits",
+           "find_backward_rule", "find_rule", "find_spec", "load_all", "op_name",
+           "registered_ops", "spec_of", "traits_of"]

@@ -26,12 +26,17 @@ from graphmem.ops.registry import (
     pointwise_backward_flops,
     register,
     register_backward,
+    register_traits,
     saved_extra,
     saved_input,
     saved_output,
 )
+from graphmem.ops.traits import Autocast
 
 MS_DOMAIN = "com.microsoft"
+# One primitive operation on one element; also what the torch path counts for an aten op of
+# the `pointwise` tag and each element of a foreach op (graphmem/ops/aten.py)
+PRIMITIVE_FLOPS = 1
 
 FLOPS_PER_ELEMENT: dict[str, int] = {
     # ----- arithmetic, comparison, logic: one operation
@@ -248,9 +253,32 @@ def _register_backward_table() -> None:
         rule = pointwise_backward(saves, flops_per_element, _DIFFERENTIABLE.get(op_type),
                                   temporaries, _PASSES_GRADIENT.get(op_type, ()))
         for domain in DOMAINS.get(op_type, ("",)):
-            register_backward(rule, op_type, domain=domain)
+            register_backward(op_type, domain=domain)(rule)
 
 
 _register_backward_table()
-register_backward(BackwardRule((), pointwise_backward_flops(0), view=True, grad_view=True),
-                  "Identity")
+register_backward("Identity")(
+    BackwardRule((), pointwise_backward_flops(0), view=True, grad_view=True))
+
+
+# ----- traits ---------------------------------------------------------------------------------
+# PyTorch's in-place form of the aten op each ONNX op comes from (`relu_`, `add_`): the op
+# could write its result over a dying input (graphmem/suggest/inplace.py)
+INPLACE_VARIANTS: dict[str, str] = {
+    "Relu": "relu_", "LeakyRelu": "leaky_relu_", "Elu": "elu_", "Sigmoid": "sigmoid_",
+    "HardSigmoid": "hardsigmoid_", "HardSwish": "hardswish_", "Tanh": "tanh_", "Clip": "clamp_",
+    "Add": "add_", "Sub": "sub_", "Mul": "mul_", "Div": "div_", "Neg": "neg_", "Exp": "exp_",
+}
+COMMUTATIVE_OPS = ("Add", "Mul")  # `y.add_(x)` computes x + y: either operand takes the result
+# CUDA autocast's fp32 list (pow, exp, log, softplus); CPU autocast leaves them to promotion
+FLOAT32_ON_CUDA = ("Pow", "Exp", "Log", "Softplus")
+
+
+def _register_traits() -> None:
+    for op_type, variant in INPLACE_VARIANTS.items():
+        register_traits(op_type, inplace_variant=variant)
+    register_traits(*COMMUTATIVE_OPS, commutative=True)
+    register_traits(*FLOAT32_ON_CUDA, autocast_cuda=Autocast.FLOAT32)
+
+
+_register_traits()

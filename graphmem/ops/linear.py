@@ -25,8 +25,10 @@ from graphmem.ops.registry import (
     output_numel,
     register,
     register_backward,
+    register_traits,
     saved_input,
 )
+from graphmem.ops.traits import HALF_UNDER_AUTOCAST, Contraction
 
 MS_DOMAIN = "com.microsoft"
 
@@ -240,9 +242,8 @@ def contraction_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost
 
 _OPERANDS_CROSS_SAVED = (saved_input(0, (1,)), saved_input(1, (0,)))
 _CONTRACTION = BackwardRule(_OPERANDS_CROSS_SAVED, contraction_backward_flops)
-register_backward(_CONTRACTION, "MatMul", "Gemm", "Conv", "ConvTranspose")
-register_backward(BackwardRule(_OPERANDS_CROSS_SAVED, contraction_backward_flops),
-                  "FusedMatMul", domain=MS_DOMAIN)
+register_backward("MatMul", "Gemm", "Conv", "ConvTranspose")(_CONTRACTION)
+register_backward("FusedMatMul", domain=MS_DOMAIN)(_CONTRACTION)
 
 
 def einsum_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
@@ -251,5 +252,24 @@ def einsum_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
     return OpCost(forward.macs * len(needs_grad), forward.flops * len(needs_grad))
 
 
-register_backward(BackwardRule((saved_input(0), saved_input(1)), einsum_backward_flops),
-                  "Einsum")
+register_backward("Einsum")(
+    BackwardRule((saved_input(0), saved_input(1)), einsum_backward_flops))
+
+
+# ----- traits ---------------------------------------------------------------------------------
+# x @ W (what tensor parallelism splits and an FC head is), convolutions, the rest
+register_traits("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", contraction=Contraction.MATMUL)
+register_traits("FusedMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits",
+                domain=MS_DOMAIN, contraction=Contraction.MATMUL)
+register_traits("Conv", "ConvInteger", "QLinearConv", contraction=Contraction.CONV)
+register_traits("FusedConv", domain=MS_DOMAIN, contraction=Contraction.CONV)
+register_traits("ConvTranspose", contraction=Contraction.CONV_TRANSPOSE)
+register_traits("Einsum", contraction=Contraction.OTHER)
+# PyTorch runs the float matrix products through cuBLAS; Linear with a bias (addmm, ONNX
+# Gemm) through cuBLASLt, whose workspace is separate
+register_traits("MatMul", "Gemm", runs_on_cublas=True)
+register_traits("FusedMatMul", domain=MS_DOMAIN, runs_on_cublas=True)
+register_traits("Gemm", runs_on_cublaslt=True)
+# autocast's "lower precision" list, the same on CUDA and CPU: matmul, linear, conv*, einsum
+register_traits("MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", **HALF_UNDER_AUTOCAST)
+register_traits("FusedMatMul", domain=MS_DOMAIN, **HALF_UNDER_AUTOCAST)

@@ -18,6 +18,7 @@ from graphmem.ops.registry import (
     pointwise_backward_flops,
     register,
     register_backward,
+    register_traits,
     saved_input,
 )
 
@@ -88,17 +89,25 @@ def movement(node: Node) -> OpCost:
 # expand's a sum (1 FLOP per output element). cat's backward is narrow() views of the
 # gradient; gather/embedding save the indices and scatter-add into a zeroed input (1 FLOP per
 # gathered element); pad's backward is a slice of the gradient (a view).
+# A backward rule with view=True also makes the op a view (Traits.view).
+SCATTER_ADD_FLOPS = 1  # gather's backward: each gradient element added into its index
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
-register_backward(BackwardRule((), pointwise_backward_flops(0), differentiable=(0,), view=True,
-                               grad_view=True), *_RESHAPES)
-register_backward(BackwardRule((), pointwise_backward_flops(0), differentiable=(0,), view=True),
-                  "Split", "Slice")
-register_backward(BackwardRule((), pointwise_backward_flops(1), differentiable=(0,), view=True),
-                  "Expand")
-register_backward(BackwardRule((), pointwise_backward_flops(0), grad_view=True), "Concat")
-register_backward(BackwardRule((), pointwise_backward_flops(0), differentiable=(0,),
-                               grad_view=True), "Pad")
-register_backward(BackwardRule((saved_input(1),), pointwise_backward_flops(1),
-                               differentiable=(0,)), "Gather", "GatherElements", "GatherND")
-register_backward(BackwardRule((), pointwise_backward_flops(1), differentiable=(0,)), "Tile",
-                  "Trilu")
+register_backward(*_RESHAPES)(BackwardRule((), pointwise_backward_flops(0), differentiable=(0,),
+                                           view=True, grad_view=True))
+register_backward("Split", "Slice")(
+    BackwardRule((), pointwise_backward_flops(0), differentiable=(0,), view=True))
+register_backward("Expand")(
+    BackwardRule((), pointwise_backward_flops(1), differentiable=(0,), view=True))
+register_backward("Concat")(BackwardRule((), pointwise_backward_flops(0), grad_view=True))
+register_backward("Pad")(
+    BackwardRule((), pointwise_backward_flops(0), differentiable=(0,), grad_view=True))
+register_backward("Gather", "GatherElements", "GatherND")(BackwardRule(
+    (saved_input(1),), pointwise_backward_flops(SCATTER_ADD_FLOPS), differentiable=(0,)))
+register_backward("Tile", "Trilu")(
+    BackwardRule((), pointwise_backward_flops(1), differentiable=(0,)))
+
+# ----- traits ---------------------------------------------------------------------------------
+# reshapes that keep the element order: a flattened feature map (graphmem/suggest/layer_hints)
+register_traits("Reshape", "Flatten", reshape=True)
+# Gather of a weight table reads rows of it: an embedding (tensor parallelism splits it)
+register_traits("Gather", row_gather=True)

@@ -27,10 +27,12 @@ from graphmem.ops.registry import (
     pointwise_backward_flops,
     register,
     register_backward,
+    register_traits,
     saved_extra,
     saved_input,
     saved_output,
 )
+from graphmem.ops.traits import Autocast
 
 MS_DOMAIN = "com.microsoft"
 
@@ -160,19 +162,24 @@ def channel_statistics_shape(node: Node) -> Shape:
 
 
 _FP32 = DType.FLOAT32
-_LAYER_NORM = BackwardRule(
+register_backward("LayerNormalization")(BackwardRule(
     (saved_input(0), saved_input(1), saved_extra("mean", _FP32, row_statistics_shape),
      saved_extra("rstd", _FP32, row_statistics_shape)),
-    pointwise_backward_flops(NORM_BACKWARD_FLOPS), differentiable=(0, 1, 2))
-register_backward(_LAYER_NORM, "LayerNormalization")
-register_backward(BackwardRule(
+    pointwise_backward_flops(NORM_BACKWARD_FLOPS), differentiable=(0, 1, 2)))
+register_backward("RMSNormalization", "SimplifiedLayerNormalization")(BackwardRule(
     (saved_input(0), saved_input(1), saved_extra("rstd", _FP32, row_statistics_shape)),
-    pointwise_backward_flops(RMS_NORM_BACKWARD_FLOPS), differentiable=(0, 1)),
-    "RMSNormalization", "SimplifiedLayerNormalization")
-register_backward(BackwardRule(
+    pointwise_backward_flops(RMS_NORM_BACKWARD_FLOPS), differentiable=(0, 1)))
+register_backward("BatchNormalization")(BackwardRule(
     (saved_input(0), saved_input(1), saved_extra("save_mean", _FP32, channel_statistics_shape),
      saved_extra("save_invstd", _FP32, channel_statistics_shape)),
-    pointwise_backward_flops(NORM_BACKWARD_FLOPS), differentiable=(0, 1, 2)),
-    "BatchNormalization")
-register_backward(BackwardRule((saved_output(),), pointwise_backward_flops(SOFTMAX_BACKWARD_FLOPS),
-                               differentiable=(0,)), "Softmax", "LogSoftmax")
+    pointwise_backward_flops(NORM_BACKWARD_FLOPS), differentiable=(0, 1, 2)))
+register_backward("Softmax", "LogSoftmax")(BackwardRule(
+    (saved_output(),), pointwise_backward_flops(SOFTMAX_BACKWARD_FLOPS), differentiable=(0,)))
+
+
+# ----- traits ---------------------------------------------------------------------------------
+# CUDA autocast's fp32 list (softmax, log_softmax, layer_norm, group_norm, norm); CPU autocast
+# runs them in the input's type
+register_traits("Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization",
+                "InstanceNormalization", "RMSNormalization", "LpNormalization",
+                autocast_cuda=Autocast.FLOAT32)

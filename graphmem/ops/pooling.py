@@ -33,6 +33,8 @@ from graphmem.ops.registry import (
     saved_input,
 )
 
+WINDOW_ELEMENT_FLOPS = 1  # MaxPool: a compare, AveragePool: an add, per window element
+LP_WINDOW_ELEMENT_FLOPS = 2  # LpPool: |x|^p and an add
 LERP_FLOPS = 3  # a + w * (b - a)
 CUBIC_TAP_FILTER_FLOPS = 7  # 4 multiplies, 3 adds
 ROI_ALIGN_DEFAULT_SAMPLES = 4  # sampling_ratio=0 is adaptive (data-dependent): assume 2 x 2
@@ -53,8 +55,8 @@ def pool_rule(flops_per_window_element: int) -> CostRule:
     return rule
 
 
-register("MaxPool", "AveragePool")(pool_rule(1))
-register("LpPool")(pool_rule(2))
+register("MaxPool", "AveragePool")(pool_rule(WINDOW_ELEMENT_FLOPS))
+register("LpPool")(pool_rule(LP_WINDOW_ELEMENT_FLOPS))
 
 
 def interpolation_flops(mode: str, dims: int, node: Node) -> int:
@@ -116,9 +118,9 @@ def _window_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
     return OpCost.from_flops(output_numel(node) * window_size(node))
 
 
-register_backward(BackwardRule(
+register_backward("MaxPool")(BackwardRule(
     (saved_input(0), saved_extra("indices", DType.INT64, _indices_shape)),
-    pointwise_backward_flops(1), differentiable=(0,)), "MaxPool")
-register_backward(BackwardRule((), _window_backward_flops, differentiable=(0,)), "AveragePool")
-register_backward(BackwardRule((), resize_backward_flops, differentiable=(0,)), "Resize",
-                  "Upsample")
+    pointwise_backward_flops(1), differentiable=(0,)))
+register_backward("AveragePool")(BackwardRule((), _window_backward_flops, differentiable=(0,)))
+register_backward("Resize", "Upsample")(
+    BackwardRule((), resize_backward_flops, differentiable=(0,)))

@@ -18,9 +18,11 @@ from graphmem.ops.registry import (
     known_dim,
     register,
     register_backward,
+    register_traits,
     saved_input,
     saved_output,
 )
+from graphmem.ops.traits import Autocast
 
 FLOPS_PER_INPUT_ELEMENT: dict[str, int] = {
     "ReduceSum": 1,  # add
@@ -81,9 +83,12 @@ def _per_input_element_backward(flops_per_element: int) -> BackwardFlops:
     return flops
 
 
-register_backward(BackwardRule((), _per_input_element_backward(1), differentiable=(0,)),
-                  "ReduceSum", "ReduceMean", "GlobalAveragePool")
-register_backward(BackwardRule((saved_input(0), saved_output()), _per_input_element_backward(2),
-                               differentiable=(0,)), "ReduceMax", "ReduceMin", "GlobalMaxPool")
-register_backward(BackwardRule((saved_input(0), saved_output()), _per_input_element_backward(2),
-                               differentiable=(0,)), "ReduceSumSquare", "ReduceL2")
+register_backward("ReduceSum", "ReduceMean", "GlobalAveragePool")(
+    BackwardRule((), _per_input_element_backward(1), differentiable=(0,)))
+register_backward("ReduceMax", "ReduceMin", "GlobalMaxPool")(BackwardRule(
+    (saved_input(0), saved_output()), _per_input_element_backward(2), differentiable=(0,)))
+register_backward("ReduceSumSquare", "ReduceL2")(BackwardRule(
+    (saved_input(0), saved_output()), _per_input_element_backward(2), differentiable=(0,)))
+
+# CUDA autocast's fp32 list (norm, logsumexp); CPU autocast runs them in the input's type
+register_traits("ReduceL2", "ReduceLogSumExp", autocast_cuda=Autocast.FLOAT32)

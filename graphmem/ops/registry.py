@@ -1,17 +1,39 @@
-"""One registry of per-op cost formulas, filled by a decorator that rejects duplicates.
+"""One registry of what graphmem knows about each op, filled by decorators that reject duplicates.
 
-A rule is a small pure function of a node's shapes and attributes that returns its MACs and
-FLOPs. Bytes read and written are not per-op: they are the sizes of the node's inputs and
-outputs, computed once in the costs pass.
+Each op, named by (domain, op type), has one `OpSpec`:
+- `cost`: a small pure function of a node's shapes and attributes that returns its MACs and
+  FLOPs. Bytes read and written are not per-op: they are the sizes of the node's inputs and
+  outputs, computed once in the costs pass.
+- `backward`: what autograd saves for the op and what its backward computes (training).
+- `traits`: what passes need to know beyond cost (a contraction, a view, an in-place form,
+  cuBLAS, the autocast policy), asked with `traits_of(node)` instead of op-name sets.
+Both op vocabularies meet here: ONNX nodes (`MatMul`) and traced aten nodes (`aten.mm.default`,
+domain "aten", specs from graphmem/ops/aten.py); `op_name(node)` and `spec_of(node)` read both.
+
+Registration is explicit and symmetric: `@register(*ops)` for a cost rule,
+`@register_backward(*ops)` for a backward rule (applied to a `BackwardRule`),
+`register_traits(*ops, **traits)`. Every rule lives in a family module of this package, and
+`load_all()` imports them all (the package does it on import), so the registry is the same
+whatever was imported first.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from graphmem.core.ir import DType, Node, Shape, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.ops.traits import Traits
+
+# The families, in load order: aten.py copies the traits of the ONNX ops it maps to.
+FAMILIES = ("elementwise", "linear", "normalization", "pooling", "reduction", "movement",
+            "attention", "training", "aten")
+ATEN_DOMAIN = "aten"  # traced PyTorch nodes: op type "aten.<packet>.<overload>"
+# A backward node of the training expansion has its forward op's type in this domain
+# ("graphmem.backward", or "graphmem.backward/com.microsoft" for a com.microsoft op).
+BACKWARD_DOMAIN = "graphmem.backward"
 
 
 @dataclass(frozen=True)
@@ -42,33 +64,202 @@ class ShapeUnknownError(Exception):
 
 
 CostRule = Callable[[Node], OpCost]
-_RULES: dict[tuple[str, str], CostRule] = {}
+_NO_TRAITS = Traits()
 
 
-def register(*op_types: str, domain: str = "") -> Callable[[CostRule], CostRule]:
-    """Register `rule` for each op type; registering an op twice is a programming error."""
+# ----- the registry ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything graphmem knows about one op."""
 
-    def decorate(rule: CostRule) -> CostRule:
-        for op_type in op_types:
-            key = (_canonical_domain(domain), op_type)
-            if key in _RULES:
-                raise ValueError(f"cost rule for {op_type!r} (domain {domain!r}) registered twice")
-            _RULES[key] = rule
-        return rule
+    domain: str
+    op_type: str
+    cost: CostRule | None = None
+    backward: BackwardRule | None = None
+    traits: Traits = field(default=_NO_TRAITS)
+    canonical: str = ""  # an aten op: the ONNX op of the same math ("Gemm" for addmm)
 
-    return decorate
+
+# (canonical domain, op type) -> its spec; tests swap this dict to register throwaway ops
+_RULES: dict[tuple[str, str], OpSpec] = {}
 
 
 def _canonical_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
-def find_rule(op_type: str, domain: str = "") -> CostRule | None:
+def _update(op_type: str, domain: str, what: str, **changes: object) -> None:
+    """Set fields of one spec; a field already set is a programming error."""
+    key = (_canonical_domain(domain), op_type)
+    spec = _RULES.get(key) or OpSpec(key[0], op_type)
+    for name in changes:
+        if getattr(spec, name) is not None:
+            raise ValueError(f"{what} for {op_type!r} (domain {domain!r}) registered twice")
+    _RULES[key] = replace(spec, **changes)  # type: ignore[arg-type]
+
+
+def register(*op_types: str, domain: str = "") -> Callable[[CostRule], CostRule]:
+    """Register `rule` as the cost of each op type; registering an op twice is an error."""
+
+    def decorate(rule: CostRule) -> CostRule:
+        for op_type in op_types:
+            _update(op_type, domain, "cost rule", cost=rule)
+        return rule
+
+    return decorate
+
+
+def register_backward(*op_types: str,
+                      domain: str = "") -> Callable[[BackwardRule], BackwardRule]:
+    """Register `rule` as the backward of each op type; twice is an error. A rule that runs
+    the op as a view makes the op a view (`Traits.view`)."""
+
+    def decorate(rule: BackwardRule) -> BackwardRule:
+        for op_type in op_types:
+            _update(op_type, domain, "backward rule", backward=rule)
+            if rule.view:
+                register_traits(op_type, domain=domain, view=True)
+        return rule
+
+    return decorate
+
+
+def register_traits(*op_types: str, domain: str = "", **traits: object) -> None:
+    """Declare traits of each op type (Traits field names); a trait declared twice (set to
+    something other than its default) is an error."""
+    for op_type in op_types:
+        key = (_canonical_domain(domain), op_type)
+        spec = _RULES.get(key) or OpSpec(key[0], op_type)
+        for name in traits:
+            if getattr(spec.traits, name) != getattr(_NO_TRAITS, name):
+                raise ValueError(f"trait {name} of {op_type!r} (domain {domain!r}) registered"
+                                 " twice")
+        _RULES[key] = replace(spec, traits=replace(spec.traits, **traits))  # type: ignore[arg-type]
+
+
+def register_canonical(op_type: str, canonical: str, domain: str = ATEN_DOMAIN) -> None:
+    """Name the ONNX op `op_type` computes (aten ops)."""
+    key = (_canonical_domain(domain), op_type)
+    spec = _RULES.get(key) or OpSpec(key[0], op_type)
+    if spec.canonical:
+        raise ValueError(f"canonical op of {op_type!r} (domain {domain!r}) registered twice")
+    _RULES[key] = replace(spec, canonical=canonical)
+
+
+_loaded: list[bool] = []  # one entry once load_all has started
+
+
+def load_all() -> None:
+    """Import every rule family (idempotent); graphmem.ops does it on import."""
+    if _loaded:
+        return
+    _loaded.append(True)  # first: the families import this module
+    for family in FAMILIES:
+        importlib.import_module(f"graphmem.ops.{family}")
+
+
+def find_spec(op_type: str, domain: str = "") -> OpSpec | None:
+    load_all()
     return _RULES.get((_canonical_domain(domain), op_type))
 
 
+def find_rule(op_type: str, domain: str = "") -> CostRule | None:
+    """The cost rule of an op; a backward node's cost comes from its forward op's backward."""
+    forward = forward_domain(domain)
+    if forward is not None:
+        return backward_node_cost if find_backward_rule(op_type, forward) else None
+    spec = find_spec(op_type, domain)
+    return spec.cost if spec is not None else None
+
+
+def find_backward_rule(op_type: str, domain: str = "") -> BackwardRule | None:
+    spec = find_spec(op_type, domain)
+    return spec.backward if spec is not None else None
+
+
 def registered_ops() -> list[tuple[str, str]]:
-    return sorted(_RULES)
+    """(domain, op type) of every op with a cost rule."""
+    load_all()
+    return sorted(key for key, spec in _RULES.items() if spec.cost is not None)
+
+
+def registered_backward_ops() -> list[tuple[str, str]]:
+    load_all()
+    return sorted(key for key, spec in _RULES.items() if spec.backward is not None)
+
+
+def registered_specs() -> list[OpSpec]:
+    load_all()
+    return [_RULES[key] for key in sorted(_RULES)]
+
+
+# ----- one op's spec and traits, for both vocabularies ----------------------------------------
+def op_name(node: Node) -> str:
+    """`aten.addmm.default` -> `addmm` (the overload packet); other op types as they are."""
+    packet = _aten_packet(node.op_type)
+    return node.op_type if packet is None else packet
+
+
+def _aten_packet(op_type: str) -> str | None:
+    # a traced op's type names its namespace first: no ONNX op type starts with "aten."
+    namespace, _, rest = op_type.partition(".")
+    return rest.partition(".")[0] if namespace == ATEN_DOMAIN and rest else None
+
+
+def spec_of(node: Node) -> OpSpec | None:
+    """The spec of a node's own op (None for ops graphmem does not know)."""
+    packet = _aten_packet(node.op_type)
+    if packet is not None:
+        return find_spec(packet, ATEN_DOMAIN)
+    return find_spec(node.op_type, node.domain)
+
+
+def traits_of(node: Node) -> Traits:
+    """What a node's op is: its spec's traits; a backward node's come from its forward op
+    (`Traits.of_backward`); an unknown aten op named as an in-place form is one."""
+    forward = forward_domain(node.domain)
+    if forward is not None:
+        spec = find_spec(node.op_type, forward)
+        return spec.traits.of_backward() if spec is not None else _NO_TRAITS
+    spec = spec_of(node)
+    if spec is not None:
+        return spec.traits
+    packet = _aten_packet(node.op_type)
+    if packet is not None and names_inplace_form(packet):
+        return Traits(is_inplace=True)
+    return _NO_TRAITS
+
+
+def names_inplace_form(packet: str) -> bool:
+    """PyTorch names an in-place variant `<op>_` (`add_`, `_foreach_mul_`) or `__i<op>__`."""
+    if packet.startswith("__"):
+        return packet.startswith("__i") and packet.endswith("__")
+    return packet.endswith("_")
+
+
+# ----- backward nodes -------------------------------------------------------------------------
+def backward_domain(domain: str) -> str:
+    """The domain of the backward node of a forward op in `domain`."""
+    canonical = _canonical_domain(domain)
+    return BACKWARD_DOMAIN if not canonical else f"{BACKWARD_DOMAIN}/{canonical}"
+
+
+def forward_domain(domain: str) -> str | None:
+    """The forward op's domain of a backward domain; None when `domain` is not one."""
+    if domain == BACKWARD_DOMAIN:
+        return ""
+    prefix = f"{BACKWARD_DOMAIN}/"
+    return domain[len(prefix):] if domain.startswith(prefix) else None
+
+
+def backward_node_cost(node: Node) -> OpCost:
+    """A backward node's arithmetic: the backward rule of the forward node it differentiates
+    (`Node.origin`), for the inputs that need gradients (`Node.needs_grad`)."""
+    forward = node.origin
+    rule = find_backward_rule(forward.op_type, forward.domain) if forward is not None else None
+    if forward is None or rule is None:
+        return OpCost.zero()
+    return rule.flops(forward, node.needs_grad)
 
 
 # ----- shared helpers for rules ---------------------------------------------------------------
@@ -183,22 +374,6 @@ class BackwardRule:
         return self.passes_gradient is None or index in self.passes_gradient
 
 
-_BACKWARD_RULES: dict[tuple[str, str], BackwardRule] = {}
-
-
-def register_backward(rule: BackwardRule, *op_types: str, domain: str = "") -> None:
-    """Register the backward of each op type; twice is a programming error."""
-    for op_type in op_types:
-        key = (_canonical_domain(domain), op_type)
-        if key in _BACKWARD_RULES:
-            raise ValueError(f"backward rule for {op_type!r} (domain {domain!r}) registered twice")
-        _BACKWARD_RULES[key] = rule
-
-
-def find_backward_rule(op_type: str, domain: str = "") -> BackwardRule | None:
-    return _BACKWARD_RULES.get((_canonical_domain(domain), op_type))
-
-
 def pointwise_backward_flops(flops_per_element: int) -> BackwardFlops:
     """numel(output 0) * a constant, for each input that needs a gradient."""
 
@@ -229,7 +404,3 @@ def pointwise_backward(
 ) -> BackwardRule:
     return BackwardRule(saves, pointwise_backward_flops(flops_per_element), differentiable,
                         temporaries=temporaries, passes_gradient=passes_gradient)
-
-
-def registered_backward_ops() -> list[tuple[str, str]]:
-    return sorted(_BACKWARD_RULES)

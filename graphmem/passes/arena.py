@@ -4,7 +4,7 @@ A runtime that plans memory ahead of time (TFLite's ArenaPlanner, XLA's
 GlobalDecreasingSizeBestFitHeap) places each tensor at a fixed offset in one arena; tensors
 whose lifetimes do not intersect may share addresses. graphmem plans the same way:
 
-1. buffers (activation storages, see `passes/buffers.py`) are sorted by size, largest first,
+1. buffers (activation storages, see `passes/memory_model.py`) are sorted by size, largest first,
    ties by the step that allocates them (as TFLite's `CreateTensorAllocationVector` does);
 2. each is placed at the best-fitting gap among the already placed buffers whose lifetimes
    intersect its own: the smallest gap it fits in, else above the highest of them (as TFLite's
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphmem.passes.buffers import MemoryModel, lifetimes
+from graphmem.passes.memory_model import MemoryModel, lifetimes, live_profile
 
 # Below this many intersecting buffers a plain loop is faster than numpy's call overhead.
 _VECTORIZE_FROM = 48
@@ -93,7 +93,7 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     )
     return ArenaPlan(
         arena_bytes=max(ends, default=0),
-        live_activation_peak_bytes=_live_peak(spans, sizes, steps),
+        live_activation_peak_bytes=_live_activation_peak(model, order),
         no_reuse_bytes=sum(sizes),
         alignment=alignment,
         placements=placements,
@@ -134,16 +134,10 @@ def _align(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
 
 
-def _live_peak(spans: list[tuple[int, int]], sizes: Sequence[int], steps: int) -> int:
-    delta = [0] * (steps + 1)
-    for (first, last), size in zip(spans, sizes, strict=True):
-        delta[first] += size
-        delta[last + 1] -= size
-    live = peak = 0
-    for change in delta:
-        live += change
-        peak = max(peak, live)
-    return peak
+def _live_activation_peak(model: MemoryModel, order: Sequence[int]) -> int:
+    """The most activation bytes live at one step (the memory-event sweep's peak)."""
+    during, _ = live_profile(model, order)
+    return max(during, default=model.resident_bytes) - model.resident_bytes
 
 
 class _IntervalIndex:

@@ -53,7 +53,7 @@ class CostReport:
 def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport:
     dims = binding.bound if binding else {}
     nodes = tuple(_node_cost(node, dims) for node in graph.nodes)
-    unsupported = Counter(_qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
+    unsupported = Counter(qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
     return CostReport(
         nodes=nodes,
         total_macs=sum((n.macs for n in nodes), SymInt()),
@@ -70,7 +70,8 @@ def _names_with(nodes: tuple[NodeCost, ...], status: CostStatus) -> tuple[str, .
     return tuple(n.name for n in nodes if n.status is status)
 
 
-def _qualified_op(cost: NodeCost) -> str:
+def qualified_op(cost: NodeCost) -> str:
+    """`com.microsoft.FusedMatMul`; a standard ONNX op or an aten name as it is."""
     if cost.domain in ("", "ai.onnx") or cost.op_type.startswith(f"{cost.domain}."):
         return cost.op_type
     return f"{cost.domain}.{cost.op_type}"

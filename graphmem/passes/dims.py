@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES, format_bytes
 from graphmem.errors import GraphmemError
 
-# A dim value above this is a typo, not a workload: refuse it instead of printing exabytes.
-MAX_DIM_VALUE = 1 << 24
+# A dim value above MAX_DIM_VALUE is a typo, not a workload: refused instead of printing exabytes.
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,28 @@ Conventions (stated in the report too):
   its storage alive until the alias's own last use;
 - where the importer knows that the framework holds a tensor longer (`Value.held_until`:
   eager PyTorch keeps it while a Python variable refers to it), it lives until then.
-Last uses come from one reverse walk over the schedule.
+Last uses come from one reverse walk over the schedule, and every total from one forward
+sweep of its events (graphmem/passes/memory_model.py). What-ifs pass `aliases` (outputs that
+would share an input's storage) instead of changing the graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role, Value
+from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt, symint_max
-
-# Dims are probed at this value to pick one step among peaks that depend on free dims.
-_PROBE_DIM_VALUE = 64
+from graphmem.passes.memory_model import (
+    PROBE_DIM_VALUE,
+    Aliases,
+    Buffers,
+    MemorySweep,
+    find_buffers,
+    sweep_buffers,
+)
+from graphmem.passes.role_timeline import PhaseSpan, RoleTimeline, phase_spans, timeline_of
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,17 @@ class LivenessResult:
     lower_bound_bytes: SymInt  # residents + the largest single node's inputs and outputs
     lower_bound_step: int
     unknown_size_values: tuple[str, ...]  # counted as 0 bytes: their shape is unknown
+    # forward, backward and optimizer spans of a training step over `order` (() inference)
+    phases: tuple[PhaseSpan, ...] = ()
+    # the swept events, for the views below (not part of the result's value)
+    sweep: MemorySweep | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def role_timeline(self) -> RoleTimeline:
+        """Live bytes at each step by role; they add up to `live_bytes_per_step`."""
+        if self.sweep is None:
+            raise ValueError("this liveness result was built without its sweep")
+        return timeline_of(self.sweep)
 
 
 def analyze_liveness(
@@ -57,21 +77,20 @@ def analyze_liveness(
     sizes: Mapping[str, SymInt | None],
     order: Sequence[Node] | None = None,
     dims: Mapping[str, int] | None = None,
+    aliases: Aliases | None = None,
 ) -> LivenessResult:
-    """Live memory over `order` (default: the model's order); `dims` only label shapes."""
-    schedule = list(order if order is not None else graph.nodes)
-    if not schedule:
+    """Live memory over `order` (default: the model's order); `dims` only label shapes;
+    `aliases` (value -> the value whose storage it would share) override `Value.alias_of`."""
+    if not (order if order is not None else graph.nodes):
         raise ValueError(f"graph {graph.name} has no nodes to schedule")
-    residents = [
-        v for v in graph.values.values() if v.role in RESIDENT_ROLES and v.alias_of is None
-    ]
-    resident_bytes = _sum_bytes(residents, sizes)
-    last_use = _last_use_steps(graph, schedule)
-    frees = _values_freed_after(last_use)
-    steps, live_at = _sweep(schedule, sizes, frees, resident_bytes)
+    buffers = find_buffers(graph, aliases)
+    sweep = sweep_buffers(buffers, sizes, order)
+    resident_bytes = sum(sweep.resident_sizes, SymInt())
+    steps = [s[0] for s in sweep.profile((resident_bytes,))]
     peak_step, candidates = _choose_peak(steps)
-    lower_bound, lower_bound_step = _lower_bound(schedule, sizes, resident_bytes)
-    live = live_at(peak_step) + residents
+    lower_bound, lower_bound_step = _lower_bound(buffers, sweep, resident_bytes)
+    live = _live_at(sweep, peak_step)
+    schedule = sweep.order
     return LivenessResult(
         order=tuple(n.name for n in schedule),
         resident_bytes=resident_bytes,
@@ -80,137 +99,78 @@ def analyze_liveness(
         peak_candidates=tuple(candidates),
         peak_step=peak_step,
         activation_peak_bytes=steps[peak_step] - resident_bytes,
-        breakdown_at_peak=_by_role(live, sizes),
-        live_at_peak=_describe_live(live, sizes, last_use, schedule, dims or {}),
+        breakdown_at_peak=_by_role(live),
+        live_at_peak=_describe_live(live, dims or {}),
         lower_bound_bytes=lower_bound,
         lower_bound_step=lower_bound_step,
         unknown_size_values=tuple(sorted(n for n, size in sizes.items() if size is None)),
+        phases=phase_spans(schedule),
+        sweep=sweep,
     )
-
-
-def _size(value: Value, sizes: Mapping[str, SymInt | None]) -> SymInt:
-    if value.alias_of is not None:
-        return SymInt()
-    return sizes.get(value.name) or SymInt()
-
-
-def _sum_bytes(values: Sequence[Value], sizes: Mapping[str, SymInt | None]) -> SymInt:
-    return sum((_size(v, sizes) for v in values), SymInt())
-
-
-def _last_use_steps(graph: Graph, schedule: list[Node]) -> dict[Value, int]:
-    """Step after which each activation's storage can be freed, from one reverse walk."""
-    end = len(schedule) - 1
-    last_use: dict[Value, int] = {}
-    for value in graph.outputs:
-        _extend(last_use, value.storage, end)
-    position = {node: step for step, node in enumerate(schedule)}
-    for step in range(end, -1, -1):
-        node = schedule[step]
-        for value in (*node.present_inputs, *node.outputs):  # unread outputs die at once
-            _extend(last_use, value.storage, step)
-            if value.held_until is not None and value.held_until in position:
-                _extend(last_use, value.storage, position[value.held_until])
-    return last_use
-
-
-def _extend(last_use: dict[Value, int], storage: Value, step: int) -> None:
-    if storage.role not in RESIDENT_ROLES:
-        last_use[storage] = max(last_use.get(storage, step), step)
-
-
-def _values_freed_after(last_use: Mapping[Value, int]) -> dict[int, list[Value]]:
-    frees: dict[int, list[Value]] = {}
-    for value, step in last_use.items():
-        frees.setdefault(step, []).append(value)
-    return frees
-
-
-def _sweep(
-    schedule: list[Node],
-    sizes: Mapping[str, SymInt | None],
-    frees: Mapping[int, list[Value]],
-    resident_bytes: SymInt,
-) -> tuple[list[SymInt], object]:
-    """Live total during each step; also a function giving the live activations at a step."""
-    live_total = resident_bytes
-    steps: list[SymInt] = []
-    for step, node in enumerate(schedule):
-        live_total = live_total + _sum_bytes(node.outputs, sizes)
-        steps.append(live_total)
-        live_total = live_total - _sum_bytes(frees.get(step, []), sizes)
-
-    def live_at(target: int) -> list[Value]:
-        live: dict[Value, None] = {}
-        for step, node in enumerate(schedule[: target + 1]):
-            live.update(dict.fromkeys(v for v in node.outputs if v.alias_of is None))
-            if step < target:
-                for value in frees.get(step, []):
-                    live.pop(value, None)
-        return list(live)
-
-    return steps, live_at
 
 
 def _choose_peak(steps: list[SymInt]) -> tuple[int, list[SymInt]]:
     """The peak step; with free dims, the step largest at a probe value among candidates."""
     candidates = symint_max(steps)
-    probe = {name: _PROBE_DIM_VALUE for c in candidates for name in c.free_symbols()}
+    probe = {name: PROBE_DIM_VALUE for c in candidates for name in c.free_symbols()}
     best = max(candidates, key=lambda c: c.evaluate(probe))
     return steps.index(best), candidates
 
 
-def _lower_bound(
-    schedule: list[Node], sizes: Mapping[str, SymInt | None], resident_bytes: SymInt
-) -> tuple[SymInt, int]:
+def _lower_bound(buffers: Buffers, sweep: MemorySweep,
+                 resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
-    working_sets = []
-    for node in schedule:
-        touched = dict.fromkeys(
-            v.storage
-            for v in (*node.present_inputs, *node.outputs)
-            if v.storage.role not in RESIDENT_ROLES
-        )
-        working_sets.append(resident_bytes + _sum_bytes(list(touched), sizes))
+    touches, sizes = buffers.touches, sweep.buffer_sizes
+    working_sets = [resident_bytes + sum((sizes[b] for b in touches[node]), SymInt())
+                    for node in sweep.events.order]
     step, _ = _choose_peak(working_sets)
     return working_sets[step], step
 
 
-def _by_role(live: list[Value], sizes: Mapping[str, SymInt | None]) -> dict[Role, SymInt]:
+@dataclass(frozen=True)
+class _Live:
+    """A tensor live at the peak: its storage, size and the node that keeps it."""
+
+    value: Value
+    nbytes: SymInt
+    keeper: Node | None  # None: a resident or a graph output, alive to the end
+
+
+def _live_at(sweep: MemorySweep, target: int) -> list[_Live]:
+    """Activations live during step `target` in the order they were made, then residents."""
+    events = sweep.events
+    live = []
+    for node in events.order[: target + 1]:
+        for buffer in sweep.allocates[node]:
+            last = events.last_step[buffer]
+            if last >= target:
+                storage = sweep.storages[buffer]
+                keeper = None if storage.role is Role.OUTPUT else sweep.nodes[events.order[last]]
+                live.append(_Live(storage, sweep.buffer_sizes[buffer], keeper))
+    residents = zip(sweep.residents, sweep.resident_sizes, strict=True)
+    return live + [_Live(value, size, None) for value, size in residents]
+
+
+def _by_role(live: list[_Live]) -> dict[Role, SymInt]:
     breakdown: dict[Role, SymInt] = {}
-    for value in live:
-        breakdown[value.role] = breakdown.get(value.role, SymInt()) + _size(value, sizes)
+    for tensor in live:
+        role = tensor.value.role
+        breakdown[role] = breakdown.get(role, SymInt()) + tensor.nbytes
     return breakdown
 
 
-def _describe_live(
-    live: list[Value],
-    sizes: Mapping[str, SymInt | None],
-    last_use: Mapping[Value, int],
-    schedule: list[Node],
-    dims: Mapping[str, int],
-) -> tuple[LiveTensor, ...]:
-    end = len(schedule) - 1
-    probe = {name: _PROBE_DIM_VALUE for v in live for name in _size(v, sizes).free_symbols()}
+def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTensor, ...]:
+    probe = {name: PROBE_DIM_VALUE for t in live for name in t.nbytes.free_symbols()}
     tensors = [
         LiveTensor(
-            name=v.name,
-            nbytes=_size(v, sizes),
-            role=v.role,
-            dtype=v.dtype.label,
-            shape=v.shape_text(dims),
-            producer=v.producer.name if v.producer else None,
-            last_consumer=_keeper(v, last_use, schedule, end),
+            name=t.value.name,
+            nbytes=t.nbytes,
+            role=t.value.role,
+            dtype=t.value.dtype.label,
+            shape=t.value.shape_text(dims),
+            producer=t.value.producer.name if t.value.producer else None,
+            last_consumer=t.keeper.name if t.keeper is not None else None,
         )
-        for v in live
+        for t in live
     ]
     return tuple(sorted(tensors, key=lambda t: (-t.nbytes.evaluate(probe), t.name)))
-
-
-def _keeper(
-    value: Value, last_use: Mapping[Value, int], schedule: list[Node], end: int
-) -> str | None:
-    step = last_use.get(value)
-    if step is None or value.role is Role.OUTPUT or (step == end and value.role in RESIDENT_ROLES):
-        return None
-    return schedule[step].name

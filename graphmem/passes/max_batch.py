@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from graphmem.passes.dims import MAX_DIM_VALUE
+from graphmem.core.conventions import MAX_DIM_VALUE
 
 PeakAt = Callable[[int], int]  # batch value -> peak bytes
 

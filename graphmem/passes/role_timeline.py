@@ -1,9 +1,11 @@
-"""Live bytes at each step of a schedule, split by role (parameters, gradients, activations...).
+"""Live bytes at each step split by role (parameters, gradients, activations...), and the
+phases of a training step.
 
-The same accounting as graphmem/passes/liveness.py (it reuses that pass's last-use walk), so at
-every step the roles add up to `LivenessResult.live_bytes_per_step`: residents by their role
-for the whole run, an activation from its producer's step to its last use, views and in-place
-results counted once, on the tensor that owns the storage.
+Both are views of the liveness result (`LivenessResult.role_timeline`, `.phases`): the role
+timeline sweeps the same events as liveness (graphmem/passes/memory_model.py), one total per
+role, so at every step the roles add up to `live_bytes_per_step`: residents by their role for
+the whole run, an activation from its producer's step to its last use, views and in-place
+results counted once, on the tensor that owns the storage (and under its role).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role
+from graphmem.core.ir import Graph, Node, Phase, Role
 from graphmem.core.symbolic import SymInt
-from graphmem.passes.liveness import _last_use_steps, _size, _values_freed_after
+from graphmem.passes.memory_model import MemorySweep, find_buffers, sweep_buffers
 
 
 @dataclass(frozen=True)
@@ -36,64 +38,54 @@ STACK_ORDER = (
 def role_timeline(
     graph: Graph, sizes: Mapping[str, SymInt | None], order: Sequence[Node] | None = None
 ) -> RoleTimeline:
-    """Bytes live during each step of `order` (default: the model's order), by role."""
-    schedule = list(order if order is not None else graph.nodes)
-    live: dict[Role, SymInt] = {}
-    for value in graph.values.values():
-        if value.role in RESIDENT_ROLES and value.alias_of is None:
-            live[value.role] = live.get(value.role, SymInt()) + _size(value, sizes)
-    frees = _values_freed_after(_last_use_steps(graph, schedule))
-    steps: list[dict[Role, SymInt]] = []
-    for step, node in enumerate(schedule):
-        for value in node.outputs:
-            live[value.role] = live.get(value.role, SymInt()) + _size(value, sizes)
-        steps.append(dict(live))
-        for value in frees.get(step, []):
-            live[value.role] = live[value.role] - _size(value, sizes)
-    roles = tuple(r for r in STACK_ORDER if any(s.get(r, SymInt()) != 0 for s in steps))
-    return RoleTimeline(
-        roles=roles,
-        bytes_per_step=tuple(tuple(s.get(r, SymInt()) for r in roles) for s in steps),
-    )
+    """Bytes live during each step of `order` (default: the model's order), by role (the
+    liveness result has it too: `analyze_liveness(...).role_timeline`)."""
+    return timeline_of(sweep_buffers(find_buffers(graph), sizes, order))
+
+
+def timeline_of(sweep: MemorySweep) -> RoleTimeline:
+    """The role timeline of one sweep: its events swept with one total per role."""
+    group = {role: index for index, role in enumerate(STACK_ORDER)}
+    start = [SymInt() for _ in STACK_ORDER]
+    for value, size in zip(sweep.residents, sweep.resident_sizes, strict=True):
+        start[group[value.role]] += size
+    steps = sweep.profile(start, [group[v.role] for v in sweep.storages])
+    shown = [i for i, role in enumerate(STACK_ORDER) if any(s[i] != 0 for s in steps)]
+    return RoleTimeline(roles=tuple(STACK_ORDER[i] for i in shown),
+                        bytes_per_step=tuple(tuple(s[i] for i in shown) for s in steps))
 
 
 @dataclass(frozen=True)
 class PhaseSpan:
-    phase: str  # "forward" | "backward" | "optimizer"
+    phase: Phase  # FORWARD, BACKWARD or OPTIMIZER (a StrEnum: == "forward" holds)
     first_step: int
     last_step: int  # inclusive
 
 
-_BACKWARD_ROLES = frozenset({Role.ACTIVATION_GRADIENT, Role.GRADIENT})
+_SPAN_ORDER = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
+
+
+def phase_spans(nodes: Sequence[Node]) -> tuple[PhaseSpan, ...]:
+    """Forward, backward and optimizer as consecutive spans of `nodes` (a schedule), read from
+    `Node.phase`; () when no node is in a training phase (inference).
+
+    A step runs its phases in that order, so each span ends at its phase's last node and the
+    last span runs to the end. A node out of that order stays in the span around it: the
+    .grad tensors gradient accumulation starts with (BACKWARD, graphmem/training/) show with
+    the forward, and the step's trailing `loss.detach()` with the optimizer.
+    """
+    last = {node.phase: step for step, node in enumerate(nodes)}
+    present = [phase for phase in _SPAN_ORDER if phase in last]
+    spans: list[PhaseSpan] = []
+    start = 0
+    for phase in present:
+        end = len(nodes) - 1 if phase is present[-1] else last[phase]
+        if end >= start:
+            spans.append(PhaseSpan(phase, start, end))
+            start = end + 1
+    return tuple(spans)
 
 
 def training_phases(graph: Graph) -> tuple[PhaseSpan, ...]:
-    """Forward, backward and optimizer spans of a traced training step, from tensor roles.
-
-    The step is traced in that order (torch_trace.py), so each phase is one run of steps:
-    backward runs from the first node that makes a gradient (of an activation or of a
-    parameter) to the last node that makes one or a view of one; the optimizer update is
-    the rest. Empty for a graph without gradients (inference).
-    """
-    marks = [_is_backward(node) for node in graph.nodes]
-    if not any(marks):
-        return ()
-    first = marks.index(True)
-    last = len(marks) - 1 - marks[::-1].index(True)
-    spans = [PhaseSpan("forward", 0, first - 1), PhaseSpan("backward", first, last),
-             PhaseSpan("optimizer", last + 1, len(marks) - 1)]
-    return tuple(s for s in spans if s.first_step <= s.last_step)
-
-
-def _is_backward(node: Node) -> bool:
-    """Makes a gradient, or only views of gradients (`t(mm)` of a weight's gradient).
-
-    A node that reads nothing is not: with gradient accumulation the step starts with the
-    .grad tensors of the earlier micro-batches (graphmem/training/expand.py)."""
-    outputs = node.outputs
-    if not node.present_inputs:
-        return False
-    makes = any(v.alias_of is None and v.role in _BACKWARD_ROLES for v in outputs)
-    views = bool(outputs) and all(
-        v.alias_of is not None and v.storage.role in _BACKWARD_ROLES for v in outputs)
-    return makes or views
+    """The phase spans of a graph in its own order (see `phase_spans`)."""
+    return phase_spans(graph.nodes)

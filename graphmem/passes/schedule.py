@@ -1,8 +1,8 @@
 """Find a topological order with a lower live-memory peak than the model's own order.
 
 The peak depends on the order the nodes run in (DESIGN: "the peak is always stated with its
-schedule"). The searches work on `passes/buffers.MemoryModel` (integers, any order's peak is
-exactly the peak `analyze_liveness` gives for it):
+schedule"). The searches work on `passes/memory_model.MemoryModel` (integers, any order's
+peak is exactly the peak `analyze_liveness` gives for it):
 
 1. Greedy list scheduling: at every step run the ready node that leaves the least memory live
    after it (bytes it allocates minus bytes freed because it was their last user), ties by
@@ -37,15 +37,16 @@ import networkx as nx
 
 from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
-from graphmem.passes.buffers import (
+from graphmem.passes.liveness import LivenessResult
+from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
     is_topological,
+    live_profile,
     order_peak,
     plan_dims,
     symbolic_order_peak,
 )
-from graphmem.passes.liveness import LivenessResult
 
 EXACT_MAX_NODES = 20
 EXACT_MAX_STATES = 50_000
@@ -321,7 +322,7 @@ def refine_around_peak(model: MemoryModel, order: Sequence[int],
     one step's greedy choice cannot see that a branch should run first.
     """
     current = list(order)
-    during, live_after = _step_profile(model, current)
+    during, live_after = live_profile(model, current)
     position = [0] * model.node_count
     for step, node in enumerate(current):
         position[node] = step
@@ -339,7 +340,7 @@ def refine_around_peak(model: MemoryModel, order: Sequence[int],
             for step in range(start, end):
                 position[current[step]] = step
             # only the window's steps change: the rest keep their live totals
-            during[start:end], live_after[start:end] = _step_profile(local, found[0])
+            during[start:end], live_after[start:end] = live_profile(local, found[0])
             break
         else:
             break
@@ -350,24 +351,6 @@ def _window_starts(peak_step: int, steps: int, window: int) -> list[int]:
     last = max(steps - window, 0)
     starts = (peak_step - window // 2, peak_step - window + 1, peak_step)
     return list(dict.fromkeys(min(max(start, 0), last) for start in starts))
-
-
-def _step_profile(model: MemoryModel, order: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Live bytes during each step and after it (what order_peak walks through)."""
-    remaining = [len(users) for users in model.users]
-    sizes, alloc = model.buffer_bytes, model.alloc_bytes
-    live = model.resident_bytes
-    during: list[int] = []
-    after: list[int] = []
-    for node in order:
-        live += alloc[node]
-        during.append(live)
-        for buffer in model.uses[node]:
-            remaining[buffer] -= 1
-            if remaining[buffer] == 0 and not model.pinned[buffer]:
-                live -= sizes[buffer]
-        after.append(live)
-    return during, after
 
 
 def _window_model(model: MemoryModel, order: list[int], start: int, end: int,

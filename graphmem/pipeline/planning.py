@@ -2,7 +2,8 @@
 
 `with_plans` runs them on an Analysis and returns it with its `schedule`, `arena`,
 `roofline`, `max_batch` and `sweep` filled in. `DimProbe` answers "what would the bound
-analysis say at dim = value" for max batch, sweeps and `graphmem gpus --fits`.
+analysis say at dim = value" for max batch, sweeps and `graphmem gpus --fits`; where only a
+new analysis can say, it asks the pipeline's `rerun` (this module does not run the pipeline).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.arena import plan_arena
-from graphmem.passes.buffers import (
+from graphmem.passes.costs import CostReport, CostStatus
+from graphmem.passes.dims import value_bytes
+from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
+from graphmem.passes.liveness import analyze_liveness
+from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
+from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
     order_peak,
@@ -28,11 +34,6 @@ from graphmem.passes.buffers import (
     resident_sizes,
     symbolic_order_peak,
 )
-from graphmem.passes.costs import CostReport, CostStatus
-from graphmem.passes.dims import value_bytes
-from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
-from graphmem.passes.liveness import analyze_liveness
-from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
 from graphmem.passes.roofline import (
     NodeTime,
     RooflineResult,
@@ -43,22 +44,26 @@ from graphmem.passes.roofline import (
 )
 from graphmem.passes.schedule import find_schedule
 from graphmem.passes.sweep import SweepResult, run_sweep
+from graphmem.pipeline.request import SweepRequest
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
 
-# The whole bound analysis at given dims, as `graphmem analyze` with them bound runs it.
+# The whole bound analysis at given dims, as `graphmem analyze` with them bound runs it
+# (graphmem/pipeline/run.py supplies it: the same request with these dims, unplanned).
 Reanalyze = Callable[[dict[str, int]], "Analysis"]
 
 
-def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None) -> Reanalyze | None:
-    """How to re-run the bound analysis, where binding dims can change the shapes.
+def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None,
+               rerun: Reanalyze | None = None) -> Reanalyze | None:
+    """How to re-run the bound analysis, where binding dims can change the shapes: `rerun`,
+    or None where the graph's symbolic sizes are exact.
 
-    `analyze_onnx` re-infers shapes with the bound dims when the symbolic inference left some
-    unknown; then the graph has unknown shapes or dims no input has (shape inference names
-    sizes it could not follow), or, if binding resolved them, its input dims are fixed numbers.
-    A different batch must then be checked by a whole new analysis, as `--batch N` would run
-    it. Elsewhere the graph's symbolic sizes are exact: None.
+    The pipeline re-infers an ONNX model's shapes with the bound dims when the symbolic
+    inference left some unknown; then the graph has unknown shapes or dims no input has
+    (shape inference names sizes it could not follow), or, if binding resolved them, its
+    input dims are fixed numbers. A different batch must then be checked by a whole new
+    analysis, as `--batch N` would run it.
     """
     graph = analysis.graph
     free = graph.free_dims() if free is None else free
@@ -69,18 +74,7 @@ def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None) -> Reanal
     exact = resolved and not invented and not _has_unknown_shapes(graph)
     if analysis.model.source_format != "onnx" or exact:
         return None
-    path = analysis.model.path
-    training = analysis.training
-    options = {} if training is None else {
-        "train": True, "optimizer": training.optimizer, "amp": training.amp,
-        "grad_accum": training.grad_accum}
-
-    def reanalyze(dims: dict[str, int]) -> Analysis:
-        from graphmem.pipeline.analysis import analyze_onnx
-
-        return analyze_onnx(path, dims=dims, plan=False, **options)  # type: ignore[arg-type]
-
-    return reanalyze
+    return rerun
 
 
 def unbound_input_dims(analysis: Analysis, varied: str) -> list[str]:
@@ -99,21 +93,17 @@ def _has_unknown_shapes(graph: Graph) -> bool:
     return any(not value.shape_known for node in graph.nodes for value in node.outputs)
 
 
-@dataclass(frozen=True)
-class SweepRequest:
-    dim: str  # as given; "batch" also names the model's batch dim, whatever it is called
-    values: tuple[int, ...]
-
-
 def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | None = None,
-               sizes: Mapping[str, SymInt | None] | None = None) -> Analysis:
+               sizes: Mapping[str, SymInt | None] | None = None,
+               rerun: Reanalyze | None = None) -> Analysis:
     """`analysis` with the planning results; `gpu` enables roofline and max batch.
 
-    `sizes` are the value sizes the liveness used (`value_bytes`), if at hand.
+    `sizes` are the value sizes the liveness used (`value_bytes`), if at hand; `rerun` the
+    whole analysis at other dims (see `reanalyzer`).
     """
     graph, binding = analysis.graph, analysis.dims
     free = graph.free_dims()
-    reanalyze = reanalyzer(analysis, free)
+    reanalyze = reanalyzer(analysis, free, rerun)
     sweep_dim = resolve_sweep_dim(analysis, sweep.dim, free) if sweep else None
     sizes = sizes if sizes is not None else value_bytes(graph, binding)
     model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free))
@@ -191,7 +181,7 @@ class DimProbe:
     `estimate_peak` evaluates the max of the liveness's symbolic peak candidates: it is the
     bound liveness's peak wherever every size is known (each step is dominated, coefficient by
     coefficient, by some candidate). `exact_peak` computes the bound peak again, independently,
-    on graphmem's integer model of the model order (`passes/buffers.py`); where the two
+    on graphmem's integer model of the model order (`passes/memory_model.py`); where the two
     disagree, the bound liveness itself is run and decides. Where the symbolic graph had
     unknown shapes, `exact_peak` is the whole bound analysis (`reanalyze`).
     """
@@ -331,10 +321,11 @@ class GpuRow:
 
 
 def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
-                     reserve: CudaReserve | None = None) -> list[GpuRow]:
+                     reserve: CudaReserve | None = None,
+                     rerun: Reanalyze | None = None) -> list[GpuRow]:
     """`analysis` (planned without a GPU) against every GPU of `gpus`."""
     binding = analysis.dims
-    reanalyze = reanalyzer(analysis)
+    reanalyze = reanalyzer(analysis, rerun=rerun)
     probe = None
     solvable = binding.batch_dim is not None and not unbound_input_dims(analysis,
                                                                        binding.batch_dim)

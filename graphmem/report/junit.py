@@ -7,7 +7,7 @@
         </testcase> ...
 
 One testcase per model x budget; a model's analysis time is shared out over its budgets.
-Every string is printable (report/safe_text.py): ElementTree writes control characters as
+Every string is printable (core/safe_text.py): ElementTree writes control characters as
 they are, and XML 1.0 forbids most of them, so a model name holding one would make the file
 unreadable to the CI; names are shortened as on the terminal.
 """
@@ -18,8 +18,8 @@ import datetime
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from graphmem.core.safe_text import printable, printable_text
 from graphmem.gate.check import CheckReport
-from graphmem.report.safe_text import printable, printable_text
 from graphmem.report.terminal.gate import format_quantity
 
 SUITE_NAME = "graphmem check"

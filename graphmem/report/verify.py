@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from graphmem import __version__
+from graphmem.core.safe_text import markup, markup_dims, markup_text
 from graphmem.core.units import format_bytes
-from graphmem.report.safe_text import markup, markup_dims, markup_text
+from graphmem.core.version import __version__
 from graphmem.verify.onnx_run import NodeComparison, Verification, percent_error
 from graphmem.verify.runners.onnxruntime_runner import MeasuredRun
 

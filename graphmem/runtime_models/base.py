@@ -1,15 +1,86 @@
-"""What a runtime adds to the live tensors: the shared result of every runtime model.
+"""What a runtime adds to the live tensors: the shared types of every runtime model.
 
 A runtime model (onnxruntime's CPU/CUDA allocation planner and arena, PyTorch's CUDA caching
 allocator) turns graphmem's live tensors into the numbers that runtime reports and the device
 total nvidia-smi shows. Each part is its own labelled line; none is folded silently.
+
+Every model has one signature, `estimate(context) -> RuntimeEstimate`, and a `check` of the
+inputs it can model; the registry (`MODELS`) and the default per input are in
+graphmem/runtime_models/select.py. What onnxruntime's planner sees of an ONNX file (its plan
+shapes, its optimized graph) comes from the ONNX front end through `OrtGraphSource`: nothing
+here reads a file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
 
-RUNTIMES = ("ort-cpu", "ort-cuda", "torch-cuda")
+from graphmem.core.ir import Graph
+from graphmem.devices.gpus import GpuSpec
+from graphmem.passes.dims import DimBinding
+
+PlanShape = tuple[int | str | None, ...]
+
+
+class Runtime(StrEnum):
+    ORT_CPU = "ort-cpu"  # onnxruntime, CPU execution provider
+    ORT_CUDA = "ort-cuda"  # onnxruntime, CUDA execution provider
+    TORCH_CUDA = "torch-cuda"  # eager PyTorch and its CUDA caching allocator
+
+
+RUNTIMES: tuple[str, ...] = tuple(r.value for r in Runtime)
+# onnxruntime's graph optimization levels (GraphOptimizationLevel)
+ORT_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
+# Without an optimization level graphmem models onnxruntime's default ("all", what `graphmem
+# verify` runs too), but builds the optimizing session (synthetic weights of the model's size
+# in memory: graphmem never reads weights) only for models up to this size; above it, the
+# graph as written is planned and the note says how to ask for the optimized one.
+AUTO_OPTIMIZE_INITIALIZER_BYTES = 256 << 20
+
+
+class OptimizedOrtGraph(Protocol):
+    """onnxruntime's optimized graph (graphmem/frontends/onnx/ort_optimized.py)."""
+
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
+    @property
+    def nodes_before(self) -> int: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+class OrtGraphSource(Protocol):
+    """What onnxruntime sees of the ONNX model (graphmem/frontends/onnx/runtime_inputs.py)."""
+
+    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
+
+    def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
+                  refused_hint: str = "") -> OptimizedOrtGraph | str: ...
+
+
+@dataclass(frozen=True)
+class RuntimeContext:
+    """Everything a runtime model reads: the analysed graph at bound dims, the GPU, options."""
+
+    graph: Graph
+    dims: DimBinding
+    training: bool
+    resident_bytes: int  # inputs, weights and constants (the liveness's residents)
+    gpu: GpuSpec | None = None
+    cuda_reserve_bytes: int | None = None  # --cuda-reserve: replaces the measured context
+    threads: int | None = None  # onnxruntime CPU intra-op threads (None: one per core)
+    ort_optimization: str | None = None  # None: "all" up to auto_optimize_max_bytes
+    ort_source: OrtGraphSource | None = None  # ONNX models only
+    auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES
+
+    @property
+    def mode(self) -> str:
+        return "training" if self.training else "inference"
 
 
 @dataclass(frozen=True)
@@ -34,3 +105,14 @@ class RuntimeEstimate:
     # runs (onnxruntime CPU: MLAS-prepacked MatMul/Gemm weights, initializers <= 127 bytes);
     # part of runtime_peak_bytes, shown on its own line.
     runtime_weights_bytes: int = 0
+
+
+class RuntimeModel(Protocol):
+    """One runtime's model: which inputs it can model, and its estimate for one."""
+
+    name: Runtime
+
+    def check(self, is_onnx: bool, has_gpu: bool, training: bool) -> None:
+        """One clear GraphmemError line for an input this runtime cannot model."""
+
+    def estimate(self, context: RuntimeContext) -> RuntimeEstimate: ...

@@ -28,7 +28,8 @@ onnxruntime"):
 - Arena: the allocations and frees replayed through onnxruntime's BFC arena
   (graphmem/runtime_models/bfc_arena.py: 256-byte rounding, chunks handed out whole below twice the
   request, regions doubling).
-- Scratch: what Conv and Where allocate while they run (graphmem/runtime_models/ort_kernels.py).
+- Scratch: what Conv, Where and BiasGelu allocate while they run
+  (graphmem/runtime_models/ort_kernels.py).
 
 Graph optimizations: the planner runs on whichever graph it is given. For the level a user's
 session runs (ORT_ENABLE_ALL by default) graphmem/frontends/onnx/ort_optimized.py asks onnxruntime
@@ -369,7 +370,7 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
     timeline = ort_timeline(plan, scratch, _live_spans(plan))
     weights = arena_weights_bytes(graph, plan.order)
-    notes = ((graph_note,) if graph_note else ()) + _notes(plan, timeline, graph,
+    notes = ((graph_note,) if graph_note else ()) + _notes(plan, timeline, sizes,
                                                           plan_shapes is None)
     notes += (f"of the runtime peak, {weights:,} bytes are weights onnxruntime holds before the"
               f" run (prepacked MatMul/Gemm weights, small initializers) and"
@@ -402,7 +403,7 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
     initializers and inputs copied to the GPU, and the CUDA context."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
     timeline = ort_timeline(plan, [KernelScratch()] * len(plan.order), _live_spans(plan))
-    notes = _notes(plan, timeline, graph, plan_shapes is None)
+    notes = _notes(plan, timeline, sizes, plan_shapes is None)
     notes += (
         "a model, not a measurement: onnxruntime-gpu was not available to check it",
         "planned the graph as written (the CUDA provider's graph optimizations are not"
@@ -455,7 +456,7 @@ def _live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
     return spans
 
 
-def _notes(plan: OrtPlan, timeline: OrtTimeline, graph: Graph,
+def _notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt | None],
            shapes_from_ir: bool) -> tuple[str, ...]:
     node = plan.order[timeline.peak_step] if plan.order else None
     notes = [
@@ -470,8 +471,27 @@ def _notes(plan: OrtPlan, timeline: OrtTimeline, graph: Graph,
                      " same shape (onnxruntime frees a reused buffer after its last tensor)")
     if shapes_from_ir:
         notes.append("planned with graphmem's shapes (onnxruntime's own were not at hand)")
-    unknown = sum(1 for v in graph.values.values()
-                  if v.role is Role.ACTIVATION and v.nbytes is None)
+    unknown = _unknown_size_producers(plan, sizes)
     if unknown:
-        notes.append(f"{unknown} tensors of unknown size counted as 0 bytes")
+        kinds = sorted({_op_kind(node) for node in unknown})
+        made_by = ", ".join(kinds[:4]) + (", ..." if len(kinds) > 4 else "")
+        plural = "s" if len(unknown) != 1 else ""
+        notes.append(f"{len(unknown)} tensor{plural} of unknown size (made by {made_by}) counted"
+                     " as 0 bytes: the runtime peak may be low by their size")
     return tuple(notes)
+
+
+def _unknown_size_producers(plan: OrtPlan, sizes: Mapping[str, SymInt | None]) -> list[Node]:
+    """The node making each tensor whose size is not a number at the bound dims."""
+    unknown = []
+    for node in plan.order:
+        for value in node.outputs:
+            size = sizes.get(value.name)
+            if size is None or not size.is_constant:
+                unknown.append(node)
+    return unknown
+
+
+def _op_kind(node: Node) -> str:
+    """`Conv`, or `com.microsoft.nchwc.ReorderInput` outside the ONNX domain."""
+    return f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type

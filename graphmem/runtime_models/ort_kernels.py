@@ -4,7 +4,8 @@ The planner (graphmem/runtime_models/ort_cpu.py) needs, per kernel, what onnxrun
 KernelDefBuilder declares (`Alias`, `MayInplace`) and what the kernel takes from the arena
 while it runs. Measured on onnxruntime 1.31.1 CPU by running each op on an input that dies
 there (the output took no new memory, or it did), and read in its source:
-core/mlas/lib/convolve.cpp (MlasConvPrepare), core/providers/cpu/tensor/where_op.cc.
+core/mlas/lib/convolve.cpp (MlasConvPrepare), core/providers/cpu/tensor/where_op.cc,
+contrib_ops/cpu/bert/bias_gelu.cc.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class KernelScratch:
 
 
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
+    """What the node's CPU kernel takes from the arena while it runs, at the bound dims."""
+    if node.domain == "com.microsoft":
+        return contrib_scratch(node, bound)
     if node.domain not in ("", "ai.onnx"):
         return KernelScratch()
     if node.op_type == "Conv":
@@ -54,6 +58,24 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
     if node.op_type == "Where":
         return where_scratch(node, bound)
     return KernelScratch()
+
+
+def contrib_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
+    """com.microsoft kernels' temporaries (contrib_ops/cpu/bert/bias_gelu.cc): BiasGelu, and
+    FastGelu given a bias, keep (x + bias) / 2 in a buffer of the input's size while they
+    run, taken after the output."""
+    if node.op_type in ("BiasGelu", "FastGelu") and node.input(1) is not None:
+        size = _bytes(node.input(0), bound)
+        return KernelScratch((size,) if size else ())
+    return KernelScratch()
+
+
+def _bytes(value: Value | None, bound: Mapping[str, int]) -> int:
+    """The value's bytes at the bound dims; 0 where its shape or dtype is unknown."""
+    shape = _ints(value, bound)
+    if value is None or shape is None or not value.dtype.has_known_size:
+        return 0
+    return _product(shape) * value.dtype.bits // 8
 
 
 def where_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:

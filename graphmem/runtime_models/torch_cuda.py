@@ -13,31 +13,35 @@ import tomllib
 from collections.abc import Hashable
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from graphmem.core.evaluate import evaluate
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role, Value
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Phase, Role, Value
 from graphmem.devices.gpus import GpuSpec
-from graphmem.passes.buffers import MemoryModel, build_memory_model, plan_dims
-from graphmem.passes.dims import value_bytes
+from graphmem.ops import traits_of
+from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.fit import default_cuda_reserve
+from graphmem.passes.memory_model import (
+    MemoryModel,
+    StepEvents,
+    build_memory_model,
+    plan_dims,
+    step_events,
+)
 from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.runtime_models.cuda_allocator import AllocatorEvent, simulate_caching_allocator
 
-if TYPE_CHECKING:
-    from graphmem.pipeline.analysis import Analysis
 
-# Ops PyTorch runs through cuBLAS: the first one on a thread makes PyTorch allocate that
-# thread's cuBLAS handle workspace through the caching allocator, kept for the process. The
-# backward pass runs on autograd's device thread, with a handle (and workspace) of its own.
-_CUBLAS_OPS = frozenset({
-    "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
-    "aten.matmul.default", "aten.linear.default", "aten.addbmm.default",
-    "MatMul", "Gemm", "FusedMatMul",
-})
-# addmm (Linear with a bias) goes through cuBLASLt, whose workspace is allocated separately.
-_CUBLASLT_OPS = frozenset({"aten.addmm.default", "aten.linear.default", "Gemm"})
-_BACKWARD_ROLES = frozenset({Role.GRADIENT, Role.ACTIVATION_GRADIENT})
+class StepGraph(Protocol):
+    """What the model reads of an analysed step: the Analysis or a RuntimeContext."""
+
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def dims(self) -> DimBinding: ...
+    @property
+    def mode(self) -> str: ...
+
 # Residents exist before the step, in this order (model.to(device), the batch, then the
 # optimizer state), as a training loop makes them.
 _RESIDENT_ORDER = (Role.PARAMETER, Role.BUFFER, Role.CONSTANT, Role.INPUT,
@@ -83,21 +87,26 @@ def library_workspaces(graph: Graph, overhead: CudaOverhead) -> tuple[Workspace,
     forward = [n for n in graph.nodes if not _is_backward(n)]
     backward = [n for n in graph.nodes if _is_backward(n)]
     found = []
-    if any(n.op_type in _CUBLAS_OPS for n in forward):
+    # The first cuBLAS op on a thread makes PyTorch allocate that thread's cuBLAS handle
+    # workspace through the caching allocator, kept for the process. The backward pass runs
+    # on autograd's device thread, with a handle (and workspace) of its own. addmm (Linear
+    # with a bias) goes through cuBLASLt, whose workspace is allocated separately.
+    if any(traits_of(n).runs_on_cublas for n in forward):
         found.append(Workspace("cuBLAS workspace", overhead.cublas_workspace_bytes))
-    if any(n.op_type in _CUBLASLT_OPS for n in graph.nodes):
+    if any(traits_of(n).runs_on_cublaslt for n in graph.nodes):
         found.append(Workspace("cuBLASLt workspace", overhead.cublaslt_workspace_bytes))
-    if any(n.op_type in _CUBLAS_OPS for n in backward):
+    if any(traits_of(n).runs_on_cublas for n in backward):
         found.append(Workspace("cuBLAS workspace (autograd thread)",
                                overhead.cublas_workspace_bytes))
     return tuple(found)
 
 
 def _is_backward(node: Node) -> bool:
-    return any(value.role in _BACKWARD_ROLES for value in node.outputs)
+    """Runs on autograd's device thread: a node of the step's backward phase."""
+    return node.phase is Phase.BACKWARD
 
 
-def allocation_events(analysis: Analysis, steps: int = 1,
+def allocation_events(analysis: StepGraph, steps: int = 1,
                       workspaces: tuple[Workspace, ...] = ()) -> list[AllocatorEvent]:
     """The step's allocations and frees in the model's own order, as eager PyTorch runs it.
 
@@ -111,6 +120,7 @@ def allocation_events(analysis: Analysis, steps: int = 1,
     sizes = value_bytes(graph, analysis.dims)
     dims = plan_dims(graph, analysis.dims.bound)
     model = build_memory_model(graph, sizes, dims)
+    last_uses = step_events(model, range(model.node_count))  # the model's order
     events: list[AllocatorEvent] = [("alloc", ("workspace", w.name), w.nbytes)
                                     for w in workspaces]
     for value in _residents_in_order(graph):
@@ -118,7 +128,7 @@ def allocation_events(analysis: Analysis, steps: int = 1,
         nbytes = 0 if size is None else evaluate(size, dims)
         events.append(("alloc", ("resident", value.name), nbytes))
     for step in range(steps):
-        events.extend(_step_events(model, step))
+        events.extend(_step_events(model, last_uses, step))
     return events
 
 
@@ -129,26 +139,24 @@ def _residents_in_order(graph: Graph) -> list[Value]:
     return sorted(residents, key=lambda v: rank.get(v.role, len(rank)))  # stable: graph order
 
 
-def _step_events(model: MemoryModel, step: int) -> list[AllocatorEvent]:
-    remaining = [len(users) for users in model.users]
+def _step_events(model: MemoryModel, last_uses: StepEvents, step: int) -> list[AllocatorEvent]:
+    """One step's allocator calls: each node's buffers allocated, then those it used last
+    freed (graphmem/passes/memory_model.py); the graph outputs freed at the end."""
+    sizes = model.buffer_bytes
     events: list[AllocatorEvent] = []
 
     def buffer_id(buffer: int) -> Hashable:
         return (step, model.buffer_names[buffer])
 
-    for node in range(model.node_count):
-        events.extend(("alloc", buffer_id(b), model.buffer_bytes[b])
-                      for b in model.allocates[node])
-        for b in model.uses[node]:
-            remaining[b] -= 1
-            if remaining[b] == 0 and not model.pinned[b]:
-                events.append(("free", buffer_id(b), model.buffer_bytes[b]))
-    events.extend(("free", buffer_id(b), model.buffer_bytes[b])
+    for node, freed in zip(last_uses.order, last_uses.frees, strict=True):
+        events.extend(("alloc", buffer_id(b), sizes[b]) for b in model.allocates[node])
+        events.extend(("free", buffer_id(b), sizes[b]) for b in freed)
+    events.extend(("free", buffer_id(b), sizes[b])
                   for b, pinned in enumerate(model.pinned) if pinned)
     return events
 
 
-def torch_cuda_estimate(analysis: Analysis, gpu: GpuSpec,
+def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
                         context_override_bytes: int | None = None) -> RuntimeEstimate:
     """PyTorch eager on `gpu`: the caching allocator's peaks over a step, plus the context.
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Role, Value
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.ops import traits_of
 from graphmem.passes.costs import CostReport
 
 _GRADIENT_ROLES = frozenset({Role.ACTIVATION_GRADIENT, Role.GRADIENT})
@@ -41,14 +42,11 @@ class SegmentCandidate:
 
 
 def forward_nodes(graph: Graph) -> list[Node]:
-    """The forward pass of a traced training step: the nodes before the first gradient (a
-    node that reads nothing is not one: with gradient accumulation the step starts with the
-    .grad tensors of the earlier micro-batches, graphmem/training/expand.py)."""
-    for step, node in enumerate(graph.nodes):
-        if node.present_inputs and any(
-                v.alias_of is None and v.role in _GRADIENT_ROLES for v in node.outputs):
-            return graph.nodes[:step]
-    return list(graph.nodes)
+    """The forward pass of a training step, in model order (`Node.phase`; the front end or
+    the training expansion set it); every node of an inference graph."""
+    if all(node.phase is Phase.NONE for node in graph.nodes):
+        return list(graph.nodes)
+    return [node for node in graph.nodes if node.phase is Phase.FORWARD]
 
 
 def find_candidates(graph: Graph, costs: CostReport, sizes: Mapping[str, SymInt | None],
@@ -93,10 +91,9 @@ def saved_inside(nodes: list[Node], sizes: Mapping[str, SymInt | None]) -> int:
 
 
 def _writes_buffer(node: Node) -> bool:
-    """An in-place aten op (`add_`: its overload packet ends in `_`) on a buffer."""
-    packet = node.op_type.split(".")[1] if node.domain == "aten" and "." in node.op_type else ""
-    return packet.endswith("_") and any(v.storage.role is Role.BUFFER
-                                        for v in node.present_inputs)
+    """An in-place op (aten `add_`) on a buffer."""
+    return traits_of(node).is_inplace and any(v.storage.role is Role.BUFFER
+                                              for v in node.present_inputs)
 
 
 def _is_gradient_side(node: Node) -> bool:

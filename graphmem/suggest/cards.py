@@ -2,19 +2,30 @@
 
 Front-door independent: the graph-level suggestions (in-place ops, FC heads, grouped convs)
 work on any analysed graph, ONNX or torch.fx; checkpointing, AMP and batch suggestions come
-from re-tracing a PyTorch model (graphmem/suggest/torch_step.py) and are turned into cards here.
+from re-analysing the model with one change (graphmem/suggest/driver.py) and are turned into
+cards here. The cards still carry their title and note as text (tests and the JSON schema read
+them); the numbers behind them are typed fields.
+
+This layer sits below the pipeline: it reads an analysis through `Analysed`, the few typed
+results it needs, which graphmem/pipeline/analysis.py `Analysis` provides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
 
+from graphmem.core.ir import Graph
 from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import GpuSpec
-from graphmem.passes.dims import value_bytes
+from graphmem.passes.costs import CostReport
+from graphmem.passes.dims import DimBinding, value_bytes
+from graphmem.passes.fit import GpuFit
+from graphmem.passes.liveness import LivenessResult
+from graphmem.passes.params import ParamReport
 from graphmem.passes.roofline import estimate_roofline
-from graphmem.pipeline.analysis import Analysis
 from graphmem.suggest.candidates import forward_nodes
 from graphmem.suggest.inplace import InplaceCandidate, find_inplace
 from graphmem.suggest.layer_hints import (
@@ -27,9 +38,38 @@ from graphmem.suggest.layer_hints import (
 from graphmem.suggest.search import CheckpointPlan, PlanOutcome
 
 
+class Analysed(Protocol):
+    """The results of an analysis the suggestions read (pipeline/analysis.py `Analysis`)."""
+
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def mode(self) -> str: ...  # "inference" | "training"
+    @property
+    def dims(self) -> DimBinding: ...
+    @property
+    def params(self) -> ParamReport: ...
+    @property
+    def costs(self) -> CostReport: ...
+    @property
+    def liveness(self) -> LivenessResult: ...
+    @property
+    def fit(self) -> GpuFit | None: ...
+
+
+class SuggestionKind(StrEnum):
+    CHECKPOINT = "checkpoint"
+    INPLACE = "inplace"
+    AMP = "amp"
+    BATCH = "batch"
+    GRAD_ACCUM = "grad_accum"
+    FC_HEAD = "fc_head"
+    GROUPED_CONV = "grouped_conv"
+
+
 @dataclass(frozen=True)
 class Suggestion:
-    kind: str  # checkpoint | inplace | amp | batch | grad_accum | fc_head | grouped_conv
+    kind: SuggestionKind
     title: str
     targets: tuple[str, ...]  # module paths or node names it applies to
     saves_bytes: int | None  # drop of the peak; None where graphmem could not re-analyse
@@ -50,7 +90,7 @@ class SuggestionReport:
     notes: tuple[str, ...] = ()  # what could not be suggested, and why
 
 
-def graph_suggestions(analysis: Analysis, fc_heads: bool = True) -> list[Suggestion]:
+def graph_suggestions(analysis: Analysed, fc_heads: bool = True) -> list[Suggestion]:
     """In-place ops, FC heads and grouped convs of an analysed graph (ONNX or torch.fx);
     `fc_heads=False` leaves FC heads to a front door that can re-trace the model."""
     graph = analysis.graph
@@ -86,8 +126,9 @@ def inplace_suggestion(candidate: InplaceCandidate, source_format: str) -> Sugge
         note += "; ONNX Runtime's memory planner may already reuse this buffer"
     else:
         snippet = _inplace_snippet(candidate.op)
-    return Suggestion("inplace", f"run {candidate.op} in place ({where})", (candidate.node,),
-                      candidate.saves_bytes, candidate.new_peak_bytes, 0, 0.0, snippet, note)
+    return Suggestion(SuggestionKind.INPLACE, f"run {candidate.op} in place ({where})",
+                      (candidate.node,), candidate.saves_bytes, candidate.new_peak_bytes, 0,
+                      0.0, snippet, note)
 
 
 def _inplace_snippet(op: str) -> str:
@@ -108,7 +149,7 @@ GRAPH_FC_NOTE = ("liveness re-run with the weight, its gradient and optimizer st
 def fc_head_suggestion(head: FcHead, base_peak_bytes: int, new_peak_bytes: int,
                        extra_flops: int | None, how: str) -> Suggestion:
     return Suggestion(
-        "fc_head",
+        SuggestionKind.FC_HEAD,
         f"{head.module_path or head.node}: {head.share_of_params:.0%} of all parameters",
         (head.module_path or head.node,), base_peak_bytes - new_peak_bytes, new_peak_bytes,
         extra_flops, None,
@@ -125,7 +166,8 @@ def grouped_conv_suggestion(convs: list[GroupedConv], total_flops: int) -> Sugge
     share = f"{flops / total_flops:.1%}" if total_flops else "?"
     kept = f", {format_bytes(saved)} saved for backward" if saved else ""
     return Suggestion(
-        "grouped_conv", f"{len(convs)} grouped/depthwise convs: {share} of FLOPs{kept}",
+        SuggestionKind.GROUPED_CONV,
+        f"{len(convs)} grouped/depthwise convs: {share} of FLOPs{kept}",
         tuple(c.module_path or c.node for c in convs), None, None, None, None, None,
         "grouped and depthwise convs cut FLOPs by their group count but write full-size"
         " outputs, so memory per FLOP rises and they are memory-bound on a GPU; cheap to"
@@ -161,7 +203,7 @@ def checkpoint_suggestion(plan: CheckpointPlan, base_flops: int,
     more = f", +{outcome.extra_flops / base_flops:.0%} FLOPs" if base_flops > 0 else ""
     title = (f"checkpoint {len(outcome.modules)} module(s){more}" if fits
              else f"checkpointing {len(outcome.modules)} module(s) is not enough{more}")
-    return Suggestion("checkpoint", title, outcome.modules,
+    return Suggestion(SuggestionKind.CHECKPOINT, title, outcome.modules,
                       plan.base_peak_bytes - outcome.peak_bytes, outcome.peak_bytes,
                       outcome.extra_flops, outcome.extra_time_s,
                       (snippet or checkpoint_snippet)(outcome.modules), note)
@@ -184,7 +226,7 @@ def amp_for(gpu: GpuSpec | None) -> str:
     return "fp16" if gpu is not None and gpu.bf16_flops_per_s is None else "bf16"
 
 
-def memory_budget(analysis: Analysis, memory_budget_bytes: int | None) -> tuple[int | None, str]:
+def memory_budget(analysis: Analysed, memory_budget_bytes: int | None) -> tuple[int | None, str]:
     """The budget suggestions aim at: --memory-budget, else the GPU's usable memory."""
     if memory_budget_bytes is not None:
         return memory_budget_bytes, "--memory-budget"
@@ -193,7 +235,7 @@ def memory_budget(analysis: Analysis, memory_budget_bytes: int | None) -> tuple[
     return None, ""
 
 
-def over_budget(analysis: Analysis, budget_bytes: int | None) -> bool:
+def over_budget(analysis: Analysed, budget_bytes: int | None) -> bool:
     peak = analysis.liveness.peak_bytes
     return budget_bytes is not None and peak.is_constant and int(peak) > budget_bytes
 
@@ -202,7 +244,7 @@ FREE_DIMS_NOTE = ("savings at the peak need every dim bound: give --batch / --di
                   " for in-place, FC-head and grouped-conv suggestions")
 
 
-def graph_report(analysis: Analysis, memory_budget_bytes: int | None) -> SuggestionReport:
+def graph_report(analysis: Analysed, memory_budget_bytes: int | None) -> SuggestionReport:
     """Suggestions that need no re-trace (in-place, FC heads, grouped convs): any graph."""
     budget, source = memory_budget(analysis, memory_budget_bytes)
     peak = analysis.liveness.peak_bytes
@@ -211,16 +253,16 @@ def graph_report(analysis: Analysis, memory_budget_bytes: int | None) -> Suggest
     return SuggestionReport(budget, source, base, tuple(graph_suggestions(analysis)), (), notes)
 
 
-def latency_s(analysis: Analysis, gpu: GpuSpec | None) -> float | None:
+def latency_s(analysis: Analysed, gpu: GpuSpec | None) -> float | None:
     """The roofline latency of an analysed step on `gpu` (None without one)."""
     if gpu is None:
         return None
     return estimate_roofline(analysis.graph, analysis.costs, gpu, {}).est_latency_s
 
 
-def peak(analysis: Analysis) -> int:
+def peak(analysis: Analysed) -> int:
     return int(analysis.liveness.peak_bytes)
 
 
-def flops(analysis: Analysis) -> int:
+def flops(analysis: Analysed) -> int:
     return int(analysis.costs.total_flops)

@@ -6,11 +6,11 @@ output or weight) and the output has the input's size and dtype. Only `add`/`mul
 into either operand (`y.add_(x)` for `x + y`); other ops write into input 0. A Python variable
 that still holds the input (`Value.held_until`) without reading it does not stop it: the shared
 storage then lives as long as the variable, which liveness counts. What it saves is re-computed,
-not assumed: liveness runs again with the op's output an alias of its input (sharing its
-storage, as `relu_` does). The saving is the drop of the peak: zero when the input and output
-are not both live at the peak step (the op still saves memory at its own step, but the peak
-is elsewhere). For ONNX graphs the runtime's memory planner may already reuse such buffers;
-the figure is what graphmem's model-order peak gains.
+not assumed: liveness runs again with the op's output given as an alias of its input (sharing
+its storage, as `relu_` does; the graph itself is not changed). The saving is the drop of the
+peak: zero when the input and output are not both live at the peak step (the op still saves
+memory at its own step, but the peak is elsewhere). For ONNX graphs the runtime's memory
+planner may already reuse such buffers; the figure is what graphmem's model-order peak gains.
 """
 
 from __future__ import annotations
@@ -20,17 +20,9 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.ops import op_name, traits_of
 from graphmem.passes.liveness import analyze_liveness
 
-# aten overload packets and ONNX op types with an in-place form (PyTorch's `relu_`, `add_`...)
-INPLACE_OPS = frozenset({
-    "relu", "relu6", "hardtanh", "leaky_relu", "elu", "silu", "hardswish", "hardsigmoid",
-    "sigmoid", "tanh", "clamp", "clamp_min", "clamp_max", "add", "sub", "mul", "div", "neg",
-    "exp", "Relu", "LeakyRelu", "Elu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip",
-    "Add", "Sub", "Mul", "Div", "Neg", "Exp",
-})
-# where either operand can take the result (`y.add_(x)` for `x + y`); others write input 0
-COMMUTATIVE_OPS = frozenset({"add", "mul", "Add", "Mul"})
 MAX_CANDIDATES = 200  # liveness re-runs per analysis
 
 
@@ -42,14 +34,6 @@ class InplaceCandidate:
     input_name: str  # the dying input the output would overwrite
     saves_bytes: int  # drop of the model-order peak; 0 when not live at the peak
     new_peak_bytes: int
-
-
-def op_name(node: Node) -> str:
-    """`aten.relu.default` -> `relu`; ONNX op types as they are."""
-    if node.domain == "aten":
-        parts = node.op_type.split(".")
-        return parts[1] if len(parts) > 1 else node.op_type
-    return node.op_type
 
 
 def find_inplace(graph: Graph, sizes: Mapping[str, SymInt | None], nodes: Sequence[Node],
@@ -81,12 +65,15 @@ def _readers_by_storage(graph: Graph) -> dict[Value, list[Node]]:
 
 def _dying_input(node: Node, readers: Mapping[Value, list[Node]], position: Mapping[Node, int],
                  outputs: set[Value], sizes: Mapping[str, SymInt | None]) -> Value | None:
-    if op_name(node) not in INPLACE_OPS or len(node.outputs) != 1:
+    # ops with an in-place form (PyTorch's `relu_`, `add_`), in either vocabulary
+    traits = traits_of(node)
+    if not traits.inplace_variant or len(node.outputs) != 1:
         return None
     out = node.outputs[0]
     if out.alias_of is not None:
         return None
-    operands = node.present_inputs if op_name(node) in COMMUTATIVE_OPS else node.inputs[:1]
+    # either operand of add/mul can take the result (`y.add_(x)` for `x + y`); others input 0
+    operands = node.present_inputs if traits.commutative else node.inputs[:1]
     for value in operands:
         if value is None or value.alias_of is not None or value.role is not Role.ACTIVATION \
                 or value in outputs:
@@ -100,17 +87,13 @@ def _dying_input(node: Node, readers: Mapping[Value, list[Node]], position: Mapp
     return None
 
 
-def _peak(graph: Graph, sizes: Mapping[str, SymInt | None],
-          dims: Mapping[str, int] | None) -> int:
-    peak = analyze_liveness(graph, sizes, dims=dims).peak_bytes
+def _peak(graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int] | None,
+          aliases: Mapping[Value, Value] | None = None) -> int:
+    peak = analyze_liveness(graph, sizes, dims=dims, aliases=aliases).peak_bytes
     return int(peak) if peak.is_constant else int(peak.evaluate(dict(dims or {})))
 
 
 def _peak_with_alias(graph: Graph, sizes: Mapping[str, SymInt | None], out: Value,
                      victim: Value, dims: Mapping[str, int] | None) -> int:
-    """Re-run liveness with `out` sharing `victim`'s storage, then undo it."""
-    out.alias_of = victim
-    try:
-        return _peak(graph, sizes, dims)
-    finally:
-        out.alias_of = None
+    """The peak if `out` shared `victim`'s storage (a what-if: the graph is not changed)."""
+    return _peak(graph, sizes, dims, aliases={out: victim})

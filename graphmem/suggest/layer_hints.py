@@ -18,13 +18,10 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.ops import Contraction, traits_of
 from graphmem.passes.costs import CostReport
 from graphmem.passes.liveness import analyze_liveness
-from graphmem.suggest.inplace import op_name
 
-MATMUL_OPS = frozenset({"addmm", "mm", "linear", "Gemm", "MatMul"})
-FLATTEN_OPS = frozenset({"view", "reshape", "flatten", "_unsafe_view", "Flatten", "Reshape"})
-CONV_OPS = frozenset({"convolution", "conv2d", "Conv"})
 # tensors the size of a parameter: the weight, its gradient, optimizer state, update temporaries
 _WEIGHT_LIKE_ROLES = frozenset({Role.PARAMETER, Role.GRADIENT, Role.OPTIMIZER_STATE,
                                 Role.TEMPORARY})
@@ -56,7 +53,7 @@ def find_fc_heads(graph: Graph, total_params: int,
                   sizes: Mapping[str, SymInt | None]) -> list[FcHead]:
     heads = []
     for node in graph.nodes:
-        if op_name(node) not in MATMUL_OPS:
+        if traits_of(node).contraction is not Contraction.MATMUL:
             continue
         weight = _weight(node)
         feature_map = _flattened_feature_map(node)
@@ -109,7 +106,7 @@ def _flattened_feature_map(node: Node) -> Value | None:
         producer = source.producer
         if source.shape is not None and len(source.shape) == 4:
             return source
-        if producer is not None and op_name(producer) in FLATTEN_OPS:
+        if producer is not None and traits_of(producer).reshape:
             data = producer.present_inputs[0] if producer.present_inputs else None
             if data is not None and data.shape is not None and len(data.shape) == 4:
                 return data
@@ -131,7 +128,7 @@ def find_grouped_convs(graph: Graph, costs: CostReport, sizes: Mapping[str, SymI
     flops = {cost.name: _int(cost.flops) for cost in costs.nodes}
     convs = []
     for node in nodes:
-        groups = _groups(node) if op_name(node) in CONV_OPS else 1
+        groups = _groups(node) if traits_of(node).contraction is Contraction.CONV else 1
         if groups <= 1 or not node.outputs:
             continue
         out = node.outputs[0]

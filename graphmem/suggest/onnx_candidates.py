@@ -34,7 +34,7 @@ from graphmem.suggest.candidates import (
     single_tensor_cuts,
 )
 from graphmem.training.checkpoint import RANGE_SEPARATOR
-from graphmem.training.steps import LOSS_PREFIX, TRAINING_DOMAIN
+from graphmem.training.steps import LOSS_PREFIX
 
 CHEN_DEPTH = 1  # runs of ceil(sqrt(n)) stretches
 PAIR_DEPTH = 2  # runs of two stretches
@@ -66,10 +66,9 @@ def net_saved_bytes(nodes: list[Node], saved_inside_bytes: int,
 
 
 def model_forward(graph: Graph) -> list[Node]:
-    """The forward nodes of the model: the loss and the .grad buffers of gradient
-    accumulation (graphmem/training/steps.py) left out."""
-    return [n for n in forward_nodes(graph)
-            if not n.name.startswith(LOSS_PREFIX) and n.domain != TRAINING_DOMAIN]
+    """The forward nodes of the model: the forward phase less the loss (its nodes are named
+    `loss/...`, graphmem/training/steps.py)."""
+    return [n for n in forward_nodes(graph) if not n.name.startswith(LOSS_PREFIX)]
 
 
 def cut_stretches(graph: Graph) -> list[list[Node]]:

@@ -17,37 +17,13 @@ from __future__ import annotations
 
 from graphmem.core.ir import Node, Role, Value
 from graphmem.ops.elementwise import FLOPS_PER_ELEMENT
-from graphmem.ops.registry import (
-    BackwardRule,
-    OpCost,
-    output_numel,
-    register,
-    register_backward,
-    saved_input,
-)
-from graphmem.training.steps import TRAINING_DOMAIN
+from graphmem.ops.training import FUSED_OP, TRAINING_DOMAIN
 
-FUSED_OP = "FusedPointwise"
 _NOT_FUSED = frozenset({"Cast", "CastLike", "Identity", "Dropout", "QuantizeLinear",
                         "DequantizeLinear", "DynamicQuantizeLinear", "Sum", "Max", "Min",
                         "Mean", "Where", "Equal", "Less", "Greater", "LessOrEqual",
                         "GreaterOrEqual", "And", "Or", "Not", "Xor", "IsNaN", "IsInf"})
 FUSABLE_OPS = frozenset(FLOPS_PER_ELEMENT) - _NOT_FUSED
-BACKWARD_FLOPS_FACTOR = 2  # each primitive's derivative, then the chain rule's multiply
-
-
-@register(FUSED_OP, domain=TRAINING_DOMAIN)
-def fused_pointwise(node: Node) -> OpCost:
-    return OpCost.from_flops(output_numel(node) * node.attr_int("flops_per_element", 0))
-
-
-def fused_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
-    per_element = node.attr_int("flops_per_element", 0) * BACKWARD_FLOPS_FACTOR
-    return OpCost.from_flops(output_numel(node) * per_element)
-
-
-register_backward(BackwardRule((saved_input(0),), fused_backward_flops, differentiable=(0,)),
-                  FUSED_OP, domain=TRAINING_DOMAIN)
 
 
 def fuse_pointwise_regions(nodes: list[Node], graph_outputs: list[Value]) -> list[Node]:

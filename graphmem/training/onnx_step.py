@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphmem.core.conventions import TrainingOptions
 from graphmem.core.ir import Graph
-from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding
 from graphmem.training.expand import TrainingConfig, expand_training
-
-MAX_GRAD_ACCUM = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -19,14 +17,12 @@ class OnnxTrainingStep:
     warnings: tuple[str, ...]
 
 
-def onnx_training_step(graph: Graph, binding: DimBinding, optimizer: str, amp: str | None,
-                       grad_accum: int, autocast_device: str = "cuda",
-                       checkpoints: tuple[str, ...] = ()) -> OnnxTrainingStep:
-    if not 1 <= grad_accum <= MAX_GRAD_ACCUM:
-        raise GraphmemError(f"--grad-accum {grad_accum}: give a whole number from 1 to"
-                            f" {MAX_GRAD_ACCUM}")
-    config = TrainingConfig(optimizer, amp, autocast_device, grad_accum=grad_accum,
-                            checkpoints=checkpoints)
+def onnx_training_step(graph: Graph, binding: DimBinding,
+                       options: TrainingOptions) -> OnnxTrainingStep:
+    """The training step `options` describe, built from the inference graph; the options
+    were checked (graphmem/pipeline/request.py); AMP follows `amp_policy`'s autocast lists."""
+    config = TrainingConfig(options.optimizer, options.amp, options.amp_policy,
+                            grad_accum=options.grad_accum, checkpoints=options.checkpoints)
     expanded = expand_training(graph, config)
     warnings = [
         "training step built from the inference graph: cross-entropy on the first output,"

@@ -17,37 +17,21 @@ a Linear, which autocast casts with the matmul).
 
 from __future__ import annotations
 
-from enum import Enum
-
 from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.ops import Autocast, traits_of
 
 HALF_DTYPES = {"fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
 AUTOCAST_DEVICES = ("cuda", "cpu")
 
 
-class Precision(Enum):
-    HALF = "half"  # inputs cast to the half type, outputs half
-    FLOAT32 = "float32"  # inputs cast to float32, outputs float32
-    PROMOTE = "promote"  # no casts: outputs take the widest floating input type
-
-
-LOWER_PRECISION_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum",
-                                 "FusedMatMul"})
-FLOAT32_OPS = {
-    "cuda": frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization",
-                       "InstanceNormalization", "RMSNormalization", "LpNormalization",
-                       "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Pow", "Exp",
-                       "Log", "ReduceL2", "ReduceLogSumExp", "Softplus"}),
-    "cpu": frozenset({"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}),
-}
+# HALF: inputs cast to the half type, outputs half; FLOAT32: inputs cast to float32, outputs
+# float32; PROMOTE: no casts, outputs take the widest floating input type. Each op's policy
+# on each device is its `autocast` trait (graphmem/ops: linear.py, normalization.py...).
+Precision = Autocast
 
 
 def op_precision(node: Node, autocast_device: str) -> Precision:
-    if node.op_type in LOWER_PRECISION_OPS:
-        return Precision.HALF
-    if node.op_type in FLOAT32_OPS[autocast_device]:
-        return Precision.FLOAT32
-    return Precision.PROMOTE
+    return traits_of(node).autocast(autocast_device)
 
 
 def cast_target(value: Value, precision: Precision, half: DType) -> DType | None:

@@ -1,4 +1,5 @@
-"""The loss and the optimizer update of the training expansion, as graph nodes.
+"""The loss and the optimizer update of the training expansion, as graph nodes (their cost
+rules are graphmem/ops/training.py's).
 
 Loss: cross-entropy of the model's first output against int64 targets, as
 `F.cross_entropy(logits.reshape(-1, C), targets)` runs it: log_softmax over the last dim
@@ -22,15 +23,12 @@ model stored in half precision keeps half-precision state, as torch.optim does).
 
 from __future__ import annotations
 
-from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.core.conventions import OPTIMIZERS as OPTIMIZERS  # expand.py imports it here
+from graphmem.core.conventions import STATE_SLOTS
+from graphmem.core.ir import DType, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt, product
-from graphmem.ops.registry import BackwardRule, OpCost, register, register_backward, saved_input
+from graphmem.ops.training import TRAINING_DOMAIN as TRAINING_DOMAIN  # the nodes' domain
 
-TRAINING_DOMAIN = "graphmem.training"
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-STATE_SLOTS: dict[str, tuple[str, ...]] = {
-    "sgd": (), "momentum": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"),
-    "adamw": ("exp_avg", "exp_avg_sq")}
 # (op, FLOPs per parameter element) of each foreach phase, see the module docstring
 SGD_FLOPS = 2
 MOMENTUM_FLOPS = 5
@@ -38,13 +36,15 @@ ADAM_MOMENT_FLOPS = 7  # lerp 3, mul 1, addcmul 3
 ADAM_DENOMINATOR_FLOPS = 3  # sqrt, div, add eps
 ADAM_UPDATE_FLOPS = 3  # addcdiv
 ADAMW_DECAY_FLOPS = 1  # p.mul_(1 - lr * wd)
-NLL_FLOPS_PER_ROW = 1  # pick the target's log-probability and add it to the mean
 LOSS_PREFIX = "loss/"  # the loss nodes' names start with it
 
 
 def loss_nodes(logits: Value, prefix: str = LOSS_PREFIX.rstrip("/")
                ) -> tuple[list[Node], Value, Value]:
-    """Reshape -> LogSoftmax -> NegativeLogLikelihoodLoss on `logits`: (nodes, targets, loss)."""
+    """Reshape -> LogSoftmax -> NegativeLogLikelihoodLoss on `logits`: (nodes, targets, loss).
+
+    The nodes are templates the expansion copies into the step (as it copies the model's
+    nodes), so they are linked to nothing: `logits` belongs to the inference graph."""
     shape = logits.shape or ()
     classes = shape[-1] if shape and shape[-1] is not None else SymInt.const(1)
     rows = product(d for d in shape[:-1] if d is not None) if len(shape) > 1 else SymInt.const(1)
@@ -60,55 +60,7 @@ def loss_nodes(logits: Value, prefix: str = LOSS_PREFIX.rstrip("/")
         Node(f"{prefix}/nll_loss", "NegativeLogLikelihoodLoss", [log_probs, targets], [loss],
              {"reduction": "mean"}),
     ]
-    for node in nodes:
-        for value in node.outputs:
-            value.producer = node
     return nodes, targets, loss
-
-
-def _counted_elements(node: Node) -> SymInt:
-    counted = node.attr_int("counted_inputs", len(node.inputs))
-    return sum((v.numel or SymInt() for v in node.present_inputs[:counted]), SymInt())
-
-
-@register("OptimizerStep", "OptimizerTemporaries", domain=TRAINING_DOMAIN)
-def optimizer_phase(node: Node) -> OpCost:
-    # FLOPs per element of the first `counted_inputs` inputs (the parameters or their state)
-    return OpCost.from_flops(_counted_elements(node) * node.attr_int("flops_per_element", 0))
-
-
-@register("GradSeed", domain=TRAINING_DOMAIN)
-def grad_seed(node: Node) -> OpCost:
-    return OpCost.zero()  # ones_like(loss): a fill
-
-
-@register("GradBuffers", domain=TRAINING_DOMAIN)
-def grad_buffers(node: Node) -> OpCost:
-    return OpCost.zero()  # the .grad tensors left by the earlier micro-batches: no arithmetic
-
-
-@register("GradAccumulate", domain=TRAINING_DOMAIN)
-def grad_accumulate(node: Node) -> OpCost:
-    # autograd's InputBuffer adds a second gradient of the same tensor: 1 FLOP per element
-    return OpCost.from_flops(node.outputs[0].numel or SymInt())
-
-
-@register("NegativeLogLikelihoodLoss")
-def negative_log_likelihood(node: Node) -> OpCost:
-    # [N, C] log-probabilities, [N] targets -> the mean of N picked values
-    target = node.input(1)
-    rows = target.numel if target is not None and target.numel is not None else SymInt()
-    return OpCost.from_flops(rows * NLL_FLOPS_PER_ROW)
-
-
-def nll_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
-    # zeros [N, C], then -1/N written at each row's target: N FLOPs
-    return negative_log_likelihood(node)
-
-
-# derivatives.yaml: nll_loss_forward saves self's size, target and total_weight (a scalar)
-register_backward(BackwardRule((saved_input(1),), nll_backward_flops, differentiable=(0,)),
-                  "NegativeLogLikelihoodLoss")
 
 
 def state_values(params: list[Value], optimizer: str) -> dict[str, list[Value]]:
@@ -141,9 +93,7 @@ def optimizer_nodes(params: list[Value], grads: list[Value], optimizer: str,
 
 def _phase(name: str, inputs: list[Value], counted: int, flops_per_element: int,
            op_type: str = "OptimizerStep", outputs: list[Value] | None = None) -> Node:
-    node = Node(f"optimizer/{name}", op_type, list(inputs), list(outputs or []),
+    # linked when the expansion adds it to the step (Graph.add_node)
+    return Node(f"optimizer/{name}", op_type, list(inputs), list(outputs or []),
                 {"counted_inputs": counted, "flops_per_element": flops_per_element},
-                domain=TRAINING_DOMAIN, module_path="optimizer")
-    for value in node.outputs:
-        value.producer = node
-    return node
+                domain=TRAINING_DOMAIN, module_path="optimizer", phase=Phase.OPTIMIZER)

@@ -33,7 +33,10 @@ from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.liveness import analyze_liveness
-from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.pipeline import run
+from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.request import Request, SuggestOptions
+from graphmem.pipeline.runtime import runtime_estimate
 from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.verify.runners.onnxruntime_runner import InputSpec, MeasuredRun
 
@@ -152,7 +155,8 @@ def verify_onnx(path: str | Path, batch: int | None = None,
     from graphmem.verify.runners.onnxruntime_runner import check_external_data, run_onnx
 
     path = Path(path)
-    analysis = analyze_onnx(path, batch=batch, dims=dims, plan=False)
+    analysis = run.analyze(Request(path, batch=batch, dims=dict(dims or {}), plan=False,
+                                   suggest=SuggestOptions(enabled=False)))
     specs = input_specs(analysis)
     check_external_data(path)  # before a run: the one error names the missing file
     measured = run_onnx(path, specs, provider, "disabled", threads, seed)
@@ -160,8 +164,6 @@ def verify_onnx(path: str | Path, batch: int | None = None,
     result = compare(analysis, specs, measured, optimized)
     if provider != "cpu":
         return result
-    from graphmem.runtime_models.select import runtime_estimate
-
     estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads,
                                 ort_optimization="disabled")
     optimized_estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads,

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
+from graphmem.core.conventions import AmpPolicy, TrainingOptions
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.analyze import analyze_torch
 from graphmem.frontends.torch.loader import TensorSpec, build_model, parse_tensor_spec
+from graphmem.pipeline import run
+from graphmem.pipeline.request import Request, SuggestOptions
 from graphmem.verify.onnx_run import percent_error
+from graphmem.verify.runners.torch_env import cuda_available
+from graphmem.verify.runners.torch_env import seed as seed_torch
 from graphmem.verify.runners.torch_runner import MeasuredStep, measure_step
 
 
@@ -44,7 +46,7 @@ def verify_torch(
     train: bool = False,
     optimizer: str = "adam",
     amp: str | None = None,
-    loss: Callable[..., torch.Tensor] | None = None,
+    loss: Callable[..., object] | None = None,
     device: str = "cpu",
     seed: int = 0,
 ) -> TorchVerification:
@@ -52,14 +54,20 @@ def verify_torch(
     specs: list[TensorSpec] = [parse_tensor_spec(text) for text in inputs]
     if not specs:
         raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not cuda_available():
         raise GraphmemError("--provider cuda: torch sees no CUDA device here; drop the option"
                             " to measure on the CPU")
-    analysis = analyze_torch(spec, specs, train=train, optimizer=optimizer, amp=amp, loss=loss,
-                             amp_policy="cuda" if device.startswith("cuda") else "cpu")
-    torch.manual_seed(seed)
+    policy = AmpPolicy.CUDA if device.startswith("cuda") else AmpPolicy.CPU
+    training = None
+    if train:
+        training = TrainingOptions(optimizer, amp, loss=loss,  # type: ignore[arg-type]
+                                   amp_policy=policy)
+    analysis = run.analyze(Request(spec, tuple(specs), training=training,
+                                   suggest=SuggestOptions(enabled=False)))
+    seed_torch(seed)
     model = build_model(spec)  # real weights this time: the step runs for real
-    measured = measure_step(model, specs, train, optimizer, amp, device=device, loss=loss)
+    measured = measure_step(model, specs, train, optimizer, amp, device=device,
+                            loss=loss)  # type: ignore[arg-type]
     return TorchVerification(
         model=spec,
         inputs=tuple(inputs),

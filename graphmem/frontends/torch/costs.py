@@ -3,10 +3,10 @@
 - matmul, conv, attention and their backward ops: `torch.utils.flop_counter.flop_registry`,
   the formulas FlopCounterMode uses (2 FLOPs per multiply-accumulate), so graphmem's
   contraction FLOPs are FlopCounterMode's by construction;
-- pointwise ops (aten's `pointwise` tag) and foreach ops: 1 FLOP per output element, as the
-  ONNX elementwise table counts simple arithmetic;
-- reductions: 1 FLOP per input element; normalizations and softmax: the per-element constants
-  of the ONNX rules (graphmem/ops/normalization.py);
+- the rest by graphmem/ops/aten.py's tables, whose numbers are the ONNX rule families'
+  constants (imported there, never copied here): reductions, normalizations, softmax and the
+  loss per element of an argument; window pools per window element; ops of aten's
+  `pointwise` tag and foreach ops one FLOP per element;
 - views, copies, casts, factories and indexing: 0 FLOPs (they move bytes);
 - anything else: None, which the costs pass reports as unsupported.
 """
@@ -21,34 +21,16 @@ import torch.fx
 from torch.utils.flop_counter import flop_registry
 
 from graphmem.core.ir import ImportedCost
-
-# FLOPs per element of input 0 (the ONNX rules' conventions for the same math).
-PER_INPUT_ELEMENT = {
-    "sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "prod": 1, "argmax": 1,
-    "argmin": 1, "var": 2, "std": 2, "var_mean": 2, "norm": 2, "linalg_vector_norm": 2,
-    "_softmax": 5, "_log_softmax": 5, "_softmax_backward_data": 3,
-    "_log_softmax_backward_data": 3, "native_layer_norm": 7, "native_layer_norm_backward": 9,
-    "native_batch_norm": 6, "_native_batch_norm_legit": 6,
-    "_native_batch_norm_legit_no_training": 2, "native_batch_norm_backward": 9,
-    "native_group_norm": 7, "native_group_norm_backward": 9, "_fused_rms_norm": 4,
-    "nll_loss_forward": 1, "nll_loss_backward": 1, "embedding_dense_backward": 1,
-    "cumsum": 1, "logsumexp": 2, "_adaptive_avg_pool2d": 1, "adaptive_avg_pool3d": 1,
-}
-# Window pools: 1 compare or add per window element per output, as ONNX MaxPool/AveragePool
-# (graphmem/ops/pooling.py); kernel_size is argument 1.
-WINDOW_POOLS = frozenset({"max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d",
-                          "max_pool1d", "avg_pool1d", "avg_pool2d", "avg_pool3d"})
-# Ops that only move or make bytes.
-NO_ARITHMETIC = frozenset({
-    "_to_copy", "clone", "copy", "copy_", "contiguous", "empty", "empty_like", "empty_strided",
-    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor", "arange",
-    "lift_fresh_copy", "new_empty", "new_zeros", "new_ones", "new_full", "embedding", "index",
-    "index_select", "gather", "scatter", "slice_scatter", "select_scatter", "cat", "stack",
-    "constant_pad_nd", "repeat", "index_put", "index_put_", "masked_fill", "tril", "triu",
-    "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
-    "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
-    "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",
-})
+from graphmem.ops.aten import (
+    FOREACH_FLOPS,
+    NO_ARITHMETIC,
+    PER_ELEMENT,
+    POINTWISE_FLOPS,
+    POINTWISE_UNTAGGED,
+    SAME_CONTRACTION,
+    WINDOW_POOLS,
+    PerElement,
+)
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
@@ -56,22 +38,41 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
     packet = getattr(target, "overloadpacket", None)
     if packet is None:
         return None
+    name = packet.__name__
+    if name in SAME_CONTRACTION:
+        packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
         flops = _registry_flops(fx_node, packet)
         return ImportedCost(macs=flops // 2, flops=flops)
-    name = packet.__name__
-    if name in PER_INPUT_ELEMENT:
-        return ImportedCost(0, PER_INPUT_ELEMENT[name] * _numel_of_first_tensor(fx_node.args))
+    if name in PER_ELEMENT:
+        return ImportedCost(0, _per_element_flops(fx_node, PER_ELEMENT[name]))
     if name in WINDOW_POOLS:
         spatial_dims = int(name.split("_pool")[1][0])  # max_pool2d_with_indices -> 2
-        return ImportedCost(0, _pooled_numel(fx_node) * _window_size(fx_node, spatial_dims))
+        windows = _pooled_numel(fx_node) * _window_size(fx_node, spatial_dims)
+        return ImportedCost(0, windows * WINDOW_POOLS[name])
     if name in NO_ARITHMETIC or _is_view(target):
         return ImportedCost(0, 0)
     if name.startswith("_foreach_"):  # one elementwise op over every tensor of the list
-        return ImportedCost(0, _numel_of_tensors(fx_node.args[0] if fx_node.args else ()))
-    if torch.Tag.pointwise in getattr(target, "tags", ()):
-        return ImportedCost(0, _numel_of_output(fx_node.meta.get("val")))
+        tensors = _numel_of_tensors(fx_node.args[0] if fx_node.args else ())
+        return ImportedCost(0, tensors * FOREACH_FLOPS)
+    if name in POINTWISE_UNTAGGED or torch.Tag.pointwise in getattr(target, "tags", ()):
+        return ImportedCost(0, _numel_of_output(fx_node.meta.get("val")) * POINTWISE_FLOPS)
     return None
+
+
+def _per_element_flops(fx_node: torch.fx.Node, rule: PerElement) -> int:
+    flops = rule.flops
+    # anything but an explicit False computes batch statistics (the no_stats overload has
+    # no running statistics to use, and no flag there)
+    if rule.if_training and _argument(fx_node, rule.training_argument) is not False:
+        flops += rule.if_training
+    if rule.argument is None:
+        return flops * _numel_of_first_tensor(fx_node.args)
+    return flops * _numel_of_first_tensor((_argument(fx_node, rule.argument),))
+
+
+def _argument(fx_node: torch.fx.Node, index: int | None) -> Any:
+    return fx_node.args[index] if index is not None and index < len(fx_node.args) else None
 
 
 def _registry_flops(fx_node: torch.fx.Node, packet: Any) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.ir import DType, Graph, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
@@ -28,44 +28,39 @@ _DTYPES = {
 
 
 def graph_from_trace(traced: TracedStep, name: str) -> Graph:
-    converter = _Converter(traced)
+    converter = _Converter(traced, Graph(name, [], {}, [], [], source_format="torch.fx"))
     for fx_node in traced.graph_module.graph.nodes:
         converter.visit(fx_node)
-    graph = Graph(
-        name=name,
-        nodes=converter.nodes,
-        values=converter.values,
-        inputs=[v for v in converter.placeholders if v.role is Role.INPUT],
-        outputs=converter.outputs,
-        source_format="torch.fx",
-    )
-    _assign_training_roles(graph, converter.phases)
-    _attribute_backward_nodes(graph, converter.phases)
+    graph = converter.graph
+    graph.inputs = [v for v in converter.placeholders if v.role is Role.INPUT]
+    graph.outputs = converter.outputs
+    _assign_training_roles(graph)
+    _attribute_backward_nodes(graph)
     _assign_eager_lifetimes(converter, traced.released_after)
     return graph
 
 
-def _attribute_backward_nodes(graph: Graph, phases: dict[Node, str]) -> None:
+def _attribute_backward_nodes(graph: Graph) -> None:
     """Backward and optimizer nodes run outside module calls: attribute each to the module of
     a parameter it reads (`stem.weight` -> `stem`), else of a forward tensor it reads (what
     autograd saved), else of any tensor it reads."""
     for node in graph.nodes:
-        if node.module_path or phases.get(node, "forward") == "forward":
+        if node.module_path or node.phase in (Phase.FORWARD, Phase.NONE):
             continue
-        owners = [_owner(value, phases) for value in node.present_inputs]
+        owners = [_owner(value) for value in node.present_inputs]
         ranked = sorted((rank, path) for rank, path in owners if path)
         if ranked:
             node.module_path = ranked[0][1]
 
 
-def _owner(value: Value, phases: dict[Node, str]) -> tuple[int, str]:
+def _owner(value: Value) -> tuple[int, str]:
     """(preference, module path): parameters first, then forward tensors, then the rest."""
     if value.role is Role.PARAMETER:
         return 0, value.name.rpartition(".")[0]
     producer = value.storage.producer
     if producer is None:
         return 3, ""
-    return (1 if phases.get(producer) == "forward" else 2), producer.module_path
+    return (1 if producer.phase is Phase.FORWARD else 2), producer.module_path
 
 
 def _assign_eager_lifetimes(converter: _Converter, released_after: dict[str, str]) -> None:
@@ -79,14 +74,14 @@ def _assign_eager_lifetimes(converter: _Converter, released_after: dict[str, str
 
 
 class _Converter:
-    def __init__(self, traced: TracedStep) -> None:
+    def __init__(self, traced: TracedStep, graph: Graph) -> None:
         self.traced = traced
+        self.graph = graph
         self.env: dict[torch.fx.Node, Any] = {}  # fx node -> Value, or a list for tuples
-        self.values: dict[str, Value] = {}
-        self.nodes: list[Node] = []
+        self.values: dict[str, Value] = graph.values
+        self.nodes: list[Node] = graph.nodes
         self.placeholders: list[Value] = []
         self.outputs: list[Value] = []
-        self.phases: dict[Node, str] = {}
         self.fx_values: dict[str, Value] = {}  # fx node name -> the value it stands for
         # fx node name -> the last IR node made at or before it (None before the first)
         self.ir_node_at: dict[str, Node | None] = {}
@@ -136,15 +131,22 @@ class _Converter:
             outputs=[],
             domain="aten",
             module_path=str(custom.get(MODULE_KEY, "")),
+            imported_cost=imported_cost(fx_node),
+            phase=self._phase(custom.get(PHASE_KEY)),
         )
-        for value in dict.fromkeys(node.present_inputs):
-            value.consumers.append(node)
         self.env[fx_node] = self._outputs(fx_node, node)
         if isinstance(self.env[fx_node], Value):
             self.fx_values[fx_node.name] = self.env[fx_node]
-        node.imported_cost = imported_cost(fx_node)
-        self.phases[node] = str(custom.get(PHASE_KEY, "forward"))
-        self.nodes.append(node)
+        self.graph.add_node(node)
+
+    def _phase(self, label: object) -> Phase:
+        """The tracer's phase label (trace.py); a node traced outside every phase (the step's
+        returned `loss.detach()`) runs after the node before it, so it shares its phase."""
+        if self.traced.mode != "training":
+            return Phase.NONE
+        if label is not None:
+            return Phase(str(label))
+        return self.nodes[-1].phase if self.nodes else Phase.FORWARD
 
     def _outputs(self, fx_node: torch.fx.Node, node: Node) -> Any:
         meta = fx_node.meta.get("val")
@@ -160,11 +162,10 @@ class _Converter:
         if not isinstance(meta, torch.Tensor):
             return None
         value = self._value(name, meta, Role.ACTIVATION)
-        value.producer = node
         if alias_arg is not None:
             base = self.env.get(alias_arg) if isinstance(alias_arg, torch.fx.Node) else None
             value.alias_of = base if isinstance(base, Value) else None
-        node.outputs.append(value)
+        node.add_output(value)
         return value
 
 
@@ -232,24 +233,23 @@ def _argument(fx_node: torch.fx.Node, position: int, name: str) -> Any:
     return fx_node.kwargs.get(name)
 
 
-def _assign_training_roles(graph: Graph, phases: dict[Node, str]) -> None:
+def _assign_training_roles(graph: Graph) -> None:
     """Label tensors by the phase that makes them and the phases that read them.
 
     A tensor read through a view counts as read by the view's readers.
     """
-    readers: dict[Value, set[str]] = {}
+    readers: dict[Value, set[Phase]] = {}
     for value in graph.values.values():
-        phases_reading = {phases.get(c, "forward") for c in value.consumers}
-        readers.setdefault(value.storage, set()).update(phases_reading)
+        readers.setdefault(value.storage, set()).update(c.phase for c in value.consumers)
     for node in graph.nodes:
         for value in node.outputs:
             if value.alias_of is None and value.role is Role.ACTIVATION:
-                value.role = _role_for(phases.get(node, "forward"), readers.get(value, set()))
+                value.role = _role_for(node.phase, readers.get(value, set()))
 
 
-def _role_for(phase: str, readers: set[str]) -> Role:
-    if phase == "forward":
-        return Role.SAVED_ACTIVATION if "backward" in readers else Role.ACTIVATION
-    if phase == "backward":
-        return Role.GRADIENT if "optimizer" in readers else Role.ACTIVATION_GRADIENT
+def _role_for(phase: Phase, readers: set[Phase]) -> Role:
+    if phase in (Phase.FORWARD, Phase.NONE):
+        return Role.SAVED_ACTIVATION if Phase.BACKWARD in readers else Role.ACTIVATION
+    if phase is Phase.BACKWARD:
+        return Role.GRADIENT if Phase.OPTIMIZER in readers else Role.ACTIVATION_GRADIENT
     return Role.TEMPORARY

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.units import MAX_BYTES, format_bytes
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import MAX_DIM_VALUE
 
 # PyTorch's CUDA kernels index at most 25 dims (ATen/cuda/detail/OffsetCalculator.cuh MAX_DIMS)
 MAX_INPUT_RANK = 25

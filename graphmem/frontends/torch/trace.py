@@ -34,31 +34,17 @@ from torch.optim.adamw import adamw as adamw_update
 from torch.optim.sgd import sgd as sgd_update
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from graphmem.core import conventions
+from graphmem.core.conventions import STATE_SLOTS, TrainingOptions
 from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.autocast import CudaAutocastPolicy
 from graphmem.frontends.torch.loader import TensorSpec
 
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-STATE_SLOTS = {"sgd": (), "momentum": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"),
-               "adamw": ("exp_avg", "exp_avg_sq")}
-AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# torch's dtype of each AMP precision (the names: graphmem/core/conventions.py)
+AMP_DTYPES = {amp: getattr(torch, name) for amp, name in conventions.AMP_DTYPES.items()}
 PHASE_KEY = "graphmem_phase"
 MODULE_KEY = "graphmem_module"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    optimizer: str = "adam"
-    amp: str | None = None  # "fp16" | "bf16"
-    # whose autocast op lists the trace follows: "cuda" (the GPU graphmem predicts for) or
-    # "cpu" (to compare with a real CPU step); see graphmem/frontends/torch/autocast.py
-    amp_policy: str = "cuda"
-    # micro-batches per optimizer step; above 1 the traced step is the last micro-batch, whose
-    # parameters' .grad already hold the earlier micro-batches' sums (AccumulateGrad adds into
-    # them in place), so the gradients exist from the start of the step
-    grad_accum: int = 1
-    loss: Callable[..., torch.Tensor] | None = None  # loss(output) -> scalar; default CE
 
 
 @dataclass
@@ -98,7 +84,7 @@ class _EagerLifetimes(TorchDispatchMode):
 
 
 def trace_model(
-    model: nn.Module, inputs: list[TensorSpec], train: TrainConfig | None
+    model: nn.Module, inputs: list[TensorSpec], train: TrainingOptions | None
 ) -> TracedStep:
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -208,7 +194,7 @@ def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
 
 
 def _training_step(
-    model: nn.Module, params: dict, buffers: dict, train: TrainConfig
+    model: nn.Module, params: dict, buffers: dict, train: TrainingOptions
 ) -> Callable[..., Any]:
     steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
 

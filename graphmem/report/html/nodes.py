@@ -1,4 +1,5 @@
-"""The node table of the HTML report: the first rows as HTML, every row as data for the script.
+"""The HTML report's compute tables: FLOPs by op type, and every node (the first rows as HTML,
+every row as data for the script).
 
 Without JavaScript the page shows the first MAX_NODE_ROWS nodes as a plain table. With it, the
 script pages through all of them (sorted, filtered by name / op / module) from one compact
@@ -9,14 +10,24 @@ array bypasses the page's escaping (it is Markup), so its strings are made print
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
 
-from graphmem.report.html.quantity import Quantity, bytes_quantity, count_quantity, format_time
-from graphmem.report.safe_text import printable, printable_text
+from graphmem.core.safe_text import printable, printable_text
+from graphmem.core.symbolic import SymInt
+from graphmem.passes.costs import CostReport, CostStatus, NodeCost, qualified_op
+from graphmem.passes.roofline import NodeTime, RooflineResult
+from graphmem.report.html.quantity import (
+    Quantity,
+    bytes_quantity,
+    count_quantity,
+    format_time,
+    percent,
+)
 
 MAX_NODE_ROWS = 500  # rows written as HTML; the script shows them all
 PAGE_ROWS = 100  # rows per page when the script runs
@@ -25,6 +36,11 @@ PAGE_ROWS = 100  # rows per page when the script runs
 DATA_FIELDS = ("step", "name", "op", "module", "phase", "shapes", "params", "macs", "macs_text",
                "flops", "flops_text", "bytes", "bytes_text", "time_s", "time_text", "bound",
                "status", "note")
+
+
+def op_names(costs: CostReport) -> dict[str, str]:
+    """Node name -> the op as shown: `Conv`, or `com.microsoft.FusedGemm` outside ai.onnx."""
+    return {cost.name: printable(qualified_op(cost)) for cost in costs.nodes}
 
 
 @dataclass(frozen=True)
@@ -46,7 +62,7 @@ class NodeRow:
     note: str
 
     def data(self) -> list[Any]:
-        counted = self.status == "ok"
+        counted = self.status == CostStatus.OK
         return [self.step, self.name, self.op, self.module, self.phase, self.output_shapes,
                 self.params,
                 self.macs.probe if counted else -1, self.macs.text if counted else "not counted",
@@ -74,37 +90,38 @@ class NodeTable:
         return DATA_FIELDS
 
 
-def node_table(
-    nodes: Sequence[Mapping[str, Any]], qualified_op: Sequence[str], phases: Sequence[str]
-) -> NodeTable:
-    rows = [_row(step, node, qualified_op[step], phases[step]) for step, node in enumerate(nodes)]
+def node_table(costs: CostReport, roofline: RooflineResult | None,
+               phases: Sequence[str]) -> NodeTable:
+    times: Sequence[NodeTime | None] = roofline.nodes if roofline else [None] * len(costs.nodes)
+    rows = [node_row(step, cost, time, phase) for step, (cost, time, phase)
+            in enumerate(zip(costs.nodes, times, phases, strict=True))]
     return NodeTable(
         rows=tuple(rows[:MAX_NODE_ROWS]),
         total=len(rows),
-        has_times=any(row.time_s is not None for row in rows),
+        has_times=roofline is not None,
         has_phases=any(phases),
         data=script_json([row.data() for row in rows]),
     )
 
 
-def _row(step: int, node: Mapping[str, Any], op: str, phase: str) -> NodeRow:
-    time_s = node.get("est_time_s")
+def node_row(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "") -> NodeRow:
+    counted = cost.status is CostStatus.OK
     return NodeRow(
         step=step,
-        name=printable(node["name"]),
-        op=printable(op),
-        module=printable(node.get("module") or ""),
+        name=printable(cost.name),
+        op=printable(qualified_op(cost)),
+        module=printable(cost.module_path),
         phase=phase,
-        output_shapes=printable_text(", ".join(node["output_shapes"])),
-        params=node["params"],
-        macs=count_quantity(node["macs"]),
-        flops=count_quantity(node["flops"], "FLOP"),
-        output_bytes=bytes_quantity(node["output_bytes"]),
-        time_s=time_s,
-        time_text=format_time(time_s) if time_s is not None else "",
-        bound=node.get("bound") or "",
-        status=node["status"],
-        note=printable_text(node["note"]),
+        output_shapes=printable_text(", ".join(cost.output_shapes)),
+        params=cost.param_count,
+        macs=count_quantity(cost.macs if counted else None),
+        flops=count_quantity(cost.flops if counted else None, "FLOP"),
+        output_bytes=bytes_quantity(cost.bytes_written),
+        time_s=time.est_time_s if time else None,
+        time_text=format_time(time.est_time_s) if time else "",
+        bound=time.bound if time else "",
+        status=cost.status.value,
+        note=printable_text(cost.note),
     )
 
 
@@ -115,3 +132,45 @@ def script_json(value: Any) -> Markup:
                           ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(char, escaped)
     return Markup(text)  # escaped above: it cannot end the script element
+
+
+# ----- FLOPs by op type -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpShare:
+    op: str
+    nodes: int
+    macs: Quantity
+    flops: Quantity
+    percent: float  # of all FLOPs, at the probe value
+
+
+@dataclass(frozen=True)
+class OpTable:
+    rows: tuple[OpShare, ...]  # ops with FLOPs, largest first
+    no_arithmetic: tuple[tuple[str, int], ...]  # ops that count 0 FLOPs (data movement)
+    not_counted: tuple[tuple[str, int], ...]  # unsupported / shape unknown / control flow
+
+
+def op_table(costs: CostReport) -> OpTable:
+    counted: dict[str, list[NodeCost]] = {}
+    not_counted: Counter[str] = Counter()
+    for cost in costs.nodes:
+        op = printable(qualified_op(cost))
+        if cost.status is CostStatus.OK:
+            counted.setdefault(op, []).append(cost)
+        else:
+            not_counted[f"{op} ({cost.status.value.replace('_', ' ')})"] += 1
+    totals = {op: (count_quantity(sum((n.macs for n in group), SymInt())),
+                   count_quantity(sum((n.flops for n in group), SymInt()), "FLOP"), len(group))
+              for op, group in counted.items()}
+    all_flops = sum(flops.probe for _, flops, _ in totals.values())
+    rows = [OpShare(op, count, macs, flops, percent(flops.probe, all_flops))
+            for op, (macs, flops, count) in totals.items() if flops.exact != 0]
+    zero = [(op, count) for op, (_, flops, count) in totals.items() if flops.exact == 0]
+    return OpTable(
+        rows=tuple(sorted(rows, key=lambda r: (-r.flops.probe, r.op))),
+        no_arithmetic=tuple(sorted(zero, key=lambda item: (-item[1], item[0]))),
+        not_counted=tuple(sorted(not_counted.items())),
+    )

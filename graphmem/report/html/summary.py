@@ -1,16 +1,26 @@
-"""The report's headline (what was analyzed and the verdict, first) and the memory and FLOPs
-breakdown by module, from the JSON report."""
+"""The top of the HTML report: the answer first (does the peak fit on the GPU, by how much, the
+largest batch that fits), then what was analyzed, the memory by role and the coverage gaps.
+
+Built from the typed results of the Analysis: liveness, costs, params, fit, max batch, roofline.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from graphmem.report.html.quantity import Quantity, bytes_quantity, count_quantity, format_time
-from graphmem.report.safe_text import dims_text, printable
-
-MAX_MODULE_BARS = 12  # the largest modules as bars; the table below has every one
+from graphmem.core.conventions import ROLE_KEYS
+from graphmem.core.safe_text import dims_text, printable, printable_text
+from graphmem.core.units import format_bytes
+from graphmem.passes.costs import CostStatus
+from graphmem.passes.fit import GpuFit
+from graphmem.pipeline.analysis import Analysis
+from graphmem.report.html.quantity import (
+    Quantity,
+    bytes_quantity,
+    count_quantity,
+    format_time,
+    percent,
+)
 
 
 @dataclass(frozen=True)
@@ -19,142 +29,290 @@ class Fact:
     value: str
     detail: str = ""
     tone: str = ""  # "good" | "bad" | "": the text always says it too
+    answer: bool = False  # one of the answers the page opens with (fit, peak, max batch)
+    exact: str = ""  # tooltip: the exact integer or formula
+    key: str = ""  # names the fact in the markup (data-n="fact:KEY"); default: the label
+
+    @property
+    def name(self) -> str:
+        return self.key or self.label
 
 
-def mode_text(config: Mapping[str, Any], bytes_by_dtype: Mapping[str, Any]) -> str:
-    """'training · adam · AMP bf16 · grad accum 8' or 'inference · float32'."""
-    parts = [str(config.get("mode", ""))]
-    if config.get("optimizer"):
-        parts.append(str(config["optimizer"]))
-    if config.get("amp"):
-        parts.append(f"AMP {config['amp']} (fp32 master weights)")
+@dataclass(frozen=True)
+class Stat:
+    label: str
+    value: str
+    detail: str = ""
+    exact: str = ""  # shown as a tooltip: the exact integer or formula
+    is_formula: bool = False
+
+
+def _stat(label: str, value: Quantity, detail: str, unit: str = "bytes") -> Stat:
+    return Stat(label, value.text, detail, f"{value.exact_text} {unit}", value.is_formula)
+
+
+@dataclass(frozen=True)
+class RoleShare:
+    role: str
+    size: Quantity
+    percent: float  # of the peak, at the probe value
+
+
+@dataclass(frozen=True)
+class Summary:
+    stats: tuple[Stat, ...]
+    peak: Quantity
+    peak_candidates: tuple[Quantity, ...]  # () unless the peak step depends on free dims
+    peak_step: int
+    peak_node: str
+    peak_op: str
+    macs: Quantity
+    flops: Quantity
+    breakdown: tuple[RoleShare, ...]
+    bytes_by_dtype: tuple[tuple[str, Quantity], ...]
+
+
+@dataclass(frozen=True)
+class Gaps:
+    unsupported_ops: tuple[tuple[str, int], ...]
+    unsupported_nodes: tuple[str, ...]
+    shape_unknown_nodes: tuple[str, ...]
+    unknown_size_values: tuple[str, ...]
+    control_flow_nodes: tuple[str, ...]
+    model_warnings: tuple[str, ...]
+
+    @property
+    def unsupported_node_count(self) -> int:
+        return sum(count for _, count in self.unsupported_ops)
+
+    @property
+    def count(self) -> int:
+        """Coverage problems besides unsupported ops (those have their own alert)."""
+        return (len(self.shape_unknown_nodes) + len(self.unknown_size_values)
+                + len(self.control_flow_nodes) + len(self.model_warnings))
+
+
+@dataclass(frozen=True)
+class GpuView:
+    name: str
+    full_name: str
+    capacity: Quantity
+    datasheet: Quantity
+    reserve: Quantity
+    reserve_source: str
+    usable: Quantity
+    required: Quantity
+    fits: bool | None  # None while the peak depends on free dims
+    utilization_text: str
+    overflow: Quantity | None  # by how much the peak exceeds usable memory
+    headroom: Quantity | None  # what is left of usable memory at the peak
+    reserve_percent: float  # the bar: shares of the capacity
+    peak_percent: float
+    source: str
+
+
+def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
+    live, params = analysis.liveness, analysis.params
+    at_step = bytes_quantity(live.peak_bytes)  # the live total at the peak step
+    macs = count_quantity(analysis.costs.total_macs)
+    # parameters, FLOPs and the peak are in the headline above: these are the rest
+    stats = []
+    if params.buffer_count:
+        stats.append(Stat("buffers", f"{params.buffer_count:,}",
+                          format_bytes(params.buffer_bytes), "running statistics etc."))
+    stats += [
+        _stat("MACs", macs, "multiply-accumulates", "MACs"),
+        _stat("activations at peak", bytes_quantity(live.activation_peak_bytes),
+              "peak less residents"),
+        _stat("residents", bytes_quantity(live.resident_bytes),
+              "weights, inputs, constants: live throughout"),
+        _stat("lower bound", bytes_quantity(live.lower_bound_bytes),
+              f"largest node: {printable(live.order[live.lower_bound_step])}"),
+    ]
+    sizes = {ROLE_KEYS[role]: bytes_quantity(v) for role, v in live.breakdown_at_peak.items()}
+    # each role's share of the live total at the peak step: the shares add up to 100%
+    breakdown = (RoleShare(role, size, percent(size.probe, at_step.probe))
+                 for role, size in sizes.items())
+    peak_node = live.order[live.peak_step]
+    return Summary(
+        stats=tuple(stats),
+        peak=peak_quantity(analysis),
+        peak_candidates=_peak_candidates(analysis),
+        peak_step=live.peak_step,
+        peak_node=printable(peak_node),
+        peak_op=op_of[peak_node],
+        macs=macs,
+        flops=count_quantity(analysis.costs.total_flops, "FLOP"),
+        breakdown=tuple(sorted(breakdown, key=lambda r: -r.size.probe)),
+        bytes_by_dtype=tuple((d, bytes_quantity(b)) for d, b in params.bytes_by_dtype.items()),
+    )
+
+
+def peak_quantity(analysis: Analysis) -> Quantity:
+    """The peak: the live total at the peak step (the largest at large values of the free
+    dims); with several candidate steps the exact value, max(a, b, ...), is its tooltip."""
+    peak = bytes_quantity(analysis.liveness.peak_bytes)
+    candidates = _peak_candidates(analysis)
+    if not candidates:
+        return peak
+    return Quantity(
+        exact="max(" + ", ".join(str(c.exact) for c in candidates) + ")",
+        text=peak.text,
+        probe=max(c.probe for c in candidates),
+    )
+
+
+def _peak_candidates(analysis: Analysis) -> tuple[Quantity, ...]:
+    """The steps that can peak, each a formula; () when one step peaks at every value."""
+    candidates = analysis.liveness.peak_candidates
+    return tuple(map(bytes_quantity, candidates)) if len(candidates) > 1 else ()
+
+
+def gaps(analysis: Analysis) -> Gaps:
+    costs = analysis.costs
+    return Gaps(
+        unsupported_ops=tuple((printable(op), n) for op, n in costs.unsupported_ops.items()),
+        unsupported_nodes=tuple(printable(n.name) for n in costs.nodes
+                                if n.status is CostStatus.UNSUPPORTED),
+        shape_unknown_nodes=tuple(map(printable, costs.shape_unknown_nodes)),
+        unknown_size_values=tuple(map(printable, analysis.liveness.unknown_size_values)),
+        control_flow_nodes=tuple(map(printable, costs.subgraph_nodes)),
+        model_warnings=tuple(map(printable_text, analysis.model.warnings)),
+    )
+
+
+def gpu_view(fit: GpuFit) -> GpuView:
+    capacity, usable = bytes_quantity(fit.capacity_bytes), bytes_quantity(fit.usable_bytes)
+    required = bytes_quantity(fit.required_bytes)
+    if fit.utilization is None:
+        utilization_text = "depends on the free dims"
+    elif fit.utilization < 0.001:
+        utilization_text = "<0.1% of usable"
     else:
-        parts.append(" + ".join(bytes_by_dtype) or "no parameters")
-    if (config.get("grad_accum") or 1) > 1:
-        parts.append(f"grad accum {config['grad_accum']}")
+        utilization_text = f"{fit.utilization:.1%} of usable"
+    reserve_percent = percent(fit.reserve.bytes, capacity.probe)
+    peak_percent = 0.0
+    if not required.is_formula:
+        peak_percent = min(percent(required.probe, capacity.probe), 100.0 - reserve_percent)
+    return GpuView(
+        name=fit.gpu.name,
+        full_name=fit.gpu.full_name,
+        capacity=capacity,
+        datasheet=bytes_quantity(fit.gpu.memory_bytes),
+        reserve=bytes_quantity(fit.reserve.bytes),
+        reserve_source=fit.reserve.source,
+        usable=usable,
+        required=required,
+        fits=fit.fits,
+        utilization_text=utilization_text,
+        overflow=bytes_quantity(required.probe - usable.probe) if fit.fits is False else None,
+        headroom=bytes_quantity(usable.probe - required.probe) if fit.fits else None,
+        reserve_percent=reserve_percent,
+        peak_percent=peak_percent,
+        source=fit.gpu.source,
+    )
+
+
+# ----- the headline: what was analyzed and the verdict, every fact in words -------------------
+
+
+def mode_text(analysis: Analysis) -> str:
+    """'training · adam · AMP bf16 · grad accum 8' or 'inference · float32'."""
+    parts = [analysis.mode]
+    training = analysis.training
+    if training is not None:
+        parts.append(str(training.optimizer))
+    if training is not None and training.amp:
+        parts.append(f"AMP {training.amp} (fp32 master weights)")
+    else:
+        parts.append(" + ".join(analysis.params.bytes_by_dtype) or "no parameters")
+    if training is not None and training.grad_accum > 1:
+        parts.append(f"grad accum {training.grad_accum}")
     return " · ".join(parts)
 
 
-def batch_text(report: Mapping[str, Any]) -> str:
-    dims, config = report["dims"], report["config"]
-    bound = dims_text(dims["bound"])
-    free = dims_text(dims["free"])
-    parts = [bound] if bound else []
-    if config.get("micro_batch"):
-        parts.append(f"micro-batch {config['micro_batch']}")
-        if config.get("effective_batch") and config["effective_batch"] != config["micro_batch"]:
-            parts.append(f"effective batch {config['effective_batch']}")
-    if free:
+def batch_text(analysis: Analysis) -> str:
+    parts = [bound] if (bound := dims_text(analysis.dims.bound)) else []
+    training = analysis.training
+    if training is not None and training.micro_batch:
+        parts.append(f"micro-batch {training.micro_batch}")
+        if training.effective_batch and training.effective_batch != training.micro_batch:
+            parts.append(f"effective batch {training.effective_batch}")
+    if free := dims_text(analysis.dims.free):
         parts.append(f"free: {free}")
     return ", ".join(parts) or "static shapes"
 
 
-def headline_facts(report: Mapping[str, Any], peak: Quantity, unsupported: int) -> tuple[Fact, ...]:
-    gpu = report.get("gpu") or {}
-    flops = count_quantity(report["flops"]["total"], "FLOP")
-    facts = [
-        Fact("model", printable(report["model"]["name"]), report["model"]["format"]),
-        Fact("mode", mode_text(report["config"], report["params"]["bytes_by_dtype"])),
-        Fact("batch and dims", batch_text(report)),
-        Fact("peak memory", peak.text, _peak_detail(report)),
-        Fact("parameters", f"{report['params']['count']:,}",
-             bytes_quantity(report["params"]["bytes"]).text),
+def headline_facts(analysis: Analysis, peak: Quantity, gpu: GpuView | None,
+                   unsupported: int) -> tuple[Fact, ...]:
+    """The answers first (fit, peak, max batch, runtime total), then what was analyzed."""
+    facts = [*_fit_facts(analysis, gpu)]
+    facts.insert(1 if gpu else 0, Fact("peak memory", peak.text, _peak_detail(analysis),
+                                       answer=True, exact=f"{peak.exact_text} bytes"))
+    flops = count_quantity(analysis.costs.total_flops, "FLOP")
+    plural = "s" if unsupported != 1 else ""
+    facts += [
+        Fact("parameters", f"{analysis.params.count:,}",
+             bytes_quantity(analysis.params.bytes).text),
         Fact("FLOPs", ("\u2265 " if unsupported else "") + flops.text,
              "per step, 1 MAC = 2 FLOPs" + (
-                 f"; {unsupported:,} unsupported node{'s' if unsupported != 1 else ''}"
-                 " not counted" if unsupported else "")),
-        Fact("unsupported ops", f"{unsupported:,} node{'s' if unsupported != 1 else ''}",
+                 f"; {unsupported:,} unsupported node{plural} not counted" if unsupported
+                 else ""), exact=f"{flops.exact_text} FLOPs"),
+        Fact("unsupported ops", f"{unsupported:,} node{plural}",
              "FLOPs not counted" if unsupported else "every op has a cost rule",
              "bad" if unsupported else "good"),
+        Fact("model", printable(analysis.model.name), analysis.model.source_format),
+        Fact("mode", mode_text(analysis)),
+        Fact("batch and dims", batch_text(analysis)),
     ]
-    if gpu:
-        facts += _gpu_facts(gpu)
-    return tuple(facts)
+    return tuple(facts)  # the GPU is named by the verdict and its own box below
 
 
-def _peak_detail(report: Mapping[str, Any]) -> str:
+def _peak_detail(analysis: Analysis) -> str:
     """'live tensors, model order · step 9: /layer1/Add', and whether the step depends on
     the free dims (several candidate steps: this one is the largest at large values)."""
-    memory = report["memory"]
-    detail = (f"live tensors, {report['config']['schedule']} · step {memory['peak_step']}:"
-              f" {printable(memory['peak_node'])}")
-    candidates = len(memory.get("peak_candidates") or ())
+    live = analysis.liveness
+    peak_node = printable(live.order[live.peak_step])
+    detail = f"live tensors, model order · step {live.peak_step}: {peak_node}"
+    candidates = len(live.peak_candidates)
     if candidates > 1:
-        detail += f" · the largest at large {dims_text(report['dims']['free'])}"
+        detail += f" · the largest at large {dims_text(analysis.dims.free)}"
         detail += f" (1 of {candidates} candidate steps, below)"
     return detail
 
 
-def _gpu_facts(gpu: Mapping[str, Any]) -> list[Fact]:
-    fits = gpu.get("fits")
-    verdict = {True: ("fits", "good"), False: ("does not fit", "bad"),
-               None: ("depends on the free dims", "")}[fits]
-    facts = [Fact("GPU", gpu.get("full_name") or gpu.get("name", ""),
-                  f"{bytes_quantity(gpu['usable_bytes']).text} usable"),
-             Fact("fits", verdict[0], "", verdict[1])]
-    max_batch = gpu.get("max_batch")
-    if max_batch is not None:
-        facts.append(Fact("max batch", f"{max_batch:,}", "largest batch whose peak fits"))
-    elif gpu.get("max_batch_reason"):
-        facts.append(Fact("max batch", "\u2013", str(gpu["max_batch_reason"])))
-    latency = gpu.get("est_latency_s")
-    if latency is not None:
-        throughput = gpu.get("est_throughput_per_s")
+def _fit_facts(analysis: Analysis, gpu: GpuView | None) -> list[Fact]:
+    facts = []
+    if gpu is not None:
+        facts.append(_verdict_fact(gpu))
+    max_batch = analysis.max_batch
+    if max_batch is not None and max_batch.max_batch is not None:
+        facts.append(Fact("max batch", f"{max_batch.max_batch:,}",
+                          "largest batch whose peak fits", answer=True))
+    elif max_batch is not None and max_batch.reason:
+        facts.append(Fact("max batch", "\u2013", printable_text(max_batch.reason), answer=True))
+    runtime = analysis.runtime
+    if runtime is not None:
+        total = bytes_quantity(runtime.device_total_bytes)
+        facts.append(Fact("on the device", total.text,
+                          f"{runtime.runtime}: tensors, allocator, context (below)",
+                          answer=True, exact=f"{total.exact_text} bytes"))
+    roofline = analysis.roofline
+    if roofline is not None:
         detail = "roofline lower bound"
-        if throughput:
-            detail += f" · {throughput:,.0f} samples/s"
-        facts.append(Fact("est. latency", format_time(latency), detail))
+        if roofline.est_throughput_per_s:
+            detail += f" · {roofline.est_throughput_per_s:,.0f} samples/s"
+        facts.append(Fact("est. latency", format_time(roofline.est_latency_s), detail))
     return facts
 
 
-@dataclass(frozen=True)
-class ModuleRowView:
-    module: str
-    params: int
-    flops: Quantity
-    at_peak: Quantity
-    params_percent: float
-    flops_percent: float
-    at_peak_percent: float
-
-
-@dataclass(frozen=True)
-class ModuleBreakdown:
-    depth: int
-    rows: tuple[ModuleRowView, ...]  # in order of appearance
-    by_memory: tuple[ModuleRowView, ...]  # largest activations at the peak first
-    by_flops: tuple[ModuleRowView, ...]
-    by_params: tuple[ModuleRowView, ...]
-
-
-def module_breakdown(modules: Mapping[str, Any] | None) -> ModuleBreakdown | None:
-    if not modules or not modules.get("rows"):
-        return None
-    raw = modules["rows"]
-    flops = [count_quantity(r["flops"], "FLOP") for r in raw]
-    at_peak = [bytes_quantity(r["bytes_at_peak"]) for r in raw]
-    top_params = max((r["params"] for r in raw), default=0)
-    top_flops = max((q.probe for q in flops), default=0)
-    top_peak = max((q.probe for q in at_peak), default=0)
-    rows = tuple(
-        ModuleRowView(printable(r["module"]), r["params"], f, p, _share(r["params"], top_params),
-                      _share(f.probe, top_flops), _share(p.probe, top_peak))
-        for r, f, p in zip(raw, flops, at_peak, strict=True)
-    )
-    return ModuleBreakdown(
-        depth=modules["depth"],
-        rows=rows,
-        by_memory=_top(rows, lambda r: r.at_peak.probe),
-        by_flops=_top(rows, lambda r: r.flops.probe),
-        by_params=_top(rows, lambda r: r.params),
-    )
-
-
-def _share(part: int, largest: int) -> float:
-    """Bar length: relative to the largest row, so the top bar is full width."""
-    return 100.0 * part / largest if largest > 0 else 0.0
-
-
-def _top(rows: Sequence[ModuleRowView], key: Any) -> tuple[ModuleRowView, ...]:
-    ranked = sorted((r for r in rows if key(r) > 0), key=lambda r: -key(r))
-    return tuple(ranked[:MAX_MODULE_BARS])
+def _verdict_fact(gpu: GpuView) -> Fact:
+    label = f"on {gpu.full_name}"
+    if gpu.fits and gpu.headroom is not None:
+        return Fact(label, "fits", f"{gpu.headroom.text} to spare · {gpu.utilization_text}",
+                    "good", answer=True, key="fits")
+    if gpu.fits is False and gpu.overflow is not None:
+        return Fact(label, "does not fit", f"over by {gpu.overflow.text} ·"
+                    f" {gpu.utilization_text}", "bad", answer=True, key="fits")
+    return Fact(label, "fit depends on the free dims", f"{gpu.usable.text} usable",
+                answer=True, key="fits")

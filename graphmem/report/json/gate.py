@@ -17,19 +17,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmem import __version__
-from graphmem.report.json.report import SCHEMA_VERSION, to_dict
+from graphmem.core.json_schema import CHECK_KIND, SCHEMA_VERSION
+from graphmem.core.version import __version__
+from graphmem.report.json.report import to_dict
 
 if TYPE_CHECKING:  # gate/check.py reads baselines, whose schema is defined here
     from graphmem.gate.budgets import BudgetResult
     from graphmem.gate.check import CheckReport, ModelCheck
 
-CHECK_KIND = "graphmem check"
-# The keys written below; a baseline (gate/baseline.py) refuses any other.
-CHECK_KEYS = frozenset({"schema_version", "kind", "graphmem_version", "passed", "exit_code",
-                        "budget_count", "failure_count", "models"})
-MODEL_KEYS = frozenset({"name", "path", "gpu", "dims", "passed", "seconds", "budgets",
-                        "analysis"})
 
 
 def check_to_dict(report: CheckReport) -> dict[str, Any]:

@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from graphmem import __version__
-from graphmem.core.ir import Role
+from graphmem.core.conventions import ROLE_KEYS
+from graphmem.core.json_schema import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
 from graphmem.core.symbolic import SymInt
+from graphmem.core.version import __version__
 from graphmem.passes.costs import CostStatus, NodeCost
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
@@ -23,28 +24,8 @@ from graphmem.report.json.plan import plan_gpu, plan_memory, sweep_json, with_no
 from graphmem.report.json.runtime import runtime_memory
 from graphmem.report.json.suggestions import suggestions_json
 
-SCHEMA_VERSION = 1
-# The top-level keys of `to_dict` and of its `dims`: a baseline (gate/baseline.py) refuses any
-# other, so a key added to either must be added here too (tests/test_budgets_schema.py checks).
-ANALYSIS_KEYS = frozenset({
-    "schema_version", "graphmem_version", "model", "config", "dims", "params", "flops",
-    "memory", "nodes", "unsupported_ops", "unknown_shapes", "control_flow_nodes", "modules",
-    "gpu", "sweep", "suggestions", "suggestion_budget", "checkpoint_curve"})
-DIMS_KEYS = frozenset({"bound", "free", "batch_dim"})
-
-ROLE_KEYS = {
-    Role.PARAMETER: "parameters",
-    Role.BUFFER: "buffers",
-    Role.CONSTANT: "constants",
-    Role.INPUT: "inputs",
-    Role.ACTIVATION: "activations",
-    Role.OUTPUT: "outputs",
-    Role.GRADIENT: "gradients",
-    Role.OPTIMIZER_STATE: "optimizer_state",
-    Role.SAVED_ACTIVATION: "saved_activations",
-    Role.ACTIVATION_GRADIENT: "activation_gradients",
-    Role.TEMPORARY: "temporaries",
-}
+__all__ = ["ANALYSIS_KEYS", "DIMS_KEYS", "ROLE_KEYS", "SCHEMA_VERSION", "quantity", "to_dict",
+           "to_json_text", "write_json"]
 
 
 def quantity(value: SymInt) -> int | str:

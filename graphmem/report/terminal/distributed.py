@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.safe_text import markup, markup_text
 from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.distributed.kv_cache import KvCacheReport
 from graphmem.distributed.strategies import DistributedReport, PerRankMemory
 from graphmem.pipeline.analysis import Analysis
-from graphmem.report.safe_text import markup, markup_text
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",

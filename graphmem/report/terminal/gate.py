@@ -11,10 +11,7 @@ import math
 from rich.console import Console
 from rich.markup import escape
 
-from graphmem.core.units import format_bytes, format_si
-from graphmem.gate.budgets import BudgetResult, format_seconds
-from graphmem.gate.check import CheckReport, ModelCheck
-from graphmem.report.safe_text import (
+from graphmem.core.safe_text import (
     TEXT_MAX_CHARS,
     escape_markup,
     markup,
@@ -23,6 +20,9 @@ from graphmem.report.safe_text import (
     printable,
     shorten,
 )
+from graphmem.core.units import format_bytes, format_si
+from graphmem.gate.budgets import BudgetResult, format_seconds
+from graphmem.gate.check import CheckReport, ModelCheck
 
 
 def format_quantity(value: float, unit: str) -> str:

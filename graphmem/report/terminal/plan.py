@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.safe_text import markup, markup_dims, markup_text
 from graphmem.core.units import format_bytes, format_bytes_sym, format_si, format_sym_or_max
-from graphmem.report.safe_text import markup, markup_dims, markup_text
 
 if TYPE_CHECKING:
     from graphmem.passes.arena import ArenaPlan

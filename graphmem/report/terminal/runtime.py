@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.safe_text import markup_text
 from graphmem.core.units import format_bytes
-from graphmem.report.safe_text import markup_text
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis

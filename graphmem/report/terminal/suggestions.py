@@ -8,8 +8,8 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.safe_text import SNIPPET_MAX_CHARS, markup_text
 from graphmem.core.units import format_bytes, format_si
-from graphmem.report.safe_text import SNIPPET_MAX_CHARS, markup_text
 from graphmem.report.terminal.plan import format_seconds
 from graphmem.suggest.cards import Suggestion, SuggestionReport
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.safe_text import markup, markup_dims, markup_text
 from graphmem.core.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.json.report import ROLE_KEYS
-from graphmem.report.safe_text import markup, markup_dims, markup_text
 from graphmem.report.terminal.distributed import print_distributed
 from graphmem.report.terminal.plan import print_plans
 from graphmem.report.terminal.runtime import print_runtime

@@ -24,11 +24,9 @@ How it measures (onnxruntime 1.31, checked by experiment; see README "Check the 
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.ort_session import max_ir_version, quiet_onnxruntime
 from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
     external_location,
@@ -59,7 +58,6 @@ OPTIMIZATION_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 _KERNEL_SUFFIX = "_kernel_time"
-_IR_VERSION_ERROR = re.compile(r"max supported IR version: (\d+)")
 
 
 @dataclass(frozen=True)
@@ -299,31 +297,6 @@ def _create(path: Path, model: onnx.ModelProto, options: ort.SessionOptions,
     except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
         raise GraphmemError(f"onnxruntime {ort.__version__} could not load {path}"
                             f" ({_first_line(error)})") from None
-
-
-@cache
-def quiet_onnxruntime() -> None:
-    """No telemetry: onnxruntime would queue events (node names included) under the user's
-    cache folder. Called before any session is created."""
-    ort.disable_telemetry_events()
-
-
-@cache
-def max_ir_version() -> int | None:
-    """The highest model IR version this onnxruntime loads (None: it did not say)."""
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])], "probe",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
-    probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    probe.ir_version = 1 << 20
-    quiet_onnxruntime()
-    try:
-        ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
-        match = _IR_VERSION_ERROR.search(str(error))
-        return int(match.group(1)) if match else None
-    return None
 
 
 def _check_feeds(session: ort.InferenceSession, feeds: dict[str, np.ndarray],

@@ -1,39 +1,28 @@
-"""The HTML report: the numbers of the analysis appear, the page is offline and well formed."""
+"""The HTML report as a page: well formed, offline, the analysis's facts on it, names escaped,
+a large graph truncated and its timeline downsampled."""
 
 from __future__ import annotations
 
 import html
 import json
-import re
 import warnings
-from collections.abc import Callable
-from html.parser import HTMLParser
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from graphmem import analyze_onnx
 from graphmem.core.symbolic import SymInt, parse_dim
 from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.errors import GraphmemError
-from graphmem.pipeline.analysis import Analysis, analyze_onnx
+from graphmem.pipeline.analysis import Analysis
+from graphmem.report.html.charts import MAX_HOVER_TARGETS, timeline_chart
 from graphmem.report.html.nodes import MAX_NODE_ROWS
-from graphmem.report.html.page import (
-    MAX_HOVER_TARGETS,
-    PROBE_DIM_VALUE,
-    bytes_quantity,
-    render_html,
-    templates_dir,
-    timeline_chart,
-    write_html,
-)
+from graphmem.report.html.page import render_html, templates_dir, write_html
+from graphmem.report.html.quantity import PROBE_DIM_VALUE, bytes_quantity
+from tests.helpers.html_page import check_page, relu_chain
+from tests.helpers.samples import SAMPLE_MODELS as SAMPLES
 from tests.onnx_builders import custom_op_model
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = sorted((REPO_ROOT / "samples").glob("*.onnx"))
-
 
 # ----- models ---------------------------------------------------------------------------------
 
@@ -71,86 +60,6 @@ def _save(model: onnx.ModelProto, folder: Path, name: str) -> Path:
     return path
 
 
-def relu_chain(node_count: int, name_of: Callable[[int], str] = "relu{}".format) -> onnx.ModelProto:
-    """x[batch, 8] -> MatMul(8x8) -> Relu -> ... -> Relu: `node_count` nodes in a line."""
-    weight = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["t0"], name=name_of(0))]
-    nodes += [helper.make_node("Relu", [f"t{i - 1}"], [f"t{i}"], name=name_of(i))
-              for i in range(1, node_count)]
-    graph = helper.make_graph(
-        nodes, "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info(f"t{node_count - 1}", TensorProto.FLOAT, ["batch", 8])],
-        initializer=[weight],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-# ----- a small checker for the page's structure ----------------------------------------------
-
-_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-         "track", "wbr"}
-# Start tags that a browser's parser lets close an open <p>: inside a <p> they split the text.
-_BLOCKS = {"address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset",
-           "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr",
-           "main", "nav", "ol", "p", "pre", "section", "table", "ul"}
-
-
-class PageChecker(HTMLParser):
-    """Records tags, external references and nesting errors of a page."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.errors: list[str] = []
-        self.tags: dict[str, int] = {}
-        self.references: list[tuple[str, str, str]] = []  # (tag, attribute, value)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._record(tag, attrs)
-        if tag in _BLOCKS and "p" in self.stack:
-            self.errors.append(f"<{tag}> inside <p> at {self.getpos()}")
-        if tag not in _VOID:
-            self.stack.append(tag)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._record(tag, attrs)  # <rect .../> in SVG: opens and closes
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>"
-                               f" at {self.getpos()}")
-            return
-        self.stack.pop()
-
-    def _record(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags[tag] = self.tags.get(tag, 0) + 1
-        for name, value in attrs:
-            if name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
-                self.references.append((tag, name, value or ""))
-            if tag == "link" and name == "rel" and value and "stylesheet" in value:
-                self.errors.append("<link rel=stylesheet>: the CSS must be inline")
-
-
-def check_page(page: str) -> PageChecker:
-    checker = PageChecker()
-    checker.feed(page)
-    checker.close()
-    assert checker.errors == []
-    assert checker.stack == [], f"unclosed tags: {checker.stack}"
-    for tag in ("html", "head", "body", "main", "section", "table", "svg", "details", "style"):
-        assert checker.tags.get(tag, 0) >= 1, f"no <{tag}>"
-    for tag, attribute, value in checker.references:
-        assert not re.match(r"\s*(https?:|//|ftp:|file:)", value, re.IGNORECASE), (
-            f"<{tag} {attribute}={value!r}> would leave the page")
-        assert not (tag == "script" and attribute == "src"), "scripts must be inline"
-    assert "@import" not in page
-    assert not re.search(r"url\(\s*['\"]?\s*(https?:|//)", page), "CSS must not load URLs"
-    return checker
-
-
 def _node_table_rows(page: str) -> int:
     table = page[page.index('id="node-table"'):]
     table = table[: table.index("</table>")]
@@ -177,6 +86,7 @@ def test_missing_templates_are_a_clear_error(
         templates_dir()
 
 
+@pytest.mark.torch
 def test_free_batch_shows_formulas_and_draws_at_batch_64(cnn_path: Path) -> None:
     analysis = analyze_onnx(cnn_path)
     page = render_html(analysis)
@@ -194,6 +104,7 @@ def test_free_batch_shows_formulas_and_draws_at_batch_64(cnn_path: Path) -> None
     assert "On NVIDIA" not in page  # no GPU given
 
 
+@pytest.mark.torch
 def test_bound_batch_on_a_t4_fits(cnn_path: Path) -> None:
     analysis = analyze_onnx(cnn_path, batch=8, gpu="t4")
     page = render_html(analysis)
@@ -208,6 +119,7 @@ def test_bound_batch_on_a_t4_fits(cnn_path: Path) -> None:
     assert "Drawn at" not in page  # every dim is bound: no probe value
 
 
+@pytest.mark.torch
 def test_a_batch_too_large_for_a_t4_does_not_fit(cnn_path: Path) -> None:
     # the peak is about 143 KiB per sample: 200,000 samples are about 27 GiB
     analysis = analyze_onnx(cnn_path, batch=200_000, gpu="t4")
@@ -217,6 +129,7 @@ def test_a_batch_too_large_for_a_t4_does_not_fit(cnn_path: Path) -> None:
     assert "Does not fit." in page and "does not fit on NVIDIA Tesla T4" in page
 
 
+@pytest.mark.torch
 def test_free_batch_on_a_gpu_says_the_fit_depends_on_it(cnn_path: Path) -> None:
     page = render_html(analyze_onnx(cnn_path, gpu="t4"))
     check_page(page)
@@ -236,6 +149,7 @@ def test_an_unsupported_op_is_a_visible_warning(tmp_path: Path) -> None:
     assert "<code>custom</code>" in row and "not counted" in row  # not a silent 0
 
 
+@pytest.mark.torch
 def test_a_supported_model_has_no_warning(cnn_path: Path) -> None:
     assert 'role="alert"' not in render_html(analyze_onnx(cnn_path, batch=1))
 
@@ -249,6 +163,7 @@ def test_names_are_escaped(tmp_path: Path) -> None:
     assert html.escape(hostile) in page
 
 
+@pytest.mark.slow
 def test_large_graph_is_truncated_and_downsampled(tmp_path: Path) -> None:
     node_count = 2 * MAX_HOVER_TARGETS + 500
     page = render_html(analyze_onnx(_save(relu_chain(node_count), tmp_path, "big.onnx")))
@@ -263,6 +178,7 @@ def test_large_graph_is_truncated_and_downsampled(tmp_path: Path) -> None:
     assert "each tooltip covers 3 steps" in page  # ceil(4500 / 2000)
 
 
+@pytest.mark.torch
 def test_write_html(tmp_path: Path, cnn_path: Path) -> None:
     target = tmp_path / "report.html"
     write_html(analyze_onnx(cnn_path, batch=2), target)
@@ -271,6 +187,7 @@ def test_write_html(tmp_path: Path, cnn_path: Path) -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES or [None], ids=lambda p: p.name if p else "none")
 @pytest.mark.parametrize("options", [{}, {"batch": 4, "gpu": "t4"}], ids=["free", "t4"])
+@pytest.mark.slow
 def test_samples(sample: Path | None, options: dict[str, object]) -> None:
     if sample is None:
         pytest.skip("no samples/*.onnx in this checkout")
@@ -297,11 +214,13 @@ def _assert_key_numbers(analysis: Analysis, page: str) -> None:
     "143360*batch + 2472", "2472 + 143360*batch", "batch", "-batch + 4", "2*batch**2*seq - 3",
     "12*batch*seq + 5*seq", "3*batch/2 + 1", "floor(seq/2)*batch + 1",
 ])
-def test_formulas_read_back_like_sympy(formula: str) -> None:
-    expected = SymInt.from_sympy(parse_dim(formula))
-    assert bytes_quantity(formula).text == format_bytes_sym(expected)
-    assert bytes_quantity(formula).probe == expected.evaluate(
-        dict.fromkeys(expected.free_symbols(), PROBE_DIM_VALUE))
+def test_a_formula_is_shown_term_by_term_and_drawn_at_the_probe(formula: str) -> None:
+    # the view formats the results' SymInts (it used to parse the JSON's formula strings back)
+    size = SymInt.from_sympy(parse_dim(formula))
+    shown = bytes_quantity(size)
+    assert shown.text == format_bytes_sym(size)
+    assert shown.probe == size.evaluate(dict.fromkeys(size.free_symbols(), PROBE_DIM_VALUE))
+    assert shown.exact == size.formula()  # the tooltip: the formula as the JSON writes it
 
 
 def test_timeline_of_many_steps_stays_small() -> None:
@@ -311,14 +230,15 @@ def test_timeline_of_many_steps_stays_small() -> None:
     chart = timeline_chart(live, resident_bytes=1000, peak_step=70_000, usable_bytes=None,
                            describe_step=lambda step: f"step {step}")
     points = chart.line_points.split()
-    assert len(points) <= 2 * (chart.right - chart.left)
+    assert len(points) <= 2 * (chart.box.right - chart.box.left)
     top = min(float(p.split(",")[1]) for p in points)
     assert top == pytest.approx(chart.peak_y, abs=0.1)
     assert len(chart.targets) == MAX_HOVER_TARGETS
     assert chart.steps_per_target == 50  # 100,000 / 2,000
     assert any("step 70000" in t.title for t in chart.targets)
     # the peak marker sits over step 70,000 of 100,000
-    assert chart.peak_x == pytest.approx(chart.left + 0.700005 * (chart.right - chart.left))
+    box = chart.box
+    assert chart.peak_x == pytest.approx(box.left + 0.700005 * (box.right - box.left))
 
 
 def test_timeline_draws_the_gpu_line_only_near_the_peak() -> None:
@@ -327,5 +247,6 @@ def test_timeline_draws_the_gpu_line_only_near_the_peak() -> None:
                               describe_step=str)
 
     near, far = chart(60), chart(10**9)
-    assert near.usable_y is not None and near.usable_y < near.peak_y  # above the peak
-    assert far.usable_y is None and "far above" in far.usable_note
+    usable = near.rule("usable")
+    assert usable is not None and usable.y < near.peak_y  # above the peak
+    assert far.rule("usable") is None and "far above" in far.usable_note

@@ -1,0 +1,90 @@
+"""What every command shares: the flag types, the --dim list, the model-kind test, and emit().
+
+One copy each; the boundary checks of paths and numbers are in graphmem/cli/inputs.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from graphmem.cli.inputs import OutputFile, print_written, writing
+from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.spec import is_model_spec
+from graphmem.gate.budgets import SpecError, parse_size
+
+__all__ = ["Output", "argtype", "dims_dict", "emit", "is_model_spec", "parse_dim_binding",
+           "parse_size_bytes", "stderr_console"]
+
+
+def parse_dim_binding(text: str) -> tuple[str, int]:
+    """`batch=8` -> ("batch", 8)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not re.fullmatch(r"-?\d+", value.strip()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=INTEGER, e.g. --dim seq=512")
+    # int() refuses thousands of digits; 21 characters keep the sign and the range check's say
+    return name.strip(), int(value.strip()[:21])
+
+
+def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A parser raising SpecError as an argparse type: its message becomes the usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except SpecError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+# `512MiB`, `1.5GiB`, `800000000` -> bytes (finite, at most 4 EiB)
+parse_size_bytes = argtype(parse_size)
+
+
+def dims_dict(bindings: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """The --dim list as a dict; a dim given twice with two values is an error."""
+    dims: dict[str, int] = {}
+    for name, value in bindings:
+        if dims.get(name, value) != value:
+            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
+        dims[name] = value
+    return dims
+
+
+def stderr_console() -> Console:
+    # emoji=False: a model's names are shown as written (':warning:' stays text)
+    return Console(stderr=True, highlight=False, emoji=False)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A file an output flag writes once the work has succeeded."""
+
+    file: OutputFile | None  # None: not asked for (or `-`, stdout)
+    what: str  # "JSON", "HTML report": how the "written to" line names it
+    write: Callable[[Path], None]
+
+
+def emit(console: Console, render: Callable[[Console], None], outputs: Sequence[Output],
+         stdout_text: Callable[[], str] | None = None) -> None:
+    """`stdout_text` (`--json -`) on stdout, the console moved to stderr; then the terminal
+    rendering; then each output file, one error line if writing fails, and where it went."""
+    if stdout_text is not None:
+        sys.stdout.write(stdout_text())
+        console = stderr_console()
+    render(console)
+    for output in outputs:
+        if output.file is None:
+            continue
+        with writing(output.file):
+            output.write(output.file.path)
+        print_written(console, output.what, output.file)

@@ -1,0 +1,39 @@
+"""What a front end hands the pipeline: the graph, how the model is named, what was noticed.
+
+Both front doors return an ImportedModel (graphmem/frontends/onnx/runtime_inputs.py
+`import_onnx_model`, graphmem/frontends/torch/import_step.py `import_torch`); the pipeline
+(graphmem/pipeline/run.py) binds dims and runs the passes on it. Nothing here imports onnx or
+torch: a front end's own objects travel as opaque fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from graphmem.core.ir import Graph
+
+
+class RuntimeInputs(Protocol):
+    """What onnxruntime sees of an ONNX model (graphmem/frontends/onnx/runtime_inputs.py);
+    graphmem/runtime_models/base.py `OrtGraphSource` is the same contract, seen from there."""
+
+    def plan_shapes(self) -> Mapping[str, object]: ...
+
+    def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
+                  refused_hint: str = "") -> object: ...
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    graph: Graph
+    path: str  # how reports name the model: the file, the `file.py:fn` spec or the class
+    shape_inference: str  # which inference produced the shapes
+    warnings: tuple[str, ...] = ()
+    # the batch of a traced step (the first input's first dim); None for ONNX graphs, whose
+    # batch is a dim the pipeline binds
+    micro_batch: int | None = None
+    # ONNX: what onnxruntime's planner sees (its plan shapes, its optimized graph), produced
+    # on demand from the model file the importer read (graphmem/runtime_models/ uses it)
+    runtime_inputs: RuntimeInputs | None = field(default=None, repr=False, compare=False)

@@ -1,0 +1,288 @@
+"""Building graphmem's IR from an inferred ONNX model: values with their dims as SymInts (the
+model's own dim names), nodes linked through Graph.add_node, module paths where the exporter
+recorded them, control-flow bodies counted conservatively."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+from onnx import AttributeProto, TensorProto
+
+from graphmem.core.ir import AttributeValue, DType, Graph, Node, Phase, Role, Shape, Value
+from graphmem.core.symbolic import SymInt, parse_dim
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.fold import default_opset
+from graphmem.frontends.onnx.read import subgraphs
+
+_DTYPES: dict[int, DType] = {
+    TensorProto.FLOAT: DType.FLOAT32,
+    TensorProto.FLOAT16: DType.FLOAT16,
+    TensorProto.BFLOAT16: DType.BFLOAT16,
+    TensorProto.DOUBLE: DType.FLOAT64,
+    TensorProto.INT64: DType.INT64,
+    TensorProto.INT32: DType.INT32,
+    TensorProto.INT16: DType.INT16,
+    TensorProto.INT8: DType.INT8,
+    TensorProto.UINT64: DType.UINT64,
+    TensorProto.UINT32: DType.UINT32,
+    TensorProto.UINT16: DType.UINT16,
+    TensorProto.UINT8: DType.UINT8,
+    TensorProto.BOOL: DType.BOOL,
+    TensorProto.COMPLEX64: DType.COMPLEX64,
+    TensorProto.COMPLEX128: DType.COMPLEX128,
+    TensorProto.STRING: DType.STRING,
+    TensorProto.FLOAT8E4M3FN: DType.FLOAT8,
+    TensorProto.FLOAT8E4M3FNUZ: DType.FLOAT8,
+    TensorProto.FLOAT8E5M2: DType.FLOAT8,
+    TensorProto.FLOAT8E5M2FNUZ: DType.FLOAT8,
+    TensorProto.INT4: DType.INT4,
+    TensorProto.UINT4: DType.UINT4,
+}
+
+_CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+# BatchNormalization inputs 3 and 4 are running statistics: buffers, not parameters.
+_BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+def build_graph(model: onnx.ModelProto, default_name: str,
+                dim_names: Mapping[str, str]) -> Graph:
+    onnx_graph = model.graph
+    graph = Graph(name=onnx_graph.name or default_name, nodes=[], values={}, inputs=[],
+                  outputs=[], opset=default_opset(model), source_format="onnx")
+    values = graph.values
+    _add_initializers(onnx_graph, values)
+    _add_constant_nodes(onnx_graph, values)
+    reader = _ShapeReader(dim_names)
+    inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
+    value_infos = {v.name: v for v in (*onnx_graph.value_info, *onnx_graph.output)}
+    _add_nodes(graph, onnx_graph, value_infos, reader)
+    graph.inputs = [v for v in inputs if v.role is Role.INPUT]
+    graph.outputs = [_mark_output(values, v) for v in onnx_graph.output]
+    _mark_buffers(graph.nodes)
+    return graph
+
+
+def _add_initializers(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+    for tensor in graph.initializer:
+        dtype = _DTYPES.get(tensor.data_type, DType.UNKNOWN)
+        shape: Shape = tuple(SymInt.const(int(d)) for d in tensor.dims)
+        numel = 1
+        for d in tensor.dims:
+            numel *= int(d)
+        role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
+        values[tensor.name] = Value(tensor.name, dtype, shape, role)
+
+
+def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+    """Constant nodes become constant values (onnxruntime turns them into initializers too)."""
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            dtype, shape = _constant_type(node)
+            values[node.output[0]] = Value(node.output[0], dtype, shape, Role.CONSTANT)
+
+
+def _constant_type(node: onnx.NodeProto) -> tuple[DType, Shape]:
+    attribute = node.attribute[0] if node.attribute else None
+    if attribute is not None and attribute.type == AttributeProto.TENSOR:
+        tensor = attribute.t
+        return _DTYPES.get(tensor.data_type, DType.UNKNOWN), tuple(
+            SymInt.const(int(d)) for d in tensor.dims
+        )
+    if attribute is not None and attribute.name.endswith("s"):  # value_ints, value_floats
+        count = len(onnx.helper.get_attribute_value(attribute))
+        dtype = DType.INT64 if attribute.name == "value_ints" else DType.FLOAT32
+        return dtype, (SymInt.const(count),)
+    is_int = attribute is not None and attribute.name == "value_int"
+    return (DType.INT64 if is_int else DType.FLOAT32), ()
+
+
+def _input_value(info: onnx.ValueInfoProto, values: dict[str, Value],
+                 reader: _ShapeReader) -> Value:
+    if info.name in values:  # IR < 4 lists initializers among the inputs
+        return values[info.name]
+    value = reader.value(info, Role.INPUT)
+    values[info.name] = value
+    return value
+
+
+class _ShapeReader:
+    """Dims of the inferred model as SymInts: the aliases mapped back to the model's dim
+    names, each distinct text parsed once (a large decoder repeats a few texts thousands of
+    times)."""
+
+    def __init__(self, dim_names: Mapping[str, str]) -> None:
+        self.dim_names = dim_names
+        self.parsed: dict[str, SymInt | None] = {}
+
+    def value(self, info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
+        if info is None or not info.type.HasField("tensor_type"):
+            return Value(name or (info.name if info else ""), DType.UNKNOWN, None, role)
+        tensor_type = info.type.tensor_type
+        dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
+        shape = None
+        if tensor_type.HasField("shape"):
+            shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
+        return Value(info.name, dtype, shape, role)
+
+    def dim(self, dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            return SymInt.const(int(dim.dim_value))
+        text = dim.dim_param
+        # `unk__N` is onnxruntime's name for a size it could not infer: an unknown, not a dim.
+        if not text or text.startswith("unk__"):
+            return None
+        if text not in self.parsed:
+            self.parsed[text] = SymInt.from_sympy(parse_dim(text, self.dim_names))
+        return self.parsed[text]
+
+
+def _add_nodes(
+    graph: Graph,
+    proto_graph: onnx.GraphProto,
+    value_infos: dict[str, onnx.ValueInfoProto],
+    reader: _ShapeReader,
+) -> None:
+    values = graph.values
+    used_names: set[str] = set()
+    for index, proto in enumerate(proto_graph.node):
+        if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
+            continue
+        name = _unique_name(proto.name or f"{proto.op_type}_{index}", used_names)
+        node = Node(
+            name=name,
+            op_type=proto.op_type,
+            inputs=[_lookup_input(values, n, name) if n else None for n in proto.input],
+            outputs=[],
+            attributes=_attributes(proto),
+            domain=proto.domain,
+            module_path=module_path_of(proto),
+            phase=Phase.NONE,  # an exported graph is inference (training: training/expand.py)
+        )
+        if proto.op_type in _CONTROL_FLOW_OPS or _has_subgraph(proto):
+            _attach_subgraphs(node, proto, values)
+        for output_name in proto.output:
+            if output_name:
+                node.add_output(_output_value(output_name, values, value_infos, reader))
+        graph.add_node(node)
+
+
+def module_path_of(proto: onnx.NodeProto) -> str:
+    """The PyTorch module a node was exported from, where the exporter recorded it.
+
+    The dynamo exporter writes `pkg.torch.onnx.name_scopes`, e.g. `['', 'layer2',
+    'layer2.2', 'layer2.2.bn1', '_native_batch_norm_...']`: the op's own name last, the full
+    module path before it. The TorchScript exporter names nodes by scope,
+    `/layer2/layer2.2/conv1/Conv`: each scope is an attribute name (`conv1`) or refines the
+    scope before it (`layer2` -> `layer2.2`, `downsample` -> `downsample.0`); the op is last.
+    Other producers: ''.
+    """
+    for prop in proto.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            return _path_from_name_scopes(prop.value)
+    if not proto.name.startswith("/"):
+        return ""
+    parent, previous = "", ""
+    for scope in proto.name.split("/")[1:-1]:
+        if not (previous and scope.startswith(previous + ".")):  # a child, not a refinement
+            parent = f"{parent}.{previous}" if parent and previous else parent or previous
+        previous = scope
+    return f"{parent}.{previous}" if parent and previous else parent or previous
+
+
+def _path_from_name_scopes(text: str) -> str:
+    scopes = [s.strip().strip("'\"") for s in text.strip("[]").split(",")]
+    modules = [s for s in scopes[:-1] if s and not s.startswith("_")]
+    return modules[-1] if modules else ""
+
+
+def _unique_name(name: str, used: set[str]) -> str:
+    candidate, suffix = name, 1
+    while candidate in used:
+        suffix += 1
+        candidate = f"{name}#{suffix}"
+    used.add(candidate)
+    return candidate
+
+
+def _lookup_input(values: dict[str, Value], name: str, node_name: str) -> Value:
+    if name not in values:  # not topologically sorted, or a dangling reference
+        raise GraphmemError(
+            f"node {node_name} reads '{name}' before any node produces it: the graph is not"
+            " topologically sorted or is broken; re-export it or run onnx.checker on it"
+        )
+    return values[name]
+
+
+def _output_value(name: str, values: dict[str, Value],
+                  infos: dict[str, onnx.ValueInfoProto], reader: _ShapeReader) -> Value:
+    value = reader.value(infos.get(name), Role.ACTIVATION, name)
+    values[name] = value
+    return value
+
+
+def _attributes(proto: onnx.NodeProto) -> dict[str, AttributeValue]:
+    result: dict[str, AttributeValue] = {}
+    for attribute in proto.attribute:
+        if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+            continue
+        if attribute.type in (AttributeProto.TENSOR, AttributeProto.SPARSE_TENSOR):
+            continue
+        value = onnx.helper.get_attribute_value(attribute)
+        result[attribute.name] = tuple(value) if isinstance(value, list) else value
+    return result
+
+
+def _has_subgraph(proto: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in proto.attribute)
+
+
+def _attach_subgraphs(node: Node, proto: onnx.NodeProto, values: dict[str, Value]) -> None:
+    """Count a control-flow node's body and make the outer values it reads its inputs.
+
+    The body is not analysed op by op: the node is flagged, and every outer tensor the body
+    reads stays live until the node runs (the conservative, never-too-small choice).
+    """
+    for body in subgraphs(proto):
+        node.subgraph_node_count += _count_nodes(body)
+        for name in sorted(_outer_references(body)):
+            if name in values and values[name] not in node.inputs:
+                node.inputs.append(values[name])
+
+
+def _count_nodes(graph: onnx.GraphProto) -> int:
+    total = len(graph.node)
+    for proto in graph.node:
+        total += sum(_count_nodes(g) for g in subgraphs(proto))
+    return total
+
+
+def _outer_references(graph: onnx.GraphProto) -> set[str]:
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    used: set[str] = set()
+    for proto in graph.node:
+        used.update(n for n in proto.input if n)
+        for body in subgraphs(proto):
+            used |= _outer_references(body)
+        defined.update(proto.output)
+    return used - defined
+
+
+def _mark_output(values: dict[str, Value], info: onnx.ValueInfoProto) -> Value:
+    value = values.get(info.name)
+    if value is None:
+        raise GraphmemError(
+            f"graph output '{info.name}' is produced by no node: the model is broken;"
+            " re-export it or run onnx.checker on it"
+        )
+    if value.role is Role.ACTIVATION:
+        value.role = Role.OUTPUT
+    return value
+
+
+def _mark_buffers(nodes: list[Node]) -> None:
+    for node in nodes:
+        for index in _BUFFER_INPUTS.get(node.op_type, ()):
+            value = node.input(index)
+            if value is not None and value.role is Role.PARAMETER:
+                value.role = Role.BUFFER

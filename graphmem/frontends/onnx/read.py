@@ -1,0 +1,154 @@
+"""Reading an ONNX file: parse the protobuf without the weight bytes, check it, and prepare its
+dims for shape inference.
+
+External data is never read (a missing data file is fine: graphmem/frontends/onnx/untrusted.py
+cuts it off), unnamed dynamic input dims get names so `--dim` can bind them, and every dim
+name is replaced by a safe alias before inference prints expressions over it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto
+
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.untrusted import (
+    check_regular_file,
+    clear_tensor_data,
+    read_model_bytes,
+    strip_external_data,
+    validate_graph,
+)
+
+# Initializer payloads above this size are dropped after loading: only dims and dtype matter,
+# and shape inference copies the model.
+_KEEP_INITIALIZER_BYTES = 64 * 1024
+
+
+def read_model(path: Path) -> onnx.ModelProto:
+    """Parse the model's protobuf, external data cut off (never read: untrusted.py) and the
+    graph validated; bad files get one clear error."""
+    _check_path(path)
+    data = read_model_bytes(path)
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
+        raise GraphmemError(
+            f"'{path}' is not a valid ONNX model ({first_line(error)}); the file may be"
+            " truncated or of another format: re-export it with torch.onnx.export"
+        ) from None
+    del data  # the parsed copy is all that is kept
+    if not model.opset_import or not model.graph.node:
+        raise GraphmemError(
+            f"'{path}' holds no ONNX graph (no opset or no nodes): pass an exported .onnx model"
+        )
+    if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
+                            " memory to analyze; pass the exported model itself")
+    strip_external_data(model)
+    validate_graph(model)
+    _drop_large_payloads(model.graph)
+    return model
+
+
+def _check_path(path: Path) -> None:
+    """The path names a regular file of a size protobuf can parse (checked again on the open
+    file by read_model_bytes)."""
+    if not path.exists():
+        raise GraphmemError(f"no such file '{path}': check the path to the .onnx model")
+    check_regular_file(path, path.stat())
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _drop_large_payloads(graph: onnx.GraphProto) -> None:
+    """Large initializers become data-less (unknown-valued), raw or typed data alike."""
+    for tensor in graph.initializer:
+        if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
+            clear_tensor_data(tensor)
+
+
+def name_dynamic_input_dims(graph: onnx.GraphProto) -> None:
+    """Give every unnamed dynamic input dim a name (`input_ids_d0`) so `--dim` can bind it."""
+    initializer_names = {t.name for t in graph.initializer}
+    for value in graph.input:
+        if value.name in initializer_names or not value.type.HasField("tensor_type"):
+            continue
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            continue
+        for index, dim in enumerate(tensor_type.shape.dim):
+            if not dim.HasField("dim_value") and not dim.dim_param:
+                dim.dim_param = f"{_identifier(value.name)}_d{index}"
+
+
+def fix_input_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
+    for value in graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in dims:
+                dim.dim_value = dims[dim.dim_param]
+
+
+_ALIAS_PREFIX = "gm__dim"
+
+
+def alias_dim_params(graph: onnx.GraphProto) -> dict[str, str]:
+    """Rename every dim_param (subgraphs included) to a safe identifier `gm__dimN`, in place;
+    returns alias -> the model's name.
+
+    A model's dim names are untrusted text: the shape inference engines print expressions
+    over them (`2*<name>`) that graphmem parses back (core/dim_parser.py). With safe aliases the
+    only identifiers in those expressions are graphmem's own, and the model's names are
+    put back as symbol names, never parsed.
+    """
+    aliases: dict[str, str] = {}
+    for dim in _declared_dims(graph):
+        if dim.dim_param:
+            alias = aliases.setdefault(dim.dim_param, f"{_ALIAS_PREFIX}{len(aliases)}")
+            dim.dim_param = alias
+    return {alias: name for name, alias in aliases.items()}
+
+
+def _declared_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
+    dims: list[onnx.TensorShapeProto.Dimension] = []
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        dims.extend(_type_dims(info.type))
+    for node in graph.node:
+        for body in subgraphs(node):
+            dims.extend(_declared_dims(body))
+    return dims
+
+
+def _type_dims(type_proto: onnx.TypeProto) -> list[onnx.TensorShapeProto.Dimension]:
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type" and type_proto.tensor_type.HasField("shape"):
+        return list(type_proto.tensor_type.shape.dim)
+    if kind == "sequence_type":
+        return _type_dims(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _type_dims(type_proto.optional_type.elem_type)
+    return []
+
+
+def _identifier(name: str) -> str:
+    text = re.sub(r"\W", "_", name)
+    return text if text and not text[0].isdigit() else f"v_{text}"
+
+
+def subgraphs(proto: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The bodies of a control-flow node (If branches, Loop and Scan bodies)."""
+    graphs: list[onnx.GraphProto] = []
+    for attribute in proto.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            graphs.append(attribute.g)
+        elif attribute.type == AttributeProto.GRAPHS:
+            graphs.extend(attribute.graphs)
+    return graphs

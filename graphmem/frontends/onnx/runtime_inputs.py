@@ -1,0 +1,61 @@
+"""The ONNX front door, and what it gives the onnxruntime runtime models.
+
+`import_onnx_model(path)` imports the graph (graphmem/frontends/onnx/importer.py) and returns
+it with an OnnxRuntimeInputs: the shapes onnxruntime's allocation planner sees
+(ort_plan_shapes.py) and the graph onnxruntime optimizes (ort_optimized.py), each made on
+demand from the model file, read as the importer reads it (external data cut off: never the
+weights), at most once per import. graphmem/runtime_models/ never opens a file: it asks this
+object (it satisfies runtime_models/base.py `OrtGraphSource`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+import onnx
+
+from graphmem.errors import GraphmemError
+from graphmem.frontends.imported import ImportedModel
+from graphmem.frontends.onnx.importer import import_onnx, read_model
+from graphmem.frontends.onnx.ort_optimized import (
+    OptimizationRefused,
+    OptimizedGraph,
+    optimized_graph,
+)
+from graphmem.frontends.onnx.ort_plan_shapes import PlanShape, ort_plan_shapes
+
+
+def import_onnx_model(path: str | Path, input_dims: Mapping[str, int] | None = None
+                      ) -> ImportedModel:
+    """The model's graph; `input_dims` fixes named input dims before shape inference."""
+    imported = import_onnx(path, input_dims=input_dims)
+    return ImportedModel(imported.graph, str(path), imported.shape_inference,
+                         tuple(imported.warnings), runtime_inputs=OnnxRuntimeInputs(Path(path)))
+
+
+class OnnxRuntimeInputs:
+    """onnxruntime's view of one ONNX file, from its protobuf (read once, when first asked)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @cached_property
+    def model(self) -> onnx.ModelProto:
+        return read_model(self.path)
+
+    def plan_shapes(self) -> dict[str, PlanShape | None]:
+        """Every tensor's shape as onnxruntime's planner sees it, by value name."""
+        return ort_plan_shapes(self.model)
+
+    def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
+                  refused_hint: str = "") -> OptimizedGraph | str:
+        """onnxruntime's optimized graph at `level`, or why the graph as written is planned
+        instead (`refused_hint` follows a refusal: a model above `max_initializer_bytes`)."""
+        try:
+            return optimized_graph(self.model, level, dims, max_initializer_bytes)
+        except OptimizationRefused as refused:
+            return f"{refused}{refused_hint}"
+        except GraphmemError as error:  # the saved graph did not import: plan the file's
+            return f"not optimized offline ({error}); planned the graph as written"

@@ -1,0 +1,75 @@
+"""The PyTorch front door: a model and its example inputs traced into graphmem's IR.
+
+`import_torch` traces one step with fake tensors (graphmem/frontends/torch/trace.py: no weight
+is read) and converts it (fx_convert.py). The torch-specific rewrites a Request asks for are
+applied while tracing and undone after: modules run under activation checkpointing
+(checkpoint.py) and FC heads replaced by pooling (rewrites.py). The pipeline
+(graphmem/pipeline/run.py) does the rest; nothing here knows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from graphmem.core.conventions import TrainingOptions
+from graphmem.errors import GraphmemError
+from graphmem.frontends.imported import ImportedModel
+from graphmem.frontends.torch.checkpoint import checkpointed
+from graphmem.frontends.torch.fx_convert import graph_from_trace
+from graphmem.frontends.torch.loader import TensorSpec, parse_tensor_spec
+from graphmem.frontends.torch.rewrites import pooled_head
+from graphmem.frontends.torch.trace import trace_model
+
+# an example input: a TensorSpec, a tensor (only its shape and dtype are used), a
+# "32x3x224x224:float32" string or a shape tuple (float32)
+InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...]
+
+
+def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
+                 training: TrainingOptions | None = None,
+                 pooled_heads: Sequence[tuple[str, int]] = ()) -> ImportedModel:
+    """The traced step (`training` None: inference); `pooled_heads`: (module path, flattened
+    positions) of FC layers traced with global average pooling first."""
+    specs = tensor_specs(inputs)
+    with contextlib.ExitStack() as rewrites:
+        for path, positions in pooled_heads:
+            rewrites.enter_context(pooled_head(module, path, positions))
+        if training is not None and training.checkpoints:
+            rewrites.enter_context(checkpointed(module, training.checkpoints))
+        traced = trace_model(module, specs, training)
+    graph = graph_from_trace(traced, type(module).__name__)
+    if not graph.nodes:
+        raise GraphmemError(
+            f"{label}: its forward computes no tensor from the inputs (it returns None, a"
+            " number or an input unchanged): graphmem analyzes the ops a model runs")
+    micro_batch = specs[0].shape[0] if specs[0].shape else None
+    return ImportedModel(graph, label, "torch fake tensors", tuple(traced.notes), micro_batch)
+
+
+def tensor_specs(inputs: Sequence[InputLike]) -> list[TensorSpec]:
+    specs = [_as_spec(item) for item in inputs]
+    if not specs:
+        raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
+    return specs
+
+
+def with_batch(inputs: Sequence[InputLike], batch: int) -> list[TensorSpec]:
+    """Every input whose first dim is the batch (the first input's) at `batch` instead."""
+    specs = tensor_specs(inputs)
+    old = specs[0].shape[0]
+    return [TensorSpec((batch, *s.shape[1:]), s.dtype) if s.shape and s.shape[0] == old else s
+            for s in specs]
+
+
+def _as_spec(item: InputLike) -> TensorSpec:
+    if isinstance(item, TensorSpec):
+        return item
+    if isinstance(item, torch.Tensor):
+        return TensorSpec(tuple(item.shape), item.dtype)
+    if isinstance(item, str):
+        return parse_tensor_spec(item)
+    return TensorSpec(tuple(int(d) for d in item), torch.float32)

@@ -1,0 +1,194 @@
+"""aten ops, the nodes of a traced PyTorch step: the ONNX op each one computes, and its FLOPs.
+
+A traced node's op type is `aten.<packet>.<overload>` in domain "aten"; graphmem names it by
+its overload packet (`op_name`: `aten.addmm.default` -> `addmm`). This module
+- maps packets to the canonical ONNX op of the same math (`addmm` -> Gemm,
+  `native_layer_norm` -> LayerNormalization) and registers each with that op's traits, so a
+  pass asks `traits_of(node)` and gets the same answer in both vocabularies. aten-only traits
+  are added here: PyTorch's in-place form (`relu_`), and being one (`relu_`, `add_`);
+- holds the torch path's FLOPs conventions as tables. Every number in them is a family's
+  constant, imported (never retyped): graphmem/frontends/torch/costs.py applies them to the
+  traced shapes, after PyTorch's own FlopCounterMode formulas (contractions, attention).
+
+No torch here: only the front end imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from graphmem.ops.elementwise import PRIMITIVE_FLOPS
+from graphmem.ops.movement import SCATTER_ADD_FLOPS
+from graphmem.ops.normalization import (
+    AFFINE_FLOPS,
+    BATCH_NORM_INFERENCE_FLOPS,
+    LOG_SOFTMAX_FLOPS_PER_ELEMENT,
+    NORM_BACKWARD_FLOPS,
+    NORMALIZE_FLOPS,
+    RMS_NORMALIZE_FLOPS,
+    SOFTMAX_BACKWARD_FLOPS,
+    SOFTMAX_FLOPS_PER_ELEMENT,
+    STATISTICS_FLOPS,
+)
+from graphmem.ops.pooling import WINDOW_ELEMENT_FLOPS
+from graphmem.ops.reduction import FLOPS_PER_INPUT_ELEMENT
+from graphmem.ops.registry import (
+    ATEN_DOMAIN,
+    find_spec,
+    register_canonical,
+    register_traits,
+)
+from graphmem.ops.training import NLL_FLOPS_PER_ROW
+from graphmem.ops.traits import Traits
+
+# ----- aten packet -> the ONNX op of the same math --------------------------------------------
+CANONICAL: dict[str, str] = {
+    # contractions (FlopCounterMode prices those that reach a trace; linear, matmul and
+    # conv2d are composite: a trace holds the mm/addmm/bmm/convolution they become)
+    "mm": "MatMul", "bmm": "MatMul", "matmul": "MatMul", "baddbmm": "MatMul",
+    "addbmm": "MatMul", "addmm": "Gemm", "linear": "Gemm",
+    "convolution": "Conv", "_convolution": "Conv", "conv1d": "Conv", "conv2d": "Conv",
+    "conv3d": "Conv", "conv_transpose1d": "ConvTranspose", "conv_transpose2d": "ConvTranspose",
+    "conv_transpose3d": "ConvTranspose",
+    # views and reshapes
+    "view": "Reshape", "_unsafe_view": "Reshape", "reshape": "Reshape", "flatten": "Flatten",
+    "squeeze": "Squeeze", "unsqueeze": "Unsqueeze", "permute": "Transpose",
+    "transpose": "Transpose", "t": "Transpose", "expand": "Expand", "slice": "Slice",
+    "split": "Split", "split_with_sizes": "Split",
+    # an embedding reads rows of its weight
+    "embedding": "Gather",
+    # elementwise
+    "relu": "Relu", "leaky_relu": "LeakyRelu", "elu": "Elu", "sigmoid": "Sigmoid",
+    "tanh": "Tanh", "hardsigmoid": "HardSigmoid", "hardswish": "HardSwish", "silu": "Swish",
+    "gelu": "Gelu", "hardtanh": "Clip", "relu6": "Clip", "clamp": "Clip", "clamp_min": "Clip",
+    "clamp_max": "Clip", "add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "neg": "Neg",
+    "exp": "Exp", "log": "Log", "pow": "Pow", "sqrt": "Sqrt", "abs": "Abs", "where": "Where",
+    "softplus": "Softplus",
+    # normalizations and softmax
+    "_softmax": "Softmax", "_log_softmax": "LogSoftmax",
+    "native_layer_norm": "LayerNormalization", "native_group_norm": "GroupNormalization",
+    "native_batch_norm": "BatchNormalization", "_native_batch_norm_legit": "BatchNormalization",
+    "_native_batch_norm_legit_no_training": "BatchNormalization",
+    "_fused_rms_norm": "RMSNormalization",
+    # reductions and pools
+    "sum": "ReduceSum", "mean": "ReduceMean", "amax": "ReduceMax", "amin": "ReduceMin",
+    "max": "ReduceMax", "min": "ReduceMin", "prod": "ReduceProd", "argmax": "ArgMax",
+    "argmin": "ArgMin", "cumsum": "CumSum", "logsumexp": "ReduceLogSumExp",
+    "norm": "ReduceL2", "linalg_vector_norm": "ReduceL2",
+    "max_pool1d": "MaxPool", "max_pool2d": "MaxPool", "max_pool2d_with_indices": "MaxPool",
+    "max_pool3d_with_indices": "MaxPool", "avg_pool1d": "AveragePool",
+    "avg_pool2d": "AveragePool", "avg_pool3d": "AveragePool",
+    "_adaptive_avg_pool2d": "GlobalAveragePool", "adaptive_avg_pool3d": "GlobalAveragePool",
+    # the loss
+    "nll_loss_forward": "NegativeLogLikelihoodLoss",
+}
+# Packets with an in-place form `<packet>_` a model could call instead (F.relu(x, inplace=True))
+INPLACE_FORMS = frozenset({
+    "relu", "relu6", "hardtanh", "leaky_relu", "elu", "silu", "hardswish", "hardsigmoid",
+    "sigmoid", "tanh", "clamp", "clamp_min", "clamp_max", "add", "sub", "mul", "div", "neg",
+    "exp",
+})
+# what the aten op does not share with its canonical ONNX op: its own in-place form
+_OWN_TRAITS = frozenset({"inplace_variant", "is_inplace"})
+
+
+# ----- the torch path's FLOPs conventions -----------------------------------------------------
+@dataclass(frozen=True)
+class PerElement:
+    """`flops` per element of one argument: `argument` (a positional index), or None for the
+    first tensor argument; `if_training` more when the bool at `training_argument` is true."""
+
+    flops: int
+    argument: int | None = None
+    if_training: int = 0
+    training_argument: int | None = None
+
+
+_REDUCE = FLOPS_PER_INPUT_ELEMENT
+_AFFINE_NORMALIZE = NORMALIZE_FLOPS + 2 * AFFINE_FLOPS  # weight and bias: 7
+PER_ELEMENT: dict[str, PerElement] = {
+    "sum": PerElement(_REDUCE["ReduceSum"]), "mean": PerElement(_REDUCE["ReduceMean"]),
+    "amax": PerElement(_REDUCE["ReduceMax"]), "amin": PerElement(_REDUCE["ReduceMin"]),
+    "max": PerElement(_REDUCE["ReduceMax"]), "min": PerElement(_REDUCE["ReduceMin"]),
+    "prod": PerElement(_REDUCE["ReduceProd"]), "argmax": PerElement(_REDUCE["ArgMax"]),
+    "argmin": PerElement(_REDUCE["ArgMin"]), "cumsum": PerElement(_REDUCE["CumSum"]),
+    "logsumexp": PerElement(_REDUCE["ReduceLogSumExp"]),
+    "norm": PerElement(_REDUCE["ReduceL2"]), "linalg_vector_norm": PerElement(_REDUCE["ReduceL2"]),
+    "_adaptive_avg_pool2d": PerElement(_REDUCE["GlobalAveragePool"]),
+    "adaptive_avg_pool3d": PerElement(_REDUCE["GlobalAveragePool"]),
+    # a row's mean and variance: sum x, x - mean, square, sum of squares
+    "var": PerElement(STATISTICS_FLOPS), "std": PerElement(STATISTICS_FLOPS),
+    "var_mean": PerElement(STATISTICS_FLOPS),
+    "_softmax": PerElement(SOFTMAX_FLOPS_PER_ELEMENT),
+    "_log_softmax": PerElement(LOG_SOFTMAX_FLOPS_PER_ELEMENT),
+    "_softmax_backward_data": PerElement(SOFTMAX_BACKWARD_FLOPS),
+    "_log_softmax_backward_data": PerElement(SOFTMAX_BACKWARD_FLOPS),
+    "native_layer_norm": PerElement(_AFFINE_NORMALIZE),
+    "native_group_norm": PerElement(_AFFINE_NORMALIZE),
+    "_fused_rms_norm": PerElement(RMS_NORMALIZE_FLOPS + AFFINE_FLOPS),
+    # the folded multiply-add; in training mode the batch statistics first, as the ONNX rule
+    # native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)
+    "native_batch_norm": PerElement(BATCH_NORM_INFERENCE_FLOPS, if_training=STATISTICS_FLOPS,
+                                    training_argument=5),
+    "_native_batch_norm_legit": PerElement(BATCH_NORM_INFERENCE_FLOPS,
+                                           if_training=STATISTICS_FLOPS, training_argument=5),
+    "_native_batch_norm_legit_no_training": PerElement(BATCH_NORM_INFERENCE_FLOPS),
+    "native_layer_norm_backward": PerElement(NORM_BACKWARD_FLOPS),
+    "native_batch_norm_backward": PerElement(NORM_BACKWARD_FLOPS),
+    "native_group_norm_backward": PerElement(NORM_BACKWARD_FLOPS),
+    # nll_loss_forward(self, target, ...), nll_loss_backward(grad, self, target, ...): one
+    # pick per target, as the ONNX NegativeLogLikelihoodLoss
+    "nll_loss_forward": PerElement(NLL_FLOPS_PER_ROW, argument=1),
+    "nll_loss_backward": PerElement(NLL_FLOPS_PER_ROW, argument=2),
+    "embedding_dense_backward": PerElement(SCATTER_ADD_FLOPS),
+}
+# Window pools: per output element, this many FLOPs per window element (ONNX MaxPool's and
+# AveragePool's); kernel_size is argument 1, the spatial dims are in the name
+WINDOW_POOLS: dict[str, int] = dict.fromkeys(
+    ("max_pool1d", "max_pool2d", "max_pool2d_with_indices", "max_pool3d_with_indices",
+     "avg_pool1d", "avg_pool2d", "avg_pool3d"), WINDOW_ELEMENT_FLOPS)
+# aten's `pointwise` tag: simple arithmetic, one primitive per output element
+POINTWISE_FLOPS = PRIMITIVE_FLOPS
+# elementwise ops PyTorch does not tag `pointwise`, counted as the tagged ones
+POINTWISE_UNTAGGED = frozenset({"hardswish", "hardswish_"})
+# Contractions FlopCounterMode has no formula for, priced by another op's formula: addbmm is
+# baddbmm's batched product, summed over the batch (the sum is O(outputs), not counted)
+SAME_CONTRACTION = {"addbmm": "baddbmm"}
+# a `_foreach_*` op: one elementwise op over every tensor of its first argument
+FOREACH_FLOPS = PRIMITIVE_FLOPS
+# Ops that only move or make bytes: 0 FLOPs
+NO_ARITHMETIC = frozenset({
+    "_to_copy", "clone", "copy", "copy_", "contiguous", "empty", "empty_like", "empty_strided",
+    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor", "arange",
+    "lift_fresh_copy", "new_empty", "new_zeros", "new_ones", "new_full", "embedding", "index",
+    "index_select", "gather", "scatter", "slice_scatter", "select_scatter", "cat", "stack",
+    "constant_pad_nd", "repeat", "index_put", "index_put_", "masked_fill", "tril", "triu",
+    "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
+    "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
+    "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",
+})
+
+
+# ----- registration ---------------------------------------------------------------------------
+def _shared_traits(canonical: str) -> dict[str, object]:
+    """The canonical op's traits that hold for the aten op too (all but the in-place ones)."""
+    spec = find_spec(canonical)
+    traits = spec.traits if spec is not None else Traits()
+    default = Traits()
+    return {f.name: getattr(traits, f.name) for f in fields(Traits)
+            if f.name not in _OWN_TRAITS and getattr(traits, f.name) != getattr(default, f.name)}
+
+
+def _register() -> None:
+    for packet, canonical in CANONICAL.items():
+        register_canonical(packet, canonical)
+        shared = _shared_traits(canonical)
+        own = {"inplace_variant": f"{packet}_"} if packet in INPLACE_FORMS else {}
+        register_traits(packet, domain=ATEN_DOMAIN, **shared, **own)
+    for packet in sorted(INPLACE_FORMS):  # relu_, add_: they write their input 0
+        register_canonical(f"{packet}_", CANONICAL[packet])
+        register_traits(f"{packet}_", domain=ATEN_DOMAIN, is_inplace=True,
+                        commutative=bool(_shared_traits(CANONICAL[packet]).get("commutative")))
+
+
+_register()

@@ -1,0 +1,443 @@
+"""A graph's activation buffers, and what each step of an order allocates and frees: the one
+memory-event sweep every peak, timeline and allocator replay in graphmem comes from.
+
+Conventions (graphmem/passes/liveness.py states them in the report):
+- a buffer is the storage of a non-resident tensor a node makes; views and in-place results
+  (`Value.alias_of`, or the aliases a what-if gives) share their base's buffer and allocate
+  nothing;
+- it is allocated when the node that makes it runs and freed after the last node that keeps
+  it alive: every node that reads or writes it (through any alias), its producer (an output
+  no node reads dies at once) and the node after which the framework drops it
+  (`Value.held_until`);
+- graph outputs are never freed; residents (inputs, parameters, buffers, constants) are a
+  constant floor under every step.
+
+For an order, `step_events` finds every buffer's last use in one reverse walk over the steps
+(as torch.fx's interpreter does): walking back from the end, the first step that meets a
+buffer is its last use. `live_profile` (integers) and `symbolic_profile` (polynomials in the
+free dims, optionally split into groups such as roles) sweep those events forward.
+
+`MemoryModel` is the integer form the schedulers and the arena planner search on. Its
+dependencies are the data edges, plus order edges that keep a node which makes a view or an
+in-place result of a storage in its model-order place among the other nodes touching that
+storage (an in-place write must not move past a read of the old contents). ONNX graphs have no
+aliases, so there only data edges constrain the order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Protocol
+
+from graphmem.core.evaluate import evaluate
+from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
+from graphmem.core.symbolic import Coefficient, Monomial, SymInt, symint_max
+
+# Free dims are given this value when a plan needs numbers (the same probe liveness uses to
+# pick one peak step among candidates that depend on free dims).
+PROBE_DIM_VALUE = 64
+
+Aliases = Mapping[Value, Value]  # value -> the value whose storage it shares (a what-if)
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """A graph's activation storages and the nodes that keep each alive (node indices are the
+    model order; no sizes, so one Buffers serves any sizes and any order)."""
+
+    nodes: tuple[Node, ...]
+    storages: tuple[Value, ...]  # buffer -> the value that owns its storage
+    producer: tuple[int, ...]  # buffer -> the node that allocates it
+    allocates: tuple[tuple[int, ...], ...]  # node -> buffers it allocates
+    uses: tuple[tuple[int, ...], ...]  # node -> buffers it keeps alive (distinct)
+    touches: tuple[tuple[int, ...], ...]  # node -> buffers it reads or writes: its working set
+    pinned: tuple[bool, ...]  # buffer -> a graph output: never freed
+    residents: tuple[Value, ...]  # resident tensors owning their storage, in graph order
+
+    def steps(self, order: Sequence[Node]) -> list[int]:
+        """Node indices of `order`, a permutation of the graph's nodes."""
+        index = {node: i for i, node in enumerate(self.nodes)}
+        try:
+            return [index[node] for node in order]
+        except KeyError as missing:
+            raise ValueError(f"{missing.args[0].describe()} is not a node of the graph") from None
+
+
+def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
+    """The buffers of `graph`; `aliases` overrides `Value.alias_of` (a what-if, no mutation)."""
+    nodes = tuple(graph.nodes)
+    buffer_of: dict[Value, int] = {}
+    producer: list[int] = []
+    allocates: list[tuple[int, ...]] = []
+    for i, node in enumerate(nodes):
+        made = []
+        for value in node.outputs:
+            if _base(value, aliases) is None and value.role not in RESIDENT_ROLES \
+                    and value not in buffer_of:
+                buffer_of[value] = len(producer)
+                made.append(len(producer))
+                producer.append(i)
+        allocates.append(tuple(made))
+    uses, touches = _uses(nodes, buffer_of, aliases)
+    pinned = [False] * len(producer)
+    for value in graph.outputs:
+        buffer = buffer_of.get(storage_of(value, aliases))
+        if buffer is not None:
+            pinned[buffer] = True
+    residents = tuple(v for v in graph.values.values()
+                      if v.role in RESIDENT_ROLES and _base(v, aliases) is None)
+    return Buffers(nodes, tuple(buffer_of), tuple(producer), tuple(allocates), uses, touches,
+                   tuple(pinned), residents)
+
+
+IndexLists = tuple[tuple[int, ...], ...]
+
+
+def _uses(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int],
+          aliases: Aliases | None) -> tuple[IndexLists, IndexLists]:
+    """(node -> buffers it keeps alive, node -> buffers it reads or writes)."""
+    index = {node: i for i, node in enumerate(nodes)}
+    uses: list[dict[int, None]] = [{} for _ in nodes]
+    touches: list[tuple[int, ...]] = []
+    for i, node in enumerate(nodes):
+        touched: dict[int, None] = {}
+        for value in (*node.present_inputs, *node.outputs):
+            buffer = buffer_of.get(storage_of(value, aliases))
+            if buffer is None:
+                continue
+            touched[buffer] = None
+            uses[i][buffer] = None
+            holder = index.get(value.held_until) if value.held_until is not None else None
+            if holder is not None:
+                uses[holder][buffer] = None
+        touches.append(tuple(touched))
+    return tuple(tuple(u) for u in uses), tuple(touches)
+
+
+def _base(value: Value, aliases: Aliases | None) -> Value | None:
+    return aliases.get(value, value.alias_of) if aliases else value.alias_of
+
+
+def storage_of(value: Value, aliases: Aliases | None = None) -> Value:
+    """The value owning `value`'s memory, following `aliases` before `Value.alias_of`."""
+    if not aliases:
+        return value.storage
+    base = _base(value, aliases)
+    while base is not None:
+        value, base = base, _base(base, aliases)
+    return value
+
+
+# ----- the events and the sweeps ---------------------------------------------------------------
+class BufferUses(Protocol):
+    @property
+    def uses(self) -> tuple[tuple[int, ...], ...]: ...
+
+    @property
+    def pinned(self) -> tuple[bool, ...]: ...
+
+
+@dataclass(frozen=True)
+class StepEvents:
+    """What an order frees: each step allocates what its node makes, then frees these."""
+
+    order: tuple[int, ...]  # the node run at each step
+    frees: tuple[tuple[int, ...], ...]  # step -> buffers freed after it (their last use)
+    last_step: tuple[int, ...]  # buffer -> the step of its last use (the end if pinned)
+
+
+def step_events(model: BufferUses, order: Sequence[int]) -> StepEvents:
+    """The frees of running `order` (node indices), from one reverse walk of last uses."""
+    order = tuple(order)
+    pinned, uses = model.pinned, model.uses
+    end = len(order) - 1
+    last_step = [end if keep else -1 for keep in pinned]
+    frees: list[tuple[int, ...]] = [()] * len(order)
+    for step in range(end, -1, -1):
+        freed = []
+        for buffer in uses[order[step]]:
+            if last_step[buffer] < 0:
+                last_step[buffer] = step
+                freed.append(buffer)
+        if freed:
+            frees[step] = tuple(freed)
+    return StepEvents(order, tuple(frees), tuple(last_step))
+
+
+def live_profile(model: MemoryModel, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Live bytes (residents included) during each step of `order` and after it."""
+    events = step_events(model, order)
+    sizes, alloc = model.buffer_bytes, model.alloc_bytes
+    live = model.resident_bytes
+    during: list[int] = []
+    after: list[int] = []
+    for node, freed in zip(events.order, events.frees, strict=True):
+        live += alloc[node]
+        during.append(live)
+        for buffer in freed:
+            live -= sizes[buffer]
+        after.append(live)
+    return during, after
+
+
+Terms = tuple[tuple[Monomial, Coefficient], ...]
+
+
+def symbolic_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
+                     events: StepEvents, start: Sequence[SymInt],
+                     groups: Sequence[int] | None = None) -> list[tuple[SymInt, ...]]:
+    """Live bytes during each step as polynomials, one per group (`groups`: buffer -> its
+    group, e.g. a role; None: one group), each starting from `start[group]`."""
+    live = [dict(s.terms()) for s in start]
+    steps: list[tuple[SymInt, ...]] = []
+    for node, freed in zip(events.order, events.frees, strict=True):
+        for buffer in allocates[node]:
+            group = live[groups[buffer] if groups is not None else 0]
+            for monomial, coefficient in sizes[buffer]:
+                group[monomial] = group.get(monomial, 0) + coefficient
+        steps.append(tuple(SymInt(group) for group in live))
+        for buffer in freed:
+            group = live[groups[buffer] if groups is not None else 0]
+            for monomial, coefficient in sizes[buffer]:
+                group[monomial] -= coefficient
+    return steps
+
+
+def size_terms(size: SymInt | None) -> Terms:
+    return tuple((size or SymInt()).terms().items())
+
+
+@dataclass(frozen=True)
+class MemorySweep:
+    """One order's events with the sizes they are swept at: what liveness sweeps, kept (small:
+    no use lists) so that other views of the same sweep, the role timeline, need no second
+    walk."""
+
+    nodes: tuple[Node, ...]  # the graph's nodes, model order
+    storages: tuple[Value, ...]  # buffer -> the value owning it
+    allocates: tuple[tuple[int, ...], ...]  # node -> buffers it allocates
+    residents: tuple[Value, ...]
+    events: StepEvents
+    buffer_sizes: tuple[SymInt, ...]  # buffer -> bytes (unknown sizes: 0)
+    resident_sizes: tuple[SymInt, ...]  # per resident
+
+    @property
+    def order(self) -> list[Node]:
+        """The nodes in the swept order."""
+        return [self.nodes[i] for i in self.events.order]
+
+    def profile(self, start: Sequence[SymInt],
+                groups: Sequence[int] | None = None) -> list[tuple[SymInt, ...]]:
+        terms = [size_terms(size) for size in self.buffer_sizes]
+        return symbolic_profile(self.allocates, terms, self.events, start, groups)
+
+
+def sweep_buffers(buffers: Buffers, sizes: Mapping[str, SymInt | None],
+                  order: Sequence[Node] | None = None) -> MemorySweep:
+    """The events of running `order` (default: the model's order), `sizes` by value name."""
+    steps = buffers.steps(order) if order is not None else range(len(buffers.nodes))
+    return MemorySweep(buffers.nodes, buffers.storages, buffers.allocates, buffers.residents,
+                       step_events(buffers, steps),
+                       tuple(sizes.get(v.name) or SymInt() for v in buffers.storages),
+                       tuple(sizes.get(v.name) or SymInt() for v in buffers.residents))
+
+
+# ----- the integer model ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryModel:
+    """Integer view of a graph's activations over its nodes (indices are model order)."""
+
+    node_names: tuple[str, ...]
+    resident_bytes: int
+    buffer_names: tuple[str, ...]
+    buffer_bytes: tuple[int, ...]
+    producer: tuple[int, ...]  # buffer -> the node that allocates it
+    users: tuple[tuple[int, ...], ...]  # buffer -> nodes that keep it alive (producer included)
+    pinned: tuple[bool, ...]  # buffer -> a graph output: never freed
+    allocates: tuple[tuple[int, ...], ...]  # node -> buffers it allocates
+    uses: tuple[tuple[int, ...], ...]  # node -> buffers it keeps alive (distinct)
+    predecessors: tuple[tuple[int, ...], ...]  # node -> nodes that must run before it
+    dims: dict[str, int]  # the dim values the sizes were evaluated at
+    # residents + the largest node's own inputs and outputs: no order peaks lower
+    lower_bound_bytes: int = 0
+    resident_names: tuple[str, ...] = ()
+
+    @property
+    def node_count(self) -> int:
+        return len(self.node_names)
+
+    @cached_property
+    def alloc_bytes(self) -> list[int]:
+        """Bytes each node allocates (read only: computed once per model)."""
+        sizes = self.buffer_bytes
+        return [sum(sizes[b] for b in buffers) for buffers in self.allocates]
+
+    def successors(self) -> list[list[int]]:
+        result: list[list[int]] = [[] for _ in self.node_names]
+        for node, preds in enumerate(self.predecessors):
+            for pred in preds:
+                result[pred].append(node)
+        return result
+
+
+def plan_dims(graph: Graph, bound: Mapping[str, int],
+              free: frozenset[str] | None = None) -> dict[str, int]:
+    """The bound dims, and every free dim of the graph (`free`, if known) at the probe."""
+    dims = {name: PROBE_DIM_VALUE for name in (graph.free_dims() if free is None else free)}
+    dims.update(bound)
+    return dims
+
+
+def build_memory_model(
+    graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]
+) -> MemoryModel:
+    """The integer model of `graph` with every size evaluated at `dims` (all dims bound)."""
+    buffers = find_buffers(graph)
+    nbytes = [_bytes(v, sizes, dims) for v in buffers.storages]
+    users: list[list[int]] = [[] for _ in buffers.storages]
+    for node, kept in enumerate(buffers.uses):
+        for buffer in kept:
+            users[buffer].append(node)
+    resident_bytes = sum(_bytes(v, sizes, dims) for v in buffers.residents)
+    working_sets = (sum(nbytes[b] for b in touched) for touched in buffers.touches)
+    index = {node: i for i, node in enumerate(buffers.nodes)}
+    return MemoryModel(
+        node_names=tuple(node.name for node in buffers.nodes),
+        resident_bytes=resident_bytes,
+        buffer_names=tuple(v.name for v in buffers.storages),
+        buffer_bytes=tuple(nbytes),
+        producer=buffers.producer,
+        users=tuple(tuple(u) for u in users),
+        pinned=buffers.pinned,
+        allocates=buffers.allocates,
+        uses=buffers.uses,
+        predecessors=_predecessors(buffers.nodes, index),
+        dims=dict(dims),
+        lower_bound_bytes=resident_bytes + max(working_sets, default=0),
+        resident_names=tuple(v.name for v in buffers.residents),
+    )
+
+
+def _bytes(value: Value, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> int:
+    size = sizes.get(value.name)
+    return 0 if size is None else evaluate(size, dims)
+
+
+def _predecessors(nodes: Sequence[Node], index: Mapping[Node, int]) -> tuple[tuple[int, ...], ...]:
+    preds: list[dict[int, None]] = [{} for _ in nodes]
+    for i, node in enumerate(nodes):
+        for value in node.present_inputs:
+            source = index.get(value.producer) if value.producer is not None else None
+            if source is not None and source != i:
+                preds[i][source] = None
+    for before, after in _alias_order_edges(nodes):
+        preds[index[after]][index[before]] = None
+    return tuple(tuple(p) for p in preds)
+
+
+def _alias_order_edges(nodes: Sequence[Node]) -> list[tuple[Node, Node]]:
+    """Edges that keep view/in-place makers in place among the users of their storage.
+
+    Per storage that has aliases, walk its users in model order: every node making an alias
+    comes after all users before it and before all users after it (O(users) edges).
+    """
+    touching: dict[Value, list[Node]] = {}
+    makers: set[tuple[Value, Node]] = set()
+    aliased: set[Value] = set()
+    for node in nodes:
+        for value in (*node.present_inputs, *node.outputs):
+            storage = value.storage
+            users = touching.setdefault(storage, [])
+            if not users or users[-1] is not node:
+                users.append(node)
+        for value in node.outputs:
+            if value.alias_of is not None:
+                aliased.add(value.storage)
+                makers.add((value.storage, node))
+    edges: list[tuple[Node, Node]] = []
+    for storage in aliased:
+        last_maker: Node | None = None
+        since: list[Node] = []
+        for node in touching[storage]:
+            if (storage, node) in makers:
+                edges.extend((before, node) for before in since)
+                if last_maker is not None:
+                    edges.append((last_maker, node))
+                last_maker, since = node, []
+            else:
+                if last_maker is not None:
+                    edges.append((last_maker, node))
+                since.append(node)
+    return edges
+
+
+def rebind(model: MemoryModel, sizes: Mapping[str, SymInt | None],
+           dims: Mapping[str, int]) -> MemoryModel:
+    """The same graph with its sizes evaluated at other dims (the structure is reused)."""
+
+    def size(name: str) -> int:
+        value = sizes.get(name)
+        return 0 if value is None else evaluate(value, dims)
+
+    return dataclasses.replace(
+        model,
+        resident_bytes=sum(size(name) for name in model.resident_names),
+        buffer_bytes=tuple(size(name) for name in model.buffer_names),
+        dims=dict(dims),
+        lower_bound_bytes=0,  # not recomputed: no search runs on a rebound model
+    )
+
+
+def resident_sizes(model: MemoryModel, sizes: Mapping[str, SymInt | None]) -> SymInt:
+    return sum((sizes.get(name) or SymInt() for name in model.resident_names), SymInt())
+
+
+# ----- what an order costs ----------------------------------------------------------------------
+def order_peak(model: MemoryModel, order: Sequence[int]) -> tuple[int, int]:
+    """(peak bytes including residents, first step at the peak) of running `order`."""
+    during, _ = live_profile(model, order)
+    if not during:
+        return -1, 0
+    peak = max(during)
+    return peak, during.index(peak)
+
+
+def symbolic_order_peak(model: MemoryModel, order: Sequence[int],
+                        sizes: Mapping[str, SymInt | None], resident_bytes: SymInt,
+                        probe: Mapping[str, int]) -> tuple[SymInt, tuple[SymInt, ...]]:
+    """The peak of `order` as polynomials in the free dims: (the one largest at `probe`,
+    every step total no other dominates), as `analyze_liveness` states them."""
+    terms = [size_terms(sizes.get(name)) for name in model.buffer_names]
+    events = step_events(model, order)
+    steps = [s[0] for s in symbolic_profile(model.allocates, terms, events, (resident_bytes,))]
+    candidates = symint_max(steps)
+    peak = max(candidates, key=lambda c: evaluate(c, probe))
+    return peak, tuple(candidates)
+
+
+def lifetimes(model: MemoryModel, order: Sequence[int]) -> list[tuple[int, int]]:
+    """(first step, last step) of every buffer in `order`; pinned buffers last to the end."""
+    events = step_events(model, order)
+    position = [0] * model.node_count
+    for step, node in enumerate(events.order):
+        position[node] = step
+    result = []
+    for buffer, last in enumerate(events.last_step):
+        first = position[model.producer[buffer]]
+        result.append((first, max(first, last)))
+    return result
+
+
+def is_topological(model: MemoryModel, order: Sequence[int]) -> bool:
+    """True when `order` runs every node once, each after all its predecessors."""
+    if sorted(order) != list(range(model.node_count)):
+        return False
+    position = {node: step for step, node in enumerate(order)}
+    return all(
+        position[pred] < position[node]
+        for node, preds in enumerate(model.predecessors)
+        for pred in preds
+    )

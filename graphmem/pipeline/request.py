@@ -1,0 +1,260 @@
+"""One Request: everything graphmem is asked to analyse, for both front doors.
+
+The command line (graphmem/cli/) and the Python API (graphmem/api.py) build a Request; the
+pipeline (graphmem/pipeline/run.py `analyze`) runs it. Every re-run with one change (a
+checkpoint plan, AMP, another batch, a dim for max batch and sweeps, a pooled FC head) is
+`analyze(dataclasses.replace(request, ...))`.
+
+`check_request` refuses, before any file is read or model traced, everything that needs no
+model: its messages name the command-line flag, as the CLI shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import PurePath
+
+from graphmem.core.conventions import (
+    AMP_DTYPES,
+    MAX_GRAD_ACCUM,
+    OPTIMIZERS,
+    AmpPolicy,
+    TrainingOptions,
+)
+from graphmem.devices.gpus import find_gpu
+from graphmem.distributed.attach import dtype_bytes
+from graphmem.distributed.strategies import DistributedConfig
+from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.spec import is_model_spec
+from graphmem.passes.dims import MAX_DIM_VALUE, check_dim_value
+from graphmem.runtime_models.base import Runtime
+from graphmem.runtime_models.select import check_ort_optimization, check_runtime
+
+# ZeRO's reduce buffer holds this many elements of up to 8 bytes: its bytes stay below 2**62
+MAX_BUCKET_ELEMENTS = 1 << 58
+MAX_THREADS = 1024  # onnxruntime starts one OS thread each: more is a typo, not a machine
+
+
+
+class Strategy(StrEnum):
+    """Data-parallel strategy (graphmem/distributed/strategies.py STRATEGIES)."""
+
+    DDP = "ddp"
+    ZERO1 = "zero1"  # DeepSpeed ZeRO stage 1: optimizer state sharded
+    ZERO2 = "zero2"  # ... and gradients
+    ZERO3 = "zero3"  # ... and parameters
+    FSDP = "fsdp"  # PyTorch FSDP, full shard
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    dim: str  # as given; "batch" also names the model's batch dim, whatever it is called
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PooledHead:
+    """An FC layer reading a flattened feature map, traced with global average pooling first
+    (graphmem/frontends/torch/rewrites.py): the FC-head suggestion's change."""
+
+    path: str  # module path of the nn.Linear
+    positions: int  # spatial positions per channel it reads (H*W)
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Model what a runtime holds (graphmem/runtime_models/)."""
+
+    name: Runtime | None = None  # None: the default for the input (ort-cpu, ort-cuda, ...)
+    ort_optimization: str | None = None  # ort-cpu: disabled | basic | extended | all
+    threads: int | None = None  # ort-cpu: intra-op threads (default: one per core)
+
+
+@dataclass(frozen=True)
+class KvCacheOptions:
+    """The decoder KV cache. With neither `auto` nor `shape`, an ONNX graph's past inputs give
+    it where it has them (and nothing is said where it has not)."""
+
+    auto: bool = False  # the cache must be found: past inputs, or the attention modules
+    shape: tuple[int, int, int] | None = None  # layers, kv heads, head dim: wins
+    dtype: str | None = None  # default: the model's (or the past inputs')
+
+
+@dataclass(frozen=True)
+class SuggestOptions:
+    """What to change so the model fits (graphmem/suggest/driver.py)."""
+
+    enabled: bool | None = None  # None: only for a training step over its budget
+    budget_bytes: int | None = None  # the peak to aim at; default: the GPU's usable memory
+    budget_share: float | None = None  # ... or this share of the GPU's usable memory
+    budget_text: str = ""  # as the user gave it, for messages
+
+
+@dataclass(frozen=True)
+class Request:
+    """One analysis to run. `model`: an .onnx path, a `file.py:fn` / `pkg.mod:fn` spec, or an
+    nn.Module; `inputs` (PyTorch): example tensors, TensorSpecs, "32x3x224x224:float32"
+    strings or shape tuples."""
+
+    model: object
+    inputs: tuple[object, ...] = ()
+    example_inputs: str | None = None  # PyTorch: FILE.py:FN returning the inputs
+    label: str | None = None  # how reports name the model (default: the path or spec)
+    batch: int | None = None  # ONNX: binds the first dynamic dim of the inputs
+    dims: Mapping[str, int] = field(default_factory=dict)  # ONNX: named dynamic dims
+    gpu: str | None = None  # a name from `graphmem gpus`
+    cuda_reserve_bytes: int | None = None  # non-tensor CUDA memory (default: measured)
+    training: TrainingOptions | None = None  # None: inference
+    runtime: RuntimeOptions | None = None  # None: no runtime model
+    distributed: DistributedConfig | None = None  # per-GPU memory of a training job
+    kv_cache: KvCacheOptions | None = None  # None: no KV cache
+    suggest: SuggestOptions = field(default_factory=SuggestOptions)
+    sweep: SweepRequest | None = None  # ONNX: one dim over values
+    module_depth: int = 2  # group by module path at this depth
+    plan: bool = True  # schedule, arena, roofline, max batch, sweep (pipeline/planning.py)
+    pooled_heads: tuple[PooledHead, ...] = ()  # PyTorch: FC heads traced pooled
+
+    @property
+    def is_torch(self) -> bool:
+        """A PyTorch model (a module object or a spec), else an ONNX file."""
+        model = self.model
+        if isinstance(model, PurePath):
+            return False
+        return not isinstance(model, str) or is_model_spec(model)
+
+    def check(self) -> None:
+        check_request(self)
+
+
+def rerun_request(request: Request, **changes: object) -> Request:
+    """`request` with `changes`, as a re-run asks for it: the bare analysis, unplanned, with
+    no suggestions, runtime model, distributed or KV-cache report (the caller reads peaks,
+    FLOPs and latencies)."""
+    return replace(request, plan=False, suggest=SuggestOptions(enabled=False), runtime=None,
+                   distributed=None, kv_cache=None, sweep=None, **changes)  # type: ignore[arg-type]
+
+
+def check_request(request: Request) -> None:
+    """Every option that needs no model, refused with one clear line before any work."""
+    if request.module_depth < 1:
+        raise GraphmemError(f"--depth {request.module_depth}: give 1 or more (1 = top-level"
+                            " modules)")
+    if request.training is not None:
+        _check_training(request.training)
+    if request.is_torch:
+        _check_torch(request)
+    else:
+        _check_onnx(request)
+    if request.gpu is not None:
+        find_gpu(request.gpu)  # a typo fails before the model is read
+    if request.runtime is not None:
+        _check_runtime(request)
+    _check_distributed(request)
+    _check_kv_cache(request)
+    _check_suggest(request.suggest, request.gpu)
+
+
+def _check_training(training: TrainingOptions) -> None:
+    _check_range("--grad-accum", training.grad_accum, 1, MAX_GRAD_ACCUM)
+    if training.optimizer not in OPTIMIZERS:
+        raise GraphmemError(f"--optimizer {training.optimizer}: choose one of"
+                            f" {', '.join(OPTIMIZERS)}")
+    if training.amp is not None and training.amp not in AMP_DTYPES:
+        raise GraphmemError(f"--amp {training.amp}: choose fp16 or bf16")
+    if training.amp_policy not in tuple(AmpPolicy):
+        raise GraphmemError(f"amp_policy {training.amp_policy!r}: choose cuda or cpu")
+
+
+def _check_torch(request: Request) -> None:
+    """A PyTorch model's options, before its file is imported: shapes from the inputs."""
+    from graphmem.frontends.torch.import_step import tensor_specs  # imports torch
+
+    if request.batch is not None or request.dims:
+        raise GraphmemError("--batch/--dim bind ONNX dims; for a PyTorch model give the"
+                            " shapes with --input, e.g. --input 32x3x224x224")
+    if request.sweep is not None:
+        raise GraphmemError("--sweep varies a dynamic dim of an ONNX model; a PyTorch model is"
+                            " traced at fixed shapes: run it once per --input instead")
+    if request.inputs and request.example_inputs:
+        raise GraphmemError("give the inputs either with --input or with --example-inputs,"
+                            " not both")
+    if request.inputs:
+        tensor_specs(request.inputs)
+
+
+def _check_onnx(request: Request) -> None:
+    loss = request.training.loss if request.training is not None else None
+    given = [flag for flag, value in (("--input", request.inputs), ("--loss", loss),
+                                      ("--example-inputs", request.example_inputs)) if value]
+    if given:
+        raise GraphmemError(
+            f"{', '.join(given)} apply to PyTorch models (file.py:fn); ONNX models take"
+            " --batch/--dim (and --train computes cross-entropy on the first output)")
+    if request.pooled_heads:
+        raise GraphmemError("pooled_heads rewrite a PyTorch model; an ONNX graph is analysed"
+                            " as exported")
+    if request.batch is not None:
+        check_dim_value(f"--batch {request.batch}", request.batch)
+    for name, value in request.dims.items():
+        check_dim_value(f"--dim {name}={value}", value)
+
+
+def _check_runtime(request: Request) -> None:
+    options = request.runtime
+    assert options is not None
+    if options.name is not None:
+        check_runtime(options.name, not request.is_torch, request.gpu is not None,
+                      request.training is not None)
+    check_ort_optimization(options.ort_optimization)
+    _check_range("--threads", options.threads, 1, MAX_THREADS)
+
+
+def _check_distributed(request: Request) -> None:
+    config = request.distributed
+    if config is None:
+        return
+    if request.training is None:
+        raise GraphmemError("--gpus/--strategy/--tensor-parallel describe a training job:"
+                            " add --train (optimizer state and gradients are what they"
+                            " shard)")
+    config.check()
+    bucket = config.zero.reduce_bucket_size
+    if not 1 <= bucket <= MAX_BUCKET_ELEMENTS:
+        raise GraphmemError(f"--reduce-bucket-size {bucket}: give 1 to {MAX_BUCKET_ELEMENTS}"
+                            " elements (a bucket holds one or more)")
+
+
+def _check_kv_cache(request: Request) -> None:
+    options = request.kv_cache
+    if options is None:
+        return
+    if (options.auto or options.shape is not None) and request.training is not None:
+        raise GraphmemError("--kv-cache is for inference (a decoder generating tokens):"
+                            " drop --train")
+    if options.shape is not None:
+        text = ",".join(map(str, options.shape))
+        if len(options.shape) != 3 or any(value < 1 for value in options.shape):
+            raise GraphmemError(f"--kv-cache {text}: give LAYERS,KV_HEADS,HEAD_DIM as three"
+                                " positive integers, e.g. --kv-cache 32,8,128")
+        for value in options.shape:
+            if value > MAX_DIM_VALUE:
+                raise GraphmemError(f"--kv-cache {text}: {value} is implausibly large"
+                                    f" (the limit is {MAX_DIM_VALUE}); check the numbers")
+    if options.dtype is not None:
+        dtype_bytes(options.dtype)
+
+
+def _check_suggest(options: SuggestOptions, gpu: str | None) -> None:
+    text = options.budget_text or str(options.budget_bytes or options.budget_share)
+    if options.budget_bytes is not None and options.budget_bytes <= 0:
+        raise GraphmemError(f"--memory-budget {text}: give a size above 0")
+    if options.budget_share is not None and gpu is None:
+        raise GraphmemError(f"--memory-budget {text} is a share of the GPU's usable"
+                            " memory: add --gpu NAME, or give a size such as 12GiB")
+
+
+def _check_range(flag: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise GraphmemError(f"{flag} {value}: give a whole number from {low} to {high}")

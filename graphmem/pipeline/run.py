@@ -1,0 +1,177 @@
+"""The pipeline: `analyze(request)`, the one path from a Request to an Analysis.
+
+Stages, in order (DESIGN.md "The pipeline"):
+1. import: the front end makes graphmem's IR (ONNX file, or a PyTorch model traced with fake
+   tensors; a model given as a spec is loaded once per chain of re-runs);
+2. bind dims (ONNX), re-importing with the bound dims fixed where that resolves shapes the
+   symbolic inference left unknown;
+3. the training step (ONNX inference graph expanded; a PyTorch step is traced as one);
+4. the passes every front door shares, then planning (graphmem/pipeline/planning.py);
+5. suggestions (graphmem/suggest/driver.py), the runtime model, distributed training and the
+   KV cache (graphmem/pipeline/runtime.py, extras.py).
+Every re-run is `analyze(replace(request, ...))`: planning's re-analysis at other dims and
+each suggestion's change go through `rerun_request` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from graphmem.core.ir import Graph
+from graphmem.devices.gpus import GpuSpec, find_gpu
+from graphmem.frontends.imported import ImportedModel
+from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
+from graphmem.passes.costs import compute_costs
+from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
+from graphmem.passes.fit import CudaReserve, fit_on_gpu
+from graphmem.passes.liveness import analyze_liveness
+from graphmem.passes.modules import group_by_module
+from graphmem.passes.params import count_params
+from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
+from graphmem.pipeline.extras import with_distributed_request, with_kv_request
+from graphmem.pipeline.planning import GpuRow, Reanalyze, fits_on_each_gpu, with_plans
+from graphmem.pipeline.request import Request, SweepRequest, rerun_request
+from graphmem.pipeline.runtime import with_runtime_request
+from graphmem.pipeline.suggestions import with_suggestions
+from graphmem.training.onnx_step import onnx_training_step
+
+
+def analyze(request: Request) -> Analysis:
+    """The whole analysis `request` asks for; a GraphmemError names what is wrong."""
+    request.check()
+    request = resolve(request)
+    gpu = find_gpu(request.gpu) if request.gpu else None
+    imported, binding = import_model(request)
+    analysis = run_passes(imported.graph, model_info(request, imported), binding, gpu,
+                          request.cuda_reserve_bytes, _training_info(request, imported),
+                          request.module_depth, request.sweep, request.plan,
+                          rerun=_dims_rerun(request))
+    analysis = replace(analysis, runtime_inputs=imported.runtime_inputs)
+    analysis = with_suggestions(analysis, request, analyze)
+    analysis = with_runtime_request(analysis, request, gpu)
+    analysis = with_distributed_request(analysis, request)
+    return with_kv_request(analysis, request)
+
+
+def resolve(request: Request) -> Request:
+    """A PyTorch request with its files loaded: the loss and example inputs, then the model
+    (built on the meta device); re-runs of the result reuse the loaded module."""
+    if not request.is_torch:
+        return request
+    from graphmem.frontends.torch.loader import load_callable, load_example_inputs, load_model
+
+    training = request.training
+    if training is not None and isinstance(training.loss, str):
+        request = replace(request, training=replace(training, loss=load_callable(training.loss)))
+    if request.example_inputs is not None:
+        request = replace(request, inputs=tuple(load_example_inputs(request.example_inputs)),
+                          example_inputs=None)
+    model = request.model
+    if isinstance(model, str):
+        request = replace(request, model=load_model(model), label=request.label or model)
+    elif request.label is None:
+        request = replace(request, label=type(model).__name__)
+    return request
+
+
+def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
+    """The front end's graph, its dims bound, a training step where asked for."""
+    if request.is_torch:
+        from graphmem.frontends.torch.import_step import import_torch
+
+        pooled = [(head.path, head.positions) for head in request.pooled_heads]
+        imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
+                                request.label or "", request.training, pooled)
+        return imported, DimBinding(bound={}, free=(), batch_dim=None)
+    path = Path(str(request.model))
+    imported = import_onnx_model(path)
+    binding = bind_dims(imported.graph, request.batch, request.dims)
+    if binding.bound and _unknown_shapes(imported.graph):
+        # Concrete input dims can let shape inference finish what the symbolic one could not.
+        retry = import_onnx_model(path, input_dims=binding.bound)
+        if _unknown_shapes(retry.graph) < _unknown_shapes(imported.graph):
+            fixed = ", ".join(f"{k}={v}" for k, v in binding.bound.items())
+            imported = replace(retry, warnings=(
+                *retry.warnings, f"shapes were inferred with the bound dims fixed: {fixed}"))
+    if request.training is None:
+        return imported, binding
+    step = onnx_training_step(imported.graph, binding, request.training)
+    return replace(imported, graph=step.graph, warnings=(*imported.warnings, *step.warnings),
+                   micro_batch=step.micro_batch), binding
+
+
+def model_info(request: Request, imported: ImportedModel) -> ModelInfo:
+    graph = imported.graph
+    return ModelInfo(
+        path=request.label or imported.path,
+        name=graph.name,
+        source_format=graph.source_format,
+        opset=0 if request.is_torch else graph.opset,
+        node_count=len(graph.nodes),
+        shape_inference=imported.shape_inference,
+        warnings=imported.warnings,
+    )
+
+
+def run_passes(
+    graph: Graph,
+    info: ModelInfo,
+    binding: DimBinding,
+    gpu_spec: GpuSpec | None,
+    cuda_reserve_bytes: int | None,
+    training: TrainingInfo | None = None,
+    module_depth: int = 2,
+    sweep: SweepRequest | None = None,
+    plan: bool = True,
+    rerun: Reanalyze | None = None,
+) -> Analysis:
+    """The passes every front door shares, on an imported graph with its dims bound; `rerun`
+    is the whole analysis at other dims (planning needs it where shapes were re-inferred)."""
+    sizes = value_bytes(graph, binding)
+    liveness = analyze_liveness(graph, sizes, dims=binding.bound)
+    reserve = None
+    if cuda_reserve_bytes is not None:
+        reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
+    costs = compute_costs(graph, binding)
+    analysis = Analysis(
+        model=info,
+        mode="training" if training else "inference",
+        dims=binding,
+        params=count_params(graph),
+        costs=costs,
+        liveness=liveness,
+        fit=fit_on_gpu(gpu_spec, liveness.peak_bytes, reserve) if gpu_spec else None,
+        graph=graph,
+        training=training,
+        modules=group_by_module(graph, costs, liveness, module_depth),
+    )
+    return with_plans(analysis, gpu_spec, sweep, sizes, rerun) if plan else analysis
+
+
+def fits_on_gpus(request: Request, gpus: Sequence[GpuSpec], cuda_reserve_bytes: int | None
+                 ) -> tuple[Analysis, list[GpuRow]]:
+    """`graphmem gpus --fits`: the model analysed without a GPU, against each of `gpus`."""
+    analysis = analyze(replace(request, gpu=None, plan=False))
+    reserve = None
+    if cuda_reserve_bytes is not None:
+        reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
+    return analysis, fits_on_each_gpu(analysis, gpus, reserve, _dims_rerun(request))
+
+
+def _dims_rerun(request: Request) -> Reanalyze:
+    def rerun(dims: dict[str, int]) -> Analysis:
+        return analyze(rerun_request(request, batch=None, dims=dims))
+
+    return rerun
+
+
+def _training_info(request: Request, imported: ImportedModel) -> TrainingInfo | None:
+    if request.training is None:
+        return None
+    return TrainingInfo(request.training, imported.micro_batch)
+
+
+def _unknown_shapes(graph: Graph) -> int:
+    return sum(1 for node in graph.nodes for value in node.outputs if not value.shape_known)

@@ -1,0 +1,70 @@
+"""The runtime model on an Analysis: what a real runtime holds, next to the live-tensor peak.
+
+The runtime is the one the request names, else the default for its input (onnxruntime CPU or
+CUDA for ONNX inference, PyTorch's CUDA caching allocator with a GPU for PyTorch models and
+ONNX training steps: graphmem/runtime_models/select.py). The models read an analysis whose
+dims are all bound, and onnxruntime's view of an ONNX file from the front end's
+`runtime_inputs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from graphmem.devices.gpus import GpuSpec
+from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.request import Request
+from graphmem.runtime_models.base import (
+    AUTO_OPTIMIZE_INITIALIZER_BYTES,
+    RuntimeContext,
+    RuntimeEstimate,
+)
+from graphmem.runtime_models.select import check_runtime, default_runtime, estimate
+
+__all__ = ["AUTO_OPTIMIZE_INITIALIZER_BYTES", "runtime_estimate", "with_runtime",
+           "with_runtime_request"]
+
+
+def with_runtime_request(analysis: Analysis, request: Request, gpu: GpuSpec | None
+                         ) -> Analysis:
+    """`request.runtime`: the named runtime or the input's default; unchanged for None."""
+    options = request.runtime
+    if options is None:
+        return analysis
+    is_onnx, training = not request.is_torch, analysis.mode == "training"
+    runtime = options.name or default_runtime(is_onnx, gpu is not None, training)
+    if runtime is None:
+        return analysis
+    check_runtime(runtime, is_onnx, gpu is not None, training)
+    return with_runtime(analysis, runtime, gpu, request.cuda_reserve_bytes, options.threads,
+                        options.ort_optimization)
+
+
+def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
+                 cuda_reserve_bytes: int | None = None, threads: int | None = None,
+                 ort_optimization: str | None = None) -> Analysis:
+    """The analysis with `runtime` set; unchanged when no runtime applies or dims are free."""
+    if runtime is None:
+        return analysis
+    if analysis.dims.free:
+        return dataclasses.replace(analysis, runtime_note=(
+            f"--runtime {runtime} needs every dim bound (free: {', '.join(analysis.dims.free)});"
+            " bind them with --batch/--dim"))
+    result = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
+                              ort_optimization)
+    return dataclasses.replace(analysis, runtime=result)
+
+
+def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
+                     cuda_reserve_bytes: int | None = None, threads: int | None = None,
+                     ort_optimization: str | None = None) -> RuntimeEstimate:
+    """`runtime`'s estimate for `analysis` (every dim bound). `ort_optimization` (ort-cpu):
+    the session's graph optimization level; None: "all" for models with up to
+    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
+    context = RuntimeContext(
+        graph=analysis.graph, dims=analysis.dims, training=analysis.mode == "training",
+        resident_bytes=int(analysis.liveness.resident_bytes), gpu=gpu,
+        cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
+        ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
+        auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES)
+    return estimate(runtime, context)

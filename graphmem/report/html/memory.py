@@ -1,0 +1,188 @@
+"""Where the memory goes, as the HTML report shows it: by module, the tensors live at the peak
+(the largest first) and the memory timeline, from the liveness and module results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from graphmem.core.ir import Role
+from graphmem.core.safe_text import printable, printable_text
+from graphmem.core.symbolic import SymInt
+from graphmem.core.units import format_bytes
+from graphmem.passes.liveness import LivenessResult, LiveTensor
+from graphmem.passes.modules import ModuleReport
+from graphmem.pipeline.analysis import Analysis
+from graphmem.report.html.charts import TimelineChart, timeline_chart
+from graphmem.report.html.quantity import Quantity, bytes_quantity, count_quantity, percent, probe
+from graphmem.report.html.summary import GpuView
+
+MAX_LIVE_SHOWN = 20  # tensors live at the peak shown before "show all"
+MAX_LIVE_ROWS = 500  # written as HTML at most; the rest are summed in one line
+MAX_MODULE_BARS = 12  # the largest modules as bars; the table below has every one
+
+
+# ----- tensors live at the peak ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    name: str
+    shape: str
+    dtype: str
+    size: Quantity
+    role: str
+    made_by: str
+    kept_alive_by: str
+    percent: float  # of the peak, at the probe value
+    resident: bool
+
+
+@dataclass(frozen=True)
+class LiveTable:
+    rows: tuple[LiveRow, ...]  # largest first, at most MAX_LIVE_ROWS
+    shown: int  # rows visible before "show all"
+    hidden: int  # live tensors beyond MAX_LIVE_ROWS, not written
+    hidden_bytes: Quantity | None
+    activations: int  # how many of the live tensors are activations (made by a node)
+    activation_bytes: Quantity
+    residents: int
+    resident_total: Quantity
+
+    @property
+    def total(self) -> int:
+        return len(self.rows) + self.hidden
+
+
+def live_table(liveness: LivenessResult) -> LiveTable:
+    peak_probe = probe(liveness.peak_bytes)  # the shares add up to 100% of the peak
+    tensors = sorted(liveness.live_at_peak, key=lambda t: -probe(t.nbytes))
+    residents = [t for t in tensors if t.producer is None]
+    made = [t for t in tensors if t.producer is not None]
+    rest = tensors[MAX_LIVE_ROWS:]
+    return LiveTable(
+        rows=tuple(_live_row(t, peak_probe) for t in tensors[:MAX_LIVE_ROWS]),
+        shown=MAX_LIVE_SHOWN,
+        hidden=len(rest),
+        hidden_bytes=bytes_quantity(sum((t.nbytes for t in rest), start=SymInt())) if rest
+        else None,
+        activations=len(made),
+        activation_bytes=bytes_quantity(sum((t.nbytes for t in made), start=SymInt())),
+        residents=len(residents),
+        resident_total=bytes_quantity(liveness.resident_bytes),
+    )
+
+
+def _live_row(tensor: LiveTensor, peak_probe: int) -> LiveRow:
+    size = bytes_quantity(tensor.nbytes)
+    if tensor.producer is None:
+        made_by, kept = "(resident)", "(live throughout)"
+    else:
+        made_by = printable(tensor.producer)
+        kept = printable(tensor.last_consumer or (
+            "(graph output: to the end)" if tensor.role is Role.OUTPUT else "(to the end)"))
+    return LiveRow(
+        name=printable(tensor.name),
+        shape=printable_text(tensor.shape),
+        dtype=printable(tensor.dtype),
+        size=size,
+        role=tensor.role.value,
+        made_by=made_by,
+        kept_alive_by=kept,
+        percent=percent(size.probe, peak_probe),
+        resident=tensor.producer is None,
+    )
+
+
+# ----- by module ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleRowView:
+    module: str
+    params: int
+    flops: Quantity
+    at_peak: Quantity
+    params_percent: float
+    flops_percent: float
+    at_peak_percent: float
+
+
+@dataclass(frozen=True)
+class ModuleBreakdown:
+    depth: int
+    rows: tuple[ModuleRowView, ...]  # in order of appearance
+    by_memory: tuple[ModuleRowView, ...]  # largest activations at the peak first
+    by_flops: tuple[ModuleRowView, ...]
+    by_params: tuple[ModuleRowView, ...]
+
+
+def module_breakdown(modules: ModuleReport | None) -> ModuleBreakdown | None:
+    if modules is None or not modules.rows:
+        return None
+    flops = [count_quantity(r.flops, "FLOP") for r in modules.rows]
+    at_peak = [bytes_quantity(r.bytes_at_peak) for r in modules.rows]
+    top_params = max(r.params for r in modules.rows)
+    top_flops = max(q.probe for q in flops)
+    top_peak = max(q.probe for q in at_peak)
+    rows = tuple(
+        # bars are relative to the largest row, so the top bar is full width
+        ModuleRowView(printable(r.module), r.params, f, p, percent(r.params, top_params),
+                      percent(f.probe, top_flops), percent(p.probe, top_peak))
+        for r, f, p in zip(modules.rows, flops, at_peak, strict=True)
+    )
+    return ModuleBreakdown(
+        depth=modules.depth,
+        rows=rows,
+        by_memory=_top(rows, lambda r: r.at_peak.probe),
+        by_flops=_top(rows, lambda r: r.flops.probe),
+        by_params=_top(rows, lambda r: r.params),
+    )
+
+
+def _top(rows: Sequence[ModuleRowView],
+         key: Callable[[ModuleRowView], int]) -> tuple[ModuleRowView, ...]:
+    ranked = sorted((r for r in rows if key(r) > 0), key=lambda r: -key(r))
+    return tuple(ranked[:MAX_MODULE_BARS])
+
+
+# ----- the memory timeline --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleSteps:
+    """Live bytes per step by role (adding up to the live total): the stacked area."""
+
+    roles: tuple[str, ...]  # css names, bottom of the stack first
+    bytes_per_step: tuple[tuple[int, ...], ...]  # [step][role], at the probe value
+
+
+def timeline(
+    analysis: Analysis,
+    op_of: dict[str, str],
+    gpu: GpuView | None,
+    by_role: RoleSteps | None,
+    phases: Sequence[tuple[str, int, int]],
+    probe_note: str,
+) -> TimelineChart:
+    live = analysis.liveness
+    sizes = [bytes_quantity(v) for v in live.live_bytes_per_step]
+
+    def describe(step: int) -> str:
+        node, size = live.order[step], sizes[step]
+        value = f"{size.text} (= {format_bytes(size.probe)} at {probe_note})" if (
+            size.is_formula) else size.text
+        return f"step {step} · {printable(node)} ({op_of[node]}) · live {value}"
+
+    stacked = by_role is not None and len(by_role.bytes_per_step) == len(sizes)
+    return timeline_chart(
+        [q.probe for q in sizes],
+        resident_bytes=probe(live.resident_bytes),
+        peak_step=live.peak_step,
+        usable_bytes=gpu.usable.probe if gpu else None,
+        describe_step=describe,
+        roles=by_role.roles if by_role and stacked else (),
+        role_bytes=by_role.bytes_per_step if by_role and stacked else (),
+        phases=phases,
+        capacity_bytes=gpu.capacity.probe if gpu else None,
+    )

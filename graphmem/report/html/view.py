@@ -1,0 +1,166 @@
+"""The HTML report's view: the typed results of an Analysis mapped to what the templates lay out.
+
+Every number comes from the Analysis's results (liveness, costs, params, fit, schedule,
+roofline, max batch, sweep, runtime, distributed, KV cache, suggestions, modules), formatted
+once here: sizes are exact integers when every dim is bound, or formulas in the free dims shown
+term by term; charts, bars and sort keys need one number, so they use the formula's value with
+every free dim at PROBE_DIM_VALUE, and say so. The JSON report is built from the same results
+(tests/test_html_numbers.py checks that the page and the JSON agree).
+
+A model's strings are data (core/safe_text.py): jinja2 escapes them (autoescape), names are
+shortened to NAME_MAX_CHARS by `printable` where the view takes them, and every other string
+the templates write passes page.py's `_inert`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphmem.core.conventions import ROLE_KEYS
+from graphmem.core.safe_text import printable, printable_text
+from graphmem.core.version import __version__
+from graphmem.pipeline.analysis import Analysis
+from graphmem.report.html.charts import TimelineChart
+from graphmem.report.html.distributed import KvCacheView, PerGpuView, kv_cache_view, per_gpu_view
+from graphmem.report.html.memory import (
+    LiveTable,
+    ModuleBreakdown,
+    RoleSteps,
+    live_table,
+    module_breakdown,
+    timeline,
+)
+from graphmem.report.html.nodes import NodeTable, OpTable, node_table, op_names, op_table
+from graphmem.report.html.plans import (
+    CheckpointCurve,
+    SuggestionCard,
+    SweepView,
+    checkpoint_curve,
+    suggestion_cards,
+    sweep_view,
+)
+from graphmem.report.html.quantity import PROBE_DIM_VALUE, probe
+from graphmem.report.html.runtime import RuntimeView, runtime_view
+from graphmem.report.html.summary import (
+    Fact,
+    Gaps,
+    GpuView,
+    Summary,
+    gaps,
+    gpu_view,
+    headline_facts,
+    summary,
+)
+from graphmem.report.json.report import SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What was analyzed, its strings as shown (names and the path shortened)."""
+
+    name: str
+    path: str
+    format: str
+    opset: int
+    node_count: int
+    shape_inference: str
+
+
+@dataclass(frozen=True)
+class ReportView:
+    title: str
+    model: ModelView
+    mode: str
+    schedule: str
+    versions: dict[str, str | int]
+    dims_bound: tuple[str, ...]
+    dims_free: tuple[str, ...]
+    probe_note: str  # "" when every dim is bound
+    summary: Summary
+    gaps: Gaps
+    gpu: GpuView | None
+    headline: tuple[Fact, ...]
+    timeline: TimelineChart
+    live: LiveTable
+    ops: OpTable
+    nodes: NodeTable
+    modules: ModuleBreakdown | None = None
+    runtime: RuntimeView | None = None
+    suggestions: tuple[SuggestionCard, ...] = ()
+    checkpoint_curve: CheckpointCurve | None = None
+    sweep: SweepView | None = None
+    per_gpu: PerGpuView | None = None
+    kv_cache: KvCacheView | None = None
+
+    @property
+    def answers(self) -> tuple[Fact, ...]:
+        """The facts the page opens with: the fit, the peak, the largest batch."""
+        return tuple(f for f in self.headline if f.answer)
+
+    @property
+    def facts(self) -> tuple[Fact, ...]:
+        return tuple(f for f in self.headline if not f.answer)
+
+
+def build_view(analysis: Analysis) -> ReportView:
+    op_of = op_names(analysis.costs)
+    free = analysis.dims.free
+    gpu = gpu_view(analysis.fit) if analysis.fit else None
+    by_role, phases = role_steps_and_phases(analysis)
+    top = summary(analysis, op_of)
+    holes = gaps(analysis)
+    probe_note = ", ".join(f"{printable(name)}={PROBE_DIM_VALUE}" for name in free)
+    return ReportView(
+        title=printable(Path(analysis.model.path).name or analysis.model.name),
+        model=_model_view(analysis),
+        mode=analysis.mode,
+        schedule="model order",
+        versions={"graphmem": __version__, "schema": SCHEMA_VERSION},
+        dims_bound=tuple(f"{printable(name)}={value}"
+                         for name, value in analysis.dims.bound.items()),
+        dims_free=tuple(map(printable, free)),
+        probe_note=probe_note,
+        summary=top,
+        gaps=holes,
+        gpu=gpu,
+        headline=headline_facts(analysis, top.peak, gpu, holes.unsupported_node_count),
+        timeline=timeline(analysis, op_of, gpu, by_role, phases, probe_note),
+        live=live_table(analysis.liveness),
+        ops=op_table(analysis.costs),
+        nodes=node_table(analysis.costs, analysis.roofline, _node_phases(analysis, phases)),
+        modules=module_breakdown(analysis.modules),
+        runtime=runtime_view(analysis.runtime, analysis.fit),
+        suggestions=suggestion_cards(analysis.suggestions, top.peak.probe),
+        checkpoint_curve=checkpoint_curve(analysis.suggestions),
+        sweep=sweep_view(analysis.sweep, analysis.fit.usable_bytes if analysis.fit else None,
+                         analysis.max_batch.max_batch if analysis.max_batch else None),
+        per_gpu=per_gpu_view(analysis.distributed),
+        kv_cache=kv_cache_view(analysis.kv_cache),
+    )
+
+
+def role_steps_and_phases(
+    analysis: Analysis,
+) -> tuple[RoleSteps, tuple[tuple[str, int, int], ...]]:
+    """Live bytes per step by role (at the probe value), and the (phase, first step, last
+    step) spans of a training step: views the liveness result carries."""
+    live = analysis.liveness
+    by_role = live.role_timeline
+    steps = RoleSteps(tuple(ROLE_KEYS[r] for r in by_role.roles),
+                      tuple(tuple(map(probe, step)) for step in by_role.bytes_per_step))
+    return steps, tuple((str(s.phase), s.first_step, s.last_step) for s in live.phases)
+
+
+def _node_phases(analysis: Analysis, phases: tuple[tuple[str, int, int], ...]) -> list[str]:
+    names = [""] * len(analysis.costs.nodes)
+    for phase, first, last in phases:
+        names[first: last + 1] = [phase] * (last + 1 - first)
+    return names
+
+
+def _model_view(analysis: Analysis) -> ModelView:
+    model = analysis.model
+    return ModelView(name=printable(model.name), path=printable_text(model.path),
+                     format=model.source_format, opset=model.opset,
+                     node_count=model.node_count, shape_inference=model.shape_inference)

@@ -1,0 +1,44 @@
+"""Random IR graphs for invariant tests (liveness, arena, schedule), built without ONNX or torch."""
+
+from __future__ import annotations
+
+import random
+
+from graphmem.core.ir import Graph, Role
+from graphmem.core.symbolic import SymInt
+from tests.builders import GraphBuilder
+
+
+def random_dag(seed: int, node_count: int = 30) -> Graph:
+    rng = random.Random(seed)
+    b = GraphBuilder(f"random{seed}")
+    b.tensor("in", rng.randint(1, 50), Role.INPUT)
+    b.tensor("p", rng.randint(1, 50), Role.PARAMETER)
+    available = ["in", "p"]
+    for index in range(node_count):
+        inputs = rng.sample(available, k=min(len(available), rng.randint(1, 3)))
+        outputs = {f"t{index}_{k}": rng.randint(1, 200) for k in range(rng.randint(1, 2))}
+        b.node(f"n{index}", inputs, outputs)
+        available.extend(outputs)
+    return b.build([available[-1]])
+
+
+def symbolic_random_dag(seed: int, node_count: int = 25) -> Graph:
+    """Like random_dag, with sizes a + b*batch (+ c*batch*seq now and then)."""
+    rng = random.Random(seed)
+    batch, seq = SymInt.symbol("batch"), SymInt.symbol("seq")
+
+    def size() -> SymInt:
+        value = batch * rng.randint(0, 50) + rng.randint(1, 50)
+        return value + batch * seq * rng.randint(1, 5) if rng.random() < 0.3 else value
+
+    b = GraphBuilder(f"sym{seed}")
+    b.tensor("in", size(), Role.INPUT)
+    b.tensor("p", rng.randint(1, 50), Role.PARAMETER)
+    available = ["in", "p"]
+    for index in range(node_count):
+        inputs = rng.sample(available, k=min(len(available), rng.randint(1, 3)))
+        outputs = {f"t{index}_{k}": size() for k in range(rng.randint(1, 2))}
+        b.node(f"n{index}", inputs, outputs)
+        available.extend(outputs)
+    return b.build([available[-1]])

@@ -1,0 +1,144 @@
+"""The Python API: every command-line capability from Python, one Request underneath, and a
+Result that renders itself (JSON, HTML, a short repr, a notebook card)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import onnx
+import pytest
+
+import graphmem
+from graphmem.distributed.strategies import DistributedConfig
+from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.request import Request
+from tests.onnx_builders import mlp_model
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+TINY_CNN = SAMPLES / "tiny_cnn.onnx"
+
+
+@pytest.fixture(scope="module")
+def mlp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    return path
+
+
+def test_the_public_names() -> None:
+    assert set(graphmem.__all__) == {"Request", "Result", "__version__", "analyze",
+                                     "analyze_onnx", "analyze_torch"}
+    assert graphmem.Request is Request
+    with pytest.raises(AttributeError):
+        graphmem.no_such_name  # noqa: B018
+
+
+def test_result_is_an_analysis_with_no_new_fields(mlp_path: Path) -> None:
+    result = graphmem.analyze_onnx(mlp_path, batch=4)
+    assert isinstance(result, graphmem.Result) and isinstance(result, Analysis)
+    assert [f.name for f in fields(graphmem.Result)] == [f.name for f in fields(Analysis)]
+
+
+def test_three_ways_in_give_the_same_analysis(mlp_path: Path) -> None:
+    by_path = graphmem.analyze(mlp_path, batch=4)
+    by_request = graphmem.analyze(Request(mlp_path, batch=4))
+    by_onnx = graphmem.analyze_onnx(str(mlp_path), batch=4)
+    assert by_path.peak_bytes == by_request.peak_bytes == by_onnx.peak_bytes
+    assert by_path.to_dict() == by_request.to_dict()
+    with pytest.raises(TypeError, match="in the Request"):
+        graphmem.analyze(Request(mlp_path), batch=4)
+
+
+def test_repr_is_short_and_says_the_verdict(mlp_path: Path) -> None:
+    fits = graphmem.analyze_onnx(mlp_path, batch=4, gpu="t4")
+    text = repr(fits)
+    assert len(text.splitlines()) == 3 and "mlp" in text and "fits" in text
+    assert fits.fits is True
+    assert graphmem.analyze_onnx(mlp_path).fits is None  # no GPU
+    assert "bind the free dims" in repr(graphmem.analyze_onnx(mlp_path, gpu="t4"))
+
+
+def test_notebook_card_escapes_the_model_name(mlp_path: Path) -> None:
+    result = graphmem.analyze(Request(mlp_path, batch=4, label="<script>x</script>"))
+    model = onnx.load(mlp_path)
+    model.graph.name = "<img src=x onerror=alert(1)>"
+    hostile = mlp_path.with_name("hostile.onnx")
+    onnx.save(model, hostile)
+    card = graphmem.analyze_onnx(hostile, batch=4)._repr_html_()
+    assert "<img" not in card and "&lt;img" in card and card.startswith("<table")
+    assert result.model.path == "<script>x</script>"
+
+
+def test_json_and_html_writers(mlp_path: Path, tmp_path: Path) -> None:
+    result = graphmem.analyze_onnx(mlp_path, batch=4)
+    result.to_json(tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text()) == result.to_dict()
+    result.to_html(tmp_path / "r.html")
+    assert (tmp_path / "r.html").read_text().lstrip().startswith("<!")
+
+
+# ----- every CLI capability from Python -------------------------------------------------------
+@pytest.mark.ort
+def test_runtime_model_from_python(mlp_path: Path) -> None:
+    assert graphmem.analyze_onnx(mlp_path, batch=2).runtime is None
+    auto = graphmem.analyze_onnx(mlp_path, batch=2, runtime="auto", threads=1)
+    assert auto.runtime is not None and auto.runtime.runtime == "ort-cpu"
+    cuda = graphmem.analyze_onnx(mlp_path, batch=2, gpu="t4", runtime="auto")
+    assert cuda.runtime is not None and cuda.runtime.runtime == "ort-cuda"
+    disabled = graphmem.analyze_onnx(mlp_path, batch=2, runtime="ort-cpu", threads=1,
+                                     ort_optimization="disabled")
+    assert disabled.runtime is not None
+    assert any("as written" in note for note in disabled.runtime.notes)
+
+
+def test_sweep_from_python() -> None:
+    result = graphmem.analyze_onnx(TINY_CNN, sweep="batch=1,2,4", gpu="t4")
+    assert result.sweep is not None and [p.value for p in result.sweep.points] == [1, 2, 4]
+
+
+def test_onnx_suggestions_from_python() -> None:
+    plain = graphmem.analyze_onnx(TINY_CNN, batch=4, train=True)
+    assert plain.suggestions is None  # as before: only when asked
+    suggested = graphmem.analyze_onnx(TINY_CNN, batch=4, train=True, suggest=True)
+    assert suggested.suggestions is not None
+    assert "amp" in {s.kind for s in suggested.suggestions.suggestions}
+    inference = graphmem.analyze_onnx(TINY_CNN, batch=4, suggest=True)
+    assert inference.suggestions is not None
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_distributed_from_python() -> None:
+    torch = pytest.importorskip("torch")
+    from tests.torch_models.small import TinyGPT
+
+    result = graphmem.analyze(TinyGPT(), [torch.zeros(4, 64, dtype=torch.long)], train=True,
+                              gpu="a100-80gb", gpus=4, strategy="zero2")
+    assert result.distributed is not None
+    assert result.distributed.per_rank.config.strategy == "zero2"
+    same = graphmem.analyze(TinyGPT(), ["4x64:int64"], train=True, gpu="a100-80gb",
+                            distributed=DistributedConfig("zero2", 4))
+    assert same.distributed == result.distributed
+
+
+@pytest.mark.torch
+def test_kv_cache_from_python() -> None:
+    pytest.importorskip("torch")
+    from tests.torch_models.small import TinyGPT
+
+    given = graphmem.analyze(TinyGPT(), ["2x64:int64"], kv_cache=(4, 2, 16), kv_dtype="float16")
+    assert given.kv_cache is not None and given.kv_cache.shape.per_token_bytes == 2 * 4 * 2 * 16 * 2
+    assert given.kv_cache.batch == 2
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_torch_suggestions_from_a_spec_string() -> None:
+    pytest.importorskip("torch")
+    result = graphmem.analyze_torch("tests/torch_models/small.py:build_convnet", ["16x3x32x32"],
+                                    train=True, suggest=True, memory_budget_bytes=1 << 20)
+    assert result.model.path == "tests/torch_models/small.py:build_convnet"
+    assert result.suggestions is not None
+    assert {"checkpoint", "amp", "batch"} <= {s.kind for s in result.suggestions.suggestions}
