@@ -57,9 +57,7 @@ KNOWN_CYCLES: frozenset[tuple[str, ...]] = frozenset()
 # also exempt from TID251 in pyproject.toml, and leaves both lists together
 KNOWN_FRAMEWORK_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 # files over MAX_MODULE_LINES lines
-KNOWN_LONG_MODULES: frozenset[str] = frozenset({
-    "graphmem/frontends/onnx/ort_optimized.py",
-})
+KNOWN_LONG_MODULES: frozenset[str] = frozenset()
 # (test module, test module or conftest it imports): shared code belongs in tests/helpers/
 KNOWN_TEST_CROSS_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import analyze_onnx
 from graphmem.cli.main import main
-from graphmem.frontends.onnx import ort_optimized
+from graphmem.frontends.onnx import ort_optimized, ort_proxy
 from graphmem.frontends.onnx.ort_optimized import OptimizationRefused, optimized_graph
 from graphmem.pipeline.runtime import runtime_estimate
 from tests.helpers.ort import measure_all
@@ -166,7 +166,7 @@ def test_fused_matmul_stand_in_has_onnxruntimes_shape() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
-    proxy, originals = ort_optimized.shape_proxy(model)
+    proxy, originals = ort_proxy.shape_proxy(model)
     stand_in = proxy.graph.node[0]
     assert (stand_in.op_type, stand_in.attribute[0].s) == ("Einsum", b"...ij,...kj->...ik")
     assert originals[stand_in.name].attributes["transB"] == 1
@@ -358,17 +358,17 @@ def test_channels_last_reorders_have_onnxruntimes_shapes() -> None:
     # ReorderOutput(channels_last=1, channels=40): [2, 48, 7, 7] blocked -> [2, 7, 7, 40];
     # ReorderInput(channels_last=1) back: [2, 7, 7, 40] -> [2, 48, 7, 7] (40 padded to 48 with
     # 16-channel blocks, the block read from the 48-filter nchwc Conv)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], domain=ort_optimized.NCHWC),
-             helper.make_node("ReorderOutput", ["c"], ["nhwc"], domain=ort_optimized.NCHWC,
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], domain=ort_proxy.NCHWC),
+             helper.make_node("ReorderOutput", ["c"], ["nhwc"], domain=ort_proxy.NCHWC,
                               channels_last=1, channels=40),
-             helper.make_node("ReorderInput", ["nhwc"], ["y"], domain=ort_optimized.NCHWC,
+             helper.make_node("ReorderInput", ["nhwc"], ["y"], domain=ort_proxy.NCHWC,
                               channels_last=1)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [2, 48, 7, 7])],
                               [helper.make_tensor_value_info("y", F32, None)],
                               [_weight("w", (48, 48, 1, 1))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid(ort_optimized.NCHWC, 1)])
-    proxy, originals = ort_optimized.shape_proxy(model)
+                                                    helper.make_opsetid(ort_proxy.NCHWC, 1)])
+    proxy, originals = ort_proxy.shape_proxy(model)
     assert len(originals) == 3
     inferred = onnx.shape_inference.infer_shapes(proxy).graph
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
