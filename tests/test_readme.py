@@ -1,9 +1,11 @@
-"""README.md is the contract and the manual: its commands, flags, paths and links must be real.
+"""README.md and docs/*.md are the contract and the manual: their commands, flags, paths and
+links must be real.
 
 Cheap static checks (no analysis runs): every `--flag` of every `graphmem <command>` line the
-README shows is accepted by that command's parser, the option and budget tables name real
-flags, every repository path it names exists, every `(#anchor)` link points at a heading, and
-the set-up and test commands are the ones `.ci/run` runs.
+README or a docs page shows is accepted by that command's parser, the option and budget tables
+name real flags, every repository path they name exists, every link to a page or an `#anchor`
+points at a file and a heading, the README stays short, and the set-up and test commands are
+the ones `.ci/run` runs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from graphmem.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = {path: path.read_text(encoding="utf-8")
+         for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+DOCS = "\n".join(PAGES.values())  # the README and every docs page
+README_MAX_LINES = 250
 COMMANDS = ("analyze", "check", "verify", "gpus")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
@@ -42,16 +48,16 @@ def _joined_lines(text: str) -> list[str]:
 def _command_lines() -> list[tuple[str, str]]:
     """(command, its arguments) for every `graphmem <command> ...` the README shows."""
     found = []
-    for line in _joined_lines(README):
+    for line in _joined_lines(DOCS):
         for match in re.finditer(r"graphmem (analyze|check|verify|gpus)\b([^`#\n]*)", line):
             found.append((match.group(1), match.group(2)))
     return found
 
 
 def _table_after(header: str) -> list[str]:
-    start = README.index(header)
+    start = DOCS.index(header)
     rows = []
-    for line in README[start:].splitlines()[2:]:
+    for line in DOCS[start:].splitlines()[2:]:
         if not line.startswith("|"):
             break
         rows.append(line)
@@ -85,10 +91,10 @@ def test_the_check_budget_table_names_real_flags() -> None:
 
 def test_every_path_the_readme_names_exists() -> None:
     top = re.findall(r"(?<![\w/.@-])((?:samples|benchmarks|tests|graphmem|templates|docs)"
-                     r"/[\w./-]*\w)", README)
+                     r"/[\w./-]*\w)", DOCS)
     # Module paths written relative to the package, e.g. `passes/schedule.py`.
     inner = re.findall(r"`((?:core|ops|frontends|passes|training|runtime_models|distributed|"
-                       r"suggest|pipeline|verify|gate|devices|report|cli)/[\w./]*\w)`", README)
+                       r"suggest|pipeline|verify|gate|devices|report|cli)/[\w./]*\w)`", DOCS)
     paths = set(top) | {f"graphmem/{path}" for path in inner}
     assert len(paths) > 20
     assert sorted(path for path in paths if not (ROOT / path).exists()) == []
@@ -99,11 +105,34 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_every_anchor_link_points_at_a_heading() -> None:
-    slugs = {_slug(line.lstrip("#")) for line in README.splitlines() if line.startswith("#")}
-    anchors = set(re.findall(r"\]\(#([^)]+)\)", README))
-    assert anchors, "the README links its own sections"
-    assert sorted(anchors - slugs) == []
+def _slugs(text: str) -> set[str]:
+    return {_slug(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES), ids=lambda p: p.name)
+def test_every_link_points_at_a_file_and_a_heading(page: Path) -> None:
+    """`[x](other.md#anchor)`, `[x](#anchor)`, `[x](docs/page.md)`, `![x](image.png)`."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", PAGES[page]):
+        if target.startswith(("http://", "https://")):
+            continue
+        file_part, _, anchor = target.partition("#")
+        path = (page.parent / file_part).resolve() if file_part else page
+        if not path.exists():
+            broken.append(target)
+        elif anchor and anchor not in _slugs(path.read_text(encoding="utf-8")):
+            broken.append(target)
+    assert broken == []
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)\)", README))
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")}
+    assert sorted(pages - linked) == []
+
+
+def test_the_readme_is_short() -> None:
+    assert len(README.splitlines()) < README_MAX_LINES
 
 
 def test_slug_follows_github() -> None:
