@@ -197,13 +197,31 @@ def test_typo_suggests_the_closest_name() -> None:
     [
         ("a100", "'a100-40gb' or 'a100-80gb'"),
         ("V100", "'v100-16gb' or 'v100-32gb'"),
-        ("rtx 3060", "'rtx-3060-12gb'"),
     ],
 )
 def test_a_family_name_without_a_size_lists_the_sizes(family: str, choices: str) -> None:
     # no alias guesses the memory size: a wrong guess would give a wrong "fits" verdict
     with pytest.raises(UnknownGpuError, match=f"did you mean {choices}\\?"):
         find_gpu(family)
+
+
+@pytest.mark.parametrize(("typed", "name"), [
+    # one policy: a family is accepted when every variant the table has of it has the same
+    # memory (the verdict cannot depend on the choice): RTX 3060 has one entry (12 GB); the
+    # H100 SXM and PCIe both have 80 GiB (the first in the table is taken, the output names it)
+    ("rtx3060", "rtx-3060-12gb"), ("RTX 3060", "rtx-3060-12gb"), ("rtx 3060", "rtx-3060-12gb"),
+    ("h100", "h100-sxm"), ("H200", "h200-sxm"),
+    # nvidia-smi's and the report's full names
+    ("NVIDIA Tesla T4", "t4"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+])
+def test_names_as_people_type_them(typed: str, name: str) -> None:
+    assert find_gpu(typed).name == name
+
+
+def test_a_one_letter_typo_of_a_short_name_is_suggested() -> None:
+    with pytest.raises(UnknownGpuError, match="unknown GPU 't5'; did you mean 't4'\\?"):
+        find_gpu("t5")
 
 
 def test_nothing_close_still_says_how_to_list_the_gpus() -> None:

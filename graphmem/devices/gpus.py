@@ -131,17 +131,33 @@ def load_gpu_table_from(path: Path) -> tuple[GpuSpec, ...]:
 
 
 def find_gpu(name: str) -> GpuSpec:
-    """The GPU whose name or alias matches `name` (see `gpu_key`); UnknownGpuError if none."""
-    spec = _gpu_index().get(gpu_key(name))
-    if spec is None:
-        raise UnknownGpuError(_unknown_gpu_message(name, load_gpu_table()))
-    return spec
+    """The GPU `name` means, as people type it (see `gpu_key`): its name, an alias, its full
+    name as nvidia-smi prints it, or a family name (`rtx3060`, `h100`) when every variant of
+    that family in the table has the same memory, so the choice cannot change a verdict (the
+    table's first variant is taken; the output names it). A family whose variants differ in
+    memory (`a100`: 40 or 80 GB) and a typo (`t5`) are UnknownGpuError with suggestions."""
+    key = gpu_key(name)
+    spec = _gpu_index().get(key)
+    if spec is not None:
+        return spec
+    family = _family(key, load_gpu_table())
+    if family and len({variant.memory_bytes for variant in family}) == 1:
+        return family[0]
+    raise UnknownGpuError(_unknown_gpu_message(name, load_gpu_table()))
+
+
+def _family(key: str, table: tuple[GpuSpec, ...]) -> list[GpuSpec]:
+    """The GPUs one of whose spellings starts with `key` (`rtx3060` -> rtx-3060-12gb)."""
+    return [spec for spec in table if key and _has_key_prefix(spec, key)]
 
 
 @functools.cache
 def _gpu_index() -> dict[str, GpuSpec]:
     table = load_gpu_table()
-    return {gpu_key(spelling): spec for spec in table for spelling in _spellings(spec)}
+    index = {gpu_key(spelling): spec for spec in table for spelling in _spellings(spec)}
+    for spec in table:  # "NVIDIA Tesla T4", as the report prints it
+        index.setdefault(gpu_key(spec.full_name), spec)
+    return index
 
 
 def _spellings(spec: GpuSpec) -> tuple[str, ...]:
@@ -164,11 +180,13 @@ def _suggestions(key: str, table: tuple[GpuSpec, ...]) -> list[str]:
     """Every sized variant when `key` names a family ("a100"), else the closest name."""
     if not key:
         return []
-    variants = [spec.name for spec in table if _has_key_prefix(spec, key)]
+    variants = [spec.name for spec in _family(key, table)]
     if variants:
         return variants
     name_by_key = {gpu_key(spelling): spec.name for spec in table for spelling in _spellings(spec)}
-    matches = difflib.get_close_matches(key, list(name_by_key), n=1)
+    # short names need a lower bar: 't5' is one letter from 't4' (ratio 0.5)
+    cutoff = 0.5 if len(key) <= 4 else 0.6
+    matches = difflib.get_close_matches(key, list(name_by_key), n=1, cutoff=cutoff)
     return [name_by_key[match] for match in matches]
 
 
