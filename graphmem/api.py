@@ -22,6 +22,7 @@ from graphmem.core.conventions import AmpPolicy, TrainingOptions
 from graphmem.core.safe_text import printable
 from graphmem.core.units import format_bytes
 from graphmem.distributed.strategies import DistributedConfig
+from graphmem.errors import GraphmemError
 from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline import run
 from graphmem.pipeline.analysis import Analysis
@@ -159,12 +160,32 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
     if isinstance(sweep, str):
         sweep = SweepRequest(*parse_sweep(sweep))
     return Request(
-        model=model, inputs=tuple(inputs or ()), example_inputs=example_inputs, label=label,
+        model=model, inputs=example_tuple(inputs), example_inputs=example_inputs, label=label,
         batch=batch, dims=dict(dims or {}), gpu=gpu, cuda_reserve_bytes=cuda_reserve_bytes,
         training=training, runtime=_runtime(runtime, ort_optimization, threads),
         distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype),
         suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share),
         sweep=sweep, module_depth=module_depth, plan=plan)
+
+
+def example_tuple(inputs: object) -> tuple[object, ...]:
+    """The example inputs as one tuple, however they were given: None, one tensor (or a
+    `"4x1024:int64"` string, or a shape tuple of ints), or a list/tuple of them. A bare tensor
+    is one input, never split into its rows; a dict of named inputs is refused with the
+    Python spelling of the fix."""
+    if inputs is None:
+        return ()
+    if isinstance(inputs, Mapping):
+        raise GraphmemError(
+            f"inputs given as a dict ({', '.join(map(str, inputs))}): pass them positionally in"
+            " the order of the model's forward(), e.g. graphmem.analyze(model,"
+            " [input_ids, attention_mask])")
+    if isinstance(inputs, str) or hasattr(inputs, "shape"):
+        return (inputs,)
+    items = tuple(inputs)  # type: ignore[call-overload]
+    if items and all(isinstance(item, int) for item in items):
+        return (items,)  # one shape: (8, 3, 224, 224)
+    return items
 
 
 def _runtime(name: str | None, ort_optimization: str | None,

@@ -142,3 +142,19 @@ def test_torch_suggestions_from_a_spec_string() -> None:
     assert result.model.path == "tests/torch_models/small.py:build_convnet"
     assert result.suggestions is not None
     assert {"checkpoint", "amp", "batch"} <= {s.kind for s in result.suggestions.suggestions}
+
+
+@pytest.mark.torch
+def test_example_inputs_however_they_are_given() -> None:
+    import torch
+
+    from graphmem.errors import GraphmemError
+
+    model = torch.nn.Linear(8, 4)
+    # [2, 8] in, [2, 4] out, float32: one bare tensor is one input, never split into rows
+    expected = graphmem.analyze(model, [torch.zeros(2, 8)]).peak_bytes
+    assert graphmem.analyze(model, torch.zeros(2, 8)).peak_bytes == expected
+    assert graphmem.analyze(model, (2, 8)).peak_bytes == expected  # one shape
+    assert graphmem.analyze(model, "2x8").peak_bytes == expected
+    with pytest.raises(GraphmemError, match="pass them positionally"):
+        graphmem.analyze(model, {"x": torch.zeros(2, 8)})
