@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Protocol
 from rich.console import Console
 
 from graphmem.cli import analyze, check, gpus, verify
+from graphmem.core.progress import Reporter, reporting
 from graphmem.core.version import __version__
 from graphmem.errors import GraphmemError
 
@@ -59,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _progress_reporter() -> Reporter | None:
+    """Progress on stderr when it is a terminal (never in pipes, CI logs or tests)."""
+    from graphmem.report.terminal.progress import stderr_reporter
+
+    return stderr_reporter()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # emoji=False: a model's names are shown as written (':warning:' stays text)
     stdout = Console(highlight=False, emoji=False)
@@ -69,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GraphmemError as error:
         return _usage_error(error, argv)
     try:
-        return COMMANDS[args.command].run(args, stdout)
+        with reporting(_progress_reporter()):
+            return COMMANDS[args.command].run(args, stdout)
     except GraphmemError as error:
         return _usage_error(error, argv)
     except KeyboardInterrupt:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from graphmem.core.ir import Graph
+from graphmem.core.progress import stage
 from graphmem.devices.gpus import GpuSpec, find_gpu
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
@@ -43,14 +44,18 @@ def analyze(request: Request) -> Analysis:
     request.check()
     request = resolve(request)
     gpu = find_gpu(request.gpu) if request.gpu else None
-    imported, binding = import_model(request)
-    analysis = run_passes(imported.graph, model_info(request, imported), binding, gpu,
-                          request.cuda_reserve_bytes, _training_info(request, imported),
-                          request.module_depth, request.sweep, request.plan,
-                          rerun=_dims_rerun(request))
+    with stage("tracing the model" if request.is_torch else "reading the model"):
+        imported, binding = import_model(request)
+    with stage(f"analysing {len(imported.graph.nodes):,} nodes"):
+        analysis = run_passes(imported.graph, model_info(request, imported), binding, gpu,
+                              request.cuda_reserve_bytes, _training_info(request, imported),
+                              request.module_depth, request.sweep, request.plan,
+                              rerun=_dims_rerun(request))
     analysis = replace(analysis, runtime_inputs=imported.runtime_inputs)
-    analysis = with_suggestions(analysis, request, analyze)
-    analysis = with_runtime_request(analysis, request, gpu)
+    with stage("suggestions"):
+        analysis = with_suggestions(analysis, request, analyze)
+    with stage("runtime model"):
+        analysis = with_runtime_request(analysis, request, gpu)
     analysis = with_distributed_request(analysis, request)
     return with_kv_request(analysis, request)
 

@@ -1,0 +1,44 @@
+"""Progress on stderr while graphmem works (graphmem/core/progress.py marks the stages)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from graphmem.core.progress import Reporter
+from graphmem.core.safe_text import markup_text
+
+
+class RichReporter:
+    """One transient line: a spinner, the stage, a bar when it is counted, the time taken."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total}"),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.task: object | None = None
+
+    def begin(self, label: str, total: int | None) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task(markup_text(label), total=total)
+
+    def relabel(self, label: str, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=markup_text(label),  # type: ignore[arg-type]
+                                 total=total, completed=0)
+
+    def advance(self, done: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=done)  # type: ignore[arg-type]
+
+    def end(self) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)  # type: ignore[arg-type]
+            self.task = None
+        self.progress.stop()
+
+
+def stderr_reporter() -> Reporter | None:
+    """A reporter drawing on stderr when it is a terminal, else None (pipes and CI logs)."""
+    console = Console(stderr=True, highlight=False, emoji=False)
+    return RichReporter(console) if console.is_terminal else None
