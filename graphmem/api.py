@@ -21,8 +21,16 @@ from typing import Any
 from graphmem.core.conventions import AmpPolicy, TrainingOptions
 from graphmem.core.safe_text import printable
 from graphmem.core.units import format_bytes
+from graphmem.distributed.serving import ServingConfig
 from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.finetune import (
+    FinetuneOptions,
+    LoraOptions,
+    QloraOptions,
+    parse_lora_spec,
+    parse_qlora_spec,
+)
 from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline import run
 from graphmem.pipeline.analysis import Analysis
@@ -108,8 +116,14 @@ def analyze(request_or_model: Request | object, inputs: Sequence[object] | None 
     checkpoints, amp_policy; batch, dims (ONNX); gpu, cuda_reserve_bytes, module_depth, plan,
     sweep ("batch=1,2,4"); runtime (None, "auto" or a name), ort_optimization, threads;
     distributed (a DistributedConfig) or gpus/strategy/tensor_parallel; kv_cache (True: the
-    ONNX past inputs, "auto", or (layers, kv_heads, head_dim)), kv_dtype; suggest,
-    memory_budget_bytes, memory_budget_share; example_inputs, label.
+    ONNX past inputs, "auto", or (layers, kv_heads, head_dim)), kv_dtype, max_context (the
+    model's position limit); serve (True, or a ServingConfig) with context, block_size,
+    gpu_memory_utilization, max_batched_tokens, and gpus/tensor_parallel as the serving
+    engine's; suggest,
+    memory_budget_bytes, memory_budget_share; example_inputs, label. Fine-tuning (PyTorch
+    models and Hugging Face configs, given as a config.json path, its folder or a dict):
+    lora (True, "r=16,alpha=32,targets=q_proj,v_proj" or a LoraOptions), qlora (True, a
+    "compute=bf16,..." string or a QloraOptions; implies lora), gradient_checkpointing.
     """
     if isinstance(request_or_model, Request):
         if inputs is not None or options:
@@ -148,14 +162,24 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                   distributed: DistributedConfig | None = None, gpus: int | None = None,
                   strategy: str | None = None, tensor_parallel: int | None = None,
                   kv_cache: bool | str | tuple[int, int, int] | None = None,
-                  kv_dtype: str | None = None, suggest: bool | None = None,
+                  kv_dtype: str | None = None, max_context: int | None = None,
+                  serve: bool | ServingConfig = False, context: int | None = None,
+                  block_size: int | None = None,
+                  gpu_memory_utilization: float | None = None,
+                  max_batched_tokens: int | None = None, suggest: bool | None = None,
                   memory_budget_bytes: int | None = None,
                   memory_budget_share: float | None = None,
-                  example_inputs: str | None = None, label: str | None = None) -> Request:
+                  example_inputs: str | None = None, label: str | None = None,
+                  lora: bool | str | LoraOptions | None = None,
+                  qlora: bool | str | QloraOptions | None = None,
+                  gradient_checkpointing: bool = False) -> Request:
     """The Request the keyword options describe (see `analyze`)."""
     training = TrainingOptions(optimizer, amp, grad_accum, loss, tuple(checkpoints),
                                amp_policy) if train else None  # type: ignore[arg-type]
-    if distributed is None and (gpus, strategy, tensor_parallel) != (None, None, None):
+    serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
+                       gpus, tensor_parallel)
+    if serving is None and distributed is None and (gpus, strategy, tensor_parallel) != (
+            None, None, None):
         distributed = DistributedConfig(strategy or "ddp", gpus or 1, tensor_parallel or 1)
     if isinstance(sweep, str):
         sweep = SweepRequest(*parse_sweep(sweep))
@@ -163,9 +187,25 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
         model=model, inputs=example_tuple(inputs), example_inputs=example_inputs, label=label,
         batch=batch, dims=dict(dims or {}), gpu=gpu, cuda_reserve_bytes=cuda_reserve_bytes,
         training=training, runtime=_runtime(runtime, ort_optimization, threads),
-        distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype),
+        distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype, max_context),
+        serving=serving,
         suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share),
-        sweep=sweep, module_depth=module_depth, plan=plan)
+        sweep=sweep, module_depth=module_depth, plan=plan,
+        finetune=_finetune(lora, qlora, gradient_checkpointing))
+
+
+def _finetune(lora: bool | str | LoraOptions | None, qlora: bool | str | QloraOptions | None,
+              gradient_checkpointing: bool) -> FinetuneOptions | None:
+    """lora/qlora as options (a string as on the command line); qlora implies lora."""
+    lora_options = parse_lora_spec(lora) if isinstance(lora, str) else (
+        LoraOptions() if lora is True else lora or None)
+    qlora_options = parse_qlora_spec(qlora) if isinstance(qlora, str) else (
+        QloraOptions() if qlora is True else qlora or None)
+    if qlora_options is not None and lora_options is None:
+        lora_options = LoraOptions()
+    if lora_options is None and not gradient_checkpointing:
+        return None
+    return FinetuneOptions(lora_options, qlora_options, gradient_checkpointing)
 
 
 def example_tuple(inputs: object) -> tuple[object, ...]:
@@ -197,12 +237,32 @@ def _runtime(name: str | None, ort_optimization: str | None,
 
 
 def _kv_cache(option: bool | str | tuple[int, int, int] | None,
-              dtype: str | None) -> KvCacheOptions | None:
+              dtype: str | None, max_context: int | None = None) -> KvCacheOptions | None:
     if option is None or option is False:
-        return KvCacheOptions(dtype=dtype) if dtype is not None else None
+        if dtype is None and max_context is None:
+            return None
+        return KvCacheOptions(dtype=dtype, max_context=max_context)
     if option == "auto":
-        return KvCacheOptions(auto=True, dtype=dtype)
+        return KvCacheOptions(auto=True, dtype=dtype, max_context=max_context)
     if isinstance(option, tuple):
-        return KvCacheOptions(shape=option, dtype=dtype)
-    return KvCacheOptions(dtype=dtype)
+        return KvCacheOptions(shape=option, dtype=dtype, max_context=max_context)
+    return KvCacheOptions(dtype=dtype, max_context=max_context)
+
+
+def _serving(serve: bool | ServingConfig, context: int | None, block_size: int | None,
+             utilization: float | None, prefill_tokens: int | None, gpus: int | None,
+             tensor_parallel: int | None) -> ServingConfig | None:
+    """`serve=True` and its keywords as one ServingConfig (a given one is taken as it is)."""
+    if isinstance(serve, ServingConfig):
+        return serve
+    if not serve:
+        if any(v is not None for v in (context, block_size, utilization, prefill_tokens)):
+            raise GraphmemError("context, block_size, gpu_memory_utilization and"
+                                " max_batched_tokens describe serving: add serve=True")
+        return None
+    given = {name: value for name, value in (
+        ("block_size", block_size), ("gpu_memory_utilization", utilization),
+        ("tensor_parallel", tensor_parallel)) if value is not None}
+    return ServingConfig(context=context, prefill_tokens=prefill_tokens, gpus=gpus,
+                         **given)  # type: ignore[arg-type]
 

@@ -109,15 +109,20 @@ def test_size_budget_at_the_peak_passes(mlp: Path, capsys: pytest.CaptureFixture
 
 def test_percent_budget_is_a_share_of_usable_memory(mlp: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # with a GPU the budget holds the verdict's device total against a share of the GPU's
+    # memory (not the live peak against usable memory: --max-memory 100% is then "fits")
     out_json = tmp_path / "check.json"
     code, _, _ = run(["check", str(mlp), "--gpu", "t4", "--batch", "32", "--max-memory", "50%",
                       "--json", str(out_json)], capsys)
     assert code == 0
     result = json.loads(out_json.read_text())
     budget = result["models"][0]["budgets"][0]
-    usable = result["models"][0]["analysis"]["gpu"]["usable_bytes"]
-    assert budget["value"] == PEAK and budget["limit"] == math.floor(usable * 0.5)
-    assert "50%" in budget["message"]
+    gpu = result["models"][0]["analysis"]["gpu"]
+    assert gpu["basis"] == "ort-cuda device total"
+    assert budget["value"] == gpu["required_bytes"] == result["models"][0]["analysis"][
+        "memory"]["device_total_bytes"]
+    assert budget["limit"] == math.floor(gpu["memory_bytes"] * 0.5)
+    assert "50%" in budget["message"] and "ort-cuda device total" in budget["message"]
 
 
 def test_a_gpu_alone_means_the_model_must_fit(mlp: Path, capsys: pytest.CaptureFixture[str]

@@ -108,7 +108,7 @@ def test_batch_on_a_static_model_says_how_to_fix(
     path = tmp_path / "static.onnx"
     onnx.save(model, path)
     code, _, err = run_cli(["analyze", str(path), "--batch", "8", "--no-html"], capsys)
-    assert_one_error_line(code, err, "no dynamic dim", "re-export")
+    assert_one_error_line(code, err, "the batch is fixed at 1 in the file", "re-export")
 
 
 @pytest.mark.parametrize(

@@ -49,13 +49,15 @@ def _visible_text(page: str) -> str:
 def test_the_page_opens_with_the_answer_then_where_the_memory_goes(inference: Analysis) -> None:
     page = render_html(inference)
     sections = re.findall(r'<section id="([\w-]+)"', page)
-    assert sections == ["summary", "modules", "roles", "live", "timeline", "flops", "nodes",
-                        "about", "method"]
+    # with a GPU the runtime model gives the verdict's device total: its section follows
+    assert sections == ["summary", "modules", "roles", "live", "timeline", "runtime", "flops",
+                        "nodes", "about", "method"]
     # the first facts: does it fit (by how much), the peak, the largest batch that fits
     facts = re.findall(r'data-n="fact:([^"]+)"', page)
     assert facts[:3] == ["fits", "peak memory", "max batch"]
     view = build_view(inference)
-    assert [f.name for f in view.answers] == ["fits", "peak memory", "max batch"]
+    assert [f.name for f in view.answers] == ["fits", "peak memory", "max batch",
+                                              "on the device"]  # the verdict's device total
     fits = view.answers[0]
     assert fits.label == "on NVIDIA Tesla T4" and fits.value == "fits"
     assert fits.detail.startswith(f"{view.gpu.headroom.text} to spare")
@@ -65,7 +67,8 @@ def test_the_answer_says_by_how_much_a_model_does_not_fit() -> None:
     assert TINY_CNN is not None
     analysis = analyze_onnx(TINY_CNN, batch=200_000, gpu="t4")  # about 27 GiB
     verdict = build_view(analysis).answers[0]
-    over = int(analysis.liveness.peak_bytes) - analysis.fit.usable_bytes
+    # over by the device total (onnxruntime CUDA's) less the GPU's capacity
+    over = int(analysis.fit.required_bytes) - analysis.fit.capacity_bytes
     assert verdict.value == "does not fit" and verdict.tone == "bad"
     assert verdict.detail.startswith(f"over by {build_view(analysis).gpu.overflow.text}")
     assert build_view(analysis).gpu.overflow.exact == over
@@ -116,15 +119,18 @@ def test_tables_scroll_inside_their_box(inference: Analysis) -> None:
 
 def test_a_peak_with_candidate_steps_reads_as_one_formula(free_batch: Analysis) -> None:
     # gpt2.onnx with batch and seq free has 14 candidate peak steps: the headline showed
-    # max(f1, ..., f14), a column of formulas taller than the screen
+    # max(f1, ..., f14), a column of formulas taller than the screen; with one free dim it is
+    # the leading candidate per range of it, the crossover exact
     live = free_batch.liveness
     other = SymInt.symbol("batch") * 100 + 900_000
     analysis = replace(free_batch, liveness=replace(
         live, peak_candidates=(live.peak_bytes, other)))
     view = build_view(analysis)
     peak_fact = next(f for f in view.headline if f.label == "peak memory")
-    assert peak_fact.value == view.summary.peak.text  # the step's own formula, not max(...)
-    assert "max(" not in peak_fact.value and "1 of 2 candidate steps" in peak_fact.detail
+    assert peak_fact.value == view.summary.peak.text  # per range, not max(...)
+    assert "max(" not in peak_fact.value and "maximum of 2 candidate steps" in peak_fact.detail
+    # 40232 + 143360*batch > 900000 + 100*batch from batch >= 859768/143260 = 6.0...: 7 on
+    assert peak_fact.value.endswith("above that 39.3 KiB + 140.0 KiB·batch (from batch=7)")
     assert view.summary.peak.exact.startswith("max(")  # the exact value stays, as a tooltip
     page = render_html(analysis)
     check_page(page)

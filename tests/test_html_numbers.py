@@ -172,7 +172,10 @@ def test_peak_params_flops_and_macs(rendered: Rendered) -> None:
     report, numbers = rendered
     memory = report["memory"]
     peak = fact(numbers, "peak memory")
-    assert peak.text.startswith(f"peak memory {format_bytes_sym(sym(memory['peak_bytes']))} ")
+    # the exact peak: with several candidate steps, their maximum as the JSON reads it
+    shown = (memory["peak_formula"]["display"] if memory["peak_formula"]
+             else format_bytes_sym(sym(memory["peak_bytes"])))
+    assert peak.text.startswith(f"peak memory {shown} ")
     candidates = memory["peak_candidates"]
     tooltip = (f"max({', '.join(map(str, candidates))})" if len(candidates) > 1
                else exact(memory["peak_bytes"]))
@@ -222,21 +225,22 @@ def test_gpu_fit_and_max_batch(rendered: Rendered) -> None:
     report, numbers = rendered
     gpu = report["gpu"]
     assert one(numbers, "gpu:usable").cells[1] == format_bytes(gpu["usable_bytes"])
+    # the verdict's number (the device total, or live peak + context) against the capacity
     utilization = one(numbers, "gpu:peak").cells[2]
     if gpu["utilization"] is None:
         assert utilization == "depends on the free dims"
     elif gpu["utilization"] < 0.001:
-        assert utilization == "<0.1% of usable"  # a sliver, not "0.0%"
+        assert utilization == "<0.1% of the GPU's"  # a sliver, not "0.0%"
     else:
-        assert utilization == f"{gpu['utilization']:.1%} of usable"
+        assert utilization == f"{gpu['utilization']:.1%} of the GPU's"
     verdict = fact(numbers, "fits")
     assert verdict.text.startswith(f"on {gpu['full_name']}")
     required = sym(gpu["required_bytes"])
     if gpu["fits"]:
-        spare = gpu["usable_bytes"] - int(required)
+        spare = gpu["memory_bytes"] - int(required)
         assert f"fits {format_bytes(spare)} to spare" in verdict.text
     elif gpu["fits"] is False:
-        over = int(required) - gpu["usable_bytes"]
+        over = int(required) - gpu["memory_bytes"]
         assert f"does not fit over by {format_bytes(over)}" in verdict.text
     else:
         assert "fit depends on the free dims" in verdict.text

@@ -39,20 +39,32 @@ def relu_path(tmp_path: Path) -> Path:
 
 
 def fits(path: Path, batch: int, gpu: str = "t4", **options: object) -> bool | None:
-    return analyze_onnx(path, batch=batch, gpu=gpu, plan=False, **options).fit.fits  # type: ignore[union-attr, arg-type]
+    """The GPU's verdict at `batch`, as `--batch` gives it (the runtime model's device total;
+    unplanned, so no max batch search)."""
+    return analyze_onnx(path, batch=batch, gpu=gpu, plan=False, runtime="auto",  # type: ignore[union-attr, arg-type]
+                        **options).fit.fits
 
 
 def test_max_batch_fits_and_one_more_does_not(relu_path: Path) -> None:
     analysis = analyze_onnx(relu_path, gpu="t4")
     result = analysis.max_batch
     assert result is not None and result.max_batch is not None
-    # peak per sample: x (resident input) + r1 + r2 at relu1 = 3 MiB; usable 14.3 GiB
-    usable = analysis.fit.usable_bytes  # type: ignore[union-attr]
-    assert result.max_batch == usable // (3 * 4 * WIDTH)
+    # The verdict is onnxruntime CUDA's device total against the T4's 15,360 MiB: x is
+    # resident (batch MiB); r1's region is the first 1 MiB doubled to a power of two >= batch
+    # MiB (8,192 MiB at batch 4,096); r2 runs in place in r1; y, a graph output, needs batch
+    # MiB more: at 4,096 the rest of that region holds it (8,192 - 4,096); at 4,097 the rest
+    # is 2 MiB short, and the next region, backed off in 90% steps down to 4,097 MiB, does
+    # not fit the 15,360 - 694.8 (context) - 4,097 - 8,192 = 2,376 MiB left: out of memory.
+    assert analysis.fit is not None and analysis.fit.capacity_bytes == 15_360 * 2**20
+    assert result.max_batch == 4096 and result.basis == "ort-cuda device total"
     assert fits(relu_path, result.max_batch) is True
     assert fits(relu_path, result.max_batch + 1) is False
-    assert result.peak_at_max_bytes <= usable < result.peak_at_next_bytes  # type: ignore[operator]
-    assert result.probes == 2  # the symbolic estimate was right: two bound checks
+    # by the same number: the totals the search saw are those `--batch N` reports
+    at_max = analyze_onnx(relu_path, gpu="t4", batch=4096, plan=False, runtime="auto").fit
+    at_next = analyze_onnx(relu_path, gpu="t4", batch=4097, plan=False, runtime="auto").fit
+    assert at_max is not None and at_next is not None
+    assert result.peak_at_max_bytes == int(at_max.required_bytes) <= result.limit_bytes
+    assert result.limit_bytes < result.peak_at_next_bytes == int(at_next.required_bytes)  # type: ignore[operator]
 
 
 def test_max_batch_is_also_solved_when_the_batch_is_bound(relu_path: Path) -> None:

@@ -35,8 +35,20 @@ from graphmem.cli.inputs import (
 )
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
 from graphmem.distributed.kv_cache import parse_kv_option
+from graphmem.distributed.serving import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    ServingConfig,
+)
 from graphmem.distributed.strategies import LAYOUTS, STRATEGIES, DistributedConfig, ZeroSettings
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.finetune import (
+    FinetuneOptions,
+    LoraOptions,
+    parse_lora_spec,
+    parse_qlora_spec,
+)
+from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file
 from graphmem.gate.budgets import parse_memory_limit
 from graphmem.pipeline import run as pipeline
 from graphmem.pipeline.request import (
@@ -56,8 +68,9 @@ DEFAULT_FSDP_DEPTH = 2
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         NAME, help="analyze a model (ONNX file or PyTorch file.py:fn): memory, FLOPs, fit")
-    parser.add_argument("model", help="an .onnx file (external weight data is not read), or a"
-                        " PyTorch model as file.py:fn or package.module:fn")
+    parser.add_argument("model", help="an .onnx file (external weight data is not read), a"
+                        " PyTorch model as file.py:fn or package.module:fn, or a Hugging Face"
+                        " config.json (or its folder): the model is built from it, no weights")
     parser.add_argument("--gpu", help="GPU name from 'graphmem gpus' (e.g. t4, a100-80gb)")
     parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
@@ -82,8 +95,10 @@ def add_parser(commands: Any) -> None:
                         help="peak, fit, latency and throughput at each value of a dim, e.g."
                         " batch=1,2,4,...,256 (ONNX models)")
     _add_distributed_options(parser)
+    _add_serving_options(parser)
     _add_suggest_options(parser)
     _add_torch_options(parser)
+    _add_finetune_options(parser)
 
 
 def _add_distributed_options(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +123,29 @@ def _add_distributed_options(parser: argparse.ArgumentParser) -> None:
                        " context that fits (ONNX past_key_values inputs are found without it)")
     group.add_argument("--kv-dtype", metavar="DTYPE",
                        help="dtype of the KV cache (default: the model's or the past inputs')")
+    group.add_argument("--max-context", type=int, metavar="N",
+                       help="the model's position limit (max_position_embeddings): the longest"
+                       " context stops there (a PyTorch model's Hugging Face config gives it)")
+
+
+def _add_serving_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "serving an LLM (--serve, with --gpu): paged KV cache as vLLM sizes it")
+    group.add_argument("--serve", action="store_true",
+                       help="how many sequences of --context tokens fit at once, and the"
+                       " longest context; --tensor-parallel T splits weights and KV heads,"
+                       " --gpus N serves N / T replicas")
+    group.add_argument("--context", type=int, metavar="N",
+                       help="tokens per sequence (prompt + output; default: the model's"
+                       " position limit)")
+    group.add_argument("--block-size", type=int, metavar="N",
+                       help=f"tokens per KV-cache block (default {DEFAULT_BLOCK_SIZE}, vLLM's)")
+    group.add_argument("--gpu-memory-utilization", type=float, metavar="SHARE",
+                       help="the engine's share of the GPU (default"
+                       f" {DEFAULT_GPU_MEMORY_UTILIZATION}, vLLM's gpu_memory_utilization)")
+    group.add_argument("--max-batched-tokens", type=int, metavar="N",
+                       help="tokens of the prefill step whose activations are reserved"
+                       " (default: --context; vLLM's max_num_batched_tokens)")
 
 
 def _add_suggest_options(parser: argparse.ArgumentParser) -> None:
@@ -140,6 +178,23 @@ def _add_torch_options(parser: argparse.ArgumentParser) -> None:
                        help="loss(output) -> scalar (default: cross-entropy)")
 
 
+def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "fine-tuning (PyTorch models and Hugging Face configs; see docs/llm-finetuning.md)")
+    group.add_argument("--lora", nargs="?", const="", metavar="r=R,alpha=A,dropout=P,targets=N,..",
+                       help="LoRA adapters, the base frozen (peft's defaults: r=8, alpha=8,"
+                       " dropout=0, the model type's target modules), e.g. --lora"
+                       " r=16,alpha=32,targets=q_proj,v_proj")
+    group.add_argument("--qlora", nargs="?", const="", metavar="compute=bf16,..",
+                       help="the base's Linear layers in 4-bit NF4 (bitsandbytes: blocksize"
+                       " 64, double quantization, compute bf16), LoRA on top (implies --lora);"
+                       " keys: compute, blocksize, double-quant, upcast (peft's"
+                       " prepare_model_for_kbit_training: other weights to fp32)")
+    group.add_argument("--gradient-checkpointing", action="store_true",
+                       help="with --train: checkpoint every decoder layer as Hugging Face's"
+                       " gradient_checkpointing_enable does (use_reentrant=False)")
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     from graphmem.report.json.report import to_json_text
     from graphmem.report.terminal.summary import print_summary
@@ -149,7 +204,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     files = [o for o in (json_out, html_out) if o]
     request = request_from_args(args)
     if request.is_torch:
-        refuse_overwrites(files, spec_files((args.model, args.loss, args.example_inputs)))
+        refuse_overwrites(files, [*spec_files((args.model, args.loss, args.example_inputs)),
+                                  *_config_file(args.model)])
     else:
         check_input_file("model", Path(args.model))
         refuse_overwrites(files, onnx_inputs(Path(args.model), files))
@@ -186,22 +242,33 @@ def _outputs(args: argparse.Namespace) -> tuple[OutputFile | None, OutputFile | 
 
 
 def _report_stem(model: str) -> str:
-    return model.rpartition(":")[2] if is_model_spec(model) else Path(model).stem
+    if is_model_spec(model):
+        return model.rpartition(":")[2]
+    config = hf_config_file(model)
+    if config is not None and config.name == HF_CONFIG_NAME:  # name it by its folder
+        return config.resolve().parent.name or "config"
+    return Path(model).stem
+
+
+def _config_file(model: str) -> list[tuple[str, Path]]:
+    config = hf_config_file(model)
+    return [] if config is None else [("the model's config", config)]
 
 
 # ----- flags -> Request ------------------------------------------------------------------------
 def request_from_args(args: argparse.Namespace) -> Request:
     """The Request the flags describe, checked: every refusal that needs no model is here."""
     _check_flags(args)
-    torch = is_model_spec(args.model)
+    torch = is_model_spec(args.model) or hf_config_file(args.model) is not None
     request = Request(
         model=args.model,
         inputs=tuple(args.input), example_inputs=args.example_inputs,
         batch=args.batch, dims=dims_dict(args.dim),
         gpu=args.gpu, cuda_reserve_bytes=args.cuda_reserve,
         training=_training(args), runtime=RuntimeOptions(args.runtime, args.ort_optimization),
-        distributed=_distributed(args), kv_cache=_kv_cache(args), suggest=_suggest(args),
-        sweep=_sweep(args.sweep, torch), module_depth=args.depth)
+        distributed=_distributed(args), kv_cache=_kv_cache(args), serving=_serving(args),
+        suggest=_suggest(args),
+        sweep=_sweep(args.sweep, torch), module_depth=args.depth, finetune=_finetune(args))
     request.check()
     return request
 
@@ -218,6 +285,40 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise GraphmemError("--amp/--grad-accum describe a training step: add --train")
     if not _wants_distributed(args) and args.fsdp_depth != DEFAULT_FSDP_DEPTH:
         raise GraphmemError("--fsdp-depth goes with --strategy fsdp")
+    _check_serving_flags(args)
+
+
+_SERVING_FLAGS = ("context", "block_size", "gpu_memory_utilization", "max_batched_tokens")
+_TRAINING_JOB_FLAGS = ("strategy", "state_layout", "reduce_bucket_size")
+
+
+def _check_serving_flags(args: argparse.Namespace) -> None:
+    """Serving flags go with --serve; a training job's do not."""
+    if not args.serve:
+        flag = _first_given(args, _SERVING_FLAGS)
+        if flag is not None:
+            raise GraphmemError(f"{flag} goes with --serve (the serving plan of an LLM)")
+        return
+    flag = _first_given(args, _TRAINING_JOB_FLAGS)
+    if flag is not None:
+        raise GraphmemError(f"{flag} describes a training job; --serve takes --gpus and"
+                            " --tensor-parallel only")
+
+
+def _first_given(args: argparse.Namespace, names: tuple[str, ...]) -> str | None:
+    given = [name for name in names if getattr(args, name) is not None]
+    return f"--{given[0].replace('_', '-')}" if given else None
+
+
+def _finetune(args: argparse.Namespace) -> FinetuneOptions | None:
+    """--lora, --qlora (which implies --lora) and --gradient-checkpointing."""
+    if args.lora is None and args.qlora is None and not args.gradient_checkpointing:
+        return None
+    lora = parse_lora_spec(args.lora) if args.lora is not None else None
+    qlora = parse_qlora_spec(args.qlora) if args.qlora is not None else None
+    if qlora is not None and lora is None:
+        lora = LoraOptions()
+    return FinetuneOptions(lora, qlora, args.gradient_checkpointing)
 
 
 def _training(args: argparse.Namespace) -> TrainingOptions | None:
@@ -228,6 +329,8 @@ def _training(args: argparse.Namespace) -> TrainingOptions | None:
 
 
 def _wants_distributed(args: argparse.Namespace) -> bool:
+    if args.serve:  # --gpus and --tensor-parallel are the serving engine's
+        return False
     return any(value is not None for value in (
         args.gpus, args.strategy, args.tensor_parallel, args.state_layout,
         args.reduce_bucket_size))
@@ -249,8 +352,20 @@ def _kv_cache(args: argparse.Namespace) -> KvCacheOptions:
     """Always: an ONNX graph's past inputs give the cache even without --kv-cache."""
     option = args.kv_cache
     if option is None or option == "auto":
-        return KvCacheOptions(auto=option == "auto", dtype=args.kv_dtype)
-    return KvCacheOptions(shape=parse_kv_option(option), dtype=args.kv_dtype)
+        return KvCacheOptions(auto=option == "auto", dtype=args.kv_dtype,
+                              max_context=args.max_context)
+    return KvCacheOptions(shape=parse_kv_option(option), dtype=args.kv_dtype,
+                          max_context=args.max_context)
+
+
+def _serving(args: argparse.Namespace) -> ServingConfig | None:
+    if not args.serve:
+        return None
+    given = {name: getattr(args, flag) for name, flag in (
+        ("block_size", "block_size"), ("gpu_memory_utilization", "gpu_memory_utilization"),
+        ("tensor_parallel", "tensor_parallel")) if getattr(args, flag) is not None}
+    return ServingConfig(context=args.context, prefill_tokens=args.max_batched_tokens,
+                         gpus=args.gpus, **given)
 
 
 def _suggest(args: argparse.Namespace) -> SuggestOptions:

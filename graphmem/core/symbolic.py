@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 
 import sympy
 
@@ -39,6 +39,10 @@ def _factor_name(factor: Factor) -> str:
 
 
 def _mul_monomials(left: Monomial, right: Monomial) -> Monomial:
+    if not left:
+        return right
+    if not right:
+        return left
     powers: dict[Factor, int] = dict(left)
     for factor, power in right:
         powers[factor] = powers.get(factor, 0) + power
@@ -46,28 +50,89 @@ def _mul_monomials(left: Monomial, right: Monomial) -> Monomial:
 
 
 def _normalize(coefficient: Coefficient) -> Coefficient:
-    if isinstance(coefficient, Fraction) and coefficient.denominator == 1:
+    if type(coefficient) is Fraction and coefficient.denominator == 1:
         return coefficient.numerator
     return coefficient
 
 
-class SymInt:
-    """An exact size that may depend on dynamic dims: sum of coefficient * monomial."""
+def _new(terms: dict[Monomial, Coefficient]) -> SymInt:
+    """A SymInt over `terms` as they are: every coefficient non-zero and normalized (the
+    arithmetic below keeps them so; the public constructor checks them)."""
+    value = object.__new__(SymInt)
+    value._terms = terms
+    value._hash = None
+    value._free = None
+    value._text = None
+    if not terms:
+        value._const = 0
+    elif len(terms) == 1 and () in terms:
+        value._const = terms[()]
+    else:
+        value._const = None
+    return value
 
-    __slots__ = ("_hash", "_terms")
+
+def _const(number: Coefficient) -> SymInt:
+    if type(number) is int:
+        cached = _CONSTANTS.get(number)
+        if cached is None:
+            if len(_CONSTANTS) >= _MAX_CACHED_CONSTANTS:
+                _CONSTANTS.clear()
+            cached = _CONSTANTS[number] = _new({(): number} if number else {})
+        return cached
+    number = _normalize(number)
+    return _new({(): number} if number != 0 else {})
+
+
+# Sizes repeat (a decoder's 400 layers have the same few dozen): a constant SymInt is
+# immutable, so one object serves every equal integer.
+_CONSTANTS: dict[int, SymInt] = {}
+_MAX_CACHED_CONSTANTS = 1 << 16
+
+
+def _add_terms(terms: dict[Monomial, Coefficient], monomial: Monomial,
+               coefficient: Coefficient) -> None:
+    """terms[monomial] += coefficient, dropping the term where it cancels."""
+    total = terms.get(monomial, 0) + coefficient
+    if total == 0:
+        terms.pop(monomial, None)
+    else:
+        terms[monomial] = _normalize(total)
+
+
+class SymInt:
+    """An exact size that may depend on dynamic dims: sum of coefficient * monomial.
+
+    Immutable. Most sizes of a bound graph are plain numbers, so a constant keeps its number
+    in `_const` and arithmetic between constants never touches the term dicts.
+    """
+
+    __slots__ = ("_const", "_free", "_hash", "_terms", "_text")
+
+    _const: Coefficient | None  # the value when constant, else None
+    _free: frozenset[str] | None  # free_symbols(), computed once
+    _hash: int | None
+    _terms: dict[Monomial, Coefficient]
+    _text: str | None  # str(self), printed once
 
     def __init__(self, terms: Mapping[Monomial, Coefficient] | None = None) -> None:
-        self._terms: dict[Monomial, Coefficient] = {
-            monomial: _normalize(coefficient)
-            for monomial, coefficient in (terms or {}).items()
-            if coefficient != 0
-        }
-        self._hash: int | None = None
+        cleaned = {monomial: _normalize(coefficient)
+                   for monomial, coefficient in (terms or {}).items() if coefficient != 0}
+        self._terms = cleaned
+        self._hash = None
+        self._free = None
+        self._text = None
+        if not cleaned:
+            self._const = 0
+        elif len(cleaned) == 1 and () in cleaned:
+            self._const = cleaned[()]
+        else:
+            self._const = None
 
     # ----- construction -------------------------------------------------------------------
     @staticmethod
     def const(value: Coefficient) -> SymInt:
-        return SymInt({(): value})
+        return _const(value)
 
     @staticmethod
     def symbol(name: str) -> SymInt:
@@ -84,18 +149,33 @@ class SymInt:
 
     # ----- arithmetic ---------------------------------------------------------------------
     def __add__(self, other: SymInt | int) -> SymInt:
-        other = _as_symint(other)
+        if type(other) is int:
+            if self._const is not None:
+                return _const(self._const + other)
+            other = _const(other)
+        elif not isinstance(other, SymInt):
+            other = SymInt.const(other)
+        if self._const is not None and other._const is not None:
+            return _const(self._const + other._const)
+        if not other._terms:
+            return self
+        if not self._terms:
+            return other  # type: ignore[return-value]
         terms = dict(self._terms)
         for monomial, coefficient in other._terms.items():
-            terms[monomial] = terms.get(monomial, 0) + coefficient
-        return SymInt(terms)
+            _add_terms(terms, monomial, coefficient)
+        return _new(terms)
 
     __radd__ = __add__
 
     def __neg__(self) -> SymInt:
-        return SymInt({m: -c for m, c in self._terms.items()})
+        if self._const is not None:
+            return _const(-self._const)
+        return _new({m: -c for m, c in self._terms.items()})
 
     def __sub__(self, other: SymInt | int) -> SymInt:
+        if type(other) is int and self._const is not None:
+            return _const(self._const - other)
         return self + (-_as_symint(other))
 
     def __rsub__(self, other: SymInt | int) -> SymInt:
@@ -103,44 +183,62 @@ class SymInt:
 
     def __mul__(self, other: SymInt | Coefficient) -> SymInt:
         if isinstance(other, int | Fraction):
-            return SymInt({m: c * other for m, c in self._terms.items()})
+            if self._const is not None:
+                return _const(self._const * other)
+            if other == 0:
+                return _const(0)
+            return _new({m: _normalize(c * other) for m, c in self._terms.items()})
+        if not isinstance(other, SymInt):
+            return NotImplemented
+        if other._const is not None:
+            return self * other._const
+        if self._const is not None:
+            return other * self._const
         terms: dict[Monomial, Coefficient] = {}
         for left, left_coefficient in self._terms.items():
             for right, right_coefficient in other._terms.items():
-                monomial = _mul_monomials(left, right)
-                terms[monomial] = terms.get(monomial, 0) + left_coefficient * right_coefficient
-        return SymInt(terms)
+                _add_terms(terms, _mul_monomials(left, right),
+                           left_coefficient * right_coefficient)
+        return _new(terms)
 
     __rmul__ = __mul__
 
     def scaled(self, numerator: int, denominator: int = 1) -> SymInt:
         """self * numerator / denominator, exactly (e.g. bits to bytes: scaled(bits, 8))."""
+        if denominator == 1:
+            return self * numerator
+        if numerator % denominator == 0:  # 32 bits = 4 bytes: integers stay integers
+            return self * (numerator // denominator)
         return self * Fraction(numerator, denominator)
 
     # ----- inspection ---------------------------------------------------------------------
     @property
     def is_constant(self) -> bool:
-        return all(monomial == () for monomial in self._terms)
+        return self._const is not None
 
     @property
     def constant_term(self) -> Coefficient:
         return self._terms.get((), 0)
 
     def free_symbols(self) -> frozenset[str]:
-        names: set[str] = set()
-        for monomial in self._terms:
-            for factor, _ in monomial:
-                names |= _factor_symbols(factor)
-        return frozenset(names)
+        if self._free is None:
+            monomials = [m for m in self._terms if m]
+            if not monomials:
+                self._free = frozenset()
+            elif len(monomials) == 1:
+                self._free = _monomial_symbols(monomials[0])
+            else:
+                self._free = frozenset().union(*map(_monomial_symbols, monomials))
+        return self._free
 
     def terms(self) -> dict[Monomial, Coefficient]:
         return dict(self._terms)
 
     def __int__(self) -> int:
-        if not self.is_constant:
+        value = self._const
+        if value is None:
             raise ValueError(f"size {self} depends on unbound dims {sorted(self.free_symbols())}")
-        value = self.constant_term
-        return int(value) if isinstance(value, int) else _ceil(value)
+        return value if type(value) is int else _ceil(value)  # type: ignore[arg-type]
 
     def evaluate(self, dims: Mapping[str, int]) -> int:
         """The exact integer size with every dim bound; fractions (sub-byte dtypes) round up."""
@@ -148,12 +246,10 @@ class SymInt:
 
     def bind(self, dims: Mapping[str, int]) -> SymInt:
         """Substitute the dims that are given; the others stay symbolic."""
-        if not dims or self.is_constant:
+        if self._const is not None or not dims:
             return self
-        result = SymInt()
-        for monomial, coefficient in self._terms.items():
-            result = result + _bind_monomial(monomial, dims) * coefficient
-        return result
+        # a graph's sizes are a few distinct polynomials, bound at the same dims many times
+        return _bind_cached(self, tuple(dims.items()))
 
     def dominates(self, other: SymInt) -> bool:
         """True when self >= other for every positive value of the dims.
@@ -166,12 +262,13 @@ class SymInt:
     # ----- comparison and display ---------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         if isinstance(other, int):
-            return self.is_constant and self.constant_term == other
+            return self._const is not None and self._const == other
         return isinstance(other, SymInt) and self._terms == other._terms
 
     def __hash__(self) -> int:
         if self._hash is None:
-            self._hash = hash(frozenset(self._terms.items()))
+            const = self._const
+            self._hash = hash(const) if const is not None else hash(frozenset(self._terms.items()))
         return self._hash
 
     def to_sympy(self) -> sympy.Expr:
@@ -196,7 +293,10 @@ class SymInt:
         return " + ".join(parts).replace("+ -", "- ")
 
     def __str__(self) -> str:
-        return format_terms(self, str)
+        if self._text is None:
+            const = self._const
+            self._text = str(const) if type(const) is int else format_terms(self, str)
+        return self._text
 
     def __repr__(self) -> str:
         return f"SymInt({self})"
@@ -227,19 +327,45 @@ def _as_symint(value: SymInt | int) -> SymInt:
     return value if isinstance(value, SymInt) else SymInt.const(value)
 
 
-def _bind_monomial(monomial: Monomial, dims: Mapping[str, int]) -> SymInt:
-    result = SymInt.const(1)
+@lru_cache(maxsize=1 << 16)
+def _bind_cached(value: SymInt, dims: tuple[tuple[str, int], ...]) -> SymInt:
+    given = value.free_symbols() & {name for name, _ in dims}
+    if not given:
+        return value
+    key = tuple(sorted((name, number) for name, number in dims if name in given))
+    terms: dict[Monomial, Coefficient] = {}
+    for monomial, coefficient in value._terms.items():
+        for bound, factor in _bind_monomial(monomial, key).items():
+            _add_terms(terms, bound, factor * coefficient)
+    return _new(terms)
+
+
+@lru_cache(maxsize=1 << 16)
+def _bind_monomial(monomial: Monomial,
+                   dims: tuple[tuple[str, int], ...]) -> dict[Monomial, Coefficient]:
+    """`monomial` with `dims` substituted, as terms (read-only: the result is cached)."""
+    values = dict(dims)
+    coefficient: Coefficient = 1
+    kept: dict[Factor, int] = {}
     for factor, power in monomial:
-        if factor.is_Symbol and factor.name in dims:
-            result = result * dims[factor.name] ** power
+        if factor.is_Symbol and factor.name in values:
+            coefficient *= values[factor.name] ** power
             continue
-        names = {str(s) for s in factor.free_symbols}
-        if names and names <= dims.keys():
-            value = factor.subs({s: dims[str(s)] for s in factor.free_symbols})
-            result = result * _from_sympy_cached(sympy.Integer(value) ** power)
+        names = _factor_symbols(factor)
+        if names and names <= values.keys():
+            value = factor.subs({s: values[str(s)] for s in factor.free_symbols})
+            coefficient *= _to_coefficient(sympy.Integer(value) ** power)
         else:
-            result = result * SymInt({((factor, power),): 1})
-    return result
+            kept[factor] = kept.get(factor, 0) + power
+    if coefficient == 0:
+        return {}
+    bound = tuple(sorted(kept.items(), key=_factor_key))
+    return {bound: _normalize(coefficient)}
+
+
+@lru_cache(maxsize=1 << 16)
+def _monomial_symbols(monomial: Monomial) -> frozenset[str]:
+    return frozenset().union(*(_factor_symbols(factor) for factor, _ in monomial))
 
 
 @cache
@@ -312,7 +438,29 @@ def symint_max(candidates: Iterable[SymInt]) -> list[SymInt]:
 
 
 def product(values: Iterable[SymInt]) -> SymInt:
-    result = SymInt.const(1)
+    number: Coefficient = 1  # the constant factors, multiplied as numbers
+    result: SymInt | None = None
     for value in values:
-        result = result * value
-    return result
+        if value._const is not None:
+            number *= value._const
+        else:
+            result = value if result is None else result * value
+    if result is None:
+        return _const(number)
+    return result * number
+
+
+def sum_sizes(values: Iterable[SymInt]) -> SymInt:
+    """The sum of `values`, adding the constant ones as numbers and the polynomials' terms in
+    one dict (`sum(values, SymInt())` builds a polynomial per addition)."""
+    number: Coefficient = 0
+    terms: dict[Monomial, Coefficient] = {}
+    for value in values:
+        if value._const is not None:
+            number += value._const
+            continue
+        for monomial, coefficient in value._terms.items():
+            _add_terms(terms, monomial, coefficient)
+    if number:
+        _add_terms(terms, (), number)
+    return _new(terms)

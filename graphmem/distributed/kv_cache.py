@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphmem.core.ir import Graph, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.distributed.serving import ServingReport
 from graphmem.errors import GraphmemError
 
 BATCH = "batch"
@@ -59,6 +60,29 @@ class KvCacheReport:
     usable_bytes: int | None
     max_context: int | None
     max_context_reason: str | None  # why max_context is None
+    # the model's own limit (HF config's max_position_embeddings, or --max-context):
+    # max_context never exceeds it
+    position_limit: int | None = None
+    position_limit_source: str = ""
+    serving: ServingReport | None = None  # --serve: the paged cache on the GPU
+
+    @property
+    def max_context_limited_by(self) -> str | None:
+        """"position limit" where the model's limit, not memory, sets max_context."""
+        if self.max_context is None:
+            return None
+        limit = self.position_limit
+        return "position limit" if limit is not None and self.max_context == limit else "memory"
+
+
+def with_position_limit(report: KvCacheReport, limit: int | None, source: str) -> KvCacheReport:
+    """The report with the model's position limit: the longest context is never beyond it
+    (a model answers garbage, or refuses, past its max_position_embeddings)."""
+    if limit is None:
+        return report
+    longest = report.max_context
+    return replace(report, position_limit=limit, position_limit_source=source,
+                   max_context=None if longest is None else min(longest, limit))
 
 
 def parse_kv_option(text: str) -> tuple[int, int, int]:
@@ -83,6 +107,11 @@ class PastInputs:
     values: tuple[Value, ...]  # the past inputs
     presents: tuple[Value, ...]  # graph outputs named present*: the cache after this step
     batch_dim: SymInt | None  # dim 0 of a past input (the batch)
+    past_dim: SymInt | None = None  # the cached length of a past input
+
+    @property
+    def kv_values(self) -> tuple[Value, ...]:
+        return (*self.values, *self.presents)
 
 
 def find_past_inputs(graph: Graph) -> PastInputs | None:
@@ -107,9 +136,34 @@ def find_past_inputs(graph: Graph) -> PastInputs | None:
         source=f"ONNX inputs {found[0][0].name} ... ({len(found)} past inputs)")
     presents = tuple(v for v in graph.outputs if _PRESENT.match(v.name))
     batch_axis = 1 if found[0][1] else 0
-    dims = sample.shape or ()
+    dims = sample.shape or ()  # [batch, heads, past, head_dim], stacked: [2, batch, ...]
     return PastInputs(shape, tuple(v for v, _ in found), presents,
-                      dims[batch_axis] if len(dims) > batch_axis else None)
+                      dims[batch_axis] if len(dims) > batch_axis else None,
+                      dims[batch_axis + 2] if len(dims) > batch_axis + 2 else None)
+
+
+def decoder_dim_names(graph: Graph, past: PastInputs) -> tuple[str, str, str] | None:
+    """(batch, new tokens, cached tokens): the dims a decoder-with-past's steps bind. The
+    batch and past dims are those of the past inputs; the new tokens' is the one other dim
+    the graph's inputs have (input_ids [batch, sequence]). None when that is ambiguous."""
+    batch, cached = _symbol(past.batch_dim), _symbol(past.past_dim)
+    if batch is None or cached is None or batch == cached:
+        return None
+    others = {name for value in graph.inputs if value not in past.values
+              for dim in value.shape or () if dim is not None
+              for name in dim.free_symbols()} - {batch, cached}
+    return (batch, others.pop(), cached) if len(others) == 1 else None
+
+
+def _symbol(dim: SymInt | None) -> str | None:
+    """The name of a dim that is one free symbol (`past_sequence_length`), else None."""
+    if dim is None or dim.is_constant:
+        return None
+    names = dim.free_symbols()
+    if len(names) != 1:
+        return None
+    name = next(iter(names))
+    return name if dim == SymInt.symbol(name) else None
 
 
 def _past_layer(name: str) -> tuple[int | None, bool]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from graphmem.core.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
+from graphmem.distributed.serving import ServingConfig
 from graphmem.errors import GraphmemError
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ _NUMBER = r"(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
 
 @dataclass(frozen=True)
 class MemoryLimit:
-    """`--max-memory`: a share of the GPU's usable memory, or an absolute size of the peak."""
+    """`--max-memory`: a share of the GPU's memory, or an absolute size. With a GPU both are
+    held against the GPU's one verdict number (the runtime model's device total); without
+    one a size is held against the live-tensor peak."""
 
     text: str  # as given: "90%", "12GiB"
     fraction: float | None = None  # 0.9 for "90%" (needs a GPU)
@@ -72,7 +75,7 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_memory_limit(text: str | int) -> MemoryLimit:
-    """`90%` (of the GPU's usable memory) or a size of the peak with its unit (`12GiB`, `512B`).
+    """`90%` (of the GPU's memory) or a size with its unit (`12GiB`, `512B`).
 
     A bare number is refused: `90` meant as 90% or 90 GiB would silently be 90 bytes."""
     given = str(text).strip()
@@ -83,11 +86,11 @@ def parse_memory_limit(text: str | int) -> MemoryLimit:
         return MemoryLimit(given, fraction=fraction)
     match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", given)
     if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise SpecError(f"'{text}' is neither a share of the GPU's usable memory (90%) nor a"
+        raise SpecError(f"'{text}' is neither a share of the GPU's memory (90%) nor a"
                         " size (12GiB, 512MiB, or 512B)")
     if not match.group(2):
         if float(given) <= 100:  # most likely a percentage or GiB, never meant as bytes
-            raise SpecError(f"'{text}' has no unit: say {given}% (of the GPU's usable memory),"
+            raise SpecError(f"'{text}' has no unit: say {given}% (of the GPU's memory),"
                             f" {given}GiB or {given}B (bytes)")
         raise SpecError(f"'{text}' has no unit: say {given}B (bytes) or a size such as 12GiB")
     size = parse_size(given)
@@ -141,6 +144,15 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class MinSequences:
+    """`--min-sequences N`: at least N sequences of the serving context must fit at once in
+    the paged KV cache (graphmem/distributed/serving.py), served as `serving` says."""
+
+    count: int
+    serving: ServingConfig = field(default_factory=ServingConfig)
+
+
+@dataclass(frozen=True)
 class Budgets:
     """Every budget of one model; None / False: not checked."""
 
@@ -151,12 +163,14 @@ class Budgets:
     fail_on_unsupported: bool = False
     max_growth: float | None = None  # fraction: 0.05 for 5%
     baseline: Baseline | None = None
+    min_sequences: MinSequences | None = None
 
     @property
     def is_empty(self) -> bool:
         return (self.max_memory is None and self.max_latency_s is None
                 and self.max_params is None and self.max_flops is None
-                and not self.fail_on_unsupported and self.max_growth is None)
+                and not self.fail_on_unsupported and self.max_growth is None
+                and self.min_sequences is None)
 
 
 def complete_budgets(budgets: Budgets, gpu: str | None, baseline_source: str | None = None
@@ -171,8 +185,11 @@ def complete_budgets(budgets: Budgets, gpu: str | None, baseline_source: str | N
         baseline_source = budgets.baseline.source
     if memory is not None and memory.is_share and gpu is None:
         raise GraphmemError(
-            f"--max-memory {memory.text} is a share of a GPU's usable memory: give --gpu NAME"
+            f"--max-memory {memory.text} is a share of a GPU's memory: give --gpu NAME"
             " (see 'graphmem gpus'), or a size of the peak such as --max-memory 12GiB")
+    if budgets.min_sequences is not None and gpu is None:
+        raise GraphmemError("--min-sequences counts the sequences whose KV cache fits on a GPU:"
+                            " give --gpu NAME (see 'graphmem gpus')")
     if budgets.max_latency_s is not None and gpu is None:
         raise GraphmemError("--max-latency needs a latency estimate: graphmem's roofline"
                             " estimate needs --gpu NAME (see 'graphmem gpus')")
@@ -209,10 +226,19 @@ class ModelNumbers:
     flops: int
     gpu_name: str | None = None
     usable_bytes: int | None = None  # the GPU's memory less the CUDA reserve
+    # with a GPU: its one verdict's number (the runtime model's device total), its basis and
+    # the GPU's memory it is held against (graphmem/passes/fit.py GpuFit)
+    device_total_bytes: int | None = None
+    capacity_bytes: int | None = None
+    memory_basis: str = ""
     latency_s: float | None = None  # roofline lower bound; None: not estimated
     latency_missing_reason: str = ""
     unsupported_ops: Mapping[str, int] = field(default_factory=dict)
     shape_unknown_nodes: tuple[str, ...] = ()
+    # --serve: concurrent sequences of `serving_context` tokens (all replicas) and how
+    serving_sequences: int | None = None
+    serving_context: int | None = None
+    serving_text: str = ""
 
 
 def numbers_of(analysis: Analysis) -> ModelNumbers:
@@ -230,11 +256,30 @@ def numbers_of(analysis: Analysis) -> ModelNumbers:
         flops=int(costs.total_flops),
         gpu_name=fit.gpu.name if fit else None,
         usable_bytes=fit.usable_bytes if fit else None,
+        device_total_bytes=(int(fit.required_bytes)
+                            if fit is not None and fit.required_bytes.is_constant else None),
+        capacity_bytes=fit.capacity_bytes if fit else None,
+        memory_basis=fit.basis if fit else "",
         latency_s=float(latency) if latency is not None else None,
         latency_missing_reason=_latency_missing_reason(analysis, roofline),
         unsupported_ops=dict(costs.unsupported_ops),
         shape_unknown_nodes=tuple(costs.shape_unknown_nodes),
+        **_serving_numbers(analysis),
     )
+
+
+def _serving_numbers(analysis: Analysis) -> dict[str, object]:
+    kv = analysis.kv_cache
+    plan = kv.serving if kv is not None else None
+    if plan is None:
+        return {}
+    text = (f"{plan.total_sequences:,} sequences of {plan.context:,} tokens fit at once on"
+            f" {plan.gpu_name}: {plan.num_blocks:,} KV blocks of {plan.config.block_size}"
+            f" tokens, {plan.blocks_per_sequence:,} per sequence")
+    if plan.replicas > 1:
+        text += f", x{plan.replicas} replicas"
+    return {"serving_sequences": plan.total_sequences, "serving_context": plan.context,
+            "serving_text": text}
 
 
 def _require_bound(analysis: Analysis) -> None:
@@ -277,6 +322,7 @@ class BudgetResult:
     unit: str
     passed: bool
     message: str
+    comparison: str = "<="  # how value and limit compare when it passes (">=": at least)
 
 
 def evaluate(numbers: ModelNumbers, budgets: Budgets) -> tuple[BudgetResult, ...]:
@@ -298,7 +344,19 @@ def evaluate(numbers: ModelNumbers, budgets: Budgets) -> tuple[BudgetResult, ...
         results.append(_supported(numbers))
     if budgets.baseline is not None and budgets.max_growth is not None:
         results.extend(_growth(numbers, budgets.baseline, budgets.max_growth))
+    if budgets.min_sequences is not None:
+        results.append(_sequences(numbers, budgets.min_sequences))
     return tuple(results)
+
+
+def _sequences(numbers: ModelNumbers, budget: MinSequences) -> BudgetResult:
+    found = numbers.serving_sequences
+    if found is None:
+        raise GraphmemError(f"--min-sequences {budget.count} needs the serving plan: run the"
+                            " check with the serving options (--gpu, --context, a KV cache)")
+    return BudgetResult("concurrent sequences", found, budget.count, "sequences",
+                        found >= budget.count,
+                        f"{numbers.serving_text} (at least {budget.count:,})", ">=")
 
 
 def _at_most(name: str, value: float, limit: float, unit: str, message: str) -> BudgetResult:
@@ -306,20 +364,29 @@ def _at_most(name: str, value: float, limit: float, unit: str, message: str) -> 
 
 
 def _memory(numbers: ModelNumbers, limit: MemoryLimit) -> BudgetResult:
-    peak = numbers.peak_bytes
+    """With a GPU: the verdict's device total against a share of the GPU's memory or a size
+    (so `--max-memory 100%` passes exactly when the model fits); without one: the live-tensor
+    peak against a size."""
+    total, capacity = numbers.device_total_bytes, numbers.capacity_bytes
+    if total is None or capacity is None:
+        if limit.fraction is not None:
+            raise GraphmemError(f"--max-memory {limit.text} needs --gpu NAME")
+        assert limit.bytes is not None
+        peak = numbers.peak_bytes
+        return _at_most("peak memory", peak, limit.bytes, "bytes",
+                        f"peak {format_bytes(peak)} (live tensors, model order; no --gpu, so"
+                        f" no device total) vs limit {format_bytes(limit.bytes)}")
+    basis = numbers.memory_basis
     if limit.fraction is None:
         assert limit.bytes is not None
-        return _at_most("peak memory", peak, limit.bytes, "bytes",
-                        f"peak {format_bytes(peak)} (live tensors, model order) vs limit"
+        return _at_most("peak memory", total, limit.bytes, "bytes",
+                        f"{basis} {format_bytes(total)} on {numbers.gpu_name} vs limit"
                         f" {format_bytes(limit.bytes)}")
-    usable = numbers.usable_bytes
-    if usable is None:
-        raise GraphmemError(f"--max-memory {limit.text} needs --gpu NAME")
-    allowed = math.floor(usable * limit.fraction)
-    share = peak / usable if usable else math.inf
-    return _at_most("peak memory", peak, allowed, "bytes",
-                    f"peak {format_bytes(peak)} = {share:.1%} of {numbers.gpu_name}'s"
-                    f" {format_bytes(usable)} usable; limit {limit.text} = {format_bytes(allowed)}")
+    allowed = math.floor(capacity * limit.fraction)
+    share = total / capacity if capacity else math.inf
+    return _at_most("peak memory", total, allowed, "bytes",
+                    f"{basis} {format_bytes(total)} = {share:.1%} of {numbers.gpu_name}'s"
+                    f" {format_bytes(capacity)}; limit {limit.text} = {format_bytes(allowed)}")
 
 
 def _latency(numbers: ModelNumbers, limit_s: float) -> BudgetResult:

@@ -65,7 +65,7 @@ CANONICAL: dict[str, str] = {
     "exp": "Exp", "log": "Log", "pow": "Pow", "sqrt": "Sqrt", "abs": "Abs", "where": "Where",
     "softplus": "Softplus",
     # normalizations and softmax
-    "_softmax": "Softmax", "_log_softmax": "LogSoftmax",
+    "_softmax": "Softmax", "_safe_softmax": "Softmax", "_log_softmax": "LogSoftmax",
     "native_layer_norm": "LayerNormalization", "native_group_norm": "GroupNormalization",
     "native_batch_norm": "BatchNormalization", "_native_batch_norm_legit": "BatchNormalization",
     "_native_batch_norm_legit_no_training": "BatchNormalization",
@@ -120,6 +120,8 @@ PER_ELEMENT: dict[str, PerElement] = {
     "var": PerElement(STATISTICS_FLOPS), "std": PerElement(STATISTICS_FLOPS),
     "var_mean": PerElement(STATISTICS_FLOPS),
     "_softmax": PerElement(SOFTMAX_FLOPS_PER_ELEMENT),
+    # softmax that returns 0 for a fully masked row (the math SDPA backend): one more select
+    "_safe_softmax": PerElement(SOFTMAX_FLOPS_PER_ELEMENT),
     "_log_softmax": PerElement(LOG_SOFTMAX_FLOPS_PER_ELEMENT),
     "_softmax_backward_data": PerElement(SOFTMAX_BACKWARD_FLOPS),
     "_log_softmax_backward_data": PerElement(SOFTMAX_BACKWARD_FLOPS),
@@ -154,8 +156,42 @@ POINTWISE_UNTAGGED = frozenset({"hardswish", "hardswish_"})
 # Contractions FlopCounterMode has no formula for, priced by another op's formula: addbmm is
 # baddbmm's batched product, summed over the batch (the sum is O(outputs), not counted)
 SAME_CONTRACTION = {"addbmm": "baddbmm"}
-# a `_foreach_*` op: one elementwise op over every tensor of its first argument
+
+
+@dataclass(frozen=True)
+class FusedAttention:
+    """Where a fused attention op reads Q (K and V are the next two arguments), in which
+    layout, and whether it is the backward (the formulas: graphmem/ops/attention.py)."""
+
+    backward: bool
+    query_argument: int
+    heads_first: bool = True  # Q [b, h, s, d]; False: [b, s, h, d]
+
+
+# PyTorch's scaled-dot-product kernels and their backward. The `_scaled_dot_product_*` ops
+# take Q, K, V as [b, h, s, d] (their backward after grad_out); `_flash_attention_*` and
+# `_efficient_attention_*` are the kernels under them, Q, K, V as [b, s, h, d].
+_FORWARD, _BACKWARD = FusedAttention(False, 0), FusedAttention(True, 1)
+FUSED_ATTENTION: dict[str, FusedAttention] = {
+    **{name: _FORWARD for name in (
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable")},
+    **{name: _BACKWARD for name in (
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention_backward",
+        "_scaled_dot_product_fused_attention_overrideable_backward")},
+    "_flash_attention_forward": FusedAttention(False, 0, heads_first=False),
+    "_efficient_attention_forward": FusedAttention(False, 0, heads_first=False),
+    "_flash_attention_backward": FusedAttention(True, 1, heads_first=False),
+    "_efficient_attention_backward": FusedAttention(True, 1, heads_first=False),
+}
+# a `_foreach_*` op: one elementwise op over every tensor of its first argument; GradScaler's
+# `_amp_foreach_non_finite_check_and_unscale_` multiplies each gradient by 1/scale
 FOREACH_FLOPS = PRIMITIVE_FLOPS
+FOREACH_PREFIXES = ("_foreach_", "_amp_foreach_")
 # Ops that only move or make bytes: 0 FLOPs
 NO_ARITHMETIC = frozenset({
     "_to_copy", "clone", "copy", "copy_", "contiguous", "empty", "empty_like", "empty_strided",
@@ -166,6 +202,12 @@ NO_ARITHMETIC = frozenset({
     "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
     "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
     "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",
+    # the gradient of a slice / select / index: zeros with the gradient copied in
+    "slice_backward", "select_backward", "unfold_backward",
+    # CUDA's fused dropout draws its mask (random bits), as native_dropout
+    "_fused_dropout",
+    # GradScaler (fp16 AMP on CUDA): the inf check and the scale update are O(1) per tensor
+    "_amp_update_scale_", "_amp_update_scale",
 })
 
 

@@ -7,13 +7,22 @@ FLOPs = 2 * MACs + the softmax and the 1/sqrt(d) scale on each of the b*h*s*l sc
 (FlopCounterMode counts only the two matmuls). Masking and causality are not subtracted: the
 kernels that skip masked blocks are an optimisation, the arithmetic defined is the full one.
 com.microsoft Attention also projects its input to Q, K, V with one weight: + those MACs.
+
+The backward of attention (PyTorch's fused kernels' `*_backward` ops: graphmem/ops/aten.py
+maps them) is the gradient arithmetic, the four matmuls of the math backend's backward:
+    dP = dO @ V^T and dV = P^T @ dO: b*h*s*l*dv MACs each = l * numel(out)
+    dQ = dS @ K   and dK = dS^T @ Q: b*h*s*l*dq MACs each = l * numel(Q)
+so twice the forward's MACs, + the softmax backward and the scale on each score. The fused
+kernels also recompute P from Q, K and the saved logsumexp (FlopCounterMode's
+sdpa_backward_flop_count counts that fifth matmul); like skipping masked blocks, that is how
+a kernel computes, not what it computes: the same step costs the same on every backend.
 """
 
 from __future__ import annotations
 
 from graphmem.core.ir import Node, Value
 from graphmem.core.symbolic import SymInt, product
-from graphmem.ops.normalization import SOFTMAX_FLOPS_PER_ELEMENT
+from graphmem.ops.normalization import SOFTMAX_BACKWARD_FLOPS, SOFTMAX_FLOPS_PER_ELEMENT
 from graphmem.ops.registry import (
     OpCost,
     input_numel,
@@ -25,6 +34,7 @@ from graphmem.ops.registry import (
 
 MS_DOMAIN = "com.microsoft"
 SCORE_FLOPS = SOFTMAX_FLOPS_PER_ELEMENT + 1  # softmax, and the scale by 1/sqrt(d)
+SCORE_BACKWARD_FLOPS = SOFTMAX_BACKWARD_FLOPS + 1  # softmax's backward, and the scale
 
 
 def attention_cost(
@@ -33,6 +43,16 @@ def attention_cost(
     """query_rows = b*h*s, the rows of the score matrix; key_length = l (past included)."""
     macs = key_length * (query_numel + output_numel)
     return OpCost.from_macs(macs) + OpCost.from_flops(query_rows * key_length * SCORE_FLOPS)
+
+
+def attention_backward_cost(
+    query_numel: SymInt, output_numel: SymInt, query_rows: SymInt, key_length: SymInt
+) -> OpCost:
+    """The gradients of Q, K and V (module docstring): 2 * l * (numel(Q) + numel(out)) MACs,
+    and SCORE_BACKWARD_FLOPS per score of the b*h*s x l score matrix."""
+    macs = key_length * (query_numel + output_numel) * 2
+    return (OpCost.from_macs(macs)
+            + OpCost.from_flops(query_rows * key_length * SCORE_BACKWARD_FLOPS))
 
 
 def heads_attr(node: Node, name: str) -> SymInt:

@@ -1,5 +1,10 @@
 """Contractions: MatMul, Gemm, Conv, ConvTranspose, their quantized forms and Einsum.
 
+A quantized contraction (QLinearMatMul, MatMulInteger, QLinearConv, ConvInteger, QGemm,
+MatMulNBits, MatMulBnb4, ...) has the MACs of its float form; where its weight sits comes from
+graphmem/ops/quantized.py, which also says which inputs are quantized weights, scales and zero
+points (the parameter count reads it).
+
 Convention: FLOPs = 2 * MACs exactly, as PyTorch's FlopCounterMode counts them. A bias add
 (Gemm's C, Conv's B), Gemm's alpha/beta scaling and the requantisation of QLinear* outputs are
 O(outputs), not O(outputs * k), and are not counted: FlopCounterMode ignores them too (addmm
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 from graphmem.core.ir import Node, Value
 from graphmem.core.symbolic import SymInt, product
+from graphmem.ops.quantized import weight_index
 from graphmem.ops.registry import (
     BackwardRule,
     OpCost,
@@ -56,8 +62,9 @@ def matmul(node: Node) -> OpCost:
 
 @register("QLinearMatMul")
 def qlinear_matmul(node: Node) -> OpCost:
-    # inputs: a, a_scale, a_zero_point, b, b_scale, ...
-    return OpCost.from_macs(matmul_macs(node, matmul_reduced_dim(node, 0, 3)))
+    # inputs: a, a_scale, a_zero_point, b, b_scale, ...: the MACs of MatMul(a, b)
+    b_index = weight_index("QLinearMatMul")
+    return OpCost.from_macs(matmul_macs(node, matmul_reduced_dim(node, 0, b_index)))
 
 
 @register("MatMulIntegerToFloat", "DynamicQuantizeMatMul", domain=MS_DOMAIN)
@@ -72,6 +79,17 @@ def matmul_n_bits(node: Node) -> OpCost:
     reduced_dim = node.attr_int("K", 0)
     if reduced_dim <= 0:
         raise ShapeUnknownError(f"{node.describe()}: no K attribute")
+    return OpCost.from_macs(matmul_macs(node, SymInt.const(reduced_dim)))
+
+
+@register("MatMulBnb4", domain=MS_DOMAIN)
+def matmul_bnb4(node: Node) -> OpCost:
+    # dequantized B is [N, K]; transB (default 1): A [..., K] @ B^T -> [..., N], else
+    # A [..., N] @ B -> [..., K]: the reduced axis is K or N
+    name = "K" if node.attr_int("transB", 1) else "N"
+    reduced_dim = node.attr_int(name, 0)
+    if reduced_dim <= 0:
+        raise ShapeUnknownError(f"{node.describe()}: no {name} attribute")
     return OpCost.from_macs(matmul_macs(node, SymInt.const(reduced_dim)))
 
 
@@ -91,6 +109,19 @@ def gemm(node: Node) -> OpCost:
     # The C add, alpha and beta are not counted (FlopCounterMode: addmm == mm).
     reduced_axis = 0 if node.attr_int("transA", 0) else 1
     return OpCost.from_macs(matmul_macs(node, known_dim(node.input(0), reduced_axis, node)))
+
+
+@register("QGemm", domain=MS_DOMAIN)
+def qgemm(node: Node) -> OpCost:
+    # the MACs of its float Gemm, A' [m, k] @ B' [k, n] -> [m, n]: m*n*k, read from A and B
+    # (A = [k, m] when transA, B = [n, k] when transB): shape inference often has no rule
+    # for this contrib op's output
+    a, b = node.input(0), node.input(weight_index("QGemm", MS_DOMAIN))
+    trans_a, trans_b = node.attr_int("transA", 0), node.attr_int("transB", 0)
+    rows = known_dim(a, 1 if trans_a else 0, node)
+    reduced = known_dim(a, 0 if trans_a else 1, node)
+    columns = known_dim(b, 0 if trans_b else 1, node)
+    return OpCost.from_macs(rows * columns * reduced)
 
 
 # ----- convolutions ---------------------------------------------------------------------------
@@ -113,10 +144,12 @@ def conv(node: Node) -> OpCost:
     return OpCost.from_macs(conv_macs(node, node.input(1)))
 
 
+@register("QLinearConv", domain=MS_DOMAIN)
 @register("QLinearConv")
 def qlinear_conv(node: Node) -> OpCost:
-    # inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B
-    return OpCost.from_macs(conv_macs(node, node.input(3)))
+    # inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B:
+    # the MACs of Conv(x, w)
+    return OpCost.from_macs(conv_macs(node, node.input(weight_index("QLinearConv"))))
 
 
 @register("FusedConv", domain=MS_DOMAIN)
@@ -260,9 +293,9 @@ register_backward("Einsum")(
 # x @ W (what tensor parallelism splits and an FC head is), convolutions, the rest
 register_traits("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", contraction=Contraction.MATMUL)
 register_traits("FusedMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits",
-                domain=MS_DOMAIN, contraction=Contraction.MATMUL)
+                "MatMulBnb4", "QGemm", domain=MS_DOMAIN, contraction=Contraction.MATMUL)
 register_traits("Conv", "ConvInteger", "QLinearConv", contraction=Contraction.CONV)
-register_traits("FusedConv", domain=MS_DOMAIN, contraction=Contraction.CONV)
+register_traits("FusedConv", "QLinearConv", domain=MS_DOMAIN, contraction=Contraction.CONV)
 register_traits("ConvTranspose", contraction=Contraction.CONV_TRANSPOSE)
 register_traits("Einsum", contraction=Contraction.OTHER)
 # PyTorch runs the float matrix products through cuBLAS; Linear with a bias (addmm, ONNX

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from graphmem.core.ir import Graph, Node, Role, Value
-from graphmem.core.symbolic import SymInt
+from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.ops import OpCost, ShapeUnknownError, find_rule
 from graphmem.passes.dims import DimBinding
 
@@ -56,10 +56,10 @@ def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport
     unsupported = Counter(qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
     return CostReport(
         nodes=nodes,
-        total_macs=sum((n.macs for n in nodes), SymInt()),
-        total_flops=sum((n.flops for n in nodes), SymInt()),
-        total_bytes_read=sum((n.bytes_read for n in nodes), SymInt()),
-        total_bytes_written=sum((n.bytes_written for n in nodes), SymInt()),
+        total_macs=sum_sizes(n.macs for n in nodes),
+        total_flops=sum_sizes(n.flops for n in nodes),
+        total_bytes_read=sum_sizes(n.bytes_read for n in nodes),
+        total_bytes_written=sum_sizes(n.bytes_written for n in nodes),
         unsupported_ops=dict(sorted(unsupported.items())),
         shape_unknown_nodes=_names_with(nodes, CostStatus.SHAPE_UNKNOWN),
         subgraph_nodes=_names_with(nodes, CostStatus.SUBGRAPH),
@@ -79,6 +79,7 @@ def qualified_op(cost: NodeCost) -> str:
 
 def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:
     status, note, op_cost = _arithmetic(node)
+    inputs = _distinct(node.present_inputs)
     return NodeCost(
         name=node.name,
         op_type=node.op_type,
@@ -87,10 +88,9 @@ def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:
         output_shapes=tuple(v.shape_text(dims) for v in node.outputs),
         macs=op_cost.macs.bind(dims),
         flops=op_cost.flops.bind(dims),
-        bytes_read=_total_bytes(_distinct(node.present_inputs)).bind(dims),
+        bytes_read=_total_bytes(inputs).bind(dims),
         bytes_written=_total_bytes([v for v in node.outputs if v.alias_of is None]).bind(dims),
-        param_count=sum(int(v.numel or 0) for v in _distinct(node.present_inputs)
-                        if v.role is Role.PARAMETER),
+        param_count=sum(int(v.numel or 0) for v in inputs if v.role is Role.PARAMETER),
         status=status,
         note=note,
     )
@@ -117,4 +117,9 @@ def _distinct(values: list[Value]) -> list[Value]:
 
 
 def _total_bytes(values: list[Value]) -> SymInt:
-    return sum((v.nbytes for v in values if v.nbytes is not None), SymInt())
+    total = SymInt.const(0)
+    for value in values:
+        size = value.nbytes
+        if size is not None:
+            total = total + size
+    return total

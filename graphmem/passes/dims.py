@@ -1,7 +1,15 @@
-"""Binding dynamic dims: `--batch N` and `--dim NAME=VALUE`, checked against the graph."""
+"""Binding dynamic dims: `--batch N` and `--dim NAME=VALUE`, checked against the graph.
+
+`--batch` binds the batch axis and nothing else (`batch_axis`): a dynamic dim of the inputs
+named like a batch (`is_batch_name`: batch, batch_size, bs, N, b...), else axis 0 of the first
+input whose axis 0 is a dynamic dim. An export whose axis 0 is a number in every input (a
+dynamo export from a batch-1 example: PyTorch specializes a size-1 dim) has its batch fixed;
+`--batch` is then refused with how to re-export, never bound to another dim such as `seq`.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,12 +29,66 @@ class DimBinding:
     bound: dict[str, int]
     free: tuple[str, ...]
     batch_dim: str | None  # the dim `--batch` names, when the graph has one
+    # where batch_dim is None: why (the batch fixed in the file, or no batch axis)
+    batch_note: str = ""
+
+
+# Dim names that say "batch", compared without case, `_`, `-`, `.` or spaces ("batch_size",
+# "Batch", "N" as torchvision exports it, "bs"); any name starting with "batch" counts too.
+BATCH_DIM_NAMES = frozenset({"batch", "batchsize", "bs", "b", "n", "nbatch", "numbatch"})
+
+
+def is_batch_name(name: str) -> bool:
+    key = re.sub(r"[\s_.\-]", "", name).lower()
+    return key in BATCH_DIM_NAMES or key.startswith("batch")
+
+
+@dataclass(frozen=True)
+class BatchAxis:
+    """What `--batch` binds: `dim`, else why nothing (`note`; `fixed_at` the file's batch)."""
+
+    dim: str | None
+    fixed_at: int | None = None
+    note: str = ""
+
+
+def batch_axis(graph: Graph) -> BatchAxis:
+    """A dynamic input dim named like a batch, else the first input's dynamic axis 0."""
+    for name in graph.input_dims_in_order():
+        if is_batch_name(name):
+            return BatchAxis(name)
+    shaped = [value for value in graph.inputs if value.shape]
+    for value in shaped:
+        first = value.shape[0] if value.shape else None
+        if first is not None and _bare_dim(first) is not None:
+            return BatchAxis(_bare_dim(first))
+    for value in shaped:
+        first = value.shape[0] if value.shape else None
+        if first is not None and first.is_constant:
+            size = int(first)
+            return BatchAxis(None, size, (
+                f"the batch is fixed at {size} in the file (axis 0 of input '{value.name}' is"
+                f" {size}; an exporter specializes a batch of 1): re-export it with a dynamic"
+                " batch from an example batch of 2 or more, e.g. torch.onnx.export(...,"
+                " dynamo=True, dynamic_shapes=...) with torch.export.Dim('batch') on axis 0,"
+                " or dynamic_axes={NAME: {0: 'batch'}} with the TorchScript exporter"))
+    return BatchAxis(None, None, "the model's inputs have no dynamic dim (its batch size is"
+                     " fixed); re-export it with a dynamic batch axis (dynamic_axes /"
+                     " dynamic_shapes)")
+
+
+def _bare_dim(dim: SymInt) -> str | None:
+    """The dim's name when `dim` is a bare dim (`batch`, not `2*batch`)."""
+    if dim.is_constant or len(dim.free_symbols()) != 1:
+        return None
+    name = next(iter(dim.free_symbols()))
+    return name if dim == SymInt.symbol(name) else None
 
 
 def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBinding:
     known = graph.free_dims()
-    input_dims = graph.input_dims_in_order()
-    batch_dim = input_dims[0] if input_dims else None
+    axis = batch_axis(graph)
+    batch_dim = axis.dim
     bound = dict(dims)
     for name, value in bound.items():
         check_dim_value(f"--dim {name}={value}", value)
@@ -38,10 +100,9 @@ def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBi
     if batch is not None:
         check_dim_value(f"--batch {batch}", batch)
         if batch_dim is None:
-            raise GraphmemError(
-                f"--batch {batch}: the model's inputs have no dynamic dim (its batch size is"
-                " fixed); re-export it with a dynamic batch axis (dynamic_axes / dynamic_shapes)"
-            )
+            others = sorted(known - bound.keys())
+            hint = f"; bind its other dims with --dim ({', '.join(others)})" if others else ""
+            raise GraphmemError(f"--batch {batch}: {axis.note}{hint}")
         if batch_dim in bound and bound[batch_dim] != batch:
             raise GraphmemError(
                 f"--batch {batch} and --dim {batch_dim}={bound[batch_dim]} disagree:"
@@ -49,7 +110,7 @@ def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBi
             )
         bound[batch_dim] = batch
     free = tuple(sorted(known - bound.keys()))
-    return DimBinding(bound=bound, free=free, batch_dim=batch_dim)
+    return DimBinding(bound=bound, free=free, batch_dim=batch_dim, batch_note=axis.note)
 
 
 def check_dim_value(flag: str, value: int) -> None:

@@ -1,4 +1,13 @@
-"""Does the peak fit on a GPU: capacity, the CUDA process overhead, usable memory, verdict."""
+"""Does the model fit a GPU: one verdict, from one device total, with its labelled parts.
+
+The verdict compares one number with the GPU's capacity (the total the driver reports where
+known): the device total of the runtime model of that GPU (onnxruntime's CUDA arena for ONNX
+inference, PyTorch's caching allocator for training steps and PyTorch models), bounded by the
+capacity as the device bounds it; where no runtime model applies (dims left free, an analysis
+run without planning) the live-tensor peak plus the CUDA context, and the verdict says so.
+`fits`, the utilization, max batch, `check --max-memory`, `gpus --fits`, the sweep and every
+report read this one verdict (graphmem/pipeline/verdict.py builds it).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,8 @@ from importlib import resources
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 
+LIVE_PEAK_BASIS = "live-tensor peak + CUDA context"
+
 
 @dataclass(frozen=True)
 class CudaReserve:
@@ -20,16 +31,45 @@ class CudaReserve:
 
 
 @dataclass(frozen=True)
+class FitPart:
+    """One labelled part of the number the verdict compares with the capacity."""
+
+    key: str  # tensors | runtime_weights | resident | allocator | context | live_peak
+    label: str
+    size_bytes: SymInt
+
+
+@dataclass(frozen=True)
 class GpuFit:
+    """The one fit verdict of an analysis on one GPU.
+
+    `required_bytes` is the number compared with `capacity_bytes`: the runtime model's device
+    total (`basis` names the runtime), else the live-tensor peak + the CUDA context. `parts`
+    add up to it. `usable_bytes` (capacity - reserve) is the live-tensor budget the
+    suggestions aim at; the verdict does not read it.
+    """
+
     gpu: GpuSpec
     # The total the driver reports (cudaMemGetInfo, else nvidia-smi) where known: ECC and
-    # driver reservations make it smaller than the datasheet size. Else the datasheet size.
+    # driver reservations make it smaller than the datasheet. Else the datasheet size.
     capacity_bytes: int
     reserve: CudaReserve
     usable_bytes: int  # capacity - reserve: what tensors can use
-    required_bytes: SymInt  # the live-tensor peak
-    utilization: float | None  # required / usable; None while dims are free
-    fits: bool | None  # None while the peak depends on free dims
+    required_bytes: SymInt  # the device total (or live peak + context): against capacity
+    live_peak_bytes: SymInt  # graphmem's live-tensor peak, model order
+    utilization: float | None  # required / capacity; None while dims are free
+    fits: bool | None  # required <= capacity; None while it depends on free dims
+    basis: str = LIVE_PEAK_BASIS  # "ort-cuda device total", "torch-cuda device total", ...
+    runtime: str | None = None  # the runtime model the device total is from
+    parts: tuple[FitPart, ...] = ()
+    failure: str = ""  # the allocation the runtime could not make (does not fit)
+    caveat: str = ""  # which way the number may be wrong
+
+    @property
+    def over_bytes(self) -> int | None:
+        """How much more than the capacity (negative: to spare); None with free dims."""
+        required = self.required_bytes
+        return int(required) - self.capacity_bytes if required.is_constant else None
 
 
 @cache
@@ -43,21 +83,41 @@ def default_cuda_reserve(architecture: str) -> CudaReserve:
     )
 
 
-def fit_on_gpu(gpu: GpuSpec, required_bytes: SymInt, reserve: CudaReserve | None = None) -> GpuFit:
+def gpu_capacity_bytes(gpu: GpuSpec) -> int:
+    """What the driver reports where known, else nvidia-smi's total, else the datasheet."""
+    return gpu.reported_total_bytes or gpu.nvidia_smi_total_bytes or gpu.memory_bytes
+
+
+def fit_on_gpu(gpu: GpuSpec, required_bytes: SymInt, reserve: CudaReserve | None = None,
+               caveat: str = "") -> GpuFit:
+    """The verdict on the live-tensor peak `required_bytes` plus the CUDA context: the basis
+    where no runtime model gives a device total."""
     reserve = reserve or default_cuda_reserve(gpu.architecture)
-    capacity = gpu.reported_total_bytes or gpu.nvidia_smi_total_bytes or gpu.memory_bytes
-    usable = max(capacity - reserve.bytes, 0)
+    context = SymInt.const(reserve.bytes)
+    parts = (FitPart("live_peak", "live-tensor peak", required_bytes),
+             FitPart("context", "CUDA context + workspaces", context))
+    return _verdict(gpu, reserve, required_bytes + context, required_bytes, LIVE_PEAK_BASIS,
+                    None, parts, "", caveat)
+
+
+def fit_on_device_total(gpu: GpuSpec, reserve: CudaReserve, device_total_bytes: int,
+                        live_peak_bytes: SymInt, runtime: str, parts: tuple[FitPart, ...],
+                        failure: str = "", caveat: str = "") -> GpuFit:
+    """The verdict on a runtime model's device total (bounded by the GPU's capacity)."""
+    return _verdict(gpu, reserve, SymInt.const(device_total_bytes), live_peak_bytes,
+                    f"{runtime} device total", runtime, parts, failure, caveat)
+
+
+def _verdict(gpu: GpuSpec, reserve: CudaReserve, required: SymInt, live_peak: SymInt,
+             basis: str, runtime: str | None, parts: tuple[FitPart, ...], failure: str,
+             caveat: str) -> GpuFit:
+    capacity = gpu_capacity_bytes(gpu)
     utilization = fits = None
-    if required_bytes.is_constant:
-        required = int(required_bytes)
-        utilization = required / usable if usable else float("inf")
-        fits = required <= usable
+    if required.is_constant:
+        utilization = int(required) / capacity if capacity else float("inf")
+        fits = int(required) <= capacity
     return GpuFit(
-        gpu=gpu,
-        capacity_bytes=capacity,
-        reserve=reserve,
-        usable_bytes=usable,
-        required_bytes=required_bytes,
-        utilization=utilization,
-        fits=fits,
-    )
+        gpu=gpu, capacity_bytes=capacity, reserve=reserve,
+        usable_bytes=max(capacity - reserve.bytes, 0), required_bytes=required,
+        live_peak_bytes=live_peak, utilization=utilization, fits=fits, basis=basis,
+        runtime=runtime, parts=parts, failure=failure, caveat=caveat)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from graphmem.core.ir import Graph, Node, Role, Value
-from graphmem.core.symbolic import SymInt, symint_max
+from graphmem.core.symbolic import SymInt, sum_sizes, symint_max
 from graphmem.passes.memory_model import (
     PROBE_DIM_VALUE,
     Aliases,
@@ -85,7 +85,7 @@ def analyze_liveness(
         raise ValueError(f"graph {graph.name} has no nodes to schedule")
     buffers = find_buffers(graph, aliases)
     sweep = sweep_buffers(buffers, sizes, order)
-    resident_bytes = sum(sweep.resident_sizes, SymInt())
+    resident_bytes = sum_sizes(sweep.resident_sizes)
     steps = [s[0] for s in sweep.profile((resident_bytes,))]
     peak_step, candidates = _choose_peak(steps)
     lower_bound, lower_bound_step = _lower_bound(buffers, sweep, resident_bytes)
@@ -121,7 +121,7 @@ def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
     touches, sizes = buffers.touches, sweep.buffer_sizes
-    working_sets = [resident_bytes + sum((sizes[b] for b in touches[node]), SymInt())
+    working_sets = [resident_bytes + sum_sizes(sizes[b] for b in touches[node])
                     for node in sweep.events.order]
     step, _ = _choose_peak(working_sets)
     return working_sets[step], step

@@ -1,4 +1,6 @@
-"""The largest batch whose peak fits a GPU's usable memory, exactly.
+"""The largest batch whose peak fits a limit, exactly: on a GPU, the largest whose device
+total fits its capacity (graphmem/pipeline/verdict.py: the runtime model re-run at each batch
+probed, the live-peak answer only the starting guess); elsewhere a live-tensor budget.
 
 With the batch dim free (every other dim bound), the peak is the max of a few polynomials in
 batch (`LivenessResult.peak_candidates`): the step that peaks can change with batch, so the
@@ -26,21 +28,25 @@ class MaxBatchResult:
     batch_dim: str | None
     max_batch: int | None  # None: not computed (see reason); 0: batch 1 does not fit
     reason: str | None  # why max_batch is None or 0, or why it is only a floor
-    usable_bytes: int
-    peak_at_max_bytes: int | None  # the bound analysis's peak at max_batch
+    limit_bytes: int  # what the solved number must not exceed (a GPU's capacity)
+    peak_at_max_bytes: int | None  # the solved number (see basis) at max_batch
     peak_at_next_bytes: int | None  # ... and at max_batch + 1
-    probes: int  # bound analyses run to check the answer
+    probes: int  # bound analyses (or runtime models) run to check the answer
+    basis: str = "live-tensor peak"  # what peak_at_* are: "ort-cuda device total", ...
 
 
-def not_solved(batch_dim: str | None, usable_bytes: int, reason: str) -> MaxBatchResult:
-    return MaxBatchResult(batch_dim, None, reason, usable_bytes, None, None, 0)
+def not_solved(batch_dim: str | None, limit_bytes: int, reason: str,
+               basis: str = "live-tensor peak") -> MaxBatchResult:
+    return MaxBatchResult(batch_dim, None, reason, limit_bytes, None, None, 0, basis)
 
 
-def find_max_batch(batch_dim: str, usable_bytes: int, estimate: PeakAt | None, exact: PeakAt,
-                   limit: int = MAX_DIM_VALUE) -> MaxBatchResult:
-    """Largest batch b <= limit with exact(b) <= usable_bytes, using `estimate` as a guide.
+def find_max_batch(batch_dim: str, limit_bytes: int, estimate: PeakAt | None, exact: PeakAt,
+                   limit: int = MAX_DIM_VALUE, start: int | None = None,
+                   basis: str = "live-tensor peak") -> MaxBatchResult:
+    """Largest batch b <= limit with exact(b) <= limit_bytes, using `estimate` as a guide
+    (or starting at `start`, an earlier answer).
 
-    Without an estimate the search gallops up from batch 1 on `exact` alone.
+    Without either the search gallops up from batch 1 on `exact` alone.
     """
     memo: dict[int, int] = {}
 
@@ -50,11 +56,11 @@ def find_max_batch(batch_dim: str, usable_bytes: int, estimate: PeakAt | None, e
         return memo[batch]
 
     def fits(batch: int) -> bool:
-        return batch == 0 or peak(batch) <= usable_bytes
+        return batch == 0 or peak(batch) <= limit_bytes
 
-    guess = 1
+    guess = 1 if start is None else min(max(start, 0), limit)
     if estimate is not None:
-        guess = _largest_fitting(lambda b: b == 0 or estimate(b) <= usable_bytes, 0, limit)
+        guess = _largest_fitting(lambda b: b == 0 or estimate(b) <= limit_bytes, 0, limit)
         if guess == limit and estimate(1) == estimate(limit):
             guess = 1  # the estimate does not depend on batch: start the bound search at 1
     best = _largest_fitting(fits, guess, limit)
@@ -67,10 +73,11 @@ def find_max_batch(batch_dim: str, usable_bytes: int, estimate: PeakAt | None, e
         batch_dim=batch_dim,
         max_batch=best,
         reason=reason,
-        usable_bytes=usable_bytes,
+        limit_bytes=limit_bytes,
         peak_at_max_bytes=peak(best) if best else None,
         peak_at_next_bytes=peak(best + 1) if best < limit else None,
         probes=len(memo),
+        basis=basis,
     )
 
 

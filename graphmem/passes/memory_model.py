@@ -192,15 +192,25 @@ def symbolic_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
     """Live bytes during each step as polynomials, one per group (`groups`: buffer -> its
     group, e.g. a role; None: one group), each starting from `start[group]`."""
     live = [dict(s.terms()) for s in start]
+    # a step changes one or two groups: the others keep their SymInt from the step before
+    current = list(start)
+    changed: set[int] = set()
     steps: list[tuple[SymInt, ...]] = []
     for node, freed in zip(events.order, events.frees, strict=True):
         for buffer in allocates[node]:
-            group = live[groups[buffer] if groups is not None else 0]
+            index = groups[buffer] if groups is not None else 0
+            group = live[index]
+            changed.add(index)
             for monomial, coefficient in sizes[buffer]:
                 group[monomial] = group.get(monomial, 0) + coefficient
-        steps.append(tuple(SymInt(group) for group in live))
+        for index in changed:
+            current[index] = SymInt(live[index])
+        changed.clear()
+        steps.append(tuple(current))
         for buffer in freed:
-            group = live[groups[buffer] if groups is not None else 0]
+            index = groups[buffer] if groups is not None else 0
+            group = live[index]
+            changed.add(index)
             for monomial, coefficient in sizes[buffer]:
                 group[monomial] -= coefficient
     return steps

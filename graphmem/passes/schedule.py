@@ -32,8 +32,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
@@ -47,6 +46,9 @@ from graphmem.passes.memory_model import (
     plan_dims,
     symbolic_order_peak,
 )
+
+if TYPE_CHECKING:  # networkx takes 0.1 s to import: loaded where a model needs it (rarely)
+    import networkx as nx
 
 EXACT_MAX_NODES = 20
 EXACT_MAX_STATES = 50_000
@@ -157,6 +159,8 @@ def _starting_order(model: MemoryModel) -> tuple[tuple[int, ...], str]:
     model_order = tuple(range(model.node_count))
     if is_topological(model, model_order):
         return model_order, "model order"
+    import networkx as nx
+
     dependencies = dependency_graph(model)
     if not nx.is_directed_acyclic_graph(dependencies):
         cycle = [model.node_names[a] for a, _ in nx.find_cycle(dependencies)]
@@ -441,6 +445,8 @@ def _longest_increasing(sequence: Sequence[int]) -> set[int]:
 
 def dependency_graph(model: MemoryModel) -> nx.DiGraph:
     """The model's dependencies as a networkx DiGraph (node indices), e.g. for DAG checks."""
+    import networkx as nx
+
     graph = nx.DiGraph()
     graph.add_nodes_from(range(model.node_count))
     graph.add_edges_from((p, n) for n, preds in enumerate(model.predecessors) for p in preds)

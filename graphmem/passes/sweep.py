@@ -10,6 +10,7 @@ best throughput in the sweep.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -25,10 +26,11 @@ MAX_SWEEP_POINTS = 64
 @dataclass(frozen=True)
 class SweepPoint:
     value: int
-    peak_bytes: int
-    fits: bool | None  # None without a GPU
+    peak_bytes: int  # the live-tensor peak
+    fits: bool | None  # None without a GPU; with one, the GPU's verdict at this value
     est_latency_s: float | None  # roofline lower bound; None without a GPU
     est_throughput_per_s: float | None  # batch / latency; None without a batch
+    device_total_bytes: int | None = None  # the runtime model's, where the verdict reads one
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,9 @@ def run_sweep(dim: str, values: Sequence[int], peak_at: Callable[[int], int],
               latency_at: Callable[[int], float | None], usable_bytes: int | None,
               batch_at: Callable[[int], int | None]) -> SweepResult:
     """Evaluate each value; `batch_at(value)` is the batch at that point (None: no batch);
-    `latency_at` gives None where there is no latency (no GPU, or costs not bound)."""
+    `latency_at` gives None where there is no latency (no GPU, or costs not bound). `fits`
+    here is the live peak against `usable_bytes`; `with_device_totals` replaces it by the
+    GPU's verdict where a runtime model applies."""
     points = []
     for value in values:
         peak = peak_at(value)
@@ -52,6 +56,17 @@ def run_sweep(dim: str, values: Sequence[int], peak_at: Callable[[int], int],
         fits = None if usable_bytes is None else peak <= usable_bytes
         points.append(SweepPoint(value, peak, fits, latency, throughput))
     return SweepResult(dim=dim, points=tuple(points), saturates_at=_saturation(points))
+
+
+def with_device_totals(sweep: SweepResult, total_at: Callable[[int], int],
+                       capacity_bytes: int) -> SweepResult:
+    """The sweep with each point's device total and the verdict on it (total <= capacity)."""
+    points = []
+    for point in sweep.points:
+        total = total_at(point.value)
+        points.append(dataclasses.replace(point, device_total_bytes=total,
+                                          fits=total <= capacity_bytes))
+    return dataclasses.replace(sweep, points=tuple(points))
 
 
 def _saturation(points: list[SweepPoint]) -> int | None:

@@ -6,13 +6,15 @@ it; graphmem/api.py's `Result` adds to_dict/to_json/to_html for Python users.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from graphmem.core.conventions import ROLE_KEYS, TrainingOptions
 from graphmem.core.ir import Graph
+from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
+from graphmem.frontends.torch.kernel_choice import KernelChoice
 from graphmem.passes.costs import CostReport
 from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import GpuFit
@@ -41,6 +43,9 @@ class ModelInfo:
     node_count: int
     shape_inference: str
     warnings: tuple[str, ...]
+    # a PyTorch step traced for a CUDA GPU: the kernels it assumed (attention backend, fused
+    # dropout, cuDNN batch norm, optimizer); () for ONNX models and CPU traces
+    kernels: tuple[KernelChoice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,27 +72,12 @@ class TrainingInfo:
         return None if self.micro_batch is None else self.micro_batch * self.grad_accum
 
 
-@dataclass(frozen=True)
-class Formula:
-    """A size in free dims: the largest of `terms`, each a polynomial in the dims."""
-
-    terms: tuple[SymInt, ...]
-
-    @property
-    def free_dims(self) -> frozenset[str]:
-        return frozenset().union(*(term.free_symbols() for term in self.terms))
-
-    def evaluate(self, dims: Mapping[str, int]) -> int:
-        return max(term.evaluate(dims) for term in self.terms)
-
-    def __str__(self) -> str:
-        if len(self.terms) == 1:
-            return self.terms[0].formula()
-        return f"max({', '.join(term.formula() for term in self.terms)})"
+__all__ = ["Analysis", "Formula", "ModelInfo", "TrainingInfo", "size_of"]
 
 
 def size_of(value: SymInt, terms: tuple[SymInt, ...] = ()) -> int | Formula:
-    """An int where `value` is a number, else the formula (the max of `terms`, if given)."""
+    """An int where `value` is a number, else the formula (the max of `terms`, if given):
+    graphmem/core/peak_formula.py's exact maximum, readable per range of a free dim."""
     if value.is_constant:
         return int(value)
     return Formula(terms or (value,))
@@ -101,6 +91,8 @@ class Analysis:
     params: ParamReport
     costs: CostReport
     liveness: LivenessResult
+    # the one fit verdict on the GPU (graphmem/pipeline/verdict.py): fits, utilization and
+    # max batch are read from its device total; every report renders it
     fit: GpuFit | None
     graph: Graph
     training: TrainingInfo | None = None
@@ -126,6 +118,10 @@ class Analysis:
     # ONNX: what onnxruntime's planner sees of the file, from the front end (the runtime
     # models' input); None for PyTorch models
     runtime_inputs: OrtGraphSource | None = field(default=None, repr=False, compare=False)
+    # the whole analysis at other dims, where binding dims changes the shapes (planning's
+    # `reanalyzer`): the verdict's runtime model re-runs it for max batch and sweeps
+    reanalyze: Callable[[dict[str, int]], Analysis] | None = field(
+        default=None, repr=False, compare=False)
 
     @property
     def peak_bytes(self) -> int | Formula:

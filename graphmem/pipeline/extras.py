@@ -1,8 +1,12 @@
-"""Distributed training and the KV cache on an Analysis (graphmem/distributed/ computes them).
+"""Distributed training, the KV cache and serving on an Analysis (graphmem/distributed/
+computes them).
 
 The KV cache's shape comes from an ONNX graph's past inputs, from the PyTorch model's
 attention modules (`auto`, read from the module the request already loaded: the model is
-never loaded again) or from the request; its dtype from the request, else the model's.
+never loaded again) or from the request; its dtype from the request, else the model's. The
+model's position limit (a Hugging Face config's max_position_embeddings, or --max-context)
+caps the longest context. With `serving` (--serve) the cache is planned as a serving engine
+pages it (graphmem/distributed/serving.py) and hangs on the KV-cache report.
 """
 
 from __future__ import annotations
@@ -15,11 +19,26 @@ from graphmem.distributed.attach import (
     kv_cache_for,
     kv_shape,
 )
-from graphmem.distributed.kv_cache import KvCacheShape
+from graphmem.distributed.kv_cache import (
+    KvCacheShape,
+    decoder_dim_names,
+    find_past_inputs,
+    with_position_limit,
+)
+from graphmem.distributed.serving import (
+    CacheShape,
+    ServingConfig,
+    ServingInputs,
+    StepPeak,
+    decoder_steps,
+    plan_serving,
+    step_activation_bytes,
+    weights_per_rank,
+)
 from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.analysis import Analysis
-from graphmem.pipeline.request import Request
+from graphmem.pipeline.request import KvCacheOptions, Request
 
 
 def with_distributed(analysis: Analysis, config: DistributedConfig) -> Analysis:
@@ -50,9 +69,25 @@ def with_distributed_request(analysis: Analysis, request: Request) -> Analysis:
 
 
 def with_kv_request(analysis: Analysis, request: Request) -> Analysis:
+    """The KV cache the request asks for, capped at the model's position limit, and with
+    --serve the serving plan."""
     options = request.kv_cache
-    if options is None:
+    if options is None and request.serving is None:
         return analysis
+    if options is None or (request.serving is not None and request.is_torch
+                           and options.shape is None):
+        # serving needs the cache: a PyTorch model's is found in its modules
+        options = replace(options or KvCacheOptions(), auto=request.is_torch)
+    result = _with_kv_options(analysis, request, options)
+    limit, source = _position_limit(request, options)
+    if result.kv_cache is not None:
+        result = replace(result, kv_cache=with_position_limit(result.kv_cache, limit, source))
+    if request.serving is None:
+        return result
+    return with_serving(result, request.serving, limit, source)
+
+
+def _with_kv_options(analysis: Analysis, request: Request, options: KvCacheOptions) -> Analysis:
     if (options.auto or options.shape) and analysis.mode == "training":
         raise GraphmemError("--kv-cache is for inference (a decoder generating tokens):"
                             " drop --train")
@@ -72,6 +107,83 @@ def with_kv_request(analysis: Analysis, request: Request) -> Analysis:
         raise GraphmemError(f"{analysis.model.name}: no past_key_values.N.key/value (or"
                             " past.N) inputs; give --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
     return result
+
+
+def _position_limit(request: Request, options: KvCacheOptions) -> tuple[int | None, str]:
+    """The model's own context limit: --max-context, else a PyTorch model's Hugging Face
+    config (`max_position_embeddings`)."""
+    if options.max_context is not None:
+        return options.max_context, "--max-context"
+    config = getattr(request.model, "config", None) if request.is_torch else None
+    limit = getattr(config, "max_position_embeddings", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit, "model.config.max_position_embeddings"
+    return None, ""
+
+
+def with_serving(analysis: Analysis, config: ServingConfig, position_limit: int | None = None,
+                 limit_source: str = "") -> Analysis:
+    """The paged KV cache on the analysis's GPU (graphmem/distributed/serving.py)."""
+    config.check()
+    kv, fit = analysis.kv_cache, analysis.fit
+    if fit is None:
+        raise GraphmemError("--serve sizes the KV cache on a GPU: add --gpu NAME")
+    if analysis.mode != "inference":
+        raise GraphmemError("--serve models inference (a decoder generating tokens): drop"
+                            " --train")
+    if kv is None:
+        raise GraphmemError(f"{analysis.model.name}: --serve needs the KV cache's shape and"
+                            " the model has no past_key_values.N.key/value (or past.N) inputs;"
+                            " give --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
+    config = replace(config, context=_serving_context(config, position_limit, limit_source))
+    shape = kv.shape
+    inputs = ServingInputs(
+        config=config,
+        cache=CacheShape(shape.layers, shape.kv_heads, shape.head_dim, shape.dtype,
+                         shape.dtype_bytes),
+        gpu_name=fit.gpu.name, capacity_bytes=fit.capacity_bytes,
+        cuda_context_bytes=fit.reserve.bytes,
+        weights_bytes=weights_per_rank(analysis.graph, config.tensor_parallel),
+        steps=_steps(analysis, config), position_limit=position_limit,
+        position_limit_source=limit_source)
+    return replace(analysis, kv_cache=replace(kv, serving=plan_serving(inputs)))
+
+
+def _serving_context(config: ServingConfig, limit: int | None, source: str) -> int:
+    """Tokens per sequence: --context, else the model's position limit (as vLLM's
+    max_model_len defaults to it); never beyond that limit."""
+    if config.context is None:
+        if limit is None:
+            raise GraphmemError("--serve: give --context N (tokens per sequence); the model's"
+                                " position limit is unknown (for an ONNX model, --max-context"
+                                " N gives its max_position_embeddings)")
+        return limit
+    if limit is not None and config.context > limit:
+        raise GraphmemError(f"--context {config.context} is beyond the model's position limit"
+                            f" {limit} ({source}): give --context {limit} or less")
+    return config.context
+
+
+def _steps(analysis: Analysis, config: ServingConfig) -> tuple[StepPeak, ...]:
+    """The prefill and decode steps of an ONNX decoder-with-past whose dims are symbolic,
+    else the analysed step as it is (a PyTorch trace at --input 1xN is a prefill of N)."""
+    graph, bound = analysis.graph, analysis.dims.bound
+    past = find_past_inputs(graph) if analysis.model.source_format == "onnx" else None
+    names = decoder_dim_names(graph, past) if past is not None else None
+    if past is not None and names is not None:
+        assert config.context is not None
+        prefill = config.prefill_tokens or config.context
+        steps = decoder_steps(graph, bound, past.kv_values, names, config.context, prefill)
+        if steps is not None:
+            return steps
+    kv_values = past.kv_values if past is not None else ()
+    peak = (step_activation_bytes(graph, bound, kv_values) if kv_values
+            else analysis.liveness.activation_peak_bytes)
+    if not peak.is_constant:
+        free = ", ".join(analysis.dims.free) or "unknown"
+        raise GraphmemError(f"--serve needs the step's activation peak as a number: bind the"
+                            f" free dims ({free}) with --batch/--dim")
+    return (StepPeak("analyzed step", dict(bound), int(peak)),)
 
 
 def _model_dtype(analysis: Analysis, request: Request) -> str:

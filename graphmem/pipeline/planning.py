@@ -44,14 +44,21 @@ from graphmem.passes.roofline import (
 )
 from graphmem.passes.schedule import find_schedule
 from graphmem.passes.sweep import SweepResult, run_sweep
+from graphmem.pipeline.device_total import (
+    DeviceModel,
+    DeviceTotalProbe,
+    Reanalyze,
+    device_estimate,
+    device_fit,
+    gpu_runtime,
+)
 from graphmem.pipeline.request import SweepRequest
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
 
-# The whole bound analysis at given dims, as `graphmem analyze` with them bound runs it
-# (graphmem/pipeline/run.py supplies it: the same request with these dims, unplanned).
-Reanalyze = Callable[[dict[str, int]], "Analysis"]
+# Reanalyze: the whole bound analysis at given dims, as `graphmem analyze` with them bound
+# runs it (graphmem/pipeline/run.py supplies it: the same request with these dims, unplanned).
 
 
 def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None,
@@ -122,7 +129,7 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
         probe = DimProbe(analysis, sweep_dim, reanalyze, sizes, model)
         sweep_result = probe.sweep(sweep.values, gpu, usable)
     return dataclasses.replace(analysis, schedule=schedule, arena=arena, roofline=roofline,
-                               max_batch=max_batch, sweep=sweep_result)
+                               max_batch=max_batch, sweep=sweep_result, reanalyze=reanalyze)
 
 
 def resolve_sweep_dim(analysis: Analysis, name: str,
@@ -151,10 +158,11 @@ def solve_max_batch(analysis: Analysis, usable_bytes: int, reanalyze: Reanalyze 
                     probe: DimProbe | None = None,
                     sizes: Mapping[str, SymInt | None] | None = None,
                     model: MemoryModel | None = None) -> MaxBatchResult:
-    """The largest batch that fits `usable_bytes`; `probe` may be shared between GPUs."""
+    """The largest batch whose live-tensor peak fits `usable_bytes` (with a GPU, the guess
+    `solve_on_device` starts from); `probe` may be shared between GPUs."""
     batch_dim = analysis.dims.batch_dim
     if batch_dim is None:
-        reason = "the model's inputs have no dynamic dim: its batch size is fixed"
+        reason = analysis.dims.batch_note or "the model's inputs have no batch axis"
         if analysis.model.source_format == "torch.fx":
             reason = "a PyTorch model is traced at its --input shapes: try a larger --input"
         return not_solved(None, usable_bytes, reason)
@@ -311,6 +319,17 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
     return at
 
 
+def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceModel,
+                    reanalyze: Reanalyze | None = None) -> MaxBatchResult:
+    """The largest batch whose device total (`device`'s runtime model, re-run at each batch
+    probed) fits the GPU's capacity, starting from `guess`, the live-peak answer."""
+    if guess.max_batch is None or guess.batch_dim is None:
+        return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
+    probe = DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
+    return find_max_batch(guess.batch_dim, device.capacity_bytes, None, probe.total,
+                          start=guess.max_batch, basis=device.basis)
+
+
 @dataclass(frozen=True)
 class GpuRow:
     """One GPU of `graphmem gpus --fits`: the fit, the roofline, the largest batch."""
@@ -323,7 +342,8 @@ class GpuRow:
 def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
                      reserve: CudaReserve | None = None,
                      rerun: Reanalyze | None = None) -> list[GpuRow]:
-    """`analysis` (planned without a GPU) against every GPU of `gpus`."""
+    """`analysis` (planned without a GPU) against every GPU of `gpus`: each GPU's verdict
+    on its runtime model's device total, and the largest batch on it."""
     binding = analysis.dims
     reanalyze = reanalyzer(analysis, rerun=rerun)
     probe = None
@@ -331,15 +351,24 @@ def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
                                                                        binding.batch_dim)
     if solvable:
         probe = DimProbe(analysis, binding.batch_dim or "", reanalyze)
+    override = reserve.bytes if reserve is not None else None
     rows = []
     for gpu in gpus:
-        fit = fit_on_gpu(gpu, analysis.liveness.peak_bytes, reserve)
+        device = DeviceModel(gpu_runtime(analysis), gpu, override)
+        fit = _gpu_fit(analysis, device)
         roofline = None
         if _costs_bound(analysis.costs):
             roofline = estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
                                          binding.batch_dim)
         max_batch = None
         if binding.batch_dim is not None:
-            max_batch = solve_max_batch(analysis, fit.usable_bytes, reanalyze, probe)
+            guess = solve_max_batch(analysis, fit.usable_bytes, reanalyze, probe)
+            max_batch = solve_on_device(analysis, guess, device, reanalyze)
         rows.append(GpuRow(fit, roofline, max_batch))
     return rows
+
+
+def _gpu_fit(analysis: Analysis, device: DeviceModel) -> GpuFit:
+    if analysis.dims.free:
+        return fit_on_gpu(device.gpu, analysis.liveness.peak_bytes, device.reserve)
+    return device_fit(analysis, device_estimate(analysis, device), device)

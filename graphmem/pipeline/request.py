@@ -25,9 +25,16 @@ from graphmem.core.conventions import (
 )
 from graphmem.devices.gpus import find_gpu
 from graphmem.distributed.attach import dtype_bytes
+from graphmem.distributed.serving import ServingConfig
 from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.spec import is_model_spec
+from graphmem.frontends.torch.finetune import (
+    FinetuneOptions,
+    LoraOptions,
+    QloraOptions,
+)
+from graphmem.frontends.torch.nf4 import BLOCKSIZES
+from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
 from graphmem.passes.dims import MAX_DIM_VALUE, check_dim_value
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
@@ -80,6 +87,9 @@ class KvCacheOptions:
     auto: bool = False  # the cache must be found: past inputs, or the attention modules
     shape: tuple[int, int, int] | None = None  # layers, kv heads, head dim: wins
     dtype: str | None = None  # default: the model's (or the past inputs')
+    # the model's position limit (its max_position_embeddings): PyTorch models with a Hugging
+    # Face config have it; for ONNX give it (--max-context); the longest context stops there
+    max_context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,19 +120,32 @@ class Request:
     runtime: RuntimeOptions | None = None  # None: no runtime model
     distributed: DistributedConfig | None = None  # per-GPU memory of a training job
     kv_cache: KvCacheOptions | None = None  # None: no KV cache
+    serving: ServingConfig | None = None  # --serve: paged KV cache, concurrent sequences
     suggest: SuggestOptions = field(default_factory=SuggestOptions)
     sweep: SweepRequest | None = None  # ONNX: one dim over values
     module_depth: int = 2  # group by module path at this depth
     plan: bool = True  # schedule, arena, roofline, max batch, sweep (pipeline/planning.py)
     pooled_heads: tuple[PooledHead, ...] = ()  # PyTorch: FC heads traced pooled
+    # PyTorch: LoRA / QLoRA adapters and gradient checkpointing (frontends/torch/peft.py)
+    finetune: FinetuneOptions | None = None
+    notes: tuple[str, ...] = ()  # what `resolve` assumed (a config's default inputs): reported
 
     @property
     def is_torch(self) -> bool:
-        """A PyTorch model (a module object or a spec), else an ONNX file."""
+        """A PyTorch model (a module object, a spec, a Hugging Face config file, folder or
+        dict), else an ONNX file."""
         model = self.model
         if isinstance(model, PurePath):
-            return False
-        return not isinstance(model, str) or is_model_spec(model)
+            return is_hf_config(str(model))
+        return not isinstance(model, str) or is_model_spec(model) or is_hf_config(model)
+
+    @property
+    def is_hf_config(self) -> bool:
+        """A Hugging Face config not built yet: a config.json, its folder, or a dict."""
+        model = self.model
+        if isinstance(model, Mapping):
+            return True
+        return isinstance(model, str | PurePath) and is_hf_config(str(model))
 
     def check(self) -> None:
         check_request(self)
@@ -133,7 +156,8 @@ def rerun_request(request: Request, **changes: object) -> Request:
     no suggestions, runtime model, distributed or KV-cache report (the caller reads peaks,
     FLOPs and latencies)."""
     return replace(request, plan=False, suggest=SuggestOptions(enabled=False), runtime=None,
-                   distributed=None, kv_cache=None, sweep=None, **changes)  # type: ignore[arg-type]
+                   distributed=None, kv_cache=None, serving=None, sweep=None,
+                   **changes)  # type: ignore[arg-type]
 
 
 def check_request(request: Request) -> None:
@@ -153,6 +177,7 @@ def check_request(request: Request) -> None:
         _check_runtime(request)
     _check_distributed(request)
     _check_kv_cache(request)
+    _check_serving(request)
     _check_suggest(request.suggest, request.gpu)
 
 
@@ -171,7 +196,9 @@ def _check_torch(request: Request) -> None:
     """A PyTorch model's options, before its file is imported: shapes from the inputs."""
     from graphmem.frontends.torch.import_step import tensor_specs  # imports torch
 
-    if request.batch is not None or request.dims:
+    if request.is_hf_config:
+        _check_config_dims(request)
+    elif request.batch is not None or request.dims:
         raise GraphmemError("--batch/--dim bind ONNX dims; for a PyTorch model give the"
                             " shapes with --input, e.g. --input 32x3x224x224")
     if request.sweep is not None:
@@ -182,6 +209,65 @@ def _check_torch(request: Request) -> None:
                             " not both")
     if request.inputs:
         tensor_specs(request.inputs)
+    if request.finetune is not None:
+        _check_finetune(request.finetune, request.training is not None)
+
+
+def _check_config_dims(request: Request) -> None:
+    """A Hugging Face config's input_ids: --batch and --dim seq=, or --input, not both."""
+    from graphmem.frontends.torch.hf_config import SEQ_DIMS  # imports torch
+
+    unknown = [name for name in request.dims if name not in SEQ_DIMS]
+    if unknown:
+        raise GraphmemError(f"--dim {unknown[0]}: a Hugging Face config's input is input_ids"
+                            " [batch, seq]: give --batch N and --dim seq=S")
+    if (request.batch is not None or request.dims) and (request.inputs
+                                                        or request.example_inputs):
+        raise GraphmemError("--batch/--dim seq= give the shape of input_ids; --input gives it"
+                            " too: use one or the other")
+    if request.batch is not None:
+        check_dim_value(f"--batch {request.batch}", request.batch)
+    for name, value in request.dims.items():
+        check_dim_value(f"--dim {name}={value}", value)
+
+
+MAX_LORA_RANK = 1 << 16  # far above any published adapter (r of 8 to 256)
+
+
+def _check_finetune(options: FinetuneOptions, training: bool) -> None:
+    if options.gradient_checkpointing and not training:
+        raise GraphmemError("--gradient-checkpointing recomputes activations in backward:"
+                            " add --train")
+    if options.qlora is not None and options.lora is None:
+        raise GraphmemError("qlora trains LoRA adapters on the 4-bit base: give lora too"
+                            " (--qlora implies it on the command line)")
+    if options.lora is not None:
+        _check_lora(options.lora)
+    if options.qlora is not None:
+        _check_qlora(options.qlora)
+
+
+def _check_lora(lora: LoraOptions) -> None:
+    _check_range("--lora r", lora.rank, 1, MAX_LORA_RANK)
+    if not lora.alpha > 0:
+        raise GraphmemError(f"--lora alpha={lora.alpha}: give a number above 0 (peft's"
+                            " scaling is alpha / r)")
+    if not 0 <= lora.dropout < 1:
+        raise GraphmemError(f"--lora dropout={lora.dropout}: give a probability from 0 to"
+                            " below 1")
+    for name in lora.targets:
+        if not all(part.isidentifier() or part.isdigit() for part in name.split(".")):
+            raise GraphmemError(f"--lora targets={name!r}: give module names such as q_proj"
+                                " (the last part of the module path)")
+
+
+def _check_qlora(qlora: QloraOptions) -> None:
+    if qlora.compute_dtype not in ("bfloat16", "float16", "float32"):
+        raise GraphmemError(f"--qlora compute={qlora.compute_dtype}: choose bf16, fp16 or"
+                            " fp32")
+    if qlora.blocksize not in BLOCKSIZES:
+        raise GraphmemError(f"--qlora blocksize={qlora.blocksize}: bitsandbytes takes"
+                            f" {', '.join(map(str, BLOCKSIZES))}")
 
 
 def _check_onnx(request: Request) -> None:
@@ -195,6 +281,10 @@ def _check_onnx(request: Request) -> None:
     if request.pooled_heads:
         raise GraphmemError("pooled_heads rewrite a PyTorch model; an ONNX graph is analysed"
                             " as exported")
+    if request.finetune is not None:
+        raise GraphmemError("--lora/--qlora/--gradient-checkpointing change a PyTorch model"
+                            " (file.py:fn or a Hugging Face config.json); an ONNX graph is"
+                            " analysed as exported")
     if request.batch is not None:
         check_dim_value(f"--batch {request.batch}", request.batch)
     for name, value in request.dims.items():
@@ -244,6 +334,20 @@ def _check_kv_cache(request: Request) -> None:
                                     f" (the limit is {MAX_DIM_VALUE}); check the numbers")
     if options.dtype is not None:
         dtype_bytes(options.dtype)
+    _check_range("--max-context", options.max_context, 1, MAX_DIM_VALUE)
+
+
+def _check_serving(request: Request) -> None:
+    serving = request.serving
+    if serving is None:
+        return
+    serving.check()
+    if request.training is not None:
+        raise GraphmemError("--serve models inference (a decoder generating tokens): drop"
+                            " --train")
+    if request.gpu is None:
+        raise GraphmemError("--serve sizes the KV cache on a GPU: add --gpu NAME (see"
+                            " 'graphmem gpus')")
 
 
 def _check_suggest(options: SuggestOptions, gpu: str | None) -> None:

@@ -15,15 +15,17 @@ each suggestion's change go through `rerun_request` below.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
 from graphmem.devices.gpus import GpuSpec, find_gpu
+from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
+from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.passes.costs import compute_costs
 from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
 from graphmem.passes.fit import CudaReserve, fit_on_gpu
@@ -45,13 +47,14 @@ def analyze(request: Request) -> Analysis:
     request = resolve(request)
     gpu = find_gpu(request.gpu) if request.gpu else None
     with stage("tracing the model" if request.is_torch else "reading the model"):
-        imported, binding = import_model(request)
+        imported, binding, finetune = _imported(request)
     with stage(f"analysing {len(imported.graph.nodes):,} nodes"):
         analysis = run_passes(imported.graph, model_info(request, imported), binding, gpu,
                               request.cuda_reserve_bytes, _training_info(request, imported),
                               request.module_depth, request.sweep, request.plan,
                               rerun=_dims_rerun(request))
     analysis = replace(analysis, runtime_inputs=imported.runtime_inputs)
+    analysis = _with_finetune(analysis, finetune)
     with stage("suggestions"):
         analysis = with_suggestions(analysis, request, analyze)
     with stage("runtime model"):
@@ -74,22 +77,69 @@ def resolve(request: Request) -> Request:
         request = replace(request, inputs=tuple(load_example_inputs(request.example_inputs)),
                           example_inputs=None)
     model = request.model
-    if isinstance(model, str):
+    if request.is_hf_config:
+        request = _built_from_config(request)
+    elif isinstance(model, str):
         request = replace(request, model=load_model(model), label=request.label or model)
     elif request.label is None:
         request = replace(request, label=type(model).__name__)
-    return request
+    return _with_checkpointed_layers(request)
+
+
+def _built_from_config(request: Request) -> Request:
+    """A Hugging Face config built on the meta device; input_ids from --batch/--dim seq=
+    unless --input gave the inputs (then batch and dims are spent: re-runs bind nothing)."""
+    from graphmem.frontends.torch.hf_config import SEQ_DIMS, build_hf_model, default_input
+
+    source = request.model
+    built = build_hf_model(source if isinstance(source, Mapping) else str(source),
+                           training=request.training is not None)
+    notes = built.notes
+    inputs = request.inputs
+    if not inputs:
+        seq = next((request.dims[name] for name in SEQ_DIMS if name in request.dims), None)
+        spec, note = default_input(built.module, request.batch, seq)
+        inputs, notes = (spec,), (*notes, note)
+    return replace(request, model=built.module, label=request.label or built.label,
+                   inputs=inputs, batch=None, dims={}, notes=(*request.notes, *notes))
+
+
+def _with_checkpointed_layers(request: Request) -> Request:
+    """--gradient-checkpointing: the layers Hugging Face's gradient_checkpointing_enable
+    wraps, added to the modules the step checkpoints (once: a re-run adds none)."""
+    from graphmem.frontends.torch.hf_config import checkpointed_layers
+
+    finetune, training = request.finetune, request.training
+    if finetune is None or not finetune.gradient_checkpointing or training is None:
+        return request
+    layers = checkpointed_layers(request.model)  # type: ignore[arg-type]
+    if not layers:
+        raise GraphmemError("--gradient-checkpointing wraps the layers of a transformers model"
+                            " (its GradientCheckpointingLayer modules); this model has none:"
+                            " checkpoint modules by path instead (checkpoints=...)")
+    paths = tuple(dict.fromkeys((*training.checkpoints, *layers)))
+    return replace(request, training=replace(training, checkpoints=paths))
+
+
+def _imported(request: Request) -> tuple[ImportedModel, DimBinding, FinetuneReport | None]:
+    if request.is_torch:
+        imported, finetune = import_torch_model(request)
+        return imported, DimBinding(bound={}, free=(), batch_dim=None), finetune
+    return (*import_model(request), None)
+
+
+def _with_finetune(analysis: Analysis, report: FinetuneReport | None) -> Analysis:
+    """The fine-tuning report on the Analysis. Its field, `Analysis.finetune`, is asked of
+    pipeline/analysis.py's owner; until it is there the report is in the model's notes only."""
+    if report is None or "finetune" not in {f.name for f in fields(analysis)}:
+        return analysis
+    return replace(analysis, finetune=report)  # type: ignore[call-arg]
 
 
 def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     """The front end's graph, its dims bound, a training step where asked for."""
     if request.is_torch:
-        from graphmem.frontends.torch.import_step import import_torch
-
-        pooled = [(head.path, head.positions) for head in request.pooled_heads]
-        imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
-                                request.label or "", request.training, pooled)
-        return imported, DimBinding(bound={}, free=(), batch_dim=None)
+        return import_torch_model(request)[0], DimBinding(bound={}, free=(), batch_dim=None)
     path = Path(str(request.model))
     imported = import_onnx_model(path)
     binding = bind_dims(imported.graph, request.batch, request.dims)
@@ -105,6 +155,22 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     step = onnx_training_step(imported.graph, binding, request.training)
     return replace(imported, graph=step.graph, warnings=(*imported.warnings, *step.warnings),
                    micro_batch=step.micro_batch), binding
+
+
+def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport | None]:
+    """The traced step, with LoRA / QLoRA applied for the trace (frontends/torch/peft.py);
+    what `resolve` assumed and what fine-tuning applied are among its notes."""
+    from graphmem.frontends.torch.import_step import import_torch
+    from graphmem.frontends.torch.peft import fine_tuned, finetune_notes
+
+    pooled = [(head.path, head.positions) for head in request.pooled_heads]
+    training = request.training
+    with fine_tuned(request.model, request.finetune, training and training.optimizer,
+                    training.checkpoints if training else ()) as report:
+        imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
+                                request.label or "", training, pooled)
+    notes = (*request.notes, *finetune_notes(report, request.finetune))
+    return replace(imported, warnings=(*notes, *imported.warnings)), report
 
 
 def model_info(request: Request, imported: ImportedModel) -> ModelInfo:

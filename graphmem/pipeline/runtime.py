@@ -1,10 +1,11 @@
 """The runtime model on an Analysis: what a real runtime holds, next to the live-tensor peak.
 
-The runtime is the one the request names, else the default for its input (onnxruntime CPU or
-CUDA for ONNX inference, PyTorch's CUDA caching allocator with a GPU for PyTorch models and
-ONNX training steps: graphmem/runtime_models/select.py). The models read an analysis whose
-dims are all bound, and onnxruntime's view of an ONNX file from the front end's
-`runtime_inputs`.
+With a GPU the runtime is that GPU's (the one the request names, else onnxruntime CUDA for
+ONNX inference and PyTorch's caching allocator for training steps and PyTorch models), bounded
+by the GPU's memory, and its device total is the analysis's one fit verdict
+(graphmem/pipeline/verdict.py). Without a GPU it is the request's runtime, if any (onnxruntime
+CPU for ONNX: graphmem/runtime_models/select.py). The models read an analysis whose dims are
+all bound, and onnxruntime's view of an ONNX file from the front end's `runtime_inputs`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,12 @@ from __future__ import annotations
 import dataclasses
 
 from graphmem.devices.gpus import GpuSpec
+from graphmem.pipeline import device_total
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request
-from graphmem.runtime_models.base import (
-    AUTO_OPTIMIZE_INITIALIZER_BYTES,
-    RuntimeContext,
-    RuntimeEstimate,
-)
-from graphmem.runtime_models.select import check_runtime, default_runtime, estimate
+from graphmem.pipeline.verdict import with_verdict
+from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES, RuntimeEstimate
+from graphmem.runtime_models.select import check_runtime, default_runtime
 
 __all__ = ["AUTO_OPTIMIZE_INITIALIZER_BYTES", "runtime_estimate", "with_runtime",
            "with_runtime_request"]
@@ -27,7 +26,10 @@ __all__ = ["AUTO_OPTIMIZE_INITIALIZER_BYTES", "runtime_estimate", "with_runtime"
 
 def with_runtime_request(analysis: Analysis, request: Request, gpu: GpuSpec | None
                          ) -> Analysis:
-    """`request.runtime`: the named runtime or the input's default; unchanged for None."""
+    """With a GPU (and not a bare re-run: planning, or a runtime asked for), the GPU's
+    runtime model and the one verdict on it; else `request.runtime` (unchanged for None)."""
+    if gpu is not None and (request.plan or request.runtime is not None):
+        return with_verdict(analysis, request, gpu)
     options = request.runtime
     if options is None:
         return analysis
@@ -58,13 +60,9 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
 def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      cuda_reserve_bytes: int | None = None, threads: int | None = None,
                      ort_optimization: str | None = None) -> RuntimeEstimate:
-    """`runtime`'s estimate for `analysis` (every dim bound). `ort_optimization` (ort-cpu):
-    the session's graph optimization level; None: "all" for models with up to
-    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
-    context = RuntimeContext(
-        graph=analysis.graph, dims=analysis.dims, training=analysis.mode == "training",
-        resident_bytes=int(analysis.liveness.resident_bytes), gpu=gpu,
-        cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
-        ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
+    """`runtime`'s estimate for `analysis` (every dim bound), unbounded by any GPU's memory.
+    `ort_optimization` (ort-cpu): the session's graph optimization level; None: "all" for
+    models with up to AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
+    return device_total.runtime_estimate(
+        analysis, runtime, gpu, cuda_reserve_bytes, threads, ort_optimization,
         auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES)
-    return estimate(runtime, context)

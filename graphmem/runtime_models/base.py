@@ -77,6 +77,9 @@ class RuntimeContext:
     ort_optimization: str | None = None  # None: "all" up to auto_optimize_max_bytes
     ort_source: OrtGraphSource | None = None  # ONNX models only
     auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES
+    # the GPU's memory (what the driver reports where known): the CUDA runtimes' allocators
+    # are bounded by it, as on the device (None: unbounded)
+    capacity_bytes: int | None = None
 
     @property
     def mode(self) -> str:
@@ -105,6 +108,20 @@ class RuntimeEstimate:
     # runs (onnxruntime CPU: MLAS-prepacked MatMul/Gemm weights, initializers <= 127 bytes);
     # part of runtime_peak_bytes, shown on its own line.
     runtime_weights_bytes: int = 0
+    # Bounded by a GPU of `capacity_bytes`: whether every allocation was made within it
+    # (`satisfied`). Then device_total_bytes <= capacity_bytes; where one failed, the run stops
+    # there and device_total_bytes is what the device was asked for at that allocation (more
+    # than the capacity), `failure` says which. None / "": not bounded (a CPU runtime).
+    capacity_bytes: int | None = None
+    satisfied: bool | None = None
+    failure: str = ""
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the device total is within the GPU: the one fit verdict of an analysis."""
+        if self.capacity_bytes is None:
+            return None
+        return self.device_total_bytes <= self.capacity_bytes
 
 
 class RuntimeModel(Protocol):

@@ -7,14 +7,25 @@ What it reproduces (onnxruntime/core/framework/bfc_arena.cc, 1.31):
 - the chunk is split only when it is at least twice the rounded request (or would waste
   128 MiB or more): a smaller free chunk is handed out whole, and in use counts all of it;
 - a freed chunk merges with free neighbours in the same region;
-- when nothing fits, a region is added: the current region size (1 MiB at first) doubled
-  until the request fits, then doubled again for the next time (kNextPowerOfTwo, up to 1 GiB);
+- when nothing fits, a region is added (`Extend`, the default kNextPowerOfTwo strategy): the
+  current region size (1 MiB at first) doubled until the request fits; after a region that
+  needed no doubling the next one is twice as large, up to 1 GiB
+  (max_power_of_two_extend_bytes; a larger current size falls back to 1 GiB then);
+- bounded by the device (`device_free_bytes`: what cudaMalloc can still hand out, the CUDA
+  provider's gpu_mem_limit being SIZE_MAX by default): a region the device cannot give is
+  retried at 90% of its size (kBackpedalFactor, a float 0.9f), rounded up to 256 bytes, until
+  it is given or falls below the request (or 8 KiB): then the allocation fails, and the run
+  with it (onnxruntime reports "Failed to allocate memory for requested buffer");
 - in use (`mem_bytes_in_use`) is the sum of the chunks handed out; held (`mem_arena_held`)
   is the sum of the regions.
+cudaMalloc's own granularity (2 MiB pages) is not modelled: near the limit the device may
+refuse a region graphmem gives, so a "fits" within 2 MiB per region of the capacity is
+optimistic by that much.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +33,15 @@ MIN_ALLOCATION_BYTES = 256
 INITIAL_REGION_BYTES = 1 << 20  # DEFAULT_INITIAL_CHUNK_SIZE_BYTES
 MAX_DEAD_BYTES_PER_CHUNK = 128 << 20  # DEFAULT_MAX_DEAD_BYTES_PER_CHUNK
 MAX_POWER_OF_TWO_EXTEND_BYTES = 1 << 30  # DEFAULT_MAX_POWER_OF_TWO_EXTEND_BYTES
+MIN_BACKOFF_BYTES = 8 * 1024  # Extend gives up below 8 KiB
+
+
+def _float32(value: float) -> float:
+    """`value` rounded to a C float: Extend computes `bytes * kBackpedalFactor` in float."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+BACKPEDAL_FACTOR = _float32(0.9)  # kBackpedalFactor = 0.9f
 
 
 @dataclass(frozen=True)
@@ -33,11 +53,29 @@ class ArenaEvent:
 
 
 @dataclass(frozen=True)
+class ArenaFailure:
+    """The allocation the device could not back: the run stops there (an OOM)."""
+
+    key: str
+    step: int
+    request_bytes: int  # rounded to 256 bytes
+    region_bytes: int  # the last region size tried (90% steps from the first)
+    device_free_bytes: int  # what the device had left for a new region
+    in_use_bytes: int  # chunks handed out when it failed
+    held_bytes: int  # regions held when it failed
+
+
+@dataclass(frozen=True)
 class ArenaResult:
     peak_in_use_bytes: int
     peak_step: int
-    held_bytes: int  # regions reserved from the system at the end
+    held_bytes: int  # regions reserved from the system at the end (or at the failure)
     in_use_after_step: tuple[int, ...]  # in use once each step's events are done
+    failure: ArenaFailure | None = None  # None: every allocation was satisfied
+
+    @property
+    def satisfied(self) -> bool:
+        return self.failure is None
 
 
 @dataclass(eq=False)  # chunks are compared by identity
@@ -52,8 +90,20 @@ def rounded_bytes(size_bytes: int) -> int:
     return -(-max(size_bytes, 1) // MIN_ALLOCATION_BYTES) * MIN_ALLOCATION_BYTES
 
 
+class ArenaOutOfMemory(Exception):
+    """A region the device cannot back; `request` and `tried` say what was asked for."""
+
+    def __init__(self, request_bytes: int, tried_bytes: int) -> None:
+        super().__init__(f"no region of {tried_bytes} bytes for {request_bytes}")
+        self.request_bytes = request_bytes
+        self.tried_bytes = tried_bytes
+
+
 class BfcArena:
-    def __init__(self, initial_region_bytes: int = INITIAL_REGION_BYTES) -> None:
+    def __init__(self, initial_region_bytes: int = INITIAL_REGION_BYTES,
+                 device_free_bytes: int | None = None) -> None:
+        """`device_free_bytes`: what cudaMalloc can hand out for regions (None: unbounded)."""
+        self.device_free_bytes = device_free_bytes
         self.region_bytes = initial_region_bytes
         self.chunks: list[_Chunk] = []  # sorted by address; regions laid end to end
         self.held_bytes = 0
@@ -89,13 +139,29 @@ class BfcArena:
         while request > self.region_bytes:
             self.region_bytes *= 2
             grew = True
-        chunk = _Chunk(self.held_bytes, self.region_bytes, self.regions)
+        size = self.region_bytes
+        if not grew:  # the next region: twice this one, at most 1 GiB
+            doubled = self.region_bytes * 2
+            self.region_bytes = (doubled if doubled < MAX_POWER_OF_TWO_EXTEND_BYTES
+                                 else MAX_POWER_OF_TWO_EXTEND_BYTES)
+        size = self._backed_off(request, size)
+        chunk = _Chunk(self.held_bytes, size, self.regions)
         self.chunks.append(chunk)
-        self.held_bytes += self.region_bytes
+        self.held_bytes += size
         self.regions += 1
-        if not grew and self.region_bytes * 2 < MAX_POWER_OF_TWO_EXTEND_BYTES:
-            self.region_bytes *= 2
+        if self.device_free_bytes is not None:
+            self.device_free_bytes -= size
         return chunk
+
+    def _backed_off(self, request: int, size: int) -> int:
+        """The region size the device gives: `size`, else 90% steps down to the request."""
+        free = self.device_free_bytes
+        while free is not None and size > free:
+            smaller = rounded_bytes(int(_float32(size * BACKPEDAL_FACTOR)))
+            if smaller < request or smaller < MIN_BACKOFF_BYTES:
+                raise ArenaOutOfMemory(request, size)
+            size = smaller
+        return size
 
     def _split(self, chunk: _Chunk, request: int) -> None:
         rest = _Chunk(chunk.address + request, chunk.size - request, chunk.region)
@@ -114,9 +180,12 @@ class BfcArena:
             del self.chunks[index]
 
 
-def replay(steps: Sequence[Sequence[ArenaEvent]]) -> ArenaResult:
-    """Run each step's events through a fresh arena; the peak of in-use bytes and its step."""
-    arena = BfcArena()
+def replay(steps: Sequence[Sequence[ArenaEvent]],
+           device_free_bytes: int | None = None) -> ArenaResult:
+    """Run each step's events through a fresh arena; the peak of in-use bytes and its step.
+    With `device_free_bytes` (what the device can give the arena's regions) the replay stops
+    at the first allocation the device cannot back: `failure` says which."""
+    arena = BfcArena(device_free_bytes=device_free_bytes)
     peak = peak_step = 0
     after = []
     for step, events in enumerate(steps):
@@ -124,7 +193,13 @@ def replay(steps: Sequence[Sequence[ArenaEvent]]) -> ArenaResult:
             if event.size_bytes is None:
                 arena.free(event.key)
                 continue
-            arena.allocate(event.key, event.size_bytes)
+            try:
+                arena.allocate(event.key, event.size_bytes)
+            except ArenaOutOfMemory as oom:
+                failure = ArenaFailure(event.key, step, oom.request_bytes, oom.tried_bytes,
+                                       arena.device_free_bytes or 0, arena.in_use_bytes,
+                                       arena.held_bytes)
+                return ArenaResult(peak, peak_step, arena.held_bytes, tuple(after), failure)
             if arena.in_use_bytes > peak:
                 peak, peak_step = arena.in_use_bytes, step
         after.append(arena.in_use_bytes)

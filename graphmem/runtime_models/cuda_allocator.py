@@ -14,8 +14,13 @@ empty_cache):
 - the block found is split, the request taking its start, when the rest is >= 512 bytes
   (small pool) or > 1 MiB (large pool); otherwise the whole block is handed out and counted as
   allocated;
-- a freed block merges with its free neighbours of the same segment; segments are never
-  returned to the device.
+- a freed block merges with its free neighbours of the same segment; segments are not
+  returned to the device while they are not needed;
+- bounded by the device (`capacity_bytes`: what cudaMalloc can give the allocator's segments):
+  when a new segment does not fit, the allocator frees every cached segment with no block in
+  use (`release_cached_blocks`: whole free segments of both pools; with the default
+  max_split_size `release_available_cached_blocks` frees nothing) and tries once more; if
+  that fails too the request fails (torch.OutOfMemoryError, "CUDA out of memory").
 Allocated bytes are the sizes of the blocks in use (torch.cuda.memory_allocated), reserved
 bytes the sizes of the segments (torch.cuda.memory_reserved), requested bytes the sizes asked
 for (the allocator's `requested_bytes` statistic).
@@ -41,6 +46,18 @@ AllocatorEvent = tuple[str, Hashable, int]
 
 
 @dataclass(frozen=True)
+class AllocatorFailure:
+    """The request no segment could serve, even after the cached segments were freed."""
+
+    buffer_id: Hashable
+    event_index: int
+    request_bytes: int  # rounded
+    segment_bytes: int  # the segment cudaMalloc was asked for
+    reserved_bytes: int  # segments held after freeing the cached ones
+    allocated_bytes: int  # blocks in use when it failed
+
+
+@dataclass(frozen=True)
 class AllocatorResult:
     allocated_peak_bytes: int  # torch.cuda.max_memory_allocated
     reserved_peak_bytes: int  # torch.cuda.max_memory_reserved (segments are never released)
@@ -49,6 +66,12 @@ class AllocatorResult:
     small_segment_count: int  # of which 2 MiB small-pool segments
     allocated_final_bytes: int  # still allocated after the last event
     requested_at_allocated_peak_bytes: int  # requested sizes in use at the allocated peak
+    failure: AllocatorFailure | None = None  # None: every request was served
+    released_segment_count: int = 0  # cached segments freed to make room
+
+    @property
+    def satisfied(self) -> bool:
+        return self.failure is None
 
 
 def round_size(size_bytes: int) -> int:
@@ -93,6 +116,10 @@ class _Pool:
         del self._keys[bisect.bisect_left(self._keys, key)]
         del self._blocks[key]
 
+    def whole_segments(self) -> list[_Block]:
+        """Free blocks that are a whole segment (no neighbour): release_blocks frees those."""
+        return [b for b in self._blocks.values() if b.prev is None and b.next is None]
+
     def take_best_fit(self, size: int) -> _Block | None:
         index = bisect.bisect_left(self._keys, (size, -1))
         if index == len(self._keys):
@@ -101,8 +128,19 @@ class _Pool:
         return self._blocks.pop(key)
 
 
+class OutOfMemory(Exception):
+    """No segment for a request, even after the cached ones were freed."""
+
+    def __init__(self, size: int, segment: int) -> None:
+        super().__init__(f"no segment of {segment} bytes for {size}")
+        self.size = size
+        self.segment = segment
+
+
 class _CachingAllocator:
-    def __init__(self) -> None:
+    def __init__(self, capacity_bytes: int | None = None) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.released_segment_count = 0
         self.small = _Pool()
         self.large = _Pool()
         self.next_address = 0
@@ -147,6 +185,10 @@ class _CachingAllocator:
 
     def _new_segment(self, size: int, small: bool) -> _Block:
         nbytes = segment_bytes(size)
+        if not self._device_has(nbytes):
+            self._release_cached_segments()  # then cudaMalloc is tried once more
+            if not self._device_has(nbytes):
+                raise OutOfMemory(size, nbytes)
         block = _Block(self.next_address, nbytes, small)
         self.next_address += nbytes
         self.reserved_bytes += nbytes
@@ -154,23 +196,44 @@ class _CachingAllocator:
         self.small_segment_count += small
         return block
 
+    def _device_has(self, nbytes: int) -> bool:
+        return self.capacity_bytes is None or self.reserved_bytes + nbytes <= self.capacity_bytes
+
+    def _release_cached_segments(self) -> None:
+        """release_cached_blocks: cudaFree every cached segment with no block in use."""
+        for pool in (self.large, self.small):
+            for block in pool.whole_segments():
+                pool.remove(block)
+                self.reserved_bytes -= block.size
+                self.released_segment_count += 1
+
     @staticmethod
     def _should_split(block: _Block, size: int) -> bool:
         remaining = block.size - size
         return remaining >= MIN_BLOCK_BYTES if block.small else remaining > SMALL_SIZE_BYTES
 
 
-def simulate_caching_allocator(events: Iterable[AllocatorEvent]) -> AllocatorResult:
-    """Replay `events` in order; every id is allocated once and freed at most once."""
-    allocator = _CachingAllocator()
+def simulate_caching_allocator(events: Iterable[AllocatorEvent],
+                               capacity_bytes: int | None = None) -> AllocatorResult:
+    """Replay `events` in order; every id is allocated once and freed at most once. With
+    `capacity_bytes` (what the device can give the allocator's segments) the replay stops at
+    the first request the device cannot serve: `failure` says which."""
+    allocator = _CachingAllocator(capacity_bytes)
     live: dict[Hashable, tuple[_Block | None, int]] = {}
     allocated_peak = reserved_peak = requested_peak = requested_at_peak = 0
-    for kind, buffer_id, size_bytes in events:
+    failure = None
+    for index, (kind, buffer_id, size_bytes) in enumerate(events):
         if kind == "alloc":
             if buffer_id in live or size_bytes < 0:
                 raise GraphmemError(f"allocator event alloc {buffer_id!r}: allocated twice or"
                                     " a negative size; give each buffer one alloc of >= 0 bytes")
-            live[buffer_id] = (allocator.malloc(size_bytes) if size_bytes else None, size_bytes)
+            try:
+                block = allocator.malloc(size_bytes) if size_bytes else None
+            except OutOfMemory as oom:
+                failure = AllocatorFailure(buffer_id, index, oom.size, oom.segment,
+                                           allocator.reserved_bytes, allocator.allocated_bytes)
+                break
+            live[buffer_id] = (block, size_bytes)
         elif kind == "free":
             if buffer_id not in live:
                 raise GraphmemError(f"allocator event free {buffer_id!r}: it is not allocated;"
@@ -193,5 +256,7 @@ def simulate_caching_allocator(events: Iterable[AllocatorEvent]) -> AllocatorRes
         small_segment_count=allocator.small_segment_count,
         allocated_final_bytes=allocator.allocated_bytes,
         requested_at_allocated_peak_bytes=requested_at_peak,
+        failure=failure,
+        released_segment_count=allocator.released_segment_count,
     )
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.runtime_models.base import RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaEvent, replay
+from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaFailure, replay
 from graphmem.runtime_models.ort_kernels import (
     ALIAS_OPS,
     CONTRIB_INPLACE_INPUT,
@@ -90,6 +90,7 @@ class OrtTimeline:
     scratch_bytes: int  # the kernel's working buffer at the peak, as requested
     live_bytes: int  # of tensors_bytes, those a tensor still needs (the rest: held for reuse)
     held_bytes: int  # the arena's regions at the end (`mem_arena_held` less the weights)
+    failure: ArenaFailure | None = None  # bounded by a device: the allocation it could not back
 
 
 # ----- order ----------------------------------------------------------------------------------
@@ -332,9 +333,11 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
 
 
 def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
-                 live_spans: Mapping[str, list[tuple[int, int]]] | None = None) -> OrtTimeline:
-    """Replay the plan through onnxruntime's arena; split its peak into labelled parts."""
-    result = replay(arena_events(plan, scratch))
+                 live_spans: Mapping[str, list[tuple[int, int]]] | None = None,
+                 device_free_bytes: int | None = None) -> OrtTimeline:
+    """Replay the plan through onnxruntime's arena; split its peak into labelled parts.
+    `device_free_bytes` bounds the arena's regions (a GPU's memory left to it)."""
+    result = replay(arena_events(plan, scratch), device_free_bytes)
     step = result.peak_step
     held = [b for b in plan.buffers if b.first_step <= step <= b.last_step]
     tensors = sum(b.size_bytes for b in held)
@@ -342,7 +345,7 @@ def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
     live = _live_at(held, step, live_spans)
     return OrtTimeline(step, result.peak_in_use_bytes, tensors,
                        result.peak_in_use_bytes - tensors - scratch_bytes, scratch_bytes, live,
-                       result.held_bytes)
+                       result.held_bytes, result.failure)
 
 
 def _live_at(held: Sequence[OrtBuffer], step: int,
@@ -368,9 +371,9 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
     scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
-    timeline = ort_timeline(plan, scratch, _live_spans(plan))
+    timeline = ort_timeline(plan, scratch, buffer_live_spans(plan))
     weights = arena_weights_bytes(graph, plan.order)
-    notes = ((graph_note,) if graph_note else ()) + _notes(plan, timeline, sizes,
+    notes = ((graph_note,) if graph_note else ()) + plan_notes(plan, timeline, sizes,
                                                           plan_shapes is None)
     notes += (f"of the runtime peak, {weights:,} bytes are weights onnxruntime holds before the"
               f" run (prepacked MatMul/Gemm weights, small initializers) and"
@@ -393,44 +396,6 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     )
 
 
-def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
-                      plan_shapes: Mapping[str, PlanShape | None] | None,
-                      resident_bytes: int, context_bytes: int,
-                      context_source: str) -> RuntimeEstimate:
-    """onnxruntime with the CUDA execution provider: a documented model, not measured (no
-    onnxruntime-gpu here). The same allocation plan and BFC arena as on CPU (the CUDA arena
-    is a BFCArena too, extended by powers of two); the device holds the arena's regions, the
-    initializers and inputs copied to the GPU, and the CUDA context."""
-    plan = plan_ort_buffers(graph, sizes, plan_shapes)
-    timeline = ort_timeline(plan, [KernelScratch()] * len(plan.order), _live_spans(plan))
-    notes = _notes(plan, timeline, sizes, plan_shapes is None)
-    notes += (
-        "a model, not a measurement: onnxruntime-gpu was not available to check it",
-        "planned the graph as written (the CUDA provider's graph optimizations are not"
-        " modelled)",
-        "cuDNN's convolution workspace (taken from the arena by the algorithm cuDNN picks) is"
-        " not modelled; CPU kernels' scratch does not apply",
-        f"context: {context_source}",
-    )
-    return RuntimeEstimate(
-        runtime="ort-cuda",
-        tensors_at_peak_bytes=timeline.tensors_bytes,
-        allocator_overhead_bytes=timeline.held_bytes - timeline.tensors_bytes,
-        context_bytes=context_bytes,
-        runtime_peak_bytes=timeline.peak_bytes,
-        device_total_bytes=timeline.held_bytes + resident_bytes + context_bytes,
-        counts=ORT_CUDA_COUNTS,
-        notes=notes,
-        resident_bytes=resident_bytes,
-        arena_held_bytes=timeline.held_bytes,
-    )
-
-
-ORT_CUDA_COUNTS = (
-    "onnxruntime's CUDA arena in use at its peak during one run (same plan as on CPU); the"
-    " device total adds the arena's unused region space, the initializers and inputs on the"
-    " GPU and the CUDA context")
-
 ORT_CPU_COUNTS = (
     "onnxruntime's CPU arena over one run of the graph it runs (optimized at the chosen"
     " level, ORT_ENABLE_ALL by default; see the notes), as its profiler's"
@@ -441,7 +406,7 @@ ORT_CPU_COUNTS = (
     " initializers it uses in place")
 
 
-def _live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
+def buffer_live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
     """Per buffer owner: the steps during which some tensor placed in it is still to be read
     (the rest of the buffer's life is held for a later tensor of the same shape)."""
     step_of = {id(node): step for step, node in enumerate(plan.order)}
@@ -456,7 +421,7 @@ def _live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
     return spans
 
 
-def _notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt | None],
+def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt | None],
            shapes_from_ir: bool) -> tuple[str, ...]:
     node = plan.order[timeline.peak_step] if plan.order else None
     notes = [

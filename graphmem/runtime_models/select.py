@@ -24,7 +24,8 @@ from graphmem.runtime_models.base import (
     RuntimeEstimate,
     RuntimeModel,
 )
-from graphmem.runtime_models.ort_cpu import ort_cpu_estimate, ort_cuda_estimate
+from graphmem.runtime_models.ort_cpu import ort_cpu_estimate
+from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
 from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate
 
 
@@ -58,6 +59,14 @@ class OrtCpu(_Model):
     name = Runtime.ORT_CPU
     onnx_only = inference_only = True
 
+    def check(self, is_onnx: bool, has_gpu: bool, training: bool) -> None:
+        super().check(is_onnx, has_gpu, training)
+        if has_gpu:  # one verdict per GPU: it comes from that GPU's runtime model
+            raise GraphmemError("--runtime ort-cpu models onnxruntime on the CPU, but --gpu"
+                                " asks whether the model fits that GPU, which graphmem decides"
+                                " with onnxruntime's CUDA model: drop --runtime ort-cpu (or"
+                                " --gpu)")
+
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
         """Above "disabled", onnxruntime's optimized graph is planned, else the graph as
         written; no level: "all" for models up to `context.auto_optimize_max_bytes` of
@@ -85,7 +94,7 @@ class OrtCuda(_Model):
         graph = context.graph
         return ort_cuda_estimate(graph, value_bytes(graph, context.dims), _plan_shapes(context),
                                  context.resident_bytes, overhead.context_bytes,
-                                 overhead.context_source)
+                                 overhead.context_source, context.capacity_bytes)
 
 
 class TorchCuda(_Model):
@@ -93,7 +102,8 @@ class TorchCuda(_Model):
     needs_gpu = True
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
-        return torch_cuda_estimate(context, self.gpu(context), context.cuda_reserve_bytes)
+        return torch_cuda_estimate(context, self.gpu(context), context.cuda_reserve_bytes,
+                                   context.capacity_bytes)
 
 
 MODELS: dict[str, RuntimeModel] = {model.name: model for model in

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Phase, Role, Value
+from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import GpuSpec
 from graphmem.ops import traits_of
 from graphmem.passes.dims import DimBinding, value_bytes
@@ -29,7 +30,11 @@ from graphmem.passes.memory_model import (
     step_events,
 )
 from graphmem.runtime_models.base import RuntimeEstimate
-from graphmem.runtime_models.cuda_allocator import AllocatorEvent, simulate_caching_allocator
+from graphmem.runtime_models.cuda_allocator import (
+    AllocatorEvent,
+    AllocatorResult,
+    simulate_caching_allocator,
+)
 
 
 class StepGraph(Protocol):
@@ -157,18 +162,23 @@ def _step_events(model: MemoryModel, last_uses: StepEvents, step: int) -> list[A
 
 
 def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
-                        context_override_bytes: int | None = None) -> RuntimeEstimate:
+                        context_override_bytes: int | None = None,
+                        capacity_bytes: int | None = None) -> RuntimeEstimate:
     """PyTorch eager on `gpu`: the caching allocator's peaks over a step, plus the context.
 
     A training step is replayed twice (the second reuses the segments the first cached, as
     every later step does); the peaks are those of the whole replay. `context_override_bytes`
-    (--cuda-reserve) replaces the measured context size.
+    (--cuda-reserve) replaces the measured context size. `capacity_bytes` (the GPU's memory)
+    bounds the allocator's segments to what the context leaves.
     """
     overhead = cuda_overhead(gpu.architecture, context_override_bytes)
     workspaces = library_workspaces(analysis.graph, overhead)
     workspace_bytes = sum(w.nbytes for w in workspaces)
     steps = 2 if analysis.mode == "training" else 1
-    result = simulate_caching_allocator(allocation_events(analysis, steps, workspaces))
+    segments = None if capacity_bytes is None else max(capacity_bytes - overhead.context_bytes, 0)
+    result = simulate_caching_allocator(allocation_events(analysis, steps, workspaces), segments)
+    if result.failure is not None:
+        return _out_of_memory(result, overhead, workspace_bytes, capacity_bytes or 0)
     tensors = result.requested_peak_bytes - workspace_bytes
     named = ", ".join(f"{w.name} {w.nbytes:,} B" for w in workspaces) or "none"
     return RuntimeEstimate(
@@ -190,6 +200,47 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
             f" ({overhead.context_source}); inside it: {named}"
             f" ({overhead.workspace_source})",
             "not modelled: cuDNN workspaces and kernels' temporary buffers (allocated and"
-            " freed inside one op; a few MiB for convolutions on the H100)",
+            " freed inside one op; a few MiB for convolutions on the H100): the device total"
+            " may be low by them",
+            *_released_note(result),
         ),
+        capacity_bytes=capacity_bytes,
+        satisfied=None if capacity_bytes is None else True,
+    )
+
+
+def _released_note(result: AllocatorResult) -> tuple[str, ...]:
+    if not result.released_segment_count:
+        return ()
+    return (f"near the GPU's limit the allocator freed {result.released_segment_count} cached"
+            " segments to make room (release_cached_blocks), as PyTorch does before an"
+            " out-of-memory error",)
+
+
+def _out_of_memory(result: AllocatorResult, overhead: CudaOverhead, workspace_bytes: int,
+                   capacity_bytes: int) -> RuntimeEstimate:
+    """The step stops at the request no segment can serve: the device total is what the
+    device was asked for there (segments held, plus the one asked for)."""
+    failure = result.failure
+    assert failure is not None
+    asked = failure.reserved_bytes + failure.segment_bytes
+    tensors = failure.allocated_bytes + failure.request_bytes - workspace_bytes
+    text = (f"CUDA out of memory: a request of {format_bytes(failure.request_bytes)} needs a"
+            f" new {format_bytes(failure.segment_bytes)} segment, and after freeing its cached"
+            f" segments the allocator holds {format_bytes(failure.reserved_bytes)} of the"
+            f" {format_bytes(max(capacity_bytes - overhead.context_bytes, 0))} the context"
+            " leaves; PyTorch raises torch.OutOfMemoryError here")
+    return RuntimeEstimate(
+        runtime="torch-cuda",
+        tensors_at_peak_bytes=tensors,
+        allocator_overhead_bytes=asked - tensors - workspace_bytes,
+        context_bytes=overhead.context_bytes + workspace_bytes,
+        runtime_peak_bytes=failure.allocated_bytes + failure.request_bytes,
+        device_total_bytes=asked + overhead.context_bytes,
+        counts="torch.cuda.memory_allocated when the step ran out of memory, with the request"
+               " that failed",
+        notes=(text, f"context: {overhead.context_source}"),
+        capacity_bytes=capacity_bytes,
+        satisfied=False,
+        failure=text,
     )

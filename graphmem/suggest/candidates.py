@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import networkx as nx
-
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.ops import traits_of
@@ -126,6 +124,8 @@ def single_tensor_cuts(graph: Graph, forward: list[Node], float_only: bool = Fal
     `float_only` leaves integer tensors out of the paths (an ONNX export's Shape -> Gather ->
     Reshape chains read the graph input and would bypass every cut; they carry no gradient).
     """
+    import networkx as nx  # 0.1 s of start-up: loaded when a search needs it
+
     dag: nx.DiGraph = nx.DiGraph()
     source = "<inputs>"
     dag.add_node(source)

@@ -114,16 +114,23 @@ class _ShapeReader:
     def __init__(self, dim_names: Mapping[str, str]) -> None:
         self.dim_names = dim_names
         self.parsed: dict[str, SymInt | None] = {}
+        # a decoder's layers repeat a few hundred distinct types: each is read once, keyed
+        # by its serialized bytes (one C call instead of a Python walk over its dims)
+        self.types: dict[bytes, tuple[DType, Shape | None]] = {}
 
     def value(self, info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
         if info is None or not info.type.HasField("tensor_type"):
             return Value(name or (info.name if info else ""), DType.UNKNOWN, None, role)
         tensor_type = info.type.tensor_type
-        dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
-        shape = None
-        if tensor_type.HasField("shape"):
-            shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
-        return Value(info.name, dtype, shape, role)
+        key = tensor_type.SerializeToString()
+        known = self.types.get(key)
+        if known is None:
+            dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
+            shape = None
+            if tensor_type.HasField("shape"):
+                shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
+            known = self.types[key] = (dtype, shape)
+        return Value(info.name, known[0], known[1], role)
 
     def dim(self, dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
         if dim.HasField("dim_value") and dim.dim_value >= 0:

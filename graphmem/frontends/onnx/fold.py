@@ -13,12 +13,13 @@ nodes (`restore_nodes`).
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 from graphmem.frontends.onnx.untrusted import has_inline_data, tensor_numel
 
@@ -32,10 +33,20 @@ MAX_FOLDED_ELEMENTS = 64  # shape vectors and scalars, never real tensors
 MAX_FOLDED_RANK = 8  # (numel alone would multiply any number of dims first)
 
 
-def fold_constants(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+# A value's dims where shape inference knows them as numbers (None: symbolic or unknown).
+StaticDims = Mapping[str, tuple[int | None, ...]]
+
+
+def fold_constants(model: onnx.ModelProto,
+                   shapes: StaticDims | None = None) -> dict[str, onnx.NodeProto]:
     """Replace foldable nodes of `model` (in place) by Constant nodes with the same outputs;
-    returns the replaced nodes by their first output's name."""
+    returns the replaced nodes by their first output's name.
+
+    With `shapes` (what a first inference found), `Shape(x)` of an x whose dims are numbers
+    folds too, and so does `Gather(Shape(x), i)` where dim i is a number though others are
+    symbolic (a decoder's `x.size(-1) // 2` for rotate_half: 64, whatever the sequence)."""
     known = _constant_values(model.graph)
+    partial: dict[str, tuple[int | None, ...]] = {}  # shape vectors with some dims known
     replaced: dict[str, onnx.NodeProto] = {}
     opset = default_opset(model) or 17  # a model without one still folds
     for index, node in enumerate(model.graph.node):
@@ -45,6 +56,8 @@ def fold_constants(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
                 known[node.output[0]] = value
             continue
         values = _evaluate(node, known, opset)
+        if values is None and shapes is not None:
+            values = _evaluate_shape(node, known, partial, shapes, opset)
         if values is None:
             continue
         for name, value in zip(node.output, values, strict=True):
@@ -86,6 +99,55 @@ def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray],
     return values
 
 
+def _evaluate_shape(node: onnx.NodeProto, known: dict[str, np.ndarray],
+                    partial: dict[str, tuple[int | None, ...]], shapes: StaticDims,
+                    opset: int) -> list[np.ndarray] | None:
+    """Shape, Size and Gather from a shape vector, where the dims they give are numbers."""
+    if node.domain not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
+        return None
+    if node.op_type in ("Shape", "Size"):
+        dims = shapes.get(node.input[0])
+        if dims is None:
+            return None
+        if node.op_type == "Size":
+            return [np.array(math.prod(dims), np.int64)] if None not in dims else None
+        dims = _shape_range(node, dims, opset)
+        if None in dims:
+            partial[node.output[0]] = dims
+            return None
+        return [np.array(dims, np.int64)]
+    if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in partial:
+        return _gather_dims(node, partial[node.input[0]], known.get(node.input[1]))
+    return None
+
+
+def _shape_range(node: onnx.NodeProto, dims: tuple[int | None, ...],
+                 opset: int) -> tuple[int | None, ...]:
+    """Shape's `start`/`end` (opset 15): a slice of the dims, negative from the end."""
+    if opset < 15:
+        return dims
+    attributes = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+    rank = len(dims)
+    start, end = attributes.get("start", 0), attributes.get("end", rank)
+    start, end = (max(0, min(rank, v + rank if v < 0 else v)) for v in (start, end))
+    return dims[start:end]
+
+
+def _gather_dims(node: onnx.NodeProto, dims: tuple[int | None, ...],
+                 indices: np.ndarray | None) -> list[np.ndarray] | None:
+    """Gather(shape vector, indices) along axis 0, where every picked dim is a number."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if indices is None or axis not in (0, -1) or indices.dtype.kind not in "iu":
+        return None
+    rank = len(dims)
+    if indices.size > MAX_FOLDED_ELEMENTS or not all(-rank <= int(i) < rank for i in indices.flat):
+        return None
+    picked = [dims[int(i)] for i in indices.flat]
+    if None in picked:
+        return None
+    return [np.array(picked, np.int64).reshape(indices.shape)]
+
+
 def _small_range(*operands: np.ndarray) -> bool:
     """Range(start, limit, delta) yields at most MAX_FOLDED_ELEMENTS values."""
     if len(operands) != 3 or any(o.size != 1 for o in operands):
@@ -105,6 +167,8 @@ def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
                                        known[name].shape) for name in inputs],
         [helper.make_empty_tensor_value_info(node.output[0])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    from onnx.reference import ReferenceEvaluator  # 0.1 s to import: only when a node folds
+
     feeds = {name: known[name] for name in inputs}
     return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
 

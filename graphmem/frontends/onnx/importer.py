@@ -53,7 +53,7 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph)  # inference sees safe names only
     folded = fold_constants(model)  # inference sees literal shape values (fold.py)
-    inferred, engine = infer_shapes(model, warnings, dim_names)
+    inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)
     graph = build_graph(inferred, Path(path).stem, dim_names)
     gaps = fill_shape_gaps(graph)

@@ -1,48 +1,210 @@
-"""Shape inference for an imported ONNX model: onnxruntime's symbolic inference, with onnx's own
-inference (data propagation on) filling in where its rules give up, and never rewriting the
-dims the model declares."""
+"""Shape inference for an imported ONNX model: onnx's own inference (C++) over the whole graph,
+then onnxruntime's symbolic rules (pure Python, sympy) on the part it left unknown, never
+rewriting the dims the model declares.
+
+onnx's inference with data propagation follows a decoder's shape arithmetic (Shape -> Gather
+-> Concat -> Reshape) at C++ speed but has no symbolic arithmetic: a slice ending at `seq`, a
+Range of `seq` elements or a Concat along a dynamic axis come out unknown, and so does all that
+follows from them. onnxruntime's symbolic inference computes those (`Min(4096, seq)`,
+`2*seq`), at about 80 us a node. So it runs once, on the part of the graph onnx left unknown
+(`unknown_part`): those nodes, the producers of the graph outputs, and the small tensors
+(shape vectors, scalars) whose values its rules read, back to the Shape nodes they start
+from; every other tensor it reads is a graph input of that part, typed as onnx inferred it.
+Graphs with control flow or functions, whose bodies read outer values, are inferred whole.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import logging
 import warnings as py_warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import onnx
+from onnx import AttributeProto, numpy_helper
 
+from graphmem.frontends.onnx.fold import fold_constants
 from graphmem.frontends.onnx.read import first_line
 
+# A tensor with at most this many elements may be a shape vector or a scalar whose value
+# onnxruntime's rules read (fold.py's bound for the same tensors).
+MAX_VALUE_ELEMENTS = 64
+# Ops whose output value is their input's shape: the input's own value is never needed.
+_SHAPE_OPS = frozenset({"Shape", "Size"})
 
-def infer_shapes(model: onnx.ModelProto, warnings: list[str],
-                 dim_names: Mapping[str, str]) -> tuple[onnx.ModelProto, str]:
-    """onnxruntime's symbolic inference; where its rules give up on some nodes, the shapes
-    onnx's own inference (with data propagation) finds are merged in, value by value."""
+Engine = tuple[onnx.ModelProto, str]
+
+
+def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
+                 folded: dict[str, onnx.NodeProto] | None = None) -> Engine:
+    """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
+    the part onnx left unknown (module docstring); where onnxruntime's rules give up on some
+    nodes, the shapes onnx's inference with the model's declared value infos finds are
+    merged in, value by value. Nodes folded into constants on the way (fold.py, with the
+    dims a first pass found) are added to `folded`, for restore_nodes."""
+    if not _splittable(model):
+        return _whole_model_inference(model, warnings, dim_names)
+    first = _onnx_inference(_without_value_info(model), [])
+    if first is None:
+        return _whole_model_inference(model, warnings, dim_names)
+    first = _second_pass(model, first, folded if folded is not None else {})
+    part = unknown_part(first, model.graph.input)
+    failed_ops: list[str] = []
+    try:
+        inferred = _ort_symbolic_inference(part, failed_ops)
+    except Exception as error:  # noqa: BLE001 - any failure there falls back to onnx's inference
+        return _ort_failed(model, warnings, error)
+    changed = _changed_input_dims(part.graph, inferred.graph, dim_names)
+    if changed:
+        declared = {v.name for v in model.graph.input}
+        if changed.partition(":")[0] not in declared:  # a merge of symbols inside the graph
+            return _whole_model_inference(model, warnings, dim_names)
+        return _inputs_changed(model, warnings, changed)
+    _merge_value_infos(first.graph, inferred.graph, prefer_target=False)
+    _copy_outputs(first.graph, inferred.graph)
+    engine = _engine_name(len(part.graph.node))
+    if failed_ops:
+        engine = _merge_onnx_fallback(first, model, warnings, failed_ops, engine)
+    return first, engine
+
+
+def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
+                 folded: dict[str, onnx.NodeProto]) -> onnx.ModelProto:
+    """onnx's inference again where the first pass's dims let more of the graph be known:
+    shape arithmetic on dims that are numbers folded (fold.py), and slices along known axes
+    given the dims they keep (`_kept_slice_dims`); the first pass where neither applies."""
+    refolded = fold_constants(model, _static_dims(first.graph))
+    folded.update(refolded)
+    slices = _kept_slice_dims(model.graph, first.graph)
+    if not refolded and not slices:
+        return first
+    copy = _without_value_info(model)
+    copy.graph.value_info.extend(slices)
+    second = _onnx_inference(copy, [])
+    return second if second is not None else first
+
+
+def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
+    """The dims of what Shape and Size nodes read, numbers where known."""
+    wanted = {n.input[0] for n in graph.node if n.op_type in ("Shape", "Size") and n.input}
+    dims: dict[str, tuple[int | None, ...]] = {}
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        if info.name in wanted and info.type.tensor_type.HasField("shape"):
+            dims[info.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                    for d in info.type.tensor_type.shape.dim)
+    return dims
+
+
+def _kept_slice_dims(model_graph: onnx.GraphProto,
+                     inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """For each Slice whose output onnx left unknown, with constant `axes` and an input of
+    known rank: its output typed with the input's dims on the axes it does not slice (a
+    Slice keeps them, by definition), the sliced ones unknown. onnx's Slice rule gives up on
+    every dim when an end is computed (`table[:seq]`), and with it everything downstream;
+    with the kept dims, onnx follows the rest and onnxruntime's rules need only the slice."""
+    types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
+    constants = _constant_ints(model_graph)
+    result = []
+    for node in model_graph.node:
+        if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or len(node.input) < 4:
+            continue
+        source, target = types.get(node.input[0]), types.get(node.output[0])
+        axes = constants.get(node.input[3])
+        if source is None or axes is None or _fully_known(target):
+            continue
+        kept = _kept_dims(source, axes)
+        if kept is not None:
+            result.append(kept)
+            kept.name = node.output[0]
+    return result
+
+
+def _kept_dims(source: onnx.ValueInfoProto, axes: list[int]) -> onnx.ValueInfoProto | None:
+    tensor_type = source.type.tensor_type
+    if source.type.WhichOneof("value") != "tensor_type" or not tensor_type.HasField("shape"):
+        return None
+    rank = len(tensor_type.shape.dim)
+    sliced = {a + rank if a < 0 else a for a in axes}
+    if len(sliced) != len(axes) or not all(0 <= a < rank for a in sliced):
+        return None  # a repeated or out-of-range axis: a broken model, left to the engines
+    kept = onnx.ValueInfoProto()
+    kept.type.tensor_type.elem_type = tensor_type.elem_type
+    shape = kept.type.tensor_type.shape
+    for axis, dim in enumerate(tensor_type.shape.dim):
+        copy = shape.dim.add()
+        if axis not in sliced:
+            copy.CopyFrom(dim)
+    return kept
+
+
+def _constant_ints(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """1-D integer Constant nodes and initializers with their values inline (after folding:
+    the axes of a slice are always one)."""
+    values: dict[str, list[int]] = {}
+    tensors = [(t.name, t) for t in graph.initializer]
+    tensors.extend((n.output[0], t) for n in graph.node
+                   if (t := _constant_tensor(n)) is not None)
+    for name, tensor in tensors:
+        if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
+                and len(tensor.dims) == 1 and tensor.dims[0] <= MAX_VALUE_ELEMENTS \
+                and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                values[name] = [int(v) for v in numpy_helper.to_array(tensor).flat]
+            except ValueError:  # data of the wrong size: the engines will say so
+                continue
+    return values
+
+
+def _engine_name(ort_nodes: int) -> str:
+    if not ort_nodes:
+        return "onnx shape inference"
+    return f"onnx shape inference + onnxruntime symbolic shape inference ({ort_nodes:,} nodes)"
+
+
+def _whole_model_inference(model: onnx.ModelProto, warnings: list[str],
+                           dim_names: Mapping[str, str]) -> Engine:
+    """onnxruntime's symbolic inference on the whole graph, onnx's filling in where its rules
+    give up on some nodes."""
     try:
         failed_ops: list[str] = []
         inferred = _ort_symbolic_inference(model, failed_ops)
     except Exception as error:  # noqa: BLE001 - any failure there falls back to onnx's inference
-        warnings.append(
-            f"onnxruntime symbolic shape inference failed ({first_line(error)});"
-            " used onnx shape inference instead"
-        )
-        fallback = _onnx_inference(model, warnings)
-        return (fallback, "onnx shape inference") if fallback else (model, "none")
+        return _ort_failed(model, warnings, error)
     changed = _changed_input_dims(model.graph, inferred.graph, dim_names)
     if changed:
-        warnings.append(
-            f"onnxruntime symbolic shape inference changed the input dims ({changed});"
-            " used onnx shape inference instead"
-        )
-        fallback = _onnx_inference(model, warnings)
-        return (fallback, "onnx shape inference") if fallback else (model, "none")
+        return _inputs_changed(model, warnings, changed)
     if not failed_ops:
         return inferred, "onnxruntime symbolic shape inference"
+    engine = _merge_onnx_fallback(inferred, model, warnings, failed_ops,
+                                  "onnxruntime symbolic shape inference")
+    return inferred, engine
+
+
+def _ort_failed(model: onnx.ModelProto, warnings: list[str], error: Exception) -> Engine:
+    warnings.append(
+        f"onnxruntime symbolic shape inference failed ({first_line(error)});"
+        " used onnx shape inference instead"
+    )
+    fallback = _onnx_inference(model, warnings)
+    return (fallback, "onnx shape inference") if fallback else (model, "none")
+
+
+def _inputs_changed(model: onnx.ModelProto, warnings: list[str], changed: str) -> Engine:
+    warnings.append(
+        f"onnxruntime symbolic shape inference changed the input dims ({changed});"
+        " used onnx shape inference instead"
+    )
+    fallback = _onnx_inference(model, warnings)
+    return (fallback, "onnx shape inference") if fallback else (model, "none")
+
+
+def _merge_onnx_fallback(inferred: onnx.ModelProto, model: onnx.ModelProto,
+                         warnings: list[str], failed_ops: list[str], engine: str) -> str:
     warnings.append(
         f"onnxruntime's symbolic rules could not follow {len(failed_ops)} nodes (e.g."
         f" {failed_ops[0]}); onnx's own inference filled in what it could"
@@ -50,7 +212,139 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str],
     fallback = _onnx_inference(model, warnings)
     if fallback is not None:
         _merge_value_infos(inferred.graph, fallback.graph)
-    return inferred, "onnxruntime symbolic shape inference + onnx shape inference"
+    return engine + " + onnx shape inference" if " + onnx " not in engine else engine
+
+
+# ----- the part onnx left unknown ---------------------------------------------------------------
+def _splittable(model: onnx.ModelProto) -> bool:
+    """No functions and no control flow: every value a node reads is a value of the graph."""
+    if model.functions:
+        return False
+    return not any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+                   for node in model.graph.node for a in node.attribute)
+
+
+def _without_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with no declared value infos: onnxruntime's rules ignore them, and the part
+    onnx calls known must be what inference derives, not what an exporter wrote."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.graph.ClearField("value_info")
+    return copy
+
+
+def unknown_part(inferred: onnx.ModelProto,
+                 declared_inputs: Iterable[onnx.ValueInfoProto]) -> onnx.ModelProto:
+    """The model onnxruntime's rules run on: the nodes of `inferred` (onnx's result) with an
+    output not fully known, the producers of the graph outputs, and the producers of the
+    small tensors those read, back to Shape nodes; inputs: the model's own (always, so their
+    dims are checked and their symbols registered as in a whole run), then every other
+    tensor the part reads, typed as onnx inferred it."""
+    graph = inferred.graph
+    types = {v.name: v for v in (*graph.value_info, *graph.output)}
+    nodes = list(graph.node)
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output}
+    pending = [index for index, node in enumerate(nodes) if node.op_type != "Constant"
+               and not all(_fully_known(types.get(name)) for name in node.output if name)]
+    pending.extend(producer[v.name] for v in graph.output if v.name in producer)
+    chosen: set[int] = set()
+    while pending:
+        index = pending.pop()
+        if index in chosen:
+            continue
+        chosen.add(index)
+        node = nodes[index]
+        if node.op_type in _SHAPE_OPS:
+            continue
+        pending.extend(producer[name] for name in node.input
+                       if name in producer and producer[name] not in chosen
+                       and _small(types.get(name)))
+    part = [nodes[index] for index in sorted(chosen)]  # the model's (topological) order
+    return _part_model(inferred, part, types, declared_inputs)
+
+
+def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
+                types: Mapping[str, onnx.ValueInfoProto],
+                declared_inputs: Iterable[onnx.ValueInfoProto]) -> onnx.ModelProto:
+    graph = inferred.graph
+    made = {name for node in nodes for name in node.output}
+    initializers = {t.name: t for t in graph.initializer}
+    inputs = list(declared_inputs)
+    given = {v.name for v in inputs} | made | initializers.keys()
+    read: dict[str, None] = {}
+    for node in nodes:
+        read.update((name, None) for name in node.input if name and name not in given)
+    inputs.extend(types[name] for name in read if name in types)
+    part = onnx.ModelProto()
+    for field in ("ir_version", "opset_import", "producer_name", "producer_version", "domain"):
+        value = getattr(inferred, field)
+        if field == "opset_import":
+            part.opset_import.extend(value)
+        else:
+            setattr(part, field, value)
+    used = {name for node in nodes for name in node.input}
+    part.graph.name = graph.name
+    # Constant nodes go in as initializers: the rules read their values either way, and an
+    # initializer costs the engine nothing per node
+    part.graph.node.extend(n for n in nodes if _constant_tensor(n) is None)
+    part.graph.input.extend(inputs)
+    part.graph.initializer.extend(t for name, t in initializers.items() if name in used)
+    for node in nodes:
+        tensor = _constant_tensor(node)
+        if tensor is not None:
+            initializer = part.graph.initializer.add()
+            initializer.CopyFrom(tensor)
+            initializer.name = node.output[0]
+    part.graph.output.extend(v for v in graph.output if v.name in made)
+    return part
+
+
+def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The tensor of a Constant node holding one (`value`), else None."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    if len(node.attribute) == 1 and node.attribute[0].name == "value":
+        return node.attribute[0].t
+    return None
+
+
+def _fully_known(info: onnx.ValueInfoProto | None) -> bool:
+    if info is None or info.type.WhichOneof("value") != "tensor_type":
+        return False
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return False
+    return all(_dim_known(d) for d in tensor_type.shape.dim)
+
+
+def _dim_known(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    kind = dim.WhichOneof("value")
+    return kind == "dim_value" or (kind == "dim_param" and not dim.dim_param.startswith("unk__"))
+
+
+def _small(info: onnx.ValueInfoProto | None) -> bool:
+    """A tensor small enough to be a shape vector or a scalar (rules may read its value);
+    unknown shapes count as small (the tensor's producer is in the part anyway)."""
+    if info is None or info.type.WhichOneof("value") != "tensor_type":
+        return True
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return True
+    count = 1
+    for dim in tensor_type.shape.dim:
+        if dim.WhichOneof("value") != "dim_value":
+            return False
+        count *= dim.dim_value
+    return count <= MAX_VALUE_ELEMENTS
+
+
+def _copy_outputs(target: onnx.GraphProto, source: onnx.GraphProto) -> None:
+    """The graph outputs as onnxruntime's rules typed them (as a whole run writes them)."""
+    inferred = {v.name: v for v in source.output}
+    for output in target.output:
+        better = inferred.get(output.name)
+        if better is not None and _known_dims(better) >= _known_dims(output):
+            output.CopyFrom(better)
 
 
 def _dims_of(info: onnx.ValueInfoProto, dim_names: Mapping[str, str]) -> list[str | int]:
@@ -81,15 +375,20 @@ def _onnx_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelPr
         return None
 
 
-def _merge_value_infos(target: onnx.GraphProto, source: onnx.GraphProto) -> None:
-    """Replace a value's type in `target` where `source` knows more of its shape."""
+def _merge_value_infos(target: onnx.GraphProto, source: onnx.GraphProto,
+                       prefer_target: bool = True) -> None:
+    """Replace a value's type in `target` where `source` knows more of its shape (or, with
+    `prefer_target` False, as much)."""
     better = {v.name: v for v in source.value_info}
     for info in target.value_info:
         candidate = better.get(info.name)
-        if candidate is not None and _known_dims(candidate) > _known_dims(info):
+        if candidate is None:
+            continue
+        known, have = _known_dims(candidate), _known_dims(info)
+        if known > have or (known == have and not prefer_target and candidate != info):
             info.CopyFrom(candidate)
-    known = {v.name for v in target.value_info}
-    target.value_info.extend(v for n, v in better.items() if n not in known)
+    known_names = {v.name for v in target.value_info}
+    target.value_info.extend(v for n, v in better.items() if n not in known_names)
 
 
 def _known_dims(info: onnx.ValueInfoProto) -> int:
@@ -165,5 +464,17 @@ def _symbolic_shape_infer_module() -> ModuleType:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
+    module.sympy = _sympy_with_cached_simplify(module.sympy)
     return module
+
+
+def _sympy_with_cached_simplify(sympy: ModuleType) -> ModuleType:
+    """sympy as the engine sees it, with `simplify` remembered: its Slice rule simplifies the
+    same few expressions for every slice of a decoder (1.5 ms each, most of its time there).
+    simplify is a pure function of its (hashable, immutable) argument; only this private
+    copy of the engine module sees the change."""
+    proxy = ModuleType("sympy")
+    proxy.__dict__.update(sympy.__dict__)
+    proxy.simplify = lru_cache(maxsize=4096)(sympy.simplify)
+    return proxy
 

@@ -1,8 +1,13 @@
 """FLOPs of aten ops: PyTorch's own FlopCounterMode formulas first, then graphmem's conventions.
 
-- matmul, conv, attention and their backward ops: `torch.utils.flop_counter.flop_registry`,
-  the formulas FlopCounterMode uses (2 FLOPs per multiply-accumulate), so graphmem's
-  contraction FLOPs are FlopCounterMode's by construction;
+- fused attention (the CPU flash kernel, CUDA's flash, memory-efficient and cuDNN kernels)
+  and its backward: graphmem/ops/attention.py's formulas, on the shapes of Q, K, V (where
+  graphmem/ops/aten.py's FUSED_ATTENTION says they are): the MACs of the math backend's
+  matmuls (FlopCounterMode's count of the same step with the math backend), whichever
+  kernel runs;
+- matmul, conv and their backward ops: `torch.utils.flop_counter.flop_registry`, the
+  formulas FlopCounterMode uses (2 FLOPs per multiply-accumulate), so graphmem's contraction
+  FLOPs are FlopCounterMode's by construction;
 - the rest by graphmem/ops/aten.py's tables, whose numbers are the ONNX rule families'
   constants (imported there, never copied here): reductions, normalizations, softmax and the
   loss per element of an argument; window pools per window element; ops of aten's
@@ -21,16 +26,21 @@ import torch.fx
 from torch.utils.flop_counter import flop_registry
 
 from graphmem.core.ir import ImportedCost
+from graphmem.core.symbolic import SymInt
 from graphmem.ops.aten import (
     FOREACH_FLOPS,
+    FOREACH_PREFIXES,
+    FUSED_ATTENTION,
     NO_ARITHMETIC,
     PER_ELEMENT,
     POINTWISE_FLOPS,
     POINTWISE_UNTAGGED,
     SAME_CONTRACTION,
     WINDOW_POOLS,
+    FusedAttention,
     PerElement,
 )
+from graphmem.ops.attention import attention_backward_cost, attention_cost
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
@@ -39,6 +49,8 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
     if packet is None:
         return None
     name = packet.__name__
+    if name in FUSED_ATTENTION:
+        return _attention_cost(fx_node, FUSED_ATTENTION[name])
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
@@ -52,12 +64,28 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
         return ImportedCost(0, windows * WINDOW_POOLS[name])
     if name in NO_ARITHMETIC or _is_view(target):
         return ImportedCost(0, 0)
-    if name.startswith("_foreach_"):  # one elementwise op over every tensor of the list
+    if name.startswith(FOREACH_PREFIXES):  # one elementwise op over every tensor of the list
         tensors = _numel_of_tensors(fx_node.args[0] if fx_node.args else ())
         return ImportedCost(0, tensors * FOREACH_FLOPS)
     if name in POINTWISE_UNTAGGED or torch.Tag.pointwise in getattr(target, "tags", ()):
         return ImportedCost(0, _numel_of_output(fx_node.meta.get("val")) * POINTWISE_FLOPS)
     return None
+
+
+def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedCost | None:
+    """Q [b, h, s, dq], K [b, hkv, l, dq], V [b, hkv, l, dv] (or [b, s, h, d]): the output is
+    Q's shape with dv last; rows b*h*s; grouped KV heads change the bytes, not the MACs."""
+    tensors = [_meta_of(fx_node.args[layout.query_argument + i])
+               if layout.query_argument + i < len(fx_node.args) else None for i in range(3)]
+    query, key, value = tensors
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in tensors):
+        return None  # nested or unexpected layouts: reported as unsupported, not guessed
+    rows = math.prod(query.shape[:3])
+    length = key.shape[2] if layout.heads_first else key.shape[1]
+    out_numel = rows * value.shape[-1]
+    formula = attention_backward_cost if layout.backward else attention_cost
+    cost = formula(*(SymInt.const(int(n)) for n in (query.numel(), out_numel, rows, length)))
+    return ImportedCost(macs=int(cost.macs), flops=int(cost.flops))
 
 
 def _per_element_flops(fx_node: torch.fx.Node, rule: PerElement) -> int:

@@ -23,7 +23,10 @@ _DTYPES = {
     torch.float32: DType.FLOAT32, torch.float16: DType.FLOAT16, torch.bfloat16: DType.BFLOAT16,
     torch.float64: DType.FLOAT64, torch.int64: DType.INT64, torch.int32: DType.INT32,
     torch.int16: DType.INT16, torch.int8: DType.INT8, torch.uint8: DType.UINT8,
-    torch.bool: DType.BOOL, torch.complex64: DType.COMPLEX64,
+    torch.bool: DType.BOOL, torch.complex64: DType.COMPLEX64, torch.complex128: DType.COMPLEX128,
+    # the flash attention kernel's RNG state is uint64; float8 weights of quantized models
+    torch.uint64: DType.UINT64, torch.uint32: DType.UINT32, torch.uint16: DType.UINT16,
+    torch.float8_e4m3fn: DType.FLOAT8, torch.float8_e5m2: DType.FLOAT8,
 }
 
 

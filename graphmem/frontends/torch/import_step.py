@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,6 +21,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.torch.checkpoint import checkpointed
 from graphmem.frontends.torch.fx_convert import graph_from_trace
+from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice
 from graphmem.frontends.torch.loader import TensorSpec, parse_tensor_spec
 from graphmem.frontends.torch.rewrites import pooled_head
 from graphmem.frontends.torch.trace import trace_model
@@ -29,25 +31,36 @@ from graphmem.frontends.torch.trace import trace_model
 InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class TorchImport(ImportedModel):
+    """A traced PyTorch step: with a CUDA target, the kernels the trace assumed."""
+
+    kernels: tuple[KernelChoice, ...] = ()
+
+
 def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
                  training: TrainingOptions | None = None,
-                 pooled_heads: Sequence[tuple[str, int]] = ()) -> ImportedModel:
+                 pooled_heads: Sequence[tuple[str, int]] = (),
+                 cuda: CudaTarget | None = None) -> TorchImport:
     """The traced step (`training` None: inference); `pooled_heads`: (module path, flattened
-    positions) of FC layers traced with global average pooling first."""
+    positions) of FC layers traced with global average pooling first; `cuda`: the GPU whose
+    kernels the step runs on (graphmem/frontends/torch/cuda_kernels.py), None: the CPU's."""
     specs = tensor_specs(inputs)
     with contextlib.ExitStack() as rewrites:
         for path, positions in pooled_heads:
             rewrites.enter_context(pooled_head(module, path, positions))
         if training is not None and training.checkpoints:
             rewrites.enter_context(checkpointed(module, training.checkpoints))
-        traced = trace_model(module, specs, training)
+        traced = trace_model(module, specs, training, cuda)
     graph = graph_from_trace(traced, type(module).__name__)
     if not graph.nodes:
         raise GraphmemError(
             f"{label}: its forward computes no tensor from the inputs (it returns None, a"
             " number or an input unchanged): graphmem analyzes the ops a model runs")
     micro_batch = specs[0].shape[0] if specs[0].shape else None
-    return ImportedModel(graph, label, "torch fake tensors", tuple(traced.notes), micro_batch)
+    how = "torch fake tensors" if cuda is None else f"torch fake tensors, CUDA kernels ({cuda.sm})"
+    return TorchImport(graph, label, how, tuple(traced.notes), micro_batch,
+                       kernels=traced.kernels)
 
 
 def tensor_specs(inputs: Sequence[InputLike]) -> list[TensorSpec]:

@@ -1,8 +1,13 @@
-"""Is a model argument a PyTorch model (`file.py:fn`, `pkg.mod:fn`)? Answered without torch."""
+"""Is a model argument a PyTorch model (`file.py:fn`, `pkg.mod:fn`, a Hugging Face config)?
+Answered without torch."""
 
 from __future__ import annotations
 
 import os
+import stat
+from pathlib import Path
+
+HF_CONFIG_NAME = "config.json"  # what a Hugging Face model folder names its config
 
 
 def is_model_spec(text: str) -> bool:
@@ -10,10 +15,38 @@ def is_model_spec(text: str) -> bool:
     return ":" in text and not _exists(text) and not text.endswith(".onnx")
 
 
+def is_hf_config(text: str) -> bool:
+    """A Hugging Face config: a `.json` file, or a folder holding `config.json`."""
+    return hf_config_file(text) is not None
+
+
+def hf_config_file(text: str) -> Path | None:
+    """The config file `text` names: itself (a .json file) or its folder's config.json."""
+    if text.lower().endswith(".json") and _is_file(text):
+        return Path(text)
+    inside = os.path.join(text, HF_CONFIG_NAME)
+    if _is_dir(text) and _is_file(inside):
+        return Path(inside)
+    return None
+
+
 def _exists(text: str) -> bool:
     """Path.exists that says False, never raises, for a NUL byte or a name too long."""
+    return _mode(text) is not None
+
+
+def _is_file(text: str) -> bool:
+    mode = _mode(text)
+    return mode is not None and stat.S_ISREG(mode)
+
+
+def _is_dir(text: str) -> bool:
+    mode = _mode(text)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def _mode(text: str) -> int | None:
     try:
-        os.stat(text)
+        return os.stat(text).st_mode
     except (OSError, ValueError):
-        return False
-    return True
+        return None

@@ -29,20 +29,27 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.optim.adam import adam as adam_update
-from torch.optim.adamw import adamw as adamw_update
-from torch.optim.sgd import sgd as sgd_update
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphmem.core import conventions
-from graphmem.core.conventions import STATE_SLOTS, TrainingOptions
+from graphmem.core.conventions import STATE_SLOTS, Amp, TrainingOptions
 from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.autocast import CudaAutocastPolicy
+from graphmem.frontends.torch.cuda_kernels import CudaKernels
+from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec
+from graphmem.frontends.torch.train_step import (
+    AMP_DTYPES,
+    SCALER_STATE,
+    autocast,
+    cross_entropy_loss,
+    optimizer_update,
+    scaler_state,
+    unscale,
+    update_scale,
+)
 
-# torch's dtype of each AMP precision (the names: graphmem/core/conventions.py)
-AMP_DTYPES = {amp: getattr(torch, name) for amp, name in conventions.AMP_DTYPES.items()}
+__all__ = ["AMP_DTYPES", "MODULE_KEY", "PHASE_KEY", "TracedStep", "cross_entropy_loss",
+           "module_scope_guard", "tensors_in", "trace_model"]
 PHASE_KEY = "graphmem_phase"
 MODULE_KEY = "graphmem_module"
 
@@ -55,6 +62,8 @@ class TracedStep:
     # fx node name -> the fx node last traced when eager PyTorch dropped that tensor
     released_after: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the CUDA kernels a trace for a GPU assumed (cuda_kernels.py); () for a CPU trace
+    kernels: tuple[KernelChoice, ...] = ()
 
 
 class _EagerLifetimes(TorchDispatchMode):
@@ -84,37 +93,67 @@ class _EagerLifetimes(TorchDispatchMode):
 
 
 def trace_model(
-    model: nn.Module, inputs: list[TensorSpec], train: TrainingOptions | None
+    model: nn.Module, inputs: list[TensorSpec], train: TrainingOptions | None,
+    cuda: CudaTarget | None = None,
 ) -> TracedStep:
+    """The step traced with fake tensors: on the CPU's kernels, or with `cuda` as PyTorch's
+    CUDA backend runs it on that GPU (cuda_kernels.py). Training honours requires_grad: a
+    frozen parameter gets no gradient and no optimizer state, and autograd saves only what
+    the trainable parameters' backward needs."""
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
+    trained = [name for name, p in params.items() if p.requires_grad] if train else []
+    if train is not None and not trained:
+        raise GraphmemError("--train: every parameter of the model has requires_grad=False,"
+                            " so a training step computes no gradient; unfreeze some")
+    scaled = cuda is not None and train is not None and train.amp == Amp.FP16
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     with fake_mode:
-        fake_params = [_fake_like(p, requires_grad=train is not None) for p in params.values()]
+        fake_params = [_fake_like(p, requires_grad=name in trained)
+                       for name, p in params.items()]
         fake_buffers = [_fake_like(b) for b in buffers.values()]
         fake_inputs = [torch.empty(s.shape, dtype=s.dtype) for s in inputs]
         slots = STATE_SLOTS[train.optimizer] if train else ()
-        fake_state = [[_fake_like(p) for p in params.values()] for _ in slots]
+        fake_state = [[_fake_like(params[name]) for name in trained] for _ in slots]
+        fake_state += [scaler_state()] if scaled else []
     roles = (
         [(Role.PARAMETER, name) for name in params]
         + [(Role.BUFFER, name) for name in buffers]
-        + [(Role.OPTIMIZER_STATE, f"{slot}[{name}]") for slot in slots for name in params]
+        + [(Role.OPTIMIZER_STATE, f"{slot}[{name}]") for slot in slots for name in trained]
+        + [(Role.OPTIMIZER_STATE, name) for name in (SCALER_STATE if scaled else ())]
         + [(Role.INPUT, f"input{i}") for i in range(len(inputs))]
     )
-    step = _training_step(model, params, buffers, train) if train else _inference_step(
+    step = _training_step(model, params, buffers, train, scaled) if train else _inference_step(
         model, params, buffers)
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
+    kernels = CudaKernels(cuda) if cuda is not None else None
     with _restored_annotations(), _module_annotations(model), fx_traceback.preserve_node_meta():
-        graph_module = _make_fx(_observed(step, lifetimes), fake_params, fake_buffers,
+        graph_module = _make_fx(_observed(step, lifetimes, kernels), fake_params, fake_buffers,
                                 fake_state, fake_inputs)
     return TracedStep(graph_module, roles, "training" if train else "inference",
-                      released_after=dict(lifetimes.released_after))
+                      released_after=dict(lifetimes.released_after),
+                      kernels=_kernels_of(kernels, train, scaled))
 
 
-def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes) -> Callable[..., Any]:
+def _kernels_of(kernels: CudaKernels | None, train: TrainingOptions | None,
+                scaled: bool) -> tuple[KernelChoice, ...]:
+    if kernels is None:
+        return ()
+    found = list(kernels.choices)
+    if train is not None:
+        found.append(KernelChoice("optimizer", f"{train.optimizer}, foreach",
+                                  "torch.optim's CUDA default (fused is opt-in)"))
+    if scaled:
+        found.append(KernelChoice("loss scaling", "GradScaler",
+                                  "fp32 scale, int32 growth tracker, in-place unscale"))
+    return counted(found)
+
+
+def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes,
+              kernels: CudaKernels | None) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
-        with lifetimes:
+        with lifetimes, kernels if kernels is not None else contextlib.nullcontext():
             return step(*args)
 
     return run
@@ -194,27 +233,34 @@ def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
 
 
 def _training_step(
-    model: nn.Module, params: dict, buffers: dict, train: TrainingOptions
+    model: nn.Module, params: dict, buffers: dict, train: TrainingOptions, scaled: bool
 ) -> Callable[..., Any]:
+    """Forward and loss, backward to the trainable parameters, the optimizer update; with
+    `scaled` (fp16 on CUDA) through GradScaler (train_step.py)."""
     steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
 
     def step(p: list, b: list, state: list, inputs: list) -> Any:
         trainable = [t for t in p if t.requires_grad]
+        scaler = state.pop() if scaled else None
         if train.grad_accum > 1:
             with _phase("backward"):  # the sums of the earlier micro-batches
                 for t in trainable:
                     t.grad = torch.zeros_like(t)
-        with _phase("forward"), _autocast(train.amp, train.amp_policy):
+        with _phase("forward"), autocast(train.amp, train.amp_policy):
             output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
             loss = (train.loss or cross_entropy_loss)(output)
         with _phase("backward"):
+            scaled_loss = loss if scaler is None else loss * scaler[0]
             if train.grad_accum > 1:
-                loss.backward()  # AccumulateGrad: .grad += each gradient as it is made
+                scaled_loss.backward()  # AccumulateGrad: .grad += each gradient as made
                 grads = [t.grad for t in trainable]
             else:
-                grads = list(torch.autograd.grad(loss, trainable))
+                grads = list(torch.autograd.grad(scaled_loss, trainable))
         with _phase("optimizer"), torch.no_grad():
-            _optimizer_update(train.optimizer, trainable, grads, state, steps)
+            found_inf = unscale(grads, scaler[0]) if scaler is not None else None
+            optimizer_update(train.optimizer, trainable, grads, state, steps[: len(trainable)])
+            if scaler is not None and found_inf is not None:
+                update_scale(scaler[0], scaler[1], found_inf)
         return loss.detach()
 
     return step
@@ -222,56 +268,6 @@ def _training_step(
 
 def _state_dict(params: dict, buffers: dict, p: list, b: list) -> dict[str, torch.Tensor]:
     return {**dict(zip(params, p, strict=True)), **dict(zip(buffers, b, strict=True))}
-
-
-def _first_tensor(output: Any) -> torch.Tensor:
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict):
-        output = output.get("logits", next(iter(output.values())))
-        return _first_tensor(output)
-    if isinstance(output, list | tuple) and output:
-        return _first_tensor(output[0])
-    raise GraphmemError("the model's output holds no tensor to compute a loss from;"
-                        " pass a loss callable")
-
-
-def cross_entropy_loss(output: Any) -> torch.Tensor:
-    """Cross-entropy over the last dim against integer targets (the default training loss)."""
-    logits = _first_tensor(output)
-    if logits.dim() < 2:
-        return logits.float().sum()
-    flat = logits.reshape(-1, logits.shape[-1])
-    target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
-    return nn.functional.cross_entropy(flat, target)
-
-
-def _optimizer_update(name: str, params: list, grads: list, state: list, steps: list) -> None:
-    steps = steps[: len(params)]
-    if name in ("sgd", "momentum"):
-        buffers = state[0] if state else [None] * len(params)
-        sgd_update(params, grads, buffers, foreach=True, weight_decay=0.0,
-                            momentum=0.9 if name == "momentum" else 0.0, lr=0.01,
-                            dampening=0.0, nesterov=False, maximize=False)
-        return
-    update = adamw_update if name == "adamw" else adam_update
-    update(params, grads, state[0], state[1], [], steps, foreach=True, capturable=False,
-           amsgrad=False, beta1=0.9, beta2=0.999, lr=1e-3,
-           weight_decay=0.01 if name == "adamw" else 0.0, eps=1e-8, maximize=False)
-
-
-@contextlib.contextmanager
-def _autocast(amp: str | None, policy: str) -> Iterator[None]:
-    if amp is None:
-        yield
-        return
-    # CPU autocast: its lower-precision list matches CUDA's for matmul, linear and conv; the
-    # ops CUDA runs in fp32 on top of it come from CudaAutocastPolicy.
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(torch.autocast("cpu", dtype=AMP_DTYPES[amp]))
-        if policy == "cuda":
-            stack.enter_context(CudaAutocastPolicy())
-        yield
 
 
 @contextlib.contextmanager

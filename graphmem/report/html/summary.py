@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphmem.core.conventions import ROLE_KEYS
+from graphmem.core.conventions import PROBE_DIM_VALUE, ROLE_KEYS
+from graphmem.core.peak_formula import Formula
 from graphmem.core.safe_text import dims_text, printable, printable_text
 from graphmem.core.units import format_bytes
 from graphmem.passes.costs import CostStatus
@@ -20,6 +21,7 @@ from graphmem.report.html.quantity import (
     count_quantity,
     format_time,
     percent,
+    probe,
 )
 
 
@@ -94,6 +96,9 @@ class Gaps:
 
 @dataclass(frozen=True)
 class GpuView:
+    """The GPU's one verdict (graphmem/passes/fit.py GpuFit): `required` (the device total,
+    `basis` says which) against `capacity`; `parts` add up to it."""
+
     name: str
     full_name: str
     capacity: Quantity
@@ -101,14 +106,19 @@ class GpuView:
     reserve: Quantity
     reserve_source: str
     usable: Quantity
-    required: Quantity
-    fits: bool | None  # None while the peak depends on free dims
+    required: Quantity  # what is held against the capacity: the device total
+    fits: bool | None  # None while the total depends on free dims
     utilization_text: str
-    overflow: Quantity | None  # by how much the peak exceeds usable memory
-    headroom: Quantity | None  # what is left of usable memory at the peak
-    reserve_percent: float  # the bar: shares of the capacity
+    overflow: Quantity | None  # by how much the total exceeds the capacity
+    headroom: Quantity | None  # what is left of the capacity
+    reserve_percent: float  # the bar: shares of the capacity (context, the rest of the total)
     peak_percent: float
     source: str
+    basis: str = ""  # "ort-cuda device total", "live-tensor peak + CUDA context"
+    parts: tuple[tuple[str, Quantity], ...] = ()  # (label, size): they add up to `required`
+    live_peak: Quantity | None = None  # graphmem's live-tensor peak, for reference
+    failure: str = ""  # the allocation the runtime could not make
+    caveat: str = ""  # which way the total may be wrong
 
 
 def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
@@ -149,15 +159,16 @@ def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
 
 
 def peak_quantity(analysis: Analysis) -> Quantity:
-    """The peak: the live total at the peak step (the largest at large values of the free
-    dims); with several candidate steps the exact value, max(a, b, ...), is its tooltip."""
+    """The peak, exact: with several candidate steps their maximum, shown per range of a free
+    dim (graphmem/core/peak_formula.py), max(a, b, ...) in the tooltip."""
     peak = bytes_quantity(analysis.liveness.peak_bytes)
     candidates = _peak_candidates(analysis)
     if not candidates:
         return peak
+    formula = Formula(analysis.liveness.peak_candidates)
     return Quantity(
         exact="max(" + ", ".join(str(c.exact) for c in candidates) + ")",
-        text=peak.text,
+        text=formula.display(),
         probe=max(c.probe for c in candidates),
     )
 
@@ -184,16 +195,13 @@ def gaps(analysis: Analysis) -> Gaps:
 def gpu_view(fit: GpuFit) -> GpuView:
     capacity, usable = bytes_quantity(fit.capacity_bytes), bytes_quantity(fit.usable_bytes)
     required = bytes_quantity(fit.required_bytes)
-    if fit.utilization is None:
-        utilization_text = "depends on the free dims"
-    elif fit.utilization < 0.001:
-        utilization_text = "<0.1% of usable"
-    else:
-        utilization_text = f"{fit.utilization:.1%} of usable"
-    reserve_percent = percent(fit.reserve.bytes, capacity.probe)
+    parts = tuple((part.label, bytes_quantity(part.size_bytes)) for part in fit.parts)
+    context = sum(probe(part.size_bytes) for part in fit.parts if part.key == "context")
+    reserve_percent = min(percent(context, capacity.probe), 100.0)
     peak_percent = 0.0
     if not required.is_formula:
-        peak_percent = min(percent(required.probe, capacity.probe), 100.0 - reserve_percent)
+        peak_percent = min(percent(required.probe - context, capacity.probe),
+                           100.0 - reserve_percent)
     return GpuView(
         name=fit.gpu.name,
         full_name=fit.gpu.full_name,
@@ -204,13 +212,27 @@ def gpu_view(fit: GpuFit) -> GpuView:
         usable=usable,
         required=required,
         fits=fit.fits,
-        utilization_text=utilization_text,
-        overflow=bytes_quantity(required.probe - usable.probe) if fit.fits is False else None,
-        headroom=bytes_quantity(usable.probe - required.probe) if fit.fits else None,
+        utilization_text=utilization_text(fit),
+        overflow=bytes_quantity(required.probe - capacity.probe) if fit.fits is False else None,
+        headroom=bytes_quantity(capacity.probe - required.probe) if fit.fits else None,
         reserve_percent=reserve_percent,
         peak_percent=peak_percent,
         source=fit.gpu.source,
+        basis=fit.basis,
+        parts=parts,
+        live_peak=bytes_quantity(fit.live_peak_bytes),
+        failure=printable_text(fit.failure),
+        caveat=printable_text(fit.caveat),
     )
+
+
+def utilization_text(fit: GpuFit) -> str:
+    """The verdict's share of the GPU: its total over the capacity."""
+    if fit.utilization is None:
+        return "depends on the free dims"
+    if fit.utilization < 0.001:
+        return "<0.1% of the GPU's"
+    return f"{fit.utilization:.1%} of the GPU's"
 
 
 # ----- the headline: what was analyzed and the verdict, every fact in words -------------------
@@ -269,15 +291,15 @@ def headline_facts(analysis: Analysis, peak: Quantity, gpu: GpuView | None,
 
 
 def _peak_detail(analysis: Analysis) -> str:
-    """'live tensors, model order · step 9: /layer1/Add', and whether the step depends on
-    the free dims (several candidate steps: this one is the largest at large values)."""
+    """'live tensors, model order · step 9: /layer1/Add'; with several candidate steps, the
+    peak is their maximum (the step named is the largest at the probe value)."""
     live = analysis.liveness
     peak_node = printable(live.order[live.peak_step])
     detail = f"live tensors, model order · step {live.peak_step}: {peak_node}"
     candidates = len(live.peak_candidates)
     if candidates > 1:
-        detail += f" · the largest at large {dims_text(analysis.dims.free)}"
-        detail += f" (1 of {candidates} candidate steps, below)"
+        detail += (f" at {dims_text(dict.fromkeys(analysis.dims.free, PROBE_DIM_VALUE))};"
+                   f" the exact maximum of {candidates} candidate steps (below)")
     return detail
 
 
@@ -288,7 +310,7 @@ def _fit_facts(analysis: Analysis, gpu: GpuView | None) -> list[Fact]:
     max_batch = analysis.max_batch
     if max_batch is not None and max_batch.max_batch is not None:
         facts.append(Fact("max batch", f"{max_batch.max_batch:,}",
-                          "largest batch whose peak fits", answer=True))
+                          f"largest batch whose {max_batch.basis} fits", answer=True))
     elif max_batch is not None and max_batch.reason:
         facts.append(Fact("max batch", "\u2013", printable_text(max_batch.reason), answer=True))
     runtime = analysis.runtime
@@ -308,11 +330,12 @@ def _fit_facts(analysis: Analysis, gpu: GpuView | None) -> list[Fact]:
 
 def _verdict_fact(gpu: GpuView) -> Fact:
     label = f"on {gpu.full_name}"
+    basis = f" · {gpu.basis} {gpu.required.text}"
     if gpu.fits and gpu.headroom is not None:
-        return Fact(label, "fits", f"{gpu.headroom.text} to spare · {gpu.utilization_text}",
-                    "good", answer=True, key="fits")
+        return Fact(label, "fits", f"{gpu.headroom.text} to spare · {gpu.utilization_text}"
+                    f"{basis}", "good", answer=True, key="fits")
     if gpu.fits is False and gpu.overflow is not None:
         return Fact(label, "does not fit", f"over by {gpu.overflow.text} ·"
-                    f" {gpu.utilization_text}", "bad", answer=True, key="fits")
-    return Fact(label, "fit depends on the free dims", f"{gpu.usable.text} usable",
+                    f" {gpu.utilization_text}{basis}", "bad", answer=True, key="fits")
+    return Fact(label, "fit depends on the free dims", f"{gpu.capacity.text} of memory",
                 answer=True, key="fits")

@@ -80,9 +80,10 @@ def plan_gpu(analysis: Analysis) -> dict[str, Any]:
     if max_batch is not None:
         fields["max_batch_detail"] = {
             "batch_dim": max_batch.batch_dim,
-            "peak_at_max_bytes": max_batch.peak_at_max_bytes,
-            "peak_at_next_bytes": max_batch.peak_at_next_bytes,
-            "usable_bytes": max_batch.usable_bytes,
+            "basis": max_batch.basis,  # what at_max/at_next are, held against limit_bytes
+            "at_max_bytes": max_batch.peak_at_max_bytes,
+            "at_next_bytes": max_batch.peak_at_next_bytes,
+            "limit_bytes": max_batch.limit_bytes,
             "bound_analyses": max_batch.probes,
         }
     return fields
@@ -105,7 +106,8 @@ def sweep_json(sweep: SweepResult | None) -> dict[str, Any] | None:
     return {
         "dim": sweep.dim,
         "saturates_at": sweep.saturates_at,
-        "points": [{"value": p.value, "peak_bytes": p.peak_bytes, "fits": p.fits,
+        "points": [{"value": p.value, "peak_bytes": p.peak_bytes,
+                    "device_total_bytes": p.device_total_bytes, "fits": p.fits,
                     "est_latency_s": p.est_latency_s,
                     "est_throughput_per_s": p.est_throughput_per_s} for p in sweep.points],
     }

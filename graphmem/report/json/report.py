@@ -1,27 +1,34 @@
 """The JSON result: a stable, versioned schema for CI and other tools (see README).
 
 Sizes are integers when every dim is bound; with free dims they are formula strings in
-those dims (sympy syntax, e.g. "4096 + 150528*batch").
+those dims (sympy syntax, e.g. "4096 + 150528*batch"). The peak with free dims is the exact
+maximum of its candidates: `memory.peak_bytes` as sympy text ("Max(a, b)"), and
+`memory.peak_formula` in a form a program evaluates without a parser (docs/verdict.md).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.json_schema import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
+from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
 from graphmem.core.version import __version__
 from graphmem.passes.costs import CostStatus, NodeCost
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
+from graphmem.passes.roofline import NodeTime
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.json.distributed import distributed_config, distributed_memory
-from graphmem.report.json.plan import plan_gpu, plan_memory, sweep_json, with_node_times
+from graphmem.report.json.finetune import finetune_section
+from graphmem.report.json.plan import plan_gpu, plan_memory, sweep_json
 from graphmem.report.json.runtime import runtime_memory
+from graphmem.report.json.serving import serving_memory
 from graphmem.report.json.suggestions import suggestions_json
 
 __all__ = ["ANALYSIS_KEYS", "DIMS_KEYS", "ROLE_KEYS", "SCHEMA_VERSION", "quantity", "to_dict",
@@ -35,7 +42,9 @@ def quantity(value: SymInt) -> int | str:
     return value.formula()
 
 
-def to_dict(analysis: Analysis) -> dict[str, Any]:
+def to_dict(analysis: Analysis, lazy_nodes: bool = False) -> dict[str, Any]:
+    """The JSON document; `lazy_nodes`: the `nodes` rows as an iterable made row by row as
+    the writer encodes them (a 40,000-node graph's rows are never all held as dicts)."""
     costs = analysis.costs
     return {
         "schema_version": SCHEMA_VERSION,
@@ -48,6 +57,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "node_count": analysis.model.node_count,
             "shape_inference": analysis.model.shape_inference,
             "warnings": list(analysis.model.warnings),
+            "kernels": [{"op": k.op, "kernel": k.kernel, "detail": k.detail, "count": k.count,
+                         "text": str(k)} for k in analysis.model.kernels],
+            **finetune_section(analysis),
         },
         "config": {**_config(analysis), **distributed_config(analysis)},
         "dims": {
@@ -62,6 +74,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "buffer_bytes": analysis.params.buffer_bytes,
             "constant_bytes": analysis.params.constant_bytes,
             "bytes_by_dtype": analysis.params.bytes_by_dtype,
+            "quantized": [{"dtype": group.dtype, "count": group.count, "bytes": group.bytes}
+                          for group in analysis.params.quantized],
+            "quantization_bytes": analysis.params.quantization_bytes,
         },
         "flops": {
             "total": quantity(costs.total_flops),
@@ -70,8 +85,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "bytes_written": quantity(costs.total_bytes_written),
         },
         "memory": {**_memory(analysis.liveness), **plan_memory(analysis),
-                   **distributed_memory(analysis), **runtime_memory(analysis)},
-        "nodes": with_node_times([_node(n) for n in costs.nodes], analysis.roofline),
+                   **distributed_memory(analysis), **runtime_memory(analysis),
+                   **serving_memory(analysis)},
+        "nodes": _NodeRows(analysis) if lazy_nodes else list(_NodeRows(analysis)),
         "unsupported_ops": costs.unsupported_ops,
         "unknown_shapes": {
             "nodes": list(costs.shape_unknown_nodes),
@@ -97,8 +113,14 @@ def _config(analysis: Analysis) -> dict[str, Any]:
 
 def _memory(liveness: LivenessResult) -> dict[str, Any]:
     peak_node = liveness.order[liveness.peak_step]
+    peak = liveness.peak_bytes
+    formula = None if peak.is_constant else Formula(liveness.peak_candidates or (peak,))
     return {
-        "peak_bytes": quantity(liveness.peak_bytes),
+        # the exact peak: a number, or the largest of the candidates at any dim values
+        "peak_bytes": int(peak) if formula is None else formula.sympy_text(),
+        "peak_formula": None if formula is None else formula.to_json(),
+        # the live total at peak_step (with free dims: the candidate largest at the probe)
+        "peak_step_bytes": quantity(peak),
         "peak_candidates": [quantity(c) for c in liveness.peak_candidates],
         "peak_step": liveness.peak_step,
         "peak_node": peak_node,
@@ -138,7 +160,8 @@ def _live(tensor: LiveTensor) -> dict[str, Any]:
     }
 
 
-def _node(cost: NodeCost) -> dict[str, Any]:
+def _node(cost: NodeCost, time: NodeTime | None) -> dict[str, Any]:
+    """A node's row; the roofline's time and bound are null without a roofline."""
     return {
         "name": cost.name,
         "op": cost.op_type,
@@ -152,10 +175,15 @@ def _node(cost: NodeCost) -> dict[str, Any]:
         "params": cost.param_count,
         "status": cost.status.value,
         "note": cost.note,
+        "est_time_s": time.est_time_s if time else None,
+        "bound": time.bound if time else None,
+        "intensity_flops_per_byte": time.intensity_flops_per_byte if time else None,
     }
 
 
 def _gpu(fit: GpuFit) -> dict[str, Any]:
+    """The one verdict: `required_bytes` (the device total, see `basis`) against
+    `memory_bytes`; `parts` add up to it."""
     return {
         "name": fit.gpu.name,
         "full_name": fit.gpu.full_name,
@@ -165,15 +193,78 @@ def _gpu(fit: GpuFit) -> dict[str, Any]:
         "cuda_reserve_source": fit.reserve.source,
         "usable_bytes": fit.usable_bytes,
         "required_bytes": quantity(fit.required_bytes),
+        "basis": fit.basis,
+        "runtime": fit.runtime,
+        "parts": {part.key: quantity(part.size_bytes) for part in fit.parts},
+        "live_peak_bytes": quantity(fit.live_peak_bytes),
         "utilization": fit.utilization,
         "fits": fit.fits,
+        "failure": fit.failure or None,
+        "caveat": fit.caveat,
         "source": fit.gpu.source,
     }
 
 
+class _NodeRows:
+    """The `nodes` rows, one dict per node, each made when the writer reaches it."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        self.costs = analysis.costs.nodes
+        self.roofline = analysis.roofline
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        times = self.roofline.nodes if self.roofline is not None else None
+        for index, cost in enumerate(self.costs):
+            yield _node(cost, None if times is None else times[index])
+
+
 def to_json_text(analysis: Analysis) -> str:
-    return json.dumps(to_dict(analysis), indent=2) + "\n"
+    return "".join(json_chunks(to_dict(analysis, lazy_nodes=True)))
 
 
 def write_json(analysis: Analysis, path: Path) -> None:
-    path.write_text(to_json_text(analysis))
+    with path.open("w") as out:
+        out.writelines(json_chunks(to_dict(analysis, lazy_nodes=True)))
+
+
+# ----- the writer ------------------------------------------------------------------------------
+# Indented as json.dumps(indent=2) down to PRETTY_DEPTH; below, each list item and each deeper
+# value is one line from the C encoder: json.dumps with `indent` runs the pure-Python encoder
+# (a 40,000-node graph took 4 s), and a node per line still reads and diffs well.
+PRETTY_DEPTH = 2
+_ITEM = json.JSONEncoder(separators=(", ", ": ")).encode  # the C encoder
+
+
+def json_chunks(value: Any, depth: int = 0) -> Iterator[str]:
+    """`value` (dicts, lists, iterables of rows, JSON scalars) as JSON text, in pieces."""
+    yield from _chunks(value, depth)
+    if depth == 0:
+        yield "\n"
+
+
+def _chunks(value: Any, depth: int) -> Iterator[str]:
+    pad = "\n" + "  " * (depth + 1)
+    if isinstance(value, dict) and value and depth < PRETTY_DEPTH:
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            yield ("," if index else "") + pad + json.dumps(str(key)) + ": "
+            yield from _chunks(item, depth + 1)
+        yield "\n" + "  " * depth + "}"
+    elif isinstance(value, list | tuple | _NodeRows) and depth < PRETTY_DEPTH + 1:
+        items = iter(value)
+        first = next(items, _EMPTY)
+        if first is _EMPTY:
+            yield "[]"
+            return
+        if not isinstance(first, dict | list) and isinstance(value, list | tuple):
+            yield _ITEM(value)  # numbers and names: one line
+            return
+        yield "[" + pad + _ITEM(first)
+        for item in items:
+            yield "," + pad + _ITEM(item)
+        yield "\n" + "  " * depth + "]"
+    else:
+        yield _ITEM(value)
+
+
+_EMPTY = object()

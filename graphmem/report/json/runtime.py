@@ -48,5 +48,8 @@ def runtime_json(estimate: RuntimeEstimate, capacity_bytes: int | None) -> dict[
         "total_device_bytes": estimate.device_total_bytes,
         "arena_held_bytes": estimate.arena_held_bytes,
         "capacity_bytes": capacity_bytes,
+        # bounded by the GPU: every allocation made (else the one that failed)
+        "satisfied": estimate.satisfied,
+        "failure": estimate.failure or None,
         "notes": list(estimate.notes),
     }

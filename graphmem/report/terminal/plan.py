@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.peak_formula import Formula
 from graphmem.core.safe_text import markup, markup_dims, markup_text
-from graphmem.core.units import format_bytes, format_bytes_sym, format_si, format_sym_or_max
+from graphmem.core.symbolic import SymInt
+from graphmem.core.units import format_bytes, format_bytes_sym, format_si
 
 if TYPE_CHECKING:
     from graphmem.passes.arena import ArenaPlan
@@ -25,7 +27,7 @@ _TOP_SHOWN = 3
 
 def print_plans(analysis: Analysis, console: Console) -> None:
     if analysis.schedule is not None:
-        console.print(schedule_line(analysis.schedule))
+        console.print(schedule_line(analysis.schedule, analysis.liveness.peak_candidates))
     if analysis.arena is not None:
         console.print(arena_line(analysis.arena, analysis.schedule))
     gpu = analysis.fit.gpu.full_name if analysis.fit else ""
@@ -42,9 +44,17 @@ def print_plans(analysis: Analysis, console: Console) -> None:
                           f"{analysis.sweep.saturates_at} (90% of the best in the sweep)")
 
 
-def schedule_line(schedule: ScheduleResult) -> str:
-    model = markup_text(format_sym_or_max((schedule.model_order_peak_bytes,), format_bytes_sym))
-    best = markup_text(format_sym_or_max(schedule.best_order_peak_candidates, format_bytes_sym))
+def peak_text(candidates: tuple[SymInt, ...]) -> str:
+    """A peak: a number, or the exact maximum of its candidate steps, readable (per range of
+    one free dim: graphmem/core/peak_formula.py)."""
+    if len(candidates) == 1:
+        return markup_text(format_bytes_sym(candidates[0]))
+    return markup_text(Formula(candidates).display())
+
+
+def schedule_line(schedule: ScheduleResult, model_candidates: tuple[SymInt, ...] = ()) -> str:
+    model = peak_text(model_candidates or (schedule.model_order_peak_bytes,))
+    best = peak_text(schedule.best_order_peak_candidates)
     how = {"exact": "exact search: optimal", "greedy": "greedy list scheduling",
            "windowed exact": "greedy, then exact re-ordering around the peak",
            "model order": "no order found lower", "topological sort": "topological sort"}
@@ -94,46 +104,61 @@ def roofline_line(roofline: RooflineResult, gpu: str) -> str:
 def max_batch_line(result: MaxBatchResult, gpu: str) -> str:
     head = f"[bold]max batch[/] on {gpu}"
     reason = markup_text(result.reason or "")
+    limit = f"{format_bytes(result.limit_bytes)} {_limit_name(result)}"
     if result.max_batch is None:
         return f"{head}: not solved: {reason}"
     if result.max_batch == 0:
-        return (f"{head}: 0, {reason} (peak {format_bytes(result.peak_at_next_bytes or 0)}"
-                f" > {format_bytes(result.usable_bytes)} usable)")
+        return (f"{head}: 0, {reason} ({result.basis}"
+                f" {format_bytes(result.peak_at_next_bytes or 0)} > {limit})")
     text = f"{head}: {markup(result.batch_dim)}={result.max_batch}"
     if result.peak_at_max_bytes is not None:
-        text += f" (peak {format_bytes(result.peak_at_max_bytes)}"
+        text += f" ({result.basis} {format_bytes(result.peak_at_max_bytes)}"
         if result.peak_at_next_bytes is not None:
             text += (f"; {format_bytes(result.peak_at_next_bytes)} at {result.max_batch + 1}"
-                     f" > {format_bytes(result.usable_bytes)} usable")
+                     f" > {limit}")
         text += ")"
     return text + (f"; {reason}" if reason else "")
 
 
+def _limit_name(result: MaxBatchResult) -> str:
+    """A device total is held against the GPU's capacity, a live peak against usable."""
+    return "capacity" if "device total" in result.basis else "usable"
+
+
 def sweep_table(sweep: SweepResult) -> Table:
     table = Table(title=f"sweep over {markup(sweep.dim)} (latency: roofline lower bound)")
-    for column in (markup(sweep.dim), "peak", "fits", "est. latency", "throughput /s"):
+    totals = any(p.device_total_bytes is not None for p in sweep.points)
+    columns = (markup(sweep.dim), "peak", *(("device total",) if totals else ()), "fits",
+               "est. latency", "throughput /s")
+    for column in columns:
         table.add_column(column, justify="right")
     for point in sweep.points:
         fits = "-" if point.fits is None else ("yes" if point.fits else "[red]no[/]")
         latency = "-" if point.est_latency_s is None else format_seconds(point.est_latency_s)
         throughput = ("-" if point.est_throughput_per_s is None
                       else format_si(point.est_throughput_per_s))
-        table.add_row(str(point.value), format_bytes(point.peak_bytes), fits, latency,
+        total = () if not totals else (format_bytes(point.device_total_bytes or 0),)
+        table.add_row(str(point.value), format_bytes(point.peak_bytes), *total, fits, latency,
                       throughput)
     return table
 
 
 def gpu_fits_table(analysis: Analysis, rows: list[GpuRow]) -> Table:
-    """`graphmem gpus --fits`: one row per GPU."""
+    """`graphmem gpus --fits`: one row per GPU, each verdict on that GPU's device total."""
     dims = markup_dims(analysis.dims.bound, "no dims bound")
     free = f"; free: {markup_dims(analysis.dims.free)}" if analysis.dims.free else ""
-    peak = markup_text(format_sym_or_max(analysis.liveness.peak_candidates, format_bytes_sym))
-    table = Table(title=f"{markup(analysis.model.name)} ({dims}{free}): peak {peak} in the"
-                  " model's order", caption="usable = the GPU's total - CUDA context and"
-                  " workspaces; latency is a roofline lower bound from datasheet peaks, not a"
-                  " benchmark")
-    for column in ("GPU", "usable", "fits", "est. latency", "throughput /s", "max batch"):
-        table.add_column(column, justify="left" if column == "GPU" else "right")
+    peak = peak_text(analysis.liveness.peak_candidates)
+    bases = [row.fit.basis for row in rows] + [row.max_batch.basis for row in rows
+                                               if row.max_batch is not None]
+    basis = next((b for b in bases if "device total" in b), bases[0] if bases else "")
+    table = Table(title=f"{markup(analysis.model.name)} ({dims}{free}): live-tensor peak"
+                  f" {peak} in the model's order", caption=f"fits: the {basis} against the"
+                  " GPU's memory (the total the driver reports), with its max batch; latency"
+                  " is a roofline lower bound from datasheet peaks, not a benchmark")
+    needed = "device total" if "device total" in basis else "peak + context"
+    table.add_column("GPU", no_wrap=True)  # the name to type after --gpu: never cut
+    for column in ("memory", needed, "fits", "est. latency", "throughput /s", "max batch"):
+        table.add_column(column, justify="right")
     for row in rows:
         fit = row.fit
         if fit.fits is None:
@@ -147,7 +172,9 @@ def gpu_fits_table(analysis: Analysis, rows: list[GpuRow]) -> Table:
         throughput = "-"
         if roofline is not None and roofline.est_throughput_per_s is not None:
             throughput = format_si(roofline.est_throughput_per_s)
-        table.add_row(fit.gpu.name, format_bytes(fit.usable_bytes), verdict, latency,
+        required = fit.required_bytes
+        total = format_bytes(int(required)) if required.is_constant else "-"
+        table.add_row(fit.gpu.name, format_bytes(fit.capacity_bytes), total, verdict, latency,
                       throughput, _max_batch_cell(row.max_batch))
     return table
 

@@ -61,12 +61,17 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
                   format_bytes(estimate.context_bytes + estimate.workspace_bytes), context)
     table.add_row(total, format_bytes(estimate.device_total_bytes), _capacity(analysis))
     console.print(table)
+    if estimate.failure:
+        console.print(f"[red]{markup_text(estimate.failure)}[/]")
+    fit = analysis.fit
+    if fit is not None and fit.runtime == estimate.runtime and fit.caveat:
+        console.print(f"[dim]verdict on this device total; {markup_text(fit.caveat)}[/]")
 
 
 def _capacity(analysis: Analysis) -> str:
+    """The GPU's one verdict, where it is read from this runtime's device total."""
     fit, estimate = analysis.fit, analysis.runtime
-    if fit is None or estimate is None or estimate.runtime == "ort-cpu":
+    if fit is None or estimate is None or fit.runtime != estimate.runtime:
         return ""
-    share = estimate.device_total_bytes / fit.capacity_bytes
-    verdict = "[green]fits[/]" if share <= 1 else "[red]does NOT fit[/]"
-    return f"{share:.1%} of {format_bytes(fit.capacity_bytes)}: {verdict}"
+    verdict = "[green]fits[/]" if fit.fits else "[red]does NOT fit[/]"
+    return f"{fit.utilization or 0.0:.1%} of {format_bytes(fit.capacity_bytes)}: {verdict}"

@@ -9,6 +9,7 @@ Like importers, runtimes are allowed to know torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -16,18 +17,26 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
+from torch.autograd.profiler_util import FunctionEvent
 
 from graphmem.frontends.torch.loader import TensorSpec
-from graphmem.frontends.torch.trace import AMP_DTYPES, cross_entropy_loss
+from graphmem.frontends.torch.train_step import AMP_DTYPES, cross_entropy_loss
 
 
 @dataclass(frozen=True)
 class MeasuredStep:
-    """Peak bytes allocated during one step, above what was allocated before it."""
+    """Peak bytes allocated during one step, above what was allocated before it.
+
+    `peak_bytes` counts tensors, what graphmem's graph models: on the CPU, a buffer a kernel
+    allocates and frees before it returns (oneDNN's reorders, a strided convolution
+    backward's copy of its input gradient) is the kernel's scratch, not a tensor;
+    `kernel_scratch_bytes` is how far the allocator's true peak, scratch included, is above
+    it (None where not measured: on a GPU the scratch is in `peak_bytes`)."""
 
     peak_bytes: int
     device: str
     method: str  # how it was measured
+    kernel_scratch_bytes: int | None = None
 
 
 def random_inputs(specs: Sequence[TensorSpec], device: str) -> list[torch.Tensor]:
@@ -72,7 +81,8 @@ def measure_step(
 
 
 def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, device: str,
-                 loss_of: Callable[..., torch.Tensor]) -> object:
+                 loss_of: Callable[..., torch.Tensor],
+                 scaler: torch.amp.GradScaler | None = None) -> object:
     """Forward and backward, no optimizer: one micro-batch, its gradients added into .grad.
 
     Returns the model's output, which the caller holds: as in `out = model(x); loss = f(out);
@@ -81,7 +91,7 @@ def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, 
     with _autocast(amp, device):
         output = model(*inputs)
         loss = loss_of(output)
-    loss.backward()
+    (loss if scaler is None else scaler.scale(loss)).backward()
     return output
 
 
@@ -100,10 +110,16 @@ def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name:
                    loss_of: Callable[..., torch.Tensor]) -> Callable[[], None]:
     model.train()
     optimizer = _optimizer(optimizer_name, model)
+    # fp16 on a GPU trains through a loss scaler, as graphmem traces a CUDA fp16 step
+    scaler = torch.amp.GradScaler(device) if amp == "fp16" and device == "cuda" else None
 
     def step() -> None:
-        output = _micro_batch(model, inputs, amp, device, loss_of)
-        optimizer.step()
+        output = _micro_batch(model, inputs, amp, device, loss_of, scaler)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
         optimizer.zero_grad(set_to_none=True)
         del output  # held through the update, as graphmem traces the step
 
@@ -133,11 +149,14 @@ def _autocast(amp: str | None, device: str) -> Iterator[None]:
 def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
     """Replay the profiler's memory deltas in time order; the running maximum is the peak.
 
-    The profiler attributes each allocation to the op that made it (`self_cpu_memory_usage`)
-    and records frees outside ops as `[memory]` events. An op's net release is placed at its
-    end (autograd's evaluate_function frees its inputs after its children ran), a net
-    allocation at its start; summing the deltas in time order gives the live bytes allocated
-    since the step began.
+    The profiler attributes each allocation to the op that made it and records frees
+    outside ops as `[memory]` events. A kernel (an aten op with a kernel of its own, not a
+    CompositeImplicitAutograd op decomposing into others, as make_fx traces them) counts
+    with everything under it: its net delta, the tensors it returns. Other events count
+    their own deltas: autograd's evaluate_function frees its inputs after its children ran.
+    A net release is placed at the event's end, a net allocation at its start; summing them
+    in time order gives the live tensor bytes allocated since the step began. The raw
+    allocation events give the allocator's true peak, kernels' scratch included.
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
     with _quiet_stderr(), torch.profiler.profile(activities=activities,
@@ -146,13 +165,66 @@ def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
     deltas = sorted(
         (event.time_range.end if delta < 0 else event.time_range.start, delta)
         for event in profile.events()
-        if (delta := _delta_bytes(event))
+        if (delta := _tensor_delta_bytes(event))
     )
+    peak = _running_peak(delta for _, delta in deltas)
+    scratch = max(0, _allocator_peak(profile) - peak)
+    return MeasuredStep(peak, "cpu", "torch.profiler profile_memory, memory deltas replayed,"
+                        " kernels' scratch apart", kernel_scratch_bytes=scratch)
+
+
+def _running_peak(deltas: Iterator[int]) -> int:
     live = peak = 0
-    for _, delta in deltas:
+    for delta in deltas:
         live += delta
         peak = max(peak, live)
-    return MeasuredStep(peak, "cpu", "torch.profiler profile_memory, memory deltas replayed")
+    return peak
+
+
+def _allocator_peak(profile: torch.profiler.profile) -> int:
+    """The peak of every allocation and free, in time order (the raw event tree)."""
+    from torch._C._profiler import _EventType
+
+    found: list[tuple[int, int]] = []
+    pending = list(profile.profiler.kineto_results.experimental_event_tree())
+    while pending:
+        node = pending.pop()
+        if node.typed[0] == _EventType.Allocation:
+            found.append((node.start_time_ns, node.typed[1].alloc_size))
+        pending.extend(node.children)
+    return _running_peak(size for _, size in sorted(found))
+
+
+def _tensor_delta_bytes(event: FunctionEvent) -> int:
+    """An event's part of the tensor replay (see _measure_cpu): 0 under a kernel."""
+    if _inside_kernel(event):
+        return 0
+    if _is_kernel(event.name):
+        return int(event.cpu_memory_usage)  # children included
+    if event.name == "[memory]":
+        return int(event.cpu_memory_usage)
+    return int(event.self_cpu_memory_usage)
+
+
+def _inside_kernel(event: FunctionEvent) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if _is_kernel(parent.name):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+@functools.cache
+def _is_kernel(name: str) -> bool:
+    """An aten op that computes itself: not a CompositeImplicitAutograd decomposition."""
+    if not name.startswith("aten::"):
+        return False
+    try:
+        return not torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CompositeImplicitAutograd")
+    except RuntimeError:  # not an operator name the dispatcher knows
+        return False
 
 
 @contextlib.contextmanager
@@ -167,12 +239,6 @@ def _quiet_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-def _delta_bytes(event: torch.autograd.profiler_util.FunctionEvent) -> int:
-    if event.name == "[memory]":
-        return int(event.cpu_memory_usage)
-    return int(event.self_cpu_memory_usage)
 
 
 def _measure_cuda(step: Callable[[], None]) -> MeasuredStep:

@@ -1,0 +1,186 @@
+"""The runtime model of a GPU at any dims: the device total every fit verdict reads.
+
+`runtime_estimate` runs a runtime model on an analysis (every dim bound, or bound here with
+`dims`), bounded by the GPU's capacity when one is given; `DeviceTotalProbe` answers "what is
+the device total with this dim at that value" for max batch, sweeps and `graphmem gpus --fits`
+(re-running the whole analysis there only where binding a dim changes the shapes); `device_fit`
+turns an estimate into the one verdict (graphmem/passes/fit.py `GpuFit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from graphmem.core.ir import RESIDENT_ROLES
+from graphmem.core.symbolic import SymInt
+from graphmem.core.units import MAX_BYTES
+from graphmem.devices.gpus import GpuSpec
+from graphmem.errors import GraphmemError
+from graphmem.passes.dims import DimBinding
+from graphmem.passes.fit import (
+    CudaReserve,
+    FitPart,
+    GpuFit,
+    default_cuda_reserve,
+    fit_on_device_total,
+    gpu_capacity_bytes,
+)
+from graphmem.runtime_models.base import (
+    AUTO_OPTIMIZE_INITIALIZER_BYTES,
+    RuntimeContext,
+    RuntimeEstimate,
+)
+from graphmem.runtime_models.select import default_runtime, estimate
+
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+
+Reanalyze = Callable[[dict[str, int]], "Analysis"]
+
+# which way each runtime model's device total may be wrong, as the verdict states it
+CAVEATS = {
+    "ort-cuda": "a model of onnxruntime's CUDA provider, not a measurement; cuDNN's"
+                " convolution workspaces are not modelled: the real total may be higher",
+    "torch-cuda": "cuDNN workspaces and kernels' temporary buffers are not modelled: the real"
+                  " total may be higher (a few MiB; ResNet-18 training measured up to 10%"
+                  " above on an H100)",
+}
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """The runtime model a GPU's verdict uses, and its options."""
+
+    runtime: str
+    gpu: GpuSpec
+    cuda_reserve_bytes: int | None = None  # --cuda-reserve: replaces the measured context
+    threads: int | None = None
+    ort_optimization: str | None = None
+
+    @property
+    def capacity_bytes(self) -> int:
+        return gpu_capacity_bytes(self.gpu)
+
+    @property
+    def reserve(self) -> CudaReserve:
+        return reserve_of(self.gpu, self.cuda_reserve_bytes)
+
+    @property
+    def basis(self) -> str:
+        return f"{self.runtime} device total"
+
+
+def reserve_of(gpu: GpuSpec, cuda_reserve_bytes: int | None) -> CudaReserve:
+    if cuda_reserve_bytes is not None:
+        return CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
+    return default_cuda_reserve(gpu.architecture)
+
+
+def gpu_runtime(analysis: Analysis, named: str | None = None) -> str:
+    """The runtime of a GPU's verdict: the one named, else ort-cuda for ONNX inference and
+    torch-cuda for training steps and PyTorch models."""
+    if named is not None:
+        return named
+    runtime = default_runtime(analysis.model.source_format == "onnx", True,
+                              analysis.mode == "training")
+    assert runtime is not None  # with a GPU every input has a runtime model
+    return str(runtime)
+
+
+def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
+                     cuda_reserve_bytes: int | None = None, threads: int | None = None,
+                     ort_optimization: str | None = None, dims: DimBinding | None = None,
+                     capacity_bytes: int | None = None,
+                     auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES
+                     ) -> RuntimeEstimate:
+    """`runtime`'s estimate for `analysis` at `dims` (default: its own, every dim bound);
+    `capacity_bytes` bounds a CUDA runtime's allocator as the GPU does. `ort_optimization`
+    (ort-cpu): the session's graph optimization level; None: "all" for models with up to
+    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
+    dims = dims or analysis.dims
+    context = RuntimeContext(
+        graph=analysis.graph, dims=dims, training=analysis.mode == "training",
+        resident_bytes=_resident_bytes(analysis, dims), gpu=gpu,
+        cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
+        ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
+        auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes)
+    return estimate(runtime, context)
+
+
+def _resident_bytes(analysis: Analysis, dims: DimBinding) -> int:
+    """Inputs, weights and constants at `dims` (the liveness's residents: its sizes were bound
+    at the analysis's own dims, so they are summed again from the graph)."""
+    if dims is analysis.dims:
+        size = analysis.liveness.resident_bytes
+    else:
+        size = sum((v.nbytes.bind(dims.bound) for v in analysis.graph.values.values()
+                    if v.role in RESIDENT_ROLES and v.alias_of is None and v.nbytes is not None),
+                   SymInt())
+    return int(size) if size.is_constant else 0
+
+
+def device_estimate(analysis: Analysis, model: DeviceModel,
+                    dims: DimBinding | None = None) -> RuntimeEstimate:
+    """The GPU's runtime model on `analysis`, bounded by the GPU's capacity."""
+    return runtime_estimate(analysis, model.runtime, model.gpu, model.cuda_reserve_bytes,
+                            model.threads, model.ort_optimization, dims, model.capacity_bytes)
+
+
+def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
+    """The labelled lines that add up to the estimate's device total."""
+    rows = (
+        ("tensors", "tensors at peak", estimate.tensors_at_peak_bytes),
+        ("runtime_weights", "weights in the runtime's pool", estimate.runtime_weights_bytes),
+        ("resident", "weights + inputs", estimate.resident_bytes),
+        ("allocator", "allocator overhead", estimate.allocator_overhead_bytes),
+        ("context", "context + workspaces", estimate.context_bytes + estimate.workspace_bytes),
+    )
+    return tuple(FitPart(key, label, SymInt.const(size)) for key, label, size in rows
+                 if size or key not in ("runtime_weights", "resident"))
+
+
+def device_fit(analysis: Analysis, estimate: RuntimeEstimate, model: DeviceModel) -> GpuFit:
+    """The verdict on `estimate`'s device total (`analysis` gives the live-tensor peak)."""
+    return fit_on_device_total(model.gpu, model.reserve, estimate.device_total_bytes,
+                               analysis.liveness.peak_bytes, estimate.runtime,
+                               runtime_parts(estimate), estimate.failure,
+                               CAVEATS.get(estimate.runtime, ""))
+
+
+class DeviceTotalProbe:
+    """One GPU's device total with `dim` at any value, every other dim bound as in `analysis`.
+
+    Where the graph's symbolic sizes are exact the runtime model runs on the same graph at the
+    new dims; where binding dims changes the shapes (`reanalyze` given), the whole analysis
+    is re-run at them first, as `--batch N` would run it."""
+
+    def __init__(self, analysis: Analysis, dim: str, model: DeviceModel,
+                 reanalyze: Reanalyze | None = None) -> None:
+        self.analysis = analysis
+        self.dim = dim
+        self.model = model
+        self.reanalyze = reanalyze
+        self.others = {k: v for k, v in analysis.dims.bound.items() if k != dim}
+        self.estimate = cache(self._estimate)
+        self.runs = 0
+
+    def _estimate(self, value: int) -> RuntimeEstimate | None:
+        """None where the model cannot be sized at this value (a tensor over 4 EiB)."""
+        self.runs += 1
+        bound = {**self.others, self.dim: value}
+        try:
+            if self.reanalyze is not None:
+                return device_estimate(self.reanalyze(bound), self.model)
+            free = tuple(d for d in self.analysis.dims.free if d != self.dim)
+            binding = DimBinding(bound=bound, free=free, batch_dim=self.analysis.dims.batch_dim)
+            return device_estimate(self.analysis, self.model, binding)
+        except GraphmemError:
+            return None
+
+    def total(self, value: int) -> int:
+        """The device total at `dim` = value (more than any GPU where it cannot be sized)."""
+        result = self.estimate(value)
+        return MAX_BYTES + 1 if result is None else result.device_total_bytes
