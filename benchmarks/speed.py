@@ -12,8 +12,9 @@ Graphs (benchmarks/llama_graph.py; no torch):
   grows with the weights;
 - every samples/*.onnx shipped with the project (batch 1, seq 128 where it has a seq dim).
 
-Each measurement runs in a fresh process: seconds are the tool's call inside it (median over
-`--repeat` processes, fewer when a run is slow), `process` the whole process wall time
+Each measurement runs in a fresh process: seconds are CPU seconds (the machines this runs on
+are shared: wall time would measure the neighbours too), the tool's call inside it (median
+over `--repeat` processes, fewer when a run is slow), `process` the whole process's CPU
 (interpreter, imports, the call), RSS the process's own peak resident set (VmHWM; not
 ru_maxrss, which on Linux includes the parent's RSS from before the exec). `params` and
 `MACs` compare the tool's parameter count and MatMul multiply-accumulates with the formulas
@@ -72,12 +73,12 @@ def _child_graphmem(path: str, seq: int, gpu: str | None) -> dict[str, Any]:
     from graphmem import analyze_onnx
 
     dims = {"seq": seq} if seq else {}
-    start = time.perf_counter()
+    start = time.process_time()
     if gpu:
         analysis = analyze_onnx(path, dims=dims, gpu=gpu)
     else:
         analysis = analyze_onnx(path, batch=BATCH, dims=dims)
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     costs = analysis.costs
     result: dict[str, Any] = {
         "seconds": seconds,
@@ -98,10 +99,10 @@ def _child_graphmem(path: str, seq: int, gpu: str | None) -> dict[str, Any]:
 def _child_onnx(path: str) -> dict[str, Any]:
     import onnx
 
-    start = time.perf_counter()
+    start = time.process_time()
     model = onnx.load(path, load_external_data=False)
     inferred = onnx.shape_inference.infer_shapes(model)
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     known = {v.name for v in (*inferred.graph.value_info, *inferred.graph.output)
              if _complete(v)}
     outputs = [o for n in inferred.graph.node for o in n.output if o]
@@ -123,7 +124,7 @@ def _child_onnx_tool(path: str, seq: int) -> dict[str, Any]:
 
     shapes = _input_shapes(onnx.load(path, load_external_data=False), {"batch": BATCH,
                                                                         "seq": seq})
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         model = onnx_tool.Model(path, {"verbose": False})
     except Exception as error:  # noqa: BLE001 - the reason goes into the table
@@ -137,7 +138,7 @@ def _child_onnx_tool(path: str, seq: int) -> dict[str, Any]:
     graph.graph_reorder_nodes()
     graph.shape_infer(shapes)
     graph.profile(exclude_ops=onnx_tool.NoMacsOps)
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     matmul = sum(int(n.macs[0]) for n in graph.nodemap.values() if n.op_type == "MatMul")
     return {"seconds": seconds, "params": int(graph.params), "matmul_macs": matmul}
 
@@ -205,14 +206,13 @@ def run_child(tool: str, path: Path, seq: int) -> Run:
     """One fresh process; its answer (and its peak RSS) from its last stdout line."""
     command = [sys.executable, __file__, "--child", tool, str(path), str(seq)]
     with tempfile.TemporaryFile() as out:
-        start = time.perf_counter()
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         timer = threading.Timer(TIMEOUT_S, process.kill)
         timer.start()
         _, status, usage = os.wait4(process.pid, 0)
         timer.cancel()
         process.returncode = os.waitstatus_to_exitcode(status)
-        process_s = time.perf_counter() - start
+        process_s = usage.ru_utime + usage.ru_stime  # the child's CPU, imports and all
         out.seek(0)
         text = out.read().decode(errors="replace").strip()
     try:

@@ -12,17 +12,15 @@ Every call builds one Request (graphmem/pipeline/request.py) and runs the pipeli
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.core.conventions import AmpPolicy, TrainingOptions
-from graphmem.core.safe_text import printable
-from graphmem.core.units import format_bytes
+from graphmem.core.peak_formula import Formula
 from graphmem.distributed.serving import ServingConfig
-from graphmem.distributed.strategies import DistributedConfig
+from graphmem.distributed.strategies import DistributedConfig, ZeroSettings
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.finetune import (
     FinetuneOptions,
@@ -31,9 +29,14 @@ from graphmem.frontends.torch.finetune import (
     parse_lora_spec,
     parse_qlora_spec,
 )
+from graphmem.frontends.torch.spec import KeywordInput
+from graphmem.frontends.torch.weight_layout import WeightQuantOptions, parse_weights
+from graphmem.gate.budgets import SpecError, parse_memory_limit
+from graphmem.passes.dims import check_dim_value
 from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline import run
 from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.planning import GpuRow
 from graphmem.pipeline.request import (
     KvCacheOptions,
     Request,
@@ -42,10 +45,71 @@ from graphmem.pipeline.request import (
     SweepRequest,
 )
 
+if TYPE_CHECKING:  # the runners import onnxruntime / torch: loaded when verify runs
+    from graphmem.gate.check import CheckReport
+    from graphmem.verify.onnx_run import Verification
+    from graphmem.verify.torch_run import TorchVerification
+
+
+@dataclass(frozen=True, repr=False)
+class SizeFormula(Formula):
+    """A size in free dims, for Python: `peak(seq=2048)` or `peak.at(seq=2048)` evaluates it
+    (every free dim given), `print(peak)` reads it per range of the dim (core/peak_formula.py
+    `display`); `int(peak)` is refused, naming the dims to bind."""
+
+    def __call__(self, **dims: int) -> int:
+        return self.at(**dims)
+
+    def at(self, dims: Mapping[str, int] | None = None, /, **more: int) -> int:
+        """The exact size at these dim values: the largest candidate there."""
+        given = {**(dims or {}), **more}
+        free = sorted(self.free_dims)
+        missing = [name for name in free if name not in given]
+        unknown = [name for name in given if name not in self.free_dims]
+        if missing or unknown:
+            wrong = (f"{', '.join(missing)} not given" if missing
+                     else f"{', '.join(unknown)} is not one of them")
+            raise GraphmemError(f"the size is a formula in {', '.join(free)} ({wrong}): give"
+                                f" each, e.g. .at({', '.join(f'{n}=8' for n in free)})")
+        for name, value in given.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise GraphmemError(f"{name}={value!r}: give a whole number")
+            check_dim_value(f"{name}={value}", value)
+        return self.evaluate(given)
+
+    def __int__(self) -> int:
+        free = ", ".join(sorted(self.free_dims))
+        raise GraphmemError(f"the size is a formula in {free}, not a number: evaluate it at"
+                            f" dims with .at({free.replace(', ', '=..., ')}=...), or bind them"
+                            " in analyze (batch=, dims=)")
+
+    __index__ = __int__
+
+    def __str__(self) -> str:
+        return self.display()
+
+    def __repr__(self) -> str:
+        return f"<graphmem size in {', '.join(sorted(self.free_dims))}: {self.display()}>"
+
+
+def as_size(size: int | Formula) -> int | SizeFormula:
+    return size if isinstance(size, int) else SizeFormula(size.terms)
+
 
 @dataclass(frozen=True, repr=False)
 class Result(Analysis):
     """An Analysis with its renderers: JSON (the README's schema), the HTML report."""
+
+    @property
+    def peak_bytes(self) -> int | SizeFormula:  # type: ignore[override]
+        """The live-tensor peak: bytes when every dim is bound, else a SizeFormula to evaluate
+        at dims: `result.peak_bytes(seq=2048)`."""
+        return as_size(super().peak_bytes)
+
+    @property
+    def breakdown(self) -> dict[str, int | SizeFormula]:  # type: ignore[override]
+        """Bytes live at the peak by role, each an int or a SizeFormula as `peak_bytes`."""
+        return {role: as_size(size) for role, size in super().breakdown.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON result (schema in the README)."""
@@ -70,41 +134,21 @@ class Result(Analysis):
         return None if self.fit is None else self.fit.fits
 
     def __repr__(self) -> str:
-        return "\n".join((f"<graphmem.Result {self.model.name} ({self.model.source_format},"
-                          f" {self.mode})", f"  peak: {_peak_text(self)}",
-                          f"  {_verdict(self)}>"))
+        """The first lines of the terminal summary: the model, the verdict, where the memory
+        goes (graphmem/report/terminal/summary.py)."""
+        from graphmem.report.terminal.summary import summary_text
+
+        return summary_text(self)
 
     def _repr_html_(self) -> str:
-        rows = (("model", f"{self.model.name} ({self.model.source_format}, {self.mode})"),
-                ("peak", _peak_text(self)), ("verdict", _verdict(self)))
-        cells = "".join(f"<tr><th style='text-align:left'>{name}</th>"
-                        f"<td>{html.escape(printable(value, None))}</td></tr>"
-                        for name, value in rows)
-        return f"<table class='graphmem-summary'>{cells}</table>"
+        """The same summary, coloured as in the terminal, for Jupyter."""
+        from graphmem.report.terminal.summary import summary_html
+
+        return summary_html(self)
 
 
 def as_result(analysis: Analysis) -> Result:
     return Result(**{f.name: getattr(analysis, f.name) for f in fields(analysis)})
-
-
-def _peak_text(result: Analysis) -> str:
-    peak = result.peak_bytes
-    if isinstance(peak, int):
-        return f"{format_bytes(peak)} ({peak:,} B)"
-    return f"{peak} B (free dims: {', '.join(sorted(peak.free_dims))})"
-
-
-def _verdict(result: Analysis) -> str:
-    fit = result.fit
-    if fit is None:
-        return "no GPU given (gpu=NAME)"
-    if fit.fits is None:
-        return f"{fit.gpu.name}: bind the free dims to decide whether it fits"
-    verdict = "fits" if fit.fits else "does NOT fit"
-    batch = result.max_batch
-    largest = (f"; largest batch {batch.max_batch}"
-               if batch is not None and batch.max_batch is not None else "")
-    return f"{fit.gpu.name}: {verdict} in {format_bytes(fit.usable_bytes)} usable{largest}"
 
 
 # ----- the entry points -----------------------------------------------------------------------
@@ -115,12 +159,14 @@ def analyze(request_or_model: Request | object, inputs: Sequence[object] | None 
     Options (keywords, as the command line's flags): train, optimizer, amp, grad_accum, loss,
     checkpoints, amp_policy; batch, dims (ONNX); gpu, cuda_reserve_bytes, module_depth, plan,
     sweep ("batch=1,2,4"); runtime (None, "auto" or a name), ort_optimization, threads;
-    distributed (a DistributedConfig) or gpus/strategy/tensor_parallel; kv_cache (True: the
-    ONNX past inputs, "auto", or (layers, kv_heads, head_dim)), kv_dtype, max_context (the
-    model's position limit); serve (True, or a ServingConfig) with context, block_size,
-    gpu_memory_utilization, max_batched_tokens, and gpus/tensor_parallel as the serving
-    engine's; suggest,
-    memory_budget_bytes, memory_budget_share; example_inputs, label. Fine-tuning (PyTorch
+    distributed (a DistributedConfig) or gpus/strategy/tensor_parallel/state_layout/
+    reduce_bucket_size/fsdp_depth; kv_cache (True: the ONNX past inputs, "auto", or (layers,
+    kv_heads, head_dim)), kv_dtype, max_context (the model's position limit); serve (True, or
+    a ServingConfig) with context, block_size, gpu_memory_utilization, max_batched_tokens, and
+    gpus/tensor_parallel as the serving engine's; suggest, memory_budget ("80%" or "12GiB",
+    implies suggest) or memory_budget_bytes / memory_budget_share; example_inputs, label.
+    `inputs`: a tensor, a shape tuple, a "4x1024:int64" string, a list of them, or a dict of
+    keyword inputs (`model(**inputs)`). Fine-tuning (PyTorch
     models and Hugging Face configs, given as a config.json path, its folder or a dict):
     lora (True, "r=16,alpha=32,targets=q_proj,v_proj" or a LoraOptions), qlora (True, a
     "compute=bf16,..." string or a QloraOptions; implies lora), gradient_checkpointing.
@@ -161,26 +207,33 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                   ort_optimization: str | None = None, threads: int | None = None,
                   distributed: DistributedConfig | None = None, gpus: int | None = None,
                   strategy: str | None = None, tensor_parallel: int | None = None,
+                  state_layout: str | None = None, reduce_bucket_size: int | None = None,
+                  fsdp_depth: int | None = None,
                   kv_cache: bool | str | tuple[int, int, int] | None = None,
                   kv_dtype: str | None = None, max_context: int | None = None,
                   serve: bool | ServingConfig = False, context: int | None = None,
                   block_size: int | None = None,
                   gpu_memory_utilization: float | None = None,
                   max_batched_tokens: int | None = None, suggest: bool | None = None,
-                  memory_budget_bytes: int | None = None,
+                  memory_budget: str | None = None, memory_budget_bytes: int | None = None,
                   memory_budget_share: float | None = None,
                   example_inputs: str | None = None, label: str | None = None,
                   lora: bool | str | LoraOptions | None = None,
                   qlora: bool | str | QloraOptions | None = None,
-                  gradient_checkpointing: bool = False) -> Request:
-    """The Request the keyword options describe (see `analyze`)."""
+                  gradient_checkpointing: bool = False,
+                  weights: str | WeightQuantOptions | None = None) -> Request:
+    """The Request the keyword options describe (see `analyze`); `weights`: "int8", "int4" or
+    "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions."""
     training = TrainingOptions(optimizer, amp, grad_accum, loss, tuple(checkpoints),
                                amp_policy) if train else None  # type: ignore[arg-type]
     serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
                        gpus, tensor_parallel)
-    if serving is None and distributed is None and (gpus, strategy, tensor_parallel) != (
-            None, None, None):
-        distributed = DistributedConfig(strategy or "ddp", gpus or 1, tensor_parallel or 1)
+    if serving is None and distributed is None:
+        distributed = _distributed(gpus, strategy, tensor_parallel, state_layout,
+                                   reduce_bucket_size, fsdp_depth)
+    if memory_budget is not None:
+        memory_budget_bytes, memory_budget_share = _budget(memory_budget)
+        suggest = True if suggest is None else suggest  # as --memory-budget implies --suggest
     if isinstance(sweep, str):
         sweep = SweepRequest(*parse_sweep(sweep))
     return Request(
@@ -189,9 +242,35 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
         training=training, runtime=_runtime(runtime, ort_optimization, threads),
         distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype, max_context),
         serving=serving,
-        suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share),
+        suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share,
+                               memory_budget or ""),
         sweep=sweep, module_depth=module_depth, plan=plan,
-        finetune=_finetune(lora, qlora, gradient_checkpointing))
+        finetune=_finetune(lora, qlora, gradient_checkpointing),
+        weights=parse_weights(weights) if isinstance(weights, str) else weights)
+
+
+def _distributed(gpus: int | None, strategy: str | None, tensor_parallel: int | None,
+                 state_layout: str | None, reduce_bucket_size: int | None,
+                 fsdp_depth: int | None) -> DistributedConfig | None:
+    """The training job the keywords describe (the --gpus ... --fsdp-depth flags); None when
+    none is given."""
+    given = (gpus, strategy, tensor_parallel, state_layout, reduce_bucket_size, fsdp_depth)
+    if all(value is None for value in given):
+        return None
+    zero = (ZeroSettings() if reduce_bucket_size is None
+            else ZeroSettings(reduce_bucket_size=reduce_bucket_size))
+    return DistributedConfig(strategy or "ddp", gpus or 1, tensor_parallel or 1,
+                             layout=state_layout or "traced", zero=zero,
+                             fsdp_unit_depth=2 if fsdp_depth is None else fsdp_depth)
+
+
+def _budget(text: str) -> tuple[int | None, float | None]:
+    """`memory_budget="80%"` (of the GPU's usable memory) or `"12GiB"`, as --memory-budget."""
+    try:
+        limit = parse_memory_limit(text)
+    except SpecError as error:
+        raise GraphmemError(f"memory_budget={text!r}: {error}") from None
+    return limit.bytes, limit.fraction
 
 
 def _finetune(lora: bool | str | LoraOptions | None, qlora: bool | str | QloraOptions | None,
@@ -210,22 +289,26 @@ def _finetune(lora: bool | str | LoraOptions | None, qlora: bool | str | QloraOp
 
 def example_tuple(inputs: object) -> tuple[object, ...]:
     """The example inputs as one tuple, however they were given: None, one tensor (or a
-    `"4x1024:int64"` string, or a shape tuple of ints), or a list/tuple of them. A bare tensor
-    is one input, never split into its rows; a dict of named inputs is refused with the
-    Python spelling of the fix."""
+    `"4x1024:int64"` string, or a shape tuple of ints), a list/tuple of them, or a dict of
+    keyword inputs (`model(**inputs)`, as Hugging Face models take them). A bare tensor is
+    one input, never split into its rows."""
     if inputs is None:
         return ()
     if isinstance(inputs, Mapping):
-        raise GraphmemError(
-            f"inputs given as a dict ({', '.join(map(str, inputs))}): pass them positionally in"
-            " the order of the model's forward(), e.g. graphmem.analyze(model,"
-            " [input_ids, attention_mask])")
+        return tuple(KeywordInput(_input_name(name), value) for name, value in inputs.items())
     if isinstance(inputs, str) or hasattr(inputs, "shape"):
         return (inputs,)
     items = tuple(inputs)  # type: ignore[call-overload]
     if items and all(isinstance(item, int) for item in items):
         return (items,)  # one shape: (8, 3, 224, 224)
     return items
+
+
+def _input_name(name: object) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise GraphmemError(f"inputs: the key {name!r} is not a keyword of forward(): give"
+                            " the dict's keys as parameter names, e.g. {'attention_mask': m}")
+    return name
 
 
 def _runtime(name: str | None, ort_optimization: str | None,
@@ -266,3 +349,99 @@ def _serving(serve: bool | ServingConfig, context: int | None, block_size: int |
     return ServingConfig(context=context, prefill_tokens=prefill_tokens, gpus=gpus,
                          **given)  # type: ignore[arg-type]
 
+
+
+# ----- the other commands: `graphmem gpus --fits`, `graphmem verify` -----------------------------
+def gpu_fits(model: str | Path, *, batch: int | None = None,
+             dims: Mapping[str, int] | None = None, cuda_reserve_bytes: int | None = None,
+             gpus: Sequence[str] | None = None) -> list[GpuRow]:
+    """`graphmem gpus --fits MODEL`: an ONNX model against every GPU of the table (or the named
+    `gpus`): each row's verdict (`row.fit`), roofline and largest batch (`row.max_batch`)."""
+    from graphmem.devices.gpus import find_gpu, load_gpu_table
+    from graphmem.frontends.torch.spec import is_model_spec
+
+    path = Path(model) if isinstance(model, str) and not is_model_spec(model) else model
+    request = Request(path, batch=batch, dims=dict(dims or {}), plan=False)
+    if request.is_torch:
+        raise GraphmemError(f"gpu_fits({model!r}): give an .onnx file; for a PyTorch model use"
+                            " graphmem.analyze(model, inputs, gpu=NAME) per GPU")
+    request.check()
+    table = load_gpu_table() if gpus is None else tuple(find_gpu(name) for name in gpus)
+    return run.fits_on_gpus(request, table, cuda_reserve_bytes)[1]
+
+
+def verify_model(model: str | Path, inputs: object = None, *, batch: int | None = None,
+           dims: Mapping[str, int] | None = None, provider: str = "cpu",
+           threads: int | None = None, seed: int = 0, optimized_run: bool = True,
+           train: bool = False, optimizer: str = "adam", amp: str | None = None,
+           loss: Callable[..., object] | None = None) -> Verification | TorchVerification:
+    """`graphmem verify`: run the model for real here next to graphmem's prediction. An .onnx
+    file runs on onnxruntime (batch, dims, provider, threads, optimized_run); a PyTorch model
+    is named `file.py:fn` (it is built again with real weights) and takes `inputs` as
+    `analyze` does (shapes, tensors, a dict of keyword inputs), train, optimizer, amp, loss."""
+    from graphmem.frontends.torch.spec import is_model_spec
+
+    if not isinstance(model, str | Path):
+        raise GraphmemError("verify_model(model): name the model as 'file.py:fn' (it is built"
+                            " again with real weights to run) or give an .onnx path")
+    if isinstance(model, str) and is_model_spec(model):
+        return _verify_torch(model, inputs, provider, seed, train, optimizer, amp, loss)
+    if inputs is not None or train:
+        raise GraphmemError("inputs and train describe a PyTorch step ('file.py:fn'); an ONNX"
+                            " model takes batch= and dims=")
+    from graphmem.verify.onnx_run import verify_onnx
+
+    return verify_onnx(model, batch=batch, dims=dims, provider=provider, threads=threads,
+                       seed=seed, optimized_run=optimized_run)
+
+
+def _verify_torch(spec: str, inputs: object, provider: str, seed: int, train: bool,
+                  optimizer: str, amp: str | None,
+                  loss: Callable[..., object] | None) -> TorchVerification:
+    from graphmem.frontends.torch.import_step import tensor_specs
+    from graphmem.frontends.torch.loader import spec_text
+    from graphmem.verify.torch_run import verify_torch
+
+    texts = [spec_text(spec) for spec in tensor_specs(example_tuple(inputs))]
+    return verify_torch(spec, texts, train=train, optimizer=optimizer, amp=amp, loss=loss,
+                        device=provider, seed=seed)
+
+
+def check_model(model: str | Path | None = None, *, gpu: str | None = None,
+                batch: int | None = None, dims: Mapping[str, int] | None = None,
+                cuda_reserve_bytes: int | None = None, max_memory: str | None = None,
+                max_latency: str | None = None, max_params: int | str | None = None,
+                max_flops: int | str | None = None, fail_on_unsupported: bool = False,
+                baseline: str | Path | None = None, max_growth: str | None = None,
+                min_sequences: int | None = None, context: int | None = None,
+                budgets: str | Path | None = None) -> CheckReport:
+    """`graphmem check`: an ONNX model against budgets, written as on the command line
+    (max_memory="90%" or "12GiB", max_latency="20ms", max_params="25M", max_growth="5%"), or
+    every model of a budgets file (`budgets="graphmem.toml"`). `report.passed` is the exit
+    code's answer; `report.models[0].results` each budget's verdict."""
+    from graphmem.gate import budgets as parse
+    from graphmem.gate.budgets_file import load_budgets_file
+    from graphmem.gate.check import CheckSpec, run_check
+
+    if budgets is not None:
+        return run_check(load_budgets_file(Path(budgets)))
+    if model is None:
+        raise GraphmemError("check_model: give a model (an .onnx path) or budgets=FILE.toml")
+    try:
+        limits = parse.Budgets(
+            max_memory=None if max_memory is None else parse.parse_memory_limit(max_memory),
+            max_latency_s=None if max_latency is None else parse.parse_latency_s(max_latency),
+            max_params=None if max_params is None else parse.parse_count(max_params),
+            max_flops=None if max_flops is None else parse.parse_count(max_flops),
+            fail_on_unsupported=fail_on_unsupported,
+            max_growth=None if max_growth is None else parse.parse_percent(max_growth),
+            min_sequences=parse.min_sequences(min_sequences, context, "",
+                                              ("min_sequences=", "context=")))
+    except parse.SpecError as error:
+        raise GraphmemError(f"check_model: {error}") from None
+    spec = CheckSpec(model_path=Path(model), label=Path(model).stem, budgets=limits, gpu=gpu,
+                     batch=batch, dims=dict(dims or {}), cuda_reserve_bytes=cuda_reserve_bytes,
+                     baseline_path=None if baseline is None else Path(baseline))
+    Request(spec.model_path, batch=batch, dims=spec.dims, gpu=gpu).check()  # before any work
+    parse.complete_budgets(limits, gpu, None if baseline is None else str(baseline))
+    return run_check([spec])

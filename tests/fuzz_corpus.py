@@ -1041,7 +1041,8 @@ def _name_model(position: str, text: str) -> onnx.ModelProto:
 def _name_analyze(position: str) -> Callable[[Path, str, Payload], Run]:
     def make(folder: Path, text: str, payload: Payload) -> Run:
         save(_name_model(position, text), folder / MODEL)
-        run = analyze(MODEL, "--batch", "2")
+        # --verbose: the tables and the graph row render every name the model carries
+        run = analyze(MODEL, "--batch", "2", "--verbose")
         if position == "graph" and payload.key in _MARKUP_KEYS:
             run = replace(run, verbatim=text)
         return run

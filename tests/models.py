@@ -460,3 +460,17 @@ EXPECTED_PARAMS: dict[str, tuple[Callable[[], nn.Module], int]] = {
     "tiny_gpt": (tiny_gpt, 141_056),
     "tiny_llama": (tiny_llama, 172_352),
 }
+
+
+class ResBlockNet(nn.Module):
+    """A strided BasicBlock with a 1x1 downsample, mean over H and W, a linear head: the
+    resnet_block of the measured CPU steps (tests/test_onnx_training.py, test_torch_scratch.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shortcut = nn.Sequential(conv1x1(16, 32, 2), nn.BatchNorm2d(32))
+        self.block = BasicBlock(16, 32, 2, shortcut)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.block(x).mean(dim=(2, 3)))

@@ -72,6 +72,17 @@ def test_a_fixed_batch_is_refused_with_how_to_reexport(
     assert "fixed at 1 in the file" in report["gpu"]["max_batch_reason"]
 
 
+def test_the_files_own_fixed_batch_is_accepted(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # `--batch 1` on a [1, seq] export asks for what the file is: nothing to bind, no error
+    path = _identity(tmp_path / "fixed.onnx", ("input_ids", [1, "seq"]))
+    code, out, _ = run_cli(["analyze", str(path), "--batch", "1", "--dim", "seq=64",
+                            "--json", "-", "--no-html"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["dims"]["bound"] == {"seq": 64}
+    assert report["dims"]["batch_dim"] is None
+
+
 @pytest.mark.parametrize("name", SAMPLES)
 def test_every_sample_has_a_batch_named_batch(name: str) -> None:
     from graphmem.frontends.onnx.runtime_inputs import import_onnx_model

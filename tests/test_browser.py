@@ -252,3 +252,63 @@ def test_the_peak_label_is_never_struck_through_near_capacity(
     for label in boxes["lines"]:
         assert not _overlap(peak, label), (peak, label)
     page.close()
+
+
+# ----- a PyTorch-path training step: module paths on the rows --------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch_gpt2_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """GPT-2 (2 layers) traced from PyTorch, one training step with its attention mask, on a
+    T4: the report a Hugging Face user gets from `graphmem analyze hf.py:gpt2 --train`."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import graphmem
+    from tests.torch_models.hf import gpt2
+
+    result = graphmem.analyze(gpt2(), {"input_ids": "4x128:int64",
+                                       "attention_mask": "4x128:int64"},
+                              train=True, gpu="t4")
+    report = tmp_path_factory.mktemp("torch") / "gpt2-train.html"
+    write_html(result, report)
+    return report
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("width", [1400, 390])
+def test_a_pytorch_step_names_modules_and_keeps_to_its_boxes(
+        browser, torch_gpt2_report: Path, width: int) -> None:
+    page = open_report(browser, torch_gpt2_report, width)
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert page.evaluate(_SPILLS) == []
+    tops = [page.locator(f"#{s}").bounding_box()["y"] for s in ("summary", "modules", "roles",
+                                                                 "live", "timeline")]
+    assert tops == sorted(tops)  # the answer, then by module and by role, then the tensors
+    modules = page.locator("#live-table tbody tr td.module").evaluate_all(
+        "cells => cells.filter(c => c.offsetParent !== null).map(c => c.textContent.trim())")
+    assert len(modules) == 20  # the largest 20 shown
+    assert sum(m.startswith("transformer.h.") for m in modules) >= 10, modules
+    # a module path wraps between its parts (<wbr> after each dot), not inside a word as
+    # `word-break: break-all` did ("transformer.h.0.at / tn")
+    cell = page.locator("#live-table tbody tr td.module", has_text="transformer.h.").first
+    assert cell.evaluate("c => getComputedStyle(c).wordBreak") == "normal"
+    assert cell.locator("wbr").count() >= 1
+    if width == 1400:
+        page.screenshot(path=str(torch_gpt2_report.with_suffix(".png")), full_page=True)
+    page.close()
+
+
+def test_the_gpu_card_reads_on_a_phone(browser, layout_reports: dict[str, Path]) -> None:
+    """At 390 px each line of the GPU card is its label and size on one line with the
+    explanation under them (three columns squeezed the explanation to a word per line)."""
+    page = open_report(browser, layout_reports["cnn"], 390)
+    rows = page.locator("div.gpu table.gpu-lines tr")
+    assert rows.count() >= 4
+    for index in range(rows.count()):
+        label, size = rows.nth(index).locator("th"), rows.nth(index).locator("td.r")
+        assert abs(label.bounding_box()["y"] - size.bounding_box()["y"]) < 2  # one line
+    note = page.locator("div.gpu td.small", has_text="the total the driver").first
+    assert note.bounding_box()["width"] > 250  # the card's width, not a squeezed column
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.close()

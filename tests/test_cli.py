@@ -40,7 +40,7 @@ def test_analyze_writes_json_with_the_documented_fields(
     assert result["dims"] == {"bound": {"batch": 32}, "free": [], "batch_dim": "batch"}
     assert {n["op"] for n in result["nodes"]} == {"MatMul", "Add", "Relu"}
     assert result["unsupported_ops"] == {}
-    assert "peak memory" in stdout
+    assert "live tensors at the peak" in stdout
 
 
 def test_free_dims_give_formulas(mlp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

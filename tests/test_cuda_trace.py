@@ -95,6 +95,16 @@ def test_the_backend_cuda_picks(target: CudaTarget, sdpa: SdpaCall, expected: Ba
     assert select_backend(sdpa, target)[0] is expected
 
 
+def test_cudnn_goes_first_only_where_sdp_utils_prefers_it() -> None:
+    # check_prefer_cudnn_attention: major 9 or 10 with minor 0 or 3 (sm90, sm100, sm103)
+    from graphmem.frontends.torch.sdpa_select import priority_order
+
+    for major, minor, first in ((9, 0, Backend.CUDNN), (10, 3, Backend.CUDNN),
+                                (10, 1, Backend.FLASH), (12, 0, Backend.FLASH),
+                                (8, 0, Backend.FLASH)):
+        assert priority_order(CudaTarget("gpu", major, minor))[0] is first
+
+
 def test_the_users_switches_are_honoured() -> None:
     with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
         assert select_backend(call(), A100)[0] is Backend.EFFICIENT
@@ -161,6 +171,53 @@ def test_dropout_is_the_fused_kernel_with_a_bool_mask() -> None:
     (dropout,) = nodes_named(cuda, "native_dropout")
     assert [v.dtype for v in dropout.outputs] == [DType.FLOAT32, DType.BOOL]
     assert "dropout: fused native_dropout (saves a bool mask)" in map(str, kernels)
+
+
+def autograd_saved_tensors(node: object, inputs: tuple[torch.Tensor, ...]) -> set[tuple]:
+    """(shape, dtype) of the tensors an autograd node saves, other than `inputs`, and not
+    empty (a 0-element tensor holds no memory)."""
+    saved = [getattr(node, name) for name in dir(node) if name.startswith("_saved_")]
+    return {(tuple(t.shape), t.dtype) for t in saved if isinstance(t, torch.Tensor)
+            and t.numel() and not any(t is x for x in inputs)}
+
+
+def saved_outputs(node: Node) -> set[tuple]:
+    """The saved outputs of a kernel besides its result (which the next op may save)."""
+    to_torch = {DType.FLOAT32: torch.float32, DType.BOOL: torch.bool}
+    return {(tuple(int(d) for d in v.shape), to_torch[v.dtype]) for v in node.outputs[1:]
+            if v.role is Role.SAVED_ACTIVATION}
+
+
+def test_the_dropout_mask_is_what_native_dropouts_autograd_node_saves() -> None:
+    # derivatives.yaml: native_dropout saves result1, the mask; its meta gives it bool
+    with FakeTensorMode():
+        x = torch.empty(4, 64, requires_grad=True)
+        out = aten.native_dropout(x, 0.1, True)[0]
+        expected = autograd_saved_tensors(out.grad_fn, (x,))
+    model = nn.Sequential(nn.Linear(32, 64), nn.Dropout(0.1), nn.Linear(64, 8))
+    graph, _ = traced(model, "4x32", A100)
+    (dropout,) = nodes_named(graph, "native_dropout")
+    assert expected == {((4, 64), torch.bool)} == saved_outputs(dropout)
+
+
+def test_cudnn_batch_norm_saves_what_the_traced_native_kernel_saves() -> None:
+    # cudnn_batch_norm's meta and derivatives.yaml: the input, weight and running stats (held
+    # anyway) and result1, result2, fp32 [C] mean and inverse std; result3, cuDNN's reserve,
+    # is 0 elements in the meta function (no fused activation: cuDNN asks for none)
+    with FakeTensorMode():
+        x = torch.empty(2, 8, 14, 14, requires_grad=True)
+        weight, bias = torch.ones(8, requires_grad=True), torch.zeros(8, requires_grad=True)
+        mean, var = torch.zeros(8), torch.ones(8)
+        out = aten.cudnn_batch_norm(x, weight, bias, mean, var, True, 0.1, 1e-5)
+        assert tuple(out[3].shape) == (0,) and out[3].dtype == torch.uint8
+        expected = autograd_saved_tensors(out[0].grad_fn, (x, weight, bias, mean, var))
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+    graph, kernels = traced(model, "2x3x16x16", A100)
+    (norm,) = nodes_named(graph, "native_batch_norm")
+    assert expected == {((8,), torch.float32)} == saved_outputs(norm)
+    (backward,) = nodes_named(graph, "native_batch_norm_backward")
+    assert norm.inputs[0] in backward.inputs  # the input is saved too, as cuDNN's node does
+    assert any(str(k).startswith("batch norm: cudnn (training") for k in kernels)
 
 
 # ----- a Hugging Face GPT-2 training step -----------------------------------------------------
@@ -237,3 +294,53 @@ def test_the_efficient_kernels_mask_is_aligned_to_16() -> None:
     graph, _ = traced(Masked(), "2x20x64", A100, train=False)
     (pad,) = nodes_named(graph, "constant_pad_nd")
     assert tuple(int(d) for d in pad.outputs[0].shape) == (2, 4, 20, 32)
+
+
+# ----- the pipeline: --gpu NAME / gpu= traces for that GPU ------------------------------------
+def test_the_json_model_section_lists_the_kernels_assumed() -> None:
+    import dataclasses
+
+    from graphmem import analyze_torch
+    from graphmem.frontends.torch.kernel_choice import KernelChoice
+
+    cpu = analyze_torch(nn.Linear(4, 2), ["2x4"], plan=False, suggest=False)
+    assert cpu.model.kernels == () and cpu.to_dict()["model"]["kernels"] == []
+    flash = KernelChoice("attention", "flash", "sm90, bf16, head dim 64", count=12)
+    cuda = dataclasses.replace(cpu, model=dataclasses.replace(cpu.model, kernels=(flash,)))
+    assert cuda.to_dict()["model"]["kernels"] == [
+        {"op": "attention", "kernel": "flash", "detail": "sm90, bf16, head dim 64", "count": 12,
+         "text": "attention: flash (sm90, bf16, head dim 64, 12 calls)"}]
+
+
+def test_a_request_naming_a_cuda_gpu_traces_its_kernels_and_reports_them() -> None:
+    from graphmem import analyze_torch
+
+    result = analyze_torch(SelfAttention(dropout=0.1), ["2x16x64"], train=True,
+                           gpu="a100-80gb", plan=False, suggest=False)
+    texts = [str(k) for k in result.model.kernels]
+    assert any(text.startswith("attention: memory-efficient (sm80, fp32") for text in texts)
+    assert [k["text"] for k in result.to_dict()["model"]["kernels"]] == texts
+    assert not any(n.op_type.startswith("aten.bernoulli_") for n in result.graph.nodes)
+    cpu = analyze_torch(SelfAttention(dropout=0.1), ["2x16x64"], train=True, plan=False,
+                        suggest=False)
+    assert cpu.model.kernels == ()
+
+
+@pytest.mark.slow
+def test_a_checkpointed_layer_recomputes_with_the_same_cuda_kernels() -> None:
+    """Activation checkpointing under the CUDA trace: the recomputation in backward runs the
+    fused dropout again (a bool mask, as in the forward). Before, autograd's engine dropped the
+    kernel choices in backward and torch.utils.checkpoint refused the float mask it then made
+    ("Recomputed values ... have different metadata"), which broke --suggest with --gpu."""
+    pytest.importorskip("transformers")
+    from graphmem import analyze_torch
+    from tests.torch_models import hf
+
+    plain = analyze_torch(hf.gpt2(), ["2x32:int64"], train=True, gpu="h100-sxm", plan=False)
+    wrapped = analyze_torch(hf.gpt2(), ["2x32:int64"], train=True, gpu="h100-sxm", plan=False,
+                            checkpoints=["transformer.h.0"])
+    dropouts = nodes_named(wrapped.graph, "native_dropout")
+    # the checkpointed layer's dropouts run twice: once in forward, once recomputed
+    assert len(dropouts) > len(nodes_named(plain.graph, "native_dropout"))
+    assert all(n.outputs[1].dtype is DType.BOOL for n in dropouts)
+    assert not nodes_named(wrapped.graph, "bernoulli_")

@@ -31,6 +31,9 @@ def number():
 
 def raises():
     raise RuntimeError("no data here")
+
+def keywords():
+    return {"input_ids": torch.zeros(8, 64, dtype=torch.long), "mask": "8x64:bool"}
 '''
 
 
@@ -45,6 +48,11 @@ def test_shapes_and_dtypes_are_read_on_the_meta_device(inputs_file: Path) -> Non
     assert load_example_inputs(f"{inputs_file}:ids") == [TensorSpec((8, 64), torch.int64)]
     assert load_example_inputs(f"{inputs_file}:huge") == [
         TensorSpec((1 << 30,), torch.float32), TensorSpec((2, 3), torch.float16)]
+
+
+def test_a_dict_is_keyword_inputs(inputs_file: Path) -> None:
+    assert load_example_inputs(f"{inputs_file}:keywords") == [
+        TensorSpec((8, 64), torch.int64, "input_ids"), TensorSpec((8, 64), torch.bool, "mask")]
 
 
 def test_spec_text_round_trips() -> None:

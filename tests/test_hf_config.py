@@ -95,7 +95,11 @@ def test_a_config_names_its_inputs_and_says_what_it_assumed() -> None:
 def test_batch_and_seq_bind_input_ids_and_are_spent() -> None:
     result = analyze(TINY_LLAMA, batch=2, dims={"seq": 32}, plan=False)
     assert tuple(int(d) for d in result.graph.inputs[0].shape) == (2, 32)
-    assert "input_ids 2x32:int64" in result.model.warnings[1]
+    # given, not assumed: a note (shown with --verbose), not a warning
+    assert "input_ids 2x32:int64" in result.model.notes[1]
+    assert not any("input_ids" in warning for warning in result.model.warnings)
+    assumed = analyze(TINY_LLAMA, dims={"seq": 32}, plan=False)
+    assert any("assumed (batch 1)" in warning for warning in assumed.model.warnings)
 
 
 @pytest.mark.slow

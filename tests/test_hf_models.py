@@ -3,6 +3,8 @@ against a real CPU step: decoders' outputs hold a KV cache object, their logits 
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from graphmem import analyze_torch
@@ -46,13 +48,10 @@ FLOP_MODELS = {
 }
 
 
-@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-@pytest.mark.parametrize("name", sorted(FLOP_MODELS))
-def test_every_op_is_priced_and_macs_match_flop_counter(name: str, train: bool) -> None:
-    """No unsupported op, and the step's MACs equal FlopCounterMode's for the same step run
-    with attention in the math backend (whose bmm's it counts; it has no formula for the CPU
-    flash kernel): graphmem prices fused attention as the math backend's matmuls (tolerance
-    1%; measured: equal to the MAC on all twelve)."""
+@functools.cache
+def math_backend_macs(name: str, train: bool) -> int:
+    """FlopCounterMode's MACs for the model's step with attention in the math backend (whose
+    bmm's it counts; it has no formula for the CPU flash kernel)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
@@ -61,17 +60,53 @@ def test_every_op_is_priced_and_macs_match_flop_counter(name: str, train: bool) 
     from graphmem.verify.runners.torch_runner import random_inputs
 
     build, texts = FLOP_MODELS[name]
-    specs = [parse_tensor_spec(text) for text in texts]
     torch.manual_seed(0)
-    analysis = analyze_torch(build(), specs, train=train, plan=False, suggest=False)
-    assert analysis.costs.unsupported_ops == {}
     model = build().train(train)
-    inputs = random_inputs(specs, "cpu")
+    inputs = random_inputs([parse_tensor_spec(text) for text in texts], "cpu")
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         if train:
             cross_entropy_loss(model(*inputs)).backward()
         else:
             with torch.no_grad():
                 model(*inputs)
-    expected_macs = counter.get_total_flops() // 2  # FlopCounterMode: 2 FLOPs per MAC
-    assert int(analysis.costs.total_macs) == pytest.approx(expected_macs, rel=0.01)
+    return counter.get_total_flops() // 2  # FlopCounterMode: 2 FLOPs per MAC
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("name", sorted(FLOP_MODELS))
+def test_every_op_is_priced_and_macs_match_flop_counter(name: str, train: bool) -> None:
+    """No unsupported op, and the step's MACs equal FlopCounterMode's for the same step run
+    with attention in the math backend: graphmem prices fused attention as the math backend's
+    matmuls (tolerance 1%; measured: equal to the MAC on all twelve)."""
+    build, texts = FLOP_MODELS[name]
+    specs = [parse_tensor_spec(text) for text in texts]
+    analysis = analyze_torch(build(), specs, train=train, plan=False, suggest=False)
+    assert analysis.costs.unsupported_ops == {}
+    assert int(analysis.costs.total_macs) == pytest.approx(math_backend_macs(name, train),
+                                                           rel=0.01)
+
+
+@pytest.mark.parametrize(("gpu", "amp"), [("h100-sxm", "bf16"), ("a100-80gb", None)])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("name", sorted(FLOP_MODELS))
+def test_the_cuda_trace_prices_every_op_and_matches_flop_counter(
+        name: str, train: bool, gpu: str, amp: str | None) -> None:
+    """The same steps traced as CUDA runs them (graphmem/frontends/torch/cuda_kernels.py):
+    flash, cuDNN and memory-efficient attention and their backwards, fused dropout, all
+    priced; MACs the math backend's (measured: equal to the MAC on all 24; H100 bf16
+    training picks flash for GPT-2 and BERT, cuDNN for Llama, ViT and Whisper,
+    memory-efficient for T5, whose learned position bias is a mask needing a gradient)."""
+    from graphmem.core.conventions import TrainingOptions
+    from graphmem.devices.gpus import find_gpu
+    from graphmem.frontends.torch.import_step import import_torch
+    from graphmem.frontends.torch.kernel_choice import cuda_target
+    from graphmem.passes.costs import compute_costs
+
+    build, texts = FLOP_MODELS[name]
+    training = TrainingOptions("adam", amp) if train else None  # type: ignore[arg-type]
+    imported = import_torch(build(), [parse_tensor_spec(text) for text in texts], name,
+                            training, cuda=cuda_target(find_gpu(gpu)))
+    assert any(k.op == "attention" and k.kernel != "math" for k in imported.kernels)
+    costs = compute_costs(imported.graph)
+    assert costs.unsupported_ops == {}
+    assert int(costs.total_macs) == pytest.approx(math_backend_macs(name, train), rel=0.01)

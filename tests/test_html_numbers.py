@@ -44,6 +44,9 @@ class Shown:
     titles: list[str] = field(default_factory=list)
 
 
+VOID_TAGS = ("br", "wbr", "input", "meta", "img", "hr", "link")  # no end tag
+
+
 class ShownNumbers(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -53,7 +56,7 @@ class ShownNumbers(HTMLParser):
         self.cell_depth: int | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("br", "input", "meta", "img", "hr", "link"):
+        if tag in VOID_TAGS:
             return
         self.depth += 1
         values = dict(attrs)
@@ -70,7 +73,7 @@ class ShownNumbers(HTMLParser):
             self.open.append((tag, self.depth, shown))
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in ("br", "input", "meta", "img", "hr", "link"):
+        if tag in VOID_TAGS:
             return
         if self.cell_depth == self.depth:
             self.cell_depth = None

@@ -168,3 +168,13 @@ def test_sweep_near_the_limit_draws_the_line_and_the_max_batch() -> None:
     assert [p.marked for p in chart.points] == [False, False, False, True, True]  # 800, 1600 MiB
     below = [p for p in chart.points if not p.marked]
     assert all(p.y > chart.limit_y for p in below)  # under the line (SVG y grows downwards)
+
+
+@pytest.mark.slow
+def test_notes_are_listed_apart_from_warnings() -> None:
+    # ModelInfo.notes (what the front end built) render as notes, never as problems
+    result = analyze_onnx(TINY_CNN, batch=2)
+    noted = replace(result, model=replace(result.model, notes=("built from a config <b>",)))
+    page = render_html(noted)
+    assert '<li class="note">built from a config &lt;b&gt;</li>' in page
+    assert '<li class="bad">built from a config' not in page

@@ -213,18 +213,56 @@ def test_gradient_checkpointing_wraps_what_hugging_face_wraps() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the trace counts 5,436,420 B for a step measured at"
-                   " 6,190,024 B: the recomputation of a checkpointed layer in backward is"
-                   " under-counted (frontends/torch trace/checkpoint, reported)")
 def test_gradient_checkpointing_predicts_a_real_cpu_step() -> None:
+    # Against the allocator's own peak (every allocation and free in time order): 5,436,428 B
+    # measured on this CPU, in the optimizer step; the trace predicts 5,436,420 B there.
+    # measure_step's tensor replay reads 6,190,024 B: it places the frees of a layer's
+    # recomputation at the end of the autograd node whose saved tensor triggered it (they
+    # happen inside that node's event), so it counts every recomputed tensor live at once.
     config, real = _tiny_llama_fp32()
     result = analyze(Request(config, tuple(SPEC), training=TrainingOptions(),
                              finetune=FinetuneOptions(gradient_checkpointing=True),
                              plan=False))
     real.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    measured = measure_step(real, SPEC, True, "adam")
-    assert int(result.liveness.activation_peak_bytes) == pytest.approx(measured.peak_bytes,
-                                                                        rel=0.05)
+    measured = _allocator_peak_of_adam_step(real)
+    assert int(result.liveness.activation_peak_bytes) == pytest.approx(measured, rel=0.05)
+
+
+def _allocator_peak_of_adam_step(model: nn.Module) -> int:
+    """Bytes above the step's start at the CPU allocator's peak over one Adam step (the
+    profiler's raw allocation events), after a warm-up step made the optimizer state; the
+    step as measure_step runs it (cross-entropy on zero targets, the logits held to the end).
+    """
+    from torch._C._profiler import _EventType
+
+    from graphmem.frontends.torch.train_step import cross_entropy_loss
+
+    ids = torch.randint(0, 1000, (4, 64))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
+
+    def step() -> None:
+        output = model(ids)
+        cross_entropy_loss(output).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del output
+
+    step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as profile:
+        step()
+    sizes: list[tuple[int, int]] = []
+    pending = list(profile.profiler.kineto_results.experimental_event_tree())
+    while pending:
+        node = pending.pop()
+        if node.typed[0] == _EventType.Allocation:
+            sizes.append((node.start_time_ns, node.typed[1].alloc_size))
+        pending.extend(node.children)
+    live = peak = 0
+    for _, size in sorted(sizes, key=lambda event: event[0]):  # stable: tree order on ties
+        live += size
+        peak = max(peak, live)
+    return peak
 
 
 @pytest.fixture

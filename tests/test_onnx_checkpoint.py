@@ -207,7 +207,7 @@ def test_cli_prints_and_writes_the_checkpoint_card(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "gpt.json"
     assert main(["analyze", str(TINY_GPT), "--train", "--batch", "8", "--dim", "seq=64",
-                 "--memory-budget", "8MiB", "--no-html", "--json", str(out)]) == 0
+                 "--memory-budget", "8MiB", "--no-html", "--verbose", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "checkpoint" in printed and "not rewritten" in printed
     data = json.loads(out.read_text())

@@ -35,7 +35,7 @@ from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.role_timeline import training_phases
 from graphmem.pipeline.analysis import Analysis
 from graphmem.training.expand import TrainingConfig, expand_training
-from tests.models import BasicBlock, MobileNetV2, ResNet50, TinyCNN, conv1x1, tiny_gpt
+from tests.models import MobileNetV2, ResBlockNet, ResNet50, TinyCNN, tiny_gpt
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 FLOAT = TensorProto.FLOAT
@@ -375,17 +375,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
-
-
-class ResBlockNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        shortcut = nn.Sequential(conv1x1(16, 32, 2), nn.BatchNorm2d(32))
-        self.block = BasicBlock(16, 32, 2, shortcut)
-        self.fc = nn.Linear(32, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.block(x).mean(dim=(2, 3)))
 
 
 class HFLogits(nn.Module):

@@ -181,3 +181,18 @@ def test_exported_decoders_formula_from_seq_16_to_8192(tmp_path: Path, name: str
     for seq in sorted(checked):
         bound = analyze_onnx(path, batch=2, dims={"seq": seq}, plan=False)
         assert peak.evaluate({"seq": seq}) == int(bound.liveness.peak_bytes), seq
+
+
+@pytest.mark.slow
+def test_training_step_formula_equals_the_bound_analysis_at_every_seq() -> None:
+    # the tiny GPT's training step (forward, backward and Adam in one schedule) with seq free:
+    # many candidate steps, quadratic ones from the attention scores and their gradients
+    path = SAMPLES_DIR / "tiny_gpt.onnx"
+    peak = analyze_onnx(path, batch=2, train=True, plan=False).peak_bytes
+    assert isinstance(peak, Formula) and peak.free_dims == {"seq"}
+    pieces = peak.pieces
+    assert pieces is not None
+    edges = {p.first for p in pieces[1:]} | {p.first - 1 for p in pieces[1:]}
+    for seq in sorted({8, 64, 1024, 4096, *edges} - {0}):
+        bound = analyze_onnx(path, batch=2, train=True, dims={"seq": seq}, plan=False)
+        assert peak.evaluate({"seq": seq}) == int(bound.liveness.peak_bytes), seq

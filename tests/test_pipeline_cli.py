@@ -88,4 +88,4 @@ def test_analyze_json_on_stdout_end_to_end(tmp_path: Path,
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     assert data["memory"]["peak_bytes"] > 0 and data["memory"]["runtime"] is not None
-    assert "peak memory" in captured.err
+    assert "live tensors at the peak" in captured.err

@@ -141,10 +141,11 @@ def test_cli_reports_max_batch_and_the_plan_fields(
         relu_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out.json"
     code, stdout, _ = run_cli(["analyze", str(relu_path), "--gpu", "t4", "--json", str(out),
-                               "--no-html"], capsys)
+                               "--no-html", "--verbose"], capsys)
     assert code == 0
     result = json.loads(out.read_text())
     max_batch = result["gpu"]["max_batch"]
+    assert f"fits on NVIDIA Tesla T4 up to batch={max_batch:,} " in stdout.splitlines()[1]
     assert f"max batch on NVIDIA Tesla T4: batch={max_batch}" in " ".join(stdout.split())
     memory = result["memory"]
     assert {"best_order_peak_bytes", "arena_bytes", "no_reuse_bytes"} <= set(memory)
@@ -157,7 +158,7 @@ def test_cli_bound_batch_gives_latency_per_node(
         relu_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out.json"
     code, stdout, _ = run_cli(["analyze", str(relu_path), "--gpu", "t4", "--batch", "16",
-                               "--json", str(out), "--no-html"], capsys)
+                               "--json", str(out), "--no-html", "--verbose"], capsys)
     assert code == 0
     result = json.loads(out.read_text())
     gpu = result["gpu"]

@@ -159,7 +159,7 @@ def test_a_qlora_llama_step_traces() -> None:
                                                       gradient_checkpointing=True),
                              plan=False))
     assert any(note.startswith("QLoRA: 14 Linear layers in NF4") for note in
-               result.model.warnings)
+               result.model.notes)
     assert not result.costs.unsupported_ops or all(
         "flash_attention" in op or "slice_backward" in op
         for op in result.costs.unsupported_ops)

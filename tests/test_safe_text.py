@@ -153,11 +153,11 @@ def test_hostile_names_are_data_in_analyze(kind: str, tmp_path: Path,
     name = HOSTILE[kind]
     model = hostile_model(tmp_path / "m.onnx", name)
     out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
-    code, out, err = run(["analyze", str(model), "--batch", "2", "--gpu", "t4",
+    code, out, err = run(["analyze", str(model), "--batch", "2", "--gpu", "t4", "--verbose",
                           "--json", str(out_json), "--html", str(out_html)], capsys)
     assert code == 0, err
     assert_inert_terminal(out, err)
-    assert printable(name) in out  # shown, as data
+    assert printable(name) in out  # shown, as data (the graph's name: --verbose)
     assert json.loads(out_json.read_text())["model"]["name"] == name  # the JSON keeps it whole
     page = out_html.read_text(encoding="utf-8")
     assert html.escape(printable(name), quote=False) in page

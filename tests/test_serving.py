@@ -301,6 +301,64 @@ def test_gate_min_sequences_needs_a_gpu_and_a_plan(mlp: Path) -> None:
         evaluate(numbers, Budgets(min_sequences=MinSequences(8)))
 
 
+def test_check_cli_min_sequences(decoder: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # `graphmem check --min-sequences N --context C` plans the model as served and gates the
+    # plan's sequences: N = what fits passes (exit 0), one more fails (exit 1)
+    dims = ["--dim", "batch=1", "--dim", "seq=1", "--dim", "past=999"]
+    result = analyze_onnx(decoder, gpu="t4", dims={"batch": 1, "seq": 1, "past": 999},
+                          serve=True, context=1000, plan=False)
+    fitting = result.kv_cache.serving.total_sequences  # type: ignore[union-attr]
+    argv = ["check", str(decoder), "--gpu", "t4", *dims, "--context", "1000"]
+    assert main([*argv, "--min-sequences", str(fitting)]) == 0
+    assert "sequences of 1,000 tokens fit at once on t4" in capsys.readouterr().out
+    assert main([*argv, "--min-sequences", str(fitting + 1)]) == 1
+    # the budgets file: min_sequences with its context
+    budgets = tmp_path / "graphmem.toml"
+    budgets.write_text(f'[[model]]\npath = "{decoder}"\ngpu = "t4"\ncontext = 1000\n'
+                       f"min_sequences = {fitting + 1}\n"
+                       "dims = { batch = 1, seq = 1, past = 999 }\n", encoding="utf-8")
+    assert main(["check", "--budgets", str(budgets)]) == 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--min-sequences", "4"], "--min-sequences 4 needs --context TOKENS"),
+    (["--context", "512"], "--context 512 is the tokens per sequence of --min-sequences"),
+    (["--min-sequences", "4", "--context", "512"], "--min-sequences counts the sequences"),
+])
+def test_check_cli_min_sequences_refusals(decoder: Path, argv: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(decoder), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("context = 512\n", "context = 512 is the tokens per sequence of min_sequences: add"),
+    ("min_sequences = 3\n", "min_sequences = 3 needs context = TOKENS"),
+])
+def test_budgets_file_min_sequences_refusals(decoder: Path, tmp_path: Path, entry: str,
+                                             message: str) -> None:
+    from graphmem.gate.budgets_file import load_budgets_file
+
+    budgets = tmp_path / "graphmem.toml"
+    budgets.write_text(f'[[model]]\npath = "{decoder}"\n{entry}', encoding="utf-8")
+    with pytest.raises(GraphmemError, match=message):
+        load_budgets_file(budgets)
+
+
+def test_budgets_file_false_removes_the_default_with_its_context(decoder: Path,
+                                                                  tmp_path: Path) -> None:
+    from graphmem.gate.budgets_file import load_budgets_file
+
+    budgets = tmp_path / "graphmem.toml"
+    budgets.write_text(f'[defaults]\ngpu = "t4"\nmin_sequences = 4\ncontext = 512\n'
+                       f'[[model]]\npath = "{decoder}"\nmin_sequences = false\n'
+                       f'[[model]]\npath = "{decoder}"\nname = "served"\n', encoding="utf-8")
+    removed, kept = load_budgets_file(budgets)
+    assert removed.budgets.min_sequences is None
+    assert kept.budgets.min_sequences == MinSequences(4, ServingConfig(context=512))
+
+
 def test_api_request_routes_tensor_parallel_to_serving() -> None:
     request = build_request("m.onnx", serve=True, context=128, tensor_parallel=2, gpus=4)
     assert request.distributed is None and request.serving == ServingConfig(

@@ -184,9 +184,10 @@ def test_terminal_json_and_html_say_the_same(
         assert gpu["fits"] is fit.fits and gpu["required_bytes"] == int(fit.required_bytes)
         assert gpu["required_bytes"] == report["memory"]["device_total_bytes"]
         assert gpu["basis"] == "ort-cuda device total"
-        share = f"{fit.utilization:.1%} of {format_bytes(fit.capacity_bytes)}"
+        # the first screen's verdict line (report/terminal/answer.py), from the same total
         verdict = "fits" if fit.fits else "does NOT fit"
-        assert f"{share}: {verdict}" in terminal  # the runtime table's verdict line
+        needs = f"{format_bytes(int(fit.required_bytes))} of {format_bytes(fit.capacity_bytes)}"
+        assert f"{verdict} on {fit.gpu.full_name}: {needs} ({fit.utilization:.1%}" in terminal
         chip = re.search(r'class="chip-verdict ([\w-]+)"', page)
         assert chip is not None and chip.group(1) == ("fits" if fit.fits else "no-fit")
         assert f"{fit.utilization:.1%} of the GPU" in page
@@ -258,3 +259,29 @@ def test_gpus_fits_rows_are_each_gpus_verdict(capsys: pytest.CaptureFixture[str]
         assert row.fit.basis == "ort-cuda device total"
     code, out, _ = run_cli(["gpus", "--fits", str(path), "--batch", "600"], capsys)
     assert code == 0 and "device total" in out
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_pytorch_training_step_fits_exactly_up_to_the_gpus_memory() -> None:
+    import torch
+
+    from graphmem import analyze_torch
+    from tests.models import tiny_gpt
+
+    model, ids = tiny_gpt(), torch.randint(0, 100, (2, 64))
+    first = analyze_torch(model, [ids], train=True, gpu="t4")
+    assert first.fit is not None and first.runtime is not None
+    assert_one_verdict(first)
+    # a PyTorch model is traced at its input's shapes (no max batch): bring it to the GPU's
+    # edge through the assumed non-tensor memory instead: with the reserve making the device
+    # total exactly the capacity it fits; one byte more and the caching allocator's OOM says no
+    other = first.runtime.device_total_bytes - first.fit.reserve.bytes
+    edge = first.fit.capacity_bytes - other
+    for extra, fits in ((0, True), (1, False)):
+        step = analyze_torch(model, [ids], train=True, gpu="t4", cuda_reserve_bytes=edge + extra)
+        assert step.fit is not None and step.runtime is not None
+        assert_one_verdict(step)
+        assert step.fit.basis == "torch-cuda device total"
+        assert step.runtime.device_total_bytes == first.fit.capacity_bytes + extra
+        assert step.fit.fits is fits and (step.fit.failure == "") is fits

@@ -49,6 +49,7 @@ from graphmem.frontends.torch.finetune import (
     parse_qlora_spec,
 )
 from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file
+from graphmem.frontends.torch.weight_layout import parse_weights
 from graphmem.gate.budgets import parse_memory_limit
 from graphmem.pipeline import run as pipeline
 from graphmem.pipeline.request import (
@@ -72,15 +73,20 @@ def add_parser(commands: Any) -> None:
                         " PyTorch model as file.py:fn or package.module:fn, or a Hugging Face"
                         " config.json (or its folder): the model is built from it, no weights")
     parser.add_argument("--gpu", help="GPU name from 'graphmem gpus' (e.g. t4, a100-80gb)")
-    parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
+    parser.add_argument("--batch", type=int, help="bind the batch axis: a dim named like a"
+                        " batch, else a dynamic axis 0 of the inputs")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
                         metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
     parser.add_argument("--json", metavar="PATH", help="write the JSON result ('-' for stdout)")
     parser.add_argument("--html", metavar="PATH",
                         help="write the HTML report here (default: ./<model>.graphmem.html)")
     parser.add_argument("--no-html", action="store_true", help="do not write the HTML report")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print every section after the summary (tables, schedule, arena"
+                        " plan, roofline, runtime model, suggestions, notes)")
     parser.add_argument("--cuda-reserve", type=parse_size_bytes, metavar="SIZE",
-                        help="non-tensor CUDA memory to assume (default: measured, see README)")
+                        help="non-tensor CUDA memory to assume (default: measured per GPU"
+                        " generation: docs/runtime-models.md)")
     parser.add_argument("--depth", type=int, default=2, metavar="N",
                         help="group FLOPs, parameters and peak memory by module path at depth N")
     parser.add_argument("--runtime", choices=RUNTIMES,
@@ -161,9 +167,10 @@ def _add_suggest_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_torch_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("PyTorch models (MODEL is file.py:fn or pkg.mod:fn)")
-    group.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
-                       help="an example input, e.g. 32x3x224x224 or 4x1024:int64"
-                       " (repeat for each positional input)")
+    group.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
+                       help="an example input, e.g. 32x3x224x224 or 4x1024:int64 (repeat for"
+                       " each positional input); NAME=SHAPE passes it as a keyword, e.g."
+                       " attention_mask=4x1024:int64")
     group.add_argument("--example-inputs", metavar="FILE.py:FN",
                        help="a function returning the example inputs (a tensor or a tuple of"
                        " them), called on the meta device; instead of --input")
@@ -176,6 +183,10 @@ def _add_torch_options(parser: argparse.ArgumentParser) -> None:
                        help="micro-batches per optimizer step (memory is per micro-batch)")
     group.add_argument("--loss", metavar="FILE.py:FN",
                        help="loss(output) -> scalar (default: cross-entropy)")
+    group.add_argument("--weights", metavar="int8|int4|int4-tiled[:MODULES]",
+                       help="store the nn.Linear weights as torchao's int8 or int4 weight-only"
+                       " quantization does (docs/quantized.md); MODULES: path patterns, e.g."
+                       " int4:layers.*.mlp")
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
@@ -212,7 +223,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     # the user's files are imported before the analysis starts (a file that fails to import
     # is an input error like any other)
     analysis = pipeline.analyze(pipeline.resolve(request))
-    emit(console, lambda out: print_summary(analysis, out),
+    emit(console, lambda out: print_summary(analysis, out, args.verbose),
          [Output(json_out, "JSON", lambda path: _write_json(analysis, path)),
           Output(html_out, "HTML report", lambda path: _write_html(analysis, path))],
          (lambda: to_json_text(analysis)) if args.json == "-" else None)
@@ -268,7 +279,8 @@ def request_from_args(args: argparse.Namespace) -> Request:
         training=_training(args), runtime=RuntimeOptions(args.runtime, args.ort_optimization),
         distributed=_distributed(args), kv_cache=_kv_cache(args), serving=_serving(args),
         suggest=_suggest(args),
-        sweep=_sweep(args.sweep, torch), module_depth=args.depth, finetune=_finetune(args))
+        sweep=_sweep(args.sweep, torch), module_depth=args.depth, finetune=_finetune(args),
+        weights=parse_weights(args.weights) if args.weights else None)
     request.check()
     return request
 

@@ -32,6 +32,7 @@ from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import (
     Budgets,
     complete_budgets,
+    min_sequences,
     parse_count,
     parse_latency_s,
     parse_memory_limit,
@@ -47,7 +48,8 @@ EXIT_FAILED = 1
 
 # Options that describe one model; with --budgets they belong in the file.
 _MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "max_latency",
-                  "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth")
+                  "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth",
+                  "min_sequences", "context")
 
 
 NAME = "check"
@@ -62,15 +64,18 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("model", nargs="?", help="an .onnx file (or use --budgets)")
     parser.add_argument("--gpu", help="GPU name from 'graphmem gpus'; with it the model must"
                         " at least fit (--max-memory 100%%) unless --max-memory says otherwise")
-    parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
+    parser.add_argument("--batch", type=int, help="bind the batch axis (a dim named like a"
+                        " batch, else a dynamic axis 0 of the inputs)")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
                         metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
     parser.add_argument("--cuda-reserve", type=argtype(parse_size), metavar="SIZE",
-                        help="non-tensor CUDA memory to assume (default: measured, see README)")
+                        help="non-tensor CUDA memory to assume (default: measured per GPU"
+                        " generation: docs/runtime-models.md)")
     budgets = parser.add_argument_group("budgets")
     budgets.add_argument("--max-memory", type=argtype(parse_memory_limit), metavar="LIMIT",
-                         help="peak memory: a share of the GPU's usable memory (90%%, needs"
-                         " --gpu) or a size (12GiB)")
+                         help="peak memory: with --gpu, the GPU's device total against a"
+                         " share of its memory (90%%) or a size (12GiB); without, the"
+                         " live-tensor peak against a size")
     budgets.add_argument("--max-latency", type=argtype(parse_latency_s), metavar="TIME",
                          help="roofline latency estimate (20ms; needs --gpu)")
     budgets.add_argument("--max-params", type=argtype(parse_count), metavar="N",
@@ -84,8 +89,13 @@ def add_parser(commands: Any) -> None:
     budgets.add_argument("--max-growth", type=argtype(parse_percent), metavar="PCT",
                          help="allowed growth of peak memory, params and FLOPs over --baseline"
                          " (5%%)")
+    budgets.add_argument("--min-sequences", type=argtype(parse_count), metavar="N",
+                         help="serving: at least N sequences of --context tokens fit at once in"
+                         " the paged KV cache (needs --gpu; see docs/serving.md)")
+    budgets.add_argument("--context", type=argtype(parse_count), metavar="TOKENS",
+                         help="tokens per sequence (prompt + output) for --min-sequences")
     budgets.add_argument("--budgets", type=Path, metavar="FILE.toml",
-                         help="check every model a budgets file lists (see README)")
+                         help="check every model a budgets file lists (see docs/gate.md)")
     outputs = parser.add_argument_group("outputs")
     outputs.add_argument("--json", metavar="PATH", help="write verdicts and analyses as JSON"
                          " ('-' for stdout)")
@@ -177,7 +187,8 @@ def _specs(args: argparse.Namespace) -> list[CheckSpec]:
                             " PyTorch model with torch.onnx.export and check the .onnx file")
     budgets = Budgets(max_memory=args.max_memory, max_latency_s=args.max_latency,
                       max_params=args.max_params, max_flops=args.max_flops,
-                      fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth)
+                      fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth,
+                      min_sequences=min_sequences(args.min_sequences, args.context))
     return [CheckSpec(model_path=Path(args.model), label=Path(args.model).stem, budgets=budgets,
                       gpu=args.gpu, batch=args.batch, dims=dims_dict(args.dim),
                       cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline)]

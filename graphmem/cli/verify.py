@@ -38,7 +38,8 @@ def add_parser(commands: Any) -> None:
         " need the data file.")
     parser.add_argument("model", help="an .onnx file, or a PyTorch model as file.py:fn or"
                         " package.module:fn (then one real step runs on torch)")
-    parser.add_argument("--batch", type=int, help="bind the first dynamic dim of the inputs")
+    parser.add_argument("--batch", type=int, help="bind the batch axis: a dim named like a"
+                        " batch, else a dynamic axis 0 of the inputs")
     parser.add_argument("--dim", action="append", type=parse_dim_binding, default=[],
                         metavar="NAME=VALUE", help="bind a named dynamic dim (repeatable)")
     parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
@@ -54,9 +55,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON"
                         " ('-' for stdout)")
     torch_options = parser.add_argument_group("PyTorch models (MODEL is file.py:fn)")
-    torch_options.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+    torch_options.add_argument("--input", action="append", default=[],
+                               metavar="[NAME=]SHAPE[:DTYPE]",
                                help="an example input, e.g. 8x3x224x224 or 4x128:int64"
-                               " (repeatable, one per positional input)")
+                               " (repeatable, one per positional input); NAME=SHAPE is a"
+                               " keyword input, e.g. attention_mask=4x128:int64")
     torch_options.add_argument("--train", action="store_true",
                                help="measure one whole training step, not inference")
     torch_options.add_argument("--optimizer", choices=OPTIMIZERS,

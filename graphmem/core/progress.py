@@ -42,17 +42,24 @@ def reporting(reporter: Reporter | None) -> Iterator[None]:
 @contextmanager
 def stage(label: str) -> Iterator[None]:
     """A step of the work without a count ("importing model.onnx")."""
-    with steps(label, None):
+    with _marked(label, None, counts=False):
         yield
 
 
 @contextmanager
 def steps(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """A counted step; the block calls the returned function with how many are done.
+    """A counted step; the block calls the returned function with how many are done (`total`
+    None: a count without a known end, "suggestions: re-analysed changes 3").
 
     Outermost: shown as its own line. Inside a shown stage, the first counted steps are shown
     in that stage's line ("suggestions: re-analysing checkpoint plans 3/12"); the rest of
     the nested work (the re-analyses themselves) stays quiet."""
+    with _marked(label, total, counts=True) as done:
+        yield done
+
+
+@contextmanager
+def _marked(label: str, total: int | None, counts: bool) -> Iterator[Callable[[int], None]]:
     reporter, depth, outer = _REPORTER.get(), _ACTIVE.get(), _SHOWN.get()
     if reporter is None:
         yield _ignore
@@ -65,7 +72,7 @@ def steps(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
             finally:
                 reporter.end()
         return
-    counted = total is not None and outer is not None and not _COUNTING.get()
+    counted = counts and outer is not None and not _COUNTING.get()
     with _scoped(_ACTIVE, depth + 1), _scoped(_COUNTING, _COUNTING.get() or counted):
         if not counted:
             yield _ignore

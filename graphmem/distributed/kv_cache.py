@@ -85,6 +85,17 @@ def with_position_limit(report: KvCacheReport, limit: int | None, source: str) -
                    max_context=None if longest is None else min(longest, limit))
 
 
+def with_serving_answer(report: KvCacheReport) -> KvCacheReport:
+    """Under --serve one answer to "the longest context": the serving plan's (paged blocks in
+    the engine's budget, capped at the position limit); base and usable are the plan's."""
+    plan = report.serving
+    if plan is None:
+        return report
+    base = plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
+    return replace(report, max_context=plan.max_context, max_context_reason=None,
+                   base_bytes=base, usable_bytes=plan.budget_bytes)
+
+
 def parse_kv_option(text: str) -> tuple[int, int, int]:
     """`--kv-cache 32,8,128` -> (layers, kv_heads, head_dim)."""
     parts = text.split(",")

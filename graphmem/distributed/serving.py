@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Node, Role, Value
@@ -32,6 +32,7 @@ from graphmem.errors import GraphmemError
 from graphmem.ops import traits_of
 from graphmem.ops.traits import Contraction
 from graphmem.passes.dims import DimBinding, value_bytes
+from graphmem.passes.fit import FitPart, GpuFit
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.params import stored_bytes
 
@@ -179,6 +180,35 @@ def plan_serving(inputs: ServingInputs) -> ServingReport:
         replicas=config.replicas, memory_context=blocks * config.block_size,
         position_limit=inputs.position_limit,
         position_limit_source=inputs.position_limit_source)
+
+
+def one_sequence_bytes(plan: ServingReport) -> int:
+    """What one sequence at the plan's context needs on a GPU: weights, the step's
+    activations, the CUDA context and its KV blocks. At most the budget exactly when at least
+    one sequence fits (kv_cache >= blocks_per_sequence * block)."""
+    return (plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
+            + plan.blocks_per_sequence * plan.block_bytes)
+
+
+def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
+    """The verdict under --serve: the plan's answer, not the step's. It fits when one
+    sequence at the context fits the engine's budget (capacity x gpu_memory_utilization);
+    `required_bytes` is that sequence's total, its parts the plan's."""
+    required = one_sequence_bytes(plan)
+    share = plan.config.gpu_memory_utilization
+    parts = (FitPart("weights", "weights (per GPU)", SymInt.const(plan.weights_bytes)),
+             FitPart("live_peak", "step activation peak", SymInt.const(plan.activation_bytes)),
+             FitPart("context", "CUDA context", SymInt.const(plan.cuda_context_bytes)),
+             FitPart("kv_cache", f"KV cache, {plan.context:,} tokens",
+                     SymInt.const(plan.blocks_per_sequence * plan.block_bytes)))
+    # utilization stays required / capacity (GpuFit's meaning); the verdict is against the
+    # budget, so with a share below 1 a sequence may not fit at under 100%: `basis` says why
+    return replace(
+        fit, required_bytes=SymInt.const(required),
+        utilization=required / plan.capacity_bytes if plan.capacity_bytes else float("inf"),
+        fits=plan.max_sequences >= 1, parts=parts, runtime=None, failure="", caveat="",
+        basis=(f"serving plan: one {plan.context:,}-token sequence against the engine's"
+               f" budget, {share:g} of the GPU (--gpu-memory-utilization)"))
 
 
 # ----- what the graph says: weights on a rank, a step's activations ---------------------------

@@ -37,3 +37,4 @@ class ImportedModel:
     # ONNX: what onnxruntime's planner sees (its plan shapes, its optimized graph), produced
     # on demand from the model file the importer read (graphmem/runtime_models/ uses it)
     runtime_inputs: RuntimeInputs | None = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = ()  # what was built or applied, for information: not warnings

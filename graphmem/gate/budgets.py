@@ -152,6 +152,25 @@ class MinSequences:
     serving: ServingConfig = field(default_factory=ServingConfig)
 
 
+def min_sequences(count: int | None, context: int | None, where: str = "",
+                  names: tuple[str, str] = ("--min-sequences ", "--context ")
+                  ) -> MinSequences | None:
+    """The sequences budget from its two settings (`names`: how the user wrote them, the
+    command line's flags or the budgets file's keys): N sequences of `context` tokens."""
+    count_name, context_name = names
+    if count is None:
+        if context is not None:
+            raise GraphmemError(f"{where}{context_name}{context} is the tokens per sequence of"
+                                f" {count_name.rstrip(' =')}: add {count_name}N or drop it")
+        return None
+    if context is None:
+        raise GraphmemError(f"{where}{count_name}{count} needs {context_name}TOKENS: the"
+                            " tokens per sequence (prompt + output) each must hold")
+    if count < 1:
+        raise GraphmemError(f"{where}{count_name}{count}: give at least 1 sequence")
+    return MinSequences(count, ServingConfig(context=context))
+
+
 @dataclass(frozen=True)
 class Budgets:
     """Every budget of one model; None / False: not checked."""

@@ -42,6 +42,7 @@ from graphmem.gate.baseline import read_input_file
 from graphmem.gate.budgets import (
     Budgets,
     SpecError,
+    min_sequences,
     parse_count,
     parse_latency_s,
     parse_memory_limit,
@@ -75,8 +76,9 @@ _BUDGET_KEYS = {
     "max_params": _Budget(parse_count, "25M", True),
     "max_flops": _Budget(parse_count, "4.1G", True),
     "max_growth": _Budget(parse_percent, "5%", False),
+    "min_sequences": _Budget(parse_count, "8", True),  # with context: serving (--serve)
 }
-_SETTING_KEYS = {"gpu", "batch", "dims", "cuda_reserve", "fail_on_unsupported"}
+_SETTING_KEYS = {"gpu", "batch", "dims", "cuda_reserve", "fail_on_unsupported", "context"}
 _DEFAULT_KEYS = _SETTING_KEYS | set(_BUDGET_KEYS)
 _MODEL_ONLY_KEYS = {"path", "name", "baseline"}
 _MODEL_KEYS = _DEFAULT_KEYS | _MODEL_ONLY_KEYS
@@ -185,7 +187,7 @@ class _Values:
                 checked[key] = self.budget(key, value)
             elif key == "cuda_reserve":
                 checked[key] = self.size(key, value)
-            elif key == "batch":
+            elif key in ("batch", "context"):
                 checked[key] = self.dim_value(key, value)
             elif key == "dims":
                 checked[key] = self.dims(value)
@@ -279,7 +281,9 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
         max_memory=merged.get("max_memory"), max_latency_s=merged.get("max_latency"),
         max_params=merged.get("max_params"), max_flops=merged.get("max_flops"),
         fail_on_unsupported=bool(merged.get("fail_on_unsupported", False)),
-        max_growth=merged.get("max_growth"))
+        max_growth=merged.get("max_growth"),
+        min_sequences=min_sequences(merged.get("min_sequences"), _serving_context(merged),
+                                    f"{file.name} {where}", ("min_sequences = ", "context = ")))
     baseline = merged.get("baseline")
     spec = CheckSpec(
         model_path=folder / model_path,
@@ -292,6 +296,13 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
         baseline_path=folder / baseline if baseline else None,
     )
     return model_path, checked.get("name"), spec
+
+
+def _serving_context(merged: Mapping[str, Any]) -> int | None:
+    """The context of min_sequences; none where `min_sequences = false` removed a default
+    (its context goes with it)."""
+    removed = "min_sequences" in merged and merged["min_sequences"] is None
+    return None if removed else merged.get("context")
 
 
 def _with_labels(entries: list[tuple[str, str | None, CheckSpec]]) -> list[CheckSpec]:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from graphmem.distributed.serving import ServingConfig
 from graphmem.gate.baseline import load_baseline
 from graphmem.gate.budgets import (
     BudgetResult,
@@ -74,6 +75,11 @@ def run_check(specs: Sequence[CheckSpec]) -> CheckReport:
     return CheckReport(tuple(check_model(spec) for spec in specs))
 
 
+def _serving(budgets: Budgets) -> ServingConfig | None:
+    """--min-sequences: the model is planned as served (graphmem/distributed/serving.py)."""
+    return budgets.min_sequences.serving if budgets.min_sequences is not None else None
+
+
 def check_model(spec: CheckSpec) -> ModelCheck:
     started = time.perf_counter()
     source = str(spec.baseline_path) if spec.baseline_path is not None else None
@@ -82,7 +88,8 @@ def check_model(spec: CheckSpec) -> ModelCheck:
         budgets = replace(budgets, baseline=load_baseline(spec.baseline_path, spec.label))
     analysis = run.analyze(Request(spec.model_path, batch=spec.batch, dims=spec.dims,
                                    gpu=spec.gpu, cuda_reserve_bytes=spec.cuda_reserve_bytes,
-                                   suggest=SuggestOptions(enabled=False)))
+                                   suggest=SuggestOptions(enabled=False),
+                                   serving=_serving(budgets)))
     numbers = numbers_of(analysis)
     results = evaluate(numbers, budgets)
     return ModelCheck(spec, analysis, numbers, results, time.perf_counter() - started)

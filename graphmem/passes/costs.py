@@ -6,12 +6,15 @@ An op with no rule is not zero: it is listed in `unsupported_ops` and its node i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.ops import OpCost, ShapeUnknownError, find_rule
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
+from graphmem.passes.control_flow import BodyTotals, BranchCost, control_flow_cost
 from graphmem.passes.dims import DimBinding
 
 
@@ -19,7 +22,8 @@ class CostStatus(StrEnum):
     OK = "ok"
     UNSUPPORTED = "unsupported"  # no rule for this op: FLOPs unknown
     SHAPE_UNKNOWN = "shape_unknown"  # a rule exists but a shape it needs is unknown
-    SUBGRAPH = "subgraph"  # If/Loop/Scan: the body is not costed op by op
+    # If/Loop/Scan/cond whose bodies are not (all) costed: unreadable, or with ops of no rule
+    SUBGRAPH = "subgraph"
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class NodeCost:
     param_count: int
     status: CostStatus
     note: str = ""
+    branches: tuple[BranchCost, ...] = ()  # If/Loop/Scan bodies (passes/control_flow.py)
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,10 @@ class CostReport:
 
 
 def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport:
-    dims = binding.bound if binding else {}
+    return _graph_costs(graph, binding.bound if binding else {})
+
+
+def _graph_costs(graph: Graph, dims: Mapping[str, int]) -> CostReport:
     nodes = tuple(_node_cost(node, dims) for node in graph.nodes)
     unsupported = Counter(qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
     return CostReport(
@@ -77,7 +85,9 @@ def qualified_op(cost: NodeCost) -> str:
     return f"{cost.domain}.{cost.op_type}"
 
 
-def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:
+def _node_cost(node: Node, dims: Mapping[str, int]) -> NodeCost:
+    if isinstance(node, ControlFlowNode) and node.bodies:
+        return _control_flow_node_cost(node, dims)
     status, note, op_cost = _arithmetic(node)
     inputs = _distinct(node.present_inputs)
     return NodeCost(
@@ -90,10 +100,39 @@ def _node_cost(node: Node, dims: dict[str, int]) -> NodeCost:
         flops=op_cost.flops.bind(dims),
         bytes_read=_total_bytes(inputs).bind(dims),
         bytes_written=_total_bytes([v for v in node.outputs if v.alias_of is None]).bind(dims),
-        param_count=sum(int(v.numel or 0) for v in inputs if v.role is Role.PARAMETER),
+        param_count=_param_count(inputs),
         status=status,
         note=note,
     )
+
+
+def _control_flow_node_cost(node: ControlFlowNode, dims: Mapping[str, int]) -> NodeCost:
+    """If/Loop/Scan priced from their bodies; a body with uncosted nodes keeps the node flagged
+    as control flow (its FLOPs then count what is known)."""
+    cost = control_flow_cost(node, dims, _body_totals)
+    return NodeCost(
+        name=node.name,
+        op_type=node.op_type,
+        domain=node.domain,
+        module_path=node.module_path,
+        output_shapes=tuple(v.shape_text(dims) for v in node.outputs
+                            if not v.name.endswith(BODY_SCRATCH_SUFFIX)),
+        macs=cost.macs,
+        flops=cost.flops,
+        bytes_read=cost.bytes_read,
+        bytes_written=cost.bytes_written,
+        param_count=_param_count(_distinct(node.present_inputs)),
+        status=CostStatus.OK if cost.complete else CostStatus.SUBGRAPH,
+        note=cost.note,
+        branches=cost.branches,
+    )
+
+
+def _body_totals(body: Graph, dims: Mapping[str, int]) -> BodyTotals:
+    report = _graph_costs(body, dims)
+    uncosted = tuple(qualified_op(n) for n in report.nodes if n.status is not CostStatus.OK)
+    return BodyTotals(report.total_macs, report.total_flops, report.total_bytes_read,
+                      report.total_bytes_written, uncosted)
 
 
 def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
@@ -110,6 +149,10 @@ def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
         return CostStatus.OK, "", rule(node)
     except ShapeUnknownError as error:
         return CostStatus.SHAPE_UNKNOWN, str(error), OpCost.zero()
+
+
+def _param_count(inputs: list[Value]) -> int:
+    return sum(int(v.numel or 0) for v in inputs if v.role is Role.PARAMETER)
 
 
 def _distinct(values: list[Value]) -> list[Value]:

@@ -99,16 +99,19 @@ def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBi
             )
     if batch is not None:
         check_dim_value(f"--batch {batch}", batch)
-        if batch_dim is None:
+        if batch_dim is None and axis.fixed_at == batch:
+            batch = None  # the file's own batch: nothing to bind (the batch is already it)
+        elif batch_dim is None:
             others = sorted(known - bound.keys())
             hint = f"; bind its other dims with --dim ({', '.join(others)})" if others else ""
             raise GraphmemError(f"--batch {batch}: {axis.note}{hint}")
-        if batch_dim in bound and bound[batch_dim] != batch:
+        elif batch_dim in bound and bound[batch_dim] != batch:
             raise GraphmemError(
                 f"--batch {batch} and --dim {batch_dim}={bound[batch_dim]} disagree:"
                 f" --batch binds '{batch_dim}'; give only one of them"
             )
-        bound[batch_dim] = batch
+        if batch is not None and batch_dim is not None:
+            bound[batch_dim] = batch
     free = tuple(sorted(known - bound.keys()))
     return DimBinding(bound=bound, free=free, batch_dim=batch_dim, batch_note=axis.note)
 

@@ -12,7 +12,7 @@ initializer in the file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphmem.core.ir import Graph, Role, Value
 from graphmem.ops.quantized import StoredWeight, quantized_operands, stored_weight
@@ -78,6 +78,40 @@ def count_params(graph: Graph) -> ParamReport:
         bytes_by_dtype=by_dtype,
         quantized=quantized,
         quantization_bytes=sum(stored_bytes(v) for v in quantization.metadata),
+    )
+
+
+@dataclass(frozen=True)
+class PackedWeights:
+    """Weights a front end stores packed in a wider element type (NF4: two 4-bit codes per
+    uint8 parameter element), and their quantization constants (held as buffers)."""
+
+    dtype: str  # the quantized type, e.g. "nf4"
+    parameters: int  # elements of the weights in the unquantized model
+    stored_count: int  # elements of the packed parameters (uint8: one per byte)
+    stored_bytes: int
+    constant_count: int  # elements of the constants' buffers
+    constant_bytes: int
+
+
+def with_packed_weights(report: ParamReport, packed: PackedWeights) -> ParamReport:
+    """`report` with `packed` counted as the ONNX path counts quantized weights: parameters by
+    their unquantized elements, listed by type in `quantized`, their bytes as stored; the
+    constants are quantization bytes, not buffers."""
+    by_dtype = dict(report.bytes_by_dtype)
+    by_dtype["uint8"] = by_dtype.get("uint8", 0) - packed.stored_bytes
+    if by_dtype["uint8"] <= 0:
+        del by_dtype["uint8"]
+    by_dtype[packed.dtype] = by_dtype.get(packed.dtype, 0) + packed.stored_bytes
+    group = QuantizedParams(packed.dtype, packed.parameters, packed.stored_bytes)
+    return replace(
+        report,
+        count=report.count - packed.stored_count + packed.parameters,
+        buffer_count=report.buffer_count - packed.constant_count,
+        buffer_bytes=report.buffer_bytes - packed.constant_bytes,
+        bytes_by_dtype=by_dtype,
+        quantized=(*report.quantized, group),
+        quantization_bytes=report.quantization_bytes + packed.constant_bytes,
     )
 
 

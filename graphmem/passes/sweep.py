@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from graphmem.core.progress import steps
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import MAX_DIM_VALUE
 
@@ -48,13 +49,15 @@ def run_sweep(dim: str, values: Sequence[int], peak_at: Callable[[int], int],
     here is the live peak against `usable_bytes`; `with_device_totals` replaces it by the
     GPU's verdict where a runtime model applies."""
     points = []
-    for value in values:
-        peak = peak_at(value)
-        latency = latency_at(value)
-        batch = batch_at(value)
-        throughput = batch / latency if batch is not None and latency else None
-        fits = None if usable_bytes is None else peak <= usable_bytes
-        points.append(SweepPoint(value, peak, fits, latency, throughput))
+    with steps(f"sweep of {dim}", len(values)) as done:  # a re-analysis per value
+        for value in values:
+            peak = peak_at(value)
+            latency = latency_at(value)
+            batch = batch_at(value)
+            throughput = batch / latency if batch is not None and latency else None
+            fits = None if usable_bytes is None else peak <= usable_bytes
+            points.append(SweepPoint(value, peak, fits, latency, throughput))
+            done(len(points))
     return SweepResult(dim=dim, points=tuple(points), saturates_at=_saturation(points))
 
 
@@ -62,10 +65,12 @@ def with_device_totals(sweep: SweepResult, total_at: Callable[[int], int],
                        capacity_bytes: int) -> SweepResult:
     """The sweep with each point's device total and the verdict on it (total <= capacity)."""
     points = []
-    for point in sweep.points:
-        total = total_at(point.value)
-        points.append(dataclasses.replace(point, device_total_bytes=total,
-                                          fits=total <= capacity_bytes))
+    with steps(f"device total per {sweep.dim}", len(sweep.points)) as done:
+        for point in sweep.points:
+            total = total_at(point.value)
+            points.append(dataclasses.replace(point, device_total_bytes=total,
+                                              fits=total <= capacity_bytes))
+            done(len(points))
     return dataclasses.replace(sweep, points=tuple(points))
 
 

@@ -25,6 +25,7 @@ from graphmem.passes.params import ParamReport
 if TYPE_CHECKING:
     from graphmem.distributed.kv_cache import KvCacheReport
     from graphmem.distributed.strategies import DistributedReport
+    from graphmem.frontends.torch.finetune import FinetuneReport
     from graphmem.passes.arena import ArenaPlan
     from graphmem.passes.max_batch import MaxBatchResult
     from graphmem.passes.roofline import RooflineResult
@@ -46,6 +47,9 @@ class ModelInfo:
     # a PyTorch step traced for a CUDA GPU: the kernels it assumed (attention backend, fused
     # dropout, cuDNN batch norm, optimizer); () for ONNX models and CPU traces
     kernels: tuple[KernelChoice, ...] = ()
+    # what the front end built or applied (a config's model, LoRA, weight layouts): information,
+    # not warnings; the terminal shows them with --verbose, JSON `model.notes`
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,9 @@ class Analysis:
     # `reanalyzer`): the verdict's runtime model re-runs it for max batch and sweeps
     reanalyze: Callable[[dict[str, int]], Analysis] | None = field(
         default=None, repr=False, compare=False)
+    # a PyTorch model: the transformers model built from a config, LoRA/QLoRA, MoE routing
+    # and the checkpointed layers (graphmem/frontends/torch/peft.py); None otherwise
+    finetune: FinetuneReport | None = None
 
     @property
     def peak_bytes(self) -> int | Formula:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from graphmem.core.evaluate import compile_count
 from graphmem.core.ir import Graph
+from graphmem.core.progress import steps
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
@@ -353,19 +354,28 @@ def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
         probe = DimProbe(analysis, binding.batch_dim or "", reanalyze)
     override = reserve.bytes if reserve is not None else None
     rows = []
-    for gpu in gpus:
-        device = DeviceModel(gpu_runtime(analysis), gpu, override)
-        fit = _gpu_fit(analysis, device)
-        roofline = None
-        if _costs_bound(analysis.costs):
-            roofline = estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
-                                         binding.batch_dim)
-        max_batch = None
-        if binding.batch_dim is not None:
-            guess = solve_max_batch(analysis, fit.usable_bytes, reanalyze, probe)
-            max_batch = solve_on_device(analysis, guess, device, reanalyze)
-        rows.append(GpuRow(fit, roofline, max_batch))
+    with steps("fitting each GPU", len(gpus)) as done:  # a max-batch search per GPU
+        for gpu in gpus:
+            rows.append(_gpu_row(analysis, gpu, override, reanalyze, probe))
+            done(len(rows))
     return rows
+
+
+def _gpu_row(analysis: Analysis, gpu: GpuSpec, override: int | None,
+             reanalyze: Reanalyze, probe: DimProbe | None) -> GpuRow:
+    """One GPU's verdict, roofline and largest batch."""
+    binding = analysis.dims
+    device = DeviceModel(gpu_runtime(analysis), gpu, override)
+    fit = _gpu_fit(analysis, device)
+    roofline = None
+    if _costs_bound(analysis.costs):
+        roofline = estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
+                                     binding.batch_dim)
+    max_batch = None
+    if binding.batch_dim is not None:
+        guess = solve_max_batch(analysis, fit.usable_bytes, reanalyze, probe)
+        max_batch = solve_on_device(analysis, guess, device, reanalyze)
+    return GpuRow(fit, roofline, max_batch)
 
 
 def _gpu_fit(analysis: Analysis, device: DeviceModel) -> GpuFit:

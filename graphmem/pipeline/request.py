@@ -35,6 +35,7 @@ from graphmem.frontends.torch.finetune import (
 )
 from graphmem.frontends.torch.nf4 import BLOCKSIZES
 from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
+from graphmem.frontends.torch.weight_layout import INT4_GROUP_SIZES, WeightQuantOptions
 from graphmem.passes.dims import MAX_DIM_VALUE, check_dim_value
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
@@ -112,7 +113,7 @@ class Request:
     inputs: tuple[object, ...] = ()
     example_inputs: str | None = None  # PyTorch: FILE.py:FN returning the inputs
     label: str | None = None  # how reports name the model (default: the path or spec)
-    batch: int | None = None  # ONNX: binds the first dynamic dim of the inputs
+    batch: int | None = None  # ONNX: binds the batch axis (passes/dims.py)
     dims: Mapping[str, int] = field(default_factory=dict)  # ONNX: named dynamic dims
     gpu: str | None = None  # a name from `graphmem gpus`
     cuda_reserve_bytes: int | None = None  # non-tensor CUDA memory (default: measured)
@@ -128,7 +129,12 @@ class Request:
     pooled_heads: tuple[PooledHead, ...] = ()  # PyTorch: FC heads traced pooled
     # PyTorch: LoRA / QLoRA adapters and gradient checkpointing (frontends/torch/peft.py)
     finetune: FinetuneOptions | None = None
-    notes: tuple[str, ...] = ()  # what `resolve` assumed (a config's default inputs): reported
+    # PyTorch: Linear weights stored as torchao's int8/int4 weight-only (torch/weight_quant.py)
+    weights: WeightQuantOptions | None = None
+    notes: tuple[str, ...] = ()  # what `resolve` built (a config's model, its inputs): reported
+    # what `resolve` assumed because the user did not say (a config's default batch or seq):
+    # reported as warnings, not notes
+    assumptions: tuple[str, ...] = ()
 
     @property
     def is_torch(self) -> bool:
@@ -169,6 +175,7 @@ def check_request(request: Request) -> None:
         _check_training(request.training)
     if request.is_torch:
         _check_torch(request)
+        _check_weights(request)
     else:
         _check_onnx(request)
     if request.gpu is not None:
@@ -270,10 +277,24 @@ def _check_qlora(qlora: QloraOptions) -> None:
                             f" {', '.join(map(str, BLOCKSIZES))}")
 
 
+def _check_weights(request: Request) -> None:
+    if request.weights is None:
+        return
+    if request.finetune is not None and request.finetune.qlora is not None:
+        raise GraphmemError("--weights and --qlora both quantize the Linear layers: give one")
+    if request.finetune is not None and request.finetune.lora is not None:
+        raise GraphmemError("--lora on --weights layers (LoRA over torchao-quantized Linear"
+                            " layers) is not modelled: use --qlora for a quantized base")
+    if request.weights.group_size not in INT4_GROUP_SIZES:
+        raise GraphmemError(f"--weights group size {request.weights.group_size}: choose one of"
+                            f" {', '.join(map(str, INT4_GROUP_SIZES))}")
+
+
 def _check_onnx(request: Request) -> None:
     loss = request.training.loss if request.training is not None else None
     given = [flag for flag, value in (("--input", request.inputs), ("--loss", loss),
-                                      ("--example-inputs", request.example_inputs)) if value]
+                                      ("--example-inputs", request.example_inputs),
+                                      ("--weights", request.weights)) if value]
     if given:
         raise GraphmemError(
             f"{', '.join(given)} apply to PyTorch models (file.py:fn); ONNX models take"

@@ -16,22 +16,25 @@ each suggestion's change go through `rerun_request` below.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
+from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
 from graphmem.devices.gpus import GpuSpec, find_gpu
+from graphmem.distributed.kv_cache import with_serving_answer
+from graphmem.distributed.serving import serving_fit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
-from graphmem.frontends.torch.finetune import FinetuneReport
+from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
 from graphmem.passes.costs import compute_costs
 from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
 from graphmem.passes.fit import CudaReserve, fit_on_gpu
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import group_by_module
-from graphmem.passes.params import count_params
+from graphmem.passes.params import PackedWeights, count_params, with_packed_weights
 from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
 from graphmem.pipeline.extras import with_distributed_request, with_kv_request
 from graphmem.pipeline.planning import GpuRow, Reanalyze, fits_on_each_gpu, with_plans
@@ -48,19 +51,30 @@ def analyze(request: Request) -> Analysis:
     gpu = find_gpu(request.gpu) if request.gpu else None
     with stage("tracing the model" if request.is_torch else "reading the model"):
         imported, binding, finetune = _imported(request)
-    with stage(f"analysing {len(imported.graph.nodes):,} nodes"):
+    # the passes allocate in bulk: no cyclic collections meanwhile (core/collector.py)
+    with stage(f"analysing {len(imported.graph.nodes):,} nodes"), collector_paused():
         analysis = run_passes(imported.graph, model_info(request, imported), binding, gpu,
                               request.cuda_reserve_bytes, _training_info(request, imported),
                               request.module_depth, request.sweep, request.plan,
                               rerun=_dims_rerun(request))
     analysis = replace(analysis, runtime_inputs=imported.runtime_inputs)
     analysis = _with_finetune(analysis, finetune)
+    analysis = _with_weight_quant(analysis, request)
     with stage("suggestions"):
         analysis = with_suggestions(analysis, request, analyze)
-    with stage("runtime model"):
+    with stage("runtime model"), collector_paused():
         analysis = with_runtime_request(analysis, request, gpu)
     analysis = with_distributed_request(analysis, request)
-    return with_kv_request(analysis, request)
+    return _with_serving_verdict(with_kv_request(analysis, request))
+
+
+def _with_serving_verdict(analysis: Analysis) -> Analysis:
+    """Under --serve the verdict is the serving plan's: does one sequence at the context fit
+    (graphmem/distributed/serving.py `serving_fit`)."""
+    kv, fit = analysis.kv_cache, analysis.fit
+    if kv is None or kv.serving is None or fit is None:
+        return analysis
+    return replace(analysis, fit=serving_fit(fit, kv.serving), kv_cache=with_serving_answer(kv))
 
 
 def resolve(request: Request) -> Request:
@@ -94,14 +108,19 @@ def _built_from_config(request: Request) -> Request:
     source = request.model
     built = build_hf_model(source if isinstance(source, Mapping) else str(source),
                            training=request.training is not None)
-    notes = built.notes
+    notes, assumptions = built.notes, request.assumptions
     inputs = request.inputs
     if not inputs:
         seq = next((request.dims[name] for name in SEQ_DIMS if name in request.dims), None)
         spec, note = default_input(built.module, request.batch, seq)
-        inputs, notes = (spec,), (*notes, note)
+        inputs = (spec,)
+        if request.batch is None or seq is None:  # default_input assumed one of them
+            assumptions = (*assumptions, note)
+        else:
+            notes = (*notes, note)
     return replace(request, model=built.module, label=request.label or built.label,
-                   inputs=inputs, batch=None, dims={}, notes=(*request.notes, *notes))
+                   inputs=inputs, batch=None, dims={}, notes=(*request.notes, *notes),
+                   assumptions=assumptions)
 
 
 def _with_checkpointed_layers(request: Request) -> Request:
@@ -129,11 +148,35 @@ def _imported(request: Request) -> tuple[ImportedModel, DimBinding, FinetuneRepo
 
 
 def _with_finetune(analysis: Analysis, report: FinetuneReport | None) -> Analysis:
-    """The fine-tuning report on the Analysis. Its field, `Analysis.finetune`, is asked of
-    pipeline/analysis.py's owner; until it is there the report is in the model's notes only."""
-    if report is None or "finetune" not in {f.name for f in fields(analysis)}:
+    """The fine-tuning report on the Analysis, and the parameter count it corrects: NF4
+    weights are counted by their elements, listed by type in `params.quantized`."""
+    if report is None:
         return analysis
-    return replace(analysis, finetune=report)  # type: ignore[call-arg]
+    params = analysis.params
+    if report.nf4 is not None:
+        params = with_packed_weights(params, nf4_packed(report.nf4))
+    return replace(analysis, finetune=report, params=params)
+
+
+def _with_weight_quant(analysis: Analysis, request: Request) -> Analysis:
+    """--weights int4 / int4-tiled: the packed uint8 parameters counted as the weights they
+    hold (int8 weights are one element each: nothing to correct)."""
+    if request.weights is None or not request.weights.scheme.startswith("int4"):
+        return analysis
+    from graphmem.frontends.torch.weight_quant import quantized_layout
+
+    layout = quantized_layout(request.model, request.weights)
+    packed = PackedWeights("int4", layout.weights, layout.stored_count, layout.stored_bytes,
+                           layout.constant_count, layout.constant_bytes)
+    return replace(analysis, params=with_packed_weights(analysis.params, packed))
+
+
+def nf4_packed(nf4: Nf4Summary) -> PackedWeights:
+    """The NF4 weights as the parameter count sees them: packed uint8 parameters (one byte,
+    two weights) and their constants (buffers), graphmem/frontends/torch/nf4.py's layout."""
+    layout = nf4.bytes
+    return PackedWeights("nf4", layout.weights, layout.packed, layout.packed,
+                         layout.constant_elements(nf4.double_quant), layout.constants)
 
 
 def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
@@ -161,16 +204,23 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
     """The traced step, with LoRA / QLoRA applied for the trace (frontends/torch/peft.py);
     what `resolve` assumed and what fine-tuning applied are among its notes."""
     from graphmem.frontends.torch.import_step import import_torch
+    from graphmem.frontends.torch.kernel_choice import cuda_target
     from graphmem.frontends.torch.peft import fine_tuned, finetune_notes
+    from graphmem.frontends.torch.weight_quant import weight_quant_note, weight_quantized
 
     pooled = [(head.path, head.positions) for head in request.pooled_heads]
     training = request.training
-    with fine_tuned(request.model, request.finetune, training and training.optimizer,
-                    training.checkpoints if training else ()) as report:
+    # a CUDA GPU named: the step as its CUDA kernels would run it (docs/cuda-trace.md)
+    cuda = cuda_target(find_gpu(request.gpu)) if request.gpu else None
+    with weight_quantized(request.model, request.weights) as quantized, fine_tuned(
+            request.model, request.finetune, training and training.optimizer,
+            training.checkpoints if training else ()) as report:
         imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
-                                request.label or "", training, pooled)
-    notes = (*request.notes, *finetune_notes(report, request.finetune))
-    return replace(imported, warnings=(*notes, *imported.warnings)), report
+                                request.label or "", training, pooled, cuda=cuda)
+    notes = (*request.notes, *finetune_notes(report, request.finetune),
+             *weight_quant_note(quantized))
+    return replace(imported, notes=(*imported.notes, *notes),
+                   warnings=(*request.assumptions, *imported.warnings)), report
 
 
 def model_info(request: Request, imported: ImportedModel) -> ModelInfo:
@@ -183,6 +233,8 @@ def model_info(request: Request, imported: ImportedModel) -> ModelInfo:
         node_count=len(graph.nodes),
         shape_inference=imported.shape_inference,
         warnings=imported.warnings,
+        notes=imported.notes,
+        kernels=getattr(imported, "kernels", ()),  # a torch trace for a CUDA GPU
     )
 
 

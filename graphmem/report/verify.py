@@ -213,9 +213,27 @@ def print_torch_verification(result: TorchVerification, console: Console) -> Non
     table.add_row(format_bytes(result.predicted_activation_peak_bytes),
                   format_bytes(result.measured.peak_bytes), _pct(result.error_pct))
     console.print(table)
+    if result.traced_for is not None:
+        console.print(f"graphmem traced the step as CUDA runs it on"
+                      f" {markup_text(result.traced_for)} (docs/cuda-trace.md)", soft_wrap=True)
+    _print_kernel_scratch(result, console)
     console.print(f"measured with {markup_text(result.measured.method)}; graphmem's figure is"
                   " memory.activation_peak_bytes of `graphmem analyze` with the same options",
                   soft_wrap=True)
+
+
+def _print_kernel_scratch(result: TorchVerification, console: Console) -> None:
+    """The CPU's buffers kernels allocate and free before returning: measured, labelled,
+    never added to the tensor peak the error compares (docs/verify.md#pytorch-models)."""
+    measured = result.measured
+    if measured.kernel_scratch_bytes is None or measured.allocator_peak_bytes is None:
+        return
+    where = f", inside {markup_text(measured.scratch_kernel)}" if measured.scratch_kernel else ""
+    console.print(f"kernels' scratch (measured, not in either figure above):"
+                  f" +{format_bytes(measured.kernel_scratch_bytes)}; the allocator's peak is"
+                  f" {format_bytes(measured.allocator_peak_bytes)}{where}: buffers a CPU kernel"
+                  " allocates and frees before it returns (oneDNN's reorders and convolution"
+                  " scratch), no tensor of the step", soft_wrap=True)
 
 
 def torch_verification_json(result: TorchVerification) -> str:
@@ -231,5 +249,12 @@ def torch_verification_json(result: TorchVerification) -> str:
         "predicted_activation_peak_bytes": result.predicted_activation_peak_bytes,
         "measured_peak_bytes": result.measured.peak_bytes,
         "error_pct": _finite(result.error_pct),
+        # CPU only (null on a GPU, where max_memory_allocated includes it): the allocator's
+        # peak, kernels' scratch included, and how far it is above the tensor peak
+        "measured_allocator_peak_bytes": result.measured.allocator_peak_bytes,
+        "measured_kernel_scratch_bytes": result.measured.kernel_scratch_bytes,
+        "scratch_kernel": result.measured.scratch_kernel,
+        # the GPU whose CUDA kernels the prediction traced (docs/cuda-trace.md); null: the CPU's
+        "traced_for": result.traced_for,
     }
     return json.dumps(data, indent=2) + "\n"

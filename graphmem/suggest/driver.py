@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from graphmem.core.progress import steps
 from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.dims import value_bytes
@@ -89,14 +90,31 @@ def suggest(analysis: Analysed, inputs: SuggestInputs, reanalyze: Reanalyze
         return report
     if analysis.dims.free:  # re-analysed savings need every dim bound
         return replace(report, notes=(*report.notes, FREE_DIMS_CHECKPOINT_NOTE))
-    driver = _Driver(analysis, inputs, reanalyze)
-    plan, checkpoint = driver.checkpoint(budget)
-    found = [card for card in (checkpoint, driver.amp()) if card is not None]
-    if budget is not None:
-        found += batch_suggestions(analysis, inputs, reanalyze, budget)
-    found += graph_suggestions(analysis, fc_heads=False)
-    found += driver.fc_heads()
+    # each candidate change is a whole re-analysis (seconds on a transformer): count them
+    with steps("re-analysed changes", None) as done:
+        reanalyze = _counted(reanalyze, done)
+        driver = _Driver(analysis, inputs, reanalyze)
+        plan, checkpoint = driver.checkpoint(budget)
+        found = [card for card in (checkpoint, driver.amp()) if card is not None]
+        if budget is not None:
+            found += batch_suggestions(analysis, inputs, reanalyze, budget)
+        found += graph_suggestions(analysis, fc_heads=False)
+        found += driver.fc_heads()
     return SuggestionReport(budget, source, peak(analysis), tuple(found), plan.curve)
+
+
+def _counted(reanalyze: Reanalyze, done: Callable[[int], None]) -> Reanalyze:
+    """`reanalyze` that reports how many changes it has analysed (graphmem/core/progress.py)."""
+    count = 0
+
+    def counted(change: Change) -> Analysed | None:
+        nonlocal count
+        result = reanalyze(change)
+        count += 1
+        done(count)
+        return result
+
+    return counted
 
 
 class _Driver:
@@ -218,6 +236,34 @@ class BatchFit:
     amp: str | None
 
 
+SECANT_STEPS = 3  # refinements of the line that guides the batch search
+
+
+def _secant_points(exact: Callable[[int], int], low: int, high: int,
+                   budget_bytes: int) -> tuple[int, int]:
+    """Two batches whose line through the exact peaks guides the search: from (low, high),
+    up to SECANT_STEPS times, the batch where the line crosses the budget is analysed and
+    the line redrawn through it and the previous point. The line through small batches
+    bends (the optimizer step's temporaries weigh more there): BERT-base's through 4 and 8
+    crossed a budget at 5,446 where the answer was under 3,400, and the search then re-traced
+    the model 25 times walking down to it; near the answer the peak is affine in the batch
+    for most models, so the redrawn line lands within a probe or two."""
+    other, latest = low, high
+    for _ in range(SECANT_STEPS):
+        low, high = sorted((other, latest))
+        slope = (exact(high) - exact(low)) / (high - low)
+        if slope <= 0:
+            break
+        crossing = high + (budget_bytes - exact(high)) / slope
+        guess = min(max(int(crossing), 1), MAX_SUGGESTED_BATCH)
+        if guess in (low, high):
+            break
+        exact(guess)
+        other, latest = latest, guess  # the secant: the two latest points
+    low, high = sorted((other, latest))
+    return low, high
+
+
 class _BatchSearch:
     def __init__(self, inputs: SuggestInputs, reanalyze: Reanalyze, budget_bytes: int) -> None:
         self.inputs, self.reanalyze, self.budget_bytes = inputs, reanalyze, budget_bytes
@@ -240,12 +286,14 @@ class _BatchSearch:
                 peaks[size] = self.peak_at(amp, size)
             return peaks[size]
 
-        low, high = max(batch // 2, 1), max(batch, 2)
+        low, high = _secant_points(exact, max(batch // 2, 1), max(batch, 2),
+                                   self.budget_bytes)
         slope = (exact(high) - exact(low)) / (high - low)
 
         def estimate(size: int) -> int:
             return int(exact(low) + slope * (size - low))
 
+        # the answer is find_max_batch's exact search; the line only says where it starts
         result = find_max_batch("batch", self.budget_bytes, estimate, exact,
                                 MAX_SUGGESTED_BATCH)
         if result.max_batch is None:

@@ -203,7 +203,7 @@ class StepExpansion(ForwardExpansion):
         loss.role = Role.OUTPUT
         self.graph.outputs = [loss]
         return TrainingGraph(self.graph, dict(sorted(self.no_rule.items())), loss.name,
-                             self.unfolded_batchnorms)
+                             self.unfolded_batchnorms, self.restored_biases)
 
 
 def _nodes_reaching(target: Value) -> set[Node]:

@@ -34,6 +34,7 @@ class TrainingGraph:
     no_backward_rule: dict[str, int]  # op type -> nodes counted as saving all their inputs
     loss: str  # name of the loss value
     unfolded_batchnorms: int = 0  # convs given back the BatchNorm folded into them
+    restored_biases: int = 0  # of those, folds whose zero bias the exporter had dropped
 
 
 def check_config(config: TrainingConfig) -> None:

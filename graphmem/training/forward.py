@@ -15,6 +15,7 @@ from graphmem.ops.registry import BackwardRule, find_backward_rule
 from graphmem.training.checkpoint import CheckpointSegment, segment_index
 from graphmem.training.config import TrainingConfig
 from graphmem.training.exports import (
+    bias_dropped_folds,
     folded_batchnorm_bias,
     identity_of_resident,
     running_statistics,
@@ -46,6 +47,8 @@ class ForwardExpansion:
     saved: dict[Node, list[Value]] = field(default_factory=dict)
     no_rule: Counter[str] = field(default_factory=Counter)
     unfolded_batchnorms: int = 0
+    bias_dropped: frozenset[Node] = frozenset()  # folds whose zero bias the exporter dropped
+    restored_biases: int = 0
     segments: list[CheckpointSegment] = field(default_factory=list)
     in_segment: dict[Node, CheckpointSegment] = field(default_factory=dict)
 
@@ -62,6 +65,8 @@ class ForwardExpansion:
     def copy_residents(self, graph_inputs: list[Value], constants: list[Value]) -> None:
         residents = [v for v in self.source.values.values() if v.role in RESIDENT_ROLES]
         statistics = running_statistics(self.source)
+        if self.config.unfold_batchnorm:
+            self.bias_dropped = bias_dropped_folds(self.source)
         for value in dict.fromkeys([*residents, *graph_inputs, *constants]):
             role = Role.BUFFER if value in statistics else value.role
             self.mapped[value] = self.new_value(value.name, value.dtype, value.shape, role)
@@ -98,6 +103,17 @@ class ForwardExpansion:
         self.add_forward(copy)
         if bias is not None:
             self.add_batchnorm(copy, self.mapped[bias], node.outputs[0])
+        elif node in self.bias_dropped:
+            self.add_batchnorm(copy, self.new_beta(copy), node.outputs[0])
+            self.restored_biases += 1
+
+    def new_beta(self, conv: Node) -> Value:
+        """The BatchNorm's beta [C] for a fold whose zero bias was dropped (C: the conv's
+        output channels, the weight's first dim)."""
+        weight = conv.inputs[1]
+        assert weight is not None and weight.shape is not None  # bias_dropped_folds checked
+        return self.new_value(f"{conv.name}/batchnorm.bias", weight.dtype, weight.shape[:1],
+                              Role.PARAMETER)
 
     def add_batchnorm(self, conv: Node, beta: Value, source_output: Value) -> None:
         """Training-mode BatchNorm after `conv`: the folded bias is its beta, gamma is a new

@@ -8,6 +8,7 @@ from graphmem.core.conventions import TrainingOptions
 from graphmem.core.ir import Graph
 from graphmem.passes.dims import DimBinding
 from graphmem.training.expand import TrainingConfig, expand_training
+from graphmem.training.exports import inference_export_notes
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,10 @@ def onnx_training_step(graph: Graph, binding: DimBinding,
     expanded = expand_training(graph, config)
     warnings = [
         "training step built from the inference graph: cross-entropy on the first output,"
-        " every float initializer trained, views as PyTorch makes them (README:"
-        " Training memory for an ONNX graph)"]
-    if expanded.unfolded_batchnorms:
-        warnings.append(
-            f"{expanded.unfolded_batchnorms} Conv nodes carry a BatchNorm folded in at export:"
-            " trained as Conv + BatchNorm, as the PyTorch model is (export with"
-            " do_constant_folding=False to keep the BatchNorm nodes)")
+        " every float initializer trained, views as PyTorch makes them"
+        " (docs/onnx-training.md)"]
+    warnings.extend(inference_export_notes(graph, expanded.unfolded_batchnorms,
+                                           expanded.restored_biases, options.optimizer))
     if expanded.no_backward_rule:
         ops = ", ".join(f"{op} ({count})" for op, count in expanded.no_backward_rule.items())
         warnings.append(f"no backward rule for {ops}: counted as saving every input they read;"

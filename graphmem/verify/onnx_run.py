@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.progress import steps
 from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
@@ -159,8 +160,13 @@ def verify_onnx(path: str | Path, batch: int | None = None,
                                    suggest=SuggestOptions(enabled=False)))
     specs = input_specs(analysis)
     check_external_data(path)  # before a run: the one error names the missing file
-    measured = run_onnx(path, specs, provider, "disabled", threads, seed)
-    optimized = run_onnx(path, specs, provider, "all", threads, seed) if optimized_run else None
+    with steps("onnxruntime runs", 2 if optimized_run else 1) as done:
+        measured = run_onnx(path, specs, provider, "disabled", threads, seed)
+        done(1)
+        optimized = None
+        if optimized_run:
+            optimized = run_onnx(path, specs, provider, "all", threads, seed)
+            done(2)
     result = compare(analysis, specs, measured, optimized)
     if provider != "cpu":
         return result

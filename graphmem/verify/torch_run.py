@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from graphmem.core.conventions import AmpPolicy, TrainingOptions
+from graphmem.core.progress import steps
+from graphmem.devices.gpus import find_gpu
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.loader import TensorSpec, build_model, parse_tensor_spec
 from graphmem.pipeline import run
@@ -21,7 +23,11 @@ from graphmem.pipeline.request import Request, SuggestOptions
 from graphmem.verify.onnx_run import percent_error
 from graphmem.verify.runners.torch_env import cuda_available
 from graphmem.verify.runners.torch_env import seed as seed_torch
-from graphmem.verify.runners.torch_runner import MeasuredStep, measure_step
+from graphmem.verify.runners.torch_runner import (
+    MeasuredStep,
+    cuda_device_name,
+    measure_step,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class TorchVerification:
     amp: str | None
     predicted_activation_peak_bytes: int
     measured: MeasuredStep
+    traced_for: str | None = None  # the GPU whose CUDA kernels were traced; None: the CPU's
 
     @property
     def error_pct(self) -> float | None:
@@ -62,12 +69,15 @@ def verify_torch(
     if train:
         training = TrainingOptions(optimizer, amp, loss=loss,  # type: ignore[arg-type]
                                    amp_policy=policy)
-    analysis = run.analyze(Request(spec, tuple(specs), training=training,
+    gpu = traced_for(device)
+    analysis = run.analyze(Request(spec, tuple(specs), training=training, gpu=gpu,
                                    suggest=SuggestOptions(enabled=False)))
-    seed_torch(seed)
-    model = build_model(spec)  # real weights this time: the step runs for real
-    measured = measure_step(model, specs, train, optimizer, amp, device=device,
-                            loss=loss)  # type: ignore[arg-type]
+    with steps(f"one real step on {device}", 1) as done:
+        seed_torch(seed)
+        model = build_model(spec)  # real weights this time: the step runs for real
+        measured = measure_step(model, specs, train, optimizer, amp, device=device,
+                                loss=loss)  # type: ignore[arg-type]
+        done(1)
     return TorchVerification(
         model=spec,
         inputs=tuple(inputs),
@@ -76,4 +86,17 @@ def verify_torch(
         amp=amp,
         predicted_activation_peak_bytes=int(analysis.liveness.activation_peak_bytes),
         measured=measured,
+        traced_for=gpu,
     )
+
+
+def traced_for(device: str) -> str | None:
+    """The GPU of graphmem's table the prediction is traced for: on a CUDA device, the one
+    torch runs on (its kernels: docs/cuda-trace.md); None on the CPU or for a GPU the table
+    does not have (then the CPU's kernels are traced, and the output says so)."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        return find_gpu(cuda_device_name()).name
+    except GraphmemError:
+        return None

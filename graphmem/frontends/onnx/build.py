@@ -1,6 +1,7 @@
 """Building graphmem's IR from an inferred ONNX model: values with their dims as SymInts (the
 model's own dim names), nodes linked through Graph.add_node, module paths where the exporter
-recorded them, control-flow bodies counted conservatively."""
+recorded them, control-flow bodies (If/Loop/Scan) built as graphs of their own with their
+trip counts (graphmem/ops/control_flow.py; costed by graphmem/passes/control_flow.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from onnx import AttributeProto, TensorProto
 from graphmem.core.ir import AttributeValue, DType, Graph, Node, Phase, Role, Shape, Value
 from graphmem.core.symbolic import SymInt, parse_dim
 from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.control_flow import TripCounter
 from graphmem.frontends.onnx.fold import default_opset
 from graphmem.frontends.onnx.read import subgraphs
+from graphmem.ops.control_flow import (
+    BODY_SCRATCH_SUFFIX,
+    ControlFlowNode,
+    body_peak_bytes,
+    largest_at_probe,
+)
 
 _DTYPES: dict[int, DType] = {
     TensorProto.FLOAT: DType.FLOAT32,
@@ -152,11 +160,13 @@ def _add_nodes(
 ) -> None:
     values = graph.values
     used_names: set[str] = set()
+    trips: TripCounter | None = None  # made at the first Loop/Scan: most graphs have none
     for index, proto in enumerate(proto_graph.node):
         if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
             continue
         name = _unique_name(proto.name or f"{proto.op_type}_{index}", used_names)
-        node = Node(
+        control_flow = proto.op_type in _CONTROL_FLOW_OPS and proto.domain in ("", "ai.onnx")
+        node = (ControlFlowNode if control_flow else Node)(
             name=name,
             op_type=proto.op_type,
             inputs=[_lookup_input(values, n, name) if n else None for n in proto.input],
@@ -171,6 +181,9 @@ def _add_nodes(
         for output_name in proto.output:
             if output_name:
                 node.add_output(_output_value(output_name, values, value_infos, reader))
+        if isinstance(node, ControlFlowNode):
+            trips = trips or TripCounter(proto_graph, values, graph.opset)
+            _build_bodies(node, proto, graph, reader, trips)
         graph.add_node(node)
 
 
@@ -255,6 +268,57 @@ def _attach_subgraphs(node: Node, proto: onnx.NodeProto, values: dict[str, Value
         for name in sorted(_outer_references(body)):
             if name in values and values[name] not in node.inputs:
                 node.inputs.append(values[name])
+
+
+def _build_bodies(node: ControlFlowNode, proto: onnx.NodeProto, graph: Graph,
+                  reader: _ShapeReader, trips: TripCounter) -> None:
+    """Each body as a graph of its own (nested control flow recursively), the trip count, and
+    the bodies' own peak as one transient output of the node (freed at its step). A body that
+    cannot be built (a broken model) leaves the node counted conservatively, as before."""
+    try:
+        bodies = tuple((name, _body_graph(f"{node.name}.{name}", body, graph, reader))
+                       for name, body in _named_subgraphs(proto))
+    except (GraphmemError, RecursionError):
+        node.notes.append("a body could not be read: counted conservatively")
+        return
+    node.bodies = bodies
+    node.trip_count, node.trip_note = trips.trips(proto)
+    if not bodies:
+        return
+    peak = largest_at_probe(body_peak_bytes(body) for _, body in bodies)
+    if peak.is_constant and int(peak) == 0:
+        return
+    scratch = Value(node.name + BODY_SCRATCH_SUFFIX, DType.UINT8, (peak,), Role.TEMPORARY)
+    graph.values[scratch.name] = scratch
+    node.add_output(scratch)
+
+
+def _named_subgraphs(proto: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
+    """The bodies by attribute name, an If's then_branch first (onnx.helper sorts attributes
+    by name, so files often hold else_branch first)."""
+    bodies = [(a.name, a.g) for a in proto.attribute if a.type == AttributeProto.GRAPH]
+    return sorted(bodies, key=lambda body: body[0] != "then_branch")
+
+
+def _body_graph(name: str, body: onnx.GraphProto, outer: Graph, reader: _ShapeReader) -> Graph:
+    """A body's nodes as a graph: its inputs, and a copy of each outer tensor it reads (as an
+    input: the body's own use-def links stay out of the outer graph)."""
+    graph = Graph(name=name, nodes=[], values={}, inputs=[], outputs=[], opset=outer.opset,
+                  source_format="onnx")
+    outer_reads = []
+    for ref in sorted(_outer_references(body)):
+        value = outer.values.get(ref)
+        if value is not None:
+            graph.values[ref] = Value(ref, value.dtype, value.shape, Role.INPUT)
+            outer_reads.append(graph.values[ref])
+    _add_initializers(body, graph.values)
+    _add_constant_nodes(body, graph.values)
+    inputs = [_input_value(v, graph.values, reader) for v in body.input]
+    infos = {v.name: v for v in (*body.value_info, *body.output)}
+    _add_nodes(graph, body, infos, reader)
+    graph.inputs = [v for v in (*inputs, *outer_reads) if v.role is Role.INPUT]
+    graph.outputs = [_mark_output(graph.values, v) for v in body.output]
+    return graph
 
 
 def _count_nodes(graph: onnx.GraphProto) -> int:

@@ -45,15 +45,13 @@ def fold_constants(model: onnx.ModelProto,
     With `shapes` (what a first inference found), `Shape(x)` of an x whose dims are numbers
     folds too, and so does `Gather(Shape(x), i)` where dim i is a number though others are
     symbolic (a decoder's `x.size(-1) // 2` for rotate_half: 64, whatever the sequence)."""
-    known = _constant_values(model.graph)
+    known = _KnownValues(model.graph)
     partial: dict[str, tuple[int | None, ...]] = {}  # shape vectors with some dims known
     replaced: dict[str, onnx.NodeProto] = {}
     opset = default_opset(model) or 17  # a model without one still folds
     for index, node in enumerate(model.graph.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            value = _constant_node_value(node)
-            if value is not None:
-                known[node.output[0]] = value
+            known.add_constant(node)
             continue
         values = _evaluate(node, known, opset)
         if values is None and shapes is not None:
@@ -78,20 +76,53 @@ def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -
             node.CopyFrom(replaced[node.output[0]])
 
 
-def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray],
+class _KnownValues:
+    """Values known so far, by name: the small initializers at once, a Constant node's value
+    only when a foldable node reads it (a decoder has thousands of Constant nodes that no
+    foldable node reads; decoding each was most of the folding time)."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.values = _constant_values(graph)
+        self.constants: dict[str, onnx.NodeProto] = {}
+
+    def add_constant(self, node: onnx.NodeProto) -> None:
+        if node.output:
+            self.constants[node.output[0]] = node
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self.constants.pop(name, None)
+        self.values[name] = value
+
+    def get(self, name: str) -> np.ndarray | None:
+        node = self.constants.pop(name, None)
+        if node is not None:  # decoded now; a value it cannot give leaves what was known
+            value = _constant_node_value(node)
+            if value is not None:
+                self.values[name] = value
+        return self.values.get(name)
+
+
+def _evaluate(node: onnx.NodeProto, known: _KnownValues,
               opset: int) -> list[np.ndarray] | None:
     if node.domain not in ("", "ai.onnx") or node.op_type not in FOLDABLE_OPS:
         return None
-    if len(node.output) != 1 or any(name and name not in known for name in node.input):
+    if len(node.output) != 1:
         return None
-    if any(known[name].size > MAX_FOLDED_ELEMENTS for name in node.input if name):
+    feeds: dict[str, np.ndarray] = {}
+    for name in node.input:
+        if name:
+            value = known.get(name)
+            if value is None:
+                return None
+            feeds[name] = value
+    if any(value.size > MAX_FOLDED_ELEMENTS for value in feeds.values()):
         return None
-    if node.op_type == "Range" and not _small_range(*(known[n] for n in node.input)):
+    if node.op_type == "Range" and not _small_range(*(feeds[n] for n in node.input if n)):
         return None  # its length comes from values: refuse before numpy allocates it
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")  # an overflowing int product is the model's
-            values = _run_one(node, known, opset)
+            values = _run_one(node, feeds, opset)
     except Exception:  # noqa: BLE001 - an op the reference runtime refuses stays as it is
         return None
     if any(v.size > MAX_FOLDED_ELEMENTS for v in values):
@@ -99,7 +130,7 @@ def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray],
     return values
 
 
-def _evaluate_shape(node: onnx.NodeProto, known: dict[str, np.ndarray],
+def _evaluate_shape(node: onnx.NodeProto, known: _KnownValues,
                     partial: dict[str, tuple[int | None, ...]], shapes: StaticDims,
                     opset: int) -> list[np.ndarray] | None:
     """Shape, Size and Gather from a shape vector, where the dims they give are numbers."""
@@ -160,6 +191,9 @@ def _small_range(*operands: np.ndarray) -> bool:
 
 def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
              opset: int) -> list[np.ndarray]:
+    fast = _run_simple(node, known, opset)
+    if fast is not None:
+        return [fast]
     inputs = [name for name in node.input if name]
     graph = helper.make_graph(
         [node], "fold",
@@ -171,6 +205,44 @@ def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
 
     feeds = {name: known[name] for name in inputs}
     return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+_INTEGER_TYPES = {
+    onnx.TensorProto.INT8: np.int8, onnx.TensorProto.INT16: np.int16,
+    onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.UINT16: np.uint16,
+    onnx.TensorProto.UINT32: np.uint32, onnx.TensorProto.UINT64: np.uint64,
+}
+_INTEGER_ARITHMETIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+
+
+def _run_simple(node: onnx.NodeProto, known: Mapping[str, np.ndarray],
+                opset: int) -> np.ndarray | None:
+    """The few ops a decoder's shape arithmetic folds by the thousand (Unsqueeze of a dim,
+    integer Cast, integer Add/Sub/Mul), computed with numpy as onnx's reference runtime
+    computes them (tests/test_onnx_fold.py checks each against it); None: ask the reference
+    runtime, which builds an evaluator per node (0.3 ms)."""
+    inputs = [known[name] for name in node.input if name]
+    if len(inputs) != len(node.input) or any(v.dtype.kind not in "iu" for v in inputs):
+        return None
+    attributes = {a.name: a for a in node.attribute}
+    try:
+        if node.op_type == "Unsqueeze":
+            axes = inputs[1] if opset >= 13 and len(inputs) == 2 else None
+            if opset < 13 and len(inputs) == 1 and "axes" in attributes:
+                axes = np.asarray(attributes["axes"].ints, np.int64)
+            if axes is None or axes.ndim > 1:
+                return None
+            return np.expand_dims(inputs[0], tuple(int(a) for a in axes.flat))
+        if node.op_type == "Cast" and len(inputs) == 1 and "to" in attributes:
+            target = _INTEGER_TYPES.get(attributes["to"].i)
+            return None if target is None else inputs[0].astype(target)
+        arithmetic = _INTEGER_ARITHMETIC.get(node.op_type)
+        if arithmetic is not None and len(inputs) == 2 and inputs[0].dtype == inputs[1].dtype:
+            return np.asarray(arithmetic(inputs[0], inputs[1]), inputs[0].dtype)
+    except (ValueError, IndexError, TypeError):  # numpy's AxisError is both of the first
+        return None  # the reference runtime says what it makes of it
+    return None
 
 
 def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.frontends.onnx.build import build_graph, module_path_of
 from graphmem.frontends.onnx.fold import fold_constants, restore_nodes
@@ -46,7 +47,12 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
     Fixing dims is the fallback for models whose symbolic inference fails: with concrete
     input shapes, onnx's own inference can finish the job.
     """
-    model = read_model(Path(path))
+    with collector_paused():  # a bulk build: graphmem/core/collector.py
+        return _import(Path(path), input_dims)
+
+
+def _import(path: Path, input_dims: Mapping[str, int] | None) -> OnnxImport:
+    model = read_model(path)
     warnings: list[str] = []
     name_dynamic_input_dims(model.graph)
     if input_dims:
@@ -55,7 +61,7 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
     folded = fold_constants(model)  # inference sees literal shape values (fold.py)
     inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)
-    graph = build_graph(inferred, Path(path).stem, dim_names)
+    graph = build_graph(inferred, path.stem, dim_names)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"

@@ -108,14 +108,18 @@ def _kept_slice_dims(model_graph: onnx.GraphProto,
     every dim when an end is computed (`table[:seq]`), and with it everything downstream;
     with the kept dims, onnx follows the rest and onnxruntime's rules need only the slice."""
     types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
-    constants = _constant_ints(model_graph)
+    slices = [node for node in model_graph.node
+              if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
+              and len(node.input) >= 4 and not _fully_known(types.get(node.output[0]))]
+    if not slices:
+        return []
+    # only the axes of these slices are read: a decoder has thousands of other constants
+    constants = _constant_ints(model_graph, {node.input[3] for node in slices})
     result = []
-    for node in model_graph.node:
-        if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or len(node.input) < 4:
-            continue
-        source, target = types.get(node.input[0]), types.get(node.output[0])
+    for node in slices:
+        source = types.get(node.input[0])
         axes = constants.get(node.input[3])
-        if source is None or axes is None or _fully_known(target):
+        if source is None or axes is None:
             continue
         kept = _kept_dims(source, axes)
         if kept is not None:
@@ -142,13 +146,14 @@ def _kept_dims(source: onnx.ValueInfoProto, axes: list[int]) -> onnx.ValueInfoPr
     return kept
 
 
-def _constant_ints(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """1-D integer Constant nodes and initializers with their values inline (after folding:
-    the axes of a slice are always one)."""
+def _constant_ints(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, list[int]]:
+    """The `wanted` values that are 1-D integer Constant nodes or initializers with their
+    values inline (after folding: the axes of a slice are always one)."""
     values: dict[str, list[int]] = {}
-    tensors = [(t.name, t) for t in graph.initializer]
+    tensors = [(t.name, t) for t in graph.initializer if t.name in wanted]
     tensors.extend((n.output[0], t) for n in graph.node
-                   if (t := _constant_tensor(n)) is not None)
+                   if n.output and n.output[0] in wanted
+                   and (t := _constant_tensor(n)) is not None)
     for name, tensor in tensors:
         if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
                 and len(tensor.dims) == 1 and tensor.dims[0] <= MAX_VALUE_ELEMENTS \

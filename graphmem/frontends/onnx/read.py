@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.lean_read import KEEP_BYTES, read_lean_model_bytes
 from graphmem.frontends.onnx.untrusted import (
     check_regular_file,
     clear_tensor_data,
@@ -27,14 +28,19 @@ from graphmem.frontends.onnx.untrusted import (
 
 # Initializer payloads above this size are dropped after loading: only dims and dtype matter,
 # and shape inference copies the model.
-_KEEP_INITIALIZER_BYTES = 64 * 1024
+_KEEP_INITIALIZER_BYTES = KEEP_BYTES
+# Files from this size on are read without their large weights' bytes (lean_read.py): the
+# memory of an analysis does not grow with weights held inside the file.
+LEAN_READ_FROM_BYTES = 32 * 2**20
 
 
 def read_model(path: Path) -> onnx.ModelProto:
     """Parse the model's protobuf, external data cut off (never read: untrusted.py) and the
     graph validated; bad files get one clear error."""
     _check_path(path)
-    data = read_model_bytes(path)
+    data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
+    if data is None:
+        data = read_model_bytes(path)
     try:
         model = onnx.load_model_from_string(data)
     except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
@@ -54,6 +60,14 @@ def read_model(path: Path) -> onnx.ModelProto:
     validate_graph(model)
     _drop_large_payloads(model.graph)
     return model
+
+
+def _lean_bytes(path: Path) -> bytes | None:
+    """The file without its large weights' bytes (lean_read.py); None: read it whole."""
+    try:
+        return read_lean_model_bytes(path)
+    except OSError:  # read_model_bytes says what is wrong with the file
+        return None
 
 
 def _check_path(path: Path) -> None:

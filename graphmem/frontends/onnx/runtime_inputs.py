@@ -13,18 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx.importer import import_onnx, read_model
-from graphmem.frontends.onnx.ort_optimized import (
-    OptimizationRefused,
-    OptimizedGraph,
-    optimized_graph,
-)
 from graphmem.frontends.onnx.ort_plan_shapes import PlanShape, ort_plan_shapes
+
+if TYPE_CHECKING:
+    from graphmem.frontends.onnx.ort_optimized import OptimizedGraph
 
 
 def import_onnx_model(path: str | Path, input_dims: Mapping[str, int] | None = None
@@ -45,14 +44,24 @@ class OnnxRuntimeInputs:
     def model(self) -> onnx.ModelProto:
         return read_model(self.path)
 
-    def plan_shapes(self) -> dict[str, PlanShape | None]:
-        """Every tensor's shape as onnxruntime's planner sees it, by value name."""
+    def plan_shapes(self) -> Mapping[str, PlanShape | None]:
+        """Every tensor's shape as onnxruntime's planner sees it, by value name (read-only)."""
+        return self._plan_shapes
+
+    @cached_property
+    def _plan_shapes(self) -> dict[str, PlanShape | None]:
+        # the planner's shapes do not depend on the bound dims: one inference serves every
+        # runtime estimate of the analysis (a max-batch search asks at each candidate batch)
         return ort_plan_shapes(self.model)
 
     def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
                   refused_hint: str = "") -> OptimizedGraph | str:
         """onnxruntime's optimized graph at `level`, or why the graph as written is planned
         instead (`refused_hint` follows a refusal: a model above `max_initializer_bytes`)."""
+        # onnxruntime is imported here, not at start-up: only an optimized-graph runtime
+        # model needs a session (`graphmem --help` and most analyses never do)
+        from graphmem.frontends.onnx.ort_optimized import OptimizationRefused, optimized_graph
+
         try:
             return optimized_graph(self.model, level, dims, max_initializer_bytes)
         except OptimizationRefused as refused:

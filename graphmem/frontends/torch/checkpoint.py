@@ -21,9 +21,11 @@ from typing import Any
 
 from torch import nn
 from torch.func import functional_call
+from torch.overrides import _get_current_function_mode_stack
 from torch.utils.checkpoint import checkpoint
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.trace import module_scope_guard
 
 
@@ -59,11 +61,13 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
         if recomputing[0]:
             return forward(*args, **kwargs)
         tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+        modes = _kernel_modes()
 
         def body(*inner: Any) -> Any:
             recomputing[0] = True
             try:
-                with module_scope_guard():  # early stop leaves module annotations open
+                # early stop leaves module annotations open
+                with module_scope_guard(), _entered_again(modes):
                     return functional_call(module, tensors, inner, kwargs)
             finally:
                 recomputing[0] = False
@@ -71,4 +75,24 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
         return checkpoint(body, *args, use_reentrant=False)
 
     return run
+
+
+def _kernel_modes() -> list[CudaKernels]:
+    """The CUDA kernel choices (cuda_kernels.py) the forward runs under."""
+    return [mode for mode in _get_current_function_mode_stack()
+            if isinstance(mode, CudaKernels)]
+
+
+@contextlib.contextmanager
+def _entered_again(modes: Sequence[CudaKernels]) -> Iterator[None]:
+    """The recomputation in backward runs under the kernel choices the forward ran under:
+    autograd's engine does not carry function modes into backward, and without them the
+    recomputed dropout would save a float mask where the forward saved a bool one (and
+    checkpoint refuses the mismatch)."""
+    active = _get_current_function_mode_stack()
+    with contextlib.ExitStack() as stack:
+        for mode in modes:
+            if mode not in active:
+                stack.enter_context(mode)
+        yield
 

@@ -41,7 +41,8 @@ EFFICIENT_MASK_ALIGNMENT = 16  # attention.cpp preprocess_mask: mem_eff_alignmen
 CUDNN_BN_MAX_BATCH = {True: 880801, False: 65535}  # Normalization.cpp, training / eval
 SAVED = {
     Backend.FLASH: "saves out, fp32 logsumexp [b,h,s], RNG state",
-    Backend.EFFICIENT: "saves out, fp32 logsumexp [b,h,s], RNG seed and offset",
+    Backend.EFFICIENT: "saves out, fp32 logsumexp [b,h,s up to a multiple of 32], RNG seed"
+                       " and offset",
     Backend.CUDNN: "saves out, fp32 softmax stats [b,h,s,1], RNG seed and offset",
     Backend.MATH: "saves the attention probabilities",
 }

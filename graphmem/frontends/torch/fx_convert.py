@@ -16,8 +16,10 @@ import torch.fx
 
 from graphmem.core.ir import DType, Graph, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.frontends.torch.control_flow import attach_branches, is_branch_module, is_cond
 from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
+from graphmem.ops.control_flow import ControlFlowNode
 
 _DTYPES = {
     torch.float32: DType.FLOAT32, torch.float16: DType.FLOAT16, torch.bfloat16: DType.BFLOAT16,
@@ -43,27 +45,52 @@ def graph_from_trace(traced: TracedStep, name: str) -> Graph:
     return graph
 
 
+def _branch_graph(module: torch.fx.GraphModule, name: str) -> Graph:
+    """A torch.cond branch as a graph: its placeholders are the cond's operands."""
+    operands = [n.name for n in module.graph.nodes if n.op == "placeholder"]
+    return graph_from_trace(TracedStep(module, [(Role.INPUT, n) for n in operands],
+                                       "inference"), name)
+
+
 def _attribute_backward_nodes(graph: Graph) -> None:
     """Backward and optimizer nodes run outside module calls: attribute each to the module of
     a parameter it reads (`stem.weight` -> `stem`), else of a forward tensor it reads (what
-    autograd saved), else of any tensor it reads."""
+    autograd saved), else of any tensor it reads. An optimizer node that reads tensors of
+    several modules (torch.optim's foreach update of every parameter) belongs to none."""
     for node in graph.nodes:
         if node.module_path or node.phase in (Phase.FORWARD, Phase.NONE):
             continue
         owners = [_owner(value) for value in node.present_inputs]
         ranked = sorted((rank, path) for rank, path in owners if path)
+        if node.phase is Phase.OPTIMIZER and len({path for _, path in ranked}) > 1:
+            continue
         if ranked:
             node.module_path = ranked[0][1]
 
 
 def _owner(value: Value) -> tuple[int, str]:
-    """(preference, module path): parameters first, then forward tensors, then the rest."""
+    """(preference, module path) of a tensor a backward node reads: the module whose forward
+    saved it. Parameters first, by name, unless forward reads them in several modules (a tied
+    weight: wte's embedding and lm_head's matmul); then forward tensors: saved by the node
+    that reads them (a matmul its input: lm_head saves ln_f's output) or that made them (relu,
+    softmax their output), so the module of their forward readers when that is one module,
+    else of their maker (a view's own maker: lm_head's t(weight)); then the rest."""
     if value.role is Role.PARAMETER:
-        return 0, value.name.rpartition(".")[0]
-    producer = value.storage.producer
+        tied = len(_forward_readers(value)) > 1
+        return (3, "") if tied else (0, value.name.rpartition(".")[0])
+    producer = value.producer
     if producer is None:
         return 3, ""
-    return (1 if producer.phase is Phase.FORWARD else 2), producer.module_path
+    if producer.phase is not Phase.FORWARD:
+        return 2, producer.module_path
+    readers = _forward_readers(value)
+    return 1, (next(iter(readers)) if len(readers) == 1 else producer.module_path)
+
+
+def _forward_readers(value: Value) -> set[str]:
+    """The module paths of the forward nodes that read `value`."""
+    return {node.module_path for node in value.consumers
+            if node.phase is Phase.FORWARD and node.module_path}
 
 
 def _assign_eager_lifetimes(converter: _Converter, released_after: dict[str, str]) -> None:
@@ -92,8 +119,12 @@ class _Converter:
     def visit(self, fx_node: torch.fx.Node) -> None:
         if fx_node.op == "placeholder":
             self._placeholder(fx_node)
+        elif fx_node.op == "get_attr" and is_branch_module(self.traced.graph_module, fx_node):
+            self.env[fx_node] = None  # a torch.cond branch: converted with its cond node
         elif fx_node.op == "get_attr":
-            self.env[fx_node] = self._value(fx_node.name, fx_node.meta.get("val"), Role.CONSTANT)
+            meta = fx_node.meta.get("val", getattr(self.traced.graph_module, str(fx_node.target),
+                                                   None))
+            self.env[fx_node] = self._value(fx_node.name, meta, Role.CONSTANT)
         elif fx_node.op == "call_function" and fx_node.target is operator.getitem:
             parent, index = fx_node.args
             self.env[fx_node] = self.env[parent][index]  # type: ignore[index]
@@ -127,7 +158,7 @@ class _Converter:
     def _call(self, fx_node: torch.fx.Node) -> None:
         target = fx_node.target
         custom = fx_node.meta.get("custom", {})
-        node = Node(
+        node = (ControlFlowNode if is_cond(fx_node) else Node)(
             name=fx_node.name,
             op_type=str(target),
             inputs=[v for v in _leaves((fx_node.args, fx_node.kwargs), self.env) if v is not None],
@@ -138,6 +169,8 @@ class _Converter:
             phase=self._phase(custom.get(PHASE_KEY)),
         )
         self.env[fx_node] = self._outputs(fx_node, node)
+        if isinstance(node, ControlFlowNode):
+            attach_branches(node, fx_node, self.traced.graph_module, _branch_graph, self.values)
         if isinstance(self.env[fx_node], Value):
             self.fx_values[fx_node.name] = self.env[fx_node]
         self.graph.add_node(node)

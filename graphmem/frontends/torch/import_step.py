@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -22,13 +22,21 @@ from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.torch.checkpoint import checkpointed
 from graphmem.frontends.torch.fx_convert import graph_from_trace
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice
-from graphmem.frontends.torch.loader import TensorSpec, parse_tensor_spec
+from graphmem.frontends.torch.loader import (
+    TensorSpec,
+    check_call,
+    check_input_name,
+    check_input_order,
+    parse_tensor_spec,
+)
 from graphmem.frontends.torch.rewrites import pooled_head
+from graphmem.frontends.torch.spec import KeywordInput
 from graphmem.frontends.torch.trace import trace_model
 
 # an example input: a TensorSpec, a tensor (only its shape and dtype are used), a
-# "32x3x224x224:float32" string or a shape tuple (float32)
-InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...]
+# "32x3x224x224:float32" string or a shape tuple (float32); a KeywordInput of one of them (or
+# a TensorSpec with a name) is passed as a keyword
+InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...] | KeywordInput
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
     positions) of FC layers traced with global average pooling first; `cuda`: the GPU whose
     kernels the step runs on (graphmem/frontends/torch/cuda_kernels.py), None: the CPU's."""
     specs = tensor_specs(inputs)
+    check_call(module, specs)
     with contextlib.ExitStack() as rewrites:
         for path, positions in pooled_heads:
             rewrites.enter_context(pooled_head(module, path, positions))
@@ -67,6 +76,7 @@ def tensor_specs(inputs: Sequence[InputLike]) -> list[TensorSpec]:
     specs = [_as_spec(item) for item in inputs]
     if not specs:
         raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
+    check_input_order(specs)
     return specs
 
 
@@ -74,11 +84,14 @@ def with_batch(inputs: Sequence[InputLike], batch: int) -> list[TensorSpec]:
     """Every input whose first dim is the batch (the first input's) at `batch` instead."""
     specs = tensor_specs(inputs)
     old = specs[0].shape[0]
-    return [TensorSpec((batch, *s.shape[1:]), s.dtype) if s.shape and s.shape[0] == old else s
+    return [replace(s, shape=(batch, *s.shape[1:])) if s.shape and s.shape[0] == old else s
             for s in specs]
 
 
 def _as_spec(item: InputLike) -> TensorSpec:
+    if isinstance(item, KeywordInput):
+        check_input_name(item.name, f"{item.name}=...")
+        return replace(_as_spec(item.value), name=item.name)  # type: ignore[arg-type]
     if isinstance(item, TensorSpec):
         return item
     if isinstance(item, torch.Tensor):

@@ -14,7 +14,8 @@ import os
 import re
 import stat
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -41,17 +42,48 @@ _DTYPES = {
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """An example input: its shape and dtype (`32x3x224x224`, `4x1024:int64`)."""
+    """An example input: its shape and dtype (`32x3x224x224`, `4x1024:int64`); with a `name`
+    (`attention_mask=4x1024:int64`) it is passed as a keyword, `model(..., name=tensor)`."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
+    name: str | None = None
 
 
 def parse_tensor_spec(text: str) -> TensorSpec:
-    shape_text, _, dtype_text = text.partition(":")
+    """`SHAPE[:dtype]`, or `NAME=SHAPE[:dtype]` for a keyword input."""
+    name, equals, rest = text.partition("=")
+    if equals:
+        check_input_name(name, text)
+        return replace(_parse_shape_dtype(rest, text), name=name)
+    return _parse_shape_dtype(text, text)
+
+
+def check_input_name(name: str, text: str) -> None:
+    """A keyword input's name is a Python identifier (forward()'s parameter)."""
+    if not name.isidentifier():
+        raise GraphmemError(f"--input {text[:80]}: '{name[:40]}' is not a Python identifier;"
+                            " give NAME=SHAPE[:dtype], e.g. attention_mask=4x1024:int64")
+
+
+def check_input_order(specs: list[TensorSpec]) -> None:
+    """Positional inputs first, each keyword once: as a Python call reads."""
+    names = [spec.name for spec in specs if spec.name is not None]
+    if len(set(names)) < len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise GraphmemError(f"--input {twice}=...: given twice; give each keyword input once")
+    first_named = next((i for i, spec in enumerate(specs) if spec.name is not None), None)
+    if first_named is not None and any(s.name is None for s in specs[first_named:]):
+        raise GraphmemError("a positional --input follows a keyword one (NAME=SHAPE): give the"
+                            " positional inputs first, in forward()'s order")
+
+
+def _parse_shape_dtype(body: str, text: str) -> TensorSpec:
+    shape_text, _, dtype_text = body.partition(":")
     dims = shape_text.lower().split("x")
     if not shape_text or not all(re.fullmatch(r"\d+", d) for d in dims):
-        raise GraphmemError(f"--input {text}: expected a shape like 32x3x224x224[:dtype]")
+        raise GraphmemError(f"--input {text}: expected a shape like 32x3x224x224[:dtype] (or"
+                            " NAME=SHAPE[:dtype] for a keyword input)")
     if len(dims) > MAX_INPUT_RANK:
         raise GraphmemError(f"--input {text[:60]}...: {len(dims)} dims; PyTorch's CUDA kernels"
                             f" take at most {MAX_INPUT_RANK}")
@@ -75,9 +107,9 @@ def parse_tensor_spec(text: str) -> TensorSpec:
 
 
 def load_example_inputs(spec: str) -> list[TensorSpec]:
-    """Call the user's `file.py:fn` that returns the example inputs (a tensor, or a tuple or
-    list of tensors or `SHAPE:dtype` strings) on the meta device: only shapes and dtypes are
-    kept, no memory is allocated."""
+    """Call the user's `file.py:fn` that returns the example inputs (a tensor, a tuple or
+    list of tensors or `SHAPE:dtype` strings, or a dict of keyword inputs) on the meta
+    device: only shapes and dtypes are kept, no memory is allocated."""
     target = load_callable(spec)
     if not callable(target) or inspect.isclass(target):
         raise GraphmemError(f"--example-inputs {spec}: name a function that returns the inputs")
@@ -89,16 +121,63 @@ def load_example_inputs(spec: str) -> list[TensorSpec]:
     except BaseException as error:  # noqa: BLE001 - the user's code: SystemExit included
         raise GraphmemError(f"calling {spec}() failed: {_describe(error)} (it must return the"
                             " example inputs with no arguments)") from None
-    items = list(value) if isinstance(value, tuple | list) else [value]
-    if not items:
+    if isinstance(value, dict):  # keyword inputs: model(**value)
+        specs = [replace(_input_spec(item, spec), name=str(key)) for key, item in value.items()]
+        for named in specs:
+            check_input_name(str(named.name), f"{named.name}= (from {spec})")
+    else:
+        items = list(value) if isinstance(value, tuple | list) else [value]
+        specs = [_input_spec(item, spec) for item in items]
+    if not specs:
         raise GraphmemError(f"--example-inputs {spec} returned no inputs")
-    return [_input_spec(item, spec) for item in items]
+    return specs
 
 
 def spec_text(spec: TensorSpec) -> str:
-    """The `--input` text of a spec: `4x1024:int64`."""
-    name = next(n for n, d in _DTYPES.items() if d == spec.dtype)
-    return "x".join(str(d) for d in spec.shape) + f":{name}"
+    """The `--input` text of a spec: `4x1024:int64`, `attention_mask=4x1024:int64`."""
+    dtype = next(n for n, d in _DTYPES.items() if d == spec.dtype)
+    keyword = f"{spec.name}=" if spec.name is not None else ""
+    return keyword + "x".join(str(d) for d in spec.shape) + f":{dtype}"
+
+
+def split_inputs(specs: Sequence[TensorSpec], tensors: Sequence[Any]
+                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The model's call arguments: the unnamed inputs positionally, the named as keywords."""
+    args = tuple(t for spec, t in zip(specs, tensors, strict=True) if spec.name is None)
+    kwargs = {spec.name: t for spec, t in zip(specs, tensors, strict=True)
+              if spec.name is not None}
+    return args, kwargs
+
+
+def check_call(model: nn.Module, specs: Sequence[TensorSpec]) -> None:
+    """forward() takes the inputs as given (positional count, keyword names), checked before
+    tracing so that a misspelt keyword is named, not a failure deep inside the trace."""
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # a builtin or C forward: nothing to check against
+        return
+    args, kwargs = split_inputs(specs, list(specs))
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        params = ", ".join(signature.parameters)[:200]
+        raise GraphmemError(f"the example inputs do not match {type(model).__name__}"
+                            f".forward({params}): {error}; give the positional inputs in"
+                            " its order and the keyword ones by these names") from None
+
+
+class KeywordCall(nn.Module):
+    """`model` called as `model(*positional, **named)` from a flat list of inputs, for code
+    that calls `module(*inputs)` (the real step in graphmem/verify/runners/)."""
+
+    def __init__(self, model: nn.Module, specs: Sequence[TensorSpec]) -> None:
+        super().__init__()
+        self.model = model
+        self.specs = tuple(specs)
+
+    def forward(self, *tensors: Any) -> Any:
+        args, kwargs = split_inputs(self.specs, tensors)
+        return self.model(*args, **kwargs)
 
 
 def _input_spec(item: Any, spec: str) -> TensorSpec:

@@ -52,6 +52,13 @@ class Nf4Bytes:
         """Everything but the packed codes: the quantization constants."""
         return self.total - self.packed
 
+    def constant_elements(self, double_quant: bool) -> int:
+        """Elements of the constants' tensors: the absmax are uint8 codes with double
+        quantization, fp32 without; every other constant is fp32."""
+        absmax = self.absmax if double_quant else self.absmax // FP32_BYTES
+        fp32 = self.nested_absmax + self.nested_code + self.offset + self.code
+        return absmax + fp32 // FP32_BYTES
+
     def __add__(self, other: Nf4Bytes) -> Nf4Bytes:
         return Nf4Bytes(*(a + b for a, b in zip(_fields(self), _fields(other), strict=True)))
 

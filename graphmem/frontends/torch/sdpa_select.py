@@ -4,7 +4,7 @@ A port of `select_sdp_backend` (aten/src/ATen/native/transformers/cuda/sdp_utils
 sdp_utils_cpp.h, PyTorch 2.10-2.13) for dense inputs: the backends are tried in priority
 order and the first whose checks all pass runs. The order is flash, memory-efficient, math
 (cuDNN last, behind math, so never), except where `check_prefer_cudnn_attention` puts cuDNN
-first: sm9x and sm10x with cuDNN newer than 9.15 (PyTorch's wheels from 2.11 on bundle one:
+first: sm90/93/100/103 with cuDNN newer than 9.15 (PyTorch's wheels from 2.11 on bundle one:
 huggingface/transformers#48163 found the default already cuDNN there).
 Each check below names the C++ function it ports. The user's switches are honoured
 (`torch.nn.attention.sdpa_kernel`, `torch.backends.cuda.enable_flash_sdp(False)`...).
@@ -76,9 +76,10 @@ def select_backend(call: SdpaCall, target: CudaTarget) -> tuple[Backend, str]:
 
 
 def priority_order(target: CudaTarget) -> tuple[Backend, ...]:
-    """sdp_utils `priority_order`: cuDNN first on sm9x and sm10x (check_prefer_cudnn_attention,
-    as built for CUDA 13; CUDA 12 builds also require minor 0 or 3)."""
-    if target.major in (9, 10):
+    """sdp_utils `priority_order`: cuDNN first where `check_prefer_cudnn_attention` holds:
+    cuDNN newer than 9.15 (assumed) on sm90, sm93, sm100 or sm103 (major 9 or 10, minor 0
+    or 3)."""
+    if target.major in (9, 10) and target.minor in (0, 3):
         return (Backend.CUDNN, Backend.FLASH, Backend.EFFICIENT, Backend.MATH)
     return (Backend.FLASH, Backend.EFFICIENT, Backend.MATH)
 

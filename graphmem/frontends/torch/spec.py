@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 HF_CONFIG_NAME = "config.json"  # what a Hugging Face model folder names its config
+
+
+@dataclass(frozen=True)
+class KeywordInput:
+    """An example input passed as a keyword, `model(..., name=value)`: `value` is a tensor, a
+    `"4x1024:int64"` string or a shape tuple, as a positional input is."""
+
+    name: str
+    value: object
 
 
 def is_model_spec(text: str) -> bool:

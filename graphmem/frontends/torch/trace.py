@@ -36,7 +36,7 @@ from graphmem.core.ir import Role
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
-from graphmem.frontends.torch.loader import TensorSpec
+from graphmem.frontends.torch.loader import TensorSpec, split_inputs
 from graphmem.frontends.torch.train_step import (
     AMP_DTYPES,
     SCALER_STATE,
@@ -68,6 +68,10 @@ class TracedStep:
 
 class _EagerLifetimes(TorchDispatchMode):
     """Notes when the Python object of each op's output dies (when eager frees it)."""
+
+    # torch.cond (a higher-order op) reaches the mode too: it runs it like any op, so make_fx
+    # traces both branches (graphmem/frontends/torch/control_flow.py)
+    supports_higher_order_operators = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -121,10 +125,10 @@ def trace_model(
         + [(Role.BUFFER, name) for name in buffers]
         + [(Role.OPTIMIZER_STATE, f"{slot}[{name}]") for slot in slots for name in trained]
         + [(Role.OPTIMIZER_STATE, name) for name in (SCALER_STATE if scaled else ())]
-        + [(Role.INPUT, f"input{i}") for i in range(len(inputs))]
+        + [(Role.INPUT, s.name or f"input{i}") for i, s in enumerate(inputs)]
     )
-    step = _training_step(model, params, buffers, train, scaled) if train else _inference_step(
-        model, params, buffers)
+    step = (_training_step(model, params, buffers, train, scaled, inputs) if train
+            else _inference_step(model, params, buffers, inputs))
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
     kernels = CudaKernels(cuda) if cuda is not None else None
@@ -204,10 +208,12 @@ def _first_line(error: BaseException) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _inference_step(model: nn.Module, params: dict, buffers: dict) -> Callable[..., Any]:
+def _inference_step(model: nn.Module, params: dict, buffers: dict,
+                    specs: list[TensorSpec]) -> Callable[..., Any]:
     def step(p: list, b: list, state: list, inputs: list) -> Any:
         with torch.no_grad(), _phase("forward"):
-            output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
+            output = functional_call(model, _state_dict(params, buffers, p, b),
+                                     *split_inputs(specs, inputs))
         return tensors_in(output)
 
     return step
@@ -233,7 +239,8 @@ def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
 
 
 def _training_step(
-    model: nn.Module, params: dict, buffers: dict, train: TrainingOptions, scaled: bool
+    model: nn.Module, params: dict, buffers: dict, train: TrainingOptions, scaled: bool,
+    specs: list[TensorSpec],
 ) -> Callable[..., Any]:
     """Forward and loss, backward to the trainable parameters, the optimizer update; with
     `scaled` (fp16 on CUDA) through GradScaler (train_step.py)."""
@@ -247,7 +254,8 @@ def _training_step(
                 for t in trainable:
                     t.grad = torch.zeros_like(t)
         with _phase("forward"), autocast(train.amp, train.amp_policy):
-            output = functional_call(model, _state_dict(params, buffers, p, b), tuple(inputs))
+            output = functional_call(model, _state_dict(params, buffers, p, b),
+                                     *split_inputs(specs, inputs))
             loss = (train.loss or cross_entropy_loss)(output)
         with _phase("backward"):
             scaled_loss = loss if scaler is None else loss * scaler[0]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from graphmem.core.ir import Role
+from graphmem.core.ir import Graph, Role, Value
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.liveness import LivenessResult, LiveTensor
-from graphmem.passes.modules import ModuleReport
+from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.html.charts import TimelineChart, timeline_chart
 from graphmem.report.html.quantity import Quantity, bytes_quantity, count_quantity, percent, probe
@@ -36,6 +36,9 @@ class LiveRow:
     kept_alive_by: str
     percent: float  # of the peak, at the probe value
     resident: bool
+    # the module that made it (its producer's module path; a parameter's own module), so a
+    # PyTorch step's `mul_250` says where in the model it comes from; "" where unknown
+    module: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,14 +57,20 @@ class LiveTable:
         return len(self.rows) + self.hidden
 
 
-def live_table(liveness: LivenessResult) -> LiveTable:
+def live_table(liveness: LivenessResult, graph: Graph | None = None) -> LiveTable:
+    """`graph`: where the tensors' modules are read (graphmem/core/ir.py Node.module_path)."""
     peak_probe = probe(liveness.peak_bytes)  # the shares add up to 100% of the peak
+    values = graph.values if graph is not None else {}
+    # a node outside every module is the root's own ("(top level)", as in the module table)
+    # where the graph has module paths at all
+    top = TOP if graph is not None and any(n.module_path for n in graph.nodes) else ""
     tensors = sorted(liveness.live_at_peak, key=lambda t: -probe(t.nbytes))
     residents = [t for t in tensors if t.producer is None]
     made = [t for t in tensors if t.producer is not None]
     rest = tensors[MAX_LIVE_ROWS:]
     return LiveTable(
-        rows=tuple(_live_row(t, peak_probe) for t in tensors[:MAX_LIVE_ROWS]),
+        rows=tuple(_live_row(t, peak_probe, _module(t, values.get(t.name), top))
+                   for t in tensors[:MAX_LIVE_ROWS]),
         shown=MAX_LIVE_SHOWN,
         hidden=len(rest),
         hidden_bytes=bytes_quantity(sum((t.nbytes for t in rest), start=SymInt())) if rest
@@ -73,7 +82,26 @@ def live_table(liveness: LivenessResult) -> LiveTable:
     )
 
 
-def _live_row(tensor: LiveTensor, peak_probe: int) -> LiveRow:
+def _module(tensor: LiveTensor, value: Value | None, top: str = "") -> str:
+    """The module that made the tensor (its producer's); a PyTorch parameter, buffer or its
+    optimizer state is named by its module path (`exp_avg[h.0.ln_1.weight]`: h.0.ln_1); an
+    ONNX initializer (`onnx::Conv_632`) by the module of its first reader; an input by none."""
+    if value is None:
+        return ""
+    if value.producer is not None:
+        return value.producer.module_path or top
+    named = tensor.name.rpartition("[")[2].rstrip("]")
+    if tensor.role in _STATE_ROLES and "." in named and not any(c in named for c in "/:"):
+        return named.rpartition(".")[0]
+    if tensor.role not in (Role.PARAMETER, Role.BUFFER):  # an input is no module's
+        return ""
+    return next((node.module_path for node in value.consumers if node.module_path), "")
+
+
+_STATE_ROLES = (Role.PARAMETER, Role.BUFFER, Role.OPTIMIZER_STATE, Role.GRADIENT)
+
+
+def _live_row(tensor: LiveTensor, peak_probe: int, module: str = "") -> LiveRow:
     size = bytes_quantity(tensor.nbytes)
     if tensor.producer is None:
         made_by, kept = "(resident)", "(live throughout)"
@@ -91,6 +119,7 @@ def _live_row(tensor: LiveTensor, peak_probe: int) -> LiveRow:
         kept_alive_by=kept,
         percent=percent(size.probe, peak_probe),
         resident=tensor.producer is None,
+        module=printable(module),
     )
 
 

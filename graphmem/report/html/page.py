@@ -53,7 +53,20 @@ def _environment(folder: Path) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     environment.filters["thousands"] = "{:,}".format
+    environment.filters["breakable"] = breakable
     return environment
+
+
+_BREAK_AFTER = "._/"  # where a long module path or node name may wrap
+
+
+def breakable(text: str) -> Markup:
+    """`text` escaped, with a line-break opportunity (<wbr>) after each `.`, `_` and `/`, so
+    `transformer.h.0.attn` wraps between its parts, not inside a word."""
+    escaped = str(Markup.escape(printable_text(text, None)))
+    for mark in _BREAK_AFTER:
+        escaped = escaped.replace(mark, f"{mark}<wbr>")
+    return Markup(escaped)
 
 
 def _inert(value: Any) -> Any:

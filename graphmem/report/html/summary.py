@@ -82,6 +82,8 @@ class Gaps:
     unknown_size_values: tuple[str, ...]
     control_flow_nodes: tuple[str, ...]
     model_warnings: tuple[str, ...]
+    # information, not problems: what the front end built or applied (ModelInfo.notes)
+    model_notes: tuple[str, ...] = ()
 
     @property
     def unsupported_node_count(self) -> int:
@@ -189,6 +191,7 @@ def gaps(analysis: Analysis) -> Gaps:
         unknown_size_values=tuple(map(printable, analysis.liveness.unknown_size_values)),
         control_flow_nodes=tuple(map(printable, costs.subgraph_nodes)),
         model_warnings=tuple(map(printable_text, analysis.model.warnings)),
+        model_notes=tuple(map(printable_text, analysis.model.notes)),
     )
 
 

@@ -23,6 +23,7 @@ from graphmem.core.version import __version__
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.html.charts import TimelineChart
 from graphmem.report.html.distributed import KvCacheView, PerGpuView, kv_cache_view, per_gpu_view
+from graphmem.report.html.llm import LlmView, llm_view
 from graphmem.report.html.memory import (
     LiveTable,
     ModuleBreakdown,
@@ -65,6 +66,9 @@ class ModelView:
     opset: int
     node_count: int
     shape_inference: str
+    # a PyTorch step traced for a CUDA GPU: the kernels it assumed, one line each
+    # ("attention: flash (sm75, fp16, ...; 2 calls)"); () for ONNX models and CPU traces
+    kernels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class ReportView:
     sweep: SweepView | None = None
     per_gpu: PerGpuView | None = None
     kv_cache: KvCacheView | None = None
+    llm: LlmView | None = None  # report/html/llm.py: fine-tuning and serving
 
     @property
     def answers(self) -> tuple[Fact, ...]:
@@ -126,7 +131,7 @@ def build_view(analysis: Analysis) -> ReportView:
         gpu=gpu,
         headline=headline_facts(analysis, top.peak, gpu, holes.unsupported_node_count),
         timeline=timeline(analysis, op_of, gpu, by_role, phases, probe_note),
-        live=live_table(analysis.liveness),
+        live=live_table(analysis.liveness, analysis.graph),
         ops=op_table(analysis.costs),
         nodes=node_table(analysis.costs, analysis.roofline, _node_phases(analysis, phases)),
         modules=module_breakdown(analysis.modules),
@@ -137,6 +142,7 @@ def build_view(analysis: Analysis) -> ReportView:
                          analysis.max_batch.max_batch if analysis.max_batch else None),
         per_gpu=per_gpu_view(analysis.distributed),
         kv_cache=kv_cache_view(analysis.kv_cache),
+        llm=llm_view(analysis),
     )
 
 
@@ -163,4 +169,5 @@ def _model_view(analysis: Analysis) -> ModelView:
     model = analysis.model
     return ModelView(name=printable(model.name), path=printable_text(model.path),
                      format=model.source_format, opset=model.opset,
-                     node_count=model.node_count, shape_inference=model.shape_inference)
+                     node_count=model.node_count, shape_inference=model.shape_inference,
+                     kernels=tuple(printable_text(str(k)) for k in model.kernels))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def finetune_section(analysis: Analysis) -> dict[str, Any]:
     """`{"finetune": ...}` for the `model` section of report/json/report.py."""
-    report = getattr(analysis, "finetune", None)  # Analysis.finetune: see pipeline/run.py
+    report = analysis.finetune
     return {"finetune": finetune_json(report) if report is not None else None}
 
 

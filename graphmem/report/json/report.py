@@ -57,6 +57,10 @@ def to_dict(analysis: Analysis, lazy_nodes: bool = False) -> dict[str, Any]:
             "node_count": analysis.model.node_count,
             "shape_inference": analysis.model.shape_inference,
             "warnings": list(analysis.model.warnings),
+            # the same warnings with a stable code where one was given (training/exports.py)
+            "warning_details": [{"code": getattr(warning, "code", None), "text": str(warning)}
+                                for warning in analysis.model.warnings],
+            "notes": list(analysis.model.notes),
             "kernels": [{"op": k.op, "kernel": k.kernel, "detail": k.detail, "count": k.count,
                          "text": str(k)} for k in analysis.model.kernels],
             **finetune_section(analysis),

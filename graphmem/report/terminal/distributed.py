@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from graphmem.core.safe_text import markup, markup_text
+from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.distributed.kv_cache import KvCacheReport
 from graphmem.distributed.strategies import DistributedReport, PerRankMemory
@@ -18,12 +18,18 @@ _LAYOUT_TEXT = {
 }
 
 
-def print_distributed(analysis: Analysis, console: Console) -> None:
+def print_distributed(analysis: Analysis, console: Console, kv_cache: bool = True) -> None:
+    """The per-GPU tables of a distributed job; the KV cache lines too unless `kv_cache` is
+    False (the summary shows them behind --verbose)."""
     if analysis.distributed is not None:
-        console.print(_per_rank_table(analysis.distributed.per_rank))
+        rank = analysis.distributed.per_rank
+        console.print(_per_rank_table(rank))
+        note = _bucket_note(rank)
+        if note:
+            console.print(f"[dim]{note}[/]")
         if analysis.distributed.fit_by_strategy:
             console.print(_fit_table(analysis.distributed, analysis))
-    if analysis.kv_cache is not None:
+    if kv_cache and analysis.kv_cache is not None:
         for line in kv_cache_lines(analysis.kv_cache):
             console.print(line)
 
@@ -43,16 +49,22 @@ def _per_rank_table(rank: PerRankMemory) -> Table:
             ("communication buckets", rank.buckets_bytes))
     for label, size in rows:
         table.add_row(label, format_bytes(size))
-    table.add_row("total per GPU", f"[bold]{format_bytes(rank.total_bytes)}[/]"
-                  f" (peak at step {rank.peak_step}, {markup(rank.peak_node)})")
+    table.add_row("total per GPU", f"[bold]{format_bytes(rank.total_bytes)}[/]")
+    table.add_row("peak at step", f"{rank.peak_step:,} ({markup(shorten(rank.peak_node, 40))})")
     if config.tensor_parallel > 1:
         table.add_row("split by tensor parallel", f"{float(rank.split_parameter_share):.1%}"
                       " of parameter bytes (matmul and embedding weights)")
-    if config.strategy.startswith("zero") and rank.buckets_bytes > rank.total_bytes // 2:
-        table.add_row("note", f"DeepSpeed allocates its reduce buffer of reduce_bucket_size"
-                      f" ({config.zero.reduce_bucket_size:,}) elements whatever the model's"
-                      " size; --reduce-bucket-size sets it as in the DeepSpeed config")
     return table
+
+
+def _bucket_note(rank: PerRankMemory) -> str:
+    """Why a small model's ZeRO total is mostly communication buckets."""
+    config = rank.config
+    if not (config.strategy.startswith("zero") and rank.buckets_bytes > rank.total_bytes // 2):
+        return ""
+    return (f"note: DeepSpeed allocates its reduce buffer of reduce_bucket_size"
+            f" ({config.zero.reduce_bucket_size:,}) elements whatever the model's size;"
+            " --reduce-bucket-size sets it as in the DeepSpeed config")
 
 
 def _fit_table(report: DistributedReport, analysis: Analysis) -> Table:

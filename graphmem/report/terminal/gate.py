@@ -65,8 +65,8 @@ def _budget_line(result: BudgetResult) -> str:
     verdict = "[green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
     value = format_quantity(result.value, result.unit)
     limit = format_quantity(result.limit, result.unit)
-    return (f"  {verdict}  {escape(result.name):<20} {escape(value):>12}  <= {escape(limit):<12}"
-            f" {markup_text(result.message)}")
+    return (f"  {verdict}  {escape(result.name):<20} {escape(value):>12}"
+            f"  {result.comparison} {escape(limit):<12} {markup_text(result.message)}")
 
 
 def _verdict(report: CheckReport) -> str:

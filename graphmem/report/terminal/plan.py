@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from graphmem.core.peak_formula import Formula
 from graphmem.core.safe_text import markup, markup_dims, markup_text
 from graphmem.core.symbolic import SymInt
-from graphmem.core.units import format_bytes, format_bytes_sym, format_si
+from graphmem.core.units import format_bytes, format_si
+from graphmem.report.terminal import formulas
 
 if TYPE_CHECKING:
     from graphmem.passes.arena import ArenaPlan
@@ -25,18 +26,32 @@ _MOVED_SHOWN = 4
 _TOP_SHOWN = 3
 
 
-def print_plans(analysis: Analysis, console: Console) -> None:
+def print_plans(analysis: Analysis, console: Console,
+                explain: Callable[[str], None] = lambda term: None, sweep: bool = True) -> None:
+    """The planning lines (and the sweep unless `sweep` is False); `explain(term)` is called
+    before the line that uses the term."""
     if analysis.schedule is not None:
+        explain("best order")
         console.print(schedule_line(analysis.schedule, analysis.liveness.peak_candidates))
     if analysis.arena is not None:
+        explain("arena plan")
         console.print(arena_line(analysis.arena, analysis.schedule))
     gpu = analysis.fit.gpu.full_name if analysis.fit else ""
+    if analysis.roofline is not None or analysis.fit is not None:
+        explain("roofline")
     if analysis.roofline is not None:
         console.print(roofline_line(analysis.roofline, gpu))
     elif analysis.fit is not None:
         console.print(f"roofline on {gpu}: bind every dim (--batch / --dim) to estimate latency")
     if analysis.max_batch is not None:
+        explain("max batch")
         console.print(max_batch_line(analysis.max_batch, gpu))
+    if sweep:
+        print_sweep(analysis, console)
+
+
+def print_sweep(analysis: Analysis, console: Console) -> None:
+    """The sweep's table (--sweep), where one was asked for."""
     if analysis.sweep is not None:
         console.print(sweep_table(analysis.sweep))
         if analysis.sweep.saturates_at is not None:
@@ -46,10 +61,8 @@ def print_plans(analysis: Analysis, console: Console) -> None:
 
 def peak_text(candidates: tuple[SymInt, ...]) -> str:
     """A peak: a number, or the exact maximum of its candidate steps, readable (per range of
-    one free dim: graphmem/core/peak_formula.py)."""
-    if len(candidates) == 1:
-        return markup_text(format_bytes_sym(candidates[0]))
-    return markup_text(Formula(candidates).display())
+    one free dim: graphmem/core/peak_formula.py), as rich markup."""
+    return markup_text(formulas.peak_text(candidates))
 
 
 def schedule_line(schedule: ScheduleResult, model_candidates: tuple[SymInt, ...] = ()) -> str:
@@ -63,7 +76,7 @@ def schedule_line(schedule: ScheduleResult, model_candidates: tuple[SymInt, ...]
         method = "optimal: it meets the lower bound"
     elif schedule.proof == "exact search" and schedule.method != "exact":
         method = "optimal: proven by exact search"
-    lower = markup_text(format_bytes_sym(schedule.lower_bound_bytes))
+    lower = markup_text(formulas.size_text(schedule.lower_bound_bytes))
     text = (f"[bold]schedule[/]: peak {model} in the model's order, {best} in the best order"
             f" found ({method}); lower bound {lower}")
     if schedule.chosen_at_dims:

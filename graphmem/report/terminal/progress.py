@@ -14,28 +14,40 @@ class RichReporter:
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total}"),
+                                 TextColumn("{task.fields[count]}"),
                                  TimeElapsedColumn(), console=console, transient=True)
         self.task: object | None = None
+        self.total: int | None = None
 
     def begin(self, label: str, total: int | None) -> None:
         self.progress.start()
-        self.task = self.progress.add_task(markup_text(label), total=total)
+        self.total = total
+        self.task = self.progress.add_task(markup_text(label), total=total,
+                                           count=_count_text(0, total))
 
     def relabel(self, label: str, total: int | None) -> None:
         if self.task is not None:
+            self.total = total
             self.progress.update(self.task, description=markup_text(label),  # type: ignore[arg-type]
-                                 total=total, completed=0)
+                                 total=total, completed=0, count=_count_text(0, total))
 
     def advance(self, done: int) -> None:
         if self.task is not None:
-            self.progress.update(self.task, completed=done)  # type: ignore[arg-type]
+            self.progress.update(self.task, completed=done,  # type: ignore[arg-type]
+                                 count=_count_text(done, self.total))
 
     def end(self) -> None:
         if self.task is not None:
             self.progress.remove_task(self.task)  # type: ignore[arg-type]
             self.task = None
         self.progress.stop()
+
+
+def _count_text(done: int, total: int | None) -> str:
+    """`3/12` with a known total, `3` without one, nothing for a stage not yet counted."""
+    if total is not None:
+        return f"{done}/{total}"
+    return str(done) if done else ""
 
 
 def stderr_reporter() -> Reporter | None:

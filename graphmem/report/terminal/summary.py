@@ -1,127 +1,135 @@
-"""The concise terminal summary (rich). It only renders an Analysis."""
+"""The terminal summary (rich): the answer first, the rest behind `--verbose`. Render only.
+
+The default view, within about 20 lines of 80 columns: which model and at which shapes; the
+verdict on the GPU (fits or not, by how much, the largest batch); where the memory goes (the
+device total's parts, the live tensors by role, the largest modules); what to change; real
+warnings. `--verbose` adds everything else (tables, schedule, arena plan, roofline, runtime
+model, suggestions, notes), each term glossed where it first appears (details.py).
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+import io
 
-from graphmem.core.safe_text import markup, markup_dims, markup_text
-from graphmem.core.units import format_bytes, format_bytes_sym, format_si_sym, format_sym_or_max
-from graphmem.passes.fit import GpuFit
-from graphmem.passes.modules import TOP, ModuleReport
+from rich.console import Console
+
+from graphmem.core.safe_text import markup_text
 from graphmem.pipeline.analysis import Analysis
-from graphmem.report.json.report import ROLE_KEYS
-from graphmem.report.terminal.distributed import print_distributed
-from graphmem.report.terminal.plan import print_plans
+from graphmem.report.terminal.answer import (
+    advice_lines,
+    memory_table,
+    peak_formula_line,
+    verdict_line,
+)
+from graphmem.report.terminal.details import (
+    Glossary,
+    fit_line,
+    gap_lines,
+    has_modules,
+    live_table,
+    module_table,
+    print_totals,
+)
+from graphmem.report.terminal.distributed import kv_cache_lines, print_distributed
+from graphmem.report.terminal.headline import headline, kernels_line
+from graphmem.report.terminal.llm import print_llm
+from graphmem.report.terminal.plan import print_plans, print_sweep
 from graphmem.report.terminal.runtime import print_runtime
 from graphmem.report.terminal.suggestions import print_suggestions
 
-_LIVE_ROWS = 8
+VERBOSE_HINT = "details: --verbose"
+REPR_WIDTH = 80
 
 
-def print_summary(analysis: Analysis, console: Console) -> None:
-    console.print(_headline(analysis))
-    for warning in analysis.model.warnings:
-        console.print(f"[yellow]warning:[/] {markup_text(warning)}")
-    console.print(_totals_table(analysis))
-    console.print(_live_table(analysis))
-    if analysis.modules and any(row.module != TOP for row in analysis.modules.rows):
-        console.print(_module_table(analysis.modules))
-    _print_gaps(analysis, console)
-    if analysis.fit:
-        console.print(_fit_line(analysis.fit))
-    print_plans(analysis, console)
+def print_summary(analysis: Analysis, console: Console, verbose: bool = False) -> None:
+    """The answer; with `verbose`, every section after it."""
+    print_answer(analysis, console)
+    if verbose:
+        print_details(analysis, console)
+    else:
+        console.print(f"[dim]{VERBOSE_HINT}[/]")
+
+
+def print_answer(analysis: Analysis, console: Console) -> None:
+    console.print(headline(analysis))
+    console.print(verdict_line(analysis))  # always line 2: the answer
+    kernels = kernels_line(analysis)
+    if kernels:  # one line; --verbose lists each kernel with why and what it saves
+        console.print(kernels, no_wrap=True, overflow="ellipsis")
+    for line in _warnings(analysis):
+        console.print(line)
+    formula = peak_formula_line(analysis)
+    if formula:
+        console.print(formula)
+    console.print(memory_table(analysis))
+    # what the user asked for by flag is the answer for them: fine-tuning and serving
+    # (llm.py), the per-GPU memory of a distributed job, the sweep
+    print_llm(analysis, console)
+    if analysis.distributed is not None:
+        print_distributed(analysis, console, kv_cache=False)
+    print_sweep(analysis, console)
+    for line in advice_lines(analysis):
+        console.print(line)
+
+
+def _warnings(analysis: Analysis) -> list[str]:
+    """Real warnings only: informational notes (ModelInfo.notes: the model a config built,
+    what LoRA applied) are behind --verbose."""
+    model = [f"[yellow]warning:[/] {markup_text(text)}" for text in analysis.model.warnings]
+    return [*model, *gap_lines(analysis)]
+
+
+def model_notes(analysis: Analysis) -> tuple[str, ...]:
+    """What the front end and the pipeline noted (ModelInfo.notes): information, shown
+    with --verbose."""
+    return analysis.model.notes
+
+
+def print_details(analysis: Analysis, console: Console) -> None:
+    """Everything behind the answer, with a one-line gloss of each term where it appears."""
+    glossary = Glossary(console)
+    console.print("[bold]details[/]")
+    for note in model_notes(analysis):
+        console.print(f"[dim]note: {markup_text(note)}[/]")
+    for kernel in analysis.model.kernels:
+        console.print(f"[dim]CUDA kernel assumed: {markup_text(str(kernel))}[/]")
+    print_totals(analysis, console, glossary)
+    glossary.explain("live at the peak")
+    console.print(live_table(analysis, console.width))
+    if has_modules(analysis.modules):
+        console.print(module_table(analysis.modules, console.width))  # type: ignore[arg-type]
+    if analysis.fit is not None:
+        glossary.explain("usable")
+        console.print(fit_line(analysis.fit))
+    print_plans(analysis, console, glossary.explain, sweep=False)
+    if analysis.runtime is not None:
+        glossary.explain("device total")
     print_runtime(analysis, console)
-    print_distributed(analysis, console)
+    if analysis.kv_cache is not None:
+        glossary.explain("KV cache")
+        for line in kv_cache_lines(analysis.kv_cache):
+            console.print(line)
     print_suggestions(analysis.suggestions, console)
 
 
-def _headline(analysis: Analysis) -> str:
-    model = analysis.model
-    dims = markup_dims(analysis.dims.bound, "none bound")
-    free = f"; free dims: {markup_dims(analysis.dims.free)}" if analysis.dims.free else ""
-    opset = f"opset {model.opset}, " if model.opset else ""
-    mode = analysis.mode
-    if analysis.training:
-        training = analysis.training
-        mode += f" · {training.optimizer}" + (f" · AMP {training.amp}" if training.amp else "")
-        if training.grad_accum > 1:
-            mode += (f" · {training.grad_accum} micro-batches of {training.micro_batch}"
-                     f" = effective batch {training.effective_batch} (memory per micro-batch)")
-    return (
-        f"[bold]{markup(model.name)}[/] ({model.source_format}, {opset}"
-        f"{model.node_count} nodes) · {mode} · dims: {dims}{free}"
-    )
+def summary_text(analysis: Analysis, width: int = REPR_WIDTH) -> str:
+    """The default summary as plain text (no colour, no markup): what `print(result)` and
+    `repr(result)` show in Python."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, highlight=False,
+                      emoji=False, force_terminal=False)
+    print_answer(analysis, console)
+    return buffer.getvalue().rstrip("\n")
 
 
-def _totals_table(analysis: Analysis) -> Table:
-    live = analysis.liveness
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    params = analysis.params
-    table.add_row("parameters", f"{params.count:,} ({format_bytes(params.bytes)})")
-    if params.buffer_count:
-        table.add_row("buffers", f"{params.buffer_count:,} ({format_bytes(params.buffer_bytes)})")
-    macs = format_si_sym(analysis.costs.total_macs)
-    flops = format_si_sym(analysis.costs.total_flops, "FLOP")
-    table.add_row("MACs / FLOPs", f"{markup_text(macs)} / {markup_text(flops)} (1 MAC = 2 FLOPs)")
-    peak_node = live.order[live.peak_step]
-    peak = format_sym_or_max(live.peak_candidates, format_bytes_sym)
-    table.add_row("peak memory", f"{markup_text(peak)}  at step {live.peak_step}"
-                  f" ({markup(peak_node)}), model order; of which:")
-    for role, size in live.breakdown_at_peak.items():
-        table.add_row(f"  {ROLE_KEYS[role]}", markup_text(format_bytes_sym(size)))
-    table.add_row("lower bound", f"{markup_text(format_bytes_sym(live.lower_bound_bytes))} "
-                  "(largest single node + residents: no order does better)")
-    return table
+def summary_html(analysis: Analysis, width: int = REPR_WIDTH) -> str:
+    """The default summary as HTML with the terminal's colours (Jupyter's `_repr_html_`):
+    rich escapes the text; the styles are inline."""
+    console = Console(file=io.StringIO(), width=width, record=True, highlight=False,
+                      emoji=False, force_terminal=True, color_system="truecolor")
+    print_answer(analysis, console)
+    return console.export_html(inline_styles=True, code_format=_HTML_BLOCK)
 
 
-def _live_table(analysis: Analysis) -> Table:
-    tensors = [t for t in analysis.liveness.live_at_peak if t.producer is not None]
-    table = Table(title=f"largest activations live at the peak ({len(tensors)} in all)")
-    for column in ("tensor", "shape", "dtype", "size", "made by", "kept alive by"):
-        table.add_column(column, overflow="fold")
-    for tensor in tensors[:_LIVE_ROWS]:
-        table.add_row(markup(tensor.name), markup_text(tensor.shape), markup(tensor.dtype),
-                      markup_text(format_bytes_sym(tensor.nbytes)), markup(tensor.producer or "-"),
-                      markup(tensor.last_consumer or "(graph output)"))
-    return table
-
-
-def _module_table(report: ModuleReport) -> Table:
-    table = Table(title=f"by module (depth {report.depth})")
-    for column in ("module", "params", "FLOPs", "live at peak"):
-        table.add_column(column, justify="left" if column == "module" else "right")
-    for row in report.rows:
-        table.add_row(markup(row.module), f"{row.params:,}", markup_text(format_si_sym(row.flops)),
-                      markup_text(format_bytes_sym(row.bytes_at_peak)))
-    return table
-
-
-def _print_gaps(analysis: Analysis, console: Console) -> None:
-    costs = analysis.costs
-    if costs.unsupported_ops:
-        ops = ", ".join(f"{op} x{count}" for op, count in costs.unsupported_ops.items())
-        console.print(f"[yellow]unsupported ops (FLOPs not counted):[/] {markup_text(ops)}")
-    if costs.shape_unknown_nodes:
-        console.print(f"[yellow]{len(costs.shape_unknown_nodes)} nodes with unknown shapes[/]"
-                      f" (FLOPs not counted), e.g. {markup(costs.shape_unknown_nodes[0])}")
-    if analysis.liveness.unknown_size_values:
-        console.print(f"[yellow]{len(analysis.liveness.unknown_size_values)} tensors of unknown"
-                      " size are counted as 0 bytes[/]")
-    if costs.subgraph_nodes:
-        console.print(f"[yellow]{len(costs.subgraph_nodes)} control-flow nodes (If/Loop/Scan):"
-                      " their bodies are not costed; outer tensors they read stay live[/]")
-
-
-def _fit_line(fit: GpuFit) -> str:
-    head = (f"GPU {fit.gpu.full_name}: {format_bytes(fit.capacity_bytes)} - "
-            f"{format_bytes(fit.reserve.bytes)} CUDA context + workspaces = "
-            f"{format_bytes(fit.usable_bytes)} usable")
-    if fit.fits is None:
-        return f"{head}; bind the free dims (--batch / --dim) to decide whether it fits"
-    verdict = "[green]fits[/]" if fit.fits else "[red]does NOT fit[/]"
-    share = "<0.1%" if fit.utilization is not None and fit.utilization < 0.001 else (
-        f"{fit.utilization:.1%}")
-    return f"{head}; peak uses {share}: {verdict}"
+_HTML_BLOCK = ("<pre class='graphmem-summary' style='font-family:monospace;"
+               "line-height:1.3'><code>{code}</code></pre>")

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler_util import FunctionEvent
 
-from graphmem.frontends.torch.loader import TensorSpec
+from graphmem.frontends.torch.loader import KeywordCall, TensorSpec
 from graphmem.frontends.torch.train_step import AMP_DTYPES, cross_entropy_loss
 
 
@@ -27,16 +27,25 @@ from graphmem.frontends.torch.train_step import AMP_DTYPES, cross_entropy_loss
 class MeasuredStep:
     """Peak bytes allocated during one step, above what was allocated before it.
 
-    `peak_bytes` counts tensors, what graphmem's graph models: on the CPU, a buffer a kernel
-    allocates and frees before it returns (oneDNN's reorders, a strided convolution
-    backward's copy of its input gradient) is the kernel's scratch, not a tensor;
-    `kernel_scratch_bytes` is how far the allocator's true peak, scratch included, is above
-    it (None where not measured: on a GPU the scratch is in `peak_bytes`)."""
+    `peak_bytes` counts tensors, what graphmem's graph models. On the CPU a kernel may also
+    allocate buffers it frees before it returns (oneDNN's reorders and the scratch of a
+    convolution's backward, a strided convolution backward's copy of its input gradient):
+    the kernel's scratch, not a tensor. `allocator_peak_bytes` is the true peak of every
+    allocation the profiler saw, scratch included; `kernel_scratch_bytes` how far it is
+    above the tensor peak; `scratch_kernel` the kernel running at the allocator's peak.
+    All three are None on a GPU, where `peak_bytes` (max_memory_allocated) includes it."""
 
     peak_bytes: int
     device: str
     method: str  # how it was measured
     kernel_scratch_bytes: int | None = None
+    allocator_peak_bytes: int | None = None
+    scratch_kernel: str | None = None  # e.g. "aten::convolution_backward"
+
+
+def cuda_device_name() -> str:
+    """What torch calls the CUDA device a step runs on, e.g. "NVIDIA H100 80GB HBM3"."""
+    return torch.cuda.get_device_name()
 
 
 def random_inputs(specs: Sequence[TensorSpec], device: str) -> list[torch.Tensor]:
@@ -65,6 +74,8 @@ def measure_step(
     With `grad_accum` > 1 the measured step is the last micro-batch: an earlier one ran its
     forward and backward first, so the .grad sums exist when it starts; they are counted in
     the peak (graphmem's trace allocates them at the step's start)."""
+    if any(spec.name is not None for spec in specs):  # keyword inputs: model(*args, **kw)
+        model = KeywordCall(model, specs)
     model = model.to(device)
     inputs = random_inputs(specs, device)
     loss_of = loss or cross_entropy_loss
@@ -168,9 +179,12 @@ def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
         if (delta := _tensor_delta_bytes(event))
     )
     peak = _running_peak(delta for _, delta in deltas)
-    scratch = max(0, _allocator_peak(profile) - peak)
+    allocator = allocator_peak(profile)
     return MeasuredStep(peak, "cpu", "torch.profiler profile_memory, memory deltas replayed,"
-                        " kernels' scratch apart", kernel_scratch_bytes=scratch)
+                        " kernels' scratch apart",
+                        kernel_scratch_bytes=max(0, allocator.peak_bytes - peak),
+                        allocator_peak_bytes=allocator.peak_bytes,
+                        scratch_kernel=allocator.kernel)
 
 
 def _running_peak(deltas: Iterator[int]) -> int:
@@ -181,18 +195,36 @@ def _running_peak(deltas: Iterator[int]) -> int:
     return peak
 
 
-def _allocator_peak(profile: torch.profiler.profile) -> int:
-    """The peak of every allocation and free, in time order (the raw event tree)."""
+@dataclass(frozen=True)
+class AllocatorPeak:
+    """The running maximum of every allocation and free the profiler recorded, in time
+    order, and the outermost aten kernel under which it was reached (None: between ops)."""
+
+    peak_bytes: int
+    kernel: str | None
+
+
+def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
+    """The raw event tree's allocations (`[memory]` events are these, attributed)."""
     from torch._C._profiler import _EventType
 
-    found: list[tuple[int, int]] = []
-    pending = list(profile.profiler.kineto_results.experimental_event_tree())
+    found: list[tuple[int, int, str | None]] = []  # (time ns, bytes, enclosing kernel)
+    pending = [(node, None) for node in
+               profile.profiler.kineto_results.experimental_event_tree()]
     while pending:
-        node = pending.pop()
+        node, kernel = pending.pop()
         if node.typed[0] == _EventType.Allocation:
-            found.append((node.start_time_ns, node.typed[1].alloc_size))
-        pending.extend(node.children)
-    return _running_peak(size for _, size in sorted(found))
+            found.append((node.start_time_ns, node.typed[1].alloc_size, kernel))
+        elif kernel is None and node.typed[0] == _EventType.TorchOp and _is_kernel(node.name):
+            kernel = node.name
+        pending.extend((child, kernel) for child in node.children)
+    live = peak = 0
+    at: str | None = None
+    for _, size, kernel in sorted(found, key=lambda event: event[0]):
+        live += size
+        if live > peak:
+            peak, at = live, kernel
+    return AllocatorPeak(peak, at)
 
 
 def _tensor_delta_bytes(event: FunctionEvent) -> int:

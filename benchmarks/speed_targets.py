@@ -1,0 +1,257 @@
+"""The speed and memory targets of issue 17, measured in one run, each against its reference.
+
+    python benchmarks/speed_targets.py [--skip-bert] [--output benchmarks/results/speed.md]
+
+Every measurement is a fresh process. Seconds are CPU seconds (user + system, from wait4's
+rusage of the child: the interpreter's start, imports and all), because the machines this
+project runs on are shared and wall time there says more about the neighbours than about
+graphmem; RSS is the child's own peak resident set (VmHWM, read by the child at its end).
+
+- a 22,052-node decoder (Llama-2-7B widths, 140 layers, weights never written) analysed as
+  users run it, `graphmem analyze X --batch 1 --dim seq=4096 --gpu a100-80gb` with JSON and
+  HTML written, against onnx's `infer_shapes(data_prop=True)` on the same file (the call's
+  CPU seconds; its whole process in the notes). Goal: within 10x, under 5 s, under 1 GiB.
+- the 80-layer Llama-3-70B graph (19,832 nodes): the Python call `analyze_onnx(path, batch=1,
+  dims={"seq": 2048})` (the call's CPU seconds, as benchmarks/speed.py times it). Goal: 2 s.
+- `graphmem analyze samples/resnet50.onnx --gpu t4 --batch 32`: the whole process. Goal: 1.5 s.
+- a model with 1.19 GB of weights inside the file (Llama-2-7B widths, 1 layer, vocab 48,000):
+  the command's peak RSS. Goal: under 300 MiB.
+- `--suggest` on a BERT-base training step (transformers' BertForSequenceClassification at its
+  default config: 12 layers, hidden 768; batch 8 x 128 tokens), the whole process. Goal: 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from llama_graph import PRESETS, build_llama, write_model  # noqa: E402 - after the path set-up
+
+MiB = 2**20
+TIMEOUT_S = 1200
+BERT_LIMIT_S = 600  # wall seconds: the search re-traces the model per candidate
+
+# The child: runs one measured thing, then writes its own numbers to the file in argv[1].
+_CHILD = r"""
+import json, sys, time
+def peak_rss():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1]) * 1024
+out, kind, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+result = {}
+if kind == 'cli':
+    from graphmem.cli.main import main
+    try:
+        result['exit'] = main(args)
+    except SystemExit as done:  # --version, --help
+        result['exit'] = done.code or 0
+elif kind == 'onnx':
+    import onnx
+    start = time.process_time()
+    model = onnx.load(args[0], load_external_data=False)
+    onnx.shape_inference.infer_shapes(model, data_prop=True)
+    result['call_s'] = time.process_time() - start
+elif kind == 'api':
+    from graphmem import analyze_onnx
+    start = time.process_time()
+    analysis = analyze_onnx(args[0], batch=1, dims=json.loads(args[1]))
+    result['call_s'] = time.process_time() - start
+    result['peak_bytes'] = int(analysis.peak_bytes)
+result['rss_bytes'] = peak_rss()
+json.dump(result, open(out, 'w'))
+"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    cpu_s: float  # the whole child process, user + system
+    rss_bytes: int
+    data: dict[str, Any]
+
+
+class TimedOut(RuntimeError):
+    """The child ran past its limit and was stopped; `cpu_s` is what it had used."""
+
+    def __init__(self, cpu_s: float) -> None:
+        super().__init__(f"stopped after {cpu_s:.0f} CPU s")
+        self.cpu_s = cpu_s
+
+
+def measure(kind: str, *args: str, cwd: Path = ROOT, limit_s: float = TIMEOUT_S) -> Measured:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, "-c", _CHILD, out.name, kind, *args]
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        timer = threading.Timer(limit_s, process.kill)
+        timer.start()
+        _, status, usage = os.wait4(process.pid, 0)
+        timer.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode == -signal.SIGKILL:
+            raise TimedOut(usage.ru_utime + usage.ru_stime)
+        text = Path(out.name).read_text()
+        if process.returncode != 0 or not text:
+            raise RuntimeError(f"{kind} {' '.join(args)} failed (exit {process.returncode})")
+        data = json.loads(text)
+    if data.get("exit", 0) != 0:
+        raise RuntimeError(f"graphmem {' '.join(args)} exited {data['exit']}")
+    return Measured(usage.ru_utime + usage.ru_stime, data["rss_bytes"], data)
+
+
+@dataclass(frozen=True)
+class Row:
+    target: str
+    measured: str
+    reference: str
+    goal: str
+    met: bool
+
+
+def decoder_row(folder: Path, notes: list[str]) -> Row:
+    path = write_model(folder / "decoder_22k.onnx", replace(PRESETS["llama2-7b"], layers=140))
+    onnx_run = measure("onnx", str(path))
+    run = measure("cli", "analyze", str(path), "--batch", "1", "--dim", "seq=4096", "--gpu",
+                  "a100-80gb", "--json", str(folder / "d.json"), "--html",
+                  str(folder / "d.html"))
+    reference = onnx_run.data["call_s"]
+    ratio = run.cpu_s / reference
+    notes.append(f"- onnx's infer_shapes on the 22k-node decoder: {reference:.2f} CPU s for the"
+                 f" call, {onnx_run.cpu_s:.2f} s for its whole process (import of onnx"
+                 f" included); graphmem's whole process is {run.cpu_s / onnx_run.cpu_s:.1f}x"
+                 " that whole process.")
+    return Row("22,052-node decoder, `analyze --batch 1 --dim seq=4096 --gpu a100-80gb`, JSON"
+               " + HTML, whole process",
+               f"{run.cpu_s:.2f} s, {run.rss_bytes / MiB:,.0f} MiB ({ratio:.1f}x onnx)",
+               f"onnx infer_shapes call {reference:.2f} s",
+               "within 10x, < 5 s, < 1 GiB",
+               ratio <= 10 and run.cpu_s < 5 and run.rss_bytes < 2**30)
+
+
+def llama70b_row(folder: Path, notes: list[str]) -> Row:
+    path = write_model(folder / "llama70b_80.onnx", PRESETS["llama3-70b"])
+    run = measure("api", str(path), json.dumps({"seq": 2048}))
+    call = run.data["call_s"]
+    cli = measure("cli", "analyze", str(path), "--gpu", "h100-sxm", "--json",
+                  str(folder / "l.json"), "--html", str(folder / "l.html"))
+    notes.append(f"- Llama-3-70B, 80 layers, the command line with `--gpu h100-sxm` (dims"
+                 f" free, largest-batch search, JSON + HTML): {cli.cpu_s:.2f} CPU s,"
+                 f" {cli.rss_bytes / MiB:,.0f} MiB.")
+    return Row("Llama-3-70B, 80 layers (19,832 nodes), `analyze_onnx(batch=1, seq=2048)` call",
+               f"{call:.2f} s ({run.cpu_s:.2f} s process), {run.rss_bytes / MiB:,.0f} MiB",
+               "", "< 2 s", call < 2)
+
+
+def resnet_row(folder: Path, notes: list[str]) -> Row:
+    run = measure("cli", "analyze", str(ROOT / "samples" / "resnet50.onnx"), "--gpu", "t4",
+                  "--batch", "32", "--html", str(folder / "r.html"))
+    start = measure("cli", "--version")
+    notes.append(f"- `graphmem --version` (the interpreter and the CLI's imports):"
+                 f" {start.cpu_s:.2f} CPU s.")
+    return Row("`graphmem analyze samples/resnet50.onnx --gpu t4 --batch 32`, whole process",
+               f"{run.cpu_s:.2f} s, {run.rss_bytes / MiB:,.0f} MiB",
+               f"`graphmem --version` {start.cpu_s:.2f} s", "< 1.5 s", run.cpu_s < 1.5)
+
+
+def inline_row(folder: Path, notes: list[str]) -> Row:
+    path = folder / "inline.onnx"
+    _write_inline(path)
+    size = path.stat().st_size
+    run = measure("cli", "analyze", str(path), "--batch", "1", "--dim", "seq=2048", "--gpu",
+                  "a100-80gb", "--json", str(folder / "i.json"), "--no-html")
+    return Row(f"{size / 1e9:.2f} GB of weights inside the file, `analyze --gpu a100-80gb`",
+               f"{run.rss_bytes / MiB:,.0f} MiB ({run.cpu_s:.2f} s)",
+               f"file {size / MiB:,.0f} MiB", "< 300 MiB", run.rss_bytes < 300 * MiB)
+
+
+def _write_inline(path: Path) -> None:
+    """Llama-2-7B widths, 1 layer, vocab 48,000, every weight zeros inside the file."""
+    import numpy as np
+    import onnx
+    from onnx import helper
+
+    config = replace(PRESETS["llama2-7b"], layers=1, vocab=48000)
+    model = build_llama(config, data_file="never.data")
+    for tensor in model.graph.initializer:
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        tensor.raw_data = bytes(int(np.prod(list(tensor.dims))) * itemsize)
+    onnx.save_model(model, str(path))
+
+
+def bert_row(folder: Path, notes: list[str]) -> Row:
+    module = folder / "bert_base.py"
+    module.write_text(
+        "def build():\n"
+        "    from transformers import BertConfig, BertForSequenceClassification\n\n"
+        "    return BertForSequenceClassification(BertConfig(attn_implementation='eager'))\n")
+    target = ("`--suggest` on a BERT-base training step (8 x 128 tokens, `--gpu a100-80gb`),"
+              " whole process")
+    plain = measure("cli", "analyze", f"{module}:build", "--input", "8x128:int64", "--train",
+                    "--gpu", "a100-80gb", "--no-html")
+    reference = f"the same without `--suggest` {plain.cpu_s:.1f} s"
+    try:
+        run = measure("cli", "analyze", f"{module}:build", "--input", "8x128:int64", "--train",
+                      "--suggest", "--gpu", "a100-80gb", "--no-html", limit_s=BERT_LIMIT_S)
+    except TimedOut as stopped:
+        return Row(target, f"over {stopped.cpu_s:.0f} s (stopped at {BERT_LIMIT_S} s wall)",
+                   reference, "< 30 s", False)
+    return Row(target, f"{run.cpu_s:.1f} s, {run.rss_bytes / MiB:,.0f} MiB", reference,
+               "< 30 s", run.cpu_s < 30)
+
+
+def environment() -> str:
+    import onnx
+
+    import graphmem
+
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"{now}; {platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB;"
+            f" Python {platform.python_version()}, graphmem {graphmem.__version__},"
+            f" onnx {onnx.__version__}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-bert", action="store_true", help="no torch measurement")
+    parser.add_argument("--output", type=Path, help="also write the table there (markdown)")
+    args = parser.parse_args()
+    rows_of: list[Callable[[Path, list[str]], Row]] = [
+        decoder_row, llama70b_row, resnet_row, inline_row]
+    if not args.skip_bert:
+        rows_of.append(bert_row)
+    lines = [environment(), "", "| target | measured (CPU s, peak RSS) | reference, same run |"
+             " goal | met |", "|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for row_of in rows_of:
+            row = row_of(Path(folder), notes)
+            lines.append(f"| {row.target} | {row.measured} | {row.reference} | {row.goal} |"
+                         f" {'yes' if row.met else 'no'} |")
+            print(lines[-1], flush=True)
+    lines.extend(["", *notes, ""])
+    print("\n".join(notes))
+    if args.output:
+        args.output.write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Terminal lines for an LLM: what fine-tuning applied (LoRA, QLoRA, checkpointing, MoE) and
+the serving plan (--serve). Render only: the numbers are the FinetuneReport's
+(graphmem/frontends/torch/finetune.py) and the ServingReport's (graphmem/distributed/
+serving.py), the ones the JSON gives under `model.finetune` and `memory.serving`.
+
+Each block is at most 8 lines of at most 80 columns.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from graphmem.core.safe_text import markup
+from graphmem.core.units import format_bytes, format_si
+from graphmem.distributed.serving import ServingReport, one_sequence_bytes
+from graphmem.frontends.torch.finetune import FinetuneReport
+from graphmem.pipeline.analysis import Analysis
+
+
+def print_llm(analysis: Analysis, console: Console) -> None:
+    """The fine-tuning lines and the serving plan, where the analysis has them."""
+    lines = finetune_lines(analysis.finetune) if analysis.finetune else []
+    serving = analysis.kv_cache.serving if analysis.kv_cache else None
+    if serving is not None:
+        lines += serving_lines(serving)
+    for line in lines:
+        console.print(line, overflow="fold")
+
+
+def finetune_lines(report: FinetuneReport) -> list[str]:
+    params = report.params
+    head = "fine-tuning" if report.lora or report.nf4 or report.checkpointed_layers else "model"
+    if report.hf is not None:
+        hf = report.hf
+        limit = f", {hf.max_positions:,} positions" if hf.max_positions else ""
+        head += f": {markup(hf.architecture)} ({hf.dtype}{limit})"
+    lines = [f"[bold]{head}[/]"]
+    if report.lora or report.nf4 or params.frozen:  # else every parameter trains, if any
+        lines.append(f"  parameters {params.total:,}: {params.trainable:,} trainable"
+                     f" ({format_bytes(params.trainable_bytes)}), {params.frozen:,} frozen")
+    if report.lora is not None:
+        lora = report.lora
+        lines.append(f"  LoRA r={lora.rank} alpha={lora.alpha:g} on {lora.modules} layers"
+                     f" ({markup(', '.join(lora.targets))}), adapters {lora.adapter_dtype}")
+    if report.nf4 is not None:
+        nf4 = report.nf4
+        layout = nf4.bytes
+        lines.append(f"  QLoRA: {nf4.modules} layers in NF4, {format_bytes(layout.total)}"
+                     f" ({format_bytes(layout.packed)} packed + {format_bytes(layout.constants)}"
+                     " constants)")
+        lines.append(f"  largest weight dequantized to {nf4.compute_dtype}:"
+                     f" {format_bytes(nf4.largest_dequantized_bytes)}")
+    if report.checkpointed_layers:
+        layers = report.checkpointed_layers
+        lines.append(f"  gradient checkpointing on {len(layers)} layers:"
+                     f" {markup(layers[0])} .. {markup(layers[-1])}")
+    if report.moe is not None:
+        moe = report.moe
+        lines.append(f"  MoE: {moe.experts_per_token} of {moe.experts} experts per token:"
+                     f" {format_si(moe.active_params_per_token)} of"
+                     f" {format_si(moe.total_params)} parameters active")
+    return lines
+
+
+def serving_lines(plan: ServingReport) -> list[str]:
+    config = plan.config
+    split = (f", tensor parallel {config.tensor_parallel}" if config.tensor_parallel > 1
+             else "")
+    replicas = f", {plan.replicas} replicas" if plan.replicas > 1 else ""
+    lines = [
+        f"[bold]serving on {markup(plan.gpu_name)}[/]{split}{replicas}: budget"
+        f" {config.gpu_memory_utilization:g} x {format_bytes(plan.capacity_bytes)} ="
+        f" {format_bytes(plan.budget_bytes)} per GPU",
+        f"  weights {format_bytes(plan.weights_bytes)} + step"
+        f" {format_bytes(plan.activation_bytes)} + context"
+        f" {format_bytes(plan.cuda_context_bytes)}; KV cache"
+        f" {format_bytes(plan.kv_cache_bytes)}",
+        f"  KV {format_bytes(plan.per_token_bytes)} per token; {plan.num_blocks:,} blocks of"
+        f" {config.block_size} tokens ({format_bytes(plan.block_bytes)})",
+        f"  sequences of {plan.context:,} tokens at once: [bold]{plan.total_sequences:,}[/]"
+        f" ({plan.blocks_per_sequence:,} blocks each)",
+        f"  longest context: {plan.max_context:,} tokens (limited by"
+        f" {plan.context_limited_by})",
+        serving_verdict(plan),
+    ]
+    return lines
+
+
+def serving_verdict(plan: ServingReport) -> str:
+    """The verdict under --serve (the same as the analysis's fit: serving.py `serving_fit`)."""
+    if plan.max_sequences >= 1:
+        return f"  [green]fits[/]: {plan.total_sequences:,} sequences of {plan.context:,} tokens"
+    return (f"  [red]does NOT fit[/]: one {plan.context:,}-token sequence needs"
+            f" {format_bytes(one_sequence_bytes(plan))} of {format_bytes(plan.budget_bytes)}")

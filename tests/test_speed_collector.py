@@ -1,0 +1,70 @@
+"""The cyclic garbage collector is held off during the bulk stages (graphmem/core/collector.py)
+and left exactly as it was found afterwards."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from graphmem.core.collector import collector_paused
+from graphmem.frontends.onnx import importer
+from graphmem.passes import costs
+from graphmem.pipeline import run
+from graphmem.pipeline.request import Request
+
+RESNET50 = Path(__file__).resolve().parent.parent / "samples" / "resnet50.onnx"
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.enable()
+    yield
+    if not was_enabled:
+        gc.disable()
+
+
+def test_paused_inside_and_restored_after(collector_on: None) -> None:
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():  # nested: the outer block restores
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_restored_after_an_error(collector_on: None) -> None:
+    with pytest.raises(ValueError), collector_paused():
+        raise ValueError("a failing stage")
+    assert gc.isenabled()
+
+
+def test_a_collector_the_caller_disabled_stays_disabled(collector_on: None) -> None:
+    gc.disable()
+    with collector_paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_import_and_passes_run_with_the_collector_paused(
+        collector_on: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, bool] = {}
+    build, compute = importer.build_graph, run.compute_costs
+
+    def recording_build(*args: object) -> object:
+        seen["import"] = gc.isenabled()
+        return build(*args)  # type: ignore[arg-type]
+
+    def recording_costs(*args: object, **kwargs: object) -> object:
+        seen["passes"] = gc.isenabled()
+        return compute(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importer, "build_graph", recording_build)
+    monkeypatch.setattr(run, "compute_costs", recording_costs)
+    run.analyze(Request(RESNET50, batch=1))
+    assert seen == {"import": False, "passes": False}
+    assert gc.isenabled()
+    assert costs.compute_costs is compute

@@ -1,0 +1,88 @@
+"""fold.py's numpy fast path gives what onnx's reference runtime gives, op by op, and the
+folding decodes only the constants a foldable node reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from graphmem.frontends.onnx import fold
+
+I64, I32, U8 = np.int64, np.int32, np.uint8
+
+
+def _reference(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> np.ndarray:
+    graph = helper.make_graph(
+        [node], "one",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for n, v in feeds.items()], [helper.make_empty_tensor_value_info(node.output[0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+CASES = [
+    ("Unsqueeze", {"x": np.array(7, I64), "axes": np.array([0], I64)}, {}, 17),
+    ("Unsqueeze", {"x": np.array([3, 4], I64), "axes": np.array([-1, 0], I64)}, {}, 17),
+    ("Unsqueeze", {"x": np.array([[1, 2]], I32), "axes": np.array([1], I64)}, {}, 13),
+    ("Unsqueeze", {"x": np.array([5], I64)}, {"axes": [0, 2]}, 11),
+    ("Cast", {"x": np.array([1, -2, 300], I64)}, {"to": TensorProto.INT32}, 17),
+    ("Cast", {"x": np.array([1, 255], I32)}, {"to": TensorProto.UINT8}, 17),
+    ("Cast", {"x": np.array(9, U8)}, {"to": TensorProto.INT64}, 17),
+    ("Add", {"x": np.array([1, 2], I64), "y": np.array(3, I64)}, {}, 17),
+    ("Sub", {"x": np.array(4, I32), "y": np.array([[1], [2]], I32)}, {}, 17),
+    ("Mul", {"x": np.array([2**62], I64), "y": np.array([4], I64)}, {}, 17),  # wraps
+    ("Mul", {"x": np.array(64, I64), "y": np.array(2, I64)}, {}, 17),
+]
+
+
+@pytest.mark.parametrize(("op", "feeds", "attributes", "opset"), CASES)
+def test_the_fast_path_is_the_reference_runtime(op: str, feeds: dict[str, np.ndarray],
+                                                attributes: dict[str, object],
+                                                opset: int) -> None:
+    node = helper.make_node(op, list(feeds), ["out"], **attributes)
+    fast = fold._run_simple(node, feeds, opset)
+    assert fast is not None  # each case is one the fast path takes
+    with np.errstate(all="ignore"):
+        expected = _reference(node, feeds, opset)
+    assert fast.dtype == expected.dtype and fast.shape == expected.shape
+    assert np.array_equal(fast, expected)
+
+
+@pytest.mark.parametrize(("op", "feeds", "attributes"), [
+    ("Unsqueeze", {"x": np.array([1], I64), "axes": np.array([0, 0], I64)}, {}),  # repeated
+    ("Unsqueeze", {"x": np.array([1], I64), "axes": np.array([5], I64)}, {}),  # out of range
+    ("Cast", {"x": np.array([1], I64)}, {"to": TensorProto.FLOAT}),  # not integer to integer
+    ("Add", {"x": np.array([1], I64), "y": np.array([1], I32)}, {}),  # mixed dtypes
+    ("Add", {"x": np.array([1.5]), "y": np.array([1.0])}, {}),  # floats
+    ("Div", {"x": np.array([7], I64), "y": np.array([2], I64)}, {}),  # not a fast op
+])
+def test_what_it_does_not_take_goes_to_the_reference_runtime(
+        op: str, feeds: dict[str, np.ndarray], attributes: dict[str, object]) -> None:
+    node = helper.make_node(op, list(feeds), ["out"], **attributes)
+    assert fold._run_simple(node, feeds, 17) is None
+
+
+def test_only_the_constants_a_foldable_node_reads_are_decoded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded: list[str] = []
+    original = fold._constant_node_value
+
+    def counted(node: onnx.NodeProto) -> np.ndarray | None:
+        decoded.append(node.output[0])
+        return original(node)
+
+    monkeypatch.setattr(fold, "_constant_node_value", counted)
+    constant = [helper.make_node("Constant", [], [f"c{i}"], value=numpy_helper.from_array(
+        np.array([i], I64))) for i in range(3)]
+    nodes = [*constant, helper.make_node("Unsqueeze", ["c0", "c1"], ["u"]),  # reads c0, c1
+             helper.make_node("Relu", ["x"], ["y"])]  # c2 is read by nothing
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    replaced = fold.fold_constants(model)
+    assert list(replaced) == ["u"] and sorted(decoded) == ["c0", "c1"]
+    folded = numpy_helper.to_array(model.graph.node[3].attribute[0].t)
+    assert folded.tolist() == [[0]]  # c0 = [0] unsqueezed at axis c1 = 1
