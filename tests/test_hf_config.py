@@ -223,3 +223,14 @@ def test_a_70b_model_analyzes_in_little_memory() -> None:
                           text=True, timeout=600, check=True)
     max_rss_kib = int(done.stdout.strip().splitlines()[-1])  # VmHWM is in kB
     assert max_rss_kib < 2 * 1024 * 1024
+
+
+@pytest.mark.parametrize("key,count", [("num_hidden_layers", 10**6),
+                                       ("num_local_experts", 10**7)])
+def test_a_config_asking_for_millions_of_modules_is_refused_before_building(
+        tmp_path: Path, run: Run, key: str, count: int) -> None:
+    # a config is untrusted input: 10^6 layers would keep transformers building modules for
+    # hours (3,000 tiny layers took 4 minutes); refused from the config object, nothing built
+    (tmp_path / "config.json").write_text(json.dumps({**MIXTRAL_8X7B, key: count}))
+    code, _, err = run("analyze", str(tmp_path), "--no-html")
+    assert_one_error_line(code, err, f"{key} is {count:,}", "more than graphmem builds")

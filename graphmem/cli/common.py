@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from graphmem.cli.inputs import OutputFile, print_written, writing
+from graphmem.core.collector import collector_paused
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import is_model_spec
 from graphmem.gate.budgets import SpecError, parse_size
@@ -77,14 +78,17 @@ class Output:
 def emit(console: Console, render: Callable[[Console], None], outputs: Sequence[Output],
          stdout_text: Callable[[], str] | None = None) -> None:
     """`stdout_text` (`--json -`) on stdout, the console moved to stderr; then the terminal
-    rendering; then each output file, one error line if writing fails, and where it went."""
-    if stdout_text is not None:
-        sys.stdout.write(stdout_text())
-        console = stderr_console()
-    render(console)
-    for output in outputs:
-        if output.file is None:
-            continue
-        with writing(output.file):
-            output.write(output.file.path)
-        print_written(console, output.what, output.file)
+    rendering; then each output file, one error line if writing fails, and where it went.
+    The writers build many small objects and free few: the cyclic collector is paused
+    (graphmem/core/collector.py), which took a fifth of the writing time at 22k nodes."""
+    with collector_paused():
+        if stdout_text is not None:
+            sys.stdout.write(stdout_text())
+            console = stderr_console()
+        render(console)
+        for output in outputs:
+            if output.file is None:
+                continue
+            with writing(output.file):
+                output.write(output.file.path)
+            print_written(console, output.what, output.file)

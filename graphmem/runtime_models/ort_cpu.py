@@ -49,6 +49,7 @@ from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaFailure, replay
+from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
     ALIAS_OPS,
     CONTRIB_INPLACE_INPUT,
@@ -79,6 +80,8 @@ class OrtPlan:
     inplace_count: int  # outputs written over their input (MayInplace)
     alias_count: int  # outputs that are views of their input (Alias)
     reused_count: int  # outputs placed in a freed buffer of the same shape
+    # per buffer owner, the steps a tensor in it is still to be read (shared: read-only)
+    live_spans: dict[str, list[tuple[int, int]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -270,19 +273,46 @@ def plan_ort_buffers(graph: Graph, sizes: Mapping[str, SymInt | None],
                      plan_shapes: Mapping[str, PlanShape | None] | None = None,
                      order: Sequence[Node] | None = None) -> OrtPlan:
     """Which buffer each tensor uses and how long each buffer is held, as onnxruntime plans."""
-    order = list(order) if order is not None else ort_execution_order(graph)
+    layout = cached_per_graph(graph, (plan_shapes, order),
+                              lambda: _make_layout(graph, plan_shapes, order))
+    buffers = tuple(OrtBuffer(value, _size_bytes(sizes.get(value.name)), first, last, kind)
+                    for value, first, last, kind in layout.buffers)
+    return OrtPlan(layout.order, buffers, layout.storage, *layout.counts,
+                   live_spans=layout.live_spans)
+
+
+@dataclass(frozen=True)
+class _PlanLayout:
+    """The part of a plan the bound dims do not change (onnxruntime plans by its own shapes):
+    made once per graph and plan shapes, so a max-batch search re-sizes, never re-plans."""
+
+    order: tuple[Node, ...]
+    buffers: tuple[tuple[Value, int, int, str], ...]  # owner, first step, last step, kind
+    storage: dict[str, str]
+    counts: tuple[int, int, int]  # in place, alias, reused
+    live_spans: dict[str, list[tuple[int, int]]]
+
+
+def _make_layout(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
+                 order: Sequence[Node] | None) -> _PlanLayout:
+    order = tuple(order) if order is not None else tuple(ort_execution_order(graph))
     if plan_shapes is None:
         plan_shapes = {name: plan_shape_from_ir(v) for name, v in graph.values.items()}
     planner = _Planner(graph, order, plan_shapes)
     planner.run()
-    buffers = _buffers(order, planner.owner, planner.outputs, sizes)
     storage = {v.name: planner.owner[id(v)].name for v in graph.values.values()}
-    return OrtPlan(tuple(order), buffers, storage, planner.counts["inplace"],
-                   planner.counts["alias"], planner.counts["reused"])
+    counts = planner.counts
+    return _PlanLayout(order, _buffer_steps(order, planner.owner, planner.outputs), storage,
+                       (counts["inplace"], counts["alias"], counts["reused"]),
+                       _live_spans(order, storage))
 
 
-def _buffers(order: Sequence[Node], owner: Mapping[int, Value], outputs: set[int],
-             sizes: Mapping[str, SymInt | None]) -> tuple[OrtBuffer, ...]:
+def _size_bytes(size: SymInt | None) -> int:
+    return int(size) if size is not None and size.is_constant else 0
+
+
+def _buffer_steps(order: Sequence[Node], owner: Mapping[int, Value], outputs: set[int]
+                  ) -> tuple[tuple[Value, int, int, str], ...]:
     """Each buffer from its first tensor's step to the last read of any tensor placed in it;
     a graph output, or a buffer nothing reads, is held to the end of the run."""
     step_of = {id(node): step for step, node in enumerate(order)}
@@ -300,11 +330,9 @@ def _buffers(order: Sequence[Node], owner: Mapping[int, Value], outputs: set[int
         value = owner.get(key)
         if value is None or value.producer is None or id(value.producer) not in step_of:
             continue
-        size = sizes.get(value.name)
-        size_bytes = int(size) if size is not None and size.is_constant else 0
         held_to_end = key in outputs or key not in last
-        buffers.append(OrtBuffer(value, size_bytes, step, end if held_to_end else last[key],
-                                 "output" if key in outputs else "planned"))
+        buffers.append((value, step, end if held_to_end else last[key],
+                        "output" if key in outputs else "planned"))
     return tuple(buffers)
 
 
@@ -409,15 +437,22 @@ ORT_CPU_COUNTS = (
 def buffer_live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
     """Per buffer owner: the steps during which some tensor placed in it is still to be read
     (the rest of the buffer's life is held for a later tensor of the same shape)."""
-    step_of = {id(node): step for step, node in enumerate(plan.order)}
-    end = len(plan.order) - 1
+    if plan.live_spans is not None:
+        return plan.live_spans
+    return _live_spans(plan.order, plan.storage)
+
+
+def _live_spans(order: Sequence[Node], storage: Mapping[str, str]
+                ) -> dict[str, list[tuple[int, int]]]:
+    step_of = {id(node): step for step, node in enumerate(order)}
+    end = len(order) - 1
     spans: dict[str, list[tuple[int, int]]] = {}
-    for node in plan.order:
+    for node in order:
         for value in node.outputs:
             start = step_of[id(node)]
             reads = [step_of[id(n)] for n in value.consumers if id(n) in step_of]
             last = end if value.role is Role.OUTPUT else max(reads, default=start)
-            spans.setdefault(plan.storage[value.name], []).append((start, last))
+            spans.setdefault(storage[value.name], []).append((start, last))
     return spans
 
 

@@ -12,6 +12,7 @@ A new runtime is one class here and one entry in MODELS.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
@@ -24,7 +25,7 @@ from graphmem.runtime_models.base import (
     RuntimeEstimate,
     RuntimeModel,
 )
-from graphmem.runtime_models.ort_cpu import ort_cpu_estimate
+from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
 from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
 from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate
 
@@ -148,10 +149,11 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _plan_shapes(context: RuntimeContext) -> dict | None:
-    """The shapes onnxruntime plans with (None: use graphmem's)."""
+def _plan_shapes(context: RuntimeContext) -> Mapping[str, PlanShape | None] | None:
+    """The shapes onnxruntime plans with (None: use graphmem's); the source's own mapping,
+    not a copy: the plan made from it is kept per graph and mapping (graph_cache.py)."""
     source = context.ort_source
-    return None if source is None else dict(source.plan_shapes())
+    return None if source is None else source.plan_shapes()
 
 
 def _optimized(context: RuntimeContext) -> tuple[OptimizedOrtGraph | None, str]:

@@ -38,6 +38,13 @@ SEQ_DIMS = ("seq", "seq_len", "sequence")  # names --dim accepts for the sequenc
 # config keys that name the experts of a mixture of experts, and how many run per token
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "moe_topk")
+# Counts of modules a config asks transformers to build (one Python object per layer or
+# expert, even on the meta device): the largest published models have ~130 layers and 256
+# experts; beyond these bounds a hostile config would keep graphmem building for hours.
+MAX_LAYERS = 1024
+MAX_EXPERTS = 4096
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+               "decoder_layers", "num_decoder_layers")
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,17 @@ def build_config(values: Mapping[str, Any], where: str = "the config") -> Any:
                             " transformers for a newer architecture") from None
 
 
+def _check_module_counts(config: Any, where: str) -> None:
+    """Refuse, before building, a config whose layer or expert count no model has."""
+    for keys, limit in ((_LAYER_KEYS, MAX_LAYERS), (_EXPERT_KEYS, MAX_EXPERTS)):
+        for key in keys:
+            count = getattr(config, key, None)
+            if isinstance(count, int) and count > limit:
+                raise GraphmemError(f"{where}: {key} is {count:,}, more than graphmem builds"
+                                    f" ({limit:,}): check the config (the largest published"
+                                    " models have about 130 layers)")
+
+
 # ----- the model -------------------------------------------------------------------------------
 def build_hf_model(source: str | Path | Mapping[str, Any], training: bool = False) -> HfModel:
     """The model a config describes, on the meta device. Training: `use_cache` off (a
@@ -103,6 +121,7 @@ def build_hf_model(source: str | Path | Mapping[str, Any], training: bool = Fals
     else:
         values, label = read_config(source), str(source)
     config = build_config(values, label)
+    _check_module_counts(config, label)
     if training:
         config.use_cache = False
     module = _build(config, values.get("architectures"), label)
