@@ -19,10 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import analyze_onnx, analyze_torch
 from graphmem.api import build_request
@@ -37,6 +35,7 @@ from graphmem.distributed.serving import (
 )
 from graphmem.errors import GraphmemError
 from graphmem.gate.budgets import Budgets, MinSequences, complete_budgets, evaluate, numbers_of
+from tests.helpers.decoders import PER_TOKEN, decoder_with_past
 from tests.models import tiny_llama
 
 # ----- the plan, worked by hand ---------------------------------------------------------------
@@ -127,40 +126,6 @@ def test_config_refusals(config: ServingConfig, message: str) -> None:
 
 
 # ----- an ONNX decoder-with-past --------------------------------------------------------------
-LAYERS, KV_HEADS, HEAD_DIM, WIDTH = 2, 2, 16, 32
-# 2 (K and V) x 2 layers x 2 KV heads x 16 x 4 B = 512 B per token; a block of 16: 8192 B
-PER_TOKEN = 2 * LAYERS * KV_HEADS * HEAD_DIM * 4
-
-
-def decoder_with_past() -> onnx.ModelProto:
-    """hidden [batch, seq, 32]; per layer and K/V: MatMul 32x32 -> Reshape [b, s, 2, 16] ->
-    Transpose [b, 2, s, 16] -> Concat with past_key_values.L.key|value [b, 2, past, 16] ->
-    present.L.key|value, as Hugging Face Optimum names them."""
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(np.array([0, 0, KV_HEADS, HEAD_DIM], np.int64), "heads")]
-    inputs = [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", WIDTH])]
-    nodes, outputs = [], []
-    for layer in range(LAYERS):
-        for kind in ("key", "value"):
-            tag, past = f"{layer}_{kind}", f"past_key_values.{layer}.{kind}"
-            weights.append(numpy_helper.from_array(
-                rng.standard_normal((WIDTH, WIDTH)).astype(np.float32), f"w_{tag}"))
-            inputs.append(helper.make_tensor_value_info(
-                past, TensorProto.FLOAT, ["batch", KV_HEADS, "past", HEAD_DIM]))
-            outputs.append(helper.make_tensor_value_info(
-                f"present.{layer}.{kind}", TensorProto.FLOAT,
-                ["batch", KV_HEADS, "total", HEAD_DIM]))
-            nodes += [
-                helper.make_node("MatMul", ["hidden", f"w_{tag}"], [f"p_{tag}"], name=f"mm_{tag}"),
-                helper.make_node("Reshape", [f"p_{tag}", "heads"], [f"r_{tag}"], name=f"rs_{tag}"),
-                helper.make_node("Transpose", [f"r_{tag}"], [f"t_{tag}"], perm=[0, 2, 1, 3],
-                                 name=f"tr_{tag}"),
-                helper.make_node("Concat", [past, f"t_{tag}"], [f"present.{layer}.{kind}"],
-                                 axis=2, name=f"cat_{tag}")]
-    graph = helper.make_graph(nodes, "decoder", inputs, outputs, initializer=weights)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-
-
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("serving") / "decoder.onnx"

@@ -28,8 +28,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
+from graphmem.errors import first_line
 from graphmem.frontends.onnx.fold import fold_constants
-from graphmem.frontends.onnx.read import first_line
 
 # A tensor with at most this many elements may be a shape vector or a scalar whose value
 # onnxruntime's rules read (fold.py's bound for the same tensors).

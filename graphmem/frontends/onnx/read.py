@@ -16,7 +16,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto
 
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.lean_read import KEEP_BYTES, read_lean_model_bytes
 from graphmem.frontends.onnx.untrusted import (
     check_regular_file,
@@ -76,11 +76,6 @@ def _check_path(path: Path) -> None:
     if not path.exists():
         raise GraphmemError(f"no such file '{path}': check the path to the .onnx model")
     check_regular_file(path, path.stat())
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
 
 
 def _drop_large_payloads(graph: onnx.GraphProto) -> None:

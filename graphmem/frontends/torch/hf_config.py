@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.finetune import HfSummary, MoeSummary
 from graphmem.frontends.torch.loader import TensorSpec
 from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file
@@ -97,7 +97,7 @@ def build_config(values: Mapping[str, Any], where: str = "the config") -> Any:
             return AutoConfig.for_model(model_type, **settings)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise GraphmemError(f"{where}: transformers cannot make a {model_type!r} config"
-                            f" ({_first_line(error)}): check model_type, or upgrade"
+                            f" ({first_line(error)}): check model_type, or upgrade"
                             " transformers for a newer architecture") from None
 
 
@@ -144,10 +144,10 @@ def _build(config: Any, architectures: object, where: str) -> nn.Module:
                     return builder._from_config(config)
                 return builder.from_config(config)
         except (ValueError, KeyError) as error:  # not a causal LM: the next builder
-            errors.append(_first_line(error))
+            errors.append(first_line(error))
         except Exception as error:  # the architecture's code: any failure is reported
             raise GraphmemError(f"{where}: building {config.model_type} failed:"
-                                f" {type(error).__name__}: {_first_line(error)}") from error
+                                f" {type(error).__name__}: {first_line(error)}") from error
     raise GraphmemError(f"{where}: transformers has no model class for it ({errors[-1]}):"
                         " name one in \"architectures\"")
 
@@ -179,18 +179,8 @@ def _attention(module: nn.Module) -> str:
 def _quiet_transformers() -> Iterator[None]:
     """transformers logs deprecations and defaults while building: not the user's business."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here downloads; say it to the hub
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
+    with quiet_logger("transformers", logging.ERROR):
         yield
-    finally:
-        logger.setLevel(level)
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__
 
 
 # ----- the example input -----------------------------------------------------------------------

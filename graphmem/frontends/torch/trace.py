@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphmem.core.conventions import STATE_SLOTS, Amp, TrainingOptions
 from graphmem.core.ir import Role
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
@@ -176,7 +176,7 @@ def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
         raise
     except Exception as error:  # the user's model: any failure is reported
         raise GraphmemError(
-            f"tracing the model failed: {type(error).__name__}: {_first_line(error)}; "
+            f"tracing the model failed: {type(error).__name__}: {first_line(error)}; "
             + _tracing_hint(error)
         ) from error  # the cause is shown with --debug
 
@@ -191,21 +191,9 @@ def _tracing_hint(error: Exception) -> str:
             " (e.g. 8x3x224x224, or 4x128:int64 for token ids)")
 
 
-@contextlib.contextmanager
-def _quiet_fake_tensor_log() -> Iterator[None]:
+def _quiet_fake_tensor_log() -> contextlib.AbstractContextManager[None]:
     """FakeTensor logs a traceback for every failing op before raising; the error is enough."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:300] if lines else ""
+    return quiet_logger("torch._subclasses.fake_tensor", logging.CRITICAL)
 
 
 def _inference_step(model: nn.Module, params: dict, buffers: dict,

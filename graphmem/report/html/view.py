@@ -19,6 +19,7 @@ from pathlib import Path
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.safe_text import printable, printable_text
+from graphmem.core.symbolic import SymInt
 from graphmem.core.version import __version__
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.html.charts import TimelineChart
@@ -154,8 +155,15 @@ def role_steps_and_phases(
     live = analysis.liveness
     by_role = live.role_timeline
     steps = RoleSteps(tuple(ROLE_KEYS[r] for r in by_role.roles),
-                      tuple(tuple(map(probe, step)) for step in by_role.bytes_per_step))
+                      tuple(tuple(map(_probe, step)) for step in by_role.bytes_per_step))
     return steps, tuple((str(s.phase), s.first_step, s.last_step) for s in live.phases)
+
+
+def _probe(size: SymInt | int) -> int:
+    # steps x roles sizes (86,000 at 22k nodes), nearly all numbers: skip the evaluation
+    if isinstance(size, int):
+        return size
+    return int(size) if size.is_constant else probe(size)
 
 
 def _node_phases(analysis: Analysis, phases: tuple[tuple[str, int, int], ...]) -> list[str]:

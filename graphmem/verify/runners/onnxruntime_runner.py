@@ -36,7 +36,7 @@ import onnxruntime as ort
 from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.ort_session import max_ir_version, quiet_onnxruntime
 from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
@@ -204,7 +204,7 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
             session.run(None, feeds)
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
             raise GraphmemError(f"onnxruntime failed to run {path} on random inputs"
-                                f" ({_first_line(error)})") from None
+                                f" ({first_line(error)})") from None
         events = json.loads(Path(session.end_profiling()).read_text())
     nodes = _measured_nodes(events, PROVIDERS[provider], path)
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
@@ -296,7 +296,7 @@ def _create(path: Path, model: onnx.ModelProto, options: ort.SessionOptions,
         return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
     except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
         raise GraphmemError(f"onnxruntime {ort.__version__} could not load {path}"
-                            f" ({_first_line(error)})") from None
+                            f" ({first_line(error)})") from None
 
 
 def _check_feeds(session: ort.InferenceSession, feeds: dict[str, np.ndarray],
@@ -379,12 +379,9 @@ def _load_proto(path: Path) -> onnx.ModelProto:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
-        raise GraphmemError(f"'{path}' is not a valid ONNX model ({_first_line(error)})"
+        raise GraphmemError(f"'{path}' is not a valid ONNX model ({first_line(error)})"
                             ) from None
     validate_graph(model)
     return model
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:300] if text else type(error).__name__
