@@ -80,7 +80,7 @@ def emit(console: Console, render: Callable[[Console], None], outputs: Sequence[
     """`stdout_text` (`--json -`) on stdout, the console moved to stderr; then the terminal
     rendering; then each output file, one error line if writing fails, and where it went.
     The writers build many small objects and free few: the cyclic collector is paused
-    (graphmem/core/collector.py), which took a fifth of the writing time at 22k nodes."""
+    (graphmem/core/collector.py): its passes were a third of the writing time at 22k nodes."""
     with collector_paused():
         if stdout_text is not None:
             sys.stdout.write(stdout_text())
