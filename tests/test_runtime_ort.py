@@ -321,7 +321,7 @@ def test_analyze_reports_the_runtime(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert memory["runtime_peak_bytes"] == memory["runtime"]["runtime_peak_bytes"] > 0
     assert memory["device_total_bytes"] == sum(parts.values())
     text = capsys.readouterr().out
-    assert "tensors at peak" in text and "allocator overhead" in text
+    assert "activations at its peak" in text and "allocator overhead" in text
 
 
 def test_ort_cuda_adds_context_and_regions(tmp_path: Path) -> None:

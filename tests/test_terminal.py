@@ -83,7 +83,7 @@ def test_memory_block_lists_the_device_total_parts_and_roles(cnn: graphmem.Resul
     text = render(cnn)
     memory = cnn.to_dict()["memory"]
     parts = memory["device_total_parts"]
-    for label, key in (("tensors at peak", "tensors_at_peak_bytes"),
+    for label, key in (("activations at its peak", "tensors_at_peak_bytes"),
                        ("allocator overhead", "allocator_overhead_bytes")):
         assert re.search(rf"{label} +{re.escape(format_bytes(parts[key]))}\n", text)
     for role, size in memory["breakdown"].items():

@@ -25,6 +25,7 @@ from graphmem.errors import GraphmemError
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
 
 
 class Command(Protocol):
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                      " the model (--debug shows the traceback)")
         return EXIT_INTERNAL
     except BaseException as error:  # noqa: BLE001 - SystemExit from the model's own code
+        if isinstance(error, SystemExit) and stdout.quiet:
+            # rich's answer to a closed stdout (`graphmem ... | head`): it silences the
+            # console and raises SystemExit(1); nothing went wrong that a message could fix
+            return EXIT_BROKEN_PIPE
         # graphmem never exits mid-command: the user's file.py (its forward, loss or inputs
         # function, run by tracing) did; its exit code must not become graphmem's.
         if _debug(argv):

@@ -131,8 +131,12 @@ def device_estimate(analysis: Analysis, model: DeviceModel,
 
 def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
     """The labelled lines that add up to the estimate's device total."""
+    # where the runtime keeps the weights apart (onnxruntime), its tensors at the peak are
+    # the activations and outputs alone: say so, next to graphmem's own live-tensor peak
+    apart = estimate.resident_bytes or estimate.runtime_weights_bytes
     rows = (
-        ("tensors", "tensors at peak", estimate.tensors_at_peak_bytes),
+        ("tensors", "activations at its peak" if apart else "tensors at peak",
+         estimate.tensors_at_peak_bytes),
         ("runtime_weights", "weights in the runtime's pool", estimate.runtime_weights_bytes),
         ("resident", "weights + inputs", estimate.resident_bytes),
         ("allocator", "allocator overhead", estimate.allocator_overhead_bytes),
