@@ -104,3 +104,15 @@ def test_the_hook_sees_what_the_process_opens(tmp_path: Path, opened: list[str])
     probe.write_text("x")
     probe.read_text()
     assert str(probe) in opened
+
+
+@pytest.mark.ort
+def test_the_model_file_is_read_once_with_a_runtime_model(model_with_data: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          opened: list[str]) -> None:
+    # --gpu: the importer's graph and onnxruntime's view (the runtime model, probed at several
+    # batches by the max-batch search) come from one read of the file; it was read twice
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(model_with_data), "--gpu", "t4", "--no-html"]) == 0
+    model = str(model_with_data.resolve())
+    assert [p for p in opened if str(Path(p).resolve()) == model] == [str(model_with_data)]

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnx
+
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.frontends.onnx.build import build_graph, module_path_of
@@ -35,6 +37,9 @@ class OnnxImport:
     graph: Graph
     shape_inference: str  # which inference produced the shapes
     warnings: list[str] = field(default_factory=list)
+    # the file as read (external data cut off), before the importer's renames and folding:
+    # what onnxruntime's planner and optimizer see (runtime_inputs.py), so the file is read once
+    source: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
 
 
 def load_onnx(path: str | Path) -> Graph:
@@ -53,6 +58,8 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -
 
 def _import(path: Path, input_dims: Mapping[str, int] | None) -> OnnxImport:
     model = read_model(path)
+    source = onnx.ModelProto()
+    source.CopyFrom(model)  # the steps below rename dims and fold in place
     warnings: list[str] = []
     name_dynamic_input_dims(model.graph)
     if input_dims:
@@ -65,4 +72,4 @@ def _import(path: Path, input_dims: Mapping[str, int] | None) -> OnnxImport:
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"
-    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings)
+    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings, source=source)

@@ -30,19 +30,22 @@ def import_onnx_model(path: str | Path, input_dims: Mapping[str, int] | None = N
                       ) -> ImportedModel:
     """The model's graph; `input_dims` fixes named input dims before shape inference."""
     imported = import_onnx(path, input_dims=input_dims)
+    inputs = OnnxRuntimeInputs(Path(path), imported.source)
     return ImportedModel(imported.graph, str(path), imported.shape_inference,
-                         tuple(imported.warnings), runtime_inputs=OnnxRuntimeInputs(Path(path)))
+                         tuple(imported.warnings), runtime_inputs=inputs)
 
 
 class OnnxRuntimeInputs:
-    """onnxruntime's view of one ONNX file, from its protobuf (read once, when first asked)."""
+    """onnxruntime's view of one ONNX file, from its protobuf: the importer's copy of it as
+    read, else the file (read once, when first asked)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, source: onnx.ModelProto | None = None) -> None:
         self.path = path
+        self._source = source
 
     @cached_property
     def model(self) -> onnx.ModelProto:
-        return read_model(self.path)
+        return self._source if self._source is not None else read_model(self.path)
 
     def plan_shapes(self) -> Mapping[str, PlanShape | None]:
         """Every tensor's shape as onnxruntime's planner sees it, by value name (read-only)."""
