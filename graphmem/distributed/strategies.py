@@ -113,6 +113,39 @@ class DistributedReport:
     per_rank: PerRankMemory
     usable_bytes: int | None  # of one GPU, with --gpu
     fit_by_strategy: tuple[StrategyFit, ...]  # empty without --gpu
+    # with --gpu: what the device adds on every rank (the pipeline's verdict reads the sum)
+    allocator_bytes: int | None = None  # the runtime model's allocator overhead
+    context_bytes: int | None = None  # CUDA context + workspaces (or --cuda-reserve)
+
+    @property
+    def device_total_bytes(self) -> int | None:
+        """The per-GPU device total the verdict reads: every rank holds the same parts, so
+        this is also the largest GPU's."""
+        if self.context_bytes is None:
+            return None
+        return self.per_rank.total_bytes + (self.allocator_bytes or 0) + self.context_bytes
+
+
+def per_gpu_parts(rank: PerRankMemory) -> tuple[tuple[str, str, int], ...]:
+    """(key, label, bytes) of a rank's tensors, each labelled with how it is split."""
+    config = rank.config
+    shard = _Shards.of(config)
+    tp = f", tensor parallel / {config.tensor_parallel}" if config.tensor_parallel > 1 else ""
+
+    def split(parts: int) -> str:
+        return f"sharded / {parts}{tp}" if parts > 1 else f"whole{tp}"
+
+    return (
+        ("parameters", f"parameters ({split(shard.parameters)})", rank.parameters_bytes),
+        ("gradients", f"gradients ({split(shard.gradients)})", rank.gradients_bytes),
+        ("optimizer_state", f"optimizer state ({split(shard.optimizer)})",
+         rank.optimizer_state_bytes),
+        ("temporaries", f"optimizer temporaries ({split(shard.optimizer)})",
+         rank.temporaries_bytes),
+        ("activations", "activations (this rank's micro-batch)", rank.activations_bytes),
+        ("gathered", "gathered parameters", rank.gathered_bytes),
+        ("buckets", "communication buckets", rank.buckets_bytes),
+    )
 
 
 def per_rank_memory(profile: TrainingProfile, config: DistributedConfig) -> PerRankMemory:

@@ -108,6 +108,15 @@ def fit_on_device_total(gpu: GpuSpec, reserve: CudaReserve, device_total_bytes: 
                     f"{runtime} device total", runtime, parts, failure, caveat)
 
 
+def fit_on_parts(gpu: GpuSpec, reserve: CudaReserve, parts: tuple[FitPart, ...],
+                 live_peak_bytes: SymInt, basis: str, runtime: str | None,
+                 caveat: str = "") -> GpuFit:
+    """The verdict on the sum of `parts` (a distributed job's per-GPU device total, each
+    sharded part, bucket, allocator and context labelled)."""
+    required = sum((part.size_bytes for part in parts), SymInt())
+    return _verdict(gpu, reserve, required, live_peak_bytes, basis, runtime, parts, "", caveat)
+
+
 def _verdict(gpu: GpuSpec, reserve: CudaReserve, required: SymInt, live_peak: SymInt,
              basis: str, runtime: str | None, parts: tuple[FitPart, ...], failure: str,
              caveat: str) -> GpuFit:

@@ -6,16 +6,25 @@ GPU's memory, gives the device total; "fits", the utilization, the largest batch
 model re-run at each batch the search probes, the live-peak answer only its starting guess)
 and each sweep point's fit are all read from that number, and every report renders this one
 result. While dims are free the device total cannot be computed: the verdict then reads the
-live-tensor peak + the CUDA context, and says so.
+live-tensor peak + the CUDA context, and says so. With a distributed strategy
+(`with_distributed_verdict`) the verdict and the max batch read the distributed plan's per-GPU
+device total instead (docs/planning.md, "One verdict per GPU").
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
+from graphmem.core.symbolic import SymInt
+from graphmem.core.units import MAX_BYTES
 from graphmem.devices.gpus import GpuSpec
-from graphmem.passes.fit import fit_on_gpu
-from graphmem.passes.max_batch import MaxBatchResult
+from graphmem.distributed.model_states import profile_training
+from graphmem.distributed.strategies import per_gpu_parts, per_rank_memory
+from graphmem.errors import GraphmemError
+from graphmem.passes.dims import DimBinding, value_bytes
+from graphmem.passes.fit import FitPart, fit_on_gpu, fit_on_parts
+from graphmem.passes.max_batch import MaxBatchResult, find_max_batch
 from graphmem.passes.sweep import SweepResult, with_device_totals
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import (
@@ -24,10 +33,13 @@ from graphmem.pipeline.device_total import (
     device_estimate,
     device_fit,
     gpu_runtime,
+    runtime_estimate,
 )
 from graphmem.pipeline.planning import solve_on_device
 from graphmem.pipeline.request import Request, RuntimeOptions
 from graphmem.runtime_models.select import check_runtime
+
+Probe = Callable[[str, int], int]  # dim, value -> a distributed job's per-GPU device total
 
 LIVE_PEAK_CAVEAT = ("the live-tensor peak leaves out what the runtime's allocator adds"
                     " (rounding, cached segments or regions): the device needs more; bind"
@@ -75,3 +87,85 @@ def device_sweep(analysis: Analysis, model: DeviceModel) -> SweepResult | None:
         return None
     probe = DeviceTotalProbe(analysis, sweep.dim, model, analysis.reanalyze)
     return with_device_totals(sweep, probe.total, model.capacity_bytes)
+
+
+def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None = None
+                             ) -> Analysis:
+    """With a distributed strategy, the one verdict (and the max batch) reads the
+    distributed plan's per-GPU device total: the rank's sharded tensors and buckets
+    (graphmem/distributed/strategies.py), plus the single-GPU runtime model's allocator
+    overhead and the CUDA context. Every rank holds the same parts: the largest GPU's total
+    is any rank's. Unchanged without a GPU, or while dims are free."""
+    report, fit = analysis.distributed, analysis.fit
+    if report is None or fit is None or analysis.dims.free:
+        return analysis
+    allocator = 0
+    if fit.runtime is not None:
+        # the single-GPU step's allocator overhead, its runtime model unbounded by the GPU:
+        # near or over the capacity the bounded model frees its cache or stops where it ran
+        # out, which says nothing of a rank's allocator
+        allocator = runtime_estimate(analysis, fit.runtime, fit.gpu,
+                                     cuda_reserve_bytes).allocator_overhead_bytes
+    context = sum(int(p.size_bytes) for p in fit.parts if p.key == "context")
+    report = replace(report, allocator_bytes=allocator, context_bytes=context)
+    config = report.per_rank.config
+    basis = f"{config.strategy} per-GPU device total"
+    parts = (*(FitPart(key, label, SymInt.const(size))
+               for key, label, size in per_gpu_parts(report.per_rank)),
+             FitPart("allocator", "allocator overhead (single-GPU step's)",
+                     SymInt.const(allocator)),
+             FitPart("context", "context + workspaces", SymInt.const(context)))
+    caveat = ("the distributed plan's tensors per rank (graphmem/distributed/strategies.py);"
+              " the allocator overhead is the single-GPU step's")
+    verdict = fit_on_parts(fit.gpu, fit.reserve, parts, fit.live_peak_bytes, basis,
+                           fit.runtime, caveat)
+    analysis = replace(analysis, fit=verdict, distributed=report)
+    probe = _distributed_probe(analysis, context, fit.runtime, cuda_reserve_bytes)
+    # (no sweep here: a sweep leaves its dim free, and per-GPU memory needs every dim bound)
+    return replace(analysis, max_batch=_distributed_max_batch(analysis, probe, basis))
+
+
+def _distributed_probe(analysis: Analysis, context_bytes: int, runtime: str | None,
+                       cuda_reserve_bytes: int | None) -> Probe:
+    """dim, value -> the per-GPU device total with `dim` at `value` (others as bound): the
+    rank's tensors at that value, the single-GPU step's allocator overhead at that value
+    (its runtime model unbounded by the GPU, as the verdict reads it) and the context."""
+    assert analysis.distributed is not None and analysis.fit is not None
+    config = analysis.distributed.per_rank.config
+    gpu = analysis.fit.gpu
+
+    def total(dim: str, value: int) -> int:
+        bound = {**analysis.dims.bound, dim: value}
+        try:
+            bound_analysis = analysis
+            if analysis.reanalyze is not None:
+                bound_analysis = analysis.reanalyze(bound)
+                dims = bound_analysis.dims
+            else:
+                dims = DimBinding(bound=bound,
+                                  free=tuple(d for d in analysis.dims.free if d != dim),
+                                  batch_dim=analysis.dims.batch_dim)
+            graph = bound_analysis.graph
+            rank = per_rank_memory(profile_training(graph, value_bytes(graph, dims)), config)
+            allocator = 0
+            if runtime is not None:
+                allocator = runtime_estimate(bound_analysis, runtime, gpu, cuda_reserve_bytes,
+                                             dims=dims).allocator_overhead_bytes
+        except GraphmemError:
+            return MAX_BYTES + 1
+        return rank.total_bytes + allocator + context_bytes
+
+    return total
+
+
+def _distributed_max_batch(analysis: Analysis, probe: Probe, basis: str
+                           ) -> MaxBatchResult | None:
+    """The largest per-GPU micro-batch whose per-GPU device total fits the GPU."""
+    guess, fit = analysis.max_batch, analysis.fit
+    if guess is None or fit is None:
+        return guess
+    if guess.max_batch is None or guess.batch_dim is None:
+        return replace(guess, limit_bytes=fit.capacity_bytes, basis=basis)
+    dim = guess.batch_dim
+    return find_max_batch(dim, fit.capacity_bytes, None, lambda value: probe(dim, value),
+                          start=guess.max_batch, basis=basis)

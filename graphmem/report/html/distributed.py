@@ -51,6 +51,10 @@ class PerGpuView:
     replicated_weights: tuple[str, ...]
     fit_rows: tuple[StrategyRow, ...]  # () without --gpu
     usable: Quantity | None  # one GPU's usable memory, with --gpu
+    # with --gpu: the per-GPU device total the verdict reads, and what it adds to `total`
+    allocator: Quantity | None = None
+    context: Quantity | None = None
+    device_total: Quantity | None = None
 
 
 def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
@@ -64,6 +68,7 @@ def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
              ("activations", rank.activations_bytes), ("gathered parameters", rank.gathered_bytes),
              ("communication buckets", rank.buckets_bytes))
     with_gpu = report.usable_bytes is not None
+    device_total = report.device_total_bytes
     return PerGpuView(
         strategy=str(config.strategy),
         data_parallel=config.gpus,
@@ -80,7 +85,14 @@ def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
         replicated_weights=tuple(map(printable, rank.replicated_matmul_weights)),
         fit_rows=tuple(map(_fit_row, report.fit_by_strategy)) if with_gpu else (),
         usable=bytes_quantity(report.usable_bytes) if report.usable_bytes is not None else None,
+        allocator=_maybe(report.allocator_bytes if device_total is not None else None),
+        context=_maybe(report.context_bytes),
+        device_total=_maybe(device_total),
     )
+
+
+def _maybe(size: int | None) -> Quantity | None:
+    return None if size is None else bytes_quantity(size)
 
 
 def _fit_row(row: StrategyFit) -> StrategyRow:

@@ -30,6 +30,11 @@ def distributed_memory(analysis: Analysis) -> dict[str, Any]:
     memory: dict[str, Any] = {}
     if analysis.distributed is not None:
         memory["per_rank"] = per_rank_json(analysis.distributed.per_rank)
+        report = analysis.distributed
+        # with --gpu: the per-GPU device total the verdict (gpu.required_bytes) reads
+        memory["per_rank"]["allocator_bytes"] = report.allocator_bytes
+        memory["per_rank"]["context_bytes"] = report.context_bytes
+        memory["per_rank"]["device_total_bytes"] = report.device_total_bytes
         memory["fit_by_strategy"] = fit_json(analysis.distributed)
     if analysis.kv_cache is not None:
         memory["kv_cache"] = kv_cache_json(analysis.kv_cache)

@@ -23,7 +23,7 @@ def print_distributed(analysis: Analysis, console: Console, kv_cache: bool = Tru
     False (the summary shows them behind --verbose)."""
     if analysis.distributed is not None:
         rank = analysis.distributed.per_rank
-        console.print(_per_rank_table(rank))
+        console.print(_per_rank_table(rank, analysis.distributed))
         note = _bucket_note(rank)
         if note:
             console.print(f"[dim]{note}[/]")
@@ -34,7 +34,7 @@ def print_distributed(analysis: Analysis, console: Console, kv_cache: bool = Tru
             console.print(line)
 
 
-def _per_rank_table(rank: PerRankMemory) -> Table:
+def _per_rank_table(rank: PerRankMemory, report: DistributedReport) -> Table:
     config = rank.config
     tp = f" x tensor parallel {config.tensor_parallel}" if config.tensor_parallel > 1 else ""
     table = Table(title=f"per GPU: {config.strategy} on {config.gpus} data-parallel ranks{tp}"
@@ -50,6 +50,11 @@ def _per_rank_table(rank: PerRankMemory) -> Table:
     for label, size in rows:
         table.add_row(label, format_bytes(size))
     table.add_row("total per GPU", f"[bold]{format_bytes(rank.total_bytes)}[/]")
+    device_total = report.device_total_bytes
+    if device_total is not None:  # with --gpu: the number the verdict reads
+        table.add_row("+ allocator overhead", format_bytes(report.allocator_bytes or 0))
+        table.add_row("+ context + workspaces", format_bytes(report.context_bytes or 0))
+        table.add_row("device total per GPU", f"[bold]{format_bytes(device_total)}[/]")
     table.add_row("peak at step", f"{rank.peak_step:,} ({markup(shorten(rank.peak_node, 40))})")
     if config.tensor_parallel > 1:
         table.add_row("split by tensor parallel", f"{float(rank.split_parameter_share):.1%}"
