@@ -160,9 +160,5 @@ def _distinct(values: list[Value]) -> list[Value]:
 
 
 def _total_bytes(values: list[Value]) -> SymInt:
-    total = SymInt.const(0)
-    for value in values:
-        size = value.nbytes
-        if size is not None:
-            total = total + size
-    return total
+    # one sum of the known sizes (a polynomial per addition otherwise; 25,000 calls at 80 layers)
+    return sum_sizes(size for value in values if (size := value.nbytes) is not None)

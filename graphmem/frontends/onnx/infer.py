@@ -20,7 +20,7 @@ import logging
 import warnings as py_warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -30,6 +30,13 @@ from onnx import AttributeProto, numpy_helper
 
 from graphmem.errors import first_line
 from graphmem.frontends.onnx.fold import fold_constants
+from graphmem.frontends.onnx.ort_engine import (
+    STATIC_TYPES_KEY,
+    STATIC_TYPES_TOKEN,
+    skip_static_nodes,
+    static_value_infos,
+    sympy_for_engine,
+)
 
 # A tensor with at most this many elements may be a shape vector or a scalar whose value
 # onnxruntime's rules read (fold.py's bound for the same tensors).
@@ -301,6 +308,10 @@ def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
             initializer.CopyFrom(tensor)
             initializer.name = node.output[0]
     part.graph.output.extend(v for v in graph.output if v.name in made)
+    # the types onnx gave with numbers only: the engine takes them instead of its own
+    # one-node inference (ort_engine.py); it reads no value infos otherwise
+    part.graph.value_info.extend(static_value_infos(types, part.graph.node))
+    part.metadata_props.add(key=STATIC_TYPES_KEY, value=STATIC_TYPES_TOKEN)
     return part
 
 
@@ -436,6 +447,9 @@ def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> on
     engine.dispatcher_ = {
         op: _tolerant(rule, failed_ops) for op, rule in engine.dispatcher_.items()
     }
+    if any(p.key == STATIC_TYPES_KEY and p.value == STATIC_TYPES_TOKEN
+           for p in model.metadata_props):  # unknown_part's model, not a file's claim
+        skip_static_nodes(engine, {v.name: v for v in model.graph.value_info})
     with _quiet_numpy():  # its sympy/numpy arithmetic on a model's values warns on overflow
         engine._preprocess(model)
         while engine.run_:
@@ -469,17 +483,5 @@ def _symbolic_shape_infer_module() -> ModuleType:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    module.sympy = _sympy_with_cached_simplify(module.sympy)
+    module.sympy = sympy_for_engine(module.sympy)
     return module
-
-
-def _sympy_with_cached_simplify(sympy: ModuleType) -> ModuleType:
-    """sympy as the engine sees it, with `simplify` remembered: its Slice rule simplifies the
-    same few expressions for every slice of a decoder (1.5 ms each, most of its time there).
-    simplify is a pure function of its (hashable, immutable) argument; only this private
-    copy of the engine module sees the change."""
-    proxy = ModuleType("sympy")
-    proxy.__dict__.update(sympy.__dict__)
-    proxy.simplify = lru_cache(maxsize=4096)(sympy.simplify)
-    return proxy
-

@@ -139,23 +139,33 @@ def graph_tensors(graph: onnx.GraphProto) -> Iterator[tuple[str, TensorProto]]:
 
 
 def _node_tensors(node: onnx.NodeProto) -> Iterator[tuple[str, TensorProto]]:
-    where = node_label(node)
     for attribute in node.attribute:
-        label = f"attribute {quoted(attribute.name)} of {where}"
-        if attribute.type == AttributeProto.TENSOR:
-            yield label, attribute.t
-        elif attribute.type == AttributeProto.TENSORS:
-            yield from ((label, t) for t in attribute.tensors)
-        elif attribute.type == AttributeProto.SPARSE_TENSOR:
-            yield from _sparse_tensors(label, attribute.sparse_tensor)
-        elif attribute.type == AttributeProto.SPARSE_TENSORS:
-            for sparse in attribute.sparse_tensors:
-                yield from _sparse_tensors(label, sparse)
-        elif attribute.type == AttributeProto.GRAPH:
+        if attribute.type == AttributeProto.GRAPH:
             yield from graph_tensors(attribute.g)
         elif attribute.type == AttributeProto.GRAPHS:
             for body in attribute.graphs:
                 yield from graph_tensors(body)
+        elif attribute.type in _TENSOR_ATTRIBUTES:
+            # labelled here only: most nodes carry no tensor, and a 70B graph has 59k nodes
+            label = f"attribute {quoted(attribute.name)} of {node_label(node)}"
+            yield from _attribute_tensors(label, attribute)
+
+
+_TENSOR_ATTRIBUTES = frozenset({AttributeProto.TENSOR, AttributeProto.TENSORS,
+                                AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS})
+
+
+def _attribute_tensors(label: str, attribute: AttributeProto
+                       ) -> Iterator[tuple[str, TensorProto]]:
+    if attribute.type == AttributeProto.TENSOR:
+        yield label, attribute.t
+    elif attribute.type == AttributeProto.TENSORS:
+        yield from ((label, t) for t in attribute.tensors)
+    elif attribute.type == AttributeProto.SPARSE_TENSOR:
+        yield from _sparse_tensors(label, attribute.sparse_tensor)
+    else:
+        for sparse in attribute.sparse_tensors:
+            yield from _sparse_tensors(label, sparse)
 
 
 def _sparse_tensors(label: str, sparse: onnx.SparseTensorProto
@@ -385,17 +395,20 @@ def _check_attribute_references(graph: onnx.GraphProto) -> None:
 def _check_single_producers(graph: onnx.GraphProto) -> None:
     """Each tensor has one definition: one initializer, or one node output, or a graph input
     (an initializer may be listed among the inputs too, as IR < 4 requires)."""
-    defined: dict[str, str] = {i.name: "a graph input" for i in graph.input}
+    # the definition: a phrase, or the node writing it (labelled only for an error)
+    defined: dict[str, str | onnx.NodeProto] = {i.name: "a graph input" for i in graph.input}
     for tensor in graph.initializer:
         if defined.get(tensor.name, "a graph input") != "a graph input":
             raise GraphmemError(f"initializer {quoted(tensor.name)} is defined twice: {_FIX}")
         defined[tensor.name] = "an initializer"
     for node in graph.node:
-        writer = node_label(node)
         for name in node.output:
             if not name:
                 continue  # an optional output left out
             if name in defined:
-                raise GraphmemError(f"tensor {quoted(name)} is written by {writer} but is"
-                                    f" already {defined[name]}: {_FIX}")
-            defined[name] = f"written by {writer}"
+                before = defined[name]
+                already = (before if isinstance(before, str)
+                           else f"written by {node_label(before)}")
+                raise GraphmemError(f"tensor {quoted(name)} is written by {node_label(node)}"
+                                    f" but is already {already}: {_FIX}")
+            defined[name] = node
