@@ -92,7 +92,7 @@ def suggest(analysis: Analysed, inputs: SuggestInputs, reanalyze: Reanalyze
         return replace(report, notes=(*report.notes, FREE_DIMS_CHECKPOINT_NOTE))
     # each candidate change is a whole re-analysis (seconds on a transformer): count them
     with steps("re-analysed changes", None) as done:
-        reanalyze = _counted(reanalyze, done)
+        reanalyze = _memoized(_counted(reanalyze, done), inputs)
         driver = _Driver(analysis, inputs, reanalyze)
         plan, checkpoint = driver.checkpoint(budget)
         found = [card for card in (checkpoint, driver.amp()) if card is not None]
@@ -115,6 +115,27 @@ def _counted(reanalyze: Reanalyze, done: Callable[[int], None]) -> Reanalyze:
         return result
 
     return counted
+
+
+def _memoized(reanalyze: Reanalyze, inputs: SuggestInputs) -> Reanalyze:
+    """`reanalyze` that analyses the step at its own batch under another autocast once: the
+    AMP card and the AMP batch search's first probe are one trace. A traced step at its own
+    batch is the step unchanged (`with_batch` keeps the inputs), so `batch` is dropped there;
+    an ONNX graph's is kept (its request binds the batch by --batch, the change by --dim).
+    Only those analyses are kept (each holds a whole graph: BERT-base's about 4 MiB apiece and
+    the search makes a dozen); the batch search keeps its own peaks."""
+    memo: dict[Change, Analysed | None] = {}
+
+    def memoized(change: Change) -> Analysed | None:
+        if inputs.traced and change.batch is not None and change.batch == inputs.batch:
+            change = replace(change, batch=None)
+        if change != Change(change.amp):
+            return reanalyze(change)
+        if change not in memo:
+            memo[change] = reanalyze(change)
+        return memo[change]
+
+    return memoized
 
 
 class _Driver:
@@ -268,17 +289,23 @@ class _BatchSearch:
     def __init__(self, inputs: SuggestInputs, reanalyze: Reanalyze, budget_bytes: int) -> None:
         self.inputs, self.reanalyze, self.budget_bytes = inputs, reanalyze, budget_bytes
         self.how = "re-traced" if inputs.traced else "analysed again"  # the micro-batch was...
+        self.peaks: dict[tuple[str | None, int], int] = {}  # (amp, batch): re-analysed peak
 
     def peak_at(self, amp: str | None, batch: int) -> int:
-        changed = self.reanalyze(Change(amp, batch=batch))
-        if changed is None:
-            raise AssertionError(f"internal: no analysis at batch {batch}")
-        return peak(changed)
+        if (amp, batch) not in self.peaks:  # the accumulation card's micro-batch: probed?
+            changed = self.reanalyze(Change(amp, batch=batch))
+            if changed is None:
+                raise AssertionError(f"internal: no analysis at batch {batch}")
+            self.peaks[amp, batch] = peak(changed)
+        return self.peaks[amp, batch]
 
     def largest(self, amp: str | None, batch: int, peak_at_batch: int | None) -> BatchFit | None:
         """Exact: every batch the search tries is analysed again; a line through two guides
-        it. The line goes through the batch and half of it: at small batches the optimizer
-        step's temporaries, not the activations, can make the peak, which bends the curve."""
+        it. The first line goes through the batch and the largest batch searched, not half the
+        batch: at small batches the optimizer step's temporaries, not the activations, can
+        make the peak, which flattens the curve there (BERT-base's peaks at 4 and 8 differ by
+        4 KiB), and a line through two small batches then only says "far up" (one more
+        re-trace on BERT-base, each search); the secant steps redraw it near the answer."""
         peaks: dict[int, int] = {} if peak_at_batch is None else {batch: peak_at_batch}
 
         def exact(size: int) -> int:
@@ -286,8 +313,9 @@ class _BatchSearch:
                 peaks[size] = self.peak_at(amp, size)
             return peaks[size]
 
-        low, high = _secant_points(exact, max(batch // 2, 1), max(batch, 2),
-                                   self.budget_bytes)
+        first = max(batch, 1)
+        far = MAX_SUGGESTED_BATCH if first != MAX_SUGGESTED_BATCH else first // 2
+        low, high = _secant_points(exact, min(first, far), max(first, far), self.budget_bytes)
         slope = (exact(high) - exact(low)) / (high - low)
 
         def estimate(size: int) -> int:
