@@ -215,6 +215,10 @@ def test_serving_verdict_in_every_output(run: Run, tmp_path: Path, tiny_config: 
     assert report["memory"]["kv_cache"]["max_context"] == serving["max_context"]
     sequences = f"sequences of {serving['context']:,} tokens at once"
     assert sequences in out and sequences in html
+    # every part of the plan's total is on the "on the GPU" block, the step's activations too
+    # (they were hidden as if they were the live-tensor peak shown below it)
+    assert sum(report["gpu"]["parts"].values()) == report["gpu"]["required_bytes"]
+    assert "step activation peak" in out
     if fits:
         assert f"fits: {serving['total_sequences']:,} sequences" in out
         assert "does NOT fit" not in out and "does not fit" not in html

@@ -197,7 +197,7 @@ def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
     required = one_sequence_bytes(plan)
     share = plan.config.gpu_memory_utilization
     parts = (FitPart("weights", "weights (per GPU)", SymInt.const(plan.weights_bytes)),
-             FitPart("live_peak", "step activation peak", SymInt.const(plan.activation_bytes)),
+             FitPart("step", "step activation peak", SymInt.const(plan.activation_bytes)),
              FitPart("context", "CUDA context", SymInt.const(plan.cuda_context_bytes)),
              FitPart("kv_cache", f"KV cache, {plan.context:,} tokens",
                      SymInt.const(plan.blocks_per_sequence * plan.block_bytes)))

@@ -34,7 +34,9 @@ class CudaReserve:
 class FitPart:
     """One labelled part of the number the verdict compares with the capacity."""
 
-    key: str  # tensors | runtime_weights | resident | allocator | context | live_peak
+    # tensors | runtime_weights | resident | allocator | context | live_peak; serving:
+    # weights | step | kv_cache; a distributed job: its per-GPU parts
+    key: str
     label: str
     size_bytes: SymInt
 
