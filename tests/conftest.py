@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +72,16 @@ def run(capsys: pytest.CaptureFixture[str]) -> Run:
         captured = capsys.readouterr()
         return code, captured.out, captured.err
     return run_cli
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """Python's cycle collector on for the test, as it was after (core/collector.py's tests)."""
+    was_enabled = gc.isenabled()
+    gc.enable()
+    yield
+    if not was_enabled:
+        gc.disable()
 
 
 @pytest.fixture

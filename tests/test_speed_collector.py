@@ -4,7 +4,6 @@ and left exactly as it was found afterwards."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +15,6 @@ from graphmem.pipeline import run
 from graphmem.pipeline.request import Request
 
 RESNET50 = Path(__file__).resolve().parent.parent / "samples" / "resnet50.onnx"
-
-
-@pytest.fixture
-def collector_on() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.enable()
-    yield
-    if not was_enabled:
-        gc.disable()
 
 
 def test_paused_inside_and_restored_after(collector_on: None) -> None:

@@ -6,7 +6,7 @@ the cyclic collector paused."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,15 +120,6 @@ def test_a_caller_copying_its_inputs_keeps_only_the_newest_few() -> None:
     for _ in range(3 * graph_cache._KEPT_PER_GRAPH):
         graph_cache.cached_per_graph(graph, ({},), lambda: 0)
     assert len(graph_cache._CACHE[graph]) <= graph_cache._KEPT_PER_GRAPH
-
-
-@pytest.fixture
-def collector_on() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.enable()
-    yield
-    if not was_enabled:
-        gc.disable()
 
 
 def test_the_writers_run_with_the_collector_paused(collector_on: None, tmp_path: Path) -> None:

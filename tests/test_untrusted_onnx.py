@@ -163,14 +163,20 @@ def test_verify_refuses_external_data_outside_the_models_folder(
     # verify loads weights: a model naming /dev/zero, a FIFO or a file elsewhere is refused
     location = LOCATIONS[kind](beside_and_cwd)
     opened_paths.clear()  # what the test itself wrote
+    _verify_refuses_weights_at(beside_and_cwd, location, fragment, capsys)
+    assert opened(opened_paths, Path(location).name) == []
+
+
+def _verify_refuses_weights_at(folder: Path, location: str, fragment: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The MLP with its first weight stored at `location`: verify refuses it in one line."""
     model = mlp_model()
     weights = model.graph.initializer[0]
     weights.ClearField("raw_data")
     external(weights, location, 32 * 64 * 4)
-    path = save(model, beside_and_cwd / "m.onnx")
+    path = save(model, folder / "m.onnx")
     code, _, err = run_cli(["verify", str(path), "--batch", "2", "--no-optimized-run"], capsys)
     one_error(code, err, "initializer 'w1'", fragment)
-    assert opened(opened_paths, Path(location).name) == []
 
 
 # ----- the file itself -------------------------------------------------------------------------
@@ -367,13 +373,7 @@ def test_verify_refuses_unreadable_locations_in_one_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     if location == "loop":
         os.symlink("loop", beside_and_cwd / "loop")
-    model = mlp_model()
-    weights = model.graph.initializer[0]
-    weights.ClearField("raw_data")
-    external(weights, location, 32 * 64 * 4)
-    path = save(model, beside_and_cwd / "m.onnx")
-    code, _, err = run_cli(["verify", str(path), "--batch", "2", "--no-optimized-run"], capsys)
-    one_error(code, err, "initializer 'w1'", fragment)
+    _verify_refuses_weights_at(beside_and_cwd, location, fragment, capsys)
 
 
 def test_graphs_nothing_runs_in_and_stray_function_references_are_one_line(
