@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from graphmem.frontends.onnx import fold
+from tests.helpers.onnx_counters import record_decoded_constants
 
 I64, I32, U8 = np.int64, np.int32, np.uint8
 
@@ -57,7 +58,7 @@ def test_the_fast_path_is_the_reference_runtime(op: str, feeds: dict[str, np.nda
     ("Cast", {"x": np.array([1], I64)}, {"to": TensorProto.FLOAT}),  # not integer to integer
     ("Add", {"x": np.array([1], I64), "y": np.array([1], I32)}, {}),  # mixed dtypes
     ("Add", {"x": np.array([1.5]), "y": np.array([1.0])}, {}),  # floats
-    ("Div", {"x": np.array([7], I64), "y": np.array([2], I64)}, {}),  # not a fast op
+    ("Div", {"x": np.array([7], I64), "y": np.array([2], I64)}, {}),  # fold._run_integer_division's
 ])
 def test_what_it_does_not_take_goes_to_the_reference_runtime(
         op: str, feeds: dict[str, np.ndarray], attributes: dict[str, object]) -> None:
@@ -67,14 +68,7 @@ def test_what_it_does_not_take_goes_to_the_reference_runtime(
 
 def test_only_the_constants_a_foldable_node_reads_are_decoded(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    decoded: list[str] = []
-    original = fold._constant_node_value
-
-    def counted(node: onnx.NodeProto) -> np.ndarray | None:
-        decoded.append(node.output[0])
-        return original(node)
-
-    monkeypatch.setattr(fold, "_constant_node_value", counted)
+    decoded = record_decoded_constants(monkeypatch)
     constant = [helper.make_node("Constant", [], [f"c{i}"], value=numpy_helper.from_array(
         np.array([i], I64))) for i in range(3)]
     nodes = [*constant, helper.make_node("Unsqueeze", ["c0", "c1"], ["u"]),  # reads c0, c1

@@ -12,6 +12,7 @@ import sympy
 from graphmem.frontends.onnx import infer
 from graphmem.frontends.onnx.importer import import_onnx
 from graphmem.frontends.onnx.ort_engine import sympy_for_engine
+from tests.helpers.onnx_counters import count_one_node_calls
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -21,24 +22,11 @@ def _imported_shapes(path: Path) -> dict[str, str]:
     return {name: f"{value.shape} {value.dtype}" for name, value in imported.graph.values.items()}
 
 
-def _count_one_node_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    engine_module = infer._symbolic_shape_infer_module()
-    calls = [0]
-    one_node = engine_module.shape_inference.infer_shapes
-
-    def counted(*args: object, **kwargs: object) -> object:
-        calls[0] += 1
-        return one_node(*args, **kwargs)
-
-    monkeypatch.setattr(engine_module.shape_inference, "infer_shapes", counted)
-    return calls
-
-
 @pytest.mark.parametrize("name", ["tiny_llama.onnx", "tiny_gpt.onnx"])
 def test_static_nodes_skip_the_one_node_inference_with_the_same_shapes(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     path = SAMPLES / name
-    calls = _count_one_node_calls(monkeypatch)
+    calls = count_one_node_calls(monkeypatch)
     skipped = _imported_shapes(path)
     with_skip = calls[0]
     monkeypatch.setattr(infer, "skip_static_nodes", lambda engine, static: None)

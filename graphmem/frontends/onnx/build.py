@@ -6,6 +6,7 @@ trip counts (graphmem/ops/control_flow.py; costed by graphmem/passes/control_flo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 import onnx
 from onnx import AttributeProto, TensorProto
@@ -162,21 +163,23 @@ def _add_nodes(
     used_names: set[str] = set()
     trips: TripCounter | None = None  # made at the first Loop/Scan: most graphs have none
     for index, proto in enumerate(proto_graph.node):
-        if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
+        op_type, domain = proto.op_type, proto.domain
+        if op_type == "Constant" and domain in ("", "ai.onnx"):
             continue
-        name = _unique_name(proto.name or f"{proto.op_type}_{index}", used_names)
-        control_flow = proto.op_type in _CONTROL_FLOW_OPS and proto.domain in ("", "ai.onnx")
+        name = _unique_name(proto.name or f"{op_type}_{index}", used_names)
+        control_flow = op_type in _CONTROL_FLOW_OPS and domain in ("", "ai.onnx")
+        attributes, has_subgraph = _attributes(proto)
         node = (ControlFlowNode if control_flow else Node)(
             name=name,
-            op_type=proto.op_type,
+            op_type=op_type,
             inputs=[_lookup_input(values, n, name) if n else None for n in proto.input],
             outputs=[],
-            attributes=_attributes(proto),
-            domain=proto.domain,
+            attributes=attributes,
+            domain=domain,
             module_path=module_path_of(proto),
             phase=Phase.NONE,  # an exported graph is inference (training: training/expand.py)
         )
-        if proto.op_type in _CONTROL_FLOW_OPS or _has_subgraph(proto):
+        if op_type in _CONTROL_FLOW_OPS or has_subgraph:
             _attach_subgraphs(node, proto, values)
         for output_name in proto.output:
             if output_name:
@@ -202,8 +205,14 @@ def module_path_of(proto: onnx.NodeProto) -> str:
             return _path_from_name_scopes(prop.value)
     if not proto.name.startswith("/"):
         return ""
+    return _path_from_scopes(proto.name.rpartition("/")[0])
+
+
+@lru_cache(maxsize=4096)  # the nodes of one module share their scopes: a few per layer
+def _path_from_scopes(scopes: str) -> str:
+    """`/layer2/layer2.2/conv1` -> `layer2.2.conv1` (module_path_of)."""
     parent, previous = "", ""
-    for scope in proto.name.split("/")[1:-1]:
+    for scope in scopes.split("/")[1:]:
         if not (previous and scope.startswith(previous + ".")):  # a child, not a refinement
             parent = f"{parent}.{previous}" if parent and previous else parent or previous
         previous = scope
@@ -241,20 +250,25 @@ def _output_value(name: str, values: dict[str, Value],
     return value
 
 
-def _attributes(proto: onnx.NodeProto) -> dict[str, AttributeValue]:
+def _attributes(proto: onnx.NodeProto) -> tuple[dict[str, AttributeValue], bool]:
+    """The node's attributes as values (graphs and tensors left out), and whether it has a
+    graph attribute (one walk over them: a decoder has tens of thousands of nodes)."""
     result: dict[str, AttributeValue] = {}
+    has_subgraph = False
     for attribute in proto.attribute:
-        if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        kind = attribute.type
+        if kind in _GRAPH_KINDS:
+            has_subgraph = True
             continue
-        if attribute.type in (AttributeProto.TENSOR, AttributeProto.SPARSE_TENSOR):
+        if kind in _TENSOR_KINDS:
             continue
         value = onnx.helper.get_attribute_value(attribute)
         result[attribute.name] = tuple(value) if isinstance(value, list) else value
-    return result
+    return result, has_subgraph
 
 
-def _has_subgraph(proto: onnx.NodeProto) -> bool:
-    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in proto.attribute)
+_GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
+_TENSOR_KINDS = frozenset({AttributeProto.TENSOR, AttributeProto.SPARSE_TENSOR})
 
 
 def _attach_subgraphs(node: Node, proto: onnx.NodeProto, values: dict[str, Value]) -> None:

@@ -31,6 +31,8 @@ FOLDABLE_OPS = frozenset({
 })
 MAX_FOLDED_ELEMENTS = 64  # shape vectors and scalars, never real tensors
 MAX_FOLDED_RANK = 8  # (numel alone would multiply any number of dims first)
+_SHAPE_READERS = frozenset({"Shape", "Size", "Gather"})  # what _evaluate_shape folds
+_DECODED_KEY_BYTES = 1024  # Constants above this are decoded each time (none is folded)
 
 
 # A value's dims where shape inference knows them as numbers (None: symbolic or unknown).
@@ -45,28 +47,58 @@ def fold_constants(model: onnx.ModelProto,
     With `shapes` (what a first inference found), `Shape(x)` of an x whose dims are numbers
     folds too, and so does `Gather(Shape(x), i)` where dim i is a number though others are
     symbolic (a decoder's `x.size(-1) // 2` for rotate_half: 64, whatever the sequence)."""
+    return _fold(model, shapes, refolding=False)
+
+
+def refold_constants(model: onnx.ModelProto, shapes: StaticDims) -> dict[str, onnx.NodeProto]:
+    """fold_constants with `shapes`, on a model fold_constants already folded: a node can fold
+    now only if it reads a shape (Shape, Size, Gather of a shape vector) or a value folded in
+    this call, since every other node's inputs are what they were then and folding is
+    deterministic; only those are evaluated (a decoder has thousands of others)."""
+    return _fold(model, shapes, refolding=True)
+
+
+def _fold(model: onnx.ModelProto, shapes: StaticDims | None,
+          refolding: bool) -> dict[str, onnx.NodeProto]:
     known = _KnownValues(model.graph)
     partial: dict[str, tuple[int | None, ...]] = {}  # shape vectors with some dims known
     replaced: dict[str, onnx.NodeProto] = {}
+    fresh: set[str] = set()  # values folded in this call
     opset = default_opset(model) or 17  # a model without one still folds
-    for index, node in enumerate(model.graph.node):
+    for node in model.graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             known.add_constant(node)
             continue
-        values = _evaluate(node, known, opset)
+        values = None
+        if not refolding or not fresh.isdisjoint(node.input):
+            values = _evaluate(node, known, opset)
         if values is None and shapes is not None:
             values = _evaluate_shape(node, known, partial, shapes, opset)
         if values is None:
             continue
+        fresh.update(node.output)
         for name, value in zip(node.output, values, strict=True):
             known[name] = value
         original = onnx.NodeProto()
         original.CopyFrom(node)
         replaced[node.output[0]] = original
-        model.graph.node[index].CopyFrom(helper.make_node(
-            "Constant", [], [node.output[0]], name=node.name,
-            value=numpy_helper.from_array(values[0])))
+        _make_constant(node, values[0])
     return replaced
+
+
+def _make_constant(node: onnx.NodeProto, value: np.ndarray) -> None:
+    """Turn `node` into the Constant node of its first output holding `value`, in place: what
+    `helper.make_node("Constant", [], [output], name=node.name, value=tensor)` makes."""
+    name, output = node.name, node.output[0]
+    node.Clear()
+    node.op_type = "Constant"
+    if name:  # as make_node: an empty name is left unset
+        node.name = name
+    node.output.append(output)
+    attribute = node.attribute.add()
+    attribute.name = "value"
+    attribute.t.CopyFrom(numpy_helper.from_array(value))
+    attribute.type = onnx.AttributeProto.TENSOR
 
 
 def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -> None:
@@ -84,6 +116,9 @@ class _KnownValues:
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.values = _constant_values(graph)
         self.constants: dict[str, onnx.NodeProto] = {}
+        # decoded values by the Constant's attribute bytes: a decoder's layers hold the same
+        # few (axes [0], [1]...) thousands of times
+        self.decoded: dict[bytes, np.ndarray | None] = {}
 
     def add_constant(self, node: onnx.NodeProto) -> None:
         if node.output:
@@ -96,10 +131,25 @@ class _KnownValues:
     def get(self, name: str) -> np.ndarray | None:
         node = self.constants.pop(name, None)
         if node is not None:  # decoded now; a value it cannot give leaves what was known
-            value = _constant_node_value(node)
+            value = self._decode(node)
             if value is not None:
                 self.values[name] = value
         return self.values.get(name)
+
+    def _decode(self, node: onnx.NodeProto) -> np.ndarray | None:
+        """_constant_node_value, remembered for a node of one small attribute (its only
+        input); each caller gets its own array, writeable as the decoded one is."""
+        if len(node.attribute) != 1 or node.attribute[0].ByteSize() > _DECODED_KEY_BYTES:
+            return _constant_node_value(node)
+        key = node.attribute[0].SerializeToString()
+        if key not in self.decoded:
+            self.decoded[key] = _constant_node_value(node)
+        decoded = self.decoded[key]
+        if decoded is None:
+            return None
+        value = decoded.copy()
+        value.flags.writeable = decoded.flags.writeable
+        return value
 
 
 def _evaluate(node: onnx.NodeProto, known: _KnownValues,
@@ -134,7 +184,8 @@ def _evaluate_shape(node: onnx.NodeProto, known: _KnownValues,
                     partial: dict[str, tuple[int | None, ...]], shapes: StaticDims,
                     opset: int) -> list[np.ndarray] | None:
     """Shape, Size and Gather from a shape vector, where the dims they give are numbers."""
-    if node.domain not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
+    if node.op_type not in _SHAPE_READERS or node.domain not in ("", "ai.onnx") \
+            or len(node.output) != 1 or not node.input:
         return None
     if node.op_type in ("Shape", "Size"):
         dims = shapes.get(node.input[0])
@@ -192,6 +243,8 @@ def _small_range(*operands: np.ndarray) -> bool:
 def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
              opset: int) -> list[np.ndarray]:
     fast = _run_simple(node, known, opset)
+    if fast is None:
+        fast = _run_integer_division(node, known)
     if fast is not None:
         return [fast]
     inputs = [name for name in node.input if name]
@@ -243,6 +296,25 @@ def _run_simple(node: onnx.NodeProto, known: Mapping[str, np.ndarray],
     except (ValueError, IndexError, TypeError):  # numpy's AxisError is both of the first
         return None  # the reference runtime says what it makes of it
     return None
+
+
+def _run_integer_division(node: onnx.NodeProto,
+                          known: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Div of two integer tensors of one dtype (a decoder's `head_dim // 2`, once per layer),
+    computed as onnx's reference runtime computes it (onnx/reference/ops/op_div.py: the
+    quotient truncated toward zero, C-style); None for anything else."""
+    if node.op_type != "Div" or len(node.input) != 2 or not all(node.input) or node.attribute:
+        return None  # (opset 6's `broadcast` and `axis` attributes: the reference decides)
+    x, y = known[node.input[0]], known[node.input[1]]
+    if x.dtype != y.dtype or x.dtype.kind not in "iu":
+        return None
+    try:
+        quotient = np.floor_divide(x, y)
+        remainder = np.remainder(x, y)
+    except ValueError:  # shapes that do not broadcast: the reference runtime refuses them
+        return None
+    needs_adjust = (remainder != 0) & ((x < 0) ^ (y < 0))
+    return np.asarray(quotient + needs_adjust.astype(quotient.dtype))
 
 
 def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:

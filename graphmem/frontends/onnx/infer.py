@@ -29,20 +29,26 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from graphmem.errors import first_line
-from graphmem.frontends.onnx.fold import fold_constants
+from graphmem.frontends.onnx.fold import refold_constants
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
     STATIC_TYPES_TOKEN,
+    remembered_shapes,
     skip_static_nodes,
     static_value_infos,
     sympy_for_engine,
 )
+from graphmem.frontends.onnx.value_types import (
+    MAX_VALUE_ELEMENTS,
+    fully_known,
+    fully_known_names,
+    known_dims,
+    small_value,
+)
 
-# A tensor with at most this many elements may be a shape vector or a scalar whose value
-# onnxruntime's rules read (fold.py's bound for the same tensors).
-MAX_VALUE_ELEMENTS = 64
 # Ops whose output value is their input's shape: the input's own value is never needed.
 _SHAPE_OPS = frozenset({"Shape", "Size"})
+_GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
 
 Engine = tuple[onnx.ModelProto, str]
 
@@ -52,8 +58,9 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     the part onnx left unknown (module docstring); where onnxruntime's rules give up on some
     nodes, the shapes onnx's inference with the model's declared value infos finds are
-    merged in, value by value. Nodes folded into constants on the way (fold.py, with the
-    dims a first pass found) are added to `folded`, for restore_nodes."""
+    merged in, value by value. `model` is as fold_constants left it: nodes folded into
+    constants on the way (refold_constants, with the dims a first pass found) are added to
+    `folded`, for restore_nodes."""
     if not _splittable(model):
         return _whole_model_inference(model, warnings, dim_names)
     first = _onnx_inference(_without_value_info(model), [])
@@ -85,7 +92,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     """onnx's inference again where the first pass's dims let more of the graph be known:
     shape arithmetic on dims that are numbers folded (fold.py), and slices along known axes
     given the dims they keep (`_kept_slice_dims`); the first pass where neither applies."""
-    refolded = fold_constants(model, _static_dims(first.graph))
+    refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
     slices = _kept_slice_dims(model.graph, first.graph)
     if not refolded and not slices:
@@ -117,7 +124,7 @@ def _kept_slice_dims(model_graph: onnx.GraphProto,
     types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
     slices = [node for node in model_graph.node
               if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
-              and len(node.input) >= 4 and not _fully_known(types.get(node.output[0]))]
+              and len(node.input) >= 4 and not fully_known(types.get(node.output[0]))]
     if not slices:
         return []
     # only the axes of these slices are read: a decoder has thousands of other constants
@@ -232,8 +239,11 @@ def _splittable(model: onnx.ModelProto) -> bool:
     """No functions and no control flow: every value a node reads is a value of the graph."""
     if model.functions:
         return False
-    return not any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-                   for node in model.graph.node for a in node.attribute)
+    for node in model.graph.node:  # plain loops: a decoder has tens of thousands of nodes
+        for attribute in node.attribute:
+            if attribute.type in _GRAPH_KINDS:
+                return False
+    return True
 
 
 def _without_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -254,12 +264,15 @@ def unknown_part(inferred: onnx.ModelProto,
     tensor the part reads, typed as onnx inferred it."""
     graph = inferred.graph
     types = {v.name: v for v in (*graph.value_info, *graph.output)}
+    known = fully_known_names(types.values())
     nodes = list(graph.node)
-    producer = {name: index for index, node in enumerate(nodes) for name in node.output}
+    outputs = [node.output for node in nodes]
+    producer = {name: index for index, names in enumerate(outputs) for name in names}
     pending = [index for index, node in enumerate(nodes) if node.op_type != "Constant"
-               and not all(_fully_known(types.get(name)) for name in node.output if name)]
+               and not all(name in known for name in outputs[index] if name)]
     pending.extend(producer[v.name] for v in graph.output if v.name in producer)
     chosen: set[int] = set()
+    small: dict[str, bool] = {}  # by value name: most are read by several nodes
     while pending:
         index = pending.pop()
         if index in chosen:
@@ -268,9 +281,15 @@ def unknown_part(inferred: onnx.ModelProto,
         node = nodes[index]
         if node.op_type in _SHAPE_OPS:
             continue
-        pending.extend(producer[name] for name in node.input
-                       if name in producer and producer[name] not in chosen
-                       and _small(types.get(name)))
+        for name in node.input:
+            source = producer.get(name)
+            if source is None or source in chosen:
+                continue
+            is_small = small.get(name)
+            if is_small is None:
+                is_small = small[name] = small_value(types.get(name))
+            if is_small:
+                pending.append(source)
     part = [nodes[index] for index in sorted(chosen)]  # the model's (topological) order
     return _part_model(inferred, part, types, declared_inputs)
 
@@ -324,42 +343,12 @@ def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
     return None
 
 
-def _fully_known(info: onnx.ValueInfoProto | None) -> bool:
-    if info is None or info.type.WhichOneof("value") != "tensor_type":
-        return False
-    tensor_type = info.type.tensor_type
-    if not tensor_type.HasField("shape"):
-        return False
-    return all(_dim_known(d) for d in tensor_type.shape.dim)
-
-
-def _dim_known(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    kind = dim.WhichOneof("value")
-    return kind == "dim_value" or (kind == "dim_param" and not dim.dim_param.startswith("unk__"))
-
-
-def _small(info: onnx.ValueInfoProto | None) -> bool:
-    """A tensor small enough to be a shape vector or a scalar (rules may read its value);
-    unknown shapes count as small (the tensor's producer is in the part anyway)."""
-    if info is None or info.type.WhichOneof("value") != "tensor_type":
-        return True
-    tensor_type = info.type.tensor_type
-    if not tensor_type.HasField("shape"):
-        return True
-    count = 1
-    for dim in tensor_type.shape.dim:
-        if dim.WhichOneof("value") != "dim_value":
-            return False
-        count *= dim.dim_value
-    return count <= MAX_VALUE_ELEMENTS
-
-
 def _copy_outputs(target: onnx.GraphProto, source: onnx.GraphProto) -> None:
     """The graph outputs as onnxruntime's rules typed them (as a whole run writes them)."""
     inferred = {v.name: v for v in source.output}
     for output in target.output:
         better = inferred.get(output.name)
-        if better is not None and _known_dims(better) >= _known_dims(output):
+        if better is not None and known_dims(better) >= known_dims(output):
             output.CopyFrom(better)
 
 
@@ -400,22 +389,11 @@ def _merge_value_infos(target: onnx.GraphProto, source: onnx.GraphProto,
         candidate = better.get(info.name)
         if candidate is None:
             continue
-        known, have = _known_dims(candidate), _known_dims(info)
+        known, have = known_dims(candidate), known_dims(info)
         if known > have or (known == have and not prefer_target and candidate != info):
             info.CopyFrom(candidate)
     known_names = {v.name for v in target.value_info}
     target.value_info.extend(v for n, v in better.items() if n not in known_names)
-
-
-def _known_dims(info: onnx.ValueInfoProto) -> int:
-    """How much of a shape is known: -1 without a rank, else the count of known dims."""
-    tensor_type = info.type.tensor_type
-    if not tensor_type.HasField("shape"):
-        return -1
-    return sum(
-        1 for d in tensor_type.shape.dim
-        if d.HasField("dim_value") or (d.dim_param and not d.dim_param.startswith("unk__"))
-    )
 
 
 def _tolerant(rule: Callable[[onnx.NodeProto], None],
@@ -484,4 +462,5 @@ def _symbolic_shape_infer_module() -> ModuleType:
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     module.sympy = sympy_for_engine(module.sympy)
+    module.get_shape_from_type_proto = remembered_shapes(module.get_shape_from_type_proto)
     return module

@@ -36,8 +36,13 @@ def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape
         inferred = model
     graph = inferred.graph
     shapes: dict[str, PlanShape | None] = {}
+    # a decoder's layers repeat a few hundred types: each is read once, by its bytes
+    by_type: dict[bytes, PlanShape | None] = {}
     for info in [*graph.input, *graph.value_info, *graph.output]:
-        shapes[info.name] = _plan_shape(info.type, named)
+        key = info.type.SerializeToString()
+        if key not in by_type:
+            by_type[key] = _plan_shape(info.type, named)
+        shapes[info.name] = by_type[key]
     for tensor in graph.initializer:
         shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
     return shapes
@@ -47,9 +52,14 @@ def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
     """The dim names the file spells; onnx's Python inference invents `unk__N` names for
     dims it cannot name, where onnxruntime's leaves them unnamed."""
     names = set()
+    seen: set[bytes] = set()  # each distinct shape read once
     for info in [*graph.input, *graph.value_info, *graph.output]:
         if info.type.HasField("tensor_type"):
-            names |= {d.dim_param for d in info.type.tensor_type.shape.dim if d.dim_param}
+            shape = info.type.tensor_type.shape
+            key = shape.SerializeToString()
+            if key not in seen:
+                seen.add(key)
+                names |= {d.dim_param for d in shape.dim if d.dim_param}
     return frozenset(names)
 
 

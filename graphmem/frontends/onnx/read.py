@@ -22,8 +22,7 @@ from graphmem.frontends.onnx.untrusted import (
     check_regular_file,
     clear_tensor_data,
     read_model_bytes,
-    strip_external_data,
-    validate_graph,
+    strip_and_validate,
 )
 
 # Initializer payloads above this size are dropped after loading: only dims and dtype matter,
@@ -56,8 +55,7 @@ def read_model(path: Path) -> onnx.ModelProto:
     if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
         raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
                             " memory to analyze; pass the exported model itself")
-    strip_external_data(model)
-    validate_graph(model)
+    strip_and_validate(model)  # external data cut off, then the graph checked
     _drop_large_payloads(model.graph)
     return model
 

@@ -1,0 +1,305 @@
+"""The ONNX import's fast paths give what the slow ones give: the engine's one-node inference
+and its type reader remembered (ort_engine.py); the refold that evaluates only the nodes a
+shape reaches, equal constants decoded once, integer Div and the Constant node made without
+onnx's helpers (fold.py); the one walk that strips external data and validates the graph
+(untrusted.py); module paths remembered by scope (build.py); the planner's shapes read once per
+distinct type (ort_plan_shapes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx import fold, infer, ort_engine, ort_plan_shapes
+from graphmem.frontends.onnx.build import module_path_of
+from graphmem.frontends.onnx.read import alias_dim_params, name_dynamic_input_dims, read_model
+from graphmem.frontends.onnx.untrusted import (
+    strip_and_validate,
+    strip_external_data,
+    validate_graph,
+)
+from tests.helpers.onnx_counters import count_one_node_calls, record_decoded_constants
+from tests.helpers.untrusted import external
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+I64, I32, U8 = np.int64, np.int32, np.uint8
+
+
+def _folded(name: str) -> onnx.ModelProto:
+    """A sample as the importer hands it to inference: dims named and aliased, folded."""
+    model = read_model(SAMPLES / name)
+    name_dynamic_input_dims(model.graph)
+    alias_dim_params(model.graph)
+    fold.fold_constants(model)
+    return model
+
+
+def _part(name: str) -> onnx.ModelProto:
+    """The part of a sample onnxruntime's rules run on (infer.py's unknown_part)."""
+    model = _folded(name)
+    first = infer._onnx_inference(infer._without_value_info(model), [])
+    assert first is not None
+    second = infer._second_pass(model, first, {})
+    return infer.unknown_part(second, model.graph.input)
+
+
+def _engine_types(part: onnx.ModelProto) -> list[bytes]:
+    inferred = infer._ort_symbolic_inference(part, [])
+    return [v.SerializeToString() for v in (*inferred.graph.value_info, *inferred.graph.output)]
+
+
+# ----- the engine's one-node inference, remembered ------------------------------------------
+@pytest.mark.parametrize("name", ["tiny_llama.onnx", "tiny_gpt.onnx", "gpt2.onnx"])
+def test_remembered_one_node_inference_types_every_value_as_the_engine_does(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    part = _part(name)
+    calls = count_one_node_calls(monkeypatch)
+    remembered = _engine_types(part)
+    with_memory = calls[0]
+    monkeypatch.setattr(ort_engine, "_remembered_single_node", lambda engine, infer: infer)
+    calls[0] = 0
+    assert _engine_types(part) == remembered  # every value info, byte for byte
+    assert with_memory < calls[0]  # the layers repeat their nodes
+
+
+@pytest.mark.parametrize("name", ["tiny_llama.onnx", "gpt2.onnx"])
+def test_remembered_shapes_type_every_value_as_the_engine_does(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    part = _part(name)
+    engine_module = infer._symbolic_shape_infer_module()
+    remembered = _engine_types(part)
+    own = engine_module.get_shape_from_type_proto.__wrapped__
+    monkeypatch.setattr(engine_module, "get_shape_from_type_proto", own)
+    assert _engine_types(part) == remembered
+
+
+def test_each_remembered_shape_is_a_list_of_its_own() -> None:
+    engine_module = infer._symbolic_shape_infer_module()
+    shape_of = engine_module.get_shape_from_type_proto
+    seq = helper.make_tensor_type_proto(TensorProto.FLOAT, ["seq", 4, None])
+    first = shape_of(seq)
+    assert first == ["seq", 4, None] == shape_of.__wrapped__(seq)
+    first[0] = 7  # a rule edits its list: the next caller still gets the type's dims
+    assert shape_of(seq) == ["seq", 4, None]
+    assert shape_of(helper.make_tensor_type_proto(TensorProto.FLOAT, None)) is None  # no rank
+    with pytest.raises(AssertionError):  # a map type: refused as by the engine's own
+        shape_of(onnx.TypeProto(map_type=onnx.TypeProto.Map(key_type=TensorProto.INT64)))
+
+
+def _key(node: onnx.NodeProto, types: dict[str, list[int]],
+         initializers: dict[str, onnx.TensorProto] | None = None) -> object:
+    infos = {name: helper.make_tensor_value_info(name, TensorProto.INT64, dims)
+             for name, dims in types.items()}
+    return ort_engine._single_node_key(node, infos, initializers or {})
+
+
+def test_the_key_is_the_node_less_its_names() -> None:
+    types = {"x": [2, 3], "y": [2, 3], "a": [2, 3], "b": [2, 3]}
+    layer0 = helper.make_node("Mul", ["x", "y"], ["z"], name="/layers.0/Mul")
+    layer1 = helper.make_node("Mul", ["a", "b"], ["c"], name="/layers.1/Mul")
+    assert _key(layer0, types) == _key(layer1, types)
+    # the same input twice is another node; so are other types and other attributes
+    assert _key(helper.make_node("Mul", ["x", "x"], ["z"]), types) != _key(layer0, types)
+    assert _key(layer0, {**types, "y": [1, 3]}) != _key(layer0, types)
+    softmax = helper.make_node("Softmax", ["x"], ["z"], axis=1)
+    assert _key(softmax, types) != _key(helper.make_node("Softmax", ["x"], ["z"], axis=0), types)
+    assert _key(layer0, {"x": [2, 3]}) is None  # an untyped input: not remembered
+
+
+def test_the_key_holds_the_small_initializers_values() -> None:
+    types = {"x": [4], "axes": [1]}
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"])
+    zero = numpy_helper.from_array(np.array([0], I64), "axes")
+    one = numpy_helper.from_array(np.array([1], I64), "axes")
+    renamed = numpy_helper.from_array(np.array([0], I64), "other")
+    assert _key(node, types, {"axes": zero}) != _key(node, types, {"axes": one})
+    assert _key(node, types, {"axes": zero}) == _key(node, types, {"axes": renamed})
+    large = numpy_helper.from_array(np.zeros(1024, I64), "axes")  # 8 KiB > 1 KiB
+    assert _key(node, types, {"axes": large}) is None
+
+
+# ----- folding --------------------------------------------------------------------------------
+def test_the_refold_folds_what_a_whole_fold_with_the_shapes_folds() -> None:
+    model = _folded("tiny_llama.onnx")  # the sample whose shapes fold more (20 nodes)
+    first = infer._onnx_inference(infer._without_value_info(model), [])
+    assert first is not None
+    shapes = infer._static_dims(first.graph)
+    whole, again = onnx.ModelProto(), onnx.ModelProto()
+    whole.CopyFrom(model)
+    again.CopyFrom(model)
+    replaced = fold.fold_constants(whole, shapes)
+    assert {n.op_type for n in replaced.values()} == {"Add", "Div", "Gather", "Mul"}
+    assert fold.refold_constants(again, shapes) == replaced
+    assert again.SerializeToString() == whole.SerializeToString()
+
+
+def test_equal_constants_are_decoded_once_each_reader_getting_its_own_array(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded = record_decoded_constants(monkeypatch)
+    axes = numpy_helper.from_array(np.array([0], I64))  # raw_data: decoded read-only
+    nodes = [helper.make_node("Constant", [], [f"axes{i}"], value=axes) for i in range(3)]
+    nodes.append(helper.make_node("Constant", [], ["ints"], value_ints=[0]))
+    known = fold._KnownValues(helper.make_graph(nodes, "g", [], []))
+    for node in nodes:
+        known.add_constant(node)
+    first, second, _ = (known.get(f"axes{i}") for i in range(3))
+    ints = known.get("ints")
+    assert decoded == ["axes0", "ints"]  # one decoding per distinct attribute
+    assert first is not None and second is not None and ints is not None
+    assert first is not second and np.array_equal(first, second)
+    direct = numpy_helper.to_array(axes)
+    assert first.dtype == direct.dtype and first.shape == direct.shape
+    assert first.flags.writeable == direct.flags.writeable
+    assert ints.tolist() == [0] and ints.flags.writeable  # a value_ints list: writeable
+
+
+def _reference(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    graph = helper.make_graph(
+        [node], "one",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for n, v in feeds.items()], [helper.make_empty_tensor_value_info(node.output[0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("feeds", [
+    {"x": np.array(128, I64), "y": np.array(2, I64)},  # head_dim // 2 = 64
+    {"x": np.array([-7, 7, -7, 7], I64), "y": np.array([2, 2, -2, -2], I64)},  # -3 3 3 -3
+    {"x": np.array([[9], [-9]], I32), "y": np.array([4, -4], I32)},  # broadcast to [2, 2]
+    {"x": np.array([200, 7], U8), "y": np.array([3, 0], U8)},  # 66, and 7 / 0 = 0 as numpy
+    {"x": np.array([5, -5], I64), "y": np.array(0, I64)},  # by zero: 0, as the reference
+])
+def test_integer_division_is_the_reference_runtimes(feeds: dict[str, np.ndarray]) -> None:
+    node = helper.make_node("Div", list(feeds), ["out"])
+    with np.errstate(all="ignore"):
+        fast = fold._run_integer_division(node, feeds)
+        expected = _reference(node, feeds)
+    assert fast is not None
+    assert fast.dtype == expected.dtype and fast.shape == expected.shape
+    assert np.array_equal(fast, expected)
+
+
+@pytest.mark.parametrize(("feeds", "attributes"), [
+    ({"x": np.array([7], I64), "y": np.array([2], I32)}, {}),  # mixed dtypes
+    ({"x": np.array([7.0]), "y": np.array([2.0])}, {}),  # floats
+    ({"x": np.array([7], I64), "y": np.array([2], I64)}, {"broadcast": 1}),  # opset 6's
+    ({"x": np.array([1, 2, 3], I64), "y": np.array([1, 2], I64)}, {}),  # do not broadcast
+])
+def test_other_divisions_go_to_the_reference_runtime(feeds: dict[str, np.ndarray],
+                                                      attributes: dict[str, int]) -> None:
+    node = helper.make_node("Div", list(feeds), ["out"], **attributes)
+    assert fold._run_integer_division(node, feeds) is None
+
+
+@pytest.mark.parametrize("name", ["g", ""])
+def test_the_constant_node_is_onnxs_helpers(name: str) -> None:
+    value = np.array([[1, 2, 3]], I64)
+    node = helper.make_node("Gather", ["a", "b"], ["out", "extra"], name=name, axis=0,
+                            doc_string="gone")
+    fold._make_constant(node, value)
+    expected = helper.make_node("Constant", [], ["out"], name=name,
+                                value=numpy_helper.from_array(value))
+    assert node.SerializeToString() == expected.SerializeToString()
+
+
+# ----- reading: one walk strips and validates ---------------------------------------------------
+def _with_external_data() -> onnx.ModelProto:
+    """External tensors in an initializer, a Constant, an If branch and a function."""
+    def ext(name: str) -> TensorProto:
+        return external(TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[2]), "w", 8)
+
+    branch = helper.make_graph([helper.make_node("Constant", [], ["b"], value=ext("in_branch"))],
+                               "branch", [], [helper.make_tensor_value_info("b", 1, [2])])
+    nodes = [helper.make_node("Constant", [], ["c"], value=ext("constant")),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+             helper.make_node("F", ["c"], ["z"], domain="local")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, 1, [2]) for n in ("y", "z")], [ext("weight")])
+    function = helper.make_function(
+        "local", "F", ["a"], ["b"], [helper.make_node("Constant", [], ["b"], value=ext("f"))],
+        [helper.make_opsetid("", 17)])
+    return helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+
+
+def test_strip_and_validate_strips_what_strip_external_data_strips() -> None:
+    one_walk, two_walks = _with_external_data(), _with_external_data()
+    strip_and_validate(one_walk)
+    assert len(strip_external_data(two_walks)) == 5  # weight, constant, 2 branches, function
+    validate_graph(two_walks)
+    assert one_walk.SerializeToString() == two_walks.SerializeToString()
+
+
+def _reference_to_a_function_attribute(node: onnx.NodeProto) -> onnx.NodeProto:
+    axis = node.attribute.add()
+    axis.name, axis.type, axis.ref_attr_name = "axis", onnx.AttributeProto.INT, "missing"
+    return node
+
+
+def _checked(model: onnx.ModelProto) -> str:
+    with pytest.raises(GraphmemError) as error:
+        strip_and_validate(model)
+    with pytest.raises(GraphmemError) as again:
+        validate_graph(model)
+    assert str(again.value) == str(error.value)
+    return str(error.value)
+
+
+def test_the_checks_keep_their_order() -> None:
+    # every tensor is checked before any attribute reference, whichever node comes first
+    stray = _reference_to_a_function_attribute(helper.make_node("Softmax", ["x"], ["y"]))
+    short = TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[2, 3], raw_data=b"\0" * 8)
+    constant = helper.make_node("Constant", [], ["c"], value=short)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([stray, constant], "g", [x],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    assert "holds 8 bytes of raw_data" in _checked(helper.make_model(graph))
+    # graph by graph: the main graph's reference before a body's second writer
+    twice = helper.make_graph([helper.make_node("Relu", ["x"], ["b"]),
+                               helper.make_node("Relu", ["x"], ["b"])],
+                              "body", [], [helper.make_tensor_value_info("b", 1, [2])])
+    stray = _reference_to_a_function_attribute(helper.make_node("Softmax", ["x"], ["y"]))
+    branch = helper.make_node("If", ["x"], ["z"], then_branch=twice, else_branch=twice)
+    graph = helper.make_graph([branch, stray], "g", [x],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    assert "refers to a function attribute" in _checked(helper.make_model(graph))
+    # and a body's reference after the main graph's second writer
+    body = helper.make_graph(
+        [_reference_to_a_function_attribute(helper.make_node("Softmax", ["x"], ["b"]))],
+        "body", [], [helper.make_tensor_value_info("b", 1, [2])])
+    branch = helper.make_node("If", ["x"], ["z"], then_branch=body, else_branch=body)
+    graph = helper.make_graph([branch, helper.make_node("Relu", ["x"], ["y"]),
+                               helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    assert "tensor 'y' is written by" in _checked(helper.make_model(graph))
+
+
+# ----- building and the planner's shapes ----------------------------------------------------
+@pytest.mark.parametrize(("name", "path"), [
+    ("/layer2/layer2.2/conv1/Conv", "layer2.2.conv1"),  # layer2.2 refines layer2
+    ("/model/layers.0/self_attn/Mul", "model.layers.0.self_attn"),
+    ("/model/layers.0/self_attn/Mul_1", "model.layers.0.self_attn"),  # the same scopes
+    ("/Conv", ""), ("x/y", ""), ("/", ""), ("//a/b/", "a.b"), ("/a//b/c", "a.b"),
+])
+def test_module_paths_by_scope(name: str, path: str) -> None:
+    assert module_path_of(helper.make_node("Relu", ["x"], ["y"], name=name)) == path
+
+
+@pytest.mark.parametrize("name", ["tiny_llama.onnx", "gpt2.dynamo.onnx"])
+def test_the_planners_shapes_are_read_value_by_value(name: str) -> None:
+    model = read_model(SAMPLES / name)
+    graph = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False).graph
+    named = {d.dim_param for info in (*model.graph.input, *model.graph.value_info,
+                                      *model.graph.output)
+             for d in info.type.tensor_type.shape.dim if d.dim_param}
+    expected = {info.name: ort_plan_shapes._plan_shape(info.type, frozenset(named))
+                for info in (*graph.input, *graph.value_info, *graph.output)}
+    expected.update((t.name, tuple(t.dims)) for t in graph.initializer)
+    assert ort_plan_shapes.ort_plan_shapes(model) == expected
