@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from graphmem.core.conventions import MAX_DIM_VALUE
-from graphmem.core.ir import Graph, Value
+from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES, format_bytes
 from graphmem.errors import GraphmemError
@@ -135,9 +135,53 @@ def _known_dims_text(known: frozenset[str]) -> str:
 def value_bytes(graph: Graph, binding: DimBinding) -> dict[str, SymInt | None]:
     """Size in bytes of every value with the bound dims substituted (None: unknown size);
     a size beyond MAX_BYTES is an error naming the tensor (check_sizes_fit)."""
-    sizes = {name: _bound_bytes(value, binding.bound) for name, value in graph.values.items()}
-    check_sizes_fit(sizes, binding.bound)
+    dims = binding.bound
+    # equal sizes repeat (a decoder's layers): each distinct polynomial is bound once here
+    bound_of: dict[SymInt, SymInt] = {}
+    sizes: dict[str, SymInt | None] = {}
+    largest = 0
+    for name, value in graph.values.items():
+        nbytes = value.nbytes
+        if nbytes is not None:
+            if not nbytes.is_constant and dims:
+                size = bound_of.get(nbytes)
+                if size is None:
+                    size = bound_of[nbytes] = nbytes.bind(dims)
+                nbytes = size
+            elif nbytes.is_constant and int(nbytes) > largest:
+                largest = int(nbytes)
+        sizes[name] = nbytes
+    largest = max([largest, *(int(s) for s in bound_of.values() if s.is_constant)])
+    if largest > MAX_BYTES:
+        check_sizes_fit(sizes, dims)  # names the first tensor too large
     return sizes
+
+
+class SizeTable:
+    """Every value's size as one of the graph's distinct sizes (a decoder's layers repeat the
+    same few hundred): `bound(dims)` is `value_bytes` with each distinct polynomial bound once,
+    for the many bindings of a largest-batch search on one graph."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.names = tuple(graph.values)
+        position: dict[SymInt, int] = {}
+        index = []
+        for value in graph.values.values():
+            size = value.nbytes
+            # -1: unknown size (the bound list ends with None)
+            index.append(-1 if size is None else position.setdefault(size, len(position)))
+        self.index = tuple(index)
+        self.sizes = tuple(position)
+
+    def bound(self, dims: Mapping[str, int]) -> dict[str, SymInt | None]:
+        """`value_bytes` at `dims`: the same sizes, the same error for one too large."""
+        bound: list[SymInt | None] = [size.bind(dims) for size in self.sizes]
+        largest = max((int(s) for s in bound if s is not None and s.is_constant), default=0)
+        bound.append(None)
+        sizes = {name: bound[i] for name, i in zip(self.names, self.index, strict=True)}
+        if largest > MAX_BYTES:
+            check_sizes_fit(sizes, dims)  # names the first tensor too large
+        return sizes
 
 
 def check_sizes_fit(sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> None:
@@ -152,7 +196,3 @@ def check_sizes_fit(sizes: Mapping[str, SymInt | None], dims: Mapping[str, int])
                 f" {at}, more than 2**62 bytes (4 EiB): check --batch/--dim (or the model's"
                 " shapes)")
 
-
-def _bound_bytes(value: Value, dims: Mapping[str, int]) -> SymInt | None:
-    nbytes = value.nbytes
-    return None if nbytes is None else nbytes.bind(dims)

@@ -296,7 +296,8 @@ class MemoryModel:
 def plan_dims(graph: Graph, bound: Mapping[str, int],
               free: frozenset[str] | None = None) -> dict[str, int]:
     """The bound dims, and every free dim of the graph (`free`, if known) at the probe."""
-    dims = {name: PROBE_DIM_VALUE for name in (graph.free_dims() if free is None else free)}
+    # sorted: a frozenset's order follows the string hash seed, and the JSON lists these dims
+    dims = {name: PROBE_DIM_VALUE for name in sorted(graph.free_dims() if free is None else free)}
     dims.update(bound)
     return dims
 
@@ -332,8 +333,15 @@ def build_memory_model(
 
 
 def _bytes(value: Value, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> int:
-    size = sizes.get(value.name)
-    return 0 if size is None else evaluate(size, dims)
+    return size_at(sizes.get(value.name), dims)
+
+
+def size_at(size: SymInt | None, dims: Mapping[str, int]) -> int:
+    """`size` evaluated at `dims` (0: unknown); a number as it is (most sizes of a bound
+    graph are: compiling each to evaluate it was most of a rebind)."""
+    if size is None:
+        return 0
+    return int(size) if size.is_constant else evaluate(size, dims)
 
 
 def _predecessors(nodes: Sequence[Node], index: Mapping[Node, int]) -> tuple[tuple[int, ...], ...]:
@@ -388,9 +396,17 @@ def rebind(model: MemoryModel, sizes: Mapping[str, SymInt | None],
            dims: Mapping[str, int]) -> MemoryModel:
     """The same graph with its sizes evaluated at other dims (the structure is reused)."""
 
+    # a graph's sizes are a few hundred distinct polynomials: each is evaluated once
+    memo: dict[SymInt, int] = {}
+
     def size(name: str) -> int:
         value = sizes.get(name)
-        return 0 if value is None else evaluate(value, dims)
+        if value is None or value.is_constant:
+            return size_at(value, dims)
+        number = memo.get(value)
+        if number is None:
+            number = memo[value] = evaluate(value, dims)
+        return number
 
     return dataclasses.replace(
         model,

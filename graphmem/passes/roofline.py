@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import DType, Graph, Node
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.costs import CostReport, CostStatus
+from graphmem.passes.memory_model import size_at
 
 TOP_NODES = 10
 
@@ -79,8 +79,8 @@ def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mappi
                       batch_dim: str | None = None) -> RooflineResult:
     """Roofline times with every dim bound by `dims` (costs may still be symbolic)."""
     times = tuple(
-        _node_time(node, cost.name, evaluate(cost.flops, dims),
-                   evaluate(cost.bytes_read + cost.bytes_written, dims),
+        _node_time(node, cost.name, size_at(cost.flops, dims),
+                   size_at(cost.bytes_read + cost.bytes_written, dims),
                    cost.status is CostStatus.OK, gpu)
         for node, cost in zip(graph.nodes, costs.nodes, strict=True)
     )

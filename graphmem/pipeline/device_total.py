@@ -9,17 +9,17 @@ turns an estimate into the one verdict (graphmem/passes/fit.py `GpuFit`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from graphmem.core.ir import RESIDENT_ROLES
-from graphmem.core.symbolic import SymInt
+from graphmem.core.ir import RESIDENT_ROLES, Graph
+from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.core.units import MAX_BYTES
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import DimBinding
+from graphmem.passes.dims import DimBinding, SizeTable
 from graphmem.passes.fit import (
     CudaReserve,
     FitPart,
@@ -94,39 +94,55 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      cuda_reserve_bytes: int | None = None, threads: int | None = None,
                      ort_optimization: str | None = None, dims: DimBinding | None = None,
                      capacity_bytes: int | None = None,
-                     auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES
-                     ) -> RuntimeEstimate:
+                     auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES,
+                     residents: SymInt | None = None,
+                     sizes: Mapping[str, SymInt | None] | None = None,
+                     notes: bool = True) -> RuntimeEstimate:
     """`runtime`'s estimate for `analysis` at `dims` (default: its own, every dim bound);
     `capacity_bytes` bounds a CUDA runtime's allocator as the GPU does. `ort_optimization`
     (ort-cpu): the session's graph optimization level; None: "all" for models with up to
-    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
+    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above. `residents`:
+    `resident_formula(analysis.graph)`, where the caller keeps it for many dims; `sizes`: the
+    graph's value sizes at `dims` (`value_bytes`), where the caller has them; `notes` False:
+    the caller reads the numbers alone (the model may leave its notes out)."""
     dims = dims or analysis.dims
     context = RuntimeContext(
         graph=analysis.graph, dims=dims, training=analysis.mode == "training",
-        resident_bytes=_resident_bytes(analysis, dims), gpu=gpu,
+        resident_bytes=_resident_bytes(analysis, dims, residents), gpu=gpu,
         cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
         ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
-        auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes)
+        auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes,
+        sizes=sizes, notes=notes)
     return estimate(runtime, context)
 
 
-def _resident_bytes(analysis: Analysis, dims: DimBinding) -> int:
+def _resident_bytes(analysis: Analysis, dims: DimBinding, residents: SymInt | None) -> int:
     """Inputs, weights and constants at `dims` (the liveness's residents: its sizes were bound
     at the analysis's own dims, so they are summed again from the graph)."""
     if dims is analysis.dims:
         size = analysis.liveness.resident_bytes
     else:
-        size = sum((v.nbytes.bind(dims.bound) for v in analysis.graph.values.values()
-                    if v.role in RESIDENT_ROLES and v.alias_of is None and v.nbytes is not None),
-                   SymInt())
+        formula = resident_formula(analysis.graph) if residents is None else residents
+        size = formula.bind(dims.bound)
     return int(size) if size.is_constant else 0
 
 
-def device_estimate(analysis: Analysis, model: DeviceModel,
-                    dims: DimBinding | None = None) -> RuntimeEstimate:
-    """The GPU's runtime model on `analysis`, bounded by the GPU's capacity."""
+def resident_formula(graph: Graph) -> SymInt:
+    """The inputs, weights and constants of `graph`, unbound: binding the sum gives the sum
+    of the bound sizes (binding is exact polynomial substitution)."""
+    return sum_sizes(v.nbytes for v in graph.values.values()
+                     if v.role in RESIDENT_ROLES and v.alias_of is None and v.nbytes is not None)
+
+
+def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | None = None,
+                    residents: SymInt | None = None,
+                    sizes: Mapping[str, SymInt | None] | None = None,
+                    notes: bool = True) -> RuntimeEstimate:
+    """The GPU's runtime model on `analysis`, bounded by the GPU's capacity (`residents`,
+    `sizes`, `notes`: see runtime_estimate)."""
     return runtime_estimate(analysis, model.runtime, model.gpu, model.cuda_reserve_bytes,
-                            model.threads, model.ort_optimization, dims, model.capacity_bytes)
+                            model.threads, model.ort_optimization, dims, model.capacity_bytes,
+                            residents=residents, sizes=sizes, notes=notes)
 
 
 def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
@@ -155,7 +171,8 @@ def device_fit(analysis: Analysis, estimate: RuntimeEstimate, model: DeviceModel
 
 
 class DeviceTotalProbe:
-    """One GPU's device total with `dim` at any value, every other dim bound as in `analysis`.
+    """One GPU's device total with `dim` at any value, every other dim bound as in `analysis`
+    (`estimate` keeps each probe's estimate: its numbers, without the model's notes).
 
     Where the graph's symbolic sizes are exact the runtime model runs on the same graph at the
     new dims; where binding dims changes the shapes (`reanalyze` given), the whole analysis
@@ -170,6 +187,12 @@ class DeviceTotalProbe:
         self.others = {k: v for k, v in analysis.dims.bound.items() if k != dim}
         self.estimate = cache(self._estimate)
         self.runs = 0
+        # made once: every probe on the same graph binds the same formulas
+        same_graph = reanalyze is None
+        self.residents = resident_formula(analysis.graph) if same_graph else None
+        # onnxruntime's models size the analysed graph's values (torch-cuda sizes its own)
+        sized = same_graph and model.runtime in ("ort-cuda", "ort-cpu")
+        self.table = SizeTable(analysis.graph) if sized else None
 
     def _estimate(self, value: int) -> RuntimeEstimate | None:
         """None where the model cannot be sized at this value (a tensor over 4 EiB)."""
@@ -177,10 +200,12 @@ class DeviceTotalProbe:
         bound = {**self.others, self.dim: value}
         try:
             if self.reanalyze is not None:
-                return device_estimate(self.reanalyze(bound), self.model)
+                return device_estimate(self.reanalyze(bound), self.model, notes=False)
             free = tuple(d for d in self.analysis.dims.free if d != self.dim)
             binding = DimBinding(bound=bound, free=free, batch_dim=self.analysis.dims.batch_dim)
-            return device_estimate(self.analysis, self.model, binding)
+            sizes = self.table.bound(bound) if self.table is not None else None
+            return device_estimate(self.analysis, self.model, binding, self.residents, sizes,
+                                   notes=False)
         except GraphmemError:
             return None
 

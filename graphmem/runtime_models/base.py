@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from graphmem.core.ir import Graph
+from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.dims import DimBinding
 
@@ -80,6 +81,12 @@ class RuntimeContext:
     # the GPU's memory (what the driver reports where known): the CUDA runtimes' allocators
     # are bounded by it, as on the device (None: unbounded)
     capacity_bytes: int | None = None
+    # every value's size at `dims` (passes/dims.py `value_bytes`), where the caller has them
+    # (a largest-batch search binds one SizeTable per probe); None: the model computes them
+    sizes: Mapping[str, SymInt | None] | None = None
+    # False: only the estimate's numbers are read (a largest-batch search's probes), so the
+    # models skip writing their notes
+    notes: bool = True
 
     @property
     def mode(self) -> str:

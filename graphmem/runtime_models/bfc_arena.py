@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MIN_ALLOCATION_BYTES = 256
 INITIAL_REGION_BYTES = 1 << 20  # DEFAULT_INITIAL_CHUNK_SIZE_BYTES
@@ -44,9 +45,10 @@ def _float32(value: float) -> float:
 BACKPEDAL_FACTOR = _float32(0.9)  # kBackpedalFactor = 0.9f
 
 
-@dataclass(frozen=True)
-class ArenaEvent:
-    """Allocate `size_bytes` under `key`, or free what `key` holds (size_bytes None)."""
+class ArenaEvent(NamedTuple):
+    """Allocate `size_bytes` under `key`, or free what `key` holds (size_bytes None).
+
+    A named tuple, not a dataclass: a largest-batch search builds tens of thousands per probe."""
 
     key: str
     size_bytes: int | None
@@ -131,8 +133,13 @@ class BfcArena:
         self._coalesce(chunk)
 
     def _best_fit(self, request: int) -> _Chunk | None:
-        fits = [c for c in self.chunks if c.free and c.size >= request]
-        return min(fits, key=lambda c: (c.size, c.address)) if fits else None
+        """The smallest free chunk that fits, the lowest address among equals (chunks are
+        in address order, so the first of the smallest size)."""
+        best = None
+        for chunk in self.chunks:
+            if chunk.free and chunk.size >= request and (best is None or chunk.size < best.size):
+                best = chunk
+        return best
 
     def _extend(self, request: int) -> _Chunk:
         grew = False

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
@@ -61,9 +62,10 @@ from graphmem.runtime_models.ort_kernels import (
 
 PlanShape = tuple[int | str | None, ...]
 
-@dataclass(frozen=True)
-class OrtBuffer:
-    """One allocation of onnxruntime's plan: the tensor that first holds it and its life."""
+class OrtBuffer(NamedTuple):
+    """One allocation of onnxruntime's plan: the tensor that first holds it and its life.
+
+    A named tuple, not a dataclass: every probe of a largest-batch search re-sizes them all."""
 
     owner: Value
     size_bytes: int
@@ -101,8 +103,9 @@ class OrtTimeline:
 
 def ort_execution_order(graph: Graph) -> list[Node]:
     """onnxruntime's default order: post-order of a reverse DFS from the leaf nodes."""
-    index = {id(node): i for i, node in enumerate(graph.nodes)}
-    stack: list[tuple[Node, bool]] = [(n, False) for n in graph.nodes if _is_leaf(n)]
+    nodes = graph.nodes
+    index = {id(node): i for i, node in enumerate(nodes)}
+    stack: list[tuple[Node, bool]] = [(n, False) for n in nodes if _is_leaf(n)]
     visited: set[int] = set()
     order: list[Node] = []
     while stack:
@@ -115,7 +118,9 @@ def ort_execution_order(graph: Graph) -> list[Node]:
         visited.add(id(node))
         stack.append((node, True))
         # pushed in ascending index: the highest index is popped, so visited, first
-        for producer in sorted(_producers(node), key=lambda n: index[id(n)]):
+        for position in sorted({index[id(value.producer)] for value in node.inputs
+                                if value is not None and value.producer is not None}):
+            producer = nodes[position]
             if id(producer) not in visited:
                 stack.append((producer, False))
     return order
@@ -123,14 +128,6 @@ def ort_execution_order(graph: Graph) -> list[Node]:
 
 def _is_leaf(node: Node) -> bool:
     return not any(value.consumers for value in node.outputs)
-
-
-def _producers(node: Node) -> list[Node]:
-    seen: dict[int, Node] = {}
-    for value in node.present_inputs:
-        if value.producer is not None:
-            seen[id(value.producer)] = value.producer
-    return list(seen.values())
 
 
 # ----- plan -----------------------------------------------------------------------------------
@@ -243,7 +240,7 @@ class _Planner:
 
     def _free_key(self, value: Value) -> tuple[int, PlanShape] | None:
         shape = self.shapes.get(value.name)
-        if shape is None or any(d is None for d in shape) or not value.dtype.has_known_size:
+        if shape is None or None in shape or not value.dtype.has_known_size:
             return None
         return value.dtype.bits, shape
 
@@ -323,8 +320,7 @@ def _buffer_steps(order: Sequence[Node], owner: Mapping[int, Value], outputs: se
         for value in node.outputs:
             first.setdefault(id(owner[id(value)]), step)
         for value in node.present_inputs:
-            key = id(owner[id(value)])
-            last[key] = max(last.get(key, step), step)
+            last[id(owner[id(value)])] = step  # steps ascend: the latest read is the last
     buffers = []
     for key, step in first.items():
         value = owner.get(key)
@@ -343,20 +339,24 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
     """Per step, in onnxruntime's sequence: the kernel allocates its outputs and scratch
     (Where its two selections before its output, Conv its output before the im2col
     buffer), frees the scratch on return; then the plan frees the buffers read last here."""
-    starts: dict[int, list[OrtBuffer]] = {}
-    ends: dict[int, list[OrtBuffer]] = {}
+    count = len(plan.order)
+    # built in one pass over the buffers (a max-batch search replays every probe's events)
+    starts: list[list[ArenaEvent]] = [[] for _ in range(count)]
+    ends: list[list[ArenaEvent]] = [[] for _ in range(count)]
     for buffer in plan.buffers:
-        starts.setdefault(buffer.first_step, []).append(buffer)
-        ends.setdefault(buffer.last_step, []).append(buffer)
+        name = buffer.owner.name
+        starts[buffer.first_step].append(ArenaEvent(name, buffer.size_bytes))
+        ends[buffer.last_step].append(ArenaEvent(name, None))
     steps = []
-    for step in range(len(plan.order)):
-        outputs = [ArenaEvent(b.owner.name, b.size_bytes) for b in starts.get(step, [])]
+    for step in range(count):
+        outputs, work = starts[step], scratch[step]
+        if not work.sizes_bytes:
+            steps.append(outputs + ends[step])
+            continue
         temps = [ArenaEvent(f"scratch {step} {i}", size)
-                 for i, size in enumerate(scratch[step].sizes_bytes)]
-        kernel = temps + outputs if scratch[step].before_outputs else outputs + temps
-        frees = [ArenaEvent(e.key, None) for e in temps]
-        frees += [ArenaEvent(b.owner.name, None) for b in ends.get(step, [])]
-        steps.append(kernel + frees)
+                 for i, size in enumerate(work.sizes_bytes)]
+        kernel = temps + outputs if work.before_outputs else outputs + temps
+        steps.append(kernel + [ArenaEvent(e.key, None) for e in temps] + ends[step])
     return steps
 
 
@@ -447,9 +447,8 @@ def _live_spans(order: Sequence[Node], storage: Mapping[str, str]
     step_of = {id(node): step for step, node in enumerate(order)}
     end = len(order) - 1
     spans: dict[str, list[tuple[int, int]]] = {}
-    for node in order:
+    for start, node in enumerate(order):
         for value in node.outputs:
-            start = step_of[id(node)]
             reads = [step_of[id(n)] for n in value.consumers if id(n) in step_of]
             last = end if value.role is Role.OUTPUT else max(reads, default=start)
             spans.setdefault(storage[value.name], []).append((start, last))
@@ -483,13 +482,9 @@ def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt 
 
 def _unknown_size_producers(plan: OrtPlan, sizes: Mapping[str, SymInt | None]) -> list[Node]:
     """The node making each tensor whose size is not a number at the bound dims."""
-    unknown = []
-    for node in plan.order:
-        for value in node.outputs:
-            size = sizes.get(value.name)
-            if size is None or not size.is_constant:
-                unknown.append(node)
-    return unknown
+    # one comprehension: every probe of a largest-batch search runs it over every output
+    return [node for node in plan.order for value in node.outputs
+            if (size := sizes.get(value.name)) is None or not size.is_constant]
 
 
 def _op_kind(node: Node) -> str:

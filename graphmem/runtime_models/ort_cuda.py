@@ -39,16 +39,21 @@ ORT_CUDA_COUNTS = (
 def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
                       plan_shapes: Mapping[str, PlanShape | None] | None,
                       resident_bytes: int, context_bytes: int, context_source: str,
-                      capacity_bytes: int | None = None) -> RuntimeEstimate:
+                      capacity_bytes: int | None = None,
+                      with_notes: bool = True) -> RuntimeEstimate:
     """One run on the CUDA provider; `capacity_bytes` (the GPU's memory) bounds the arena:
-    it gets what the context and the initializers and inputs leave."""
+    it gets what the context and the initializers and inputs leave. `with_notes` False: the
+    notes are left out (a probe reads the numbers alone), a failure's own line excepted."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
     free = None if capacity_bytes is None else capacity_bytes - context_bytes - resident_bytes
     if free is not None and free < 0:
         return _weights_do_not_fit(plan, resident_bytes, context_bytes, capacity_bytes or 0)
     timeline = ort_timeline(plan, [KernelScratch()] * len(plan.order), buffer_live_spans(plan),
                             device_free_bytes=free)
-    notes = plan_notes(plan, timeline, sizes, plan_shapes is None) + _model_notes(context_source)
+    notes: tuple[str, ...] = ()
+    if with_notes:
+        notes = plan_notes(plan, timeline, sizes, plan_shapes is None)
+        notes += _model_notes(context_source)
     estimate = RuntimeEstimate(
         runtime="ort-cuda",
         tensors_at_peak_bytes=timeline.tensors_bytes,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
@@ -80,7 +81,7 @@ class OrtCpu(_Model):
                                     context.dims.bound, optimized.plan_shapes,
                                     context.resident_bytes, order=graph.nodes, graph_note=note)
         graph = context.graph
-        return ort_cpu_estimate(graph, value_bytes(graph, context.dims), threads,
+        return ort_cpu_estimate(graph, _sizes(context), threads,
                                 context.dims.bound, _plan_shapes(context),
                                 context.resident_bytes, graph_note=note)
 
@@ -93,9 +94,10 @@ class OrtCuda(_Model):
         gpu = self.gpu(context)
         overhead = cuda_overhead(gpu.architecture, context.cuda_reserve_bytes)
         graph = context.graph
-        return ort_cuda_estimate(graph, value_bytes(graph, context.dims), _plan_shapes(context),
+        return ort_cuda_estimate(graph, _sizes(context), _plan_shapes(context),
                                  context.resident_bytes, overhead.context_bytes,
-                                 overhead.context_source, context.capacity_bytes)
+                                 overhead.context_source, context.capacity_bytes,
+                                 with_notes=context.notes)
 
 
 class TorchCuda(_Model):
@@ -147,6 +149,13 @@ def default_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def _sizes(context: RuntimeContext) -> Mapping[str, SymInt | None]:
+    """The analysed graph's value sizes at the context's dims: the caller's, else bound here."""
+    if context.sizes is not None:
+        return context.sizes
+    return value_bytes(context.graph, context.dims)
 
 
 def _plan_shapes(context: RuntimeContext) -> Mapping[str, PlanShape | None] | None:

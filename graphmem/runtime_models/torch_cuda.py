@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
 
-from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Phase, Role, Value
 from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import GpuSpec
@@ -27,6 +26,7 @@ from graphmem.passes.memory_model import (
     StepEvents,
     build_memory_model,
     plan_dims,
+    size_at,
     step_events,
 )
 from graphmem.runtime_models.base import RuntimeEstimate
@@ -129,9 +129,7 @@ def allocation_events(analysis: StepGraph, steps: int = 1,
     events: list[AllocatorEvent] = [("alloc", ("workspace", w.name), w.nbytes)
                                     for w in workspaces]
     for value in _residents_in_order(graph):
-        size = sizes.get(value.name)
-        nbytes = 0 if size is None else evaluate(size, dims)
-        events.append(("alloc", ("resident", value.name), nbytes))
+        events.append(("alloc", ("resident", value.name), size_at(sizes.get(value.name), dims)))
     for step in range(steps):
         events.extend(_step_events(model, last_uses, step))
     return events

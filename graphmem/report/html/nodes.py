@@ -93,14 +93,18 @@ class NodeTable:
 def node_table(costs: CostReport, roofline: RooflineResult | None,
                phases: Sequence[str]) -> NodeTable:
     times: Sequence[NodeTime | None] = roofline.nodes if roofline else [None] * len(costs.nodes)
+    nodes = list(enumerate(zip(costs.nodes, times, phases, strict=True)))
     rows = [node_row(step, cost, time, phase) for step, (cost, time, phase)
-            in enumerate(zip(costs.nodes, times, phases, strict=True))]
+            in nodes[:MAX_NODE_ROWS]]
+    # the rest only as data: no NodeRow (and its Quantities) for tens of thousands of nodes
+    rest = [node_data(step, cost, time, phase) for step, (cost, time, phase)
+            in nodes[MAX_NODE_ROWS:]]
     return NodeTable(
-        rows=tuple(rows[:MAX_NODE_ROWS]),
-        total=len(rows),
+        rows=tuple(rows),
+        total=len(nodes),
         has_times=roofline is not None,
         has_phases=any(phases),
-        data=script_json([row.data() for row in rows]),
+        data=script_json([row.data() for row in rows] + rest),
     )
 
 
@@ -123,6 +127,22 @@ def node_row(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "") 
         status=cost.status.value,
         note=printable_text(cost.note),
     )
+
+
+def node_data(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "") -> list[Any]:
+    """`node_row(...).data()`, without the row: the script's fields of one node."""
+    counted = cost.status is CostStatus.OK
+    macs = count_quantity(cost.macs) if counted else None
+    flops = count_quantity(cost.flops, "FLOP") if counted else None
+    written = bytes_quantity(cost.bytes_written)
+    return [step, printable(cost.name), printable(qualified_op(cost)),
+            printable(cost.module_path), phase,
+            printable_text(", ".join(cost.output_shapes)), cost.param_count,
+            macs.probe if macs else -1, macs.text if macs else "not counted",
+            flops.probe if flops else -1, flops.text if flops else "not counted",
+            written.probe, written.text,
+            time.est_time_s if time else None, format_time(time.est_time_s) if time else "",
+            time.bound if time else "", cost.status.value, printable_text(cost.note)]
 
 
 def script_json(value: Any) -> Markup:
