@@ -1,6 +1,7 @@
-"""The batch search of --suggest re-analyses (re-traces, on PyTorch) the model at each batch
-it tries: the line guiding it is redrawn near the answer (suggest/driver.py `_secant_points`),
-so it tries few batches, and the answer stays find_max_batch's exact one."""
+"""The batch search of --suggest analyses the model at each batch it tries (a traced step
+on one graph scaled to the batch, tests/test_batch_scaling.py; else re-traced or re-bound):
+the line guiding it is redrawn near the answer (suggest/driver.py `_secant_points`), so it
+tries few batches, and the answer stays find_max_batch's exact one."""
 
 from __future__ import annotations
 

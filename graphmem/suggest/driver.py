@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from graphmem.core.ir import Graph
 from graphmem.core.progress import steps
 from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import GpuSpec
+from graphmem.passes.batch_scaling import peak_at_batch, scale_by_batch
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.max_batch import find_max_batch
 from graphmem.suggest.candidates import SegmentCandidate, find_candidates
@@ -237,7 +239,7 @@ def batch_suggestions(base: Analysed, inputs: SuggestInputs, reanalyze: Reanalyz
         return []
     search = _BatchSearch(inputs, reanalyze, budget_bytes)
     found = []
-    largest = search.largest(inputs.amp, batch, peak(base))
+    largest = search.largest(inputs.amp, batch, base)
     if largest is not None:
         found.append(search.card(largest, inputs.amp))
         if 0 < largest.max_batch < batch:
@@ -255,6 +257,7 @@ class BatchFit:
     max_batch: int
     peak_bytes: int | None  # re-analysed peak at max_batch
     amp: str | None
+    scaled: tuple[int, ...] = ()  # the traced batches the others were scaled from
 
 
 SECANT_STEPS = 3  # refinements of the line that guides the batch search
@@ -285,36 +288,82 @@ def _secant_points(exact: Callable[[int], int], low: int, high: int,
     return low, high
 
 
+def _far_batch(batch: int) -> tuple[int, int]:
+    """The batch the search starts from and the far end of its first line."""
+    first = max(batch, 1)
+    return first, MAX_SUGGESTED_BATCH if first != MAX_SUGGESTED_BATCH else first // 2
+
+
 class _BatchSearch:
     def __init__(self, inputs: SuggestInputs, reanalyze: Reanalyze, budget_bytes: int) -> None:
         self.inputs, self.reanalyze, self.budget_bytes = inputs, reanalyze, budget_bytes
         self.how = "re-traced" if inputs.traced else "analysed again"  # the micro-batch was...
         self.peaks: dict[tuple[str | None, int], int] = {}  # (amp, batch): re-analysed peak
 
+    def analysed(self, amp: str | None, batch: int) -> Analysed:
+        changed = self.reanalyze(Change(amp, batch=batch))
+        if changed is None:
+            raise AssertionError(f"internal: no analysis at batch {batch}")
+        self.peaks[amp, batch] = peak(changed)
+        return changed
+
     def peak_at(self, amp: str | None, batch: int) -> int:
         if (amp, batch) not in self.peaks:  # the accumulation card's micro-batch: probed?
-            changed = self.reanalyze(Change(amp, batch=batch))
-            if changed is None:
-                raise AssertionError(f"internal: no analysis at batch {batch}")
-            self.peaks[amp, batch] = peak(changed)
+            self.analysed(amp, batch)
         return self.peaks[amp, batch]
 
-    def largest(self, amp: str | None, batch: int, peak_at_batch: int | None) -> BatchFit | None:
-        """Exact: every batch the search tries is analysed again; a line through two guides
-        it. The first line goes through the batch and the largest batch searched, not half the
-        batch: at small batches the optimizer step's temporaries, not the activations, can
-        make the peak, which flattens the curve there (BERT-base's peaks at 4 and 8 differ by
-        4 KiB), and a line through two small batches then only says "far up" (one more
-        re-trace on BERT-base, each search); the secant steps redraw it near the answer."""
-        peaks: dict[int, int] = {} if peak_at_batch is None else {batch: peak_at_batch}
+    def largest(self, amp: str | None, batch: int, at_batch: Analysed | None) -> BatchFit | None:
+        """The largest batch that fits (`at_batch`: the step analysed at `batch`, if it was).
+
+        A traced step is traced at the batch and at the far end of the search; where the two
+        graphs differ only in batch-proportional dims (graphmem/passes/batch_scaling.py) every
+        other batch the search tries is analysed on one graph scaled to it, no trace, and the
+        answer is confirmed by a trace at it. Where they do not scale, or the trace disagrees,
+        every batch tried is re-traced (the search then gives the answer it always gave)."""
+        if not self.inputs.traced:
+            known = {} if at_batch is None else {batch: peak(at_batch)}
+            return self.search(amp, batch, self.traced_peaks(amp, known))
+        first, far = _far_batch(batch)
+        small = at_batch if at_batch is not None else self.analysed(amp, first)
+        large = self.analysed(amp, far)
+        known = {first: peak(small), far: peak(large)}
+        scaled = scale_by_batch(small.graph, first, large.graph, far).graph
+        del small, large  # each holds a whole graph; the scaled one is all the search needs
+        if scaled is not None:
+            fit = self.search(amp, batch, _scaled_peaks(scaled, known))
+            if fit is not None and self.confirmed(amp, fit, scaled, known):
+                return replace(fit, scaled=(first, far))
+        return self.search(amp, batch, self.traced_peaks(amp, known))
+
+    def traced_peaks(self, amp: str | None, known: dict[int, int]) -> Callable[[int], int]:
+        """The peak at a batch, re-analysed (re-traced) where `known` does not have it."""
+        peaks = dict(known)
 
         def exact(size: int) -> int:
             if size not in peaks:
                 peaks[size] = self.peak_at(amp, size)
             return peaks[size]
 
-        first = max(batch, 1)
-        far = MAX_SUGGESTED_BATCH if first != MAX_SUGGESTED_BATCH else first // 2
+        return exact
+
+    def confirmed(self, amp: str | None, fit: BatchFit, scaled: Graph,
+                  known: dict[int, int]) -> bool:
+        """The scaled graph's peak at the answer is the traced step's (two batches cannot
+        tell `k * batch` from a size rounded to a multiple of both)."""
+        answer = max(fit.max_batch, 1)  # batch 1 decides "even batch 1 does not fit"
+        traced = known[answer] if answer in known else self.peak_at(amp, answer)
+        return traced == peak_at_batch(scaled, answer)
+
+    def search(self, amp: str | None, batch: int, exact: Callable[[int], int]
+               ) -> BatchFit | None:
+        """Exact: every batch the search tries is analysed (`exact`); a line through two
+        guides it. The first line goes through the batch and the largest batch searched, not
+        half the batch: at small batches the optimizer step's temporaries, not the
+        activations, can make the peak, which flattens the curve there (BERT-base's peaks at
+        4 and 8 differ by 4 KiB), and a line through two small batches then only says "far
+        up" (one more probe on BERT-base, each search); the secant steps redraw it near the
+        answer."""
+        first, far = _far_batch(batch)
         low, high = _secant_points(exact, min(first, far), max(first, far), self.budget_bytes)
         slope = (exact(high) - exact(low)) / (high - low)
 
@@ -338,10 +387,20 @@ class _BatchSearch:
             title = f"largest batch that fits{label}: {fit.max_batch}"
         return Suggestion(
             SuggestionKind.BATCH, title, (), None, fit.peak_bytes, None, None, None,
-            f"each batch size tried was {'re-traced and ' if self.inputs.traced else ''}"
-            f"analysed (peak under"
-            f" {format_bytes(self.budget_bytes)} at the batch, over it at the next); the peak"
-            " is affine in the batch for most models, which only guides the search")
+            f"{self.how_probed(fit)} (peak under {format_bytes(self.budget_bytes)} at the"
+            " batch, over it at the next); the peak is affine in the batch for most models,"
+            " which only guides the search")
+
+    def how_probed(self, fit: BatchFit) -> str:
+        """How the batches the search tried were analysed, for the card's note."""
+        if fit.scaled:
+            small, large = fit.scaled
+            return (f"the step was traced at batch {small:,} and {large:,}; every other batch"
+                    " size tried was analysed on one graph made of the two, its batch-"
+                    "proportional dims scaled to the batch (graphmem/passes/batch_scaling.py),"
+                    " and the answer confirmed by a trace at it")
+        return (f"each batch size tried was {'re-traced and ' if self.inputs.traced else ''}"
+                "analysed")
 
     def accumulation_card(self, batch: int, largest: int, base_peak: int) -> Suggestion:
         micro = max(d for d in range(1, largest + 1) if batch % d == 0)
@@ -355,3 +414,15 @@ class _BatchSearch:
             "optimizer.step()\noptimizer.zero_grad(set_to_none=True)",
             f"keeps the effective batch {batch} = {micro} x {steps}; the micro-batch was"
             f" {self.how}; BatchNorm statistics see the micro-batch only")
+
+
+def _scaled_peaks(scaled: Graph, known: dict[int, int]) -> Callable[[int], int]:
+    """The peak at a batch: the traced one where `known` has it, else the scaled graph's."""
+    peaks = dict(known)
+
+    def exact(size: int) -> int:
+        if size not in peaks:
+            peaks[size] = peak_at_batch(scaled, size)
+        return peaks[size]
+
+    return exact
