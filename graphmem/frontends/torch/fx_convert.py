@@ -9,6 +9,7 @@ conventions (see torch_costs); an op neither knows is reported as unsupported.
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -207,11 +208,24 @@ class _Converter:
 
 def _leaves(tree: Any, env: dict[torch.fx.Node, Any]) -> list[Value | None]:
     values: list[Value | None] = []
-    for leaf in torch.utils._pytree.tree_leaves(tree):
-        if isinstance(leaf, torch.fx.Node):
-            mapped = env.get(leaf)
-            values.extend(mapped if isinstance(mapped, list) else [mapped])
+    for leaf in _nodes_in(tree, []):
+        mapped = env.get(leaf)
+        values.extend(mapped if isinstance(mapped, list) else [mapped])
     return values
+
+
+def _nodes_in(tree: Any, found: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The fx nodes of an argument tree in pytree's order (tuples and lists in order, dicts by
+    their values), without pytree's generic flattening: a fifth of the conversion's time."""
+    if isinstance(tree, torch.fx.Node):
+        found.append(tree)
+    elif isinstance(tree, list | tuple):
+        for item in tree:
+            _nodes_in(item, found)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            _nodes_in(item, found)
+    return found
 
 
 # Ops whose schema declares a fresh tensor although the result shares its input's storage
@@ -221,32 +235,61 @@ STORAGE_SHARING_OPS = frozenset({"_unsafe_view"})
 
 def _output_aliases(fx_node: torch.fx.Node) -> dict[int, Any]:
     """Output index -> the fx argument it aliases (views and in-place results)."""
-    schema = getattr(fx_node.target, "_schema", None)
-    if schema is None:
+    plan = _alias_plan(fx_node.target)
+    if plan is None:
         return {}
-    packet = getattr(fx_node.target, "overloadpacket", None)
-    if packet is not None and packet.__name__ in STORAGE_SHARING_OPS:
+    if plan.shares_storage:
         return {0: fx_node.args[0]}
-    if len(schema.returns) == 1 and isinstance(fx_node.meta.get("val"), list | tuple):
+    if plan.one_returned_list and isinstance(fx_node.meta.get("val"), list | tuple):
         # one returned list (split, unbind, chunk): every element aliases like the list does
-        info = schema.returns[0].alias_info
-        base = _aliased_argument(fx_node, schema, info)
+        if plan.list_base is None:
+            return {}
+        base = _argument(fx_node, *plan.list_base)
         count = len(fx_node.meta["val"])
         return dict.fromkeys(range(count), base) if base is not None else {}
-    arg_by_set: dict[frozenset[str], Any] = {}
+    return {index: _argument(fx_node, *where) for index, where in plan.returns}
+
+
+@dataclass(frozen=True)
+class _AliasPlan:
+    """What an op's schema says its outputs alias, for `_output_aliases` to read off a node:
+    (position, name) of the arguments; worked out once per op, not per node."""
+
+    shares_storage: bool  # STORAGE_SHARING_OPS: output 0 shares argument 0's storage
+    one_returned_list: bool
+    list_base: tuple[int, str] | None  # the argument a returned list's elements alias
+    returns: tuple[tuple[int, tuple[int, str]], ...]  # output index -> its argument
+
+
+_ALIAS_PLANS: dict[Any, _AliasPlan | None] = {}
+
+
+def _alias_plan(target: Any) -> _AliasPlan | None:
+    if target not in _ALIAS_PLANS:
+        _ALIAS_PLANS[target] = _new_alias_plan(target)
+    return _ALIAS_PLANS[target]
+
+
+def _new_alias_plan(target: Any) -> _AliasPlan | None:
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None
+    packet = getattr(target, "overloadpacket", None)
+    shares = packet is not None and packet.__name__ in STORAGE_SHARING_OPS
+    one_list = len(schema.returns) == 1
+    list_base = _aliased_argument(schema, schema.returns[0].alias_info) if one_list else None
+    arg_by_set: dict[frozenset[str], tuple[int, str]] = {}
     for position, argument in enumerate(schema.arguments):
         if argument.alias_info is not None and argument.alias_info.before_set:
-            value = _argument(fx_node, position, argument.name)
-            arg_by_set[frozenset(argument.alias_info.before_set)] = value
-    aliases: dict[int, Any] = {}
-    for index, returned in enumerate(schema.returns):
-        info = returned.alias_info
-        if info is not None and frozenset(info.before_set) in arg_by_set:
-            aliases[index] = arg_by_set[frozenset(info.before_set)]
-    return aliases
+            arg_by_set[frozenset(argument.alias_info.before_set)] = (position, argument.name)
+    returns = tuple((index, arg_by_set[frozenset(returned.alias_info.before_set)])
+                    for index, returned in enumerate(schema.returns)
+                    if returned.alias_info is not None
+                    and frozenset(returned.alias_info.before_set) in arg_by_set)
+    return _AliasPlan(shares, one_list, list_base, returns)
 
 
-def _aliased_argument(fx_node: torch.fx.Node, schema: Any, info: Any) -> Any:
+def _aliased_argument(schema: Any, info: Any) -> tuple[int, str] | None:
     """The argument a returned list's elements alias: `Tensor(a -> *) self` in split's schema.
 
     The list's own annotation carries no set (its elements do, which pybind does not expose),
@@ -259,7 +302,7 @@ def _aliased_argument(fx_node: torch.fx.Node, schema: Any, info: Any) -> Any:
         if arg_info is None or arg_info.is_write:
             continue
         if "*" in arg_info.after_set or set(arg_info.before_set) & set(info.before_set):
-            return _argument(fx_node, position, argument.name)
+            return position, argument.name
     return None
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from graphmem.core.collector import collector_paused
 from graphmem.core.conventions import TrainingOptions
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
@@ -61,7 +62,8 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
         if training is not None and training.checkpoints:
             rewrites.enter_context(checkpointed(module, training.checkpoints))
         traced = trace_model(module, specs, training, cuda)
-    graph = graph_from_trace(traced, type(module).__name__)
+    with collector_paused():  # a bulk build, as the ONNX importer's (core/collector.py)
+        graph = graph_from_trace(traced, type(module).__name__)
     if not graph.nodes:
         raise GraphmemError(
             f"{label}: its forward computes no tensor from the inputs (it returns None, a"
