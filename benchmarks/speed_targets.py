@@ -9,8 +9,10 @@ graphmem; RSS is the child's own peak resident set (VmHWM, read by the child at 
 
 - a 22,052-node decoder (Llama-2-7B widths, 140 layers, weights never written) analysed as
   users run it, `graphmem analyze X --batch 1 --dim seq=4096 --gpu a100-80gb` with JSON and
-  HTML written, against onnx's `infer_shapes(data_prop=True)` on the same file (the call's
-  CPU seconds; its whole process in the notes). Goal: within 10x, under 5 s, under 1 GiB.
+  HTML written, against onnx's `infer_shapes(data_prop=True)` on the same file, both whole
+  processes (the issue's ratios are: its 13.6 s at 34x puts onnx's side at 0.40 s, onnx's
+  whole process); the ratio to onnx's bare call is given beside it. Goal: within 10x, under
+  5 s, under 1 GiB.
 - the 80-layer Llama-3-70B graph (19,832 nodes): the Python call `analyze_onnx(path, batch=1,
   dims={"seq": 2048})` (the call's CPU seconds, as benchmarks/speed.py times it). Goal: 2 s.
 - `graphmem analyze samples/resnet50.onnx --gpu t4 --batch 32`: the whole process. Goal: 1.5 s.
@@ -56,9 +58,10 @@ def peak_rss():
 out, kind, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 result = {}
 if kind == 'cli':
-    from graphmem.cli.main import main
+    from graphmem.cli.main import run_command  # the console script's entry
+    sys.argv = ['graphmem', *args]
     try:
-        result['exit'] = main(args)
+        result['exit'] = run_command()
     except SystemExit as done:  # --version, --help
         result['exit'] = done.code or 0
 elif kind == 'onnx':
@@ -129,16 +132,20 @@ def decoder_row(folder: Path, notes: list[str]) -> Row:
     run = measure("cli", "analyze", str(path), "--batch", "1", "--dim", "seq=4096", "--gpu",
                   "a100-80gb", "--json", str(folder / "d.json"), "--html",
                   str(folder / "d.html"))
-    reference = onnx_run.data["call_s"]
-    ratio = run.cpu_s / reference
-    notes.append(f"- onnx's infer_shapes on the 22k-node decoder: {reference:.2f} CPU s for the"
-                 f" call, {onnx_run.cpu_s:.2f} s for its whole process (import of onnx"
-                 f" included); graphmem's whole process is {run.cpu_s / onnx_run.cpu_s:.1f}x"
-                 " that whole process.")
+    call = onnx_run.data["call_s"]
+    # Both sides as whole processes (interpreter, imports, reading the file), as the issue
+    # measured its ratios: its 13.6 s at 34x puts onnx's side at 0.40 s, onnx's whole process
+    # here; the ratio to onnx's bare call (no interpreter, no import) is given beside it.
+    ratio = run.cpu_s / onnx_run.cpu_s
+    notes.append(f"- onnx's infer_shapes on the 22k-node decoder: {onnx_run.cpu_s:.2f} CPU s for"
+                 f" its whole process (import of onnx and reading the file included), {call:.2f}"
+                 f" s for the call alone; graphmem's whole process is {ratio:.1f}x the first,"
+                 f" {run.cpu_s / call:.1f}x the second.")
     return Row("22,052-node decoder, `analyze --batch 1 --dim seq=4096 --gpu a100-80gb`, JSON"
                " + HTML, whole process",
-               f"{run.cpu_s:.2f} s, {run.rss_bytes / MiB:,.0f} MiB ({ratio:.1f}x onnx)",
-               f"onnx infer_shapes call {reference:.2f} s",
+               f"{run.cpu_s:.2f} s, {run.rss_bytes / MiB:,.0f} MiB ({ratio:.1f}x onnx's process,"
+               f" {run.cpu_s / call:.1f}x its call)",
+               f"onnx infer_shapes, whole process {onnx_run.cpu_s:.2f} s (call {call:.2f} s)",
                "within 10x, < 5 s, < 1 GiB",
                ratio <= 10 and run.cpu_s < 5 and run.rss_bytes < 2**30)
 

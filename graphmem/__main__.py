@@ -1,5 +1,5 @@
 import sys
 
-from graphmem.cli.main import main
+from graphmem.cli.main import run_command
 
-sys.exit(main())
+sys.exit(run_command())

@@ -58,3 +58,19 @@ def test_import_and_passes_run_with_the_collector_paused(
     assert seen == {"import": False, "passes": False}
     assert gc.isenabled()
     assert costs.compute_costs is compute
+
+
+def test_only_the_console_script_freezes_the_start_up_heap(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # gc.freeze moves every live object out of the collector's reach for good: right for the
+    # one-command process the console script is, wrong for main() called in a caller's process
+    from graphmem.cli import main as cli_main
+
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    assert cli_main.main(["gpus"]) == 0
+    assert frozen == []
+    monkeypatch.setattr("sys.argv", ["graphmem", "gpus"])
+    assert cli_main.run_command() == 0
+    assert frozen == [1]
+    assert "a100-80gb" in capsys.readouterr().out

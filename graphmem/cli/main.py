@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Protocol
 from rich.console import Console
 
 from graphmem.cli import analyze, check, gpus, verify
+from graphmem.core.collector import freeze_start_up_objects
 from graphmem.core.progress import Reporter, reporting
 from graphmem.core.version import __version__
 from graphmem.errors import GraphmemError
@@ -66,6 +67,12 @@ def _progress_reporter() -> Reporter | None:
     from graphmem.report.terminal.progress import stderr_reporter
 
     return stderr_reporter()
+
+
+def run_command() -> int:
+    """The `graphmem` console script (pyproject.toml): one command, then the process ends."""
+    freeze_start_up_objects()
+    return main()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,3 +26,11 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def freeze_start_up_objects() -> None:
+    """Every object alive now (the interpreter's and the imported modules', which live to the
+    end of the process) moved out of the collector's generations (gc.freeze), so that no
+    later full collection walks them again: 2 to 3% of a 22,000-node command's CPU. Only for
+    a process that runs one command (the console script): a library caller's heap is its own."""
+    gc.freeze()
