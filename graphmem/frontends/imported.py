@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from graphmem.core.ir import Graph
+
+if TYPE_CHECKING:  # a plain dataclass; the name only types the field
+    from graphmem.frontends.torch.kernel_choice import KernelChoice
 
 
 class RuntimeInputs(Protocol):
@@ -38,3 +41,5 @@ class ImportedModel:
     # on demand from the model file the importer read (graphmem/runtime_models/ uses it)
     runtime_inputs: RuntimeInputs | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what was built or applied, for information: not warnings
+    # a PyTorch step traced for a CUDA GPU: the kernels the trace assumed (none for ONNX)
+    kernels: tuple[KernelChoice, ...] = ()

@@ -236,7 +236,7 @@ def model_info(request: Request, imported: ImportedModel) -> ModelInfo:
         shape_inference=imported.shape_inference,
         warnings=imported.warnings,
         notes=imported.notes,
-        kernels=getattr(imported, "kernels", ()),  # a torch trace for a CUDA GPU
+        kernels=imported.kernels,  # a torch trace for a CUDA GPU
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.torch.checkpoint import checkpointed
 from graphmem.frontends.torch.fx_convert import graph_from_trace
-from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice
+from graphmem.frontends.torch.kernel_choice import CudaTarget
 from graphmem.frontends.torch.loader import (
     TensorSpec,
     check_call,
@@ -40,17 +40,10 @@ from graphmem.frontends.torch.trace import trace_model
 InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...] | KeywordInput
 
 
-@dataclass(frozen=True)
-class TorchImport(ImportedModel):
-    """A traced PyTorch step: with a CUDA target, the kernels the trace assumed."""
-
-    kernels: tuple[KernelChoice, ...] = ()
-
-
 def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
                  training: TrainingOptions | None = None,
                  pooled_heads: Sequence[tuple[str, int]] = (),
-                 cuda: CudaTarget | None = None) -> TorchImport:
+                 cuda: CudaTarget | None = None) -> ImportedModel:
     """The traced step (`training` None: inference); `pooled_heads`: (module path, flattened
     positions) of FC layers traced with global average pooling first; `cuda`: the GPU whose
     kernels the step runs on (graphmem/frontends/torch/cuda_kernels.py), None: the CPU's."""
@@ -70,8 +63,8 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
             " number or an input unchanged): graphmem analyzes the ops a model runs")
     micro_batch = specs[0].shape[0] if specs[0].shape else None
     how = "torch fake tensors" if cuda is None else f"torch fake tensors, CUDA kernels ({cuda.sm})"
-    return TorchImport(graph, label, how, tuple(traced.notes), micro_batch,
-                       kernels=traced.kernels)
+    return ImportedModel(graph, label, how, tuple(traced.notes), micro_batch,
+                         kernels=traced.kernels)
 
 
 def tensor_specs(inputs: Sequence[InputLike]) -> list[TensorSpec]:
