@@ -38,6 +38,7 @@ from graphmem.frontends.onnx.ort_engine import (
     static_value_infos,
     sympy_for_engine,
 )
+from graphmem.frontends.onnx.seq_dims import SeqDims, is_expression, sequence_dims
 from graphmem.frontends.onnx.value_types import (
     MAX_VALUE_ELEMENTS,
     fully_known,
@@ -91,10 +92,13 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
                  folded: dict[str, onnx.NodeProto]) -> onnx.ModelProto:
     """onnx's inference again where the first pass's dims let more of the graph be known:
     shape arithmetic on dims that are numbers folded (fold.py), and slices along known axes
-    given the dims they keep (`_kept_slice_dims`); the first pass where neither applies."""
+    given the dims they keep (`_kept_slice_dims`), positions and rotary slices given the
+    lengths onnxruntime's rules compute (seq_dims.py); the first pass where none applies."""
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
-    slices = _kept_slice_dims(model.graph, first.graph)
+    seq = SeqDims(model.graph, _types_of(first.graph))
+    slices = _kept_slice_dims(model.graph, first.graph, seq)
+    slices.extend(sequence_dims(model.graph, first.graph, seq))
     if not refolded and not slices:
         return first
     copy = _without_value_info(model)
@@ -114,14 +118,19 @@ def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
     return dims
 
 
-def _kept_slice_dims(model_graph: onnx.GraphProto,
-                     inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+def _types_of(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    return {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}
+
+
+def _kept_slice_dims(model_graph: onnx.GraphProto, inferred: onnx.GraphProto,
+                     seq: SeqDims) -> list[onnx.ValueInfoProto]:
     """For each Slice whose output onnx left unknown, with constant `axes` and an input of
     known rank: its output typed with the input's dims on the axes it does not slice (a
     Slice keeps them, by definition), the sliced ones unknown. onnx's Slice rule gives up on
     every dim when an end is computed (`table[:seq]`), and with it everything downstream;
-    with the kept dims, onnx follows the rest and onnxruntime's rules need only the slice."""
-    types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
+    with the kept dims, onnx follows the rest and onnxruntime's rules need only the slice.
+    A rotary table's `table[:seq]` gets its sliced dim too (`SeqDims.slice_dim`)."""
+    types = _types_of(inferred)
     slices = [node for node in model_graph.node
               if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
               and len(node.input) >= 4 and not fully_known(types.get(node.output[0]))]
@@ -139,7 +148,23 @@ def _kept_slice_dims(model_graph: onnx.GraphProto,
         if kept is not None:
             result.append(kept)
             kept.name = node.output[0]
+            _sliced_dim(kept, node, source, axes, seq)
     return result
+
+
+def _sliced_dim(kept: onnx.ValueInfoProto, node: onnx.NodeProto,
+                source: onnx.ValueInfoProto, axes: list[int], seq: SeqDims) -> None:
+    """The one sliced axis of literal length named as onnxruntime's rules name it, where
+    they do so by a rule seq_dims.py follows."""
+    dims = source.type.tensor_type.shape.dim
+    if len(axes) != 1:
+        return
+    axis = axes[0] % len(dims)  # in range: _kept_dims checked it
+    if not dims[axis].HasField("dim_value"):
+        return
+    name = seq.slice_dim(node, dims[axis].dim_value)
+    if name is not None:
+        kept.type.tensor_type.shape.dim[axis].dim_param = name
 
 
 def _kept_dims(source: onnx.ValueInfoProto, axes: list[int]) -> onnx.ValueInfoProto | None:
@@ -259,7 +284,8 @@ def unknown_part(inferred: onnx.ModelProto,
                  declared_inputs: Iterable[onnx.ValueInfoProto]) -> onnx.ModelProto:
     """The model onnxruntime's rules run on: the nodes of `inferred` (onnx's result) with an
     output not fully known, the producers of the graph outputs, and the producers of the
-    small tensors those read, back to Shape nodes; inputs: the model's own (always, so their
+    small tensors those read, back to Shape nodes, and of what they read with a dim named by
+    an expression (seq_dims.py); inputs: the model's own (always, so their
     dims are checked and their symbols registered as in a whole run), then every other
     tensor the part reads, typed as onnx inferred it."""
     graph = inferred.graph
@@ -273,25 +299,31 @@ def unknown_part(inferred: onnx.ModelProto,
     pending.extend(producer[v.name] for v in graph.output if v.name in producer)
     chosen: set[int] = set()
     small: dict[str, bool] = {}  # by value name: most are read by several nodes
+    # a dim named by an expression (seq_dims.py) is no symbol the rules can read back: its
+    # producer computes it in the part
+    expressed: dict[str, bool] = {}
     while pending:
         index = pending.pop()
         if index in chosen:
             continue
         chosen.add(index)
-        node = nodes[index]
-        if node.op_type in _SHAPE_OPS:
-            continue
-        for name in node.input:
+        reads_shape = nodes[index].op_type in _SHAPE_OPS
+        for name in nodes[index].input:
             source = producer.get(name)
             if source is None or source in chosen:
                 continue
-            is_small = small.get(name)
-            if is_small is None:
-                is_small = small[name] = small_value(types.get(name))
-            if is_small:
+            if name not in small:
+                small[name] = small_value(types.get(name))
+                expressed[name] = _has_expression(types.get(name))
+            if expressed[name] or (small[name] and not reads_shape):
                 pending.append(source)
     part = [nodes[index] for index in sorted(chosen)]  # the model's (topological) order
     return _part_model(inferred, part, types, declared_inputs)
+
+
+def _has_expression(info: onnx.ValueInfoProto | None) -> bool:
+    return info is not None and info.type.WhichOneof("value") == "tensor_type" \
+        and any(is_expression(d) for d in info.type.tensor_type.shape.dim)
 
 
 def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
