@@ -88,6 +88,9 @@ class DType(Enum):
 # A dim is a size (possibly symbolic) or None when shape inference could not tell.
 Dim = SymInt | None
 Shape = tuple[Dim, ...]
+# shape_text's results by (shape, dims): SymInts are immutable and compare by value
+_SHAPE_TEXTS: dict[tuple[Shape, tuple[tuple[str, int], ...]], str] = {}
+_MAX_SHAPE_TEXTS = 1 << 14
 
 
 @dataclass(eq=False)
@@ -146,10 +149,18 @@ class Value:
 
     def shape_text(self, dims: Mapping[str, int] | None = None) -> str:
         """`[batch, 3, 224, 224]`, or `[8, 3, 224, 224]` with batch bound; `?` where unknown."""
-        if self.shape is None:
+        shape = self.shape
+        if shape is None:
             return "?"
-        texts = ("?" if d is None else str(d.bind(dims or {})) for d in self.shape)
-        return "[" + ", ".join(texts) + "]"
+        # a decoder repeats the same few shapes in every layer: each text is made once
+        key = (shape, tuple(dims.items()) if dims else ())
+        text = _SHAPE_TEXTS.get(key)
+        if text is None:
+            if len(_SHAPE_TEXTS) >= _MAX_SHAPE_TEXTS:
+                _SHAPE_TEXTS.clear()
+            texts = ("?" if d is None else str(d.bind(dims or {})) for d in shape)
+            text = _SHAPE_TEXTS[key] = "[" + ", ".join(texts) + "]"
+        return text
 
     def __repr__(self) -> str:
         return f"Value({self.name} {self.dtype.label}{self.shape_text()} {self.role})"

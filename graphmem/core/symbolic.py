@@ -477,6 +477,8 @@ def sum_sizes(values: Iterable[SymInt]) -> SymInt:
             continue
         for monomial, coefficient in value._terms.items():
             _add_terms(terms, monomial, coefficient)
+    if not terms:
+        return _const(number)  # all constants (a bound graph's sizes): no dict to build
     if number:
         _add_terms(terms, (), number)
     return _new(terms)

@@ -16,9 +16,10 @@ reported as (arena - live activation peak) / arena. The no-reuse sum (every acti
 memory) is the other extreme. Lifetimes are inclusive step ranges in the given order, the
 liveness conventions (a graph output lives to the end).
 
-Finding the intersecting buffers uses two segment trees over the steps (one stabbing query
-for the buffers live when this one starts, one range query for those that start during it),
-so a placement costs O(log steps + buffers it meets), not O(all buffers).
+Finding the intersecting buffers uses a segment tree over the steps (a stabbing query for the
+buffers live when this one starts) and lists of starts per step and per block of steps (those
+that start during it), so a placement costs O(log steps + its lifetime / block + buffers it
+meets), not O(all buffers).
 """
 
 from __future__ import annotations
@@ -28,10 +29,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphmem.passes.memory_model import MemoryModel, lifetimes, live_profile
+from graphmem.passes.memory_model import (
+    MemoryModel,
+    StepEvents,
+    lifetimes,
+    live_profile,
+    step_events,
+)
 
 # Below this many intersecting buffers a plain loop is faster than numpy's call overhead.
 _VECTORIZE_FROM = 48
+# Steps per block of the interval index's start lists (see `_IntervalIndex`).
+_BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -65,11 +74,13 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     if alignment < 1:
         raise ValueError(f"alignment must be 1 or more, got {alignment}")
     order = list(order if order is not None else range(model.node_count))
-    spans = lifetimes(model, order)
+    events = step_events(model, order)  # one walk for the lifetimes and the peak
+    spans = lifetimes(model, order, events)
     sizes = model.buffer_bytes
     steps = max(len(order), 1)
     offsets = [0] * len(sizes)
     ends = [0] * len(sizes)  # offset + size of each placed buffer
+    bounds = [(0, 0)] * len(sizes)  # (offset, end) of each placed buffer, for the best fit
     index = _IntervalIndex(steps)
     ranked = sorted((b for b in range(len(sizes)) if sizes[b] > 0),
                     key=lambda b: (-sizes[b], spans[b][0], b))
@@ -80,11 +91,12 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
         met = index.overlapping(first, last)
         size = sizes[buffer]
         if len(met) < _VECTORIZE_FROM:
-            offset = _best_fit(sorted((offsets[b], ends[b]) for b in met), size, alignment)
+            offset = _best_fit(sorted(map(bounds.__getitem__, met)), size, alignment)
         else:
             ids = np.array(met, dtype=np.int64)
             offset = _best_fit_vectorized(placed_offsets[ids], placed_ends[ids], size, alignment)
         offsets[buffer], ends[buffer] = offset, offset + size
+        bounds[buffer] = (offset, offset + size)
         placed_offsets[buffer], placed_ends[buffer] = offset, offset + size
         index.add(buffer, first, last)
     placements = tuple(
@@ -93,7 +105,7 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     )
     return ArenaPlan(
         arena_bytes=max(ends, default=0),
-        live_activation_peak_bytes=_live_activation_peak(model, order),
+        live_activation_peak_bytes=_live_activation_peak(model, order, events),
         no_reuse_bytes=sum(sizes),
         alignment=alignment,
         placements=placements,
@@ -102,6 +114,12 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
 
 def _best_fit(placed: list[tuple[int, int]], size: int, alignment: int) -> int:
     """The start of the smallest gap between `placed` (sorted by offset) that fits `size`."""
+    if alignment == 1:
+        return _best_fit_unaligned(placed, size)
+    return _best_fit_aligned(placed, size, alignment)
+
+
+def _best_fit_aligned(placed: list[tuple[int, int]], size: int, alignment: int) -> int:
     best_offset, best_gap = -1, -1
     current = 0  # end of the placed memory seen so far
     for offset, end in placed:
@@ -113,6 +131,21 @@ def _best_fit(placed: list[tuple[int, int]], size: int, alignment: int) -> int:
                 break  # a perfect fit: nothing beats it
         current = max(current, end)
     return best_offset if best_offset >= 0 else _align(current, alignment)
+
+
+def _best_fit_unaligned(placed: list[tuple[int, int]], size: int) -> int:
+    """`_best_fit` at alignment 1 (the default), without aligning every gap's start."""
+    best_offset, best_gap = -1, -1
+    current = 0
+    for offset, end in placed:
+        gap = offset - current
+        if gap >= size and (best_gap < 0 or gap < best_gap):
+            best_offset, best_gap = current, gap
+            if gap == size:
+                break
+        if end > current:
+            current = end
+    return best_offset if best_offset >= 0 else current
 
 
 def _best_fit_vectorized(offsets: np.ndarray, ends: np.ndarray, size: int,
@@ -134,9 +167,9 @@ def _align(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
 
 
-def _live_activation_peak(model: MemoryModel, order: Sequence[int]) -> int:
+def _live_activation_peak(model: MemoryModel, order: Sequence[int], events: StepEvents) -> int:
     """The most activation bytes live at one step (the memory-event sweep's peak)."""
-    during, _ = live_profile(model, order)
+    during, _ = live_profile(model, order, events)
     return max(during, default=model.resident_bytes) - model.resident_bytes
 
 
@@ -144,14 +177,16 @@ class _IntervalIndex:
     """Inclusive step intervals; which of them intersect a query interval.
 
     An interval meeting [first, last] either covers `first` (a stabbing query on a segment
-    tree holding each interval in its O(log n) canonical nodes) or starts in (first, last]
-    (a range query on a segment tree holding each start in its O(log n) ancestors).
+    tree holding each interval in its O(log n) canonical nodes) or starts in (first, last]:
+    those are listed per start step and per block of `_BLOCK` steps, so a short query (most
+    lifetimes are a step or two) reads a few steps and a long one whole blocks.
     """
 
     def __init__(self, steps: int) -> None:
         self.size = 1 << max(steps - 1, 0).bit_length()
         self.covering: list[list[int]] = [[] for _ in range(2 * self.size)]
-        self.starting: list[list[int]] = [[] for _ in range(2 * self.size)]
+        self.starts: list[list[int]] = [[] for _ in range(self.size)]  # step -> items
+        self.block_starts: list[list[int]] = [[] for _ in range(self.size // _BLOCK + 1)]
 
     def add(self, item: int, first: int, last: int) -> None:
         low, high = first + self.size, last + self.size + 1
@@ -164,10 +199,8 @@ class _IntervalIndex:
                 self.covering[high].append(item)
             low >>= 1
             high >>= 1
-        node = first + self.size
-        while node:
-            self.starting[node].append(item)
-            node >>= 1
+        self.starts[first].append(item)
+        self.block_starts[first // _BLOCK].append(item)
 
     def overlapping(self, first: int, last: int) -> list[int]:
         found: list[int] = []
@@ -175,14 +208,21 @@ class _IntervalIndex:
         while node:
             found += self.covering[node]
             node >>= 1
-        low, high = first + 1 + self.size, last + self.size + 1
-        while low < high:
-            if low & 1:
-                found += self.starting[low]
-                low += 1
-            if high & 1:
-                high -= 1
-                found += self.starting[high]
-            low >>= 1
-            high >>= 1
+        return found + self._starting_in(first + 1, last)
+
+    def _starting_in(self, low: int, high: int) -> list[int]:
+        """Items starting at a step in [low, high]."""
+        found: list[int] = []
+        starts = self.starts
+        if high - low < 2 * _BLOCK:
+            for step in range(low, high + 1):
+                found += starts[step]
+            return found
+        whole_from, whole_to = -(-low // _BLOCK), (high + 1) // _BLOCK  # blocks inside
+        for step in range(low, whole_from * _BLOCK):
+            found += starts[step]
+        for block in range(whole_from, whole_to):
+            found += self.block_starts[block]
+        for step in range(whole_to * _BLOCK, high + 1):
+            found += starts[step]
         return found

@@ -161,4 +161,5 @@ def _distinct(values: list[Value]) -> list[Value]:
 
 def _total_bytes(values: list[Value]) -> SymInt:
     # one sum of the known sizes (a polynomial per addition otherwise; 25,000 calls at 80 layers)
-    return sum_sizes(size for value in values if (size := value.nbytes) is not None)
+    sizes = [size for value in values if (size := value.nbytes) is not None]
+    return sizes[0] if len(sizes) == 1 else sum_sizes(sizes)  # most nodes: one output

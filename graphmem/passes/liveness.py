@@ -121,7 +121,7 @@ def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
     touches, sizes = buffers.touches, sweep.buffer_sizes
-    working_sets = [resident_bytes + sum_sizes(sizes[b] for b in touches[node])
+    working_sets = [resident_bytes + sum_sizes(map(sizes.__getitem__, touches[node]))
                     for node in sweep.events.order]
     step, _ = _choose_peak(working_sets)
     return working_sets[step], step
@@ -152,11 +152,10 @@ def _live_at(sweep: MemorySweep, target: int) -> list[_Live]:
 
 
 def _by_role(live: list[_Live]) -> dict[Role, SymInt]:
-    breakdown: dict[Role, SymInt] = {}
+    by_role: dict[Role, list[SymInt]] = {}
     for tensor in live:
-        role = tensor.value.role
-        breakdown[role] = breakdown.get(role, SymInt()) + tensor.nbytes
-    return breakdown
+        by_role.setdefault(tensor.value.role, []).append(tensor.nbytes)
+    return {role: sum_sizes(sizes) for role, sizes in by_role.items()}  # one sum per role
 
 
 def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTensor, ...]:

@@ -20,8 +20,9 @@ free dims, optionally split into groups such as roles) sweep those events forwar
 `MemoryModel` is the integer form the schedulers and the arena planner search on. Its
 dependencies are the data edges, plus order edges that keep a node which makes a view or an
 in-place result of a storage in its model-order place among the other nodes touching that
-storage (an in-place write must not move past a read of the old contents). ONNX graphs have no
-aliases, so there only data edges constrain the order.
+storage (an in-place write must not move past a read of the old contents; found in
+graphmem/passes/order_edges.py). ONNX graphs have no aliases, so there only data edges
+constrain the order.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Protocol
 from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
 from graphmem.core.symbolic import Coefficient, Monomial, SymInt, symint_max
+from graphmem.passes.order_edges import node_predecessors
 
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to
 # pick one peak step among candidates that depend on free dims).
@@ -56,6 +58,14 @@ class Buffers:
     touches: tuple[tuple[int, ...], ...]  # node -> buffers it reads or writes: its working set
     pinned: tuple[bool, ...]  # buffer -> a graph output: never freed
     residents: tuple[Value, ...]  # resident tensors owning their storage, in graph order
+    what_if: bool = False  # built with `aliases` overriding the graph's own
+
+    def of_graph(self, graph: Graph) -> bool:
+        """True when these are `graph`'s own buffers as it stands (no what-if aliases, the same
+        nodes): then they can be reused instead of walked again."""
+        nodes = graph.nodes
+        return not self.what_if and len(nodes) == len(self.nodes) \
+            and all(a is b for a, b in zip(nodes, self.nodes, strict=True))
 
     def steps(self, order: Sequence[Node]) -> list[int]:
         """Node indices of `order`, a permutation of the graph's nodes."""
@@ -90,7 +100,7 @@ def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
     residents = tuple(v for v in graph.values.values()
                       if v.role in RESIDENT_ROLES and _base(v, aliases) is None)
     return Buffers(nodes, tuple(buffer_of), tuple(producer), tuple(allocates), uses, touches,
-                   tuple(pinned), residents)
+                   tuple(pinned), residents, what_if=bool(aliases))
 
 
 IndexLists = tuple[tuple[int, ...], ...]
@@ -105,7 +115,7 @@ def _uses(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int],
     for i, node in enumerate(nodes):
         touched: dict[int, None] = {}
         for value in (*node.present_inputs, *node.outputs):
-            buffer = buffer_of.get(storage_of(value, aliases))
+            buffer = buffer_of.get(storage_of(value, aliases) if aliases else value.storage)
             if buffer is None:
                 continue
             touched[buffer] = None
@@ -167,9 +177,11 @@ def step_events(model: BufferUses, order: Sequence[int]) -> StepEvents:
     return StepEvents(order, tuple(frees), tuple(last_step))
 
 
-def live_profile(model: MemoryModel, order: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Live bytes (residents included) during each step of `order` and after it."""
-    events = step_events(model, order)
+def live_profile(model: MemoryModel, order: Sequence[int],
+                 events: StepEvents | None = None) -> tuple[list[int], list[int]]:
+    """Live bytes (residents included) during each step of `order` and after it (`events`:
+    the order's `step_events`, if at hand)."""
+    events = events or step_events(model, order)
     sizes, alloc = model.buffer_bytes, model.alloc_bytes
     live = model.resident_bytes
     during: list[int] = []
@@ -191,6 +203,9 @@ def symbolic_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
                      groups: Sequence[int] | None = None) -> list[tuple[SymInt, ...]]:
     """Live bytes during each step as polynomials, one per group (`groups`: buffer -> its
     group, e.g. a role; None: one group), each starting from `start[group]`."""
+    if groups is None and len(start) == 1 and start[0].is_constant \
+            and all(_is_constant(terms) for terms in sizes):
+        return _constant_profile(allocates, sizes, events, start[0])
     live = [dict(s.terms()) for s in start]
     # a step changes one or two groups: the others keep their SymInt from the step before
     current = list(start)
@@ -216,15 +231,35 @@ def symbolic_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
     return steps
 
 
+def _is_constant(terms: Terms) -> bool:
+    return not terms or (len(terms) == 1 and terms[0][0] == ())
+
+
+def _constant_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
+                      events: StepEvents, start: SymInt) -> list[tuple[SymInt, ...]]:
+    """`symbolic_profile` of one group where every size is a number (a bound graph): the
+    totals are swept as numbers, not polynomials."""
+    numbers = [terms[0][1] if terms else 0 for terms in sizes]
+    live = start.constant_term
+    steps: list[tuple[SymInt, ...]] = []
+    for node, freed in zip(events.order, events.frees, strict=True):
+        for buffer in allocates[node]:
+            live += numbers[buffer]
+        steps.append((SymInt.const(live),))
+        for buffer in freed:
+            live -= numbers[buffer]
+    return steps
+
+
 def size_terms(size: SymInt | None) -> Terms:
     return tuple((size or SymInt()).terms().items())
 
 
 @dataclass(frozen=True)
 class MemorySweep:
-    """One order's events with the sizes they are swept at: what liveness sweeps, kept (small:
-    no use lists) so that other views of the same sweep, the role timeline, need no second
-    walk."""
+    """One order's events with the sizes they are swept at: what liveness sweeps, kept so that
+    other views of the same sweep (the role timeline) need no second walk, and the plans no
+    second search for the graph's buffers (`buffers`: shared, not copied)."""
 
     nodes: tuple[Node, ...]  # the graph's nodes, model order
     storages: tuple[Value, ...]  # buffer -> the value owning it
@@ -233,6 +268,8 @@ class MemorySweep:
     events: StepEvents
     buffer_sizes: tuple[SymInt, ...]  # buffer -> bytes (unknown sizes: 0)
     resident_sizes: tuple[SymInt, ...]  # per resident
+    # what was swept: the plans reuse the graph's buffers rather than walk it again
+    buffers: Buffers | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def order(self) -> list[Node]:
@@ -252,7 +289,8 @@ def sweep_buffers(buffers: Buffers, sizes: Mapping[str, SymInt | None],
     return MemorySweep(buffers.nodes, buffers.storages, buffers.allocates, buffers.residents,
                        step_events(buffers, steps),
                        tuple(sizes.get(v.name) or SymInt() for v in buffers.storages),
-                       tuple(sizes.get(v.name) or SymInt() for v in buffers.residents))
+                       tuple(sizes.get(v.name) or SymInt() for v in buffers.residents),
+                       buffers)
 
 
 # ----- the integer model ------------------------------------------------------------------------
@@ -286,11 +324,16 @@ class MemoryModel:
         return [sum(sizes[b] for b in buffers) for buffers in self.allocates]
 
     def successors(self) -> list[list[int]]:
+        return [list(after) for after in self._successors]
+
+    @cached_property
+    def _successors(self) -> tuple[tuple[int, ...], ...]:
+        # every greedy key walks the same successors: found once per model
         result: list[list[int]] = [[] for _ in self.node_names]
         for node, preds in enumerate(self.predecessors):
             for pred in preds:
                 result[pred].append(node)
-        return result
+        return tuple(tuple(after) for after in result)
 
 
 def plan_dims(graph: Graph, bound: Mapping[str, int],
@@ -303,10 +346,13 @@ def plan_dims(graph: Graph, bound: Mapping[str, int],
 
 
 def build_memory_model(
-    graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]
+    graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int],
+    buffers: Buffers | None = None,
 ) -> MemoryModel:
-    """The integer model of `graph` with every size evaluated at `dims` (all dims bound)."""
-    buffers = find_buffers(graph)
+    """The integer model of `graph` with every size evaluated at `dims` (all dims bound);
+    `buffers`: the graph's own, if a liveness already found them (checked, else found again)."""
+    if buffers is None or not buffers.of_graph(graph):
+        buffers = find_buffers(graph)
     nbytes = [_bytes(v, sizes, dims) for v in buffers.storages]
     users: list[list[int]] = [[] for _ in buffers.storages]
     for node, kept in enumerate(buffers.uses):
@@ -325,7 +371,7 @@ def build_memory_model(
         pinned=buffers.pinned,
         allocates=buffers.allocates,
         uses=buffers.uses,
-        predecessors=_predecessors(buffers.nodes, index),
+        predecessors=node_predecessors(buffers.nodes, index),
         dims=dict(dims),
         lower_bound_bytes=resident_bytes + max(working_sets, default=0),
         resident_names=tuple(v.name for v in buffers.residents),
@@ -342,54 +388,6 @@ def size_at(size: SymInt | None, dims: Mapping[str, int]) -> int:
     if size is None:
         return 0
     return int(size) if size.is_constant else evaluate(size, dims)
-
-
-def _predecessors(nodes: Sequence[Node], index: Mapping[Node, int]) -> tuple[tuple[int, ...], ...]:
-    preds: list[dict[int, None]] = [{} for _ in nodes]
-    for i, node in enumerate(nodes):
-        for value in node.present_inputs:
-            source = index.get(value.producer) if value.producer is not None else None
-            if source is not None and source != i:
-                preds[i][source] = None
-    for before, after in _alias_order_edges(nodes):
-        preds[index[after]][index[before]] = None
-    return tuple(tuple(p) for p in preds)
-
-
-def _alias_order_edges(nodes: Sequence[Node]) -> list[tuple[Node, Node]]:
-    """Edges that keep view/in-place makers in place among the users of their storage.
-
-    Per storage that has aliases, walk its users in model order: every node making an alias
-    comes after all users before it and before all users after it (O(users) edges).
-    """
-    touching: dict[Value, list[Node]] = {}
-    makers: set[tuple[Value, Node]] = set()
-    aliased: set[Value] = set()
-    for node in nodes:
-        for value in (*node.present_inputs, *node.outputs):
-            storage = value.storage
-            users = touching.setdefault(storage, [])
-            if not users or users[-1] is not node:
-                users.append(node)
-        for value in node.outputs:
-            if value.alias_of is not None:
-                aliased.add(value.storage)
-                makers.add((value.storage, node))
-    edges: list[tuple[Node, Node]] = []
-    for storage in aliased:
-        last_maker: Node | None = None
-        since: list[Node] = []
-        for node in touching[storage]:
-            if (storage, node) in makers:
-                edges.extend((before, node) for before in since)
-                if last_maker is not None:
-                    edges.append((last_maker, node))
-                last_maker, since = node, []
-            else:
-                if last_maker is not None:
-                    edges.append((last_maker, node))
-                since.append(node)
-    return edges
 
 
 def rebind(model: MemoryModel, sizes: Mapping[str, SymInt | None],
@@ -424,11 +422,21 @@ def resident_sizes(model: MemoryModel, sizes: Mapping[str, SymInt | None]) -> Sy
 # ----- what an order costs ----------------------------------------------------------------------
 def order_peak(model: MemoryModel, order: Sequence[int]) -> tuple[int, int]:
     """(peak bytes including residents, first step at the peak) of running `order`."""
-    during, _ = live_profile(model, order)
-    if not during:
+    events = step_events(model, order)
+    if not events.order:
         return -1, 0
-    peak = max(during)
-    return peak, during.index(peak)
+    # live_profile's sweep, keeping only the running maximum (the schedulers call this per
+    # candidate order)
+    sizes, alloc = model.buffer_bytes, model.alloc_bytes
+    live = model.resident_bytes
+    peak, peak_step = -1, 0
+    for step, (node, freed) in enumerate(zip(events.order, events.frees, strict=True)):
+        live += alloc[node]
+        if live > peak:
+            peak, peak_step = live, step
+        for buffer in freed:
+            live -= sizes[buffer]
+    return peak, peak_step
 
 
 def symbolic_order_peak(model: MemoryModel, order: Sequence[int],
@@ -444,9 +452,11 @@ def symbolic_order_peak(model: MemoryModel, order: Sequence[int],
     return peak, tuple(candidates)
 
 
-def lifetimes(model: MemoryModel, order: Sequence[int]) -> list[tuple[int, int]]:
-    """(first step, last step) of every buffer in `order`; pinned buffers last to the end."""
-    events = step_events(model, order)
+def lifetimes(model: MemoryModel, order: Sequence[int],
+              events: StepEvents | None = None) -> list[tuple[int, int]]:
+    """(first step, last step) of every buffer in `order`; pinned buffers last to the end
+    (`events`: the order's `step_events`, if at hand)."""
+    events = events or step_events(model, order)
     position = [0] * model.node_count
     for step, node in enumerate(events.order):
         position[node] = step

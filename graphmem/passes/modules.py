@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Role, Value
-from graphmem.core.symbolic import SymInt
+from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.passes.costs import CostReport
 from graphmem.passes.liveness import LivenessResult
 
@@ -46,16 +46,27 @@ def _owner_module(parameter: Value) -> str:
     return parameter.consumers[0].module_path
 
 
+def _costs_by_module(graph: Graph, costs: CostReport,
+                     depth: int) -> tuple[dict[str, SymInt], dict[str, SymInt]]:
+    """(MACs, FLOPs) per module at `depth`, in order of first appearance: each module's sizes
+    summed at once (a decoder's layers repeat the same few paths and sizes)."""
+    at_depth: dict[str, str] = {}
+    macs: dict[str, list[SymInt]] = {}
+    flops: dict[str, list[SymInt]] = {}
+    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
+        key = at_depth.get(node.module_path)
+        if key is None:
+            key = at_depth[node.module_path] = module_at_depth(node.module_path, depth)
+        macs.setdefault(key, []).append(cost.macs)
+        flops.setdefault(key, []).append(cost.flops)
+    return ({k: sum_sizes(v) for k, v in macs.items()},
+            {k: sum_sizes(v) for k, v in flops.items()})
+
+
 def group_by_module(graph: Graph, costs: CostReport, liveness: LivenessResult,
                     depth: int) -> ModuleReport:
-    order: dict[str, None] = {}
-    macs: dict[str, SymInt] = {}
-    flops: dict[str, SymInt] = {}
-    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
-        key = module_at_depth(node.module_path, depth)
-        order.setdefault(key)
-        macs[key] = macs.get(key, SymInt()) + cost.macs
-        flops[key] = flops.get(key, SymInt()) + cost.flops
+    macs, flops = _costs_by_module(graph, costs, depth)
+    order = dict.fromkeys(macs)
     params: dict[str, int] = {}
     for value in graph.values_with_role(Role.PARAMETER):
         key = module_at_depth(_owner_module(value), depth)

@@ -198,21 +198,23 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
     sizes = model.buffer_bytes
     alloc = model.alloc_bytes
     successors = model.successors()
+    uses, pinned = model.uses, model.pinned  # locals: the loop below runs per node
     waiting = [len(preds) for preds in model.predecessors]
     pending = [len(users) for users in model.users]
     pending_sum = [sum(users) for users in model.users]  # the last pending user, when 1 is left
     frees = [0] * n  # bytes freed if the node ran now
     for buffer, users in enumerate(model.users):
-        if len(users) == 1 and not model.pinned[buffer]:
+        if len(users) == 1 and not pinned[buffer]:
             frees[users[0]] += sizes[buffer]
     version = [0] * n
     ready_at = [0] * n
     heap: list[tuple[tuple[int, ...], int, int]] = []
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def push(node: int) -> None:
         version[node] += 1
         entry = key(alloc[node] - frees[node], alloc[node], node, ready_at[node])
-        heapq.heappush(heap, (entry, node, version[node]))
+        heappush(heap, (entry, node, version[node]))
 
     for node in range(n):
         if waiting[node] == 0:
@@ -220,15 +222,15 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
     order: list[int] = []
     done = [False] * n
     while heap:
-        _, node, stamp = heapq.heappop(heap)
+        _, node, stamp = heappop(heap)
         if done[node] or stamp != version[node]:
             continue
         done[node] = True
         order.append(node)
-        for buffer in model.uses[node]:
+        for buffer in uses[node]:
             pending[buffer] -= 1
             pending_sum[buffer] -= node
-            if pending[buffer] == 1 and not model.pinned[buffer]:
+            if pending[buffer] == 1 and not pinned[buffer]:
                 last = pending_sum[buffer]
                 frees[last] += sizes[buffer]
                 if waiting[last] == 0 and not done[last]:

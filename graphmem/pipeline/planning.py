@@ -114,7 +114,9 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     reanalyze = reanalyzer(analysis, free, rerun)
     sweep_dim = resolve_sweep_dim(analysis, sweep.dim, free) if sweep else None
     sizes = sizes if sizes is not None else value_bytes(graph, binding)
-    model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free))
+    swept = analysis.liveness.sweep  # the liveness's buffers are the model's: not found twice
+    model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free),
+                               swept.buffers if swept is not None else None)
     schedule = find_schedule(graph, sizes, analysis.liveness, binding.bound, model)
     arena = plan_arena(model)
     roofline = None
