@@ -1,0 +1,79 @@
+"""CPU seconds of each stage of one `graphmem analyze` command, in a fresh process.
+
+    python benchmarks/stage_times.py MODEL [analyze options...]
+    python benchmarks/stage_times.py /tmp/decoder_22k.onnx --batch 1 --dim seq=4096 --gpu a100-80gb
+
+The stages are the pipeline's own progress marks (graphmem/core/progress.py): reading the model
+(file, validation, shape inference, building the graph), the passes and plans, suggestions,
+the runtime model; then the verdict and distributed answers, and writing the reports, timed
+around the rest of the command. Start-up is the interpreter and the command line's imports.
+JSON and HTML go to a temporary folder unless the options name them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_CHILD = r"""
+import json, sys, time
+start_up = time.process_time()
+from graphmem.cli.main import main
+from graphmem.core.collector import freeze_start_up_objects
+from graphmem.core.progress import reporting
+freeze_start_up_objects()  # as the console script does (graphmem/cli/main.py run_command)
+imports = time.process_time()
+
+class Clock:
+    def __init__(self):
+        self.stages, self.label, self.start = [], None, 0.0
+    def begin(self, label, total):
+        self.label, self.start = label, time.process_time()
+    def relabel(self, label, total):
+        pass
+    def advance(self, done):
+        pass
+    def end(self):
+        self.stages.append((self.label, time.process_time() - self.start))
+
+clock = Clock()
+with reporting(clock):
+    # the command line installs its own reporter only on a terminal: this one is kept
+    import graphmem.cli.main as cli
+    cli._progress_reporter = lambda: clock
+    code = main(sys.argv[2:])
+total = time.process_time()
+json.dump({"exit": code, "start_up": imports, "stages": clock.stages,
+           "rest": total - imports - sum(s for _, s in clock.stages), "total": total},
+          open(sys.argv[1], "w"))
+"""
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    with tempfile.TemporaryDirectory() as folder:
+        options = sys.argv[2:]
+        if "--json" not in options:
+            options += ["--json", str(Path(folder) / "out.json")]
+        if "--html" not in options and "--no-html" not in options:
+            options += ["--html", str(Path(folder) / "out.html")]
+        result_path = Path(folder) / "times.json"
+        subprocess.run([sys.executable, "-c", _CHILD, str(result_path), "analyze",
+                        sys.argv[1], *options], check=True, stdout=subprocess.DEVNULL)
+        result = json.loads(result_path.read_text())
+    rows = [("interpreter and imports", result["start_up"]), *result["stages"],
+            ("verdict, distributed answers, writing the reports", result["rest"]),
+            ("whole process (in-process CPU)", result["total"])]
+    print("| stage | CPU s |\n|---|---:|")
+    for label, seconds in rows:
+        print(f"| {label} | {seconds:.2f} |")
+    if result["exit"] not in (0, 1):
+        raise SystemExit(f"graphmem exited {result['exit']}")
+
+
+if __name__ == "__main__":
+    main()
