@@ -128,3 +128,31 @@ def test_the_script_renders_zero_and_unknown_like_the_html(
     known = next(row for row in cells if row[2] == "Relu" and row[1] != relu.name)
     assert known[5] == "0" and known[6] == "0"  # params and MACs: known zeros, as in the HTML
     assert known[7].endswith("FLOP") and known[7] != "0 FLOP"
+
+
+# ----- rates -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("per_second", "text"), [
+    (1 / 2.2, "0.455 samples/s"),  # a 2.2 s step at batch 1: it used to read "0 samples/s"
+    (12.345, "12.3 samples/s"),  # three significant digits below 100
+    (99.94, "99.9 samples/s"),
+    (100.4, "100 samples/s"),  # whole numbers from 100 on
+    (12_345.6, "12,346 samples/s"),  # with thousands separators, as the HTML always wrote them
+])
+def test_rates_keep_three_digits_below_a_hundred(per_second: float, text: str) -> None:
+    from graphmem.core.units import format_rate
+
+    assert format_rate(per_second, "samples/s") == text
+
+
+def test_the_terminal_and_the_html_write_the_same_throughput() -> None:
+    from graphmem import analyze_onnx
+    from graphmem.core.units import format_rate
+    from graphmem.report.terminal.plan import roofline_line
+
+    analysis = analyze_onnx(TINY_CNN, batch=1, gpu="a100-80gb")
+    roofline = analysis.roofline
+    assert roofline is not None and roofline.est_throughput_per_s
+    rate = format_rate(roofline.est_throughput_per_s, "samples/s")
+    assert rate in roofline_line(roofline, "a100-80gb")
+    latency = [f for f in build_view(analysis).facts if f.label == "est. latency"]
+    assert len(latency) == 1 and rate in latency[0].detail

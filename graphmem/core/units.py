@@ -39,6 +39,14 @@ def format_bytes_sym(value: SymInt) -> str:
     return format_terms(value, format_bytes)
 
 
+def format_rate(per_second: float, unit: str) -> str:
+    """A rate such as samples per second: whole numbers with thousands separators from 100
+    on, three significant digits below (a 2.2 s step is '0.455 samples/s', not '0')."""
+    if abs(per_second) >= 100:
+        return f"{per_second:,.0f} {unit}"
+    return f"{per_second:.3g} {unit}"
+
+
 def format_si_sym(value: SymInt, unit: str = "") -> str:
     return format_terms(value, lambda c: format_si(c, unit))
 

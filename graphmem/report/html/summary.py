@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from graphmem.core.conventions import PROBE_DIM_VALUE, ROLE_KEYS
 from graphmem.core.peak_formula import Formula
 from graphmem.core.safe_text import dims_text, printable, printable_text
-from graphmem.core.units import format_bytes
+from graphmem.core.units import format_bytes, format_rate
 from graphmem.passes.costs import CostStatus
 from graphmem.passes.fit import GpuFit
 from graphmem.pipeline.analysis import Analysis
@@ -326,7 +326,7 @@ def _fit_facts(analysis: Analysis, gpu: GpuView | None) -> list[Fact]:
     if roofline is not None:
         detail = "roofline lower bound"
         if roofline.est_throughput_per_s:
-            detail += f" · {roofline.est_throughput_per_s:,.0f} samples/s"
+            detail += f" · {format_rate(roofline.est_throughput_per_s, 'samples/s')}"
         facts.append(Fact("est. latency", format_time(roofline.est_latency_s), detail))
     return facts
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from graphmem.core.safe_text import markup, markup_dims, markup_text
 from graphmem.core.symbolic import SymInt
-from graphmem.core.units import format_bytes, format_si
+from graphmem.core.units import format_bytes, format_rate, format_si
 from graphmem.report.terminal import formulas
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def roofline_line(roofline: RooflineResult, gpu: str) -> str:
     per = f"per batch of {roofline.batch}" if roofline.batch is not None else "per run"
     throughput = ""
     if roofline.est_throughput_per_s is not None:
-        throughput = f" = {format_si(roofline.est_throughput_per_s)} samples/s"
+        throughput = f" = {format_rate(roofline.est_throughput_per_s, 'samples/s')}"
     total = roofline.est_latency_s
     share = roofline.compute_bound_time_s / total if total else 0.0
     top = ", ".join(f"{markup(t.name)} ({format_seconds(t.est_time_s)}, {t.bound})"
