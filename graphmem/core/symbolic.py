@@ -289,7 +289,8 @@ class SymInt:
             return "0"
         parts = []
         for monomial, coefficient in sorted(self._terms.items(), key=_term_order):
-            factors = [str(f) if p == 1 else f"{_parenthesized(f)}**{p}" for f, p in monomial]
+            factors = [_factor_name(f) if p == 1 else f"{_parenthesized(f)}**{p}"
+                       for f, p in monomial]
             number = str(coefficient) if isinstance(coefficient, int) else (
                 f"{coefficient.numerator}/{coefficient.denominator}")
             parts.append("*".join(factors if number == "1" and factors else [number, *factors]))
@@ -318,7 +319,7 @@ def parse_dim(text: str, names: Mapping[str, str] | None = None) -> sympy.Expr:
 
 
 def _parenthesized(factor: Factor) -> str:
-    text = str(factor)
+    text = _factor_name(factor)
     return text if factor.is_Symbol else f"({text})"
 
 
@@ -411,7 +412,8 @@ def format_terms(value: SymInt, format_coefficient: object) -> str:
     for monomial, coefficient in sorted(value.terms().items(), key=_term_order):
         number = coefficient if isinstance(coefficient, int) else float(coefficient)
         text = format_coefficient(number)  # type: ignore[operator]
-        factors = "*".join(str(f) if p == 1 else f"{f}^{p}" for f, p in monomial)
+        factors = "*".join(_factor_name(f) if p == 1 else f"{_factor_name(f)}^{p}"
+                             for f, p in monomial)
         if factors:
             text = factors if text == "1" else f"{text}*{factors}"
         parts.append(text)
@@ -419,7 +421,14 @@ def format_terms(value: SymInt, format_coefficient: object) -> str:
 
 
 def _term_order(item: tuple[Monomial, Coefficient]) -> tuple[int, str]:
-    monomial = item[0]
+    return _monomial_order(item[0])
+
+
+@lru_cache(maxsize=1 << 14)
+def _monomial_order(monomial: Monomial) -> tuple[int, str]:
+    # the order terms are written in: by degree, then as the monomial prints. Printing runs
+    # sympy's printer on every factor (about 5 us each), and a report with free dims sorts
+    # the same few monomials 70,000 times: each is printed once
     return sum(power for _, power in monomial), str(monomial)
 
 
