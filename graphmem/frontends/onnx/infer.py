@@ -230,19 +230,17 @@ def _whole_model_inference(model: onnx.ModelProto, warnings: list[str],
 
 
 def _ort_failed(model: onnx.ModelProto, warnings: list[str], error: Exception) -> Engine:
-    warnings.append(
-        f"onnxruntime symbolic shape inference failed ({first_line(error)});"
-        " used onnx shape inference instead"
-    )
-    fallback = _onnx_inference(model, warnings)
-    return (fallback, "onnx shape inference") if fallback else (model, "none")
+    return _onnx_instead(model, warnings, f"failed ({first_line(error)})")
 
 
 def _inputs_changed(model: onnx.ModelProto, warnings: list[str], changed: str) -> Engine:
-    warnings.append(
-        f"onnxruntime symbolic shape inference changed the input dims ({changed});"
-        " used onnx shape inference instead"
-    )
+    return _onnx_instead(model, warnings, f"changed the input dims ({changed})")
+
+
+def _onnx_instead(model: onnx.ModelProto, warnings: list[str], why: str) -> Engine:
+    """onnx's inference over the whole model, where onnxruntime's rules `why`."""
+    warnings.append(f"onnxruntime symbolic shape inference {why}; used onnx shape inference"
+                    " instead")
     fallback = _onnx_inference(model, warnings)
     return (fallback, "onnx shape inference") if fallback else (model, "none")
 
