@@ -135,32 +135,13 @@ def _known_dims_text(known: frozenset[str]) -> str:
 def value_bytes(graph: Graph, binding: DimBinding) -> dict[str, SymInt | None]:
     """Size in bytes of every value with the bound dims substituted (None: unknown size);
     a size beyond MAX_BYTES is an error naming the tensor (check_sizes_fit)."""
-    dims = binding.bound
-    # equal sizes repeat (a decoder's layers): each distinct polynomial is bound once here
-    bound_of: dict[SymInt, SymInt] = {}
-    sizes: dict[str, SymInt | None] = {}
-    largest = 0
-    for name, value in graph.values.items():
-        nbytes = value.nbytes
-        if nbytes is not None:
-            if not nbytes.is_constant and dims:
-                size = bound_of.get(nbytes)
-                if size is None:
-                    size = bound_of[nbytes] = nbytes.bind(dims)
-                nbytes = size
-            elif nbytes.is_constant and int(nbytes) > largest:
-                largest = int(nbytes)
-        sizes[name] = nbytes
-    largest = max([largest, *(int(s) for s in bound_of.values() if s.is_constant)])
-    if largest > MAX_BYTES:
-        check_sizes_fit(sizes, dims)  # names the first tensor too large
-    return sizes
+    return SizeTable(graph).bound(binding.bound)
 
 
 class SizeTable:
     """Every value's size as one of the graph's distinct sizes (a decoder's layers repeat the
-    same few hundred): `bound(dims)` is `value_bytes` with each distinct polynomial bound once,
-    for the many bindings of a largest-batch search on one graph."""
+    same few hundred): `bound(dims)` binds each distinct polynomial once. `value_bytes` is one
+    binding; a largest-batch search keeps the table for its many bindings of one graph."""
 
     def __init__(self, graph: Graph) -> None:
         self.names = tuple(graph.values)
