@@ -29,6 +29,7 @@ from graphmem.cli.inputs import (
     refuse_overwrites,
 )
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.spec import hf_config_file
 from graphmem.gate.budgets import (
     Budgets,
     complete_budgets,
@@ -162,6 +163,9 @@ def _inputs(specs: list[CheckSpec], budgets: Path | None, outputs: list[OutputFi
     for spec in specs:
         inputs += [(f"an input of the check ({what})", path)
                    for what, path in onnx_inputs(spec.model_path, outputs, str(spec.model_path))]
+        config = hf_config_file(str(spec.model_path))
+        if config is not None:
+            inputs.append((f"an input of the check (the model's config {config})", config))
         if spec.baseline_path is not None:
             inputs.append((f"an input of the check (the baseline {spec.baseline_path})",
                            spec.baseline_path))

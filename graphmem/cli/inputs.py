@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphmem.core.output_files import link_kind
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import check_dim_value
 
@@ -53,8 +54,9 @@ def check_model_argument(text: str, onnx_only: str | None = None) -> None:
 # ----- output files ----------------------------------------------------------------------------
 def output_file(flag: str, text: str | None, *, stdout_ok: bool = False) -> OutputFile | None:
     """The file `flag TEXT` will write, checked now: None when not given, or `-` (stdout)
-    where the flag takes it. Its folder exists and is writable; it is not a directory, FIFO
-    or device (writing one hangs or fails); its name fits the file system. Nothing is created."""
+    where the flag takes it. Its folder exists and is writable; it is not a directory, FIFO,
+    socket or block device (writing one hangs or fails; a character device such as /dev/null
+    is written in place); its name fits the file system. Nothing is created."""
     if text is None or (text == "-" and stdout_ok):
         return None
     fix = "give a file path" + (" (or - for stdout)" if stdout_ok else "")
@@ -71,9 +73,9 @@ def output_file(flag: str, text: str | None, *, stdout_ok: bool = False) -> Outp
         _check_folder(flag, path)
     elif stat.S_ISDIR(info.st_mode):
         raise GraphmemError(f"'{path}' is a directory: give a file path for the output ({flag})")
-    elif not stat.S_ISREG(info.st_mode):
-        raise GraphmemError(f"{flag} {path} is not a regular file (a FIFO, device or socket):"
-                            f" {fix}")
+    elif not stat.S_ISREG(info.st_mode) and not stat.S_ISCHR(info.st_mode):
+        raise GraphmemError(f"{flag} {path} is not a regular file (a FIFO, block device or"
+                            f" socket): {fix}")
     elif not os.access(path, os.W_OK):
         raise GraphmemError(f"{flag} {path} is not writable: {fix} you may write")
     return OutputFile(flag, path)
@@ -162,7 +164,8 @@ def check_input_file(flag: str, path: Path) -> None:
 
 def refuse_overwrites(outputs: Sequence[OutputFile], inputs: Sequence[tuple[str, Path]]) -> None:
     """No output is an input or another output: the same file by (device, inode), so a hard
-    link or a symlink to an input is refused too; outputs not written yet by their path.
+    link or a symlink to an input is refused too; outputs not written yet by their path. No
+    output is a link (symbolic, dangling or hard) to any other file.
     `inputs`: (what it is, e.g. "the model itself", path)."""
     existing = [(what, identity) for what, path in inputs
                 if (identity := _identity(path)) is not None]
@@ -173,11 +176,23 @@ def refuse_overwrites(outputs: Sequence[OutputFile], inputs: Sequence[tuple[str,
             if identity == input_identity:
                 raise GraphmemError(f"'{output.path}' is {what}: choose another output path"
                                     f" ({output.flag})")
+        _refuse_link(output)
         key = identity if identity is not None else os.path.realpath(output.path)
         if key in seen:
             raise GraphmemError(f"{seen[key].flag} and {output.flag} name the same file"
                                 f" '{output.path}': give each output its own path")
         seen[key] = output
+
+
+def _refuse_link(output: OutputFile) -> None:
+    """An output is never a link: a downloaded model folder can ship `model.graphmem.html ->
+    ~/.bashrc`, and writing the default report would overwrite the file it names
+    (graphmem/core/output_files.py writes through a rename, which replaces a link anyway)."""
+    kind = link_kind(output.path)
+    if kind is not None:
+        raise GraphmemError(f"{output.flag} {output.path} is {kind}: graphmem never"
+                            " writes through a link (it could name any file); remove the link or"
+                            " choose another path")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

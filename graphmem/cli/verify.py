@@ -23,6 +23,7 @@ from graphmem.cli.inputs import (
     spec_files,
 )
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, OPTIMIZERS
+from graphmem.core.output_files import write_output_text
 from graphmem.errors import GraphmemError
 
 NAME = "verify"
@@ -127,7 +128,7 @@ def _verify_torch(args: argparse.Namespace, json_out: OutputFile | None,
                           amp=args.amp, loss=loss, device=args.provider, seed=args.seed)
     text = torch_verification_json(result)
     emit(console, lambda out: print_torch_verification(result, out),
-         [Output(json_out, "JSON", lambda path: path.write_text(text, encoding="utf-8"))],
+         [Output(json_out, "JSON", lambda path: write_output_text(path, [text]))],
          (lambda: text) if args.json == "-" else None)
     return 0
 

@@ -18,6 +18,7 @@ import datetime
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from graphmem.core.output_files import write_output_text
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.gate.check import CheckReport
 from graphmem.report.terminal.gate import format_quantity
@@ -51,4 +52,7 @@ def check_to_junit(report: CheckReport) -> ET.ElementTree:
 
 
 def write_junit(report: CheckReport, path: Path) -> None:
-    check_to_junit(report).write(path, encoding="utf-8", xml_declaration=True)
+    root = check_to_junit(report).getroot()
+    # the same bytes ElementTree.write(path, encoding="utf-8", xml_declaration=True) writes
+    text = ET.tostring(root, encoding="utf-8", xml_declaration=True).decode("utf-8")
+    write_output_text(path, [text])

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.output_files import write_output_text
 from graphmem.core.safe_text import markup, markup_dims, markup_text
 from graphmem.core.units import format_bytes
 from graphmem.core.version import __version__
@@ -197,7 +198,7 @@ def verification_json_text(result: Verification) -> str:
 
 
 def write_verification_json(result: Verification, path: Path) -> None:
-    path.write_text(verification_json_text(result))
+    write_output_text(path, [verification_json_text(result)])
 
 
 def print_torch_verification(result: TorchVerification, console: Console) -> None:

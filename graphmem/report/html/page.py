@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from graphmem.core.output_files import write_output_text
 from graphmem.core.safe_text import printable_text
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.analysis import Analysis
@@ -38,7 +39,7 @@ def render_html(analysis: Analysis) -> str:
 
 
 def write_html(analysis: Analysis, path: Path) -> None:
-    Path(path).write_text(render_html(analysis), encoding="utf-8")
+    write_output_text(path, [render_html(analysis)])
 
 
 @cache

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphmem.core.json_schema import CHECK_KIND, SCHEMA_VERSION
+from graphmem.core.output_files import write_output_text
 from graphmem.core.version import __version__
 from graphmem.report.json.report import to_dict
 
@@ -75,4 +76,4 @@ def check_json_text(report: CheckReport) -> str:
 
 
 def write_check_json(report: CheckReport, path: Path) -> None:
-    path.write_text(check_json_text(report))
+    write_output_text(path, [check_json_text(report)])

@@ -15,6 +15,7 @@ from typing import Any
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.json_schema import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
+from graphmem.core.output_files import write_output_text
 from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
 from graphmem.core.version import __version__
@@ -227,8 +228,7 @@ def to_json_text(analysis: Analysis) -> str:
 
 
 def write_json(analysis: Analysis, path: Path) -> None:
-    with path.open("w") as out:
-        out.writelines(json_chunks(to_dict(analysis, lazy_nodes=True)))
+    write_output_text(path, json_chunks(to_dict(analysis, lazy_nodes=True)))
 
 
 # ----- the writer ------------------------------------------------------------------------------
