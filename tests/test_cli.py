@@ -123,13 +123,16 @@ def test_batch_on_a_static_model_says_how_to_fix(
          ["ONNX"]),
     ],
 )
+@pytest.mark.parametrize("command", [["analyze", "--no-html"], ["verify"],
+                                     ["check", "--max-params", "1G"]])
 def test_bad_model_files(
-    tmp_path: Path, make: object, fragments: list[str], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, make: object, fragments: list[str], command: list[str],
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = make(tmp_path)  # type: ignore[operator]
     before = path.read_bytes() if path.is_file() else None
-    code, _, err = run_cli(["analyze", str(path), "--no-html"], capsys)
-    assert_one_error_line(code, err, *fragments)
+    code, _, err = run_cli([command[0], str(path), *command[1:]], capsys)
+    assert_one_error_line(code, err, *fragments)  # verify on a folder was exit 3
     if before is not None:
         assert path.read_bytes() == before  # nothing the user gave is modified
 

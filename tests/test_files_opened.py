@@ -50,14 +50,19 @@ def _library_roots() -> list[str]:
 
 def _users_files(paths: list[str], tmp_path: Path, outputs: set[Path]) -> set[str]:
     """The opened paths that are neither libraries, nor devices of the process, nor
-    graphmem's own temp folders, nor an output the command was asked to write."""
+    graphmem's own temp folders, nor an output the command was asked to write (nor the
+    temporary file an output is written to before its rename, which must be gone)."""
     roots = _library_roots()
     private_temp = str(Path(tempfile.gettempdir()).resolve() / "graphmem-")
+    folders = {output.parent for output in outputs}
     found = set()
     for text in paths:
         path = Path(text)
         resolved = str(path.resolve())
         if any(resolved.startswith(root) for root in roots) or path in outputs:
+            continue
+        if path.parent in folders and path.name.startswith(".graphmem-"):
+            assert not path.exists(), f"the temporary output {path} was left behind"
             continue
         # the system's own files (/etc/os-release for the report's machine line, locales)
         system = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/", private_temp)

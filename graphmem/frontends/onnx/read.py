@@ -18,6 +18,7 @@ from onnx import AttributeProto
 
 from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.lean_read import KEEP_BYTES, read_lean_model_bytes
+from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.untrusted import (
     check_regular_file,
     clear_tensor_data,
@@ -41,7 +42,7 @@ def read_model(path: Path) -> onnx.ModelProto:
     if data is None:
         data = read_model_bytes(path)
     try:
-        model = onnx.load_model_from_string(data)
+        model = parse_model(data)
     except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
         raise GraphmemError(
             f"'{path}' is not a valid ONNX model ({first_line(error)}); the file may be"

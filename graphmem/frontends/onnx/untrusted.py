@@ -29,6 +29,7 @@ from onnx import AttributeProto, TensorProto, helper
 from onnx.external_data_helper import uses_external_data
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.model_text import parse_model
 
 # protobuf refuses to parse a message of 2 GiB or more: a larger file is refused before reading
 MAX_MODEL_FILE_BYTES = (2 << 30) - 1
@@ -66,9 +67,12 @@ def read_model_bytes(path: Path) -> bytes:
     except OSError as error:
         raise GraphmemError(f"cannot open '{path}' ({error.strerror}): check the path to the"
                             " .onnx model and its permissions") from None
+    try:  # checked before fdopen, which refuses a directory with an OSError of its own
+        check_regular_file(path, os.fstat(descriptor))
+    except BaseException:
+        os.close(descriptor)
+        raise
     with os.fdopen(descriptor, "rb") as file:
-        info = os.fstat(file.fileno())
-        check_regular_file(path, info)
         data = file.read(MAX_MODEL_FILE_BYTES + 1)  # a file that grew since fstat stays bounded
     check_file_size(path, len(data))
     return data
@@ -204,7 +208,7 @@ def external_data_files(path: Path) -> list[Path]:
     CLI compares them with its output paths). None when the model cannot be read: the
     importer says why."""
     try:
-        model = onnx.load_model_from_string(read_model_bytes(path))
+        model = parse_model(read_model_bytes(path))
     except Exception:  # noqa: BLE001 - protobuf and GraphmemError: reported by the importer
         return []
     locations = {external_location(t) for _, t in external_tensors(model)}

@@ -37,6 +37,7 @@ from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
 from graphmem.errors import GraphmemError, first_line
+from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.ort_session import max_ir_version, quiet_onnxruntime
 from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
@@ -377,7 +378,7 @@ def _load_proto(path: Path) -> onnx.ModelProto:
     graph validated (onnx_untrusted.py)."""
     data = read_model_bytes(path)
     try:
-        model = onnx.load_model_from_string(data)
+        model = parse_model(data)
     except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
         raise GraphmemError(f"'{path}' is not a valid ONNX model ({first_line(error)})"
                             ) from None
