@@ -28,6 +28,14 @@ from torch import nn
 
 from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.finetune import HfSummary, MoeSummary
+from graphmem.frontends.torch.hf_config_check import (
+    EXPERT_KEYS,
+    LAYER_KEYS,
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    TOP_K_KEYS,
+    check_config_values,
+)
 from graphmem.frontends.torch.loader import TensorSpec
 from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file
 
@@ -35,16 +43,6 @@ MAX_CONFIG_BYTES = 4 << 20  # published configs are a few KiB; a bigger file is 
 DEFAULT_BATCH = 1
 DEFAULT_SEQ = 2048  # tokens per sequence when neither --dim seq= nor --input says
 SEQ_DIMS = ("seq", "seq_len", "sequence")  # names --dim accepts for the sequence length
-# config keys that name the experts of a mixture of experts, and how many run per token
-_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
-_TOP_K_KEYS = ("num_experts_per_tok", "moe_topk")
-# Counts of modules a config asks transformers to build (one Python object per layer or
-# expert, even on the meta device): the largest published models have ~130 layers and 256
-# experts; beyond these bounds a hostile config would keep graphmem building for hours.
-MAX_LAYERS = 1024
-MAX_EXPERTS = 4096
-_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
-               "decoder_layers", "num_decoder_layers")
 
 
 @dataclass(frozen=True)
@@ -95,15 +93,17 @@ def build_config(values: Mapping[str, Any], where: str = "the config") -> Any:
     try:
         with _quiet_transformers():
             return AutoConfig.for_model(model_type, **settings)
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except Exception as error:  # noqa: BLE001 - transformers' validators raise their own types
+        reason = " ".join(str(error).split())[:300]  # its messages span lines
         raise GraphmemError(f"{where}: transformers cannot make a {model_type!r} config"
-                            f" ({first_line(error)}): check model_type, or upgrade"
-                            " transformers for a newer architecture") from None
+                            f" ({type(error).__name__}: {reason}): fix the field it names,"
+                            " check model_type, or upgrade transformers for a newer"
+                            " architecture") from None
 
 
 def _check_module_counts(config: Any, where: str) -> None:
     """Refuse, before building, a config whose layer or expert count no model has."""
-    for keys, limit in ((_LAYER_KEYS, MAX_LAYERS), (_EXPERT_KEYS, MAX_EXPERTS)):
+    for keys, limit in ((LAYER_KEYS, MAX_LAYERS), (EXPERT_KEYS, MAX_EXPERTS)):
         for key in keys:
             count = getattr(config, key, None)
             if isinstance(count, int) and count > limit:
@@ -120,21 +120,22 @@ def build_hf_model(source: str | Path | Mapping[str, Any], training: bool = Fals
         values, label = dict(source), str(source.get("model_type", "config"))
     else:
         values, label = read_config(source), str(source)
+    check_config_values(values, label)
     config = build_config(values, label)
     _check_module_counts(config, label)
     if training:
         config.use_cache = False
-    module = _build(config, values.get("architectures"), label)
+    module = _build(config, _named_class(config, values.get("architectures"), label), label)
     dtype = str(next(iter(module.parameters()), torch.empty(0)).dtype).removeprefix("torch.")
     notes = (f"built {type(module).__name__} from {label} with transformers on the meta device"
              f" (parameters {dtype}, attention {_attention(module)}): no weights read",)
     return HfModel(module, label, notes)
 
 
-def _build(config: Any, architectures: object, where: str) -> nn.Module:
+def _build(config: Any, named: Any, where: str) -> nn.Module:
+    """`named`: the class the config's "architectures" names (_named_class), or None."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    named = _named_class(config, architectures)
     builders = [named] if named is not None else [AutoModelForCausalLM, AutoModel]
     errors = []
     for builder in builders:
@@ -152,7 +153,7 @@ def _build(config: Any, architectures: object, where: str) -> nn.Module:
                         " name one in \"architectures\"")
 
 
-def _named_class(config: Any, architectures: object) -> Any:
+def _named_class(config: Any, architectures: object, where: str) -> Any:
     """The class `architectures[0]` names, when transformers has it for this config."""
     import transformers
 
@@ -167,7 +168,13 @@ def _named_class(config: Any, architectures: object) -> Any:
         return None
     if not isinstance(cls, type) or not issubclass(cls, transformers.PreTrainedModel):
         return None
-    return cls if isinstance(config, cls.config_class) else None
+    config_class = getattr(cls, "config_class", None)
+    if not isinstance(config_class, type) or config_class is transformers.PretrainedConfig:
+        raise GraphmemError(f"{where}: architectures names {name}, not a model of one"
+                            " architecture:"
+                            " name a concrete class such as LlamaForCausalLM (or drop the"
+                            " field)")
+    return cls if isinstance(config, config_class) else None
 
 
 def _attention(module: nn.Module) -> str:
@@ -243,8 +250,8 @@ def moe_summary(module: nn.Module) -> MoeSummary | None:
     parameters with one slice per expert (transformers' fused experts), or the children of an
     `experts` ModuleList with one module per expert."""
     config = getattr(module, "config", None)
-    experts = _config_int(config, _EXPERT_KEYS)
-    top_k = _config_int(config, _TOP_K_KEYS)
+    experts = _config_int(config, EXPERT_KEYS)
+    top_k = _config_int(config, TOP_K_KEYS)
     if experts is None or top_k is None or experts < 2 or not 0 < top_k <= experts:
         return None
     expert_params = _expert_params(module, experts)
