@@ -39,13 +39,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 
 from graphmem.core.ir import Graph, Node
 from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.importer import import_onnx, read_model
+from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_plan_shapes import PlanShape, ort_plan_shapes
 from graphmem.frontends.onnx.ort_proxy import (
     restore_nodes,

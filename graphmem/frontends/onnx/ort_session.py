@@ -7,8 +7,9 @@ import re
 from functools import cache
 
 import onnx
-import onnxruntime as ort
 from onnx import helper
+
+from graphmem.frontends.onnx.ort_import import ort
 
 _IR_VERSION_ERROR = re.compile(r"max supported IR version: (\d+)")
 

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
 from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.model_text import parse_model
+from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_session import max_ir_version, quiet_onnxruntime
 from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
