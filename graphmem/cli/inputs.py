@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 NAME_MAX_BYTES = 255  # the file name limit when the file system does not say (ext4, APFS, NTFS)
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and every runtime take a 32-bit unsigned seed
-MAX_THREADS = 1024  # onnxruntime starts one OS thread each: more is a typo, not a machine
 
 
 @dataclass(frozen=True)

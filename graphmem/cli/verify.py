@@ -11,7 +11,6 @@ from rich.console import Console
 from graphmem.cli.common import Output, dims_dict, emit, is_model_spec, parse_dim_binding
 from graphmem.cli.inputs import (
     MAX_SEED,
-    MAX_THREADS,
     OutputFile,
     check_dims,
     check_input_file,
@@ -25,6 +24,7 @@ from graphmem.cli.inputs import (
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, OPTIMIZERS
 from graphmem.core.output_files import write_output_text
 from graphmem.errors import GraphmemError
+from graphmem.pipeline.request import MAX_THREADS
 
 NAME = "verify"
 
@@ -104,7 +104,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _check_options(args: argparse.Namespace) -> None:
     """The numbers and option pairs, before the model is read or run."""
     check_int_range("--seed", args.seed, 0, MAX_SEED)
+    from graphmem.verify.onnx_run import check_run_threads
+
     check_int_range("--threads", args.threads, 1, MAX_THREADS)
+    check_run_threads("--threads", args.threads)
     if args.optimizer is not None and not args.train:
         raise GraphmemError(f"--optimizer {args.optimizer} describes a training step: add"
                             " --train (or drop --optimizer)")
