@@ -12,7 +12,7 @@ report read this one verdict (graphmem/pipeline/verdict.py builds it).
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -42,6 +42,21 @@ class FitPart:
 
 
 @dataclass(frozen=True)
+class OutOfMemoryAt:
+    """Where the runtime's allocator, bounded by the GPU, first fails: a fact apart from the
+    device total (the demand, what the step holds on a GPU large enough)."""
+
+    tensor: str  # the buffer it was allocating ("": the weights and inputs, before the run)
+    node: str  # the node allocating it ("": before the run)
+    op_type: str
+    step: int | None  # 1-based position of that node in the runtime's order; None: before it
+    step_count: int  # nodes in the runtime's order
+    request_bytes: int  # the allocation that failed, rounded as the allocator rounds it
+    held_bytes: int  # what the allocator held from the device when it failed
+    free_bytes: int  # what the device had left for the allocator then
+
+
+@dataclass(frozen=True)
 class GpuFit:
     """The one fit verdict of an analysis on one GPU.
 
@@ -66,10 +81,14 @@ class GpuFit:
     parts: tuple[FitPart, ...] = ()
     failure: str = ""  # the allocation the runtime could not make (does not fit)
     caveat: str = ""  # which way the number may be wrong
+    # where the runtime's allocator, bounded by the GPU, first fails (does not fit, where
+    # the runtime model knows it); required_bytes is the demand all the same
+    out_of_memory: OutOfMemoryAt | None = None
 
     @property
     def over_bytes(self) -> int | None:
-        """How much more than the capacity (negative: to spare); None with free dims."""
+        """How much more than the capacity the device total (the demand) is (negative: to
+        spare); None with free dims."""
         required = self.required_bytes
         return int(required) - self.capacity_bytes if required.is_constant else None
 
@@ -104,10 +123,13 @@ def fit_on_gpu(gpu: GpuSpec, required_bytes: SymInt, reserve: CudaReserve | None
 
 def fit_on_device_total(gpu: GpuSpec, reserve: CudaReserve, device_total_bytes: int,
                         live_peak_bytes: SymInt, runtime: str, parts: tuple[FitPart, ...],
-                        failure: str = "", caveat: str = "") -> GpuFit:
-    """The verdict on a runtime model's device total (bounded by the GPU's capacity)."""
-    return _verdict(gpu, reserve, SymInt.const(device_total_bytes), live_peak_bytes,
-                    f"{runtime} device total", runtime, parts, failure, caveat)
+                        failure: str = "", caveat: str = "",
+                        out_of_memory: OutOfMemoryAt | None = None) -> GpuFit:
+    """The verdict on a runtime model's device total (the demand: what the run holds on a
+    GPU large enough, where this one does not hold it)."""
+    fit = _verdict(gpu, reserve, SymInt.const(device_total_bytes), live_peak_bytes,
+                   f"{runtime} device total", runtime, parts, failure, caveat)
+    return replace(fit, out_of_memory=out_of_memory)
 
 
 def fit_on_parts(gpu: GpuSpec, reserve: CudaReserve, parts: tuple[FitPart, ...],

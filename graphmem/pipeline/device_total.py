@@ -167,7 +167,7 @@ def device_fit(analysis: Analysis, estimate: RuntimeEstimate, model: DeviceModel
     return fit_on_device_total(model.gpu, model.reserve, estimate.device_total_bytes,
                                analysis.liveness.peak_bytes, estimate.runtime,
                                runtime_parts(estimate), estimate.failure,
-                               CAVEATS.get(estimate.runtime, ""))
+                               CAVEATS.get(estimate.runtime, ""), estimate.out_of_memory)
 
 
 class DeviceTotalProbe:

@@ -22,6 +22,7 @@ from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.dims import DimBinding
+from graphmem.passes.fit import OutOfMemoryAt
 
 PlanShape = tuple[int | str | None, ...]
 
@@ -100,7 +101,11 @@ class RuntimeEstimate:
     allocator_overhead_bytes: int  # rounding, pools, segments and reuse gaps on top of those
     context_bytes: int  # CUDA context + library workspaces (0 on CPU)
     runtime_peak_bytes: int  # the runtime's own in-use peak, counted as the runtime counts it
-    device_total_bytes: int  # what nvidia-smi would show (CPU: the process's tensor memory)
+    # The demand: what the process holds over the run on a device large enough (what
+    # nvidia-smi would show; CPU: the process's tensor memory). Where the GPU holds it, the
+    # allocator's run bounded by the GPU (its behaviour near the limit included), else the
+    # same run unbounded: never capped where the GPU runs out.
+    device_total_bytes: int
     counts: str  # what runtime_peak_bytes includes and leaves out, in words
     notes: tuple[str, ...] = ()
     # Scratch the runtime takes while a kernel runs (onnxruntime CPU: Conv's im2col buffer);
@@ -116,12 +121,14 @@ class RuntimeEstimate:
     # part of runtime_peak_bytes, shown on its own line.
     runtime_weights_bytes: int = 0
     # Bounded by a GPU of `capacity_bytes`: whether every allocation was made within it
-    # (`satisfied`). Then device_total_bytes <= capacity_bytes; where one failed, the run stops
-    # there and device_total_bytes is what the device was asked for at that allocation (more
-    # than the capacity), `failure` says which. None / "": not bounded (a CPU runtime).
+    # (`satisfied`; then device_total_bytes <= capacity_bytes). Where one failed, the numbers
+    # are the unbounded run's (the demand, more than the capacity) and `out_of_memory` says
+    # where the bounded run failed (`failure`: the same in words). None / "": not bounded (a
+    # CPU runtime).
     capacity_bytes: int | None = None
     satisfied: bool | None = None
     failure: str = ""
+    out_of_memory: OutOfMemoryAt | None = None
 
     @property
     def fits(self) -> bool | None:
@@ -129,6 +136,13 @@ class RuntimeEstimate:
         if self.capacity_bytes is None:
             return None
         return self.device_total_bytes <= self.capacity_bytes
+
+    @property
+    def over_bytes(self) -> int | None:
+        """The demand less the capacity (negative: to spare); None where not bounded."""
+        if self.capacity_bytes is None:
+            return None
+        return self.device_total_bytes - self.capacity_bytes
 
 
 class RuntimeModel(Protocol):

@@ -6,22 +6,23 @@ provider's arena, a BFCArena too (graphmem/runtime_models/bfc_arena.py), bounded
 the device holds the CUDA context, the initializers and inputs (copied to the GPU at session
 creation, outside the arena's regions), and what is left is the arena's to extend into, with
 its 90% back-off near the limit. The device total is context + initializers and inputs + the
-arena's regions; where a region cannot be had the run fails, as onnxruntime's does.
+arena's regions. Where a region cannot be had the run fails, as onnxruntime's does: the
+estimate then says where (`out_of_memory`), and its numbers are the demand, the same run on a
+GPU large enough, so that the device total less the capacity is what the run lacks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
+from graphmem.passes.fit import OutOfMemoryAt
 from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaFailure
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
-    OrtTimeline,
     PlanShape,
     buffer_live_spans,
     ort_timeline,
@@ -42,19 +43,32 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
                       capacity_bytes: int | None = None,
                       with_notes: bool = True) -> RuntimeEstimate:
     """One run on the CUDA provider; `capacity_bytes` (the GPU's memory) bounds the arena:
-    it gets what the context and the initializers and inputs leave. `with_notes` False: the
-    notes are left out (a probe reads the numbers alone), a failure's own line excepted."""
+    it gets what the context and the initializers and inputs leave. Where the bounded run
+    fails, the numbers are the unbounded run's (the demand) and `out_of_memory` says where
+    the bounded one stopped. `with_notes` False: the notes are left out (a probe reads the
+    numbers alone), a failure's own line excepted."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
+    scratch = [KernelScratch()] * len(plan.order)
+    spans = buffer_live_spans(plan)
     free = None if capacity_bytes is None else capacity_bytes - context_bytes - resident_bytes
+    oom: OutOfMemoryAt | None = None
+    timeline = None
     if free is not None and free < 0:
-        return _weights_do_not_fit(plan, resident_bytes, context_bytes, capacity_bytes or 0)
-    timeline = ort_timeline(plan, [KernelScratch()] * len(plan.order), buffer_live_spans(plan),
-                            device_free_bytes=free)
+        oom = _weights_do_not_fit(plan, resident_bytes, free + resident_bytes)
+    elif free is not None:
+        bounded = ort_timeline(plan, scratch, spans, device_free_bytes=free)
+        if bounded.failure is None:
+            timeline = bounded
+        else:
+            oom = _failed_at(plan, bounded.failure)
+    if timeline is None:  # unbounded: not bounded, or the demand where the GPU ran out
+        timeline = ort_timeline(plan, scratch, spans)
     notes: tuple[str, ...] = ()
     if with_notes:
         notes = plan_notes(plan, timeline, sizes, plan_shapes is None)
         notes += _model_notes(context_source)
-    estimate = RuntimeEstimate(
+    failure = "" if oom is None else _failure_text(oom)
+    return RuntimeEstimate(
         runtime="ort-cuda",
         tensors_at_peak_bytes=timeline.tensors_bytes,
         allocator_overhead_bytes=timeline.held_bytes - timeline.tensors_bytes,
@@ -62,48 +76,42 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
         runtime_peak_bytes=timeline.peak_bytes,
         device_total_bytes=timeline.held_bytes + resident_bytes + context_bytes,
         counts=ORT_CUDA_COUNTS,
-        notes=notes,
+        notes=(failure, *notes) if failure else notes,
         resident_bytes=resident_bytes,
         arena_held_bytes=timeline.held_bytes,
         capacity_bytes=capacity_bytes,
-        satisfied=None if capacity_bytes is None else timeline.failure is None,
+        satisfied=None if capacity_bytes is None else oom is None,
+        failure=failure,
+        out_of_memory=oom,
     )
-    if timeline.failure is not None:
-        return _failed(estimate, plan, timeline, timeline.failure)
-    return estimate
 
 
-def _failed(estimate: RuntimeEstimate, plan: OrtPlan, timeline: OrtTimeline,
-            failure: ArenaFailure) -> RuntimeEstimate:
-    """The run stops at the allocation the arena could not back: the device total is what
-    the device was asked for there (the regions held, plus the last region tried)."""
+def _failed_at(plan: OrtPlan, failure: ArenaFailure) -> OutOfMemoryAt:
+    """The allocation the arena, bounded by the GPU, could not back: onnxruntime fails the
+    run there."""
     node = plan.order[failure.step]
-    asked = failure.held_bytes + failure.region_bytes
-    tensors = failure.in_use_bytes + failure.request_bytes
-    text = (f"out of memory at node {node.name} ({node.op_type}), step {failure.step + 1} of"
-            f" {len(plan.order)}: the arena needs {format_bytes(failure.request_bytes)} more"
-            f" and no region it tries fits the {format_bytes(failure.device_free_bytes)} the"
-            f" GPU has left (last tried {format_bytes(failure.region_bytes)}, after 90%"
-            " back-off steps); onnxruntime fails the run here")
-    return replace(
-        estimate, tensors_at_peak_bytes=tensors, allocator_overhead_bytes=asked - tensors,
-        runtime_peak_bytes=max(timeline.peak_bytes, tensors), arena_held_bytes=failure.held_bytes,
-        device_total_bytes=asked + estimate.resident_bytes + estimate.context_bytes,
-        satisfied=False, failure=text, notes=(text, *estimate.notes))
+    return OutOfMemoryAt(
+        tensor=failure.key, node=node.name, op_type=node.op_type, step=failure.step + 1,
+        step_count=len(plan.order), request_bytes=failure.request_bytes,
+        held_bytes=failure.held_bytes, free_bytes=failure.device_free_bytes)
 
 
-def _weights_do_not_fit(plan: OrtPlan, resident_bytes: int, context_bytes: int,
-                        capacity_bytes: int) -> RuntimeEstimate:
-    text = (f"out of memory before the run: the initializers and inputs"
-            f" ({format_bytes(resident_bytes)}) and the CUDA context"
-            f" ({format_bytes(context_bytes)}) are more than the GPU's"
-            f" {format_bytes(capacity_bytes)}")
-    return RuntimeEstimate(
-        runtime="ort-cuda", tensors_at_peak_bytes=0, allocator_overhead_bytes=0,
-        context_bytes=context_bytes, runtime_peak_bytes=0,
-        device_total_bytes=resident_bytes + context_bytes, counts=ORT_CUDA_COUNTS,
-        notes=(text, f"{len(plan.order)} nodes not run"), resident_bytes=resident_bytes,
-        arena_held_bytes=0, capacity_bytes=capacity_bytes, satisfied=False, failure=text)
+def _weights_do_not_fit(plan: OrtPlan, resident_bytes: int, free_bytes: int) -> OutOfMemoryAt:
+    """The initializers and inputs do not fit beside the context: the session fails before
+    any node runs."""
+    return OutOfMemoryAt(tensor="", node="", op_type="", step=None, step_count=len(plan.order),
+                         request_bytes=resident_bytes, held_bytes=0, free_bytes=free_bytes)
+
+
+def _failure_text(oom: OutOfMemoryAt) -> str:
+    if oom.step is None:
+        return (f"out of memory before the run: the initializers and inputs"
+                f" ({format_bytes(oom.request_bytes)}) are more than the"
+                f" {format_bytes(max(oom.free_bytes, 0))} the CUDA context leaves on the GPU")
+    return (f"out of memory at node {oom.node} ({oom.op_type}), step {oom.step} of"
+            f" {oom.step_count}: the arena needs {format_bytes(oom.request_bytes)} more"
+            f" and no region it tries fits the {format_bytes(oom.free_bytes)} the"
+            " GPU has left (after 90% back-off steps); onnxruntime fails the run here")
 
 
 def _model_notes(context_source: str) -> tuple[str, ...]:

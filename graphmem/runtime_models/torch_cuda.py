@@ -20,7 +20,7 @@ from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import GpuSpec
 from graphmem.ops import traits_of
 from graphmem.passes.dims import DimBinding, value_bytes
-from graphmem.passes.fit import default_cuda_reserve
+from graphmem.passes.fit import OutOfMemoryAt, default_cuda_reserve
 from graphmem.passes.memory_model import (
     MemoryModel,
     StepEvents,
@@ -32,6 +32,7 @@ from graphmem.passes.memory_model import (
 from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.runtime_models.cuda_allocator import (
     AllocatorEvent,
+    AllocatorFailure,
     AllocatorResult,
     simulate_caching_allocator,
 )
@@ -167,18 +168,36 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
     A training step is replayed twice (the second reuses the segments the first cached, as
     every later step does); the peaks are those of the whole replay. `context_override_bytes`
     (--cuda-reserve) replaces the measured context size. `capacity_bytes` (the GPU's memory)
-    bounds the allocator's segments to what the context leaves.
+    bounds the allocator's segments to what the context leaves; where a request fails there,
+    the numbers are the unbounded replay's (the demand) and `out_of_memory` says where it
+    failed.
     """
     overhead = cuda_overhead(gpu.architecture, context_override_bytes)
     workspaces = library_workspaces(analysis.graph, overhead)
     workspace_bytes = sum(w.nbytes for w in workspaces)
     steps = 2 if analysis.mode == "training" else 1
     segments = None if capacity_bytes is None else max(capacity_bytes - overhead.context_bytes, 0)
-    result = simulate_caching_allocator(allocation_events(analysis, steps, workspaces), segments)
-    if result.failure is not None:
-        return _out_of_memory(result, overhead, workspace_bytes, capacity_bytes or 0)
+    events = allocation_events(analysis, steps, workspaces)
+    result = simulate_caching_allocator(events, segments)
+    oom = None
+    if result.failure is not None:  # the demand: the same replay on a GPU large enough
+        oom = _failed_at(analysis.graph, result.failure, segments or 0)
+        result = simulate_caching_allocator(events)
     tensors = result.requested_peak_bytes - workspace_bytes
     named = ", ".join(f"{w.name} {w.nbytes:,} B" for w in workspaces) or "none"
+    failure = "" if oom is None else _failure_text(oom, segments or 0)
+    notes = (
+        f"caching allocator: {result.segment_count} segments"
+        f" ({result.small_segment_count} of 2 MiB), reserved peak"
+        f" {result.reserved_peak_bytes:,} B",
+        f"context + workspaces: {overhead.context_bytes:,} B outside the allocator"
+        f" ({overhead.context_source}); inside it: {named}"
+        f" ({overhead.workspace_source})",
+        "not modelled: cuDNN workspaces and kernels' temporary buffers (allocated and"
+        " freed inside one op; a few MiB for convolutions on the H100): the device total"
+        " may be low by them",
+        *_released_note(result),
+    )
     return RuntimeEstimate(
         runtime="torch-cuda",
         tensors_at_peak_bytes=tensors,
@@ -190,20 +209,11 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
                 " blocks where not split), parameters, optimizer state, inputs and the"
                 f" cuBLAS workspaces ({workspace_bytes:,} B) included; the allocator's cached"
                 " free blocks and the CUDA context left out"),
-        notes=(
-            f"caching allocator: {result.segment_count} segments"
-            f" ({result.small_segment_count} of 2 MiB), reserved peak"
-            f" {result.reserved_peak_bytes:,} B",
-            f"context + workspaces: {overhead.context_bytes:,} B outside the allocator"
-            f" ({overhead.context_source}); inside it: {named}"
-            f" ({overhead.workspace_source})",
-            "not modelled: cuDNN workspaces and kernels' temporary buffers (allocated and"
-            " freed inside one op; a few MiB for convolutions on the H100): the device total"
-            " may be low by them",
-            *_released_note(result),
-        ),
+        notes=(failure, *notes) if failure else notes,
         capacity_bytes=capacity_bytes,
-        satisfied=None if capacity_bytes is None else True,
+        satisfied=None if capacity_bytes is None else oom is None,
+        failure=failure,
+        out_of_memory=oom,
     )
 
 
@@ -215,30 +225,25 @@ def _released_note(result: AllocatorResult) -> tuple[str, ...]:
             " out-of-memory error",)
 
 
-def _out_of_memory(result: AllocatorResult, overhead: CudaOverhead, workspace_bytes: int,
-                   capacity_bytes: int) -> RuntimeEstimate:
-    """The step stops at the request no segment can serve: the device total is what the
-    device was asked for there (segments held, plus the one asked for)."""
-    failure = result.failure
-    assert failure is not None
-    asked = failure.reserved_bytes + failure.segment_bytes
-    tensors = failure.allocated_bytes + failure.request_bytes - workspace_bytes
-    text = (f"CUDA out of memory: a request of {format_bytes(failure.request_bytes)} needs a"
-            f" new {format_bytes(failure.segment_bytes)} segment, and after freeing its cached"
-            f" segments the allocator holds {format_bytes(failure.reserved_bytes)} of the"
-            f" {format_bytes(max(capacity_bytes - overhead.context_bytes, 0))} the context"
-            " leaves; PyTorch raises torch.OutOfMemoryError here")
-    return RuntimeEstimate(
-        runtime="torch-cuda",
-        tensors_at_peak_bytes=tensors,
-        allocator_overhead_bytes=asked - tensors - workspace_bytes,
-        context_bytes=overhead.context_bytes + workspace_bytes,
-        runtime_peak_bytes=failure.allocated_bytes + failure.request_bytes,
-        device_total_bytes=asked + overhead.context_bytes,
-        counts="torch.cuda.memory_allocated when the step ran out of memory, with the request"
-               " that failed",
-        notes=(text, f"context: {overhead.context_source}"),
-        capacity_bytes=capacity_bytes,
-        satisfied=False,
-        failure=text,
-    )
+def _failed_at(graph: Graph, failure: AllocatorFailure, segments_bytes: int) -> OutOfMemoryAt:
+    """The request no segment could serve (PyTorch raises torch.OutOfMemoryError there): a
+    step's tensor names its node; a resident or a workspace fails before the step runs."""
+    buffer = failure.buffer_id  # (step | "resident" | "workspace", name)
+    kind, name = buffer if isinstance(buffer, tuple) else (None, buffer)
+    node = graph.values[name].producer if isinstance(kind, int) and name in graph.values else None
+    step = None
+    if node is not None:
+        step = next(i for i, n in enumerate(graph.nodes) if n is node) + 1
+    return OutOfMemoryAt(
+        tensor=str(name), node=node.name if node else "", op_type=node.op_type if node else "",
+        step=step, step_count=len(graph.nodes), request_bytes=failure.request_bytes,
+        held_bytes=failure.reserved_bytes,
+        free_bytes=max(segments_bytes - failure.reserved_bytes, 0))
+
+
+def _failure_text(oom: OutOfMemoryAt, segments_bytes: int) -> str:
+    where = f" at node {oom.node} ({oom.op_type})" if oom.node else f" for {oom.tensor}"
+    return (f"CUDA out of memory{where}: a request of {format_bytes(oom.request_bytes)} needs"
+            f" a new segment, and after freeing its cached segments the allocator holds"
+            f" {format_bytes(oom.held_bytes)} of the {format_bytes(segments_bytes)} the"
+            " context leaves; PyTorch raises torch.OutOfMemoryError here")

@@ -23,6 +23,7 @@ from graphmem.report.html.quantity import (
     percent,
     probe,
 )
+from graphmem.report.out_of_memory import out_of_memory_text
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,8 @@ def gpu_view(fit: GpuFit) -> GpuView:
         basis=fit.basis,
         parts=parts,
         live_peak=bytes_quantity(fit.live_peak_bytes),
-        failure=printable_text(fit.failure),
+        failure=printable_text(out_of_memory_text(fit.out_of_memory) if fit.out_of_memory
+                               else fit.failure),
         caveat=printable_text(fit.caveat),
     )
 

@@ -31,6 +31,7 @@ from graphmem.report.json.plan import plan_gpu, plan_memory, sweep_json
 from graphmem.report.json.runtime import runtime_memory
 from graphmem.report.json.serving import serving_memory
 from graphmem.report.json.suggestions import suggestions_json
+from graphmem.report.out_of_memory import out_of_memory_json
 
 __all__ = ["ANALYSIS_KEYS", "DIMS_KEYS", "ROLE_KEYS", "SCHEMA_VERSION", "quantity", "to_dict",
            "to_json_text", "write_json"]
@@ -205,6 +206,9 @@ def _gpu(fit: GpuFit) -> dict[str, Any]:
         "utilization": fit.utilization,
         "fits": fit.fits,
         "failure": fit.failure or None,
+        # where the allocator bounded by the GPU first fails; required_bytes is the demand
+        "out_of_memory": out_of_memory_json(fit.out_of_memory),
+        "over_bytes": fit.over_bytes,
         "caveat": fit.caveat,
         "source": fit.gpu.source,
     }

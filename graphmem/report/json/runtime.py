@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from graphmem.report.out_of_memory import out_of_memory_json
 from graphmem.runtime_models.base import RuntimeEstimate
 
 if TYPE_CHECKING:
@@ -51,5 +52,6 @@ def runtime_json(estimate: RuntimeEstimate, capacity_bytes: int | None) -> dict[
         # bounded by the GPU: every allocation made (else the one that failed)
         "satisfied": estimate.satisfied,
         "failure": estimate.failure or None,
+        "out_of_memory": out_of_memory_json(estimate.out_of_memory),
         "notes": list(estimate.notes),
     }

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from graphmem.core.safe_text import markup_text
 from graphmem.core.units import format_bytes
+from graphmem.report.out_of_memory import out_of_memory_text
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
@@ -61,7 +62,9 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
                   format_bytes(estimate.context_bytes + estimate.workspace_bytes), context)
     table.add_row(total, format_bytes(estimate.device_total_bytes), _capacity(analysis))
     console.print(table)
-    if estimate.failure:
+    if estimate.out_of_memory is not None:
+        console.print(f"[red]{markup_text(out_of_memory_text(estimate.out_of_memory))}[/]")
+    elif estimate.failure:
         console.print(f"[red]{markup_text(estimate.failure)}[/]")
     fit = analysis.fit
     if fit is not None and fit.runtime == estimate.runtime and fit.caveat:

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from graphmem.core.safe_text import markup_text
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.out_of_memory import out_of_memory_text
 from graphmem.report.terminal.answer import (
     advice_lines,
     memory_table,
@@ -62,6 +63,9 @@ def print_answer(analysis: Analysis, console: Console) -> None:
     if formula:
         console.print(formula)
     console.print(memory_table(analysis))
+    oom = analysis.fit.out_of_memory if analysis.fit is not None else None
+    if oom is not None:  # where this GPU would stop the run (the total above is the demand)
+        console.print(f"[dim]{markup_text(out_of_memory_text(oom))}[/]")
     # what the user asked for by flag is the answer for them: fine-tuning and serving
     # (llm.py), the per-GPU memory of a distributed job, the sweep
     print_llm(analysis, console)
