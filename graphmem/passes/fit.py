@@ -2,8 +2,10 @@
 
 The verdict compares one number with the GPU's capacity (the total the driver reports where
 known): the device total of the runtime model of that GPU (onnxruntime's CUDA arena for ONNX
-inference, PyTorch's caching allocator for training steps and PyTorch models), bounded by the
-capacity as the device bounds it; where no runtime model applies (dims left free, an analysis
+inference, PyTorch's caching allocator for training steps and PyTorch models), run bounded by
+the capacity as the device bounds it; where that run fails, the device total is the demand (the
+same run on a GPU large enough), so `over_bytes` is what the step lacks, and where it failed is
+`out_of_memory`. Where no runtime model applies (dims left free, an analysis
 run without planning) the live-tensor peak plus the CUDA context, and the verdict says so.
 `fits`, the utilization, max batch, `check --max-memory`, `gpus --fits`, the sweep and every
 report read this one verdict (graphmem/pipeline/verdict.py builds it).

@@ -1,7 +1,8 @@
 """The runtime model of a GPU at any dims: the device total every fit verdict reads.
 
 `runtime_estimate` runs a runtime model on an analysis (every dim bound, or bound here with
-`dims`), bounded by the GPU's capacity when one is given; `DeviceTotalProbe` answers "what is
+`dims`), bounded by the GPU's capacity when one is given (where that run fails, its device
+total is the demand: the same run unbounded); `DeviceTotalProbe` answers "what is
 the device total with this dim at that value" for max batch, sweeps and `graphmem gpus --fits`
 (re-running the whole analysis there only where binding a dim changes the shapes); `device_fit`
 turns an estimate into the one verdict (graphmem/passes/fit.py `GpuFit`).

@@ -2,7 +2,8 @@
 
 With `--gpu`, the GPU's runtime model (onnxruntime CUDA for ONNX inference, PyTorch's caching
 allocator for training steps and PyTorch models, or the one `--runtime` names), bounded by the
-GPU's memory, gives the device total; "fits", the utilization, the largest batch (the runtime
+GPU's memory, gives the device total (where the bounded run fails, the demand: the same run
+on a GPU large enough); "fits", the utilization, the largest batch (the runtime
 model re-run at each batch the search probes, the live-peak answer only its starting guess)
 and each sweep point's fit are all read from that number, and every report renders this one
 result. While dims are free the device total cannot be computed: the verdict then reads the
@@ -102,8 +103,8 @@ def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None 
     allocator = 0
     if fit.runtime is not None:
         # the single-GPU step's allocator overhead, its runtime model unbounded by the GPU:
-        # near or over the capacity the bounded model frees its cache or stops where it ran
-        # out, which says nothing of a rank's allocator
+        # near the capacity the bounded model frees its cache, which says nothing of a
+        # rank's allocator
         allocator = runtime_estimate(analysis, fit.runtime, fit.gpu,
                                      cuda_reserve_bytes).allocator_overhead_bytes
     context = sum(int(p.size_bytes) for p in fit.parts if p.key == "context")

@@ -60,6 +60,8 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
                   overhead)
     table.add_row("+ context + workspaces",
                   format_bytes(estimate.context_bytes + estimate.workspace_bytes), context)
+    if estimate.satisfied is False:  # the GPU runs out: the total is what the run would need
+        total = "= device total (demand)"
     table.add_row(total, format_bytes(estimate.device_total_bytes), _capacity(analysis))
     console.print(table)
     if estimate.out_of_memory is not None:
