@@ -20,14 +20,24 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from graphmem import analyze_onnx
+from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.devices.gpus import find_gpu
-from graphmem.passes.fit import gpu_capacity_bytes
+from graphmem.distributed.serving import (
+    CacheShape,
+    ServingConfig,
+    ServingInputs,
+    StepPeak,
+    plan_serving,
+    serving_fit,
+)
+from graphmem.passes.fit import OutOfMemoryAt, fit_on_gpu, gpu_capacity_bytes
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import runtime_estimate
 from graphmem.report.out_of_memory import out_of_memory_text
@@ -197,3 +207,43 @@ def test_weights_that_do_not_fit_fail_before_the_run_and_the_demand_is_the_run()
     assert bounded.device_total_bytes == unbounded.device_total_bytes
     assert bounded.over_bytes == unbounded.device_total_bytes - capacity
     assert "before the first node, for the weights and inputs" in out_of_memory_text(oom)
+
+
+# ----- the serving plan and the per-rank plans: sums of their parts, never capped ---------------
+
+
+def test_the_serving_verdict_is_over_the_engines_budget_by_its_demand() -> None:
+    # 256 B per token (2 layers x 2 KV heads x 16 x 2 B, K and V); budget 0.9 x 1,000,000;
+    # one 1,024-token sequence: 500,000 weights + 100,000 step + 50,000 context + 64 blocks
+    # x 4,096 B = 912,144 B: 12,144 B over the budget, though 91.2% of the GPU
+    cache = CacheShape(layers=2, kv_heads=2, head_dim=16, dtype="float16", dtype_bytes=2)
+    plan = plan_serving(ServingInputs(
+        config=ServingConfig(context=1024), cache=cache, gpu_name="t4", capacity_bytes=1_000_000,
+        cuda_context_bytes=50_000, weights_bytes=500_000,
+        steps=(StepPeak("analyzed step", {}, 100_000),), position_limit=4096,
+        position_limit_source="--max-context"))
+    step = OutOfMemoryAt("x", "n", "Conv", 1, 1, 1, 0, 0)  # the single step's, not the plan's
+    single = fit_on_gpu(find_gpu("t4"), SymInt.const(1))
+    fit = serving_fit(replace(single, out_of_memory=step), plan)
+    assert fit.fits is False and int(fit.required_bytes) == 912_144
+    assert fit.limit_bytes == 900_000 and fit.over_bytes == 12_144
+    assert fit.out_of_memory is None
+    assert sum(int(part.size_bytes) for part in fit.parts) == 912_144
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_distributed_jobs_per_gpu_total_is_its_demand(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # DDP on 2 GPUs: each rank holds the whole step of a batch too large for a T4
+    out = tmp_path / "ddp.json"
+    code, _, _ = run_cli(["analyze", "tests/models.py:tiny_gpt", "--input", "24000x64:int64",
+                          "--train", "--gpus", "2", "--strategy", "ddp", "--gpu", "t4",
+                          "--no-html", "--json", str(out)], capsys)
+    assert code == 0
+    gpu = json.loads(out.read_text())["gpu"]
+    required = gpu["required_bytes"]
+    assert gpu["basis"] == "ddp per-GPU device total" and gpu["fits"] is False
+    assert sum(gpu["parts"].values()) == required >= gpu["live_peak_bytes"]
+    assert gpu["over_bytes"] == required - gpu["memory_bytes"] > 0
+    assert gpu["out_of_memory"] is None  # a plan's sum of parts: no allocator run to fail

@@ -207,6 +207,7 @@ def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
         fit, required_bytes=SymInt.const(required),
         utilization=required / plan.capacity_bytes if plan.capacity_bytes else float("inf"),
         fits=plan.max_sequences >= 1, parts=parts, runtime=None, failure="", caveat="",
+        out_of_memory=None, limit_bytes=plan.budget_bytes,
         basis=(f"serving plan: one {plan.context:,}-token sequence against the engine's"
                f" budget, {share:g} of the GPU (--gpu-memory-utilization)"))
 

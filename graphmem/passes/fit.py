@@ -86,13 +86,17 @@ class GpuFit:
     # where the runtime's allocator, bounded by the GPU, first fails (does not fit, where
     # the runtime model knows it); required_bytes is the demand all the same
     out_of_memory: OutOfMemoryAt | None = None
+    # what required_bytes is held to where that is not the capacity (under --serve: the
+    # engine's budget, capacity x gpu_memory_utilization); None: the capacity
+    limit_bytes: int | None = None
 
     @property
     def over_bytes(self) -> int | None:
-        """How much more than the capacity the device total (the demand) is (negative: to
-        spare); None with free dims."""
+        """How much more than the capacity (or the limit) the device total, the demand, is
+        (negative: to spare); None with free dims."""
         required = self.required_bytes
-        return int(required) - self.capacity_bytes if required.is_constant else None
+        limit = self.capacity_bytes if self.limit_bytes is None else self.limit_bytes
+        return int(required) - limit if required.is_constant else None
 
 
 @cache
