@@ -410,7 +410,8 @@ def _verify_torch(spec: str, inputs: object, provider: str, seed: int, train: bo
 def check_model(model: str | Path | None = None, *, gpu: str | None = None,
                 batch: int | None = None, dims: Mapping[str, int] | None = None,
                 cuda_reserve_bytes: int | None = None, max_memory: str | None = None,
-                max_latency: str | None = None, max_params: int | str | None = None,
+                max_tensor_memory: str | None = None, max_latency: str | None = None,
+                max_params: int | str | None = None,
                 max_flops: int | str | None = None, fail_on_unsupported: bool = False,
                 baseline: str | Path | None = None, max_growth: str | None = None,
                 min_sequences: int | None = None, context: int | None = None,
@@ -430,6 +431,8 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
     try:
         limits = parse.Budgets(
             max_memory=None if max_memory is None else parse.parse_memory_limit(max_memory),
+            max_tensor_bytes=(None if max_tensor_memory is None
+                              else parse.parse_size(max_tensor_memory)),
             max_latency_s=None if max_latency is None else parse.parse_latency_s(max_latency),
             max_params=None if max_params is None else parse.parse_count(max_params),
             max_flops=None if max_flops is None else parse.parse_count(max_flops),

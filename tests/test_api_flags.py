@@ -63,6 +63,7 @@ def analyze_flags() -> list[str]:
 CHECK_TO_API = {
     "model": "model", "gpu": "gpu", "batch": "batch", "dim": "dims",
     "cuda_reserve": "cuda_reserve_bytes", "max_memory": "max_memory",
+    "max_tensor_memory": "max_tensor_memory",
     "max_latency": "max_latency", "max_params": "max_params", "max_flops": "max_flops",
     "fail_on_unsupported": "fail_on_unsupported", "baseline": "baseline",
     "max_growth": "max_growth", "min_sequences": "min_sequences", "context": "context",

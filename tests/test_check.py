@@ -107,6 +107,29 @@ def test_size_budget_at_the_peak_passes(mlp: Path, capsys: pytest.CaptureFixture
     assert code == 0 and budget_lines(out) == {"peak memory": "PASS"}
 
 
+@pytest.mark.parametrize(("limit", "verdict"), [(f"{PEAK}B", "PASS"), (f"{PEAK - 1}B", "FAIL")])
+def test_the_live_tensor_budget_reads_the_peak_apart_from_the_gpu(
+        mlp: Path, limit: str, verdict: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # with --gpu the device total (context included: hundreds of MiB) is --max-memory's; the
+    # live-tensor budget still reads graphmem's 31488 B peak, to the byte
+    code, out, err = run(["check", str(mlp), "--batch", "32", "--gpu", "t4",
+                          "--max-tensor-memory", limit], capsys)
+    assert code == (0 if verdict == "PASS" else 1), err
+    assert budget_lines(out) == {"peak memory": "PASS", "live tensors": verdict}
+
+
+@pytest.mark.slow
+def test_the_shipped_budgets_file_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    # the README's gate on the samples: it failed its own budgets (a 64 MiB limit written for
+    # the live tensors was held against the 726.5 MiB device total, context included)
+    code, out, err = run(["check", "--budgets", str(Path(__file__).parent.parent /
+                                                     "graphmem.toml")], capsys)
+    assert code == 0, out + err
+    verdicts = [line.split()[:3] for line in out.splitlines() if line.startswith("  ")]
+    assert ["FAIL"] not in [v[:1] for v in verdicts]
+    assert verdicts.count(["PASS", "live", "tensors"]) == 2  # tiny_gpt's and tiny_llama's
+
+
 def test_percent_budget_is_a_share_of_usable_memory(mlp: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     # with a GPU the budget holds the verdict's device total against a share of the GPU's

@@ -176,6 +176,7 @@ class Budgets:
     """Every budget of one model; None / False: not checked."""
 
     max_memory: MemoryLimit | None = None
+    max_tensor_bytes: int | None = None  # graphmem's live-tensor peak, apart from the GPU's
     max_latency_s: float | None = None
     max_params: int | None = None
     max_flops: int | None = None
@@ -186,7 +187,8 @@ class Budgets:
 
     @property
     def is_empty(self) -> bool:
-        return (self.max_memory is None and self.max_latency_s is None
+        return (self.max_memory is None and self.max_tensor_bytes is None
+                and self.max_latency_s is None
                 and self.max_params is None and self.max_flops is None
                 and not self.fail_on_unsupported and self.max_growth is None
                 and self.min_sequences is None)
@@ -222,8 +224,9 @@ def complete_budgets(budgets: Budgets, gpu: str | None, baseline_source: str | N
         if gpu is None:
             raise GraphmemError(
                 "no budget to check: give --gpu NAME (the model must fit), --max-memory,"
-                " --max-latency, --max-params, --max-flops, --fail-on-unsupported or"
-                " --baseline with --max-growth, or --budgets graphmem.toml")
+                " --max-tensor-memory, --max-latency, --max-params, --max-flops,"
+                " --fail-on-unsupported or --baseline with --max-growth, or --budgets"
+                " graphmem.toml")
         return Budgets(max_memory=MemoryLimit("100%", fraction=1.0))
     if memory is None and gpu is not None:
         return replace(budgets, max_memory=MemoryLimit("100%", fraction=1.0))
@@ -349,6 +352,12 @@ def evaluate(numbers: ModelNumbers, budgets: Budgets) -> tuple[BudgetResult, ...
     results: list[BudgetResult] = []
     if budgets.max_memory is not None:
         results.append(_memory(numbers, budgets.max_memory))
+    if budgets.max_tensor_bytes is not None:
+        peak = numbers.peak_bytes
+        results.append(_at_most(
+            "live tensors", peak, budgets.max_tensor_bytes, "bytes",
+            f"live tensors at the peak {format_bytes(peak)} (graphmem's count, model order;"
+            f" no runtime or GPU overhead) vs limit {format_bytes(budgets.max_tensor_bytes)}"))
     if budgets.max_latency_s is not None:
         results.append(_latency(numbers, budgets.max_latency_s))
     if budgets.max_params is not None:

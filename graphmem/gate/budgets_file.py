@@ -72,6 +72,7 @@ class _Budget:
 
 _BUDGET_KEYS = {
     "max_memory": _Budget(parse_memory_limit, "90%", False),
+    "max_tensor_memory": _Budget(parse_size, "64MiB", False),
     "max_latency": _Budget(parse_latency_s, "20ms", False),
     "max_params": _Budget(parse_count, "25M", True),
     "max_flops": _Budget(parse_count, "4.1G", True),
@@ -278,7 +279,8 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
               "dims": {**defaults.get("dims", {}), **checked.get("dims", {})}}
     folder = file.path.parent
     budgets = Budgets(
-        max_memory=merged.get("max_memory"), max_latency_s=merged.get("max_latency"),
+        max_memory=merged.get("max_memory"), max_tensor_bytes=merged.get("max_tensor_memory"),
+        max_latency_s=merged.get("max_latency"),
         max_params=merged.get("max_params"), max_flops=merged.get("max_flops"),
         fail_on_unsupported=bool(merged.get("fail_on_unsupported", False)),
         max_growth=merged.get("max_growth"),
