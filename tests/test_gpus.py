@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import (
     GpuSpec,
     GpuTableError,
@@ -17,6 +18,7 @@ from graphmem.devices.gpus import (
     load_gpu_table_from,
 )
 from graphmem.errors import GraphmemError
+from tests.helpers.cli import Run
 
 GIB = 2**30
 MIB = 2**20
@@ -316,3 +318,19 @@ def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_file_without_gpu_tables_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(GpuTableError, match=r"no \[\[gpu\]\] tables found"):
         load_gpu_table_from(write_table(tmp_path, "# nothing here\n"))
+
+
+def test_the_gpu_table_shows_the_capacity_every_verdict_uses(run: Run) -> None:
+    """One memory figure per GPU: `graphmem gpus` listed the T4 at its datasheet 16.0 GiB
+    while every verdict held models against the 15.0 GiB its driver reports."""
+    from graphmem.core.units import format_bytes
+    from graphmem.passes.fit import fit_on_gpu
+
+    code, out, err = run("gpus")
+    assert code == 0, err
+    rows = {cells[1].strip(): cells for line in out.splitlines()
+            if len(cells := line.split("\u2502")) > 4 and cells[1].strip()}
+    for gpu in load_gpu_table():
+        capacity = fit_on_gpu(gpu, SymInt.const(0)).capacity_bytes
+        assert rows[gpu.name][4].strip() == format_bytes(capacity), gpu.name
+    assert rows["t4"][4].strip() == "15.0 GiB"  # 16,106,127,360 B reported (datasheet 16 GiB)

@@ -83,6 +83,12 @@ class GpuSpec:
     nvidia_smi_total_bytes: int | None = None
     reported_source: str | None = None
 
+    @property
+    def capacity_bytes(self) -> int:
+        """The memory every verdict holds a model against: what the driver reports where
+        known, else nvidia-smi's total, else the datasheet's."""
+        return self.reported_total_bytes or self.nvidia_smi_total_bytes or self.memory_bytes
+
     def flops_per_s_for(self, dtype_name: str) -> float:
         """Peak FLOP/s for matmul-like work computed in `dtype_name`.
 

@@ -112,7 +112,7 @@ def default_cuda_reserve(architecture: str) -> CudaReserve:
 
 def gpu_capacity_bytes(gpu: GpuSpec) -> int:
     """What the driver reports where known, else nvidia-smi's total, else the datasheet."""
-    return gpu.reported_total_bytes or gpu.nvidia_smi_total_bytes or gpu.memory_bytes
+    return gpu.capacity_bytes
 
 
 def fit_on_gpu(gpu: GpuSpec, required_bytes: SymInt, reserve: CudaReserve | None = None,

@@ -18,7 +18,7 @@ def _row(gpu: GpuSpec) -> tuple[str, ...]:
         gpu.name,
         gpu.full_name,
         gpu.architecture,
-        format_bytes(gpu.memory_bytes),
+        format_bytes(gpu.capacity_bytes),
         f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f}",
         _tflops(gpu.fp32_flops_per_s),
         _tflops(gpu.fp16_flops_per_s),
@@ -36,4 +36,6 @@ def print_gpu_table(console: Console) -> None:
         table.add_row(*_row(gpu))
     console.print(table)
     console.print("Use the name with --gpu (case-insensitive; spaces, '_' and '-' are ignored)."
+                  " memory: what the driver reports, the capacity every verdict holds a model"
+                  " against (less than the datasheet's GB: ECC and driver reservations);"
                   " FP16/BF16 are tensor-core rates; sources: graphmem/devices/data/gpus.toml.")
