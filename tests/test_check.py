@@ -105,6 +105,7 @@ def test_each_budget_fails_exit_1(mlp: Path, flags: list[str], broken: str,
 def test_size_budget_at_the_peak_passes(mlp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["check", str(mlp), "--batch", "32", "--max-memory", f"{PEAK}B"], capsys)
     assert code == 0 and budget_lines(out) == {"peak memory": "PASS"}
+    assert "PASSED: 1 budget holds (1 model)" in out  # was "1 budgets hold"
 
 
 @pytest.mark.parametrize(("limit", "verdict"), [(f"{PEAK}B", "PASS"), (f"{PEAK - 1}B", "FAIL")])

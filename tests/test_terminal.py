@@ -236,3 +236,12 @@ def test_a_step_traced_for_a_gpu_says_which_kernels_it_assumed() -> None:
     assert kinds and f"CUDA kernels assumed: {' · '.join(dict.fromkeys(kinds))}" in text
     cpu = graphmem.analyze(TinyGPT(), ["2x16:int64"], train=True)
     assert cpu.model.kernels == () and "CUDA kernels" not in render(cpu)
+
+
+def test_count_noun_agrees_in_number() -> None:
+    from graphmem.core.units import count_noun
+
+    assert count_noun(1, "view") == "1 view"
+    assert count_noun(0, "view") == "0 views"
+    assert count_noun(1024, "budget") == "1,024 budgets"
+    assert count_noun(2, "child", "children") == "2 children"

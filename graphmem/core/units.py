@@ -55,3 +55,9 @@ def format_sym_or_max(candidates: tuple[SymInt, ...], formatter: object) -> str:
     """One formula, or max(a, b) when no single formula is the largest for every dim value."""
     texts = [formatter(c) for c in candidates]  # type: ignore[operator]
     return texts[0] if len(texts) == 1 else "max(" + ", ".join(texts) + ")"
+
+
+def count_noun(count: int, singular: str, plural: str | None = None) -> str:
+    """`1 budget`, `2 budgets`, `1,024 views`: a count with its noun in the right number."""
+    noun = singular if count == 1 else (plural or f"{singular}s")
+    return f"{count:,} {noun}"

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.core.units import count_noun
 from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaFailure, replay
 from graphmem.runtime_models.graph_cache import cached_per_graph
@@ -461,8 +462,9 @@ def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt 
     notes = [
         f"peak at node {node.name} ({node.op_type}), step {timeline.peak_step + 1} of"
         f" {len(plan.order)} in onnxruntime's order" if node else "no nodes",
-        f"{plan.inplace_count} outputs written in place, {plan.alias_count} views of their"
-        f" input, {plan.reused_count} placed in a freed buffer of the same shape",
+        f"{count_noun(plan.inplace_count, 'output')} written in place,"
+        f" {count_noun(plan.alias_count, 'view')} of their input, {plan.reused_count:,} placed"
+        " in a freed buffer of the same shape",
     ]
     held = timeline.tensors_bytes - timeline.live_bytes
     if held > 0:
@@ -474,9 +476,8 @@ def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt 
     if unknown:
         kinds = sorted({_op_kind(node) for node in unknown})
         made_by = ", ".join(kinds[:4]) + (", ..." if len(kinds) > 4 else "")
-        plural = "s" if len(unknown) != 1 else ""
-        notes.append(f"{len(unknown)} tensor{plural} of unknown size (made by {made_by}) counted"
-                     " as 0 bytes: the runtime peak may be low by their size")
+        notes.append(f"{count_noun(len(unknown), 'tensor')} of unknown size (made by {made_by})"
+                     " counted as 0 bytes: the runtime peak may be low by their size")
     return tuple(notes)
 
 

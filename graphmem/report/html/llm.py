@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphmem.core.safe_text import printable
-from graphmem.core.units import format_bytes
+from graphmem.core.units import count_noun, format_bytes
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
@@ -98,7 +98,7 @@ def serving_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
     config = plan.config
     return (
         LlmRow("GPU", f"{printable(plan.gpu_name)}, tensor parallel {config.tensor_parallel},"
-               f" {plan.replicas:,} replica{'s' if plan.replicas != 1 else ''}"),
+               f" {count_noun(plan.replicas, 'replica')}"),
         _sized("budget per GPU", plan.budget_bytes,
                f"{config.gpu_memory_utilization:g} x {format_bytes(plan.capacity_bytes)}"),
         _sized("weights", plan.weights_bytes),

@@ -20,7 +20,7 @@ from graphmem.core.safe_text import (
     printable,
     shorten,
 )
-from graphmem.core.units import format_bytes, format_si
+from graphmem.core.units import count_noun, format_bytes, format_si
 from graphmem.gate.budgets import BudgetResult, format_seconds
 from graphmem.gate.check import CheckReport, ModelCheck
 
@@ -70,13 +70,13 @@ def _budget_line(result: BudgetResult) -> str:
 
 
 def _verdict(report: CheckReport) -> str:
-    count = len(report.models)
-    models = f"{count} model{'s' if count != 1 else ''}"
+    models = count_noun(len(report.models), "model")
     if report.passed:
-        return (f"graphmem check: [green]PASSED[/]: {report.budget_count} budgets hold"
-                f" ({models})")
+        holds = "holds" if report.budget_count == 1 else "hold"
+        return (f"graphmem check: [green]PASSED[/]: {count_noun(report.budget_count, 'budget')}"
+                f" {holds} ({models})")
     broken = "; ".join(f"{printable(m.spec.label)}: {', '.join(r.name for r in m.failures)}"
                        for m in report.models if not m.passed)
     broken = escape_markup(shorten(broken, TEXT_MAX_CHARS))  # labels are printable already
     return (f"graphmem check: [bold red]FAILED[/]: {report.failure_count} of"
-            f" {report.budget_count} budgets broken ({models}) - {broken}")
+            f" {count_noun(report.budget_count, 'budget')} broken ({models}) - {broken}")
