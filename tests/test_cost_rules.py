@@ -559,4 +559,3 @@ def test_torch_pooling_flops(pool: str, expected_flops: int) -> None:
     costs = analyze_torch(layer, ["1x4x9x9"], plan=False).costs
     assert costs.unsupported_ops == {}
     assert costs.total_flops.evaluate({}) == expected_flops
-
