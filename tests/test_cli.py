@@ -182,3 +182,15 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(tmp_path: Path) -> None:
     process.stdout.close()
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141 and err == ""
+
+
+@pytest.mark.parametrize(("model", "stem"), [
+    ("nets/model.py:build", "model.build"),
+    ("other/encoder.py:build", "encoder.build"),  # two build() functions, two reports
+    ("pkg.models.vision:build_model", "vision.build_model"),
+    ("samples/resnet50.onnx", "resnet50"),
+])
+def test_default_report_names_do_not_collide(model: str, stem: str) -> None:
+    from graphmem.cli.analyze import _report_stem
+
+    assert _report_stem(model) == stem  # the report is ./<stem>.graphmem.html

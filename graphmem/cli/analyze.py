@@ -253,8 +253,13 @@ def _outputs(args: argparse.Namespace) -> tuple[OutputFile | None, OutputFile | 
 
 
 def _report_stem(model: str) -> str:
+    """What the default report is named after: a PyTorch spec by its file or module and its
+    function (`nets/model.py:build` -> `model.build`: two models built by `build()` must not
+    write one report), a config by its folder, a file by its stem."""
     if is_model_spec(model):
-        return model.rpartition(":")[2]
+        location, _, function = model.rpartition(":")
+        where = Path(location).stem if location.endswith(".py") else location.rpartition(".")[2]
+        return f"{where}.{function}" if where else function
     config = hf_config_file(model)
     if config is not None and config.name == HF_CONFIG_NAME:  # name it by its folder
         return config.resolve().parent.name or "config"
