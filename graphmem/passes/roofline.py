@@ -48,6 +48,9 @@ _RATE_DTYPE = {
 }
 
 
+_REDUCED = ("float16", "bfloat16")  # precisions chosen for speed
+
+
 @dataclass(frozen=True)
 class NodeTime:
     name: str
@@ -73,6 +76,9 @@ class RooflineResult:
     nodes: tuple[NodeTime, ...]  # model order
     top: tuple[NodeTime, ...]  # the nodes taking the most time, longest first
     nodes_without_flops: int  # counted with memory time only
+    # FLOPs in a reduced precision this GPU runs no faster than float32, by dtype: bfloat16
+    # on a T4 or V100 (no bf16 tensor cores) is timed at the FP32 rate; () when none
+    unaccelerated_flops: tuple[tuple[str, int], ...] = ()
 
 
 def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mapping[str, int],
@@ -84,14 +90,14 @@ def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mappi
                    cost.status is CostStatus.OK, gpu)
         for node, cost in zip(graph.nodes, costs.nodes, strict=True)
     )
-    return summarize(gpu.name, times, dims.get(batch_dim) if batch_dim else None)
+    return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
 
 
-def summarize(gpu_name: str, times: Sequence[NodeTime], batch: int | None) -> RooflineResult:
+def summarize(gpu: GpuSpec, times: Sequence[NodeTime], batch: int | None) -> RooflineResult:
     latency = sum((t.est_time_s for t in times), 0.0)
     throughput = batch / latency if batch is not None and latency > 0 else None
     return RooflineResult(
-        gpu_name=gpu_name,
+        gpu_name=gpu.name,
         est_latency_s=latency,
         batch=batch,
         est_throughput_per_s=throughput,
@@ -100,7 +106,16 @@ def summarize(gpu_name: str, times: Sequence[NodeTime], batch: int | None) -> Ro
         nodes=tuple(times),
         top=tuple(sorted(times, key=lambda t: -t.est_time_s)[:TOP_NODES]),
         nodes_without_flops=sum(1 for t in times if not t.flops_known),
+        unaccelerated_flops=unaccelerated_flops(gpu, times),
     )
+
+
+def unaccelerated_flops(gpu: GpuSpec, times: Sequence[NodeTime]) -> tuple[tuple[str, int], ...]:
+    """The FLOPs of each reduced precision whose rate on `gpu` is no more than its float32
+    rate (the precision buys no speed there), where there are any."""
+    slow = [dtype for dtype in _REDUCED if gpu.flops_per_s_for(dtype) <= gpu.fp32_flops_per_s]
+    totals = [(dtype, sum(t.flops for t in times if t.rate_dtype == dtype)) for dtype in slow]
+    return tuple((dtype, flops) for dtype, flops in totals if flops > 0)
 
 
 def node_time(name: str, flops: int, bytes_moved: int, flop_rate: float,

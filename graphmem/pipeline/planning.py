@@ -317,7 +317,7 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
             node_time(name, flops(dims), moved(dims), rate, bandwidth, rate_dtype, known)
             for name, flops, moved, rate, rate_dtype, known in nodes
         ]
-        return summarize(gpu.name, times, dims.get(batch_dim) if batch_dim else None)
+        return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
 
     return at
 

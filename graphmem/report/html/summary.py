@@ -24,6 +24,7 @@ from graphmem.report.html.quantity import (
     probe,
 )
 from graphmem.report.out_of_memory import out_of_memory_text
+from graphmem.report.precision import precision_warnings
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,8 @@ def gaps(analysis: Analysis) -> Gaps:
         shape_unknown_nodes=tuple(map(printable, costs.shape_unknown_nodes)),
         unknown_size_values=tuple(map(printable, analysis.liveness.unknown_size_values)),
         control_flow_nodes=tuple(map(printable, costs.subgraph_nodes)),
-        model_warnings=tuple(map(printable_text, analysis.model.warnings)),
+        model_warnings=(*map(printable_text, analysis.model.warnings),
+                        *precision_warnings(analysis.roofline)),
         model_notes=tuple(map(printable_text, analysis.model.notes)),
     )
 

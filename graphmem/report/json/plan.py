@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graphmem.core.symbolic import SymInt
+from graphmem.report.precision import unaccelerated_json
 
 if TYPE_CHECKING:
     from graphmem.passes.roofline import RooflineResult
@@ -72,6 +73,7 @@ def plan_gpu(analysis: Analysis) -> dict[str, Any]:
             "compute_bound_time_s": roofline.compute_bound_time_s,
             "memory_bound_time_s": roofline.memory_bound_time_s,
             "nodes_without_flops": roofline.nodes_without_flops,
+            "unaccelerated_flops": unaccelerated_json(roofline),
             "top_nodes": [{"name": t.name, "est_time_s": t.est_time_s, "bound": t.bound}
                           for t in roofline.top],
         }

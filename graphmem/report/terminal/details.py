@@ -15,6 +15,7 @@ from graphmem.core.units import format_bytes
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.precision import precision_warnings
 from graphmem.report.terminal.formulas import count_text, peak_text, size_text
 
 LIVE_ROWS = 8
@@ -142,6 +143,8 @@ def gap_lines(analysis: Analysis) -> list[str]:
     if analysis.liveness.unknown_size_values:
         lines.append(f"[yellow]warning:[/] {len(analysis.liveness.unknown_size_values)} tensors"
                      " of unknown size are counted as 0 bytes")
+    for line in precision_warnings(analysis.roofline):
+        lines.append(f"[yellow]warning:[/] {markup_text(line)}")
     if costs.subgraph_nodes:
         lines.append(f"[yellow]warning:[/] {len(costs.subgraph_nodes)} control-flow nodes"
                      " (If/Loop/Scan/cond) with body ops graphmem cannot cost; outer tensors"
