@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
 import torch
 from torch import nn
@@ -16,11 +17,14 @@ from graphmem import analyze_onnx, analyze_torch
 from graphmem.cli.main import main
 from graphmem.core.ir import Role
 from graphmem.frontends.torch.checkpoint import checkpointed
+from graphmem.passes.dims import value_bytes
 from graphmem.pipeline.analysis import Analysis
+from graphmem.suggest.candidates import forward_nodes
 from graphmem.suggest.cards import Suggestion, graph_report
 from graphmem.suggest.inplace import find_inplace
 from tests.builders import GraphBuilder, sizes_of
 from tests.helpers.torch_nets import MLP
+from tests.onnx_builders import mlp_model
 
 MIB = 1 << 20
 
@@ -142,6 +146,19 @@ def test_inplace_saves_what_liveness_says_and_zero_off_the_peak() -> None:
     assert set(found) == {"relu1", "relu2"}  # convs have no in-place form
 
 
+def test_inplace_ops_that_save_nothing_are_a_note_not_cards(tmp_path: Path) -> None:
+    # tests/onnx_builders.mlp_model at batch 32: h, hb, r are 32*64*4 = 8192 B each; at the
+    # Add h and hb are live, at the Relu hb and r: both steps hold 16384 B of activations. The
+    # Add in place leaves the Relu's step at 16384, the Relu in place the Add's: each alone
+    # saves 0 B at the 31,488 B peak, so neither is a card (a CNN listed 62 such Relus)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    report = graph_report(analyze_onnx(path, batch=32), None)
+    assert report.suggestions == ()
+    assert report.notes == ("no in-place candidate saves memory here: 2 ops could run in place,"
+                            " but running them so does not lower the peak",)
+
+
 def test_inplace_refuses_inputs_read_later_saved_or_given() -> None:
     g = GraphBuilder()
     g.tensor("x", 100, Role.INPUT)
@@ -189,9 +206,11 @@ def test_inplace_candidates_are_safe_in_a_real_training_step() -> None:
     torch.manual_seed(0)
     model = Gated()
     analysis = analyze_torch(model, [(8, 16)], train=True, optimizer="sgd", suggest=False)
-    flagged = {s.note and s.targets[0] for s in graph_report(analysis, None).suggestions
-               if s.kind == "inplace"}
-    by_node = {n.name: n.module_path for n in analysis.graph.nodes}
+    # every candidate, those that save nothing at the peak too (they are a note, not cards)
+    graph = analysis.graph
+    flagged = {c.node for c in find_inplace(graph, value_bytes(graph, analysis.dims),
+                                            forward_nodes(graph), analysis.dims.bound)}
+    by_node = {n.name: n.module_path for n in graph.nodes}
     modules = {by_node[name] for name in flagged}
     # act1's input (fc1's output) dies at act1; act2's input is BatchNorm's output, not saved
     # (BatchNorm saves its input): both flagged. gate's input h is read again by h * g

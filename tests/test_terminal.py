@@ -76,7 +76,9 @@ def test_does_not_fit_says_by_how_much_and_what_to_change(cnn: graphmem.Result) 
     assert lines[1] == (f"does NOT fit on NVIDIA Tesla T4: {format_bytes(gpu['required_bytes'])}"
                         f" of {format_bytes(gpu['memory_bytes'])} ({gpu['utilization']:.1%},"
                         f" {over} over)")
-    assert any(line.startswith("to save memory: run with --suggest") for line in lines)
+    # an inference graph's levers, not a training step's (checkpointing, AMP were offered)
+    assert ("to save memory: run with --suggest (in-place ops, pooled FC heads, grouped convs)"
+            in " ".join(" ".join(lines).split()))  # the line wraps at the console's width
 
 
 def test_memory_block_lists_the_device_total_parts_and_roles(cnn: graphmem.Result) -> None:

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from graphmem.core.ir import Graph
-from graphmem.core.units import format_bytes
+from graphmem.core.units import count_noun, format_bytes
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.costs import CostReport
 from graphmem.passes.dims import DimBinding, value_bytes
@@ -90,17 +90,23 @@ class SuggestionReport:
     notes: tuple[str, ...] = ()  # what could not be suggested, and why
 
 
-def graph_suggestions(analysis: Analysed, fc_heads: bool = True) -> list[Suggestion]:
-    """In-place ops, FC heads and grouped convs of an analysed graph (ONNX or torch.fx);
-    `fc_heads=False` leaves FC heads to a front door that can re-trace the model."""
+def graph_suggestions(analysis: Analysed, fc_heads: bool = True
+                      ) -> tuple[list[Suggestion], tuple[str, ...]]:
+    """In-place ops, FC heads and grouped convs of an analysed graph (ONNX or torch.fx), and
+    the notes on what was found and not listed; `fc_heads=False` leaves FC heads to a front
+    door that can re-trace the model. An in-place op that saves nothing at the peak is not a
+    suggestion (a CNN listed 62 Relus 'saving 0 B'): they are counted in a note."""
     graph = analysis.graph
     if analysis.dims.free:
-        return []  # savings at the peak need every dim bound
+        return [], ()  # savings at the peak need every dim bound
     sizes = value_bytes(graph, analysis.dims)
     nodes = forward_nodes(graph) if analysis.mode == "training" else graph.nodes
     candidates = find_inplace(graph, sizes, nodes, analysis.dims.bound)
+    saving = [c for c in candidates if c.saves_bytes > 0]
     found = [inplace_suggestion(c, graph.source_format)
-             for c in sorted(candidates, key=lambda c: -c.saves_bytes)]
+             for c in sorted(saving, key=lambda c: -c.saves_bytes)]
+    notes = (idle_inplace_note(len(candidates) - len(saving), bool(saving)),) if (
+        len(saving) < len(candidates)) else ()
     if fc_heads:
         base = int(analysis.liveness.peak_bytes)
         for head in find_fc_heads(graph, analysis.params.count, sizes):
@@ -110,7 +116,17 @@ def graph_suggestions(analysis: Analysed, fc_heads: bool = True) -> list[Suggest
     if convs:
         found.append(grouped_conv_suggestion(convs, int(analysis.costs.total_flops)
                                              if analysis.costs.total_flops.is_constant else 0))
-    return found
+    return found, notes
+
+
+def idle_inplace_note(count: int, others_save: bool) -> str:
+    """What the in-place ops that save nothing at the peak come to."""
+    ops = count_noun(count, "op")
+    if others_save:
+        return (f"{ops} more could run in place, but running them so does not lower the peak"
+                " (0 bytes saved there): not listed")
+    return (f"no in-place candidate saves memory here: {ops} could run in place, but running"
+            " them so does not lower the peak")
 
 
 def inplace_suggestion(candidate: InplaceCandidate, source_format: str) -> Suggestion:
@@ -249,8 +265,10 @@ def graph_report(analysis: Analysed, memory_budget_bytes: int | None) -> Suggest
     budget, source = memory_budget(analysis, memory_budget_bytes)
     peak = analysis.liveness.peak_bytes
     base = int(peak) if peak.is_constant else 0
-    notes = (FREE_DIMS_NOTE,) if analysis.dims.free else ()
-    return SuggestionReport(budget, source, base, tuple(graph_suggestions(analysis)), (), notes)
+    found, notes = graph_suggestions(analysis)
+    if analysis.dims.free:
+        notes = (FREE_DIMS_NOTE, *notes)
+    return SuggestionReport(budget, source, base, tuple(found), (), notes)
 
 
 def latency_s(analysis: Analysed, gpu: GpuSpec | None) -> float | None:

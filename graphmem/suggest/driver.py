@@ -100,9 +100,10 @@ def suggest(analysis: Analysed, inputs: SuggestInputs, reanalyze: Reanalyze
         found = [card for card in (checkpoint, driver.amp()) if card is not None]
         if budget is not None:
             found += batch_suggestions(analysis, inputs, reanalyze, budget)
-        found += graph_suggestions(analysis, fc_heads=False)
+        graph_cards, notes = graph_suggestions(analysis, fc_heads=False)
+        found += graph_cards
         found += driver.fc_heads()
-    return SuggestionReport(budget, source, peak(analysis), tuple(found), plan.curve)
+    return SuggestionReport(budget, source, peak(analysis), tuple(found), plan.curve, notes)
 
 
 def _counted(reanalyze: Reanalyze, done: Callable[[int], None]) -> Reanalyze:

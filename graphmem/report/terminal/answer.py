@@ -164,8 +164,7 @@ def advice_lines(analysis: Analysis) -> list[str]:
     if fit.fits and not close:
         return lines
     if analysis.suggestions is None:
-        lines.append("[bold]to save memory:[/] run with --suggest (checkpointing, AMP,"
-                     " in-place ops)")
+        lines.append(f"[bold]to save memory:[/] run with --suggest ({_levers(analysis)})")
     batch = analysis.max_batch
     if not fit.fits and batch is not None and batch.max_batch:
         lines.append(f"[bold]to fit:[/] --batch {batch.max_batch:,} (the largest"
@@ -174,6 +173,16 @@ def advice_lines(analysis: Analysis) -> list[str]:
         lines.append("[bold]to fit:[/] not even batch 1 fits this GPU: a larger GPU"
                      " ('graphmem gpus --fits MODEL')")
     return lines[:2]
+
+
+def _levers(analysis: Analysis) -> str:
+    """What --suggest looks for in this model: a training step's levers (AMP only when it is
+    not on already), or an inference graph's."""
+    training = analysis.training
+    if training is None:
+        return "in-place ops, pooled FC heads, grouped convs"
+    amp = "" if training.amp else ", AMP"
+    return f"checkpointing{amp}, the batch and gradient accumulation, in-place ops"
 
 
 def _best_suggestion(analysis: Analysis) -> str:
