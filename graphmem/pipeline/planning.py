@@ -167,7 +167,8 @@ def solve_max_batch(analysis: Analysis, usable_bytes: int, reanalyze: Reanalyze 
     if batch_dim is None:
         reason = analysis.dims.batch_note or "the model's inputs have no batch axis"
         if analysis.model.source_format == "torch.fx":
-            reason = "a PyTorch model is traced at its --input shapes: try a larger --input"
+            reason = ("a PyTorch model is traced at its --input shapes: give another batch in"
+                      " --input to try it (--suggest searches the largest that fits)")
         return not_solved(None, usable_bytes, reason)
     others = unbound_input_dims(analysis, batch_dim)
     if others:
