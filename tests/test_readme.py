@@ -150,3 +150,23 @@ def test_the_setup_and_test_commands_are_the_ones_ci_runs() -> None:
     assert first_section.startswith("Set up and run")
     assert f"    {setup}\n" in first_section
     assert f"    {test}\n" in first_section
+
+
+def test_onnxruntime_is_the_cuda_build_where_one_exists_and_the_cpu_build_elsewhere() -> None:
+    """onnxruntime-gpu has no macOS wheel: a hard dependency kept graphmem off a Mac. Exactly
+    one of the two builds is required on every platform."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    builds = [Requirement(r) for r in project["dependencies"]
+              if Requirement(r).name in ("onnxruntime", "onnxruntime-gpu")]
+    platforms = {("linux", "x86_64"): "onnxruntime-gpu", ("win32", "AMD64"): "onnxruntime-gpu",
+                 ("darwin", "arm64"): "onnxruntime", ("darwin", "x86_64"): "onnxruntime",
+                 ("linux", "aarch64"): "onnxruntime"}
+    for (system, machine), expected in platforms.items():
+        chosen = [r.name for r in builds
+                  if r.marker is None or r.marker.evaluate({"sys_platform": system,
+                                                            "platform_machine": machine})]
+        assert chosen == [expected], (system, machine, chosen)
