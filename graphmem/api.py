@@ -35,7 +35,7 @@ from graphmem.gate.budgets import SpecError, parse_memory_limit
 from graphmem.passes.dims import check_dim_value
 from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline import run
-from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.analysis import Analysis, size_of
 from graphmem.pipeline.planning import GpuRow
 from graphmem.pipeline.request import (
     KvCacheOptions,
@@ -128,9 +128,20 @@ class Result(Analysis):
         write_html(self, Path(path))
 
     @property
+    def device_total_bytes(self) -> int | SizeFormula | None:
+        """With a GPU, the number the verdict reads: what the process would hold on it (the
+        runtime model's device total, the demand: tensors at the runtime's peak, weights,
+        allocator overhead, CUDA context and workspaces; with a dim free, the live-tensor
+        peak plus the context, as a SizeFormula). `peak_bytes` is graphmem's live-tensor
+        peak alone. None without a GPU."""
+        if self.fit is None:
+            return None
+        return as_size(size_of(self.fit.required_bytes))
+
+    @property
     def fits(self) -> bool | None:
-        """Whether the peak fits the GPU's usable memory; None without a GPU or with free
-        dims."""
+        """Whether the device total fits the GPU's memory (`device_total_bytes` <= its
+        capacity); None without a GPU or with free dims."""
         return None if self.fit is None else self.fit.fits
 
     def __repr__(self) -> str:

@@ -62,3 +62,17 @@ def test_wrong_dims_are_named(free: graphmem.Result, dims: dict, message: str) -
 def test_it_is_not_a_number(free: graphmem.Result) -> None:
     with pytest.raises(GraphmemError, match=r"formula in batch, seq.*\.at\(batch=\.\.\."):
         int(free.peak_bytes)
+
+
+@pytest.mark.ort
+def test_the_device_total_is_named_apart_from_the_live_peak() -> None:
+    """`result.peak_bytes` read 175.5 MiB where the verdict read 924.8 MiB: the API now names
+    the verdict's number too, and it is the one every output shows."""
+    result = graphmem.analyze_onnx(TINY_GPT, dims={"batch": 2, "seq": 64}, gpu="t4")
+    data = result.to_dict()
+    assert result.device_total_bytes == data["gpu"]["required_bytes"]
+    assert result.peak_bytes == data["memory"]["peak_bytes"]
+    # the device total holds the CUDA context (hundreds of MiB) on top of the tensors
+    assert result.device_total_bytes > result.peak_bytes
+    assert result.fits is (result.device_total_bytes <= data["gpu"]["memory_bytes"])
+    assert graphmem.analyze_onnx(TINY_GPT, dims={"batch": 2, "seq": 64}).device_total_bytes is None
