@@ -57,7 +57,7 @@ TRAIN = TrainingOptions()
     (Request(MISSING, training=TRAIN, kv_cache=KvCacheOptions(auto=True)),
      "--kv-cache is for inference"),
     (Request(MISSING, kv_cache=KvCacheOptions(shape=(2, 2, 1 << 30))), "implausibly large"),
-    (Request(MISSING, kv_cache=KvCacheOptions(dtype="int8")), "--kv-dtype int8"),
+    (Request(MISSING, kv_cache=KvCacheOptions(dtype="complex64")), "--kv-dtype complex64"),
     (Request(MISSING, suggest=SuggestOptions(True, budget_bytes=0, budget_text="0B")),
      "--memory-budget 0B: give a size above 0"),
     (Request(MISSING, suggest=SuggestOptions(True, budget_share=0.8, budget_text="80%")),

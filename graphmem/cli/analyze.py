@@ -34,6 +34,7 @@ from graphmem.cli.inputs import (
     spec_files,
 )
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
+from graphmem.distributed.attach import KV_CACHE_DTYPES
 from graphmem.distributed.kv_cache import parse_kv_option
 from graphmem.distributed.serving import (
     DEFAULT_BLOCK_SIZE,
@@ -128,7 +129,11 @@ def _add_distributed_options(parser: argparse.ArgumentParser) -> None:
                        help="decoder KV cache: its size in batch and context and the longest"
                        " context that fits (ONNX past_key_values inputs are found without it)")
     group.add_argument("--kv-dtype", metavar="DTYPE",
-                       help="dtype of the KV cache (default: the model's or the past inputs')")
+                       help="dtype of the KV cache: float32, float16, bfloat16, float8, fp8,"
+                       " fp8_e4m3, fp8_e5m2 or int8 (default: the model's or the past inputs')")
+    group.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, metavar="|".join(
+                       KV_CACHE_DTYPES), help="vLLM's spelling of --kv-dtype (auto: the"
+                       " model's dtype); fp8 holds a token in half of bf16's bytes")
     group.add_argument("--max-context", type=int, metavar="N",
                        help="the model's position limit (max_position_embeddings): the longest"
                        " context stops there (a PyTorch model's Hugging Face config gives it)")
@@ -367,12 +372,19 @@ def _distributed(args: argparse.Namespace) -> DistributedConfig | None:
 
 def _kv_cache(args: argparse.Namespace) -> KvCacheOptions:
     """Always: an ONNX graph's past inputs give the cache even without --kv-cache."""
-    option = args.kv_cache
+    option, dtype = args.kv_cache, _kv_dtype(args)
     if option is None or option == "auto":
-        return KvCacheOptions(auto=option == "auto", dtype=args.kv_dtype,
-                              max_context=args.max_context)
-    return KvCacheOptions(shape=parse_kv_option(option), dtype=args.kv_dtype,
+        return KvCacheOptions(auto=option == "auto", dtype=dtype, max_context=args.max_context)
+    return KvCacheOptions(shape=parse_kv_option(option), dtype=dtype,
                           max_context=args.max_context)
+
+
+def _kv_dtype(args: argparse.Namespace) -> str | None:
+    """--kv-dtype, or vLLM's --kv-cache-dtype (auto: the model's); not two different ones."""
+    vllm = None if args.kv_cache_dtype in (None, "auto") else args.kv_cache_dtype
+    if args.kv_dtype is not None and vllm is not None and args.kv_dtype != vllm:
+        raise GraphmemError(f"--kv-dtype {args.kv_dtype} --kv-cache-dtype {vllm}: give one")
+    return args.kv_dtype or vllm
 
 
 def _serving(args: argparse.Namespace) -> ServingConfig | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphmem.core.ir import DType, Graph, Role
+from graphmem.core.ir import Graph, Role
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.kv_cache import (
     KvCacheReport,
@@ -44,12 +44,18 @@ def kv_shape(layers: int, kv_heads: int, head_dim: int, dtype: str, source: str)
     return KvCacheShape(layers, kv_heads, head_dim, dtype, dtype_bytes(dtype), source)
 
 
+# the KV cache's dtypes: graphmem's float labels and vLLM's kv_cache_dtype spellings (fp8 is
+# e4m3 on CUDA; the per-tensor scales vLLM keeps beside them are a few bytes per layer)
+KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1,
+                  "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")  # vLLM's --kv-cache-dtype
+
+
 def dtype_bytes(label: str) -> int:
-    for dtype in DType:
-        if dtype.label == label and dtype.is_float:
-            return dtype.bits // 8
-    floats = ", ".join(d.label for d in DType if d.is_float and d.bits >= 8)
-    raise GraphmemError(f"--kv-dtype {label}: choose one of {floats}")
+    """Bytes of one element of a KV cache of dtype `label`."""
+    if label not in KV_DTYPE_BYTES:
+        raise GraphmemError(f"--kv-dtype {label}: choose one of {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[label]
 
 
 def graph_float_dtype(graph: Graph) -> str:

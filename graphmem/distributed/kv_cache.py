@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from graphmem.core.ir import Graph, Value
+from graphmem.core.kv_layers import TOKEN_KINDS, LayerGroup, full_attention
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.serving import ServingReport
 from graphmem.errors import GraphmemError
@@ -42,11 +43,20 @@ class KvCacheShape:
     dtype: str
     dtype_bytes: int
     source: str  # how it was found
+    # per layer type (graphmem/core/kv_layers.py); empty: every layer full attention
+    groups: tuple[LayerGroup, ...] = ()
+    state_dtype_bytes: int = 0  # a state-space layer's state (the model's dtype)
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        return self.groups or full_attention(self.layers, self.kv_heads, self.head_dim)
 
     @property
     def per_token_bytes(self) -> int:
-        """One token of one sequence: 2 (K and V) * layers * kv_heads * head_dim * dtype."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        """One token of one sequence in every layer the context grows: 2 (K and V) * layers *
+        kv_heads * head_dim * dtype where every layer is full attention."""
+        return sum(g.layers * g.token_bytes(self.dtype_bytes) for g in self.layer_groups
+                   if g.kind in TOKEN_KINDS)
 
 
 @dataclass(frozen=True)

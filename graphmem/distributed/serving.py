@@ -8,10 +8,12 @@ Per GPU (one tensor-parallel rank):
     per_token     = 2 (K and V) * layers * max(1, kv_heads // T) * head_dim * dtype_bytes
     block         = block_size * per_token                     # one page of every layer
     blocks        = kv_cache // block                          # vLLM get_num_blocks
-    per_sequence  = ceil(context / block_size) blocks          # a part-full block is whole
-    sequences     = blocks // per_sequence                     # vLLM "maximum concurrency",
+    per_sequence  = the sum over layer groups (graphmem/core/kv_layers.py): a full layer's
+                    ceil(context / block_size) blocks, a sliding layer's window and one
+                    step, an MLA layer's latent, a state-space layer's state
+    sequences     = kv_cache // per_sequence                   # vLLM "maximum concurrency",
                                                                # floored to whole sequences
-    longest       = min(blocks * block_size, position limit)   # one sequence alone
+    longest       = min(the most tokens per_sequence fits in kv_cache, position limit)
 
 With `gpus` = N GPUs in replicas of T (data parallel), each replica has its own cache:
 N / T times the sequences. The step activation peak is the larger of the prefill step (a
@@ -27,6 +29,12 @@ from dataclasses import dataclass, replace
 
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.kv_layers import (
+    GroupUse,
+    KvLayout,
+    LayerGroup,
+    full_attention,
+)
 from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
 from graphmem.ops import traits_of
@@ -40,6 +48,9 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (CacheConfig.block_size)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 MAX_BLOCK_SIZE = 1 << 16
 MAX_GPUS = 1 << 16
+# vLLM's max_num_batched_tokens for its OpenAI server (EngineArgs.get_batch_defaults): 8192 on
+# a GPU of 70 GiB or more that is not an A100, else 2048
+LARGE_GPU_STEP_TOKENS, STEP_TOKENS, LARGE_GPU_BYTES = 8192, 2048, 70 << 30
 
 
 @dataclass(frozen=True)
@@ -88,13 +99,20 @@ class StepPeak:
 
 @dataclass(frozen=True)
 class CacheShape:
-    """The model's KV cache, whole (before tensor parallelism)."""
+    """The model's KV cache, whole (before tensor parallelism): `groups` per layer type
+    (graphmem/core/kv_layers.py), else every layer full attention of `kv_heads` x `head_dim`."""
 
     layers: int
     kv_heads: int
     head_dim: int
     dtype: str
     dtype_bytes: int
+    groups: tuple[LayerGroup, ...] = ()
+    state_dtype_bytes: int = 0  # a state-space layer's state (default: dtype_bytes)
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        return self.groups or full_attention(self.layers, self.kv_heads, self.head_dim)
 
 
 @dataclass(frozen=True)
@@ -124,16 +142,19 @@ class ServingReport:
     cuda_context_bytes: int
     kv_cache_bytes: int  # what is left for the cache (0 when nothing is)
     kv_heads_per_rank: int
-    per_token_bytes: int  # per rank
+    per_token_bytes: int  # per rank, every layer the context grows (within the windows)
     block_bytes: int
     num_blocks: int
     context: int  # tokens per sequence the concurrency is for
-    blocks_per_sequence: int
+    blocks_per_sequence: int  # ceil(sequence_bytes / block_bytes)
     max_sequences: int  # per replica
     replicas: int
-    memory_context: int  # blocks * block_size: one sequence alone, memory only
+    memory_context: int  # the most tokens one sequence alone fits, memory only
     position_limit: int | None
     position_limit_source: str
+    step_tokens: int = STEP_TOKENS  # the scheduler's step: a sliding window's extra tokens
+    sequence_bytes: int = 0  # one sequence of `context` tokens, every layer group
+    layer_groups: tuple[GroupUse, ...] = ()  # what a sequence holds per layer type
 
     @property
     def total_sequences(self) -> int:
@@ -158,6 +179,21 @@ def kv_heads_per_rank(kv_heads: int, tensor_parallel: int) -> int:
     return max(1, kv_heads // tensor_parallel)
 
 
+def default_step_tokens(gpu_name: str, capacity_bytes: int) -> int:
+    """vLLM's default max_num_batched_tokens for its OpenAI server on this GPU."""
+    large = capacity_bytes >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+    return LARGE_GPU_STEP_TOKENS if large else STEP_TOKENS
+
+
+def cache_layout(inputs: ServingInputs) -> KvLayout:
+    """The cache's layer groups as served: the plan's TP, block size and scheduler step."""
+    config, cache = inputs.config, inputs.cache
+    step = config.prefill_tokens or default_step_tokens(inputs.gpu_name, inputs.capacity_bytes)
+    return KvLayout(cache.layer_groups, cache.dtype_bytes,
+                    cache.state_dtype_bytes or cache.dtype_bytes, config.tensor_parallel,
+                    config.block_size, step)
+
+
 def plan_serving(inputs: ServingInputs) -> ServingReport:
     """The paged-cache plan of the module docstring; `inputs.config.context` is set."""
     config, cache = inputs.config, inputs.cache
@@ -165,29 +201,34 @@ def plan_serving(inputs: ServingInputs) -> ServingReport:
     budget = math.floor(inputs.capacity_bytes * config.gpu_memory_utilization)
     activation = max((step.activation_bytes for step in inputs.steps), default=0)
     kv_bytes = max(budget - inputs.weights_bytes - activation - inputs.cuda_context_bytes, 0)
-    heads = kv_heads_per_rank(cache.kv_heads, config.tensor_parallel)
-    per_token = 2 * cache.layers * heads * cache.head_dim * cache.dtype_bytes
+    layout = cache_layout(inputs)
+    per_token = layout.per_token_bytes
     block = config.block_size * per_token
-    blocks = kv_bytes // block
-    per_sequence = -(-config.context // config.block_size)
+    sequence = layout.sequence_bytes(config.context)
+    # no layer holds more than every token: the search stops where full layers would
+    cap = max(kv_bytes // per_token, 1) if per_token else MAX_DIM_VALUE
     return ServingReport(
         config=config, gpu_name=inputs.gpu_name, capacity_bytes=inputs.capacity_bytes,
         budget_bytes=budget, weights_bytes=inputs.weights_bytes, steps=inputs.steps,
         activation_bytes=activation, cuda_context_bytes=inputs.cuda_context_bytes,
-        kv_cache_bytes=kv_bytes, kv_heads_per_rank=heads, per_token_bytes=per_token,
-        block_bytes=block, num_blocks=blocks, context=config.context,
-        blocks_per_sequence=per_sequence, max_sequences=blocks // per_sequence,
-        replicas=config.replicas, memory_context=blocks * config.block_size,
+        kv_cache_bytes=kv_bytes, kv_heads_per_rank=kv_heads_per_rank(cache.kv_heads,
+                                                                     config.tensor_parallel),
+        per_token_bytes=per_token, block_bytes=block,
+        num_blocks=kv_bytes // block if block else 0, context=config.context,
+        blocks_per_sequence=-(-sequence // block) if block else 0,
+        max_sequences=kv_bytes // sequence if sequence else 0,
+        replicas=config.replicas, memory_context=layout.longest_context(kv_bytes, cap),
         position_limit=inputs.position_limit,
-        position_limit_source=inputs.position_limit_source)
+        position_limit_source=inputs.position_limit_source, step_tokens=layout.step_tokens,
+        sequence_bytes=sequence, layer_groups=layout.uses(config.context))
 
 
 def one_sequence_bytes(plan: ServingReport) -> int:
     """What one sequence at the plan's context needs on a GPU: weights, the step's
     activations, the CUDA context and its KV blocks. At most the budget exactly when at least
-    one sequence fits (kv_cache >= blocks_per_sequence * block)."""
+    one sequence fits (kv_cache >= sequence_bytes)."""
     return (plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
-            + plan.blocks_per_sequence * plan.block_bytes)
+            + plan.sequence_bytes)
 
 
 def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
@@ -200,7 +241,7 @@ def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
              FitPart("step", "step activation peak", SymInt.const(plan.activation_bytes)),
              FitPart("context", "CUDA context", SymInt.const(plan.cuda_context_bytes)),
              FitPart("kv_cache", f"KV cache, {plan.context:,} tokens",
-                     SymInt.const(plan.blocks_per_sequence * plan.block_bytes)))
+                     SymInt.const(plan.sequence_bytes)))
     # utilization stays required / capacity (GpuFit's meaning); the verdict is against the
     # budget, so with a share below 1 a sequence may not fit at under 100%: `basis` says why
     return replace(

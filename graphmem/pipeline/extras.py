@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from graphmem.distributed.attach import (
     distributed_report,
+    dtype_bytes,
     graph_float_dtype,
     kv_cache_for,
     kv_shape,
@@ -97,11 +98,14 @@ def _with_kv_options(analysis: Analysis, request: Request, options: KvCacheOptio
         shape = kv_shape(*options.shape, dtype, "--kv-cache")
         return with_kv_cache(analysis, shape, batch if request.is_torch else None)
     if options.auto and request.is_torch:
-        from graphmem.frontends.torch.kv import detect_kv_shape
+        from graphmem.frontends.torch.kv import detect_kv_shape, model_layer_groups
 
         layers, heads, head_dim, source = detect_kv_shape(request.model)  # type: ignore[arg-type]
-        dtype = options.dtype or _model_dtype(analysis, request)
-        return with_kv_cache(analysis, kv_shape(layers, heads, head_dim, dtype, source), batch)
+        model_dtype = _model_dtype(analysis, request)
+        shape = replace(kv_shape(layers, heads, head_dim, options.dtype or model_dtype, source),
+                        groups=model_layer_groups(request.model),  # type: ignore[arg-type]
+                        state_dtype_bytes=dtype_bytes(model_dtype))
+        return with_kv_cache(analysis, shape, batch)
     result = with_kv_cache(analysis, dtype=options.dtype)
     if options.auto and result.kv_cache is None:
         raise GraphmemError(f"{analysis.model.name}: no past_key_values.N.key/value (or"
@@ -140,7 +144,7 @@ def with_serving(analysis: Analysis, config: ServingConfig, position_limit: int 
     inputs = ServingInputs(
         config=config,
         cache=CacheShape(shape.layers, shape.kv_heads, shape.head_dim, shape.dtype,
-                         shape.dtype_bytes),
+                         shape.dtype_bytes, shape.groups, shape.state_dtype_bytes),
         gpu_name=fit.gpu.name, capacity_bytes=fit.capacity_bytes,
         cuda_context_bytes=fit.reserve.bytes,
         weights_bytes=weights_per_rank(analysis.graph, config.tensor_parallel),

@@ -6,13 +6,25 @@ Two sources, in this order:
 - the attention modules themselves: every module with an integer `head_dim` and a head count
   (`n_kv_heads`, `num_key_value_heads`, `num_kv_heads`, `n_heads`, `n_head`, `num_heads`, the
   KV-head names first) is one layer's attention, and they must agree.
+
+The config also says how each layer caches (`config_layer_groups`, graphmem/core/kv_layers.py):
+`layer_types` per layer (full, sliding, chunked attention; a state-space "mamba" or
+"linear_attention" layer), else `sliding_window` for every layer; `kv_lora_rank` with
+`qk_rope_head_dim` makes attention an MLA latent; `num_key_value_heads` may be per layer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import nn
 
+from graphmem.core.kv_layers import CHUNKED, FULL, MLA, SLIDING, STATE, LayerGroup, merge_groups
 from graphmem.errors import GraphmemError
+
+_ATTENTION_TYPES = {"full_attention": FULL, "attention": FULL,
+                    "sliding_attention": SLIDING, "chunked_attention": CHUNKED}
+_STATE_TYPES = ("mamba", "linear_attention")  # Jamba's, both spellings
 
 _KV_HEAD_ATTRS = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head")
 _HEAD_ATTRS = ("n_heads", "n_head", "num_heads", "num_attention_heads")
@@ -40,11 +52,71 @@ def _from_config(config: object) -> tuple[int, int, int, str] | None:
     layers = getattr(config, "num_hidden_layers", None)
     heads = getattr(config, "num_attention_heads", None)
     hidden = getattr(config, "hidden_size", None)
-    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
+    if not all(_positive(v) for v in (layers, heads, hidden)):
         return None
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if isinstance(kv_heads, Sequence):  # per layer: the largest stands for the whole
+        kv_heads = max(kv_heads)
     head_dim = getattr(config, "head_dim", None) or hidden // heads  # type: ignore[operator]
     return int(layers), int(kv_heads), int(head_dim), "model.config"  # type: ignore[arg-type]
+
+
+def model_layer_groups(model: nn.Module) -> tuple[LayerGroup, ...]:
+    """How the model's layers cache, from its config; () where every layer is full attention
+    of one shape (or there is no config): the cache shape alone then says it."""
+    config = getattr(model, "config", None)
+    found = _from_config(config)
+    if found is None:
+        return ()
+    groups = config_layer_groups(config, *found[:3])
+    return () if groups == (LayerGroup(FULL, *found[:3]),) else groups
+
+
+def config_layer_groups(config: object, layers: int, kv_heads: int,
+                        head_dim: int) -> tuple[LayerGroup, ...]:
+    """One group per kind of layer: `layer_types`, else `sliding_window` on every layer."""
+    types = getattr(config, "layer_types", None)
+    if not isinstance(types, Sequence) or isinstance(types, str) or len(types) != layers:
+        window = getattr(config, "sliding_window", None)
+        sliding = _positive(window) and getattr(config, "use_sliding_window", True) is not False
+        types = ["sliding_attention" if sliding else "full_attention"] * layers
+    heads = getattr(config, "num_key_value_heads", None)
+    per_layer = heads if isinstance(heads, Sequence) and len(heads) == layers else None
+    return merge_groups([_layer_group(config, str(kind), per_layer[i] if per_layer else kv_heads,
+                                      head_dim) for i, kind in enumerate(types)])
+
+
+def _layer_group(config: object, kind: str, kv_heads: int, head_dim: int) -> LayerGroup:
+    if kind in _STATE_TYPES:
+        return LayerGroup(STATE, 1, state_values=_mamba_state_values(config, kind))
+    attention = _ATTENTION_TYPES.get(kind)
+    if attention is None:
+        raise GraphmemError(f"layer_types: a {kind!r} layer, whose cache graphmem does not know;"
+                            " give the cache with --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
+    latent = getattr(config, "kv_lora_rank", None), getattr(config, "qk_rope_head_dim", None)
+    if attention == FULL and all(_positive(v) for v in latent):
+        # MLA: one compressed latent per token (kv_lora_rank) and the shared rotary key
+        return LayerGroup(MLA, 1, 1, latent[0] + latent[1])  # type: ignore[operator]
+    span = {SLIDING: "sliding_window", CHUNKED: "attention_chunk_size"}.get(attention)
+    window = getattr(config, span, None) if span else None
+    if span and not _positive(window):
+        raise GraphmemError(f"a {kind!r} layer and no {span} in the config: give it")
+    return LayerGroup(attention, 1, int(kv_heads), int(head_dim), window)
+
+
+def _mamba_state_values(config: object, kind: str) -> int:
+    """A Mamba layer's state as vLLM keeps it: the convolution's last d_conv - 1 inputs and
+    the SSM state, each over the expanded channels (expand x hidden_size)."""
+    names = ("mamba_expand", "mamba_d_conv", "mamba_d_state", "hidden_size")
+    expand, conv, state, hidden = (getattr(config, name, None) for name in names)
+    if not all(_positive(v) for v in (expand, conv, state, hidden)):
+        raise GraphmemError(f"a {kind!r} layer: its state needs {', '.join(names)} in the"
+                            " config; give the cache with --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
+    return expand * hidden * (conv - 1 + state)  # type: ignore[operator]
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _attention_shape(module: nn.Module) -> tuple[int, int] | None:
