@@ -10,6 +10,7 @@ from graphmem.core.units import format_bytes
 from graphmem.distributed.kv_cache import KvCacheReport
 from graphmem.distributed.strategies import DistributedReport, StrategyFit
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
+from graphmem.report.kv_layers import is_plain, per_token_formula, state_note
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",
@@ -124,6 +125,9 @@ class KvCacheView:
     base: Quantity | None
     usable: Quantity | None
     source: str
+    # per layer type, where not every layer is full attention (the lead's formula otherwise)
+    layer_formula: str = ""
+    state_note: str = ""  # "; 7 layers of state: ... per sequence", or nothing
 
     @property
     def per_token_text(self) -> str:
@@ -157,4 +161,7 @@ def kv_cache_view(report: KvCacheReport | None) -> KvCacheView | None:
         base=None if report.base_bytes is None else bytes_quantity(report.base_bytes),
         usable=None if report.usable_bytes is None else bytes_quantity(report.usable_bytes),
         source=printable_text(shape.source),
+        layer_formula="" if is_plain(shape.groups) else printable_text(
+            per_token_formula(shape.groups, shape.dtype_bytes)),
+        state_note=state_note(shape.groups, shape.state_dtype_bytes or shape.dtype_bytes),
     )

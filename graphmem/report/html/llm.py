@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphmem.core.safe_text import printable
-from graphmem.core.units import count_noun, format_bytes
+from graphmem.core.units import count_noun, format_bytes, layers_text
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.kv_layers import is_plain
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,21 @@ def serving_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
         _sized("KV per token", plan.per_token_bytes),
         LlmRow("blocks", f"{plan.num_blocks:,} of {config.block_size} tokens",
                f"{plan.block_bytes:,} B each"),
+        *_layer_group_rows(plan),
         LlmRow(f"sequences of {plan.context:,} tokens at once", f"{plan.total_sequences:,}",
                f"{plan.blocks_per_sequence:,} blocks each"),
         LlmRow("longest context", f"{plan.max_context:,} tokens",
                f"limited by {plan.context_limited_by}"),
     )
+
+
+def _layer_group_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
+    """What a sequence holds per layer type, where not every layer is full attention."""
+    if is_plain(plan.layer_groups):
+        return ()
+    return tuple(_sized(f"KV per sequence: {use.label}", use.bytes, layers_text(use.layers)
+                        + (f" x {use.tokens:,} tokens" if use.tokens else ""))
+                 for use in plan.layer_groups)
 
 
 def _verdict(plan: ServingReport) -> str:

@@ -96,6 +96,9 @@ def kv_cache_json(report: KvCacheReport) -> dict[str, Any]:
         "kv_heads": shape.kv_heads,
         "head_dim": shape.head_dim,
         "dtype": shape.dtype,
+        "layer_groups": [{"type": g.label, "layers": g.layers, "kv_heads": g.kv_heads,
+                          "head_dim": g.head_dim, "state_values": g.state_values}
+                         for g in shape.layer_groups],
         "copies": report.copies,
         "base_bytes": report.base_bytes,
         "usable_bytes": report.usable_bytes,

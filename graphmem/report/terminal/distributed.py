@@ -10,6 +10,7 @@ from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.distributed.kv_cache import KvCacheReport
 from graphmem.distributed.strategies import DistributedReport, PerRankMemory
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.kv_layers import is_plain, per_token_formula, state_note
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",
@@ -89,10 +90,15 @@ def _fit_table(report: DistributedReport, analysis: Analysis) -> Table:
 
 def kv_cache_lines(report: KvCacheReport) -> list[str]:
     shape = report.shape
-    head = (f"KV cache: 2 x {shape.layers} layers x batch x {shape.kv_heads} KV heads x"
-            f" {shape.head_dim} head dim x context x {shape.dtype_bytes} B ({shape.dtype})"
-            f" = {format_bytes(shape.per_token_bytes)} per token per sequence"
-            f" \\[{markup_text(shape.source)}]")  # literal brackets, not a style tag
+    if is_plain(shape.groups):
+        head = (f"KV cache: 2 x {shape.layers} layers x batch x {shape.kv_heads} KV heads x"
+                f" {shape.head_dim} head dim x context x {shape.dtype_bytes} B ({shape.dtype})")
+    else:
+        head = (f"KV cache per token per sequence ({shape.dtype}):"
+                f" {per_token_formula(shape.groups, shape.dtype_bytes)}")
+    head += (f" = {format_bytes(shape.per_token_bytes)} per token per sequence"
+             f"{state_note(shape.groups, shape.state_dtype_bytes or shape.dtype_bytes)}"
+             f" \\[{markup_text(shape.source)}]")  # literal brackets, not a style tag
     lines = [head]
     if report.batch is not None:
         lines.append(f"  at batch {report.batch}: {markup_text(format_bytes_sym(report.bytes))}")

@@ -15,6 +15,7 @@ from graphmem.core.units import format_bytes, format_si
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.kv_layers import group_text, is_plain
 
 
 def print_llm(analysis: Analysis, console: Console) -> None:
@@ -77,6 +78,7 @@ def serving_lines(plan: ServingReport) -> list[str]:
         f" {format_bytes(plan.kv_cache_bytes)}",
         f"  KV {format_bytes(plan.per_token_bytes)} per token; {plan.num_blocks:,} blocks of"
         f" {config.block_size} tokens ({format_bytes(plan.block_bytes)})",
+        *_layer_group_lines(plan),
         f"  sequences of {plan.context:,} tokens at once: [bold]{plan.total_sequences:,}[/]"
         f" ({plan.blocks_per_sequence:,} blocks each)",
         f"  longest context: {plan.max_context:,} tokens (limited by"
@@ -84,6 +86,15 @@ def serving_lines(plan: ServingReport) -> list[str]:
         serving_verdict(plan),
     ]
     return lines
+
+
+def _layer_group_lines(plan: ServingReport) -> list[str]:
+    """One line of what a sequence holds per layer type, where not every layer is full
+    attention (then the blocks per sequence say it all)."""
+    if is_plain(plan.layer_groups):
+        return []
+    parts = "; ".join(group_text(use) for use in plan.layer_groups)
+    return [f"  KV per sequence {format_bytes(plan.sequence_bytes)}: {parts}"]
 
 
 def serving_verdict(plan: ServingReport) -> str:
