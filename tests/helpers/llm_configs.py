@@ -51,6 +51,36 @@ QWEN2_0_5B: dict[str, Any] = {
     "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": True,
     "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 151936,
 }
+# google/gemma-2-9b: 42 layers, local (sliding 4096) and global attention alternating
+GEMMA2_9B: dict[str, Any] = {
+    "architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_size": 3584, "intermediate_size": 14336, "max_position_embeddings": 8192,
+    "model_type": "gemma2", "num_attention_heads": 16, "num_hidden_layers": 42,
+    "num_key_value_heads": 8, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0, "sliding_window": 4096, "torch_dtype": "float32",
+    "vocab_size": 256000,
+}
+# deepseek-ai/DeepSeek-V2-Lite's attention (MLA: kv_lora_rank 512, qk_rope_head_dim 64) with
+# every layer's MLP dense (first_k_dense_replace = the layers), as the issue shapes it
+DEEPSEEK_V2_LITE_DENSE: dict[str, Any] = {
+    "architectures": ["DeepseekV2ForCausalLM"], "first_k_dense_replace": 27,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10944, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "n_routed_experts": 64, "num_attention_heads": 16,
+    "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "torch_dtype": "bfloat16",
+    "v_head_dim": 128, "vocab_size": 102400,
+}
+# a Jamba at toy widths: 8 layers, attention at layer 4 (period 8, offset 4), Mamba elsewhere
+TINY_JAMBA: dict[str, Any] = {
+    "architectures": ["JambaForCausalLM"], "attn_layer_offset": 4, "attn_layer_period": 8,
+    "hidden_size": 64, "intermediate_size": 128, "mamba_d_conv": 4, "mamba_d_state": 16,
+    "mamba_expand": 2, "max_position_embeddings": 4096, "model_type": "jamba",
+    "num_attention_heads": 4, "num_experts": 1, "num_hidden_layers": 8,
+    "num_key_value_heads": 2, "torch_dtype": "float32", "use_mamba_kernels": False,
+    "vocab_size": 1000,
+}
 # a Llama of the same code at toy widths: fast enough to trace a training step in a test
 TINY_LLAMA: dict[str, Any] = {
     **LLAMA3_8B, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
