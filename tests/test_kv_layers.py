@@ -260,3 +260,25 @@ def test_serve_a_sliding_window_config_end_to_end(run: Run, tmp_path: Path) -> N
 def test_two_kv_dtypes_are_refused(run: Run, mlp: Path) -> None:
     code, _, err = run("analyze", mlp, "--kv-dtype", "fp8", "--kv-cache-dtype", "int8")
     assert_one_error_line(code, err, "--kv-dtype fp8 --kv-cache-dtype int8")
+
+
+def test_onnx_past_inputs_of_unequal_heads_are_counted_per_layer(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from graphmem import analyze_onnx
+
+    heads = {0: 8, 1: 2}  # layer 0 keeps 8 KV heads of 64, layer 1 two
+    names = [f"past_key_values.{layer}.{kind}" for layer in heads for kind in ("key", "value")]
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                            ["batch", heads[int(name.split(".")[1])], "past", 64])
+              for name in names]
+    outputs = [helper.make_tensor_value_info(f"out{i}", TensorProto.FLOAT, None)
+               for i in range(len(names))]
+    nodes = [helper.make_node("Identity", [name], [f"out{i}"]) for i, name in enumerate(names)]
+    path = tmp_path / "past.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", inputs, outputs)), path)
+    kv = analyze_onnx(path, dims={"batch": 1, "past": 8}, kv_cache="auto").kv_cache
+    # 2 x (8 + 2) x 64 x 4 B = 5,120 B per token, not 2 x 2 layers x 8 x 64 x 4 B = 8,192 B
+    assert kv is not None and kv.shape.per_token_bytes == 5120
+    assert kv.shape.groups == (LayerGroup(FULL, 1, 8, 64), LayerGroup(FULL, 1, 2, 64))

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from graphmem.core.ir import Graph, Value
-from graphmem.core.kv_layers import TOKEN_KINDS, LayerGroup, full_attention
+from graphmem.core.kv_layers import FULL, TOKEN_KINDS, LayerGroup, full_attention, merge_groups
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.serving import ServingReport
 from graphmem.errors import GraphmemError
@@ -146,15 +146,21 @@ def find_past_inputs(graph: Graph) -> PastInputs | None:
             found.append((value, stacked))
     if not found:
         return None
-    heads_dim = _heads_and_head_dim(found[0][0], found[0][1])
-    if heads_dim is None:
+    per_layer = {_past_layer(value.name)[0]: _heads_and_head_dim(value, stacked)
+                 for value, stacked in found}
+    if None in per_layer.values():
         return None
+    heads_dim = per_layer[min(per_layer)]  # type: ignore[index]
     sample = found[0][0]
     bits = sample.dtype.bits
+    # layers whose inputs differ in KV heads or head dim: one group each (per-layer heads)
+    groups = () if len(set(per_layer.values())) == 1 else merge_groups(
+        [LayerGroup(FULL, 1, *per_layer[layer]) for layer in sorted(per_layer)])  # type: ignore[misc]
     shape = KvCacheShape(
-        layers=len(layers), kv_heads=heads_dim[0], head_dim=heads_dim[1],
-        dtype=sample.dtype.label, dtype_bytes=max(bits // 8, 1),
-        source=f"ONNX inputs {found[0][0].name} ... ({len(found)} past inputs)")
+        layers=len(layers), kv_heads=max(h for h, _ in per_layer.values()),  # type: ignore[misc]
+        head_dim=heads_dim[1], dtype=sample.dtype.label, dtype_bytes=max(bits // 8, 1),
+        source=f"ONNX inputs {found[0][0].name} ... ({len(found)} past inputs)",
+        groups=groups)
     presents = tuple(v for v in graph.outputs if _PRESENT.match(v.name))
     batch_axis = 1 if found[0][1] else 0
     dims = sample.shape or ()  # [batch, heads, past, head_dim], stacked: [2, batch, ...]
