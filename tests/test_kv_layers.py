@@ -282,3 +282,21 @@ def test_onnx_past_inputs_of_unequal_heads_are_counted_per_layer(tmp_path: Path)
     # 2 x (8 + 2) x 64 x 4 B = 5,120 B per token, not 2 x 2 layers x 8 x 64 x 4 B = 8,192 B
     assert kv is not None and kv.shape.per_token_bytes == 5120
     assert kv.shape.groups == (LayerGroup(FULL, 1, 8, 64), LayerGroup(FULL, 1, 2, 64))
+
+
+def test_plain_kv_report_keeps_windows_and_states() -> None:
+    from graphmem.core.symbolic import SymInt
+    from graphmem.distributed.kv_cache import KvCacheShape, kv_cache_report
+
+    # a contiguous cache (transformers' DynamicCache), batch 2, 1 MiB usable:
+    # the Jamba above: 68,096 B of state + 256 B per token per sequence;
+    # 2 x (68,096 + 256 x C) <= 1,048,576: C = (524,288 - 68,096) // 256 = 1,782
+    jamba = KvCacheShape(8, 2, 16, "float32", 4, "model.config",
+                         (LayerGroup(STATE, 7, state_values=2432), LayerGroup(FULL, 1, 2, 16)), 4)
+    report = kv_cache_report(jamba, 2, 1, SymInt.const(0), MIB)
+    assert report.max_context == 1782
+    # every layer sliding 64 of 256 B per token: a sequence never passes 64 x 256 B, so memory
+    # does not stop it (the search's ceiling: what the budget holds were the layers full)
+    sliding = KvCacheShape(1, 2, 16, "float32", 4, "model.config",
+                           (LayerGroup(SLIDING, 1, 2, 16, span=64),))
+    assert kv_cache_report(sliding, 1, 1, SymInt.const(0), MIB).max_context == MIB // 256

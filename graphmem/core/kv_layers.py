@@ -81,6 +81,13 @@ class LayerGroup:
             return self.span  # type: ignore[return-value]
         return 0 if self.kind == STATE else context
 
+    def tokens_kept(self, context: int) -> int:
+        """Tokens a contiguous cache keeps (transformers' DynamicCache: a sliding layer
+        min(context, window), a chunked one min(context, chunk))."""
+        if self.kind in (SLIDING, CHUNKED):
+            return min(self.span, context)  # type: ignore[type-var]
+        return self.tokens_held(context, 0)
+
     def blocks(self, context: int, step_tokens: int, block_size: int) -> int:
         """Blocks of one layer for one sequence (the module docstring's table)."""
         if self.kind == STATE:
@@ -133,16 +140,25 @@ class KvLayout:
         """One sequence of `context` tokens: every group's blocks and states."""
         return sum(use.bytes for use in self.uses(context))
 
-    def longest_context(self, budget_bytes: int, cap: int) -> int:
-        """The most tokens one sequence can have in `budget_bytes` (at most `cap`): a binary
-        search, as a windowed layer stops growing (vLLM estimate_max_model_len does the same);
-        0 when not even one token fits."""
-        if self.sequence_bytes(1) > budget_bytes:
+    def contiguous_bytes(self, context: int) -> int:
+        """One sequence in a contiguous cache (no blocks): every group's kept tokens, and the
+        states."""
+        return sum(g.layers * (g.token_bytes(self.dtype_bytes, self.tensor_parallel)
+                               * g.tokens_kept(context)
+                               + g.state_bytes(self.state_dtype_bytes, self.tensor_parallel))
+                   for g in self.groups)
+
+    def longest_context(self, budget_bytes: int, cap: int, paged: bool = True) -> int:
+        """The most tokens one sequence can have in `budget_bytes` (at most `cap`), in blocks
+        or (`paged` False) contiguous: a binary search, as a windowed layer stops growing
+        (vLLM estimate_max_model_len does the same); 0 when not even one token fits."""
+        size = self.sequence_bytes if paged else self.contiguous_bytes
+        if size(1) > budget_bytes:
             return 0
-        low, high = 1, cap  # sequence_bytes(low) fits; grows with the context
+        low, high = 1, cap  # size(low) fits; size grows with the context
         while low < high:
             middle = (low + high + 1) // 2
-            if self.sequence_bytes(middle) <= budget_bytes:
+            if size(middle) <= budget_bytes:
                 low = middle
             else:
                 high = middle - 1

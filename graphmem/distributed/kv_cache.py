@@ -16,8 +16,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Value
-from graphmem.core.kv_layers import FULL, TOKEN_KINDS, LayerGroup, full_attention, merge_groups
+from graphmem.core.kv_layers import (
+    FULL,
+    TOKEN_KINDS,
+    KvLayout,
+    LayerGroup,
+    full_attention,
+    merge_groups,
+)
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.serving import ServingReport
 from graphmem.errors import GraphmemError
@@ -243,5 +251,11 @@ def _max_context(shape: KvCacheShape, batch: int | None, copies: int, base: int 
         return None, "bind the batch (--batch) to get the longest context that fits"
     if base is None:
         return None, "bind every other dim (--dim) to get the longest context that fits"
-    per_token = shape.per_token_bytes * batch * copies
-    return max((usable - base) // per_token, 0), None
+    # each of the batch's sequences, in each copy: base + batch x copies x sequence <= usable
+    budget = max(usable - base, 0) // (batch * copies)
+    layout = KvLayout(shape.layer_groups, shape.dtype_bytes,
+                      shape.state_dtype_bytes or shape.dtype_bytes)
+    per_token = shape.per_token_bytes
+    # no layer keeps more than every token: the search stops where full layers would
+    cap = max(budget // per_token, 1) if per_token else MAX_DIM_VALUE
+    return layout.longest_context(budget, cap, paged=False), None
