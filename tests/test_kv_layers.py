@@ -300,3 +300,20 @@ def test_plain_kv_report_keeps_windows_and_states() -> None:
     sliding = KvCacheShape(1, 2, 16, "float32", 4, "model.config",
                            (LayerGroup(SLIDING, 1, 2, 16, span=64),))
     assert kv_cache_report(sliding, 1, 1, SymInt.const(0), MIB).max_context == MIB // 256
+
+
+@pytest.mark.torch
+def test_a_multimodal_model_s_text_decoder_gives_the_groups() -> None:
+    from types import SimpleNamespace
+
+    import transformers
+
+    from graphmem.frontends.torch.kv import detect_kv_shape, model_layer_groups
+
+    # Gemma-3's top-level config holds the text decoder in text_config: of 7 layers every
+    # sixth is global (layer 5), the others local (sliding 4096)
+    config = transformers.Gemma3Config(text_config={"num_hidden_layers": 7})
+    model = SimpleNamespace(config=config)
+    assert detect_kv_shape(model)[0] == 7  # type: ignore[arg-type]
+    assert [(g.kind, g.layers) for g in model_layer_groups(model)] == [  # type: ignore[arg-type]
+        (SLIDING, 6), (FULL, 1)]

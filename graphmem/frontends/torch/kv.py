@@ -15,6 +15,7 @@ The config also says how each layer caches (`config_layer_groups`, graphmem/core
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from torch import nn
@@ -32,7 +33,7 @@ _HEAD_ATTRS = ("n_heads", "n_head", "num_heads", "num_attention_heads")
 
 def detect_kv_shape(model: nn.Module) -> tuple[int, int, int, str]:
     """(layers, kv_heads, head_dim, how it was found), or a GraphmemError saying what to give."""
-    from_config = _from_config(getattr(model, "config", None))
+    from_config = _from_config(text_config(model))
     if from_config is not None:
         return from_config
     shapes = [shape for module in model.modules() if (shape := _attention_shape(module))]
@@ -46,6 +47,17 @@ def detect_kv_shape(model: nn.Module) -> tuple[int, int, int, str]:
             f" {sorted(set(shapes))}; give --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
     heads, head_dim = shapes[0]
     return len(shapes), heads, head_dim, f"{len(shapes)} attention modules of the model"
+
+
+def text_config(model: nn.Module) -> object:
+    """The config of the model's text decoder: a multimodal model's (Gemma-3, Llava) is its
+    `text_config` (transformers' `get_text_config`), any other model's its `config`."""
+    config = getattr(model, "config", None)
+    nested = getattr(config, "get_text_config", None)
+    if callable(nested) and not _positive(getattr(config, "num_hidden_layers", None)):
+        with contextlib.suppress(Exception):  # a config of another make: keep its own
+            return nested()
+    return config
 
 
 def _from_config(config: object) -> tuple[int, int, int, str] | None:
@@ -64,7 +76,7 @@ def _from_config(config: object) -> tuple[int, int, int, str] | None:
 def model_layer_groups(model: nn.Module) -> tuple[LayerGroup, ...]:
     """How the model's layers cache, from its config; () where every layer is full attention
     of one shape (or there is no config): the cache shape alone then says it."""
-    config = getattr(model, "config", None)
+    config = text_config(model)
     found = _from_config(config)
     if found is None:
         return ()
