@@ -34,8 +34,7 @@ from graphmem.cli.inputs import (
     spec_files,
 )
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
-from graphmem.distributed.attach import KV_CACHE_DTYPES
-from graphmem.distributed.kv_cache import parse_kv_option
+from graphmem.distributed.kv_cache import KV_CACHE_DTYPES, parse_kv_option
 from graphmem.distributed.serving import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,

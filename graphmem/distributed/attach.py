@@ -15,6 +15,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.distributed.kv_cache import (
     KvCacheReport,
     KvCacheShape,
+    dtype_bytes,
     find_past_inputs,
     kv_cache_report,
     past_input_bytes,
@@ -26,7 +27,6 @@ from graphmem.distributed.strategies import (
     fit_by_strategy,
     per_rank_memory,
 )
-from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding, value_bytes
 
 
@@ -42,20 +42,6 @@ def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig
 
 def kv_shape(layers: int, kv_heads: int, head_dim: int, dtype: str, source: str) -> KvCacheShape:
     return KvCacheShape(layers, kv_heads, head_dim, dtype, dtype_bytes(dtype), source)
-
-
-# the KV cache's dtypes: graphmem's float labels and vLLM's kv_cache_dtype spellings (fp8 is
-# e4m3 on CUDA; the per-tensor scales vLLM keeps beside them are a few bytes per layer)
-KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1,
-                  "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")  # vLLM's --kv-cache-dtype
-
-
-def dtype_bytes(label: str) -> int:
-    """Bytes of one element of a KV cache of dtype `label`."""
-    if label not in KV_DTYPE_BYTES:
-        raise GraphmemError(f"--kv-dtype {label}: choose one of {', '.join(KV_DTYPE_BYTES)}")
-    return KV_DTYPE_BYTES[label]
 
 
 def graph_float_dtype(graph: Graph) -> str:

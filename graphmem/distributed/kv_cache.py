@@ -114,6 +114,20 @@ def with_serving_answer(report: KvCacheReport) -> KvCacheReport:
                    base_bytes=base, usable_bytes=plan.budget_bytes)
 
 
+# the KV cache's dtypes: graphmem's float labels and vLLM's kv_cache_dtype spellings (fp8 is
+# e4m3 on CUDA; the per-tensor scales vLLM keeps beside them are a few bytes per layer)
+KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1,
+                  "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")  # vLLM's --kv-cache-dtype
+
+
+def dtype_bytes(label: str) -> int:
+    """Bytes of one element of a KV cache of dtype `label`."""
+    if label not in KV_DTYPE_BYTES:
+        raise GraphmemError(f"--kv-dtype {label}: choose one of {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[label]
+
+
 def parse_kv_option(text: str) -> tuple[int, int, int]:
     """`--kv-cache 32,8,128` -> (layers, kv_heads, head_dim)."""
     parts = text.split(",")
