@@ -61,8 +61,3 @@ def count_noun(count: int, singular: str, plural: str | None = None) -> str:
     """`1 budget`, `2 budgets`, `1,024 views`: a count with its noun in the right number."""
     noun = singular if count == 1 else (plural or f"{singular}s")
     return f"{count:,} {noun}"
-
-
-def layers_text(count: int) -> str:
-    """`1 layer`, `21 layers`."""
-    return f"{count:,} layer{'' if count == 1 else 's'}"

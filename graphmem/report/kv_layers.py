@@ -4,7 +4,7 @@ and the HTML report."""
 from __future__ import annotations
 
 from graphmem.core.kv_layers import MLA, STATE, TOKEN_KINDS, GroupUse, LayerGroup
-from graphmem.core.units import format_bytes, layers_text
+from graphmem.core.units import count_noun, format_bytes
 
 
 def is_plain(groups: tuple[LayerGroup, ...] | tuple[GroupUse, ...]) -> bool:
@@ -20,10 +20,11 @@ def per_token_formula(groups: tuple[LayerGroup, ...], dtype_bytes: int) -> str:
         if group.kind not in TOKEN_KINDS:
             continue
         if group.kind == MLA:
-            terms.append(f"{group.label}: {layers_text(group.layers)} x {group.head_dim}"
+            terms.append(f"{group.label}: {count_noun(group.layers, 'layer')} x {group.head_dim}"
                          f" latent x {dtype_bytes} B")
         else:
-            terms.append(f"{group.label}: 2 x {layers_text(group.layers)} x {group.kv_heads}"
+            layers = count_noun(group.layers, "layer")
+            terms.append(f"{group.label}: 2 x {layers} x {group.kv_heads}"
                          f" KV heads x {group.head_dim} head dim x {dtype_bytes} B")
     return " + ".join(terms) or "no layer grows with the context"
 
@@ -34,11 +35,11 @@ def state_note(groups: tuple[LayerGroup, ...], state_dtype_bytes: int) -> str:
     if not states:
         return ""
     total = sum(g.layers * g.state_bytes(state_dtype_bytes) for g in states)
-    return (f"; {layers_text(sum(g.layers for g in states))} of state:"
+    return (f"; {count_noun(sum(g.layers for g in states), 'layer')} of state:"
             f" {format_bytes(total)} per sequence, whatever its length")
 
 
 def group_text(use: GroupUse) -> str:
     """`sliding 4096: 32 layers x 6,143 tokens 770.0 MiB`, `state: 7 layers 66.5 KiB`."""
     tokens = f" x {use.tokens:,} tokens" if use.tokens else ""
-    return f"{use.label}: {layers_text(use.layers)}{tokens} {format_bytes(use.bytes)}"
+    return f"{use.label}: {count_noun(use.layers, 'layer')}{tokens} {format_bytes(use.bytes)}"

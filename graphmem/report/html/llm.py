@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphmem.core.safe_text import printable
-from graphmem.core.units import count_noun, format_bytes, layers_text
+from graphmem.core.units import count_noun, format_bytes
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
@@ -121,7 +121,8 @@ def _layer_group_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
     """What a sequence holds per layer type, where not every layer is full attention."""
     if is_plain(plan.layer_groups):
         return ()
-    return tuple(_sized(f"KV per sequence: {use.label}", use.bytes, layers_text(use.layers)
+    return tuple(_sized(f"KV per sequence: {use.label}", use.bytes,
+                        count_noun(use.layers, "layer")
                         + (f" x {use.tokens:,} tokens" if use.tokens else ""))
                  for use in plan.layer_groups)
 
