@@ -63,14 +63,15 @@ def test_the_serving_verdict_is_one_sequence_in_the_budget() -> None:
     # budget = floor(1,000,000 x 0.9) = 900,000; KV cache = 900,000 - 500,000 - 100,000
     # - 50,000 = 250,000 B; blocks of 16 x 256 = 4,096 B: 250,000 // 4,096 = 61 blocks.
     # 512 tokens = 32 blocks: 61 // 32 = 1 sequence; one sequence needs 650,000 + 32 x 4,096
-    # = 781,072 B <= 900,000: fits, at 781,072 / 900,000 of the budget.
+    # = 781,072 B <= 900,000: fits. What the engine then holds is the whole pool it allocates
+    # at start: 650,000 + 61 x 4,096 = 899,856 B (the headline said one sequence's 781,072)
     fits = _plan(512)
     assert (fits.num_blocks, fits.blocks_per_sequence, fits.max_sequences) == (61, 32, 1)
     assert one_sequence_bytes(fits) == 781_072
     fit = serving_fit(fit_on_gpu(find_gpu("t4"), _symint(1)), fits)
-    assert fit.fits is True and int(fit.required_bytes) == 781_072
-    assert fit.utilization == pytest.approx(781_072 / 1_000_000)
-    assert sum(int(part.size_bytes) for part in fit.parts) == 781_072
+    assert fit.fits is True and int(fit.required_bytes) == 899_856 <= fits.budget_bytes
+    assert fit.utilization == pytest.approx(899_856 / 1_000_000)
+    assert sum(int(part.size_bytes) for part in fit.parts) == 899_856
     # 1,024 tokens = 64 blocks > 61: not one sequence; it needs 650,000 + 262,144 = 912,144 B
     short = _plan(1024)
     assert short.max_sequences == 0 and one_sequence_bytes(short) == 912_144
@@ -225,3 +226,31 @@ def test_serving_verdict_in_every_output(run: Run, tmp_path: Path, tiny_config: 
     else:
         assert out.count("does NOT fit") >= 2  # the plan's line and the GPU verdict line
         assert "does not fit: one 512-token sequence needs" in html
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize(("gpu", "tokens"), [("a100-80gb", 2048), ("h100", 8192)])
+def test_serve_leads_with_the_plan_and_profiles_the_engines_step(
+        tmp_path: Path, run: Run, gpu: str, tokens: int) -> None:
+    """--serve's headline said one sequence's 17.4 GiB of 80 GiB while vLLM holds 72 GiB, the
+    answer ("55 sequences") 25 lines down, under an 'assumed input' warning. The step traced
+    is the one vLLM profiles: max_num_batched_tokens (2,048 on an A100, 8,192 on other GPUs
+    of 70 GiB or more), stated as a note."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    out = tmp_path / "r.json"
+    code, text, err = run("analyze", tmp_path, "--serve", "--gpu", gpu, "--context", "512",
+                          "--no-html", "--json", out)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    plan, verdict = data["memory"]["serving"], data["gpu"]
+    pool = plan["num_blocks"] * plan["block_bytes"]
+    assert verdict["required_bytes"] == (plan["weights_bytes"] + plan["activation_bytes"]
+                                         + plan["cuda_context_bytes"] + pool)
+    assert verdict["required_bytes"] <= plan["budget_bytes"]
+    words = " ".join(text.split())  # lines wrap at the console's width
+    assert (f"(90.0%); {plan['total_sequences']:,} sequences of 512 tokens at once"
+            in words[:300])  # the headline, not 25 lines down
+    # TINY_LLAMA has 512 positions: the engine's step is capped there
+    assert "input_ids 1x" not in text  # no "assumed input" warning
+    assert f"1x{min(tokens, 512)}:int64" in words[:120]

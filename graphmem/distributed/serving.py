@@ -233,24 +233,32 @@ def one_sequence_bytes(plan: ServingReport) -> int:
 
 def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
     """The verdict under --serve: the plan's answer, not the step's. It fits when one
-    sequence at the context fits the engine's budget (capacity x gpu_memory_utilization);
-    `required_bytes` is that sequence's total, its parts the plan's."""
-    required = one_sequence_bytes(plan)
+    sequence at the context fits the engine's budget (capacity x gpu_memory_utilization).
+    `required_bytes` is what the engine holds: where a sequence fits, the weights, the step,
+    the context and the whole KV pool it allocates at start (what nvidia-smi shows: about
+    the budget; the headline said one sequence's 17.4 GiB where vLLM holds 72 GiB); where
+    none fits, one sequence's need (the demand)."""
+    fits = plan.max_sequences >= 1
+    pool_bytes = plan.num_blocks * plan.block_bytes if fits else plan.sequence_bytes
+    required = (plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
+                + pool_bytes)
     share = plan.config.gpu_memory_utilization
+    kv_label = (f"KV cache, {plan.num_blocks:,} blocks" if fits
+                else f"KV cache, one sequence of {plan.context:,} tokens")
     parts = (FitPart("weights", "weights (per GPU)", SymInt.const(plan.weights_bytes)),
              FitPart("step", "step activation peak", SymInt.const(plan.activation_bytes)),
              FitPart("context", "CUDA context", SymInt.const(plan.cuda_context_bytes)),
-             FitPart("kv_cache", f"KV cache, {plan.context:,} tokens",
-                     SymInt.const(plan.sequence_bytes)))
+             FitPart("kv_cache", kv_label, SymInt.const(pool_bytes)))
     # utilization stays required / capacity (GpuFit's meaning); the verdict is against the
     # budget, so with a share below 1 a sequence may not fit at under 100%: `basis` says why
     return replace(
         fit, required_bytes=SymInt.const(required),
         utilization=required / plan.capacity_bytes if plan.capacity_bytes else float("inf"),
-        fits=plan.max_sequences >= 1, parts=parts, runtime=None, failure="", caveat="",
+        fits=fits, parts=parts, runtime=None, failure="", caveat="",
         out_of_memory=None, limit_bytes=plan.budget_bytes,
-        basis=(f"serving plan: one {plan.context:,}-token sequence against the engine's"
-               f" budget, {share:g} of the GPU (--gpu-memory-utilization)"))
+        basis=(f"serving plan: the engine's budget, {share:g} of the GPU"
+               f" (--gpu-memory-utilization), holds at least one {plan.context:,}-token"
+               " sequence"))
 
 
 # ----- what the graph says: weights on a rank, a step's activations ---------------------------

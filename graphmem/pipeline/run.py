@@ -24,7 +24,7 @@ from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
 from graphmem.devices.gpus import GpuSpec, find_gpu
 from graphmem.distributed.kv_cache import with_serving_answer
-from graphmem.distributed.serving import serving_fit
+from graphmem.distributed.serving import default_step_tokens, serving_fit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
@@ -114,15 +114,38 @@ def _built_from_config(request: Request) -> Request:
     inputs = request.inputs
     if not inputs:
         seq = next((request.dims[name] for name in SEQ_DIMS if name in request.dims), None)
-        spec, note = default_input(built.module, request.batch, seq)
+        batch, seq, profiled = _serving_step(request, built.module, request.batch, seq)
+        spec, note = default_input(built.module, batch, seq)
         inputs = (spec,)
-        if request.batch is None or seq is None:  # default_input assumed one of them
+        if profiled:  # not assumed: the step the engine itself profiles
+            notes = (*notes, profiled)
+        elif request.batch is None or seq is None:  # default_input assumed one of them
             assumptions = (*assumptions, note)
         else:
             notes = (*notes, note)
     return replace(request, model=built.module, label=request.label or built.label,
                    inputs=inputs, batch=None, dims={}, notes=(*request.notes, *notes),
                    assumptions=assumptions)
+
+
+def _serving_step(request: Request, module: object, batch: int | None, seq: int | None
+                  ) -> tuple[int | None, int | None, str]:
+    """Under --serve with no shape given, the step vLLM profiles at start: one prompt of
+    max_num_batched_tokens tokens (--max-batched-tokens, else its default on the GPU; at
+    most the model's positions), and the note that says so; else the shape as given."""
+    from graphmem.frontends.torch.hf_config import max_positions
+
+    serving = request.serving
+    if serving is None or batch is not None or seq is not None or request.gpu is None:
+        return batch, seq, ""
+    gpu = find_gpu(request.gpu)
+    step = serving.prefill_tokens or default_step_tokens(gpu.name, gpu.capacity_bytes)
+    limit = max_positions(module)  # type: ignore[arg-type]
+    tokens = min(step, limit) if limit else step
+    return 1, tokens, (f"input_ids 1x{tokens}:int64: the step the engine profiles at start"
+                       f" (max_num_batched_tokens {step:,}"
+                       + (f", capped by the model's {limit:,} positions" if tokens < step else "")
+                       + "; --max-batched-tokens sets it)")
 
 
 def _with_checkpointed_layers(request: Request) -> Request:

@@ -9,7 +9,7 @@ from rich.table import Table
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.symbolic import SymInt
-from graphmem.core.units import format_bytes
+from graphmem.core.units import count_noun, format_bytes
 from graphmem.passes.fit import LIVE_PEAK_BASIS, GpuFit
 from graphmem.passes.max_batch import MaxBatchResult
 from graphmem.passes.modules import TOP
@@ -40,9 +40,18 @@ def verdict_line(analysis: Analysis) -> str:
     if not fit.fits:
         over = fit.over_bytes or 0
         return f"[bold red]does NOT fit[/] on {gpu}: {needs} ({share}, {format_bytes(over)} over)"
-    largest = max_batch_text(analysis.max_batch)
+    largest = _serving_answer(analysis) or max_batch_text(analysis.max_batch)
     return f"[bold green]fits[/] on {gpu}: {needs} ({share})" + (
         f"; {largest}" if largest else "")
+
+
+def _serving_answer(analysis: Analysis) -> str:
+    """Under --serve the answer is the plan's: how many sequences run at once."""
+    plan = analysis.kv_cache.serving if analysis.kv_cache is not None else None
+    if plan is None:
+        return ""
+    return (f"{count_noun(plan.total_sequences, 'sequence')} of {plan.context:,} tokens at"
+            " once")
 
 
 def _open_verdict(analysis: Analysis, fit: GpuFit, gpu: str) -> str:
