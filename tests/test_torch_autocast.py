@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from graphmem import analyze_torch
+from graphmem.core.ir import DType, Phase
 from graphmem.frontends.torch.autocast import CudaAutocastPolicy
 from tests.torch_models.small import TinyGPT
 
@@ -68,3 +69,23 @@ def test_cuda_policy_holds_more_of_a_transformer_than_cpu_autocast() -> None:
     cuda = analyze_torch(TinyGPT(), [GPT_INPUT], train=True, amp="bf16", plan=False,
                          suggest=False)
     assert int(cuda.liveness.activation_peak_bytes) > 1.3 * int(cpu.liveness.activation_peak_bytes)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_checkpointed_blocks_recompute_under_the_cuda_policy(amp: str) -> None:
+    # checkpoint restores autocast for the recomputation in backward, graphmem restores the
+    # CUDA policy on top of it: the recomputed layer_norm is fp32 again, as the forward's was
+    # (without the policy it came out bf16/fp16 and checkpoint refused "different metadata")
+    whole = analyze_torch(TinyGPT(), [GPT_INPUT], train=True, amp=amp, plan=False,
+                          suggest=False)
+    blocks = analyze_torch(TinyGPT(), [GPT_INPUT], train=True, amp=amp, plan=False,
+                           suggest=False, checkpoints=["blocks.0", "blocks.1"])
+    recomputed = [node for node in blocks.graph.nodes if node.phase == Phase.BACKWARD
+                  and node.op_type == "aten.native_layer_norm.default"]
+    assert [n.module_path for n in recomputed] == [f"blocks.{i}.norm{j}" for i in (1, 0)
+                                                   for j in (1, 2)]
+    assert {n.outputs[0].dtype for n in recomputed} == {DType.FLOAT32}
+    assert (int(blocks.liveness.activation_peak_bytes)
+            < int(whole.liveness.activation_peak_bytes))

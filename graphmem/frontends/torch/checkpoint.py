@@ -21,11 +21,10 @@ from typing import Any
 
 from torch import nn
 from torch.func import functional_call
-from torch.overrides import _get_current_function_mode_stack
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils.checkpoint import checkpoint
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.trace import module_scope_guard
 
 
@@ -61,7 +60,7 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
         if recomputing[0]:
             return forward(*args, **kwargs)
         tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-        modes = _kernel_modes()
+        modes = _get_current_function_mode_stack()
 
         def body(*inner: Any) -> Any:
             recomputing[0] = True
@@ -77,18 +76,17 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
     return run
 
 
-def _kernel_modes() -> list[CudaKernels]:
-    """The CUDA kernel choices (cuda_kernels.py) the forward runs under."""
-    return [mode for mode in _get_current_function_mode_stack()
-            if isinstance(mode, CudaKernels)]
-
-
 @contextlib.contextmanager
-def _entered_again(modes: Sequence[CudaKernels]) -> Iterator[None]:
-    """The recomputation in backward runs under the kernel choices the forward ran under:
-    autograd's engine does not carry function modes into backward, and without them the
-    recomputed dropout would save a float mask where the forward saved a bool one (and
-    checkpoint refuses the mismatch)."""
+def _entered_again(modes: Sequence[TorchFunctionMode]) -> Iterator[None]:
+    """The recomputation in backward runs under the function modes the forward ran under.
+
+    Autograd's engine does not carry function modes into backward, but graphmem's modes stand
+    in for device state that a real recomputation does see: the CUDA kernel choices
+    (cuda_kernels.py: without them the recomputed dropout would save a float mask where the
+    forward saved a bool one) and CUDA autocast's fp32 op lists (autocast.py). checkpoint
+    itself restores the autocast state; without the policy on top of it the recomputed
+    layer_norm of an AMP step would return bf16 where the forward saved fp32. Either way
+    checkpoint refuses the mismatch ("different metadata")."""
     active = _get_current_function_mode_stack()
     with contextlib.ExitStack() as stack:
         for mode in modes:
