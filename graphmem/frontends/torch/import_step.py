@@ -63,7 +63,7 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
             " number or an input unchanged): graphmem analyzes the ops a model runs")
     micro_batch = specs[0].shape[0] if specs[0].shape else None
     how = "torch fake tensors" if cuda is None else f"torch fake tensors, CUDA kernels ({cuda.sm})"
-    return ImportedModel(graph, label, how, tuple(traced.notes), micro_batch,
+    return ImportedModel(graph, label, how, (), micro_batch, notes=tuple(traced.notes),
                          kernels=traced.kernels)
 
 

@@ -46,6 +46,7 @@ from graphmem.frontends.torch.train_step import (
     autocast,
     cross_entropy_loss,
     optimizer_update,
+    reached_leaves,
     scaler_state,
     unscale,
     update_scale,
@@ -118,7 +119,8 @@ def trace_model(
     """The step traced with fake tensors: on the CPU's kernels, or with `cuda` as PyTorch's
     CUDA backend runs it on that GPU (cuda_kernels.py). Training honours requires_grad: a
     frozen parameter gets no gradient and no optimizer state, and autograd saves only what
-    the trainable parameters' backward needs."""
+    the trainable parameters' backward needs. A trainable parameter the loss does not reach
+    gets none either (see _NoGradient)."""
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     trained = [name for name, p in params.items() if p.requires_grad] if train else []
@@ -142,7 +144,8 @@ def trace_model(
         + [(Role.OPTIMIZER_STATE, name) for name in (SCALER_STATE if scaled else ())]
         + [(Role.INPUT, s.name or f"input{i}") for i, s in enumerate(inputs)]
     )
-    step = (_training_step(model, params, buffers, train, scaled, inputs) if train
+    no_gradient = _NoGradient(trained, slots)
+    step = (_training_step(model, params, buffers, train, scaled, inputs, no_gradient) if train
             else _inference_step(model, params, buffers, inputs))
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
@@ -151,9 +154,70 @@ def trace_model(
           fx_traceback.preserve_node_meta(), _young_collections_only()):
         graph_module = _make_fx(_observed(step, lifetimes, kernels), fake_params, fake_buffers,
                                 fake_state, fake_inputs)
-    return TracedStep(graph_module, roles, "training" if train else "inference",
+    return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
+                      "training" if train else "inference",
                       released_after=dict(lifetimes.released_after),
-                      kernels=_kernels_of(kernels, train, scaled))
+                      notes=no_gradient.notes(params), kernels=_kernels_of(kernels, train, scaled))
+
+
+@dataclass
+class _NoGradient:
+    """The trainable parameters the loss does not reach, as the traced step finds them.
+
+    A real step leaves their .grad at None (a Hugging Face base model's pooler, when the loss
+    is over the hidden states), and torch.optim skips a parameter whose .grad is None: its
+    state is never created. The trace made their optimizer state up front (placeholders),
+    and with --grad-accum a zeros tensor for their earlier micro-batches' gradient sum; both
+    are dropped, so such a parameter costs what a frozen one does: its weights."""
+
+    trained: list[str]  # the trainable parameters' names, in the order the step sees them
+    slots: tuple[str, ...]  # the optimizer's state slots
+    names: list[str] = field(default_factory=list)
+    grad_sums: list[str] = field(default_factory=list)  # fx nodes of their zeros .grad
+
+    def found(self, trainable: list[torch.Tensor], reached: set[int]) -> list[bool]:
+        """Which of `trainable` the loss reaches; the others are noted and, with
+        --grad-accum, lose the .grad the step gave them."""
+        used = [id(t) in reached for t in trainable]
+        if not any(used):
+            raise GraphmemError("--train: the loss reaches no trainable parameter, so a"
+                                " training step computes no gradient; check the loss")
+        tracer = get_proxy_mode().tracer  # type: ignore[union-attr]
+        for name, tensor, reaches in zip(self.trained, trainable, used, strict=True):
+            if reaches:
+                continue
+            self.names.append(name)
+            if tensor.grad is not None:
+                self.grad_sums.append(get_proxy_slot(tensor.grad, tracer).proxy.node.name)
+                tensor.grad = None
+        return used
+
+    def pruned(self, graph: torch.fx.Graph,
+               roles: list[tuple[Role, str]]) -> list[tuple[Role, str]]:
+        """`roles` without the optimizer state of the parameters without gradient, whose
+        placeholders (never read) and zeros .grad nodes (never used) leave `graph`. The
+        graph is converted, never run, so its code is not regenerated."""
+        dropped = {f"{slot}[{name}]" for slot in self.slots for name in self.names}
+        kept = []
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        for node, (role, label) in zip(placeholders, roles, strict=True):
+            if role is Role.OPTIMIZER_STATE and label in dropped:
+                graph.erase_node(node)
+            else:
+                kept.append((role, label))
+        sums = set(self.grad_sums)
+        for node in [node for node in graph.nodes if node.name in sums]:
+            graph.erase_node(node)
+        return kept
+
+    def notes(self, params: dict[str, nn.Parameter]) -> list[str]:
+        if not self.names:
+            return []
+        count = sum(params[name].numel() for name in self.names)
+        shown = ", ".join(self.names[:3]) + (", ..." if len(self.names) > 3 else "")
+        return [f"{len(self.names)} trainable parameter tensors ({count:,} parameters: {shown})"
+                " get no gradient: the loss does not reach them, so a training step leaves"
+                " their .grad at None and the optimizer keeps no state for them"]
 
 
 @contextlib.contextmanager
@@ -260,10 +324,10 @@ def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
 
 def _training_step(
     model: nn.Module, params: dict, buffers: dict, train: TrainingOptions, scaled: bool,
-    specs: list[TensorSpec],
+    specs: list[TensorSpec], no_gradient: _NoGradient,
 ) -> Callable[..., Any]:
-    """Forward and loss, backward to the trainable parameters, the optimizer update; with
-    `scaled` (fp16 on CUDA) through GradScaler (train_step.py)."""
+    """Forward and loss, backward to the trainable parameters the loss reaches, the optimizer
+    update of those; with `scaled` (fp16 on CUDA) through GradScaler (train_step.py)."""
     steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
 
     def step(p: list, b: list, state: list, inputs: list) -> Any:
@@ -277,6 +341,9 @@ def _training_step(
             output = functional_call(model, _state_dict(params, buffers, p, b),
                                      *split_inputs(specs, inputs))
             loss = (train.loss or cross_entropy_loss)(output)
+        used = no_gradient.found(trainable, reached_leaves(loss))
+        trainable = [t for t, reaches in zip(trainable, used, strict=True) if reaches]
+        state = [[s for s, reaches in zip(slot, used, strict=True) if reaches] for slot in state]
         with _phase("backward"):
             scaled_loss = loss if scaler is None else loss * scaler[0]
             if train.grad_accum > 1:
