@@ -40,13 +40,13 @@ from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
+from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
 from graphmem.frontends.torch.train_step import (
     AMP_DTYPES,
     SCALER_STATE,
     autocast,
     cross_entropy_loss,
     optimizer_update,
-    reached_leaves,
     scaler_state,
     unscale,
     update_scale,
@@ -120,7 +120,7 @@ def trace_model(
     CUDA backend runs it on that GPU (cuda_kernels.py). Training honours requires_grad: a
     frozen parameter gets no gradient and no optimizer state, and autograd saves only what
     the trainable parameters' backward needs. A trainable parameter the loss does not reach
-    gets none either (see _NoGradient)."""
+    gets none either (see NoGradient)."""
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     trained = [name for name, p in params.items() if p.requires_grad] if train else []
@@ -144,7 +144,7 @@ def trace_model(
         + [(Role.OPTIMIZER_STATE, name) for name in (SCALER_STATE if scaled else ())]
         + [(Role.INPUT, s.name or f"input{i}") for i, s in enumerate(inputs)]
     )
-    no_gradient = _NoGradient(trained, slots)
+    no_gradient = NoGradient(trained, slots)
     step = (_training_step(model, params, buffers, train, scaled, inputs, no_gradient) if train
             else _inference_step(model, params, buffers, inputs))
     model.train(train is not None)
@@ -158,66 +158,6 @@ def trace_model(
                       "training" if train else "inference",
                       released_after=dict(lifetimes.released_after),
                       notes=no_gradient.notes(params), kernels=_kernels_of(kernels, train, scaled))
-
-
-@dataclass
-class _NoGradient:
-    """The trainable parameters the loss does not reach, as the traced step finds them.
-
-    A real step leaves their .grad at None (a Hugging Face base model's pooler, when the loss
-    is over the hidden states), and torch.optim skips a parameter whose .grad is None: its
-    state is never created. The trace made their optimizer state up front (placeholders),
-    and with --grad-accum a zeros tensor for their earlier micro-batches' gradient sum; both
-    are dropped, so such a parameter costs what a frozen one does: its weights."""
-
-    trained: list[str]  # the trainable parameters' names, in the order the step sees them
-    slots: tuple[str, ...]  # the optimizer's state slots
-    names: list[str] = field(default_factory=list)
-    grad_sums: list[str] = field(default_factory=list)  # fx nodes of their zeros .grad
-
-    def found(self, trainable: list[torch.Tensor], reached: set[int]) -> list[bool]:
-        """Which of `trainable` the loss reaches; the others are noted and, with
-        --grad-accum, lose the .grad the step gave them."""
-        used = [id(t) in reached for t in trainable]
-        if not any(used):
-            raise GraphmemError("--train: the loss reaches no trainable parameter, so a"
-                                " training step computes no gradient; check the loss")
-        tracer = get_proxy_mode().tracer  # type: ignore[union-attr]
-        for name, tensor, reaches in zip(self.trained, trainable, used, strict=True):
-            if reaches:
-                continue
-            self.names.append(name)
-            if tensor.grad is not None:
-                self.grad_sums.append(get_proxy_slot(tensor.grad, tracer).proxy.node.name)
-                tensor.grad = None
-        return used
-
-    def pruned(self, graph: torch.fx.Graph,
-               roles: list[tuple[Role, str]]) -> list[tuple[Role, str]]:
-        """`roles` without the optimizer state of the parameters without gradient, whose
-        placeholders (never read) and zeros .grad nodes (never used) leave `graph`. The
-        graph is converted, never run, so its code is not regenerated."""
-        dropped = {f"{slot}[{name}]" for slot in self.slots for name in self.names}
-        kept = []
-        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-        for node, (role, label) in zip(placeholders, roles, strict=True):
-            if role is Role.OPTIMIZER_STATE and label in dropped:
-                graph.erase_node(node)
-            else:
-                kept.append((role, label))
-        sums = set(self.grad_sums)
-        for node in [node for node in graph.nodes if node.name in sums]:
-            graph.erase_node(node)
-        return kept
-
-    def notes(self, params: dict[str, nn.Parameter]) -> list[str]:
-        if not self.names:
-            return []
-        count = sum(params[name].numel() for name in self.names)
-        shown = ", ".join(self.names[:3]) + (", ..." if len(self.names) > 3 else "")
-        return [f"{len(self.names)} trainable parameter tensors ({count:,} parameters: {shown})"
-                " get no gradient: the loss does not reach them, so a training step leaves"
-                " their .grad at None and the optimizer keeps no state for them"]
 
 
 @contextlib.contextmanager
@@ -324,7 +264,7 @@ def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
 
 def _training_step(
     model: nn.Module, params: dict, buffers: dict, train: TrainingOptions, scaled: bool,
-    specs: list[TensorSpec], no_gradient: _NoGradient,
+    specs: list[TensorSpec], no_gradient: NoGradient,
 ) -> Callable[..., Any]:
     """Forward and loss, backward to the trainable parameters the loss reaches, the optimizer
     update of those; with `scaled` (fp16 on CUDA) through GradScaler (train_step.py)."""

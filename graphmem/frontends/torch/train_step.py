@@ -72,25 +72,6 @@ def autocast(amp: str | None, policy: str) -> Iterator[None]:
         yield
 
 
-def reached_leaves(loss: torch.Tensor) -> set[int]:
-    """The ids of the leaf tensors that backward from `loss` writes a gradient to: autograd's
-    AccumulateGrad nodes reachable from loss.grad_fn, as `loss.backward()` walks them. A
-    parameter the loss does not reach keeps .grad None in a real step."""
-    leaves: set[int] = set()
-    seen: dict[int, Any] = {}  # holds each node, so that no id is reused while walking
-    pending = [loss.grad_fn]
-    while pending:
-        function = pending.pop()
-        if function is None or id(function) in seen:
-            continue
-        seen[id(function)] = function
-        variable = getattr(function, "variable", None)  # AccumulateGrad: the leaf it fills
-        if isinstance(variable, torch.Tensor):
-            leaves.add(id(variable))
-        pending.extend(next_function for next_function, _ in function.next_functions)
-    return leaves
-
-
 def optimizer_update(name: str, params: list, grads: list, state: list, steps: list) -> None:
     """One step of torch.optim's functional update (foreach), in place on params and state."""
     if name in ("sgd", "momentum"):
