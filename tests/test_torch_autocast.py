@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from graphmem import analyze_torch
 from graphmem.core.ir import DType, Phase
@@ -89,3 +90,38 @@ def test_checkpointed_blocks_recompute_under_the_cuda_policy(amp: str) -> None:
     assert {n.outputs[0].dtype for n in recomputed} == {DType.FLOAT32}
     assert (int(blocks.liveness.activation_peak_bytes)
             < int(whole.liveness.activation_peak_bytes))
+
+
+def test_the_policy_is_gone_once_left() -> None:
+    # the kernels are registered for the trace only: CPU autocast is its own again after
+    y = torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _under_cuda_policy(lambda: torch.softmax(y @ y.T, -1)).dtype == torch.float32
+        assert torch.softmax(y @ y.T, -1).dtype == torch.bfloat16
+
+
+class SelfCheckpointed(TinyGPT):
+    """TinyGPT whose forward checkpoints its own blocks (as a model with Hugging Face's
+    gradient_checkpointing_enable does): graphmem sets none of it up."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.positions(positions)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return self.lm_head(self.norm(x))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_a_model_checkpointing_itself_recomputes_under_the_cuda_policy(amp: str) -> None:
+    # the policy is part of autocast, which torch.utils.checkpoint restores for the
+    # recomputation; a function mode would be gone there (autograd runs backward without
+    # them) and checkpoint refused the bf16 layer_norm ("different metadata")
+    own = analyze_torch(SelfCheckpointed(), [GPT_INPUT], train=True, amp=amp, plan=False,
+                        suggest=False)
+    ours = analyze_torch(TinyGPT(), [GPT_INPUT], train=True, amp=amp, plan=False,
+                         suggest=False, checkpoints=["blocks.0", "blocks.1"])
+    # the same step as graphmem's own checkpointing of the same blocks
+    assert int(own.liveness.activation_peak_bytes) == int(ours.liveness.activation_peak_bytes)

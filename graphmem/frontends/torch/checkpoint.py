@@ -80,13 +80,11 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
 def _entered_again(modes: Sequence[TorchFunctionMode]) -> Iterator[None]:
     """The recomputation in backward runs under the function modes the forward ran under.
 
-    Autograd's engine does not carry function modes into backward, but graphmem's modes stand
-    in for device state that a real recomputation does see: the CUDA kernel choices
-    (cuda_kernels.py: without them the recomputed dropout would save a float mask where the
-    forward saved a bool one) and CUDA autocast's fp32 op lists (autocast.py). checkpoint
-    itself restores the autocast state; without the policy on top of it the recomputed
-    layer_norm of an AMP step would return bf16 where the forward saved fp32. Either way
-    checkpoint refuses the mismatch ("different metadata")."""
+    Autograd's engine runs backward without function modes, but graphmem's stand in for
+    device state that a real recomputation does see: the CUDA kernel choices
+    (cuda_kernels.py); without them the recomputed dropout would save a float mask where the
+    forward saved a bool one, and checkpoint would refuse the mismatch. (CUDA's autocast
+    policy is part of autocast itself, autocast.py, which checkpoint restores.)"""
     active = _get_current_function_mode_stack()
     with contextlib.ExitStack() as stack:
         for mode in modes:

@@ -45,6 +45,7 @@ from graphmem.frontends.torch.train_step import (
     AMP_DTYPES,
     SCALER_STATE,
     autocast,
+    autocast_policy,
     cross_entropy_loss,
     optimizer_update,
     scaler_state,
@@ -150,7 +151,7 @@ def trace_model(
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
     kernels = CudaKernels(cuda) if cuda is not None else None
-    with (_restored_annotations(), _module_annotations(model),
+    with (_restored_annotations(), _module_annotations(model), autocast_policy(train),
           fx_traceback.preserve_node_meta(), _young_collections_only()):
         graph_module = _make_fx(_observed(step, lifetimes, kernels), fake_params, fake_buffers,
                                 fake_state, fake_inputs)
@@ -277,7 +278,7 @@ def _training_step(
             with _phase("backward"):  # the sums of the earlier micro-batches
                 for t in trainable:
                     t.grad = torch.zeros_like(t)
-        with _phase("forward"), autocast(train.amp, train.amp_policy):
+        with _phase("forward"), autocast(train.amp):
             output = functional_call(model, _state_dict(params, buffers, p, b),
                                      *split_inputs(specs, inputs))
             loss = (train.loss or cross_entropy_loss)(output)

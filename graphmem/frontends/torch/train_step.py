@@ -16,7 +16,6 @@ runs, as torch implements it:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -58,18 +57,20 @@ def cross_entropy_loss(output: Any) -> torch.Tensor:
     return nn.functional.cross_entropy(flat, target)
 
 
-@contextlib.contextmanager
-def autocast(amp: str | None, policy: str) -> Iterator[None]:
-    if amp is None:
-        yield
-        return
-    # CPU autocast: its lower-precision list matches CUDA's for matmul, linear and conv; the
-    # ops CUDA runs in fp32 on top of it come from CudaAutocastPolicy.
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(torch.autocast("cpu", dtype=AMP_DTYPES[amp]))
-        if policy == "cuda":
-            stack.enter_context(CudaAutocastPolicy())
-        yield
+def autocast(amp: str | None) -> contextlib.AbstractContextManager[Any]:
+    """CPU autocast: its lower-precision list matches CUDA's for matmul, linear and conv; the
+    ops CUDA runs in fp32 on top of it come from `autocast_policy`."""
+    return contextlib.nullcontext() if amp is None else torch.autocast("cpu",
+                                                                       dtype=AMP_DTYPES[amp])
+
+
+def autocast_policy(train: conventions.TrainingOptions | None
+                    ) -> contextlib.AbstractContextManager[Any]:
+    """CUDA's fp32 op lists on top of CPU autocast (autocast.py), for a whole traced AMP step
+    that follows them: wherever autocast is on, a checkpoint's recomputation included."""
+    if train is None or train.amp is None or train.amp_policy != conventions.AmpPolicy.CUDA:
+        return contextlib.nullcontext()
+    return CudaAutocastPolicy()
 
 
 def optimizer_update(name: str, params: list, grads: list, state: list, steps: list) -> None:
