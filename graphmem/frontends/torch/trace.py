@@ -220,6 +220,12 @@ def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
 
 def _tracing_hint(error: Exception) -> str:
     text = f"{type(error).__name__} {error}"
+    if type(error).__name__ == "CheckpointError":
+        return ("a checkpointed layer's recomputation differs from its forward: with --gpu, a"
+                " checkpoint the model calls itself (torch.utils.checkpoint in its forward,"
+                " Hugging Face's gradient_checkpointing_enable) runs without graphmem's CUDA"
+                " kernel choices; turn it off in the model and pass --gradient-checkpointing"
+                " or checkpoints= instead")
     if any(key in text for key in ("DataDependent", "data-dependent", "DynamicOutputShape",
                                    "item()", "nonzero")):
         return ("the model branches on tensor values (if on a tensor, .item(), nonzero), which"
