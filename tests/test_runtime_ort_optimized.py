@@ -151,33 +151,6 @@ def test_cli_level_choice(tmp_path: Path) -> None:
     assert peaks["all"] < peaks["disabled"]
 
 
-@pytest.mark.ort
-@pytest.mark.slow
-def test_fused_matmul_stand_in_has_onnxruntimes_shape() -> None:
-    # FusedMatMul(A [2, 3, 4], B [2, 5, 4], transB=1) = A @ B^T: [2, 3, 5]. The proxy's Einsum
-    # "...ij,...kj->...ik" must infer that shape, and onnxruntime's kernel must produce it.
-    import onnxruntime as ort
-
-    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft",
-                            transB=1, alpha=0.5)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", F32, [2, 3, 4]),
-                                            helper.make_tensor_value_info("b", F32, [2, 5, 4])],
-                              [helper.make_tensor_value_info("y", F32, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 8
-    proxy, originals = ort_proxy.shape_proxy(model)
-    stand_in = proxy.graph.node[0]
-    assert (stand_in.op_type, stand_in.attribute[0].s) == ("Einsum", b"...ij,...kj->...ik")
-    assert originals[stand_in.name].attributes["transB"] == 1
-    inferred = onnx.shape_inference.infer_shapes(proxy).graph.output[0]
-    shape = [d.dim_value for d in inferred.type.tensor_type.shape.dim]
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    feeds = {"a": np.ones((2, 3, 4), np.float32), "b": np.ones((2, 5, 4), np.float32)}
-    assert shape == list(session.run(None, feeds)[0].shape) == [2, 3, 5]
-
-
 @pytest.mark.parametrize("channels", [20, 40])
 @pytest.mark.ort
 @pytest.mark.slow

@@ -59,6 +59,7 @@ from graphmem.runtime_models.ort_kernels import (
     KernelScratch,
     arena_weights_bytes,
     kernel_scratch,
+    session_creation_peak_bytes,
 )
 
 PlanShape = tuple[int | str | None, ...]
@@ -409,13 +410,19 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
               f" {timeline.peak_bytes:,} bytes the run's own",)
     if any(node.op_type == "Conv" for node in plan.order):
         notes += (f"Conv scratch sized for {threads} intra-op threads",)
+    peak = weights + timeline.peak_bytes
+    creation = session_creation_peak_bytes(graph, plan.order)
+    if creation > peak:
+        notes += (f"the peak is at session creation: {creation:,} bytes while shared MatMul"
+                  " weights are prepacked (each later use packs a temporary copy)",)
+        peak = creation
     return RuntimeEstimate(
         runtime="ort-cpu",
         tensors_at_peak_bytes=timeline.tensors_bytes,
         allocator_overhead_bytes=timeline.rounding_bytes,
         context_bytes=0,
-        runtime_peak_bytes=weights + timeline.peak_bytes,
-        device_total_bytes=weights + timeline.peak_bytes + resident_bytes,
+        runtime_peak_bytes=peak,
+        device_total_bytes=peak + resident_bytes,
         counts=ORT_CPU_COUNTS,
         notes=notes,
         workspace_bytes=timeline.scratch_bytes,

@@ -161,15 +161,30 @@ PACKED_BUFFER_ALIGN = 64  # MlasGetPreferredBufferAlignment
 SMALL_INITIALIZER_BYTES = 127  # kSmallTensorExternalDataThreshold: larger ones are used in place
 
 
-# kernels whose PrePack packs B: MatMul<float>, Gemm<float> and contrib FusedGemm (a Gemm<float>
-# with an activation, what ORT_ENABLE_EXTENDED makes of MatMul + Add + Relu)
+# kernels whose PrePack packs B: MatMul<float>, Gemm<float>, contrib FusedGemm (a Gemm<float>
+# with an activation, what ORT_ENABLE_EXTENDED makes of MatMul + Add + Relu) and contrib
+# FusedMatMul (a MatMul<float> with alpha and transposes: contrib_ops/cpu/fusedmatmul.h; its
+# PrePack is MatMul's, B read transposed when transB)
 _PREPACKING_KERNELS = frozenset({("", "MatMul"), ("ai.onnx", "MatMul"), ("", "Gemm"),
-                                 ("ai.onnx", "Gemm"), ("com.microsoft", "FusedGemm")})
+                                 ("ai.onnx", "Gemm"), ("com.microsoft", "FusedGemm"),
+                                 ("com.microsoft", "FusedMatMul")})
 
 
-def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:
-    """MatMul and Gemm prepack a constant 2-D float32 B for MLAS's SGEMM at session creation,
-    into the arena: (weight name, bytes), N rounded up to 16 columns, 64-byte aligned."""
+@dataclass(frozen=True)
+class Prepack:
+    """One kernel's PrePack of its constant B: `key` says which packs are the same buffer
+    (onnxruntime keys its prepacked-weights container by op type + the packed bytes: the same
+    weight packed by the same kernel with the same transB)."""
+
+    key: tuple[str, str, int]  # (op type, weight name, transB)
+    weight: str
+    size_bytes: int
+
+
+def prepacks(nodes: Sequence[Node]) -> list[Prepack]:
+    """MatMul, Gemm and FusedMatMul prepack a constant 2-D float32 B for MLAS's SGEMM at
+    session creation, into the arena, once per use, in `nodes`' order: N rounded up to 16
+    columns, 64-byte aligned."""
     packed = []
     for node in nodes:
         if (node.domain, node.op_type) not in _PREPACKING_KERNELS:
@@ -179,12 +194,41 @@ def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:
             continue
         if b.dtype.label != "float32" or not all(d is not None and d.is_constant for d in b.shape):
             continue
-        rows, cols = (int(d) for d in b.shape if d is not None)  # [K, N]; Gemm transB: [N, K]
-        k, n = (cols, rows) if node.op_type.endswith("Gemm") and node.attr_int("transB", 0) else (
-            rows, cols)
+        trans_b = node.attr_int("transB", 0)
+        rows, cols = (int(d) for d in b.shape if d is not None)  # [K, N]; transB: [N, K]
+        k, n = (cols, rows) if trans_b else (rows, cols)
         size = -(-n // SGEMM_PACKED_N_ALIGN) * SGEMM_PACKED_N_ALIGN * k * 4
-        packed.append((b.name, -(-size // PACKED_BUFFER_ALIGN) * PACKED_BUFFER_ALIGN))
+        packed.append(Prepack((node.op_type, b.name, trans_b), b.name,
+                              -(-size // PACKED_BUFFER_ALIGN) * PACKED_BUFFER_ALIGN))
     return packed
+
+
+def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:
+    """The packed buffers onnxruntime keeps: (weight name, bytes), one per distinct pack. A
+    weight several kernels read is packed once and shared (ALBERT's layers share one layer's
+    weights: three uses, one buffer)."""
+    kept: dict[tuple[str, str, int], Prepack] = {}
+    for pack in prepacks(nodes):
+        kept.setdefault(pack.key, pack)
+    return [(pack.weight, pack.size_bytes) for pack in kept.values()]
+
+
+def prepack_peak_bytes(nodes: Sequence[Node]) -> int:
+    """The in-use peak while onnxruntime prepacks at session creation. Each later use of a
+    shared weight packs it again and only then finds the same bytes in the container
+    (SessionState::PrepackConstantInitializedTensors: PrePack first, then the lookup), so its
+    pack is a temporary freed at once, on top of the packs kept so far. Measured with one
+    256x256 weight read by 2 and 3 MatMuls: 2 packs' worth at creation (524,288 B), 1 kept."""
+    kept: set[tuple[str, str, int]] = set()
+    held = peak = 0
+    for pack in prepacks(nodes):
+        if pack.key in kept:
+            peak = max(peak, held + pack.size_bytes)
+            continue
+        kept.add(pack.key)
+        held += pack.size_bytes
+        peak = max(peak, held)
+    return peak
 
 
 def small_initializer_bytes(initializers: Sequence[Value]) -> int:
@@ -202,3 +246,10 @@ def arena_weights_bytes(graph: Graph, order: Sequence[Node]) -> int:
                     if v.producer is None and v.role is not Role.INPUT and v.consumers]
     packed = sum(size for _, size in prepacked_weights(order))
     return packed + small_initializer_bytes(initializers)
+
+
+def session_creation_peak_bytes(graph: Graph, order: Sequence[Node]) -> int:
+    """The in-use peak before the first run: the small initializers and the prepacking's own
+    peak (`prepack_peak_bytes`); mem_in_use_peak is the larger of this and the run's."""
+    return arena_weights_bytes(graph, order) - sum(
+        size for _, size in prepacked_weights(order)) + prepack_peak_bytes(order)

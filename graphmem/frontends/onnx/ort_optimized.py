@@ -12,15 +12,15 @@ Planned in that order it gives the optimized session's `mem_in_use_peak`: exact 
 shipped sample but tiny_llama.dynamo (within 3%), on the CNN zoo and on BERT and GPT-2
 (benchmarks/results/accuracy.md).
 
-The saved graph has contrib ops onnx's shape inference does not know, so it is imported
-through a shape proxy: each contrib node replaced by a standard op with the same output shape
-(FusedMatMul -> Einsum, nchwc Conv -> Conv over its padded channels, ReorderInput -> Pad of
-the channels, ReorderOutput -> Slice of them, their channels-last forms -> Transpose or
-Reshape, nchwc Upsample -> Resize...), imported with graphmem's ONNX importer, then the real
-op types, domains, attributes and inputs put back on the nodes. A reorder's stand-in needs its
-input's shape, known only once the stand-ins upstream are in place, so the proxy is built in
-rounds of onnx's inference; a tensor left without a shape would count 0 bytes (before the
-rounds: EfficientNet-B0 and ConvNeXt-T at batch 8 came out 65% and 61% low).
+The saved graph has contrib ops onnx's shape inference does not know, so it is imported through
+a shape proxy: each contrib node replaced by a standard op with the same output shape
+(FusedMatMul -> MatMul of its operands transposed, nchwc Conv -> Conv over its padded channels,
+ReorderInput -> Pad of the channels, ReorderOutput -> Slice of them, their channels-last forms
+-> Transpose or Reshape, nchwc Upsample -> Resize...), imported with graphmem's ONNX importer,
+then the real op types, domains, attributes and inputs put back on the nodes. A reorder's
+stand-in needs its input's shape, known only once the stand-ins upstream are in place, so the
+proxy is built in rounds of onnx's inference; a tensor left without a shape would count 0 bytes
+(before the rounds: EfficientNet-B0 and ConvNeXt-T at batch 8 came out 65% and 61% low).
 
 Weights: graphmem never reads them (onnx_untrusted.py), so the session gets the bytes of a
 weightless copy: every tensor without inline data (external, or above the importer's 64 KiB)

@@ -1,9 +1,10 @@
 """The shape proxy: onnxruntime's optimized graph as standard ops onnx's inference can shape.
 
 The saved optimized graph has contrib ops onnx's shape inference does not know; each is
-replaced by a standard op with the same output shape (FusedMatMul -> Einsum, nchwc Conv ->
-Conv over its padded channels, ReorderInput -> Pad of the channels or a Transpose,
-ReorderOutput -> Slice of them or a Transpose, nchwc Upsample -> Resize...), the copy is
+replaced by a standard op with the same output shape (FusedMatMul -> MatMul of its operands
+transposed, nchwc Conv -> Conv over its padded channels, ReorderInput -> Pad of the channels
+or a Transpose, ReorderOutput -> Slice of them or a Transpose, nchwc Upsample -> Resize...),
+the copy is
 imported with graphmem's ONNX importer, then `restore_nodes` puts the real op types, domains,
 attributes and inputs back on the nodes (graphmem/frontends/onnx/ort_optimized.py).
 """
@@ -100,6 +101,8 @@ def _rewrite(node: onnx.NodeProto, graph: onnx.GraphProto, block: int,
         return _reorder_input(node, graph, block, shapes.get(node.input[0]))
     if kind == (NCHWC, "ReorderOutput"):
         return _reorder_output(node, graph, block, shapes.get(node.input[0]))
+    if kind == (MS, "FusedMatMul"):
+        return _fused_matmul(node, graph, shapes)
     return _Outcome.DONE if _rewrite_alone(node, graph) else _Outcome.KEEP
 
 
@@ -127,8 +130,6 @@ def _rewrite_alone(node: onnx.NodeProto, graph: onnx.GraphProto) -> bool:
         if not _single_output(node):
             return False
         _standard(node, "Add", set(), keep_inputs=2)  # input + bias/skip, broadcast
-    elif kind == (MS, "FusedMatMul"):
-        return _fused_matmul(node)
     elif kind == (NCHWC, "Upsample"):
         return _upsample(node, graph)
     else:
@@ -160,17 +161,59 @@ def _drop_attrs(node: onnx.NodeProto, names: set[str]) -> None:
     node.attribute.extend(kept)
 
 
-def _fused_matmul(node: onnx.NodeProto) -> bool:
-    """FusedMatMul(A, B) = alpha * op(A) @ op(B): the shape of an Einsum with the transposes."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
-        return False
-    left = "...ji" if attrs.get("transA", 0) else "...ij"
-    right = "...kj" if attrs.get("transB", 0) else "...jk"
-    node.op_type, node.domain = "Einsum", ""
+def fused_matmul_perm(rank: int, trans: int, trans_batch: int) -> tuple[int, ...] | None:
+    """The Transpose that turns one FusedMatMul operand of `rank` dims into a plain MatMul
+    operand; None: read as it is.
+
+    onnxruntime's FusedMatMulShapeInference (contrib_defs.cc): a vector is never transposed;
+    transBatch moves dim 0 behind the batch dims, trans swaps the two matrix dims:
+      neither:      [b..., m, k]                    (as it is)
+      trans:        [b..., k, m]    -> perm [0, .., r-3, r-1, r-2]
+      transBatch:   [m, b..., k]    -> perm [1, .., r-2, 0, r-1]
+      both:         [k, b..., m]    -> perm [1, .., r-2, r-1, 0]
+    then MatMul's own broadcasting of the batch dims (so [b, s, h] x [h, v] -> [b, s, v])."""
+    if rank < 2 or not (trans or trans_batch):
+        return None
+    batch = list(range(1, rank - 1)) if trans_batch else list(range(rank - 2))
+    rows, cols = (0, rank - 1) if trans_batch else (rank - 2, rank - 1)
+    if trans:
+        rows, cols = cols, rows
+    return (*batch, rows, cols)
+
+
+def _fused_matmul(node: onnx.NodeProto, graph: onnx.GraphProto,
+                  shapes: Mapping[str, PlanShape | None]) -> _Outcome:
+    """FusedMatMul(A, B) = alpha * op(A) @ op(B): a MatMul over its operands transposed as
+    `fused_matmul_perm` says. A Transpose needs its operand's rank, so it may wait a round;
+    the Transposes are the proxy's own nodes (named `*_graphmem_*`), dropped after import."""
+    attrs = _attrs(node)
+    perms = []
+    for index, side in enumerate("AB"):
+        trans, batch = int(attrs.get(f"trans{side}", 0)), int(attrs.get(f"transBatch{side}", 0))
+        if not (trans or batch):
+            perms.append(None)
+            continue
+        shape = shapes.get(node.input[index])
+        if shape is None:
+            return _Outcome.WAIT
+        perms.append(fused_matmul_perm(len(shape), trans, batch))
+    for index, perm in enumerate(perms):
+        if perm is not None:
+            _insert_transpose(node, graph, index, perm)
+    node.op_type, node.domain = "MatMul", ""
     del node.attribute[:]
-    node.attribute.append(helper.make_attribute("equation", f"{left},{right}->...ik"))
-    return True
+    return _Outcome.DONE
+
+
+def _insert_transpose(node: onnx.NodeProto, graph: onnx.GraphProto, index: int,
+                      perm: tuple[int, ...]) -> None:
+    """A Transpose of the node's input `index`, placed just before the node."""
+    name = f"{node.name}_graphmem_transpose{index}"
+    transpose = helper.make_node("Transpose", [node.input[index]], [name], name=name,
+                                 perm=list(perm))
+    position = next(i for i, n in enumerate(graph.node) if n.name == node.name)
+    graph.node.insert(position, transpose)
+    node.input[index] = name
 
 
 def _upsample(node: onnx.NodeProto, graph: onnx.GraphProto) -> bool:
@@ -291,11 +334,20 @@ def restore_nodes(graph: Graph, originals: Mapping[str, OriginalNode]) -> None:
         node.op_type, node.domain = original.op_type, original.domain
         node.attributes = {k: _attribute(v) for k, v in original.attributes.items()}
         node.set_inputs([graph.values.get(name) if name else None for name in original.inputs])
+    _drop_proxy_nodes(graph)
     _drop_unused_proxy_values(graph)
 
 
 def _attribute(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
+
+
+def _drop_proxy_nodes(graph: Graph) -> None:
+    """The nodes the proxy added (FusedMatMul's Transposes), unread once the real inputs are
+    back."""
+    for node in [n for n in graph.nodes if "_graphmem_" in n.name]:
+        if not any(v.consumers for v in node.outputs):
+            graph.remove_node(node)
 
 
 def _drop_unused_proxy_values(graph: Graph) -> None:
