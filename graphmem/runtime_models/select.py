@@ -28,6 +28,7 @@ from graphmem.runtime_models.base import (
 )
 from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
 from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
+from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
 from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate
 
 
@@ -77,13 +78,16 @@ class OrtCpu(_Model):
         optimized, note = _optimized(context)
         if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
             graph = optimized.graph
-            return ort_cpu_estimate(graph, value_bytes(graph, context.dims), threads,
-                                    context.dims.bound, optimized.plan_shapes,
-                                    context.resident_bytes, order=graph.nodes, graph_note=note)
-        graph = context.graph
-        return ort_cpu_estimate(graph, _sizes(context), threads,
+            # a tensor whose shape the optimized graph's inference lost: the same tensor
+            # of the graph as written, else an estimate (ort_sizes.py), never 0 B silently
+            fill = fill_unknown_sizes(graph, value_bytes(graph, context.dims), _sizes(context))
+            return ort_cpu_estimate(graph, fill.sizes, threads, context.dims.bound,
+                                    optimized.plan_shapes, context.resident_bytes,
+                                    order=graph.nodes, graph_note=_joined(note, fill.note()))
+        fill = fill_unknown_sizes(context.graph, _sizes(context))
+        return ort_cpu_estimate(context.graph, fill.sizes, threads,
                                 context.dims.bound, _plan_shapes(context),
-                                context.resident_bytes, graph_note=note)
+                                context.resident_bytes, graph_note=_joined(note, fill.note()))
 
 
 class OrtCuda(_Model):
@@ -156,6 +160,10 @@ def _sizes(context: RuntimeContext) -> Mapping[str, SymInt | None]:
     if context.sizes is not None:
         return context.sizes
     return value_bytes(context.graph, context.dims)
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
 
 
 def _plan_shapes(context: RuntimeContext) -> Mapping[str, PlanShape | None] | None:

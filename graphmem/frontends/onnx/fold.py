@@ -27,7 +27,7 @@ from graphmem.frontends.onnx.untrusted import has_inline_data, tensor_numel
 FOLDABLE_OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Max", "Min", "Reshape", "Concat",
     "Unsqueeze", "Squeeze", "Cast", "Gather", "Slice", "Range", "Equal", "Less", "Greater",
-    "Not", "Where", "Identity", "Floor", "Ceil", "Sqrt",
+    "Not", "Where", "Identity", "Floor", "Ceil", "Sqrt", "Transpose",
 })
 MAX_FOLDED_ELEMENTS = 64  # shape vectors and scalars, never real tensors
 MAX_FOLDED_RANK = 8  # (numel alone would multiply any number of dims first)
