@@ -20,7 +20,7 @@ inputs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from graphmem.core.ir import Graph
@@ -60,12 +60,19 @@ class SizeFill:
             "; ".join(parts))
 
 
-def fill_unknown_sizes(graph: Graph, sizes: Mapping[str, SymInt | None],
-                       written_sizes: Mapping[str, SymInt | None] | None = None) -> SizeFill:
+Sizes = Mapping[str, SymInt | None]
+
+
+def fill_unknown_sizes(graph: Graph, sizes: Sizes,
+                       written_sizes: Sizes | Callable[[], Sizes] | None = None) -> SizeFill:
     """Every node output of `graph` whose size in `sizes` is not a number, sized from
-    `written_sizes` (the graph as written at the same dims) by name, else estimated; nodes in
-    topological order, so an estimate feeds the next."""
+    `written_sizes` (the graph as written at the same dims, or what makes them: asked only
+    where a size is missing) by name, else estimated; nodes in topological order, so an
+    estimate feeds the next."""
     filled = dict(sizes)
+    if callable(written_sizes):
+        missing = any(not _is_number(filled.get(v.name)) for n in graph.nodes for v in n.outputs)
+        written_sizes = written_sizes() if missing else None
     from_written = estimated = estimated_bytes = unknown = 0
     estimated_ops: set[str] = set()
     for node in graph.nodes:

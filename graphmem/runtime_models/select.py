@@ -80,7 +80,8 @@ class OrtCpu(_Model):
             graph = optimized.graph
             # a tensor whose shape the optimized graph's inference lost: the same tensor
             # of the graph as written, else an estimate (ort_sizes.py), never 0 B silently
-            fill = fill_unknown_sizes(graph, value_bytes(graph, context.dims), _sizes(context))
+            fill = fill_unknown_sizes(graph, value_bytes(graph, context.dims),
+                                      lambda: _sizes(context))
             return ort_cpu_estimate(graph, fill.sizes, threads, context.dims.bound,
                                     optimized.plan_shapes, context.resident_bytes,
                                     order=graph.nodes, graph_note=_joined(note, fill.note()))
