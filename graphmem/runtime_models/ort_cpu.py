@@ -411,7 +411,7 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     if any(node.op_type == "Conv" for node in plan.order):
         notes += (f"Conv scratch sized for {threads} intra-op threads",)
     peak = weights + timeline.peak_bytes
-    creation = session_creation_peak_bytes(graph, plan.order)
+    creation = session_creation_peak_bytes(graph, graph.nodes)  # packed in node order
     if creation > peak:
         notes += (f"the peak is at session creation: {creation:,} bytes while shared MatMul"
                   " weights are prepacked (each later use packs a temporary copy)",)

@@ -250,6 +250,8 @@ def arena_weights_bytes(graph: Graph, order: Sequence[Node]) -> int:
 
 def session_creation_peak_bytes(graph: Graph, order: Sequence[Node]) -> int:
     """The in-use peak before the first run: the small initializers and the prepacking's own
-    peak (`prepack_peak_bytes`); mem_in_use_peak is the larger of this and the run's."""
+    peak (`prepack_peak_bytes`), the kernels packed in `order` (onnxruntime's node index
+    order: the file's, or the optimized graph's as saved); mem_in_use_peak is the larger of
+    this and the run's."""
     return arena_weights_bytes(graph, order) - sum(
         size for _, size in prepacked_weights(order)) + prepack_peak_bytes(order)
