@@ -414,3 +414,22 @@ def test_lost_shapes_are_sized_from_the_graph_as_written(
     analysis = analyze_onnx(path, dims={"batch": 8}, plan=False)
     estimate = runtime_estimate(analysis, "ort-cpu", None, threads=1, ort_optimization="all")
     assert any("sized as the same tensor of the graph as written" in n for n in estimate.notes)
+
+
+@pytest.mark.parametrize("runtime", ["ort-cpu", "ort-cuda"])
+def test_both_onnxruntime_models_say_what_they_estimated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: str) -> None:
+    # Without folding the pads' Transpose, the Pad's output and the Relu's after it have no
+    # size: both runtime models estimate them (never 0 B) and say so.
+    from graphmem import analyze_onnx
+    from graphmem.devices.gpus import find_gpu
+    from graphmem.frontends.onnx import fold
+    from graphmem.pipeline.runtime import runtime_estimate
+
+    monkeypatch.setattr(fold, "FOLDABLE_OPS", fold.FOLDABLE_OPS - {"Transpose"})
+    analysis = analyze_onnx(_padded_by_computed_pads(tmp_path), dims={"batch": 4}, plan=False)
+    gpu = find_gpu("t4") if runtime == "ort-cuda" else None
+    options = {"ort_optimization": "disabled"} if runtime == "ort-cpu" else {}
+    estimate = runtime_estimate(analysis, runtime, gpu, **options)
+    assert any("2 estimated at their node's largest input" in n for n in estimate.notes)
+    assert not any("counted as 0 bytes" in n for n in estimate.notes)

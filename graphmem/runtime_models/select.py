@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
@@ -99,10 +100,13 @@ class OrtCuda(_Model):
         gpu = self.gpu(context)
         overhead = cuda_overhead(gpu.architecture, context.cuda_reserve_bytes)
         graph = context.graph
-        return ort_cuda_estimate(graph, _sizes(context), _plan_shapes(context),
-                                 context.resident_bytes, overhead.context_bytes,
-                                 overhead.context_source, context.capacity_bytes,
-                                 with_notes=context.notes)
+        fill = fill_unknown_sizes(graph, _sizes(context))  # never 0 B silently (ort_sizes.py)
+        estimate = ort_cuda_estimate(graph, fill.sizes, _plan_shapes(context),
+                                     context.resident_bytes, overhead.context_bytes,
+                                     overhead.context_source, context.capacity_bytes,
+                                     with_notes=context.notes)
+        note = fill.note() if context.notes else ""
+        return replace(estimate, notes=(note, *estimate.notes)) if note else estimate
 
 
 class TorchCuda(_Model):
