@@ -433,3 +433,20 @@ def test_both_onnxruntime_models_say_what_they_estimated(
     estimate = runtime_estimate(analysis, runtime, gpu, **options)
     assert any("2 estimated at their node's largest input" in n for n in estimate.notes)
     assert not any("counted as 0 bytes" in n for n in estimate.notes)
+
+
+@pytest.mark.ort
+def test_fused_matmul_of_unknown_rank_falls_back_to_an_einsum() -> None:
+    # B's shape unknown: its Transpose cannot be written, so the stand-in is the Einsum of
+    # equal ranks ("...ij,...kj->...ik" for transB), which onnxruntime's symbolic inference
+    # shapes (A needs no Transpose: its rank does not matter)
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, transB=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", F32, [2, 3, 4]),
+                                            helper.make_tensor_value_info("b", F32, None)],
+                              [helper.make_tensor_value_info("y", F32, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    proxy, originals = ort_proxy.shape_proxy(model)
+    stand_in = proxy.graph.node[0]
+    assert stand_in.name in originals
+    assert (stand_in.op_type, stand_in.attribute[0].s) == ("Einsum", b"...ij,...kj->...ik")

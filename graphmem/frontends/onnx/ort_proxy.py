@@ -62,6 +62,9 @@ def shape_proxy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Orig
         if len(waiting) == len(pending):
             break  # no input shape became known this round: these stay as they are
         pending = waiting
+    for node, original in pending:  # what still waits for an operand's rank
+        if (node.domain, node.op_type) == (MS, "FusedMatMul") and _fused_matmul_einsum(node):
+            originals[node.name] = original
     return proxy, originals
 
 
@@ -203,6 +206,22 @@ def _fused_matmul(node: onnx.NodeProto, graph: onnx.GraphProto,
     node.op_type, node.domain = "MatMul", ""
     del node.attribute[:]
     return _Outcome.DONE
+
+
+def _fused_matmul_einsum(node: onnx.NodeProto) -> bool:
+    """Where an operand's rank stays unknown: an Einsum `...ij,...kj->...ik` (transB), right
+    for operands of equal ranks, which onnxruntime's symbolic inference can still shape
+    (operands of different ranks come out unknown: their tensors are then estimated,
+    runtime_models/ort_sizes.py). transBatch needs the rank: left as it is."""
+    attrs = _attrs(node)
+    if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
+        return False
+    left = "...ji" if attrs.get("transA", 0) else "...ij"
+    right = "...kj" if attrs.get("transB", 0) else "...jk"
+    node.op_type, node.domain = "Einsum", ""
+    del node.attribute[:]
+    node.attribute.append(helper.make_attribute("equation", f"{left},{right}->...ik"))
+    return True
 
 
 def _insert_transpose(node: onnx.NodeProto, graph: onnx.GraphProto, index: int,
