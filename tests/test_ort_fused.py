@@ -195,10 +195,22 @@ def test_shared_weights_match_onnxruntime(tmp_path: Path, weights: list[str],
     # measured (onnxruntime 1.31.1, batch 1): W,W and W,W,W 524,288 B (the peak at session
     # creation: W's pack and its temporary copy); W,V 655,360 B (2 packs + the run's 131,072);
     # W,W,V,V 786,432 B (V's temporary beside both packs). Per use it was 655,360 to 1,179,648.
+    from graphmem import analyze_onnx
+    from graphmem.pipeline.runtime import runtime_estimate
     from tests.helpers.ort import measure_all
 
-    predicted, measured = measure_all(_mlp(tmp_path, weights), {"batch": 1}, level)
+    path = _mlp(tmp_path, weights)
+    predicted, measured = measure_all(path, {"batch": 1}, level)
     assert predicted == measured
+    # the labelled parts add up to the peak, at session creation too (no tensor then; the
+    # temporary packs are the overhead)
+    estimate = runtime_estimate(analyze_onnx(path, dims={"batch": 1}, plan=False), "ort-cpu",
+                                None, threads=1, ort_optimization=level)
+    parts = (estimate.tensors_at_peak_bytes + estimate.runtime_weights_bytes
+             + estimate.allocator_overhead_bytes + estimate.workspace_bytes)
+    assert parts == estimate.runtime_peak_bytes == predicted
+    at_creation = any("at session creation" in note for note in estimate.notes)
+    assert at_creation == (weights.count("W") > 1)  # W's temporary copy outweighs the run
 
 
 # ----- no tensor of unknown size counts 0 B silently ------------------------------------------

@@ -58,6 +58,7 @@ from graphmem.runtime_models.ort_kernels import (
     INPLACE_OPS,
     KernelScratch,
     arena_weights_bytes,
+    creation_peak_note,
     kernel_scratch,
     session_creation_peak_bytes,
 )
@@ -410,22 +411,21 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
               f" {timeline.peak_bytes:,} bytes the run's own",)
     if any(node.op_type == "Conv" for node in plan.order):
         notes += (f"Conv scratch sized for {threads} intra-op threads",)
-    peak = weights + timeline.peak_bytes
     creation = session_creation_peak_bytes(graph, graph.nodes)  # packed in node order
-    if creation > peak:
-        notes += (f"the peak is at session creation: {creation:,} bytes while shared MatMul"
-                  " weights are prepacked (each later use packs a temporary copy)",)
-        peak = creation
+    # at creation: no tensor yet; the packs' temporary copies are the overhead
+    at_creation = creation > weights + timeline.peak_bytes
+    notes += (creation_peak_note(creation),) if at_creation else ()
+    peak = max(creation, weights + timeline.peak_bytes)
     return RuntimeEstimate(
         runtime="ort-cpu",
-        tensors_at_peak_bytes=timeline.tensors_bytes,
-        allocator_overhead_bytes=timeline.rounding_bytes,
+        tensors_at_peak_bytes=0 if at_creation else timeline.tensors_bytes,
+        allocator_overhead_bytes=creation - weights if at_creation else timeline.rounding_bytes,
         context_bytes=0,
         runtime_peak_bytes=peak,
         device_total_bytes=peak + resident_bytes,
         counts=ORT_CPU_COUNTS,
         notes=notes,
-        workspace_bytes=timeline.scratch_bytes,
+        workspace_bytes=0 if at_creation else timeline.scratch_bytes,
         resident_bytes=resident_bytes,
         arena_held_bytes=weights + timeline.held_bytes,
         runtime_weights_bytes=weights,

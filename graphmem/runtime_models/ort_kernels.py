@@ -255,3 +255,9 @@ def session_creation_peak_bytes(graph: Graph, order: Sequence[Node]) -> int:
     this and the run's."""
     return arena_weights_bytes(graph, order) - sum(
         size for _, size in prepacked_weights(order)) + prepack_peak_bytes(order)
+
+
+def creation_peak_note(creation_bytes: int) -> str:
+    return (f"the peak is at session creation: {creation_bytes:,} bytes while weights several"
+            " kernels share are prepacked (each later use packs a temporary copy, the"
+            " allocator overhead here); no tensor is allocated yet")
