@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,9 @@ class MeasuredRun:
     threads: int | None  # intra-op threads; None: onnxruntime's default (one per core)
     nodes: tuple[MeasuredNode, ...]  # in execution order
     notes: tuple[str, ...]
+    # the device's used memory read by `run_onnx`'s `device_used` right after the run, while
+    # the session (its arena, its copies of the initializers) is alive; None: not read
+    device_used_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -189,9 +192,11 @@ def with_random_weights(path: Path, folder: Path, seed: int = 0) -> Path:
 
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
-             seed: int = 0) -> MeasuredRun:
+             seed: int = 0, device_used: Callable[[], int | None] | None = None
+             ) -> MeasuredRun:
     """Run the model once with random inputs and return the profiler's measurements. The one
-    place graphmem loads a model's weights: the notes say so."""
+    place graphmem loads a model's weights: the notes say so. `device_used` (a GPU run) is
+    called once after the run, the session still alive: its answer is `device_used_bytes`."""
     model = _load_proto(path)
     data_files = check_external_data(path, model)
     feeds = random_feeds(inputs, seed)
@@ -206,11 +211,12 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
         except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
             raise GraphmemError(f"onnxruntime failed to run {path} on random inputs"
                                 f" ({first_line(error)})") from None
+        used = None if device_used is None else device_used()
         events = json.loads(Path(session.end_profiling()).read_text())
     nodes = _measured_nodes(events, PROVIDERS[provider], path)
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
                        optimization=optimization, threads=threads, nodes=nodes,
-                       notes=tuple(notes))
+                       notes=tuple(notes), device_used_bytes=used)
 
 
 def _weights_note(data_files: Sequence[Path]) -> str:
