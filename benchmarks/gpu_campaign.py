@@ -253,29 +253,38 @@ def predict_ort(path: Path, dims: dict[str, int], gpu: Any) -> tuple[dict[str, i
 
 
 # ----- measurements (each in a fresh child process) ------------------------------------------
-def child_torch(model_name: str, step_name: str) -> dict[str, int]:
+def child_torch(model_name: str, step_name: str, device: str = "cuda") -> dict[str, int]:
     """One steady-state step on the GPU: warm-up steps first (optimizer state made, GradScaler
     past its first skipped steps), then the peaks of the next one, absolute: parameters,
-    inputs, optimizer state and the libraries' workspaces included, as graphmem predicts."""
+    inputs, optimizer state and the libraries' workspaces included, as graphmem predicts.
+    On the CPU (the test suite's check of the steps) it runs them and measures nothing."""
     from graphmem.frontends.torch.loader import parse_tensor_spec
     from graphmem.verify.runners.torch_runner import random_inputs
 
     model, step = ZOO[model_name], STEPS[step_name]
     torch.manual_seed(0)
-    module = prepared(model, step).cuda()
-    inputs = random_inputs([parse_tensor_spec(model.input)], "cuda")
-    run, optimizer = step_function(module, inputs, step)
-    for warm in range(12):
+    module = prepared(model, step).to(device)
+    inputs = random_inputs([parse_tensor_spec(model.input)], device)
+    run, optimizer = step_function(module, inputs, step, device)
+    warm_ups = 0
+    while warm_ups < 12:
         run()
-        if warm >= 1 and (optimizer is None or step.optimizer == "sgd" or optimizer.state):
+        warm_ups += 1
+        if warm_ups >= 2 and (optimizer is None or step.optimizer == "sgd" or optimizer.state):
             break
+    note = "" if warm_ups <= 2 else f"{warm_ups} warm-up steps (GradScaler skipped some)"
+    if optimizer is not None and step.optimizer != "sgd" and not optimizer.state:
+        note = f"no optimizer state after {warm_ups} warm-up steps: not the steady state"
+    if device != "cuda":
+        run()
+        return {"note": note} if note else {}
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     run()
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     return {"allocated": torch.cuda.max_memory_allocated(),
-            "reserved": torch.cuda.max_memory_reserved(), "used": total - free}
+            "reserved": torch.cuda.max_memory_reserved(), "used": total - free, "note": note}
 
 
 def prepared(model: ZooModel, step: Step) -> nn.Module:
@@ -293,7 +302,8 @@ def prepared(model: ZooModel, step: Step) -> nn.Module:
     return module
 
 
-def step_function(module: nn.Module, inputs: list[torch.Tensor], step: Step
+def step_function(module: nn.Module, inputs: list[torch.Tensor], step: Step,
+                  device: str = "cuda"
                   ) -> tuple[Callable[[], None], torch.optim.Optimizer | None]:
     """As graphmem traces a step (graphmem/verify/runners/torch_runner.py): cross-entropy on
     the output, torch.optim's foreach update, the output held through it, gradients to None."""
@@ -310,10 +320,11 @@ def step_function(module: nn.Module, inputs: list[torch.Tensor], step: Step
     optimizer: torch.optim.Optimizer = (
         torch.optim.SGD(module.parameters(), lr=0.01, foreach=True) if step.optimizer == "sgd"
         else torch.optim.AdamW(module.parameters(), lr=1e-3, weight_decay=0.01, foreach=True))
-    scaler = torch.amp.GradScaler("cuda") if step.amp == "fp16" else None
+    scaler = torch.amp.GradScaler(device) if step.amp == "fp16" else None
 
     def train() -> None:
-        with torch.autocast("cuda", dtype=AMP_DTYPES[step.amp], enabled=step.amp is not None):
+        with torch.autocast(device, dtype=AMP_DTYPES[step.amp or "bf16"],
+                            enabled=step.amp is not None):
             output = module(*inputs)
             loss = cross_entropy_loss(output)
         (loss if scaler is None else scaler.scale(loss)).backward()
