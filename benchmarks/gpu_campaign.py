@@ -59,8 +59,8 @@ from torch import nn  # noqa: E402
 RESULT = "CAMPAIGN-RESULT "  # a child's answer: one JSON line after this prefix
 # Each section ends this many seconds after the run starts (unused time rolls over): under 8
 # minutes in all, the exports and the slowest child included.
-SECTION_ENDS_S = {"context": 45, "torch-cuda": 290, "ort-cuda": 450}
-QUICK_SECTION_ENDS_S = {"context": 45, "torch-cuda": 150, "ort-cuda": 240}
+SECTION_ENDS_S = {"context": 40, "torch-cuda": 250, "ort-cuda": 420}
+QUICK_SECTION_ENDS_S = {"context": 40, "torch-cuda": 130, "ort-cuda": 210}
 CHILD_TIMEOUT_S = 150
 ORT_BATCHES = (8, 1, 32)  # in the order they run: a budget cut loses the last
 QUICK_ORT_BATCHES = (8, 1)
@@ -370,8 +370,10 @@ def device_used_bytes() -> int | None:
 
 
 def load_cuda_libraries() -> str:
-    """onnxruntime-gpu finds CUDA 13 and cuDNN 9 in the nvidia-* wheels PyTorch installed
-    (`onnxruntime.preload_dlls`, onnxruntime 1.21+); an empty answer: loaded."""
+    """onnxruntime-gpu 1.31 (CUDA 13, cuDNN 9) finds its libraries where PyTorch's CUDA 13
+    build loaded them: this script imports torch first (no CUDA context: nothing is run), as
+    onnxruntime's docs advise, then `onnxruntime.preload_dlls` loads any still missing. An
+    empty answer: no complaint (the session says next whether the provider starts)."""
     from graphmem.frontends.onnx.ort_import import ort
 
     try:
