@@ -44,7 +44,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,7 @@ class ZooModel:
     build: Callable[[], nn.Module]
     input: str  # graphmem's input spec: "4x128:int64", "8x3x224x224"
     hf: bool  # a Hugging Face model: LoRA and gradient checkpointing apply
+    steps: tuple[str, ...] = ()  # only these steps (default: every step that applies)
 
 
 def _gpt2(layers: int, width: int, heads: int, vocab: int) -> Callable[[], nn.Module]:
@@ -168,7 +169,8 @@ ZOO = {m.name: m for m in (
     ZooModel("llama-m", _llama(4, 512, 8, 8192), "8x256:int64", True),
     ZooModel("bert-s", _bert(2, 128, 4, 1000), f"4x{TOKEN_SEQ}:int64", True),
     ZooModel("bert-m", _bert(4, 512, 8, 8192), "8x256:int64", True),
-    ZooModel("mixtral-s", _mixtral, f"4x{TOKEN_SEQ}:int64", True),
+    ZooModel("mixtral-s", _mixtral, f"4x{TOKEN_SEQ}:int64", True,
+             ("inference", "train adamw", "train adamw amp bf16")),
     ZooModel("cnn-s", _tiny_cnn, "32x3x32x32", False),
     ZooModel("cnn-m", _tiny_cnn, "512x3x32x32", False),
     ZooModel("resnet18-s", _resnet18, "8x3x224x224", False),
@@ -203,7 +205,8 @@ def torch_plan(quick: bool, only: tuple[str, ...]) -> list[tuple[str, str]]:
         if not wanted(model.name, only) or (quick and model.name.endswith("-m")):
             continue
         for step in STEPS.values():
-            if (step.lora or step.checkpointing) and not model.hf:
+            if ((step.lora or step.checkpointing) and not model.hf) or (
+                    model.steps and step.name not in model.steps):
                 continue
             if model.name.endswith("-m") and step.name in ("train sgd",
                                                            "train adamw fp16 GradScaler",
@@ -238,18 +241,23 @@ def predict_torch(model_name: str, step_name: str, gpu: Any) -> dict[str, int]:
             "used": estimate.device_total_bytes}
 
 
-def predict_ort(path: Path, dims: dict[str, int], gpu: Any) -> tuple[dict[str, int], list]:
+def predict_ort(path: Path, dims: dict[str, int], gpu: Any
+                ) -> tuple[Callable[[], dict[str, int]], list[dict[str, Any]]]:
     """`--runtime ort-cuda` (the graph as written at every level: the CUDA provider's optimized
-    graph is not modelled) and the inputs to make up."""
+    graph is not modelled), as a function that raises where graphmem has no estimate, and the
+    inputs to make up (the measurement runs either way)."""
     from graphmem import analyze_onnx
     from graphmem.verify.onnx_run import input_specs
 
     result = analyze_onnx(path, dims=dims, gpu=gpu.name, runtime="ort-cuda", plan=False)
     estimate = result.runtime
-    return ({"arena peak": estimate.runtime_peak_bytes,
-             "arena held": estimate.arena_held_bytes or 0,
-             "used": estimate.device_total_bytes},
-            [asdict(spec) for spec in input_specs(result)])
+    specs = [asdict(spec) for spec in input_specs(result)]
+    if estimate is None:
+        return lambda: _raise(result.runtime_note or "no ort-cuda estimate"), specs
+    predicted = {"arena peak": estimate.runtime_peak_bytes,
+                 "arena held": estimate.arena_held_bytes or 0,
+                 "used": estimate.device_total_bytes}
+    return lambda: predicted, specs
 
 
 # ----- measurements (each in a fresh child process) ------------------------------------------
@@ -490,6 +498,15 @@ class Campaign:
         ends = QUICK_SECTION_ENDS_S if self.quick else SECTION_ENDS_S
         return ends[section] - (time.monotonic() - self.started)
 
+    def out_of_time(self, section: str) -> bool:
+        """A measured run past its section's budget (a dry run predicts every row)."""
+        return self.measure and self.left_s(section) < 5
+
+    @staticmethod
+    def skipped(row: Row) -> Row:
+        row.status, row.reason = "skipped", "the section's time budget is spent"
+        return row
+
     def add(self, row: Row) -> None:
         self.rows.append(row)
         cells = "  ".join(f"{name} {fmt(m.predicted)} / {fmt(m.measured)}"
@@ -500,25 +517,26 @@ class Campaign:
     def row(self, section: str, model: str, path: str, batch: str,
             predict: Callable[[], dict[str, int]],
             child: tuple[str, dict[str, Any]] | None, not_run: str = "") -> None:
-        """One row: the child measuring it started first, then graphmem's prediction here;
-        past the section's budget the row is predicted and marked skipped."""
+        """One row: the child measuring it started first, then graphmem's prediction here.
+        Past the section's budget (a measured run) the row is neither: it says skipped."""
         begun = time.monotonic()
         row = Row(section, model, path, batch,
                   {name: Metric() for name in METRICS[section]})
+        if self.out_of_time(section):
+            self.add(self.skipped(row))
+            return
         running = None
         if self.measure and child is not None and not not_run:
-            left = self.left_s(section)
-            if left < 5:
-                row.status, row.reason = "skipped", "the section's time budget is spent"
-            else:
-                running = Child(*child, timeout_s=min(CHILD_TIMEOUT_S, left + 10))
+            running = Child(*child, timeout_s=min(CHILD_TIMEOUT_S, self.left_s(section) + 10))
         elif self.measure and not_run:
             row.status, row.reason = "not run", not_run
         try:
             for name, value in predict().items():
                 row.metrics[name].predicted = value
         except Exception as error:  # noqa: BLE001 - a model graphmem cannot trace is a row
-            row.status, row.reason = "failed", f"prediction: {first_line(error)}"
+            row.status = "failed"
+            row.reason = "; ".join(filter(None, (row.reason,
+                                                 f"prediction: {first_line(error)}")))
         if running is not None:
             answer = running.result()
             if "error" in answer:
@@ -528,10 +546,9 @@ class Campaign:
             else:
                 for name, metric in row.metrics.items():
                     metric.measured = answer.get(name)
-                if row.status != "failed":
+                if row.status != "failed":  # a failed prediction keeps its reason
                     row.status = "measured"
-                if answer.get("note"):
-                    row.reason = answer["note"]
+                row.reason = "; ".join(filter(None, (row.reason, answer.get("note"))))
         row.seconds = round(time.monotonic() - begun, 1)
         self.add(row)
 
@@ -586,14 +603,14 @@ class OnnxCase:
     path: Path
 
 
-def onnx_cases(folder: Path, campaign: Campaign) -> Iterator[OnnxCase]:
-    """samples/*.onnx (graph-only ones with random weights, as benchmarks/accuracy.py runs
-    them), then TorchScript exports of the zoo, one at a time (each file deleted after)."""
+def onnx_cases(folder: Path, campaign: Campaign) -> list[OnnxCase]:
+    """samples/*.onnx (graph-only ones with random weights written into `folder`, as
+    benchmarks/accuracy.py runs them), then TorchScript exports of the zoo into `folder`."""
     from accuracy import sample_cases
 
-    for case in sample_cases(folder, campaign.notes, campaign.only):
-        if not (campaign.quick and not case.name.startswith("tiny")):
-            yield OnnxCase(case.name, case.path)
+    cases = [OnnxCase(case.name, case.path)
+             for case in sample_cases(folder, campaign.notes, campaign.only)
+             if not (campaign.quick and not case.name.startswith("tiny"))]
     exports = ("cnn-s", "gpt2-s") if campaign.quick else (
         "cnn-s", "resnet18-s", "gpt2-s", "bert-s", "llama-s")
     for name in exports:
@@ -605,32 +622,35 @@ def onnx_cases(folder: Path, campaign: Campaign) -> Iterator[OnnxCase]:
         except Exception as error:  # noqa: BLE001 - an export that fails is a note
             campaign.notes.append(f"{name} not exported: {first_line(error)}")
             continue
-        yield OnnxCase(f"{name} (exported)", path)
-        path.unlink()
+        exporter = "dynamo" if ZOO[name].hf else "TorchScript"
+        cases.append(OnnxCase(f"{name} (exported, {exporter})", path))
+    return cases
 
 
 def export_zoo_model(name: str, path: Path) -> None:
-    """The zoo model in eval mode, TorchScript exporter, opset 17, dynamic batch (and seq);
-    a Hugging Face model is called with input_ids alone and returns its logits."""
+    """The zoo model in eval mode with a dynamic batch: a CNN through the TorchScript exporter
+    (opset 17); a Hugging Face model, called with input_ids alone and returning its logits,
+    through the dynamo exporter, dynamic seq too (TorchScript fails on transformers' mask code:
+    aten::diff without a mask, dims graphmem cannot bind with one)."""
     from graphmem.frontends.torch.loader import parse_tensor_spec
     from graphmem.verify.runners.torch_runner import random_inputs
 
     model = ZOO[name]
     torch.manual_seed(0)
     module = model.build().eval()
-    tokens = model.hf
-    if tokens:
-        module = HfLogits(module)
     example = tuple(random_inputs([parse_tensor_spec(model.input)], "cpu"))
-    input_name = "input_ids" if tokens else "x"
-    axes = {0: "batch", 1: "seq"} if tokens else {0: "batch"}
-    logits_axes = {0: "batch", 1: "seq"} if tokens and name.startswith(("gpt2", "llama")) else (
-        {0: "batch"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, example, str(path), dynamo=False, opset_version=17,
-                          input_names=[input_name], output_names=["logits"],
-                          dynamic_axes={input_name: axes, "logits": logits_axes})
+        if not model.hf:
+            torch.onnx.export(module, example, str(path), dynamo=False, opset_version=17,
+                              input_names=["x"], output_names=["logits"],
+                              dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+            return
+        dims = {0: torch.export.Dim("batch", min=1, max=1024),
+                1: torch.export.Dim("seq", min=2, max=512)}
+        torch.onnx.export(HfLogits(module), example, str(path), dynamo=True,
+                          input_names=["input_ids"], output_names=["logits"],
+                          dynamic_shapes=(dims,), verbose=False)
 
 
 class HfLogits(nn.Module):
@@ -653,32 +673,47 @@ def onnx_dims(path: Path, batch: int) -> dict[str, int]:
 
 
 def run_ort(campaign: Campaign, provider: str) -> None:
+    """Batch 8 of every model first (both levels), then batch 1, then 32: a budget cut loses
+    the last batch, not the last models."""
     begun = time.monotonic()
     probe = campaign.context.get("ort", {})
     not_run = "" if probe.get("ok") else probe.get("reason", "")
     batches = QUICK_ORT_BATCHES if campaign.quick else ORT_BATCHES
     with tempfile.TemporaryDirectory(prefix="graphmem-campaign-") as folder:
-        for case in onnx_cases(Path(folder), campaign):
-            for batch in batches:
-                for level in ("all", "disabled"):
-                    ort_row(campaign, case, batch, level, provider, not_run)
+        cases = onnx_cases(Path(folder), campaign)
+        for batch in batches:
+            for case in cases:
+                ort_rows(campaign, case, batch, provider, not_run)
     campaign.section_seconds["ort-cuda"] = round(time.monotonic() - begun, 1)
 
 
-def ort_row(campaign: Campaign, case: OnnxCase, batch: int, level: str, provider: str,
-            not_run: str) -> None:
+LEVELS = {"all": "ORT_ENABLE_ALL", "disabled": "ORT_DISABLE_ALL"}
+
+
+def ort_rows(campaign: Campaign, case: OnnxCase, batch: int, provider: str,
+             not_run: str) -> None:
+    """Both levels of one model at one batch: one prediction (ort-cuda plans the graph as
+    written at every level), a measurement per level."""
+    if campaign.out_of_time("ort-cuda"):
+        for level in LEVELS.values():
+            campaign.add(campaign.skipped(Row("ort-cuda", case.name, level, f"batch={batch}",
+                                              {n: Metric() for n in METRICS["ort-cuda"]})))
+        return
     try:
         dims = onnx_dims(case.path, batch)
         predicted, specs = predict_ort(case.path, dims, campaign.gpu)
-    except Exception as error:  # noqa: BLE001 - the row says so
+    except Exception as error:  # noqa: BLE001 - the rows say so
         failure = first_line(error)
-        campaign.row("ort-cuda", case.name, f"ORT_{level.upper()}", f"batch={batch}",
-                     lambda f=failure: _raise(f), None)
+        for level in LEVELS.values():
+            campaign.row("ort-cuda", case.name, level, f"batch={batch}",
+                         lambda f=failure: _raise(f), None)
         return
     batch_text = ", ".join(f"{k}={v}" for k, v in dims.items())
-    payload = {"path": str(case.path), "specs": specs, "level": level, "provider": provider}
-    campaign.row("ort-cuda", case.name, f"ORT_{'ENABLE' if level == 'all' else 'DISABLE'}_ALL",
-                 batch_text, lambda p=predicted: p, ("ort", payload), not_run)
+    for level, name in LEVELS.items():
+        payload = {"path": str(case.path), "specs": specs, "level": level,
+                   "provider": provider}
+        campaign.row("ort-cuda", case.name, name, batch_text, predicted, ("ort", payload),
+                     not_run)
 
 
 def _raise(text: str) -> dict[str, int]:
@@ -703,6 +738,8 @@ def markdown(campaign: Campaign, header: list[str]) -> str:
         rows = [r for r in campaign.rows if r.section == section]
         if not rows:
             continue
+        first_seen = {r.model: i for i, r in reversed(list(enumerate(rows)))}
+        rows.sort(key=lambda r: first_seen[r.model])  # stable: each model's rows in run order
         names = METRICS[section]
         lines += ["", f"## {title}", "",
                   "| model | path | batch | " + " | ".join(
@@ -794,11 +831,17 @@ def campaign_main(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"no CUDA device ({context.get('error', 'torch.cuda.is_available() is False')}):"
               " dry run, predictions only", flush=True)
     device = context.get("device", "no GPU (dry run)")
+    notes = []
     try:
         gpu = find_gpu(args.gpu or (device if measure else DRY_GPU))
     except GraphmemError as error:
-        print(f"{error}: name the table's GPU closest to this one with --gpu NAME")
-        return 2
+        if not measure:
+            print(f"{error}: name the table's GPU closest to this one with --gpu NAME")
+            return 2
+        gpu = find_gpu(DRY_GPU)  # a measured run goes on: its numbers are worth the GPU time
+        notes.append(f"{error}: predicted for {DRY_GPU}; rerun the predictions with --dry"
+                     " --gpu NAME for the table's GPU closest to this one")
+        print(notes[-1], flush=True)
     if measure or args.ort_provider == "cpu":
         print("probing onnxruntime's provider...", flush=True)
         context["ort"] = Child("probe", {"provider": args.ort_provider}, CHILD_TIMEOUT_S
@@ -808,7 +851,8 @@ def campaign_main(args: argparse.Namespace, argv: list[str]) -> int:
         measure_ort_only = args.ort_provider == "cpu" and not measure
     else:
         measure_ort_only = False
-    campaign = Campaign(gpu, measure, args.quick, only, started=started, context=context)
+    campaign = Campaign(gpu, measure, args.quick, only, started=started, context=context,
+                        notes=notes)
     if measure:
         campaign.notes.append(f"nvidia-smi before the campaign's processes:"
                               f" {nvidia_smi_line()}")
