@@ -488,6 +488,7 @@ class Campaign:
     measure: bool
     quick: bool
     only: tuple[str, ...]
+    batches: tuple[int, ...] = ()  # the ort-cuda batches (empty: the defaults)
     started: float = field(default_factory=time.monotonic)
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -678,7 +679,7 @@ def run_ort(campaign: Campaign, provider: str) -> None:
     begun = time.monotonic()
     probe = campaign.context.get("ort", {})
     not_run = "" if probe.get("ok") else probe.get("reason", "")
-    batches = QUICK_ORT_BATCHES if campaign.quick else ORT_BATCHES
+    batches = campaign.batches or (QUICK_ORT_BATCHES if campaign.quick else ORT_BATCHES)
     with tempfile.TemporaryDirectory(prefix="graphmem-campaign-") as folder:
         cases = onnx_cases(Path(folder), campaign)
         for batch in batches:
@@ -801,6 +802,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smaller zoo, two batches")
     parser.add_argument("--only", default="", help="comma-separated name prefixes (zoo"
                         " models, samples, exports): only those rows")
+    parser.add_argument("--batches", help="the ort-cuda batches, comma-separated (default:"
+                        f" {','.join(map(str, ORT_BATCHES))}; --quick:"
+                        f" {','.join(map(str, QUICK_ORT_BATCHES))})")
     parser.add_argument("--gpu", help="the GPU in graphmem's table (default: the device's"
                         f" name; dry: {DRY_GPU})")
     parser.add_argument("--out-dir", type=Path, help="where the .md and .json go (default:"
@@ -851,11 +855,15 @@ def campaign_main(args: argparse.Namespace, argv: list[str]) -> int:
         measure_ort_only = args.ort_provider == "cpu" and not measure
     else:
         measure_ort_only = False
-    campaign = Campaign(gpu, measure, args.quick, only, started=started, context=context,
-                        notes=notes)
+    batches = tuple(int(b) for b in args.batches.split(",")) if args.batches else ()
+    campaign = Campaign(gpu, measure, args.quick, only, batches, started=started,
+                        context=context, notes=notes)
     if measure:
         campaign.notes.append(f"nvidia-smi before the campaign's processes:"
                               f" {nvidia_smi_line()}")
+    if args.ort_provider == "cpu":
+        campaign.notes.append("--ort-provider cpu: the ort-cuda rows ran on onnxruntime's CPU"
+                              " provider, a check of the measuring path, not a GPU number")
     run_context(campaign)
     run_torch(campaign)
     campaign.measure = measure or measure_ort_only
