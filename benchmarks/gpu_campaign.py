@@ -1,7 +1,8 @@
 """The GPU campaign: graphmem's CUDA predictions against one real GPU, in one prepared run.
 
     PYTHONPATH=. python3 benchmarks/gpu_campaign.py [--quick] [--dry] [--only gpt2,tiny_cnn]
-                                                    [--gpu NAME] [--out-dir DIR]
+                                                    [--batches 8,1,32] [--gpu NAME]
+                                                    [--out-dir DIR]
 
 On a machine with a CUDA GPU it measures, in one call of under 8 minutes (a time budget per
 section; rows past it are marked "skipped"), and writes `gpu-<date>-<gpu>.md` and `.json` (the
@@ -17,12 +18,12 @@ same rows) to --out-dir (default benchmarks/results):
   device's used memory (total - free of `torch.cuda.mem_get_info`) against graphmem's
   `--runtime torch-cuda` (runtime peak, device total less the context, device total);
 - **ort-cuda**: onnxruntime's CUDA provider on samples/*.onnx (graph-only samples get random
-  weights) and TorchScript exports of the zoo, three batches, ORT_ENABLE_ALL and
-  ORT_DISABLE_ALL: the arena's `mem_in_use_peak` and `mem_arena_held` from onnxruntime's
-  profile (graphmem/verify/runners/onnxruntime_runner.py) and the device's used memory with the
-  session alive (cuMemGetInfo), against `--runtime ort-cuda` (runtime peak, arena held, device
-  total). Without onnxruntime's CUDA provider (the CPU-only onnxruntime) these rows say "not run"
-  and why.
+  weights) and exports of the zoo (TorchScript for the CNNs, dynamo for the transformers),
+  three batches, ORT_ENABLE_ALL and ORT_DISABLE_ALL: the arena's `mem_in_use_peak` and
+  `mem_arena_held` from onnxruntime's profile (graphmem/verify/runners/onnxruntime_runner.py)
+  and the device's used memory with the session alive (cuMemGetInfo), against `--runtime
+  ort-cuda` (runtime peak, arena held, device total). Without onnxruntime's CUDA provider (the
+  CPU-only onnxruntime) these rows say "not run" and why.
 
 Each measurement runs in a fresh process (a clean allocator, cuBLAS handles and context),
 started before graphmem predicts the same row here, so both run at once. `--dry` (and any run
@@ -895,6 +896,7 @@ def write(out_dir: Path, campaign: Campaign, text: str, device: str) -> None:
             "measured": campaign.measure, "versions": campaign.context.get("versions"),
             "section_seconds": campaign.section_seconds, "notes": campaign.notes,
             "context_stages": campaign.context.get("stages"),
+            "ort_probe": campaign.context.get("ort"),
             "rows": [row.as_json() for row in campaign.rows]}
     (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"written: {out_dir / stem}.md and .json")
