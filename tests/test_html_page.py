@@ -69,11 +69,30 @@ def _node_table_rows(page: str) -> int:
 # ----- reports for real models ----------------------------------------------------------------
 
 
-def test_templates_ship_inside_the_package() -> None:
+def test_templates_are_at_the_top_of_a_checkout() -> None:
+    # the design's layout: pyproject.toml, README.md, graphmem/, tests/, templates/, samples/
+    root = Path(__file__).resolve().parent.parent
+    assert templates_dir() == root / "templates"
+    assert (templates_dir() / "report.html.j2").is_file()
+
+
+def test_an_installed_wheel_finds_them_inside_the_package(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheel carries templates/ as graphmem/templates (pyproject's force-include); an
+    installed graphmem, with no checkout around it, finds them there first."""
+    import shutil
+    import tomllib
+
     from graphmem.report.html import page
 
-    assert templates_dir() == Path(page.__file__).parent / "templates"
-    assert (templates_dir() / "report.html.j2").is_file()
+    root = Path(__file__).resolve().parent.parent
+    wheel = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"]["wheel"]
+    assert wheel["force-include"] == {"templates": "graphmem/templates"}
+    installed = tmp_path / "site-packages" / "graphmem"
+    shutil.copytree(root / "templates", installed / "templates")
+    monkeypatch.setattr(page, "__file__", str(installed / "report" / "html" / "page.py"))
+    assert templates_dir() == installed / "templates"
 
 
 def test_missing_templates_are_a_clear_error(
@@ -81,7 +100,8 @@ def test_missing_templates_are_a_clear_error(
 ) -> None:
     from graphmem.report.html import page
 
-    monkeypatch.setattr(page, "__file__", str(tmp_path / "page.py"))
+    monkeypatch.setattr(page, "__file__", str(tmp_path / "a" / "graphmem" / "report" / "html"
+                                               / "page.py"))
     with pytest.raises(GraphmemError, match="HTML report templates not found"):
         templates_dir()
 

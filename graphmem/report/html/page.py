@@ -25,11 +25,15 @@ _TEMPLATE = "report.html.j2"
 
 
 def templates_dir() -> Path:
-    """The templates folder, shipped inside this package (graphmem/report/html/templates)."""
-    folder = Path(__file__).parent / "templates"
-    if not (folder / _TEMPLATE).is_file():
-        raise GraphmemError(f"HTML report templates not found in {folder}: reinstall graphmem")
-    return folder
+    """The templates folder: `templates/` at the top of the project, as the design lays it
+    out; the wheel ships it inside the package as `graphmem/templates` (pyproject.toml,
+    force-include), where an installed graphmem finds it first."""
+    package = Path(__file__).resolve().parents[2]  # graphmem/
+    for folder in (package / "templates", package.parent / "templates"):
+        if (folder / _TEMPLATE).is_file():
+            return folder
+    raise GraphmemError(f"HTML report templates not found in {package / 'templates'}:"
+                        " reinstall graphmem")
 
 
 def render_html(analysis: Analysis) -> str:
