@@ -131,3 +131,50 @@ def group_query_attention(node: Node) -> OpCost:
     key_length = new_keys + past_length(node.input(3), 2, node)
     query_rows = tokens * heads_attr(node, "num_heads")
     return attention_cost(output_numel(node), output_numel(node), query_rows, key_length)
+
+
+@register("FlexAttention", domain="ai.onnx.preview")
+def flex_attention(node: Node) -> OpCost:
+    # Q [b, hq, s, d] @ K^T [b, hkv, d, l] -> softmax -> @ V [b, hkv, l, dv] -> [b, hq, s, dv]:
+    # grouped KV heads change the bytes, not the MACs. A score_mod or prob_mod body makes the
+    # node a flagged subgraph (graphmem/passes/costs.py): its body is not priced per score.
+    query = node.input(0)
+    query_rows = product(known_dim(query, axis, node) for axis in (0, 1, 2))
+    key_length = known_dim(node.input(1), 2, node)
+    return attention_cost(input_numel(node, 0), output_numel(node), query_rows, key_length)
+
+
+# LinearAttention (opset 27): q [B, T, Hq*dk], k [B, T, Hkv*dk], v [B, T, Hkv*dv], the
+# recurrent state S [B, Hkv, dk, dv] (present_state, output 1). Per token:
+#   every KV head: S += k (x) v, an outer product added in: dk*dv MACs;
+#   "delta" rules first read S^T k (dk*dv MACs), then v - that and beta * (.) (2 per dv);
+#   "gated" rules decay the state, exp(g) * S: dk*dv multiplies, and one exp per decay value;
+#   every query head: o = scale * q^T S: dk*dv MACs, and the scale, 1 per output element.
+DELTA_FLOPS_PER_VALUE = 2  # v - S^T k, times beta
+
+
+@register("LinearAttention")
+def linear_attention(node: Node) -> OpCost:
+    state = node.outputs[1] if len(node.outputs) > 1 else None
+    query = node.input(0)
+    tokens = known_dim(query, 0, node) * known_dim(query, 1, node)
+    q_heads = heads_attr(node, "q_num_heads")
+    kv_heads = heads_attr(node, "kv_num_heads")
+    if state is not None and state.shape_known:
+        state_size = known_dim(state, 2, node) * known_dim(state, 3, node)  # dk * dv
+        value_width = known_dim(state, 3, node)
+    else:
+        value_width = known_dim(node.input(2), 2, node).scaled(1, node.attr_int("kv_num_heads", 1))
+        key_width = known_dim(node.input(1), 2, node).scaled(1, node.attr_int("kv_num_heads", 1))
+        state_size = key_width * value_width
+    rule = node.attr_str("update_rule", "gated_delta")
+    delta = rule in ("delta", "gated_delta")
+    gated = rule in ("gated", "gated_delta")
+    macs = tokens * state_size * (kv_heads * (1 + delta) + q_heads)
+    flops = output_numel(node)  # the scale
+    if delta:
+        flops = flops + tokens * kv_heads * value_width * DELTA_FLOPS_PER_VALUE
+    if gated:
+        decay = input_numel(node, 4) if node.input(4) is not None else tokens * kv_heads
+        flops = flops + tokens * kv_heads * state_size + decay
+    return OpCost.from_macs(macs) + OpCost.from_flops(flops)

@@ -106,6 +106,7 @@ FLOPS_PER_ELEMENT: dict[str, int] = {
     "HardSigmoid": 4,  # max(0, min(1, alpha * x + beta)): multiply, add, min, max
     "HardSwish": 5,  # x * HardSigmoid(x)
     "Swish": 6,  # x * Sigmoid(alpha * x)
+    "SwiGLU": 7,  # Swish(a) * b (opset 28): Swish, multiply
     "QuickGelu": 6,  # x * Sigmoid(alpha * x) (com.microsoft)
     "Softplus": 3,  # log(exp(x) + 1)
     "Softsign": 3,  # x / (1 + |x|)
@@ -122,6 +123,7 @@ FLOPS_PER_ELEMENT: dict[str, int] = {
     # ----- no arithmetic: a copy or a reinterpretation
     "Cast": 0,
     "CastLike": 0,
+    "BitCast": 0,  # the same bits read as another type of the same width
     "Identity": 0,
     "Dropout": 0,  # inference: identity (exported models run Dropout in inference mode)
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from graphmem.core.ir import Node, Value
 from graphmem.core.symbolic import SymInt, product
+from graphmem.ops.pooling import LERP_FLOPS
 from graphmem.ops.quantized import weight_index
 from graphmem.ops.registry import (
     BackwardRule,
@@ -164,6 +165,56 @@ def conv_transpose(node: Node) -> OpCost:
     # scattered into (c_out/groups) * prod(k) outputs:
     #   n * c_in * prod(in) * (c_out/groups) * prod(k) MACs = numel(x) * prod(W.shape[1:])
     return OpCost.from_macs(input_numel(node, 0) * weight_fan_in(node.input(1), node))
+
+
+# A 1-D depthwise convolution over the past state and the input (opset 27; Mamba, Gated
+# DeltaNet): input [b, c, L], weight [c, 1, k] -> output [b, c, L]: numel(out) * k MACs.
+# Its fused activation "silu"/"swish" is x * sigmoid(x): 5 per output element.
+SILU_FLOPS = 5
+
+
+@register("CausalConvWithState")
+def causal_conv_with_state(node: Node) -> OpCost:
+    cost = OpCost.from_macs(conv_macs(node, node.input(1)))
+    if node.attr_str("activation", "none") in ("silu", "swish"):
+        cost = cost + OpCost.from_flops(output_numel(node) * SILU_FLOPS)
+    return cost
+
+
+# DeformConv (opset 19): X [n, c, *in], W [oc, c/g, *k], offset [n, og*prod(k)*d, *out]:
+# the conv's MACs, numel(out) * prod(W.shape[1:]); before it, every input channel is sampled
+# at every tap of every output position by bilinear interpolation at the offset position
+# (n * c * prod(k) * prod(out) samples of 3 lerps per interpolated dim pair: 2-D 9), and
+# multiplied by the mask when one is given (1 more).
+@register("DeformConv")
+def deform_conv(node: Node) -> OpCost:
+    x, weight, out = node.input(0), node.input(1), node.outputs[0]
+    spatial = known_rank(x, node) - 2
+    kernel = product(known_shape(weight, node)[2:])
+    out_positions = product(known_shape(out, node)[2:])
+    samples = known_dim(x, 0, node) * known_dim(x, 1, node) * kernel * out_positions
+    per_sample = (2**spatial - 1) * LERP_FLOPS + (node.input(4) is not None)
+    return OpCost.from_macs(conv_macs(node, weight)) + OpCost.from_flops(samples * per_sample)
+
+
+@register("Col2Im")
+def col2im(node: Node) -> OpCost:
+    # [n, c * prod(block), L] column blocks summed into [n, c, *image]: each input element is
+    # added into its pixel (overlapping blocks accumulate), numel(input) adds
+    return OpCost.from_flops(input_numel(node, 0))
+
+
+@register("Det")
+def det(node: Node) -> OpCost:
+    # [*, m, m] -> [*]: Gaussian elimination (LU with partial pivoting, as numpy and PyTorch
+    # compute it): step j of m - 1 updates a (m - j) x (m - j) block, 1 MAC each:
+    #   sum_{i=1}^{m-1} i^2 = (m - 1) m (2m - 1) / 6 MACs, the (m - 1) m / 2 divides that make
+    #   the multipliers, and m - 1 multiplies of the diagonal's product (pivot search aside)
+    m = known_dim(node.input(0), -1, node)
+    matrices = output_numel(node)
+    macs = ((m - 1) * m * (m * 2 - 1)).scaled(1, 6)
+    flops = ((m - 1) * m).scaled(1, 2) + (m - 1)
+    return OpCost.from_macs(matrices * macs) + OpCost.from_flops(matrices * flops)
 
 
 # ----- Einsum ---------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ MOVEMENT_OPS = (
     "Scatter",
     "ScatterND",
     "ScatterElements",
+    # writes `update` into a KV cache at write_indices (opset 24): what it moves is the
+    # update; onnxruntime binds past and present to one buffer, the IR sees two tensors
+    "TensorScatter",
     "Expand",
     "Tile",
     "Pad",

@@ -104,6 +104,12 @@ def skip_simplified_layer_normalization(node: Node) -> OpCost:
     return OpCost.from_flops(output_numel(node) * per_element)
 
 
+@register("MeanVarianceNormalization")
+def mean_variance_normalization(node: Node) -> OpCost:
+    # (x - mean) / sqrt(var) over `axes`: the statistics and their application, no affine: 5
+    return OpCost.from_flops(output_numel(node) * NORMALIZE_FLOPS)
+
+
 @register("LpNormalization")
 def lp_normalization(node: Node) -> OpCost:
     return OpCost.from_flops(output_numel(node) * LP_NORM_FLOPS)

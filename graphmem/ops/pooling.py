@@ -24,6 +24,7 @@ from graphmem.ops.registry import (
     CostRule,
     OpCost,
     ShapeUnknownError,
+    known_dim,
     known_shape,
     output_numel,
     pointwise_backward_flops,
@@ -103,6 +104,26 @@ def roi_align(node: Node) -> OpCost:
     samples = ratio * ratio if ratio > 0 else ROI_ALIGN_DEFAULT_SAMPLES
     per_sample = interpolation_flops("linear", 2, node) + 1  # mode="max": a compare for the add
     return OpCost.from_flops(output_numel(node) * (samples * per_sample))
+
+
+@register("AffineGrid")
+def affine_grid(node: Node) -> OpCost:
+    # theta [n, d, d + 1] applied to every homogeneous position [x, y, (z,) 1] of the grid:
+    # out [n, *size, d]: each output coordinate is d MACs and the translation's add
+    # (the evenly spaced base coordinates are O(sum of the sizes), not counted)
+    dims = known_dim(node.input(0), 1, node)
+    return OpCost.from_macs(output_numel(node) * dims) + OpCost.from_flops(output_numel(node))
+
+
+@register("MaxRoiPool")
+def max_roi_pool(node: Node) -> OpCost:
+    # X [n, c, h, w], rois [r, 5] -> [r, c, ph, pw]: each ROI's bins tile the ROI, so every
+    # element of the ROI is compared once. A ROI's extent is data: counted as the whole
+    # feature map, r * c * h * w compares, an upper bound (the node says so)
+    x = known_shape(node.input(0), node)
+    rois = known_dim(node.input(1), 0, node)
+    compares = rois * x[1] * x[2] * x[3] * WINDOW_ELEMENT_FLOPS
+    return OpCost.from_flops(compares).noted("an upper bound: every ROI taken as the whole map")
 
 
 # ----- backward (training) --------------------------------------------------------------------

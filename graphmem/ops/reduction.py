@@ -39,6 +39,7 @@ FLOPS_PER_INPUT_ELEMENT: dict[str, int] = {
     "ArgMin": 1,  # compare
     "Hardmax": 1,  # compare (the one-hot write is a copy)
     "CumSum": 1,  # add (a running sum: one per element)
+    "CumProd": 1,  # multiply (a running product: one per element)
     "GlobalAveragePool": 1,  # add
     "GlobalMaxPool": 1,  # compare
     "GlobalLpPool": 2,  # |x|^p, add

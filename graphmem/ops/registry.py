@@ -29,7 +29,8 @@ from graphmem.ops.traits import Traits
 
 # The families, in load order: aten.py copies the traits of the ONNX ops it maps to.
 FAMILIES = ("elementwise", "linear", "normalization", "pooling", "reduction", "movement",
-            "attention", "training", "aten")
+            "attention", "recurrent", "signal", "sampling", "optimizers", "text", "ml",
+            "training", "aten")
 ATEN_DOMAIN = "aten"  # traced PyTorch nodes: op type "aten.<packet>.<overload>"
 # A backward node of the training expansion has its forward op's type in this domain
 # ("graphmem.backward", or "graphmem.backward/com.microsoft" for a com.microsoft op).
@@ -38,10 +39,12 @@ BACKWARD_DOMAIN = "graphmem.backward"
 
 @dataclass(frozen=True)
 class OpCost:
-    """Arithmetic of one node. A multiply-accumulate is 1 MAC and 2 FLOPs."""
+    """Arithmetic of one node. A multiply-accumulate is 1 MAC and 2 FLOPs. `note` says what
+    the numbers leave out where a rule can know only part (a string op's work, a bound)."""
 
     macs: SymInt
     flops: SymInt
+    note: str = ""
 
     @staticmethod
     def zero() -> OpCost:
@@ -56,7 +59,12 @@ class OpCost:
         return OpCost(macs=SymInt(), flops=flops)
 
     def __add__(self, other: OpCost) -> OpCost:
-        return OpCost(self.macs + other.macs, self.flops + other.flops)
+        note = "; ".join(n for n in (self.note, other.note) if n)
+        return OpCost(self.macs + other.macs, self.flops + other.flops, note)
+
+    def noted(self, note: str) -> OpCost:
+        """The same arithmetic, with what it leaves out said."""
+        return OpCost(self.macs, self.flops, "; ".join(n for n in (self.note, note) if n))
 
 
 class ShapeUnknownError(Exception):

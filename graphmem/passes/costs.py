@@ -146,9 +146,10 @@ def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
     if rule is None:
         return CostStatus.UNSUPPORTED, "no cost rule for this op", OpCost.zero()
     try:
-        return CostStatus.OK, "", rule(node)
+        cost = rule(node)
     except ShapeUnknownError as error:
         return CostStatus.SHAPE_UNKNOWN, str(error), OpCost.zero()
+    return CostStatus.OK, cost.note, cost
 
 
 def _param_count(inputs: list[Value]) -> int:
