@@ -23,7 +23,6 @@ from graphmem.ops.registry import (
     OpCost,
     ShapeUnknownError,
     input_numel,
-    known_shape,
     output_numel,
     register,
 )
@@ -51,7 +50,6 @@ def tfidf_vectorizer(node: Node) -> OpCost:
 @register("ImageDecoder")
 def image_decoder(node: Node) -> OpCost:
     # encoded bytes [n] uint8 -> [h, w, c] uint8: h and w are data
-    known_shape(node.outputs[0], node)
     if not node.outputs[0].shape_known:
         raise ShapeUnknownError(f"{node.describe()}: the image size is in the encoded bytes")
     return OpCost.zero().noted(DECODE_NOTE)

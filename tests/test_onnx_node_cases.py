@@ -1,0 +1,135 @@
+"""onnx's own operator tests through graphmem's ONNX analysis.
+
+onnx ships a node test case for every operator feature up to its newest opset
+(`onnx.backend.test.case.node.collect_testcases`: 1,884 single-op models with onnx 1.23) and
+model test data (149 models under onnx/backend/test/data). Every one analyses without a crash
+(one clean refusal, named below) and with no unsupported op: every op of the standard has a
+cost rule (docs/onnx-ops.md). The quick run analyses the first case of each op that came with
+this coverage; the whole set is slow (about a minute).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx.backend.test.case.node import collect_testcases
+
+import graphmem
+from graphmem.api import Result
+from graphmem.errors import GraphmemError
+from graphmem.ops import find_rule
+from graphmem.passes.costs import CostStatus
+
+ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+# cases graphmem refuses with one clear error line, and why
+REFUSED = {"test_constant": "holds only Constant nodes: nothing runs"}
+# ops priced by the control-flow pass from their bodies, not by a rule of their own
+BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+# nodes with a body the costs pass flags instead of pricing (graphmem/passes/costs.py):
+# FlexAttention with a score_mod or prob_mod graph
+FLAGGED_WITH_BODY = frozenset({"SequenceMap", "FlexAttention"})
+# ops whose output sizes only the data knows: their tensors are listed as unknown-size
+# (string tensors; ImageDecoder's image, StringSplit's pieces)
+SIZE_FROM_DATA = frozenset({"StringConcat", "StringSplit", "StringNormalizer", "RegexFullMatch",
+                            "LabelEncoder", "ImageDecoder"})
+# the ops that had no rule before this coverage (issue 22): the quick run's subset
+NEWLY_COVERED = frozenset({
+    "AffineGrid", "Bernoulli", "BitCast", "BlackmanWindow", "CausalConvWithState", "Col2Im",
+    "CumProd", "DFT", "DeformConv", "Det", "GRU", "HammingWindow", "HannWindow", "ImageDecoder",
+    "LSTM", "LinearAttention", "MeanVarianceNormalization", "MelWeightMatrix", "RNN",
+    "RandomUniformLike", "RegexFullMatch", "STFT", "StringConcat", "StringNormalizer",
+    "StringSplit", "SwiGLU", "TensorScatter", "TfIdfVectorizer", "ArrayFeatureExtractor",
+    "Binarizer", "LabelEncoder", "TreeEnsemble", "FlexAttention", "Adagrad", "Adam", "Momentum",
+})
+MAX_SECONDS_PER_MODEL = 5.0  # a single-op model is milliseconds; this catches a runaway rule
+
+
+@cache
+def node_cases() -> dict[str, onnx.ModelProto]:
+    with warnings.catch_warnings():  # onnx computes the expected outputs: inf, nan, overflow
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cases = collect_testcases(None)
+    return {case.name: case.model for case in cases if case.model is not None}
+
+
+def model_data_paths() -> list[Path]:
+    return sorted([*ONNX_DATA.glob("*/*.onnx"), *ONNX_DATA.glob("*/*/model.onnx")])
+
+
+def first_case_per_new_op() -> list[str]:
+    chosen: dict[str, str] = {}
+    for name, model in node_cases().items():
+        for node in model.graph.node:
+            if node.op_type in NEWLY_COVERED and "expanded" not in name:
+                chosen.setdefault(node.op_type, name)
+    return sorted(set(chosen.values()))
+
+
+def analyse(model: onnx.ModelProto, folder: Path, name: str) -> Result:
+    path = folder / f"{name}.onnx"
+    onnx.save(model, path)
+    return graphmem.analyze_onnx(path)
+
+
+def problems(result: Result) -> Iterator[str]:
+    """What an analysis of one of onnx's models should not show."""
+    yield from (f"unsupported {op}" for op in result.costs.unsupported_ops)
+    unknown_size = set(result.liveness.unknown_size_values)
+    for cost, node in zip(result.costs.nodes, result.graph.nodes, strict=True):
+        if cost.status is CostStatus.SUBGRAPH and cost.op_type not in FLAGGED_WITH_BODY | BODY_OPS:
+            yield f"{cost.op_type} flagged as a subgraph: {cost.note}"
+        if cost.op_type not in NEWLY_COVERED or cost.op_type in FLAGGED_WITH_BODY:
+            continue
+        if cost.status is not CostStatus.OK:
+            yield f"{cost.op_type}: {cost.status.value} ({cost.note})"
+        for value in node.outputs:  # memory: every output's size known, or said unknown
+            if value.nbytes is None and value.name not in unknown_size:
+                yield f"{cost.op_type}: {value.name} has no size and is not listed as unknown"
+            if value.nbytes is None and cost.op_type not in SIZE_FROM_DATA:
+                yield f"{cost.op_type}: the size of output {value.name} is unknown"
+
+
+def test_every_op_of_the_standard_has_a_rule() -> None:
+    # every op of every opset onnx defines, in every domain (ai.onnx, ai.onnx.ml,
+    # ai.onnx.preview, ai.onnx.preview.training), deprecated ones included
+    ops = {(schema.domain, schema.name) for schema in onnx.defs.get_all_schemas_with_history()}
+    missing = sorted(f"{domain}:{name}" for domain, name in ops
+                     if name not in BODY_OPS and find_rule(name, domain) is None)
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", first_case_per_new_op())
+def test_first_case_of_each_newly_covered_op(name: str, tmp_path: Path) -> None:
+    assert list(problems(analyse(node_cases()[name], tmp_path, name))) == []
+
+
+@pytest.mark.slow
+def test_every_node_case_analyses(tmp_path: Path) -> None:
+    failures: dict[str, str] = {}
+    for name, model in node_cases().items():
+        start = time.perf_counter()
+        try:
+            found = list(problems(analyse(model, tmp_path, name)))
+        except GraphmemError as error:
+            found = [] if name in REFUSED and REFUSED[name] in str(error) else [str(error)]
+        if time.perf_counter() - start > MAX_SECONDS_PER_MODEL:
+            found.append(f"took {time.perf_counter() - start:.1f} s")
+        if found:
+            failures[name] = "; ".join(found)
+    assert len(node_cases()) >= 1800
+    assert failures == {}
+
+
+@pytest.mark.slow
+def test_every_model_of_the_test_data_analyses() -> None:
+    paths = model_data_paths()
+    assert len(paths) >= 140
+    failures = {str(p.relative_to(ONNX_DATA)): "; ".join(found) for p in paths
+                if (found := list(problems(graphmem.analyze_onnx(p))))}
+    assert failures == {}
