@@ -133,3 +133,46 @@ def test_every_model_of_the_test_data_analyses() -> None:
     failures = {str(p.relative_to(ONNX_DATA)): "; ".join(found) for p in paths
                 if (found := list(problems(graphmem.analyze_onnx(p))))}
     assert failures == {}
+
+
+# ----- the shapes the new ops get from inference ---------------------------------------------
+def one_node_model(node: onnx.NodeProto, inputs: list[onnx.ValueInfoProto],
+                   initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
+    output = onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, None)
+    graph = onnx.helper.make_graph([node], "one", inputs, [output], initializers)
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 28)])
+
+
+def int64(name: str, *values: int) -> onnx.TensorProto:
+    return onnx.helper.make_tensor(name, onnx.TensorProto.INT64, [len(values)] if len(values) > 1
+                                   else [], list(values))
+
+
+def float_input(name: str, *shape: int) -> onnx.ValueInfoProto:
+    return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(shape))
+
+
+def output_shape(model: onnx.ModelProto, folder: Path) -> str:
+    result = analyse(model, folder, "one")
+    return result.graph.nodes[-1].outputs[0].shape_text()
+
+
+@pytest.mark.parametrize(("node", "inputs", "initializers", "shape"), [
+    # onnx's inference reads the constant size; onnxruntime's rules, which have none for
+    # AffineGrid, Col2Im and DFT, name placeholder dims (`AffineGrid_0_o0__d0`) that must not
+    # replace the numbers
+    (onnx.helper.make_node("AffineGrid", ["theta", "size"], ["y"]), [float_input("theta", 2, 2, 3)],
+     [int64("size", 2, 3, 5, 6)], "[2, 5, 6, 2]"),
+    (onnx.helper.make_node("Col2Im", ["x", "image", "block"], ["y"]), [float_input("x", 1, 5, 5)],
+     [int64("image", 5, 5), int64("block", 1, 5)], "[1, 1, 5, 5]"),
+    (onnx.helper.make_node("DFT", ["x", "n"], ["y"], onesided=1), [float_input("x", 1, 10, 1)],
+     [int64("n", 16)], "[1, 9, 2]"),
+    # STFT's onesided is 1 by default (spec, reference runtime): 16 points -> 9 bins, where
+    # onnx 1.23's inference takes 0 and makes 16
+    (onnx.helper.make_node("STFT", ["x", "step", "", "length"], ["y"]),
+     [float_input("x", 1, 128, 1)], [int64("step", 8), int64("length", 16)], "[1, 15, 9, 2]"),
+], ids=["AffineGrid", "Col2Im", "DFT", "STFT"])
+def test_inferred_output_shapes(node: onnx.NodeProto, inputs: list[onnx.ValueInfoProto],
+                                initializers: list[onnx.TensorProto], shape: str,
+                                tmp_path: Path) -> None:
+    assert output_shape(one_node_model(node, inputs, initializers), tmp_path) == shape

@@ -26,6 +26,7 @@ from graphmem.frontends.onnx.read import (
     read_model,
 )
 from graphmem.frontends.onnx.shape_gaps import fill_shape_gaps
+from graphmem.frontends.onnx.value_types import write_misread_defaults
 
 __all__ = ["OnnxImport", "import_onnx", "load_onnx", "module_path_of", "read_model"]
 
@@ -66,6 +67,7 @@ def _import(path: Path, input_dims: Mapping[str, int] | None) -> OnnxImport:
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph)  # inference sees safe names only
     folded = fold_constants(model)  # inference sees literal shape values (fold.py)
+    write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
     inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)
     graph = build_graph(inferred, path.stem, dim_names)

@@ -4,6 +4,7 @@ whether the tensor is small enough to be a shape vector or a scalar."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import onnx
@@ -11,6 +12,10 @@ import onnx
 # A tensor with at most this many elements may be a shape vector or a scalar whose value
 # onnxruntime's rules read (fold.py's bound for the same tensors).
 MAX_VALUE_ELEMENTS = 64
+# onnxruntime's symbolic rules name a dim they cannot compute after the node and output
+# (`AffineGrid_0_o0__d1`: symbolic_shape_infer.py `_new_symbolic_dim_from_output`), for an op
+# they have no rule for or a data-dependent size: a placeholder, as onnx's `unk__N` is
+ORT_INVENTED_DIM = re.compile(r"_o\d+__d\d+$")
 
 
 def fully_known_names(infos: Iterable[onnx.ValueInfoProto]) -> set[str]:
@@ -67,5 +72,22 @@ def known_dims(info: onnx.ValueInfoProto) -> int:
         return -1
     return sum(
         1 for d in tensor_type.shape.dim
-        if d.HasField("dim_value") or (d.dim_param and not d.dim_param.startswith("unk__"))
+        if d.HasField("dim_value") or (d.dim_param and not d.dim_param.startswith("unk__")
+                                       and not ORT_INVENTED_DIM.search(d.dim_param))
     )
+
+
+# Attributes whose default onnx's inference reads otherwise than the spec and its reference
+# runtime: STFT's `onesided` is 1 by default (a real signal's spectrum of n points has
+# n/2 + 1 bins), onnx 1.23's rule takes 0 and doubles the output. Written out, the value is
+# the same and both engines size the output right.
+_MISREAD_DEFAULTS: dict[str, tuple[str, int]] = {"STFT": ("onesided", 1)}
+
+
+def write_misread_defaults(graph: onnx.GraphProto) -> None:
+    for node in graph.node:
+        default = _MISREAD_DEFAULTS.get(node.op_type)
+        if default is None or node.domain not in ("", "ai.onnx"):
+            continue
+        if all(a.name != default[0] for a in node.attribute):
+            node.attribute.append(onnx.helper.make_attribute(*default))
