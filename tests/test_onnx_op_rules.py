@@ -10,15 +10,16 @@ from graphmem.core.symbolic import SymInt
 from graphmem.ops import ShapeUnknownError
 from graphmem.ops.attention import SCORE_FLOPS
 from graphmem.passes.costs import CostStatus, compute_costs
-from tests.test_cost_rules import BATCH, assert_cost, cost, node, tensor
+from tests.helpers.op_nodes import assert_cost, cost, node, tensor
 
 PREVIEW = "ai.onnx.preview"
 TRAINING = "ai.onnx.preview.training"
 ML = "ai.onnx.ml"
+BATCH = SymInt.symbol("batch")
 
 
 def typed(dtype: DType, *shape: int) -> Value:
-    return Value("t", dtype, tuple(SymInt.const(d) for d in shape), Role.ACTIVATION)
+    return tensor(*shape, dtype=dtype)
 
 
 # ----- recurrent ----------------------------------------------------------------------------
