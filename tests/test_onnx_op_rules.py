@@ -323,3 +323,17 @@ def test_ml_tree_ensemble_is_a_bound() -> None:
 def test_ml_per_element(op: str, attrs: dict[str, str], flops: int) -> None:
     # X [2, 3]: 6 elements
     assert_cost(node(op, [tensor(2, 3)], [tensor(2, 3)], domain=ML, **attrs), 0, flops)
+
+
+def test_malformed_attributes_are_unknown_not_a_crash() -> None:
+    # an untrusted model's attributes: lists of other lengths, zero heads
+    trees = node("TreeEnsemble", [tensor(3, 2)], [tensor(3, 2)], domain=ML, tree_roots=(0,),
+                 nodes_truenodeids=(1, 2, 0), nodes_trueleafs=(0,), nodes_falsenodeids=(0,),
+                 nodes_falseleafs=())
+    assert cost(trees).flops == 3 * (1 + 1)  # the common part: the root alone, depth 1
+    heads = node("LinearAttention", [tensor(2, 4, 32)] * 3, [tensor(2, 4, 32), tensor(2, 4, 8, 8)],
+                 q_num_heads=0, kv_num_heads=0)
+    with pytest.raises(ShapeUnknownError, match="must be > 0"):
+        cost(heads)
+    with pytest.raises(ShapeUnknownError, match="rank 3, not 4"):
+        cost(node("MaxRoiPool", [tensor(1, 6, 6), tensor(2, 5)], [tensor(2, 1, 2, 2)]))

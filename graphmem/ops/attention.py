@@ -25,6 +25,7 @@ from graphmem.core.symbolic import SymInt, product
 from graphmem.ops.normalization import SOFTMAX_BACKWARD_FLOPS, SOFTMAX_FLOPS_PER_ELEMENT
 from graphmem.ops.registry import (
     OpCost,
+    ShapeUnknownError,
     input_numel,
     known_dim,
     known_rank,
@@ -160,6 +161,8 @@ def linear_attention(node: Node) -> OpCost:
     tokens = known_dim(query, 0, node) * known_dim(query, 1, node)
     q_heads = heads_attr(node, "q_num_heads")
     kv_heads = heads_attr(node, "kv_num_heads")
+    if int(kv_heads) <= 0 or int(q_heads) <= 0:
+        raise ShapeUnknownError(f"{node.describe()}: q_num_heads and kv_num_heads must be > 0")
     if state is not None and state.shape_known:
         state_size = known_dim(state, 2, node) * known_dim(state, 3, node)  # dk * dv
         value_width = known_dim(state, 3, node)

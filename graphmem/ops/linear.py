@@ -190,6 +190,8 @@ def causal_conv_with_state(node: Node) -> OpCost:
 def deform_conv(node: Node) -> OpCost:
     x, weight, out = node.input(0), node.input(1), node.outputs[0]
     spatial = known_rank(x, node) - 2
+    if spatial < 1:
+        raise ShapeUnknownError(f"{node.describe()}: X has rank {spatial + 2}")
     kernel = product(known_shape(weight, node)[2:])
     out_positions = product(known_shape(out, node)[2:])
     samples = known_dim(x, 0, node) * known_dim(x, 1, node) * kernel * out_positions

@@ -81,7 +81,7 @@ def svm(node: Node) -> OpCost:
     cost = coefficient_macs(node, rows) + post_transform(node, scores)
     if not vectors:
         return cost  # a linear SVM: the coefficients are the weights
-    if not features.is_constant:
+    if not features.is_constant or int(features) <= 0:
         raise ShapeUnknownError(f"{node.describe()}: feature count {features} is not a constant")
     count = vectors // int(features)
     kernel = node.attr_str("kernel_type", "LINEAR")
@@ -110,26 +110,29 @@ def deepest(children: dict[int, Sequence[int]], root: int) -> int:
 def tree_depths_v5(node: Node) -> list[int]:
     # TreeEnsemble (ai.onnx.ml 5): interior nodes by position; a branch is a leaf index when
     # its *leafs flag is 1
-    true_ids, false_ids = node.attr_ints("nodes_truenodeids"), node.attr_ints("nodes_falsenodeids")
-    true_leafs, false_leafs = node.attr_ints("nodes_trueleafs"), node.attr_ints("nodes_falseleafs")
-    children = {i: [c for c, leaf in ((true_ids[i], true_leafs[i]), (false_ids[i], false_leafs[i]))
-                    if not leaf] for i in range(len(true_ids))}
+    branches = zip(node.attr_ints("nodes_truenodeids"), node.attr_ints("nodes_trueleafs"),
+                   node.attr_ints("nodes_falsenodeids"), node.attr_ints("nodes_falseleafs"),
+                   strict=False)  # a malformed model's lists of other lengths: the common part
+    children = {i: [c for c, leaf in ((true_id, true_leaf), (false_id, false_leaf)) if not leaf]
+                for i, (true_id, true_leaf, false_id, false_leaf) in enumerate(branches)}
     return [deepest(children, root) for root in node.attr_ints("tree_roots")]
 
 
 def tree_depths_v1(node: Node) -> list[int]:
     # TreeEnsembleClassifier/Regressor: (tree id, node id) pairs, mode b"LEAF" for leaves
     trees, ids = node.attr_ints("nodes_treeids"), node.attr_ints("nodes_nodeids")
+    trees, ids = trees[:len(ids)], ids[:len(trees)]
     modes = [m.decode() if isinstance(m, bytes) else str(m)
              for m in node.attributes.get("nodes_modes", ())]  # type: ignore[union-attr]
     interior = {(t, n) for t, n, m in zip(trees, ids, modes, strict=False) if m != "LEAF"}
-    true_ids, false_ids = node.attr_ints("nodes_truenodeids"), node.attr_ints("nodes_falsenodeids")
+    branches = zip(node.attr_ints("nodes_truenodeids"), node.attr_ints("nodes_falsenodeids"),
+                   strict=False)
     children: dict[int, list[int]] = {}
     index = {key: i for i, key in enumerate(zip(trees, ids, strict=False))}
-    for i, (tree, node_id) in enumerate(zip(trees, ids, strict=False)):
+    for i, (tree, node_id, (true_id, false_id)) in enumerate(zip(trees, ids, branches,
+                                                                strict=False)):
         if (tree, node_id) in interior:
-            children[i] = [index[(tree, c)] for c in (true_ids[i], false_ids[i])
-                           if (tree, c) in interior]
+            children[i] = [index[(tree, c)] for c in (true_id, false_id) if (tree, c) in interior]
     roots = {t: i for i, t in reversed(list(enumerate(trees)))}  # each tree's first node
     return [deepest(children, r) if (trees[r], ids[r]) in interior else 0
             for r in roots.values()]

@@ -121,6 +121,8 @@ def max_roi_pool(node: Node) -> OpCost:
     # element of the ROI is compared once. A ROI's extent is data: counted as the whole
     # feature map, r * c * h * w compares, an upper bound (the node says so)
     x = known_shape(node.input(0), node)
+    if len(x) != 4:
+        raise ShapeUnknownError(f"{node.describe()}: X has rank {len(x)}, not 4")
     rois = known_dim(node.input(1), 0, node)
     compares = rois * x[1] * x[2] * x[3] * WINDOW_ELEMENT_FLOPS
     return OpCost.from_flops(compares).noted("an upper bound: every ROI taken as the whole map")
