@@ -61,8 +61,14 @@ def post_transform(node: Node, scores: int) -> OpCost:
     return OpCost.from_flops(output_numel(node, scores) * per_score)
 
 
+def attr_length(node: Node, name: str) -> int:
+    """How many values a list attribute holds (0 when absent or not a list)."""
+    value = node.attributes.get(name, ())
+    return len(value) if isinstance(value, tuple) else 0
+
+
 def coefficient_macs(node: Node, rows: SymInt) -> OpCost:
-    return OpCost.from_macs(rows * len(node.attributes.get("coefficients", ())))  # type: ignore[arg-type]
+    return OpCost.from_macs(rows * attr_length(node, "coefficients"))
 
 
 @register("LinearClassifier", "LinearRegressor", domain=ML)
@@ -76,7 +82,7 @@ def linear_model(node: Node) -> OpCost:
 @register("SVMClassifier", "SVMRegressor", domain=ML)
 def svm(node: Node) -> OpCost:
     rows, features = rows_and_features(node)
-    vectors = len(node.attributes.get("support_vectors", ()))  # type: ignore[arg-type]
+    vectors = attr_length(node, "support_vectors")
     scores = 1 if node.op_type == "SVMClassifier" else 0
     cost = coefficient_macs(node, rows) + post_transform(node, scores)
     if not vectors:
@@ -122,8 +128,9 @@ def tree_depths_v1(node: Node) -> list[int]:
     # TreeEnsembleClassifier/Regressor: (tree id, node id) pairs, mode b"LEAF" for leaves
     trees, ids = node.attr_ints("nodes_treeids"), node.attr_ints("nodes_nodeids")
     trees, ids = trees[:len(ids)], ids[:len(trees)]
-    modes = [m.decode() if isinstance(m, bytes) else str(m)
-             for m in node.attributes.get("nodes_modes", ())]  # type: ignore[union-attr]
+    given = node.attributes.get("nodes_modes", ())
+    modes = [m.decode(errors="replace") if isinstance(m, bytes) else str(m)
+             for m in (given if isinstance(given, tuple) else ())]
     interior = {(t, n) for t, n, m in zip(trees, ids, modes, strict=False) if m != "LEAF"}
     branches = zip(node.attr_ints("nodes_truenodeids"), node.attr_ints("nodes_falsenodeids"),
                    strict=False)

@@ -58,7 +58,9 @@ def direction_activations(node: Node, direction: int) -> tuple[str, ...]:
     given = node.attributes.get("activations")
     if not given:
         return defaults
-    names = tuple(v.decode() if isinstance(v, bytes) else str(v) for v in given)  # type: ignore[union-attr]
+    if not isinstance(given, tuple):
+        raise ShapeUnknownError(f"{node.describe()}: activations is not a list of names")
+    names = tuple(v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in given)
     count = len(defaults)
     return names[direction * count:(direction + 1) * count] or names[:count]
 
