@@ -20,6 +20,7 @@ element is a ramp, (f - lower) / (center - lower) against the falling side and a
 
 from __future__ import annotations
 
+from graphmem.core.conventions import PROBE_DIM_VALUE
 from graphmem.core.ir import Node
 from graphmem.core.symbolic import SymInt, product
 from graphmem.ops.registry import (
@@ -78,7 +79,7 @@ def dft(node: Node) -> OpCost:
     for axis in dft_axes(node, rank):
         transforms = product(d for i, d in enumerate(shape[:-1]) if i != axis)
         costs.append(transforms * fft_flops(dft_length_on(node, axis), real, node))
-    flops = max(costs, key=lambda c: c.evaluate({n: 1 for n in c.free_symbols()}))
+    flops = max(costs, key=lambda c: c.evaluate({n: PROBE_DIM_VALUE for n in c.free_symbols()}))
     cost = OpCost.from_flops(flops)
     if len({str(c) for c in costs}) > 1:
         cost = cost.noted("the axis is an input: the largest cost over the axes it could be")
