@@ -337,3 +337,18 @@ def test_malformed_attributes_are_unknown_not_a_crash() -> None:
         cost(heads)
     with pytest.raises(ShapeUnknownError, match="rank 3, not 4"):
         cost(node("MaxRoiPool", [tensor(1, 6, 6), tensor(2, 5)], [tensor(2, 1, 2, 2)]))
+
+
+def test_flex_attention_with_a_body_counts_the_attention_and_stays_flagged() -> None:
+    # a score_mod graph of 3 nodes is not priced: the node stays a flagged subgraph, with the
+    # attention's own count (Q [1, 2, 4, 8], K, V [1, 2, 4, 8]: 4 * (64 + 64) = 512 MACs)
+    q, k, v, y = (Value(name, DType.FLOAT32, tuple(SymInt.const(d) for d in (1, 2, 4, 8)),
+                        Role.INPUT if name != "y" else Role.OUTPUT) for name in "qkvy")
+    graph = Graph("g", [], {x.name: x for x in (q, k, v, y)}, [q, k, v], [y])
+    flex = node("FlexAttention", [q, k, v], [y], domain=PREVIEW)
+    flex.subgraph_node_count = 3
+    graph.add_node(flex)
+    (result,) = compute_costs(graph).nodes
+    assert result.status is CostStatus.SUBGRAPH
+    assert result.macs == 512
+    assert "without its 3 body nodes" in result.note

@@ -137,8 +137,7 @@ def _body_totals(body: Graph, dims: Mapping[str, int]) -> BodyTotals:
 
 def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
     if node.subgraph_node_count:
-        note = f"control flow with {node.subgraph_node_count} nodes in its bodies, not costed"
-        return CostStatus.SUBGRAPH, note, OpCost.zero()
+        return _with_body_not_costed(node)
     if node.imported_cost is not None:
         cost = node.imported_cost
         return CostStatus.OK, "", OpCost(SymInt.const(cost.macs), SymInt.const(cost.flops))
@@ -150,6 +149,21 @@ def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
     except ShapeUnknownError as error:
         return CostStatus.SHAPE_UNKNOWN, str(error), OpCost.zero()
     return CostStatus.OK, cost.note, cost
+
+
+def _with_body_not_costed(node: Node) -> tuple[CostStatus, str, OpCost]:
+    """A node whose bodies are not priced stays flagged; an op with a rule of its own besides
+    its bodies (FlexAttention's score_mod) counts what the rule knows."""
+    note = f"control flow with {node.subgraph_node_count} nodes in its bodies, not costed"
+    rule = find_rule(node.op_type, node.domain)
+    try:
+        cost = rule(node) if rule is not None else OpCost.zero()
+    except ShapeUnknownError:
+        cost = OpCost.zero()
+    if rule is not None and (cost.flops != 0 or cost.macs != 0):
+        note = (f"{node.op_type} counted without its {node.subgraph_node_count} body nodes"
+                " (not costed)")
+    return CostStatus.SUBGRAPH, note, cost
 
 
 def _param_count(inputs: list[Value]) -> int:
