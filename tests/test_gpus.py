@@ -334,3 +334,30 @@ def test_the_gpu_table_shows_the_capacity_every_verdict_uses(run: Run) -> None:
         capacity = fit_on_gpu(gpu, SymInt.const(0)).capacity_bytes
         assert rows[gpu.name][4].strip() == format_bytes(capacity), gpu.name
     assert rows["t4"][4].strip() == "15.0 GiB"  # 16,106,127,360 B reported (datasheet 16 GiB)
+
+
+def test_one_family_policy_names_the_variant_a_family_name_is_taken_as(run: Run,
+                                                                       tmp_path: Path) -> None:
+    """`--gpu h100` took the SXM part without a word while `--gpu a100` (40 or 80 GB) was
+    refused: one policy now, a family name resolves only where every variant has the same
+    memory (the verdict cannot change), and the output names the variant it was taken as."""
+    from graphmem.devices.gpus import other_variants
+
+    assert [g.name for g in other_variants("h100")] == ["h100-pcie"]
+    assert other_variants("h100-sxm") == () and other_variants("NVIDIA H100 SXM5 80 GB") == ()
+    sxm, pcie = find_gpu("h100"), find_gpu("h100-pcie")
+    assert sxm.memory_bytes == pcie.memory_bytes  # the family's one memory size
+    assert sxm.memory_bandwidth_bytes_per_s != pcie.memory_bandwidth_bytes_per_s
+    with pytest.raises(UnknownGpuError):
+        find_gpu("a100")  # 40 or 80 GB: the verdict would depend on the guess
+    model = tmp_path / "mlp.onnx"
+    import onnx
+
+    from tests.onnx_builders import mlp_model
+
+    onnx.save(mlp_model(), model)
+    code, out, err = run("analyze", model, "--batch", "2", "--gpu", "h100", "--no-html")
+    assert code == 0, err
+    assert "--gpu h100 is taken as h100-sxm" in " ".join(out.split())
+    code, out, _ = run("analyze", model, "--batch", "2", "--gpu", "h100-sxm", "--no-html")
+    assert "is taken as" not in out

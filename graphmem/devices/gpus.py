@@ -152,6 +152,17 @@ def find_gpu(name: str) -> GpuSpec:
     raise UnknownGpuError(_unknown_gpu_message(name, load_gpu_table()))
 
 
+def other_variants(name: str) -> tuple[GpuSpec, ...]:
+    """The other GPUs a family name could mean (`h100`: h100-pcie beside the h100-sxm it is
+    taken as): the same memory, so the verdict is the same, but other bandwidth and FLOP
+    rates, so the latency is the variant's. () when `name` names one row (its name, its full
+    name, or a spelling no other row starts with)."""
+    key, spec = gpu_key(name), find_gpu(name)
+    if key in (gpu_key(spec.name), gpu_key(spec.full_name)):
+        return ()
+    return tuple(other for other in _family(key, load_gpu_table()) if other != spec)
+
+
 def _family(key: str, table: tuple[GpuSpec, ...]) -> list[GpuSpec]:
     """The GPUs one of whose spellings starts with `key` (`rtx3060` -> rtx-3060-12gb)."""
     return [spec for spec in table if key and _has_key_prefix(spec, key)]

@@ -22,7 +22,7 @@ from pathlib import Path
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
-from graphmem.devices.gpus import GpuSpec, find_gpu
+from graphmem.devices.gpus import GpuSpec, find_gpu, other_variants
 from graphmem.distributed.kv_cache import with_serving_answer
 from graphmem.distributed.serving import default_step_tokens, serving_fit
 from graphmem.errors import GraphmemError
@@ -257,10 +257,25 @@ def model_info(request: Request, imported: ImportedModel) -> ModelInfo:
         opset=0 if request.is_torch else graph.opset,
         node_count=len(graph.nodes),
         shape_inference=imported.shape_inference,
-        warnings=imported.warnings,
+        warnings=(*imported.warnings, *_gpu_choice(request.gpu)),
         notes=imported.notes,
         kernels=imported.kernels,  # a torch trace for a CUDA GPU
     )
+
+
+def _gpu_choice(name: str | None) -> tuple[str, ...]:
+    """One family policy: a family name resolves when every variant has the same memory (the
+    verdict cannot change), and the output says which variant it was taken as (`--gpu h100`
+    took the SXM part without a word; `--gpu a100`, 40 or 80 GB, is refused)."""
+    if name is None:
+        return ()
+    others = other_variants(name)
+    if not others:
+        return ()
+    spec = find_gpu(name)
+    names = ", ".join(other.name for other in others)
+    return (f"--gpu {name} is taken as {spec.name} ({spec.full_name}); {names} has the same"
+            " memory but other bandwidth and FLOP rates: name the variant for its latency",)
 
 
 def run_passes(
