@@ -22,6 +22,7 @@ from graphmem.frontends.torch.costs import imported_cost
 from graphmem.ops import find_rule
 from graphmem.ops.aten import (
     CANONICAL,
+    GROUPED_CONTRACTIONS,
     INPLACE_FORMS,
     NO_ARITHMETIC,
     PER_ELEMENT,
@@ -148,7 +149,8 @@ def overloads(packet: str) -> list[torch._ops.OpOverload]:
 
 
 ALL_NAMED = sorted({*CANONICAL, *PER_ELEMENT, *WINDOW_POOLS, *NO_ARITHMETIC, *SAME_CONTRACTION,
-                    *SAME_CONTRACTION.values(), *INPLACE_FORMS, *(f"{p}_" for p in INPLACE_FORMS)})
+                    *SAME_CONTRACTION.values(), *INPLACE_FORMS, *(f"{p}_" for p in INPLACE_FORMS),
+                    *GROUPED_CONTRACTIONS, *POINTWISE_UNTAGGED})
 
 
 @pytest.mark.parametrize("packet", ALL_NAMED)
@@ -162,6 +164,7 @@ def priced(packet: str) -> bool:
     is_view = bool(returns) and returns[0].alias_info is not None \
         and not returns[0].alias_info.is_write
     return (ops[0].overloadpacket in flop_registry or packet in SAME_CONTRACTION
+            or packet in GROUPED_CONTRACTIONS
             or packet in PER_ELEMENT or packet in WINDOW_POOLS or packet in NO_ARITHMETIC
             or packet in POINTWISE_UNTAGGED or is_view
             or any(torch.Tag.pointwise in op.tags for op in ops))

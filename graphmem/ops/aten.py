@@ -31,7 +31,7 @@ from graphmem.ops.normalization import (
     STATISTICS_FLOPS,
 )
 from graphmem.ops.pooling import WINDOW_ELEMENT_FLOPS
-from graphmem.ops.reduction import FLOPS_PER_INPUT_ELEMENT
+from graphmem.ops.reduction import FLOPS_PER_INPUT_ELEMENT, HISTOGRAM_FLOPS_PER_ELEMENT
 from graphmem.ops.registry import (
     ATEN_DOMAIN,
     find_spec,
@@ -46,7 +46,7 @@ CANONICAL: dict[str, str] = {
     # contractions (FlopCounterMode prices those that reach a trace; linear, matmul and
     # conv2d are composite: a trace holds the mm/addmm/bmm/convolution they become)
     "mm": "MatMul", "bmm": "MatMul", "matmul": "MatMul", "baddbmm": "MatMul",
-    "addbmm": "MatMul", "addmm": "Gemm", "linear": "Gemm",
+    "addbmm": "MatMul", "addmm": "Gemm", "linear": "Gemm", "_grouped_mm": "MatMul",
     "convolution": "Conv", "_convolution": "Conv", "conv1d": "Conv", "conv2d": "Conv",
     "conv3d": "Conv", "conv_transpose1d": "ConvTranspose", "conv_transpose2d": "ConvTranspose",
     "conv_transpose3d": "ConvTranspose",
@@ -143,6 +143,12 @@ PER_ELEMENT: dict[str, PerElement] = {
     "nll_loss_forward": PerElement(NLL_FLOPS_PER_ROW, argument=1),
     "nll_loss_backward": PerElement(NLL_FLOPS_PER_ROW, argument=2),
     "embedding_dense_backward": PerElement(SCATTER_ADD_FLOPS),
+    # index_add(self, dim, index, source): each source element added into its row
+    "index_add": PerElement(SCATTER_ADD_FLOPS, argument=3),
+    "index_add_": PerElement(SCATTER_ADD_FLOPS, argument=3),
+    # a router's tokens per expert: each choice counted into its expert's bin
+    "histc": PerElement(HISTOGRAM_FLOPS_PER_ELEMENT),
+    "bincount": PerElement(HISTOGRAM_FLOPS_PER_ELEMENT),
 }
 # Window pools: per output element, this many FLOPs per window element (ONNX MaxPool's and
 # AveragePool's); kernel_size is argument 1, the spatial dims are in the name
@@ -152,10 +158,13 @@ WINDOW_POOLS: dict[str, int] = dict.fromkeys(
 # aten's `pointwise` tag: simple arithmetic, one primitive per output element
 POINTWISE_FLOPS = PRIMITIVE_FLOPS
 # elementwise ops PyTorch does not tag `pointwise`, counted as the tagged ones
-POINTWISE_UNTAGGED = frozenset({"hardswish", "hardswish_"})
+POINTWISE_UNTAGGED = frozenset({"hardswish", "hardswish_", "floor_divide", "floor_divide_"})
 # Contractions FlopCounterMode has no formula for, priced by another op's formula: addbmm is
 # baddbmm's batched product, summed over the batch (the sum is O(outputs), not counted)
 SAME_CONTRACTION = {"addbmm": "baddbmm"}
+# Contractions FlopCounterMode has no formula for at all: the grouped products of a mixture of
+# experts (graphmem/ops/linear.py grouped_matmul_macs)
+GROUPED_CONTRACTIONS = frozenset({"_grouped_mm"})
 
 
 @dataclass(frozen=True)
@@ -206,6 +215,8 @@ NO_ARITHMETIC = frozenset({
     "slice_backward", "select_backward", "unfold_backward",
     # CUDA's fused dropout draws its mask (random bits), as native_dropout
     "_fused_dropout",
+    # the positions of a router's choices: a scan and a copy, as ONNX NonZero (movement.py)
+    "nonzero", "nonzero_static",
     # GradScaler (fp16 AMP on CUDA): the inf check and the scale update are O(1) per tensor
     "_amp_update_scale_", "_amp_update_scale",
 })

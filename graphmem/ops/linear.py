@@ -56,6 +56,20 @@ def matmul_reduced_dim(node: Node, a_index: int = 0, b_index: int = 1) -> SymInt
     return known_dim(b, -2 if known_rank(b, node) >= 2 else 0, node)
 
 
+def grouped_matmul_macs(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """torch._grouped_mm(a, b, offs): `offs` splits the dim a 2-D operand does not share with
+    the other into groups, each group one product; the groups cover that dim (offs[-1] is its
+    size: every routed token is in one expert's group), so the groups' MACs sum to one
+    product of the whole, whatever the split:
+    # [M, K] @ [G, K, N], offs splits M -> [M, N]: sum_g m_g*K*N = M*K*N
+    # [G, M, K] @ [K, N], offs splits N -> [M, N]: sum_g M*K*n_g = M*K*N
+    # [M, K] @ [K, N], offs splits K -> [G, M, N]: sum_g M*k_g*N = M*K*N
+    # [G, M, K] @ [G, K, N] -> [G, M, N] (no offs): G*M*K*N
+    M is a's second-to-last dim in every case, K its last, N b's last."""
+    batch = a[0] if len(a) == 3 and len(b) == 3 else 1
+    return batch * a[-2] * a[-1] * b[-1]
+
+
 @register("MatMul", "MatMulInteger")
 def matmul(node: Node) -> OpCost:
     return OpCost.from_macs(matmul_macs(node, matmul_reduced_dim(node)))

@@ -24,6 +24,9 @@ from graphmem.ops.registry import (
 )
 from graphmem.ops.traits import Autocast
 
+# a histogram (torch.histc, bincount): each input element counted into its bin, one add as a
+# reduction's (finding the bin is index arithmetic, as an ArgMax's position is not counted)
+HISTOGRAM_FLOPS_PER_ELEMENT = 1
 FLOPS_PER_INPUT_ELEMENT: dict[str, int] = {
     "ReduceSum": 1,  # add
     "ReduceMean": 1,  # add (divide per output not counted)

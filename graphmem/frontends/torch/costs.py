@@ -7,7 +7,8 @@
   kernel runs;
 - matmul, conv and their backward ops: `torch.utils.flop_counter.flop_registry`, the
   formulas FlopCounterMode uses (2 FLOPs per multiply-accumulate), so graphmem's contraction
-  FLOPs are FlopCounterMode's by construction;
+  FLOPs are FlopCounterMode's by construction; `_grouped_mm` (a mixture of experts' grouped
+  products, which FlopCounterMode does not count) by graphmem/ops/linear.py's formula;
 - the rest by graphmem/ops/aten.py's tables, whose numbers are the ONNX rule families'
   constants (imported there, never copied here): reductions, normalizations, softmax and the
   loss per element of an argument; window pools per window element; ops of aten's
@@ -31,6 +32,7 @@ from graphmem.ops.aten import (
     FOREACH_FLOPS,
     FOREACH_PREFIXES,
     FUSED_ATTENTION,
+    GROUPED_CONTRACTIONS,
     NO_ARITHMETIC,
     PER_ELEMENT,
     POINTWISE_FLOPS,
@@ -41,6 +43,7 @@ from graphmem.ops.aten import (
     PerElement,
 )
 from graphmem.ops.attention import attention_backward_cost, attention_cost
+from graphmem.ops.linear import grouped_matmul_macs
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
@@ -51,6 +54,10 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
     name = packet.__name__
     if name in FUSED_ATTENTION:
         return _attention_cost(fx_node, FUSED_ATTENTION[name])
+    if name in GROUPED_CONTRACTIONS:
+        a, b = (_meta_of(arg) for arg in fx_node.args[:2])
+        macs = grouped_matmul_macs(tuple(a.shape), tuple(b.shape))
+        return ImportedCost(macs=macs, flops=2 * macs)
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:

@@ -36,11 +36,14 @@ from torch.utils._pytree import tree_leaves
 
 from graphmem.core.conventions import STATE_SLOTS, Amp, TrainingOptions
 from graphmem.core.ir import Role
+from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
+from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
 from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
+from graphmem.frontends.torch.routing import RoutedValues
 from graphmem.frontends.torch.train_step import (
     AMP_DTYPES,
     SCALER_STATE,
@@ -115,13 +118,14 @@ class _EagerLifetimes(TorchDispatchMode):
 
 def trace_model(
     model: nn.Module, inputs: list[TensorSpec], train: TrainingOptions | None,
-    cuda: CudaTarget | None = None,
+    cuda: CudaTarget | None = None, routing: MoeRouting = DEFAULT_ROUTING,
 ) -> TracedStep:
     """The step traced with fake tensors: on the CPU's kernels, or with `cuda` as PyTorch's
     CUDA backend runs it on that GPU (cuda_kernels.py). Training honours requires_grad: a
     frozen parameter gets no gradient and no optimizer state, and autograd saves only what
     the trainable parameters' backward needs. A trainable parameter the loss does not reach
-    gets none either (see NoGradient)."""
+    gets none either (see NoGradient). Choices made by value (a mixture of experts' router)
+    follow `routing` (routing.py)."""
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     trained = [name for name, p in params.items() if p.requires_grad] if train else []
@@ -150,15 +154,18 @@ def trace_model(
             else _inference_step(model, params, buffers, inputs))
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
+    routed = RoutedValues(routing)
     kernels = CudaKernels(cuda) if cuda is not None else None
     with (_restored_annotations(), _module_annotations(model), autocast_policy(train),
-          fx_traceback.preserve_node_meta(), _young_collections_only()):
-        graph_module = _make_fx(_observed(step, lifetimes, kernels), fake_params, fake_buffers,
-                                fake_state, fake_inputs)
+          fx_traceback.preserve_node_meta(), _young_collections_only(), any_dtype_grouped_mm()):
+        graph_module = _make_fx(_observed(step, lifetimes, routed, kernels), fake_params,
+                                fake_buffers, fake_state, fake_inputs)
+    note = routed.note()
     return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
                       "training" if train else "inference",
                       released_after=dict(lifetimes.released_after),
-                      notes=no_gradient.notes(params), kernels=_kernels_of(kernels, train, scaled))
+                      notes=[*no_gradient.notes(params), *([note] if note else [])],
+                      kernels=_kernels_of(kernels, train, scaled))
 
 
 @contextlib.contextmanager
@@ -191,10 +198,11 @@ def _kernels_of(kernels: CudaKernels | None, train: TrainingOptions | None,
     return counted(found)
 
 
-def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes,
+def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes, routed: RoutedValues,
               kernels: CudaKernels | None) -> Callable[..., Any]:
+    # `routed` above `lifetimes`: an op it traces in a static form is noted like any other
     def run(*args: Any) -> Any:
-        with lifetimes, kernels if kernels is not None else contextlib.nullcontext():
+        with lifetimes, routed, kernels if kernels is not None else contextlib.nullcontext():
             return step(*args)
 
     return run

@@ -1,0 +1,204 @@
+"""Data-dependent routing traced without running it: the values a mixture of experts routes by.
+
+A router chooses experts by value (a top-k over scores the trace does not know), and the
+code after it reads the choice: the per-expert loop of transformers' eager experts runs
+`nonzero` on it, loops over the experts hit (`if expert == num_experts`) and gathers each
+expert's tokens with `torch.where`; the grouped-matmul experts sort it and count tokens per
+expert with `histc`. Fake tensors carry no values, so each of those is an error there.
+
+`RoutedValues` is a TorchDispatchMode that gives such tensors values, by op semantics:
+- a choice: the indices of a `topk` (or `argmax`, `max.dim`) over values the trace does not
+  know are made by the routing policy (graphmem/core/routing.py): balanced by default, each
+  token's choices distinct, each expert receiving the policy's number of tokens;
+- values follow: an op whose tensor inputs all have values (a choice, a constant, a factory
+  such as `arange`, `zeros`, `one_hot`) is also run on those values, on the CPU, and its
+  output keeps them; an in-place op with an input of unknown value forgets the values of
+  what it writes (and of every tensor sharing that storage). Uninitialized and random
+  factories have no values. Tensors above MAX_KNOWN_ELEMENTS are not followed;
+- data-dependent ops read them: an op of aten's `data_dependent_output` tag (`item()`, a
+  tensor in an `if`) returns the real answer, so Python takes the branch the policy's routing
+  takes, and no node is traced; an op of the `dynamic_output_shape` tag whose static form is
+  known (`nonzero` -> `nonzero_static` with the real count) is traced in that form, so
+  the graph holds the op with the sizes the routing gives.
+
+Everything else runs as before: a model without choices sees no change, and a data-dependent
+op on values that are not known still fails as fake tensors do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+from graphmem.core.routing import MoeRouting, expert_loads
+
+aten = torch.ops.aten
+# values kept per tensor at most (an int64 one_hot of 32k tokens x 8 choices x 257 experts is
+# 67M elements): beyond it the values are not followed, and a data-dependent op on them fails
+MAX_KNOWN_ELEMENTS = 1 << 26
+# factories whose output has no defined values
+_UNINITIALIZED = frozenset({
+    aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default,
+    aten.new_empty.default, aten.new_empty_strided.default,
+})
+
+
+def _nonzero_static(value: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+    # nonzero(x) -> [n, x.dim()]: the same op with its row count given
+    return aten.nonzero_static.default(args[0], size=int(value.shape[0]))
+
+
+# dynamic-output-shape op -> its static form, given the real output
+_STATIC_FORMS: dict[Any, Callable[[torch.Tensor, tuple, dict], torch.Tensor]] = {
+    aten.nonzero.default: _nonzero_static,
+}
+
+
+class RoutedValues(TorchDispatchMode):
+    """The values of routing choices and of what follows from them (module docstring)."""
+
+    def __init__(self, routing: MoeRouting) -> None:
+        super().__init__()
+        self.routing = routing
+        self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> CPU value
+        # (tokens, experts, top_k) of each choice the policy made
+        self.choices: list[tuple[int, int, int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        tags = getattr(func, "tags", ())
+        if torch.Tag.data_dependent_output in tags:
+            real = self._real_arguments(args, kwargs)
+            return func(*args, **kwargs) if real is None else _run(func, *real)
+        if torch.Tag.dynamic_output_shape in tags and func in _STATIC_FORMS:
+            real = self._real_arguments(args, kwargs)
+            if real is not None:
+                value = _run(func, *real)
+                out = _STATIC_FORMS[func](value, args, kwargs)
+                self.values[out] = value
+                return out
+        out = func(*args, **kwargs)
+        self._follow(func, args, kwargs, out)
+        return out
+
+    # ----- values ---------------------------------------------------------------------------
+    def _value(self, item: Any) -> Any:
+        """A tensor's value (None when unknown); anything else is its own value."""
+        if not isinstance(item, torch.Tensor):
+            return item
+        if not isinstance(item, FakeTensor):
+            return item  # a real constant the model made
+        return self.values.get(item)
+
+    def _real_arguments(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        leaves, spec = tree_flatten((args, kwargs))
+        real = [self._value(leaf) for leaf in leaves]
+        if any(r is None and isinstance(leaf, torch.Tensor) for r, leaf in zip(real, leaves,
+                                                                                 strict=True)):
+            return None
+        return tree_unflatten(real, spec)
+
+    def _follow(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if not outputs:
+            return
+        selection = _selection(func, args, kwargs)
+        if selection is not None and self._value(args[0]) is None:
+            self._choose(args[0], *selection, outputs)
+            return
+        known = (func not in _UNINITIALIZED
+                 and torch.Tag.nondeterministic_seeded not in func.tags
+                 and all(t.numel() <= MAX_KNOWN_ELEMENTS for t in outputs))
+        real = self._real_arguments(args, kwargs) if known else None
+        if real is None:
+            self._forget_written(func, args, kwargs)
+            return
+        value = _run(func, *real)
+        real_outputs = [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+        for fake, real_out in zip(outputs, real_outputs, strict=False):
+            self.values[fake] = real_out
+
+    def _forget_written(self, func: Any, args: Any, kwargs: Any) -> None:
+        """An in-place op with an input of unknown value: what it writes is unknown now."""
+        for tensor in _written(func, args, kwargs):
+            value = self.values.get(tensor)
+            if value is None:
+                continue
+            storage = value.untyped_storage().data_ptr()
+            for fake, other in list(self.values.items()):
+                if other.untyped_storage().data_ptr() == storage:
+                    del self.values[fake]
+
+    # ----- choices --------------------------------------------------------------------------
+    def _choose(self, scores: torch.Tensor, dim: int | None, top_k: int, indices_at: int,
+                outputs: list[torch.Tensor]) -> None:
+        """The indices output of a selection over unknown `scores`: the policy's choices."""
+        indices = outputs[indices_at]
+        if indices.numel() > MAX_KNOWN_ELEMENTS:
+            return
+        shape = list(scores.shape) if dim is not None else [scores.numel()]
+        axis = dim % len(shape) if dim is not None and shape else 0
+        experts = shape[axis] if shape else 1
+        tokens = indices.numel() // top_k
+        loads = expert_loads(self.routing, tokens, experts, top_k)
+        with _disable_current_modes():
+            choices = _laid_out(loads, tokens, top_k)
+            if top_k > 1:  # topk: the choice axis where `dim` was
+                others = shape[:axis] + shape[axis + 1:]
+                choices = choices.reshape(*others, top_k).movedim(-1, axis)
+            self.values[indices] = choices.reshape(indices.shape).contiguous()
+        self.choices.append((tokens, experts, top_k))
+
+    def note(self) -> str | None:
+        """What the policy assumed, for the outputs; None when no choice was made."""
+        if not self.choices:
+            return None
+        shapes = sorted(set(self.choices))
+        what = ", ".join(f"top-{k} of {e} over {t} tokens" for t, e, k in shapes)
+        return (f"mixture-of-experts routing is data: {len(self.choices)} router choices"
+                f" ({what}) assumed {self.routing.describe()} (--moe-routing"
+                " balanced|worst|capacity=F)")
+
+
+def _laid_out(loads: list[int], tokens: int, top_k: int) -> torch.Tensor:
+    """[tokens, top_k] expert ids, expert e chosen loads[e] times: the experts' runs laid out
+    slot by slot (choice j of token t is position j * tokens + t); a run is at most `tokens`
+    long, so no token chooses the same expert twice."""
+    order = torch.repeat_interleave(torch.arange(len(loads)), torch.tensor(loads))
+    return order.view(top_k, tokens).t()
+
+
+def _selection(func: Any, args: tuple, kwargs: dict) -> tuple[int | None, int, int] | None:
+    """(dim, k, which output holds the indices) of an op that chooses by value."""
+    if func is aten.topk.default:
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+        return dim, int(args[1]), 1
+    if func is aten.argmax.default:
+        return (args[1] if len(args) > 1 else kwargs.get("dim")), 1, 0
+    if func is aten.max.dim:
+        return args[1], 1, 1
+    return None
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensor arguments the op writes (its schema's `Tensor(a!)`)."""
+    found = []
+    for i, argument in enumerate(func._schema.arguments):
+        info = argument.alias_info
+        if info is None or not info.is_write:
+            continue
+        item = args[i] if i < len(args) else kwargs.get(argument.name)
+        found += [t for t in tree_leaves(item) if isinstance(t, torch.Tensor)]
+    return found
+
+
+def _run(func: Any, args: Any, kwargs: Any) -> Any:
+    """`func` on real values, on the CPU, outside every mode (no node is traced)."""
+    with _disable_current_modes():
+        return func(*args, **kwargs)
