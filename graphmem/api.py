@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphmem.core.conventions import AmpPolicy, TrainingOptions
 from graphmem.core.peak_formula import Formula
+from graphmem.core.routing import MoeRouting, parse_moe_routing
 from graphmem.distributed.serving import ServingConfig
 from graphmem.distributed.strategies import DistributedConfig, ZeroSettings
 from graphmem.errors import GraphmemError
@@ -232,9 +233,11 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                   lora: bool | str | LoraOptions | None = None,
                   qlora: bool | str | QloraOptions | None = None,
                   gradient_checkpointing: bool = False,
-                  weights: str | WeightQuantOptions | None = None) -> Request:
+                  weights: str | WeightQuantOptions | None = None,
+                  moe_routing: str | MoeRouting = "balanced") -> Request:
     """The Request the keyword options describe (see `analyze`); `weights`: "int8", "int4" or
-    "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions."""
+    "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions; `moe_routing`: "balanced",
+    "worst" or "capacity=F" (as --moe-routing) or a MoeRouting."""
     training = TrainingOptions(optimizer, amp, grad_accum, loss, tuple(checkpoints),
                                amp_policy) if train else None  # type: ignore[arg-type]
     serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
@@ -257,7 +260,9 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                                memory_budget or ""),
         sweep=sweep, module_depth=module_depth, plan=plan,
         finetune=_finetune(lora, qlora, gradient_checkpointing),
-        weights=parse_weights(weights) if isinstance(weights, str) else weights)
+        weights=parse_weights(weights) if isinstance(weights, str) else weights,
+        moe_routing=(parse_moe_routing(moe_routing) if isinstance(moe_routing, str)
+                     else moe_routing))
 
 
 def _distributed(gpus: int | None, strategy: str | None, tensor_parallel: int | None,

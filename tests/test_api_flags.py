@@ -29,7 +29,7 @@ FLAG_TO_API = {
     "train": "train", "optimizer": "optimizer", "amp": "amp", "grad_accum": "grad_accum",
     "loss": "loss",
     "lora": "lora", "qlora": "qlora", "gradient_checkpointing": "gradient_checkpointing",
-    "weights": "weights",
+    "weights": "weights", "moe_routing": "moe_routing",
     # outputs: the API writes no file unless asked; the whole result is on the object
     "json": "Result.to_json", "html": "Result.to_html", "no_html": "Result.to_html",
     "verbose": "Result.to_dict",

@@ -34,6 +34,7 @@ from graphmem.cli.inputs import (
     spec_files,
 )
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
+from graphmem.core.routing import BALANCED, parse_moe_routing
 from graphmem.distributed.kv_cache import KV_CACHE_DTYPES, parse_kv_option
 from graphmem.distributed.serving import (
     DEFAULT_BLOCK_SIZE,
@@ -191,6 +192,12 @@ def _add_torch_options(parser: argparse.ArgumentParser) -> None:
                        help="store the nn.Linear weights as torchao's int8 or int4 weight-only"
                        " quantization does (docs/quantized.md); MODULES: path patterns, e.g."
                        " int4:layers.*.mlp")
+    group.add_argument("--moe-routing", default=BALANCED,
+                       metavar="balanced|worst|capacity=F",
+                       help="how a mixture of experts' router chooses (its choice is data):"
+                       " balanced (default; tokens x top_k spread evenly over the experts),"
+                       " worst (the same top_k experts take every token) or capacity=F (each"
+                       " expert up to F x tokens x top_k / experts tokens)")
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
@@ -289,7 +296,8 @@ def request_from_args(args: argparse.Namespace) -> Request:
         distributed=_distributed(args), kv_cache=_kv_cache(args), serving=_serving(args),
         suggest=_suggest(args),
         sweep=_sweep(args.sweep, torch), module_depth=args.depth, finetune=_finetune(args),
-        weights=parse_weights(args.weights) if args.weights else None)
+        weights=parse_weights(args.weights) if args.weights else None,
+        moe_routing=parse_moe_routing(args.moe_routing))
     request.check()
     return request
 

@@ -23,6 +23,7 @@ from graphmem.core.conventions import (
     AmpPolicy,
     TrainingOptions,
 )
+from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.devices.gpus import find_gpu
 from graphmem.distributed.attach import dtype_bytes
 from graphmem.distributed.serving import ServingConfig
@@ -131,6 +132,8 @@ class Request:
     finetune: FinetuneOptions | None = None
     # PyTorch: Linear weights stored as torchao's int8/int4 weight-only (torch/weight_quant.py)
     weights: WeightQuantOptions | None = None
+    # PyTorch: how a mixture of experts' router is assumed to choose (core/routing.py)
+    moe_routing: MoeRouting = DEFAULT_ROUTING
     notes: tuple[str, ...] = ()  # what `resolve` built (a config's model, its inputs): reported
     # what `resolve` assumed because the user did not say (a config's default batch or seq):
     # reported as warnings, not notes

@@ -241,7 +241,8 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
             request.model, request.finetune, training and training.optimizer,
             training.checkpoints if training else ()) as report:
         imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
-                                request.label or "", training, pooled, cuda=cuda)
+                                request.label or "", training, pooled, cuda=cuda,
+                                routing=request.moe_routing)
     notes = (*request.notes, *finetune_notes(report, request.finetune),
              *weight_quant_note(quantized))
     return replace(imported, notes=(*imported.notes, *notes),

@@ -18,6 +18,7 @@ from torch import nn
 
 from graphmem.core.collector import collector_paused
 from graphmem.core.conventions import TrainingOptions
+from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.torch.checkpoint import checkpointed
@@ -43,10 +44,12 @@ InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...] | KeywordInput
 def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
                  training: TrainingOptions | None = None,
                  pooled_heads: Sequence[tuple[str, int]] = (),
-                 cuda: CudaTarget | None = None) -> ImportedModel:
+                 cuda: CudaTarget | None = None,
+                 routing: MoeRouting = DEFAULT_ROUTING) -> ImportedModel:
     """The traced step (`training` None: inference); `pooled_heads`: (module path, flattened
     positions) of FC layers traced with global average pooling first; `cuda`: the GPU whose
-    kernels the step runs on (graphmem/frontends/torch/cuda_kernels.py), None: the CPU's."""
+    kernels the step runs on (graphmem/frontends/torch/cuda_kernels.py), None: the CPU's;
+    `routing`: how choices made by value (a mixture of experts' router) go (routing.py)."""
     specs = tensor_specs(inputs)
     check_call(module, specs)
     with contextlib.ExitStack() as rewrites:
@@ -54,7 +57,7 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
             rewrites.enter_context(pooled_head(module, path, positions))
         if training is not None and training.checkpoints:
             rewrites.enter_context(checkpointed(module, training.checkpoints))
-        traced = trace_model(module, specs, training, cuda)
+        traced = trace_model(module, specs, training, cuda, routing)
     with collector_paused():  # a bulk build, as the ONNX importer's (core/collector.py)
         graph = graph_from_trace(traced, type(module).__name__)
     if not graph.nodes:
@@ -63,7 +66,8 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
             " number or an input unchanged): graphmem analyzes the ops a model runs")
     micro_batch = specs[0].shape[0] if specs[0].shape else None
     how = "torch fake tensors" if cuda is None else f"torch fake tensors, CUDA kernels ({cuda.sm})"
-    return ImportedModel(graph, label, how, (), micro_batch, notes=tuple(traced.notes),
+    return ImportedModel(graph, label, how, tuple(traced.warnings), micro_batch,
+                         notes=tuple(traced.notes),
                          kernels=traced.kernels)
 
 

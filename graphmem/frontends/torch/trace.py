@@ -79,6 +79,9 @@ class TracedStep:
     mode: str  # "inference" | "training"
     # fx node name -> the fx node last traced when eager PyTorch dropped that tensor
     released_after: dict[str, str] = field(default_factory=dict)
+    # what the trace assumed (the routing policy of choices made by value): warnings
+    warnings: list[str] = field(default_factory=list)
+    # information: the trainable parameters the loss does not reach (no_gradient.py)
     notes: list[str] = field(default_factory=list)
     # the CUDA kernels a trace for a GPU assumed (cuda_kernels.py); () for a CPU trace
     kernels: tuple[KernelChoice, ...] = ()
@@ -164,7 +167,7 @@ def trace_model(
     return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
                       "training" if train else "inference",
                       released_after=dict(lifetimes.released_after),
-                      notes=[*no_gradient.notes(params), *([note] if note else [])],
+                      notes=no_gradient.notes(params), warnings=[note] if note else [],
                       kernels=_kernels_of(kernels, train, scaled))
 
 
