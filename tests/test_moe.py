@@ -195,8 +195,24 @@ def qwen2_moe() -> nn.Module:
     return Qwen2MoeForCausalLM(config)
 
 
+def mixtral_batched_mm() -> nn.Module:
+    """transformers' third implementation: each (token, choice) pair's expert weights
+    gathered, then one batched matmul."""
+    model = mixtral()
+    model.config._experts_implementation = "batched_mm"
+    return model
+
+
+def qwen2_moe_aux_loss() -> nn.Module:
+    """The router's load-balancing loss computed in the forward (output_router_logits)."""
+    model = qwen2_moe()
+    model.config.output_router_logits = True
+    return model
+
+
 MODELS = {"mixtral-fp32": mixtral, "mixtral-bf16": functools.partial(mixtral, torch.bfloat16),
-          "qwen2-moe-eager": qwen2_moe}
+          "qwen2-moe-eager": qwen2_moe, "mixtral-batched-mm": mixtral_batched_mm,
+          "qwen2-moe-aux-loss": qwen2_moe_aux_loss}
 
 
 @functools.cache
@@ -288,3 +304,22 @@ def test_eager_loop_training_peak_matches_a_real_cpu_step() -> None:
     predicted = predicted_peak("qwen2-moe-eager", True)
     for measured in measured_peaks("qwen2-moe-eager", True, range(2)):
         assert predicted == pytest.approx(measured, rel=0.001)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mixtral-fp32", "qwen2-moe-eager"])
+def test_the_cuda_trace_prices_the_experts(name: str) -> None:
+    """Traced as CUDA runs the step on an H100 (frontends/torch/cuda_kernels.py), bf16 AMP
+    training: every op priced, the MACs FlopCounterMode's fp32 CPU count (AMP changes dtypes,
+    not products)."""
+    from graphmem.core.conventions import TrainingOptions
+    from graphmem.devices.gpus import find_gpu
+    from graphmem.frontends.torch.import_step import import_torch
+    from graphmem.frontends.torch.kernel_choice import cuda_target
+    from graphmem.passes.costs import compute_costs
+
+    imported = import_torch(MODELS[name](), [INPUT], name, TrainingOptions("adam", "bf16"),
+                            cuda=cuda_target(find_gpu("h100-sxm")))
+    costs = compute_costs(imported.graph)
+    assert costs.unsupported_ops == {}
+    assert int(costs.total_macs) == flop_counter_macs(name, True, 0)
