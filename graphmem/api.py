@@ -181,7 +181,9 @@ def analyze(request_or_model: Request | object, inputs: Sequence[object] | None 
     keyword inputs (`model(**inputs)`). Fine-tuning (PyTorch
     models and Hugging Face configs, given as a config.json path, its folder or a dict):
     lora (True, "r=16,alpha=32,targets=q_proj,v_proj" or a LoraOptions), qlora (True, a
-    "compute=bf16,..." string or a QloraOptions; implies lora), gradient_checkpointing.
+    "compute=bf16,..." string or a QloraOptions; implies lora), gradient_checkpointing;
+    moe_routing ("balanced", "worst" or "capacity=F": how a mixture of experts' router is
+    assumed to choose, docs/pytorch.md).
     """
     if isinstance(request_or_model, Request):
         if inputs is not None or options:

@@ -11,6 +11,7 @@ expert) against FlopCounterMode and a real CPU step.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -20,10 +21,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from graphmem import analyze_torch
 from graphmem.core.routing import MoeRouting, expert_loads, parse_moe_routing
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.loader import TensorSpec
 from graphmem.frontends.torch.trace import trace_model
-from tests.test_ops_aten import traced_flops
 
 pytestmark = [pytest.mark.torch]
 
@@ -123,6 +124,18 @@ def test_without_a_choice_a_data_dependent_op_still_fails() -> None:
 
 
 # ----- cost rules ------------------------------------------------------------------------------
+def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
+    """aten packet -> the torch path's FLOPs, for each op of `fn` traced with fake tensors."""
+    found: dict[str, int] = {}
+    for fx_node in make_fx(fn, tracing_mode="fake")(*args).graph.nodes:
+        packet = getattr(fx_node.target, "overloadpacket", None)
+        if fx_node.op == "call_function" and packet is not None:
+            cost = imported_cost(fx_node)
+            assert cost is not None, f"{fx_node.target} is not priced"
+            found[packet.__name__] = found.get(packet.__name__, 0) + cost.flops
+    return found
+
+
 @pytest.mark.parametrize(("a", "b", "offs", "macs"), [
     # (the kernels want 16-byte strides: dims of 8 and more)
     # [M, K] @ [G, K, N], offs splits M: 24 * 16 * 8 = 3072 (groups of 8 and 16 rows:
