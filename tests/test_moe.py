@@ -166,6 +166,20 @@ def test_grouped_mm_costs_the_sum_of_its_groups(a: tuple, b: tuple, offs: tuple 
     assert (tuple(out.shape), out.dtype) == (tuple(real.shape), real.dtype)
 
 
+def test_grouped_mm_takes_every_dtype_only_while_tracing() -> None:
+    # the same fp32 shapes before, inside and after: the cache does not carry the rule out
+    def grouped(x: torch.Tensor, y: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch._grouped_mm(x, y, offs=offs)
+
+    args = (torch.randn(24, 16), torch.randn(2, 16, 8), torch.tensor([8, 24], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="BF16"):
+        make_fx(grouped, tracing_mode="fake")(*args)
+    with any_dtype_grouped_mm():
+        make_fx(grouped, tracing_mode="fake")(*args)
+    with pytest.raises(RuntimeError, match="BF16"):
+        make_fx(grouped, tracing_mode="fake")(*args)
+
+
 def test_routing_ops_are_priced() -> None:
     ids = torch.tensor([0, 3, 1, 1, 2, 0])  # 6 choices of 4 experts
     rows = torch.randn(6, 8)

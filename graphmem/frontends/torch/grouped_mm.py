@@ -5,7 +5,9 @@ the CPU kernel runs fp32 and fp16 as well as bf16, and so does CUDA's (its fallb
 bf16 on SM90), but torch's meta function (the shapes fake tensors get) checks for bf16 only,
 so an fp32 Mixtral fails to trace. `any_dtype_grouped_mm()` gives fake tensors, while a step
 is traced, the meta function's answer for the same shapes in bf16 (its shape algebra and
-its other checks) with the real dtype: `out_dtype`, else mat_a's.
+its other checks) with the real dtype: `out_dtype`, else mat_a's. Only then: fake tensors'
+dispatch cache (shared by every FakeTensorMode) forgets its `_grouped_mm` answers on the way
+out, so nothing outside the trace sees the wider rule.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import torch
 from torch._subclasses import fake_impls
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 aten = torch.ops.aten
 _CHECKED_DTYPE = torch.bfloat16  # the one dtype the meta function accepts
@@ -48,3 +51,6 @@ def any_dtype_grouped_mm() -> Iterator[None]:
         yield
     finally:
         fake_impls.op_implementations_checks.remove(entry)
+        cache = FakeTensorMode.cache
+        for key in [key for key in cache if key.key and key.key[0] is aten._grouped_mm.default]:
+            del cache[key]
