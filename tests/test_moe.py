@@ -87,9 +87,9 @@ def traced_loop(routing: MoeRouting, tokens: int = 12) -> torch.fx.GraphModule:
                        routing=routing).graph_module
 
 
-def expert_rows(graph_module: torch.fx.GraphModule) -> list[int]:
+def expert_rows(graph: torch.fx.Graph) -> list[int]:
     """The rows each expert's Linear ran on (its addmm's first dim), in order."""
-    return [int(n.meta["val"].shape[0]) for n in graph_module.graph.nodes
+    return [int(n.meta["val"].shape[0]) for n in graph.nodes
             if n.target is torch.ops.aten.addmm.default and n.meta["val"].shape[-1] == 8]
 
 
@@ -97,9 +97,9 @@ def test_the_loop_runs_each_expert_on_the_policys_tokens() -> None:
     # 12 tokens x top-2 of 4 experts = 24 choices: balanced 6 each; worst 12, 12 (experts 2
     # and 3 never hit, so their iterations do not exist); capacity=1.5: ceil(1.5*24/4) = 9,
     # 24 = 9 + 9 + 6
-    assert expert_rows(traced_loop(MoeRouting())) == [6, 6, 6, 6]
-    assert expert_rows(traced_loop(parse_moe_routing("worst"))) == [12, 12]
-    assert expert_rows(traced_loop(parse_moe_routing("capacity=1.5"))) == [9, 9, 6]
+    assert expert_rows(traced_loop(MoeRouting()).graph) == [6, 6, 6, 6]
+    assert expert_rows(traced_loop(parse_moe_routing("worst")).graph) == [12, 12]
+    assert expert_rows(traced_loop(parse_moe_routing("capacity=1.5")).graph) == [9, 9, 6]
 
 
 def test_nonzero_is_traced_with_the_count_the_routing_gives() -> None:
@@ -110,6 +110,40 @@ def test_nonzero_is_traced_with_the_count_the_routing_gives() -> None:
     shapes = [tuple(n.meta["val"].shape) for n in graph.nodes
               if n.target is torch.ops.aten.nonzero_static.default]
     assert shapes == [(4, 1)] + [(6, 2)] * 4
+
+
+class MaskMoe(nn.Module):
+    """Experts picked by bool masks (`x[mask]`, `out[mask] += ...`) and the choices' expert
+    ids by `repeat_interleave` of per-expert counts, a static loop over the experts."""
+
+    def __init__(self, hidden: int = 8, experts: int = 4, top_k: int = 2) -> None:
+        super().__init__()
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(experts))
+        self.top_k = top_k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        chosen = torch.topk(self.router(x), self.top_k, dim=-1).indices
+        counts = nn.functional.one_hot(chosen, len(self.experts)).sum((0, 1))
+        sorted_ids = torch.repeat_interleave(torch.arange(len(self.experts)), counts)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            mask = (chosen == e).any(-1)
+            out[mask] += expert(x[mask])
+        return out + sorted_ids.sum()
+
+
+def test_masks_and_repeat_interleave_are_sized_by_the_routing() -> None:
+    # 12 tokens x top-2 of 4: balanced 6 tokens per expert; worst 12, 12, 0, 0; the sorted
+    # expert ids are the 24 choices either way
+    for routing, rows in ((MoeRouting(), [6, 6, 6, 6]), (parse_moe_routing("worst"),
+                                                         [12, 12, 0, 0])):
+        graph = trace_model(MaskMoe(), [TensorSpec((12, 8), torch.float32)], None,
+                            routing=routing).graph_module.graph
+        assert expert_rows(graph) == rows
+        repeated = [tuple(n.meta["val"].shape) for n in graph.nodes
+                    if n.target is torch.ops.aten.repeat_interleave.Tensor]
+        assert repeated == [(24,)]
 
 
 class NonzeroOfInput(nn.Module):

@@ -17,9 +17,11 @@ expert with `histc`. Fake tensors carry no values, so each of those is an error 
   factories have no values. Tensors above MAX_KNOWN_ELEMENTS are not followed;
 - data-dependent ops read them: an op of aten's `data_dependent_output` tag (`item()`, a
   tensor in an `if`) returns the real answer, so Python takes the branch the policy's routing
-  takes, and no node is traced; an op of the `dynamic_output_shape` tag whose static form is
-  known (`nonzero` -> `nonzero_static` with the real count) is traced in that form, so
-  the graph holds the op with the sizes the routing gives.
+  takes, and no node is traced; an op of the `dynamic_output_shape` tag whose size the known
+  values give is traced in its static form, so the graph holds the op with the sizes the
+  routing gives: `nonzero` as `nonzero_static` with the real count, `x[mask]` as `x` indexed
+  by the mask's true positions (`nonzero_static` split into columns), `repeat_interleave`
+  of known repeats with its `output_size`.
 
 Everything else runs as before: a model without choices sees no change, and a data-dependent
 op on values that are not known still fails as fake tensors do.
@@ -49,14 +51,56 @@ _UNINITIALIZED = frozenset({
 })
 
 
-def _nonzero_static(value: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
-    # nonzero(x) -> [n, x.dim()]: the same op with its row count given
-    return aten.nonzero_static.default(args[0], size=int(value.shape[0]))
+def _nonzero_static(mode: RoutedValues, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    # nonzero(x) -> [n, x.dim()]: the same op with its row count n given
+    value = mode.values.get(args[0])
+    if value is None:
+        return None
+    return aten.nonzero_static.default(args[0], size=_real_int(value.count_nonzero))
 
 
-# dynamic-output-shape op -> its static form, given the real output
-_STATIC_FORMS: dict[Any, Callable[[torch.Tensor, tuple, dict], torch.Tensor]] = {
+def _index_by_positions(mode: RoutedValues, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    # x[mask]: a bool mask of k dims is the k index tensors of its true positions (what the
+    # kernel does), [n, k] from nonzero_static split into k [n] columns
+    source, indices = args[0], list(args[1])
+    if not any(_is_mask(index) for index in indices):
+        return None
+    positions: list[torch.Tensor | None] = []
+    for index in indices:
+        if not _is_mask(index):
+            positions.append(index)
+            continue
+        rows = _nonzero_static(mode, (index,), {})
+        if rows is None:
+            return None
+        positions.extend(rows.unbind(1))
+    return aten.index.Tensor(source, positions)
+
+
+def _repeat_interleave_sized(mode: RoutedValues, args: tuple,
+                             kwargs: dict) -> torch.Tensor | None:
+    # repeat_interleave(repeats) -> [sum(repeats)]: the same op with its output size given
+    value = mode.values.get(args[0])
+    if value is None or kwargs.get("output_size") is not None:
+        return None
+    return aten.repeat_interleave.Tensor(args[0], output_size=_real_int(value.sum))
+
+
+def _real_int(method: Callable[[], torch.Tensor]) -> int:
+    """A number read from a value (a real tensor), outside the trace's modes."""
+    with _disable_current_modes():
+        return int(method())
+
+
+def _is_mask(index: Any) -> bool:
+    return isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8)
+
+
+# dynamic-output-shape op -> its static form, when the values that size it are known
+_STATIC_FORMS: dict[Any, Callable[[RoutedValues, tuple, dict], torch.Tensor | None]] = {
     aten.nonzero.default: _nonzero_static,
+    aten.index.Tensor: _index_by_positions,
+    aten.repeat_interleave.Tensor: _repeat_interleave_sized,
 }
 
 
@@ -76,14 +120,10 @@ class RoutedValues(TorchDispatchMode):
         if torch.Tag.data_dependent_output in tags:
             real = self._real_arguments(args, kwargs)
             return func(*args, **kwargs) if real is None else _run(func, *real)
-        if torch.Tag.dynamic_output_shape in tags and func in _STATIC_FORMS:
-            real = self._real_arguments(args, kwargs)
-            if real is not None:
-                value = _run(func, *real)
-                out = _STATIC_FORMS[func](value, args, kwargs)
-                self.values[out] = value
-                return out
-        out = func(*args, **kwargs)
+        static = _STATIC_FORMS.get(func) if torch.Tag.dynamic_output_shape in tags else None
+        out = static(self, args, kwargs) if static is not None else None
+        if out is None:
+            out = func(*args, **kwargs)
         self._follow(func, args, kwargs, out)
         return out
 
@@ -199,6 +239,7 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 
 
 def _run(func: Any, args: Any, kwargs: Any) -> Any:
-    """`func` on real values, on the CPU, outside every mode (no node is traced)."""
-    with _disable_current_modes():
+    """`func` on real values, on the CPU, outside every mode (no node is traced) and outside
+    autocast (the traced op already is what autocast made of the call)."""
+    with _disable_current_modes(), torch.autocast("cpu", enabled=False):
         return func(*args, **kwargs)
