@@ -149,6 +149,32 @@ def test_masks_and_repeat_interleave_are_sized_by_the_routing() -> None:
         assert repeated == [(24,)]
 
 
+class Top1Moe(nn.Module):
+    """Switch-style: one expert per token, chosen by argmax."""
+
+    def __init__(self, hidden: int = 8, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        chosen = self.router(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            out[chosen == e] = expert(x[chosen == e])
+        return out
+
+
+def test_an_argmax_router_is_a_top_1_choice() -> None:
+    # 12 tokens, top-1 of 4: balanced 3 each; worst: expert 0 takes all 12
+    for routing, rows in ((MoeRouting(), [3, 3, 3, 3]), (parse_moe_routing("worst"),
+                                                         [12, 0, 0, 0])):
+        traced = trace_model(Top1Moe(), [TensorSpec((12, 8), torch.float32)], None,
+                             routing=routing)
+        assert expert_rows(traced.graph_module.graph) == rows
+        assert "top-1 of 4 over 12 tokens" in traced.warnings[0]
+
+
 class NonzeroOfInput(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.nonzero()

@@ -180,8 +180,8 @@ class RoutedValues(TorchDispatchMode):
                 outputs: list[torch.Tensor]) -> None:
         """The indices output of a selection over unknown `scores`: the policy's choices."""
         indices = outputs[indices_at]
-        if indices.numel() > MAX_KNOWN_ELEMENTS:
-            return
+        if top_k < 1 or not 0 < indices.numel() <= MAX_KNOWN_ELEMENTS:
+            return  # nothing chosen, or too many choices to follow
         shape = list(scores.shape) if dim is not None else [scores.numel()]
         axis = dim % len(shape) if dim is not None and shape else 0
         experts = shape[axis] if shape else 1
