@@ -60,6 +60,13 @@ def test_a_bad_routing_is_refused_in_one_line(text: str) -> None:
         parse_moe_routing(text)
 
 
+def test_a_bad_routing_object_is_refused_too() -> None:
+    with pytest.raises(GraphmemError, match="balanced, worst or capacity"):
+        MoeRouting("random")
+    with pytest.raises(GraphmemError, match="F >= 1"):
+        MoeRouting("capacity", 0.5)
+
+
 # ----- a per-expert loop traced by value -------------------------------------------------------
 class LoopMoe(nn.Module):
     """A top-k router and a per-expert loop on `nonzero`, `where` and `index_add_`, written

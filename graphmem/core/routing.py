@@ -28,6 +28,13 @@ class MoeRouting:
     kind: str = BALANCED
     capacity_factor: float = 1.0  # only for kind "capacity"
 
+    def __post_init__(self) -> None:
+        if self.kind not in (BALANCED, WORST, CAPACITY) or not (
+                math.isfinite(self.capacity_factor) and self.capacity_factor >= 1):
+            raise GraphmemError(f"moe routing {self.kind!r} (capacity factor"
+                                f" {self.capacity_factor}): give balanced, worst or capacity=F"
+                                " with F >= 1")
+
     def __str__(self) -> str:
         return f"{CAPACITY}={self.capacity_factor:g}" if self.kind == CAPACITY else self.kind
 
