@@ -193,6 +193,22 @@ def test_without_a_choice_a_data_dependent_op_still_fails() -> None:
         trace_model(NonzeroOfInput(), [TensorSpec((4,), torch.float32)], None)
 
 
+@pytest.mark.slow
+def test_the_command_line_states_the_routing(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = run_cli(["analyze", "tests.test_moe:LoopMoe", "--input", "12x8",
+                              "--moe-routing", "capacity=1.5", "--json", str(report),
+                              "--no-html"], capsys)
+    assert code == 0, err
+    assert "assumed capacity=1.5" in out + err
+    warnings = json.loads(report.read_text())["model"]["warnings"]
+    assert any("top-2 of 4 over 12 tokens) assumed capacity=1.5" in w for w in warnings)
+    code, out, err = run_cli(["analyze", "tests.test_moe:LoopMoe", "--input", "12x8",
+                              "--moe-routing", "capacity=0.5", "--no-html"], capsys)
+    assert code == 2 and err.startswith("graphmem: error: --moe-routing 'capacity=0.5'")
+
+
 # ----- cost rules ------------------------------------------------------------------------------
 def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
     """aten packet -> the torch path's FLOPs, for each op of `fn` traced with fake tensors."""
