@@ -209,6 +209,14 @@ def test_the_command_line_states_the_routing(tmp_path: Path,
     assert code == 2 and err.startswith("graphmem: error: --moe-routing 'capacity=0.5'")
 
 
+@pytest.mark.slow
+def test_verify_says_what_routing_the_prediction_assumed() -> None:
+    from graphmem import verify_model
+
+    result = verify_model("tests.test_moe:LoopMoe", ["12x8"])
+    assert any("assumed balanced" in w for w in result.prediction_warnings)
+
+
 # ----- cost rules ------------------------------------------------------------------------------
 def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
     """aten packet -> the torch path's FLOPs, for each op of `fn` traced with fake tensors."""

@@ -218,6 +218,8 @@ def print_torch_verification(result: TorchVerification, console: Console) -> Non
         console.print(f"graphmem traced the step as CUDA runs it on"
                       f" {markup_text(result.traced_for)} (docs/cuda-trace.md)", soft_wrap=True)
     _print_kernel_scratch(result, console)
+    for warning in result.prediction_warnings:  # e.g. the routing the prediction assumed
+        console.print(f"prediction: {markup_text(warning)}", soft_wrap=True)
     console.print(f"measured with {markup_text(result.measured.method)}; graphmem's figure is"
                   " memory.activation_peak_bytes of `graphmem analyze` with the same options",
                   soft_wrap=True)
@@ -257,5 +259,7 @@ def torch_verification_json(result: TorchVerification) -> str:
         "scratch_kernel": result.measured.scratch_kernel,
         # the GPU whose CUDA kernels the prediction traced (docs/cuda-trace.md); null: the CPU's
         "traced_for": result.traced_for,
+        # what the prediction assumed (the MoE routing policy, a default input...)
+        "prediction_warnings": list(result.prediction_warnings),
     }
     return json.dumps(data, indent=2) + "\n"

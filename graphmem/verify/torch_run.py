@@ -40,6 +40,8 @@ class TorchVerification:
     predicted_activation_peak_bytes: int
     measured: MeasuredStep
     traced_for: str | None = None  # the GPU whose CUDA kernels were traced; None: the CPU's
+    # what the prediction assumed (a mixture of experts' routing policy...): its warnings
+    prediction_warnings: tuple[str, ...] = ()
 
     @property
     def error_pct(self) -> float | None:
@@ -87,6 +89,7 @@ def verify_torch(
         predicted_activation_peak_bytes=int(analysis.liveness.activation_peak_bytes),
         measured=measured,
         traced_for=gpu,
+        prediction_warnings=tuple(str(w) for w in analysis.model.warnings),
     )
 
 
