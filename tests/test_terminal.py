@@ -247,3 +247,18 @@ def test_count_noun_agrees_in_number() -> None:
     assert count_noun(0, "view") == "0 views"
     assert count_noun(1024, "budget") == "1,024 budgets"
     assert count_noun(2, "child", "children") == "2 children"
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_top_level_module_row_is_explained(tmp_path: Path, run: Run) -> None:
+    """A `(top level)` row of 11.7 GiB stood in the module tables with no word on what it is:
+    a training step's loss, gradients and optimizer update sit outside every module."""
+    html = tmp_path / "r.html"
+    models = Path(__file__).parent / "models.py"
+    code, out, err = run("analyze", f"{models}:tiny_gpt", "--input", "2x16:int64", "--train",
+                         "--verbose", "--html", html)
+    text = " ".join(out.split())
+    assert code == 0 and "(top level) " in text, err
+    assert "(top level): ops outside every module" in text
+    assert "holds the ops outside every module" in " ".join(html.read_text().split())

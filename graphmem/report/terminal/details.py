@@ -34,6 +34,9 @@ GLOSSES = {
     "max batch": "max batch: the largest batch whose device total fits the GPU",
     "device total": "device total: what the process holds on the GPU, as nvidia-smi shows it",
     "KV cache": "KV cache: the keys and values a decoder keeps for every past token",
+    "top level": "(top level): ops outside every module: the model's own forward code and, in"
+                 " a training step, the loss, the gradients it starts and the optimizer's"
+                 " update",
 }
 
 

@@ -14,6 +14,7 @@ import io
 from rich.console import Console
 
 from graphmem.core.safe_text import markup_text
+from graphmem.passes.modules import TOP
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.out_of_memory import out_of_memory_text
 from graphmem.report.terminal.answer import (
@@ -101,6 +102,8 @@ def print_details(analysis: Analysis, console: Console) -> None:
     glossary.explain("live at the peak")
     console.print(live_table(analysis, console.width))
     if has_modules(analysis.modules):
+        if any(row.module == TOP for row in analysis.modules.rows):  # type: ignore[union-attr]
+            glossary.explain("top level")
         console.print(module_table(analysis.modules, console.width))  # type: ignore[arg-type]
     if analysis.fit is not None:
         glossary.explain("usable")
