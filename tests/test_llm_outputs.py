@@ -197,7 +197,7 @@ def test_qlora_in_every_output(run: Run, tmp_path: Path, tiny_config: Path) -> N
     for text in (out, html):
         assert "558,720" in text and "7,168" in text
         assert "model.layers.0 .. model.layers.1" in text
-    assert "QLoRA: 14 layers in NF4" in out
+    assert "QLoRA: 14 modules in NF4" in out  # 7 linear modules per layer x 2 layers
 
 
 @pytest.mark.slow

@@ -68,13 +68,15 @@ def finetune_rows(report: FinetuneReport) -> tuple[LlmRow, ...]:
                  _sized("frozen", params.frozen_bytes, f"{params.frozen:,}")]
     if report.lora is not None:
         lora = report.lora
-        rows.append(LlmRow("LoRA", f"r={lora.rank}, alpha={lora.alpha:g} on {lora.modules:,}"
-                           f" layers ({printable(', '.join(lora.targets))}); adapters"
+        rows.append(LlmRow("LoRA", f"r={lora.rank}, alpha={lora.alpha:g} on"
+                           f" {count_noun(lora.modules, 'linear module')}"
+                           f" ({printable(', '.join(lora.targets))}); adapters"
                            f" {lora.adapter_params:,} parameters, {lora.adapter_dtype}"))
     if report.nf4 is not None:
         nf4, layout = report.nf4, report.nf4.bytes
-        rows += [_sized("QLoRA: NF4 layers", layout.total,
-                        f"{nf4.modules:,} layers, {layout.weights:,} weights"),
+        rows += [_sized("QLoRA: NF4 linear modules", layout.total,
+                        f"{count_noun(nf4.modules, 'linear module')},"
+                        f" {layout.weights:,} weights"),
                  _sized("  packed codes", layout.packed),
                  _sized("  quantization constants", layout.constants),
                  _sized(f"largest weight dequantized ({nf4.compute_dtype})",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from graphmem.core.safe_text import markup
-from graphmem.core.units import format_bytes, format_si
+from graphmem.core.units import count_noun, format_bytes, format_si
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
@@ -41,12 +41,14 @@ def finetune_lines(report: FinetuneReport) -> list[str]:
                      f" ({format_bytes(params.trainable_bytes)}), {params.frozen:,} frozen")
     if report.lora is not None:
         lora = report.lora
-        lines.append(f"  LoRA r={lora.rank} alpha={lora.alpha:g} on {lora.modules} layers"
+        lines.append(f"  LoRA r={lora.rank} alpha={lora.alpha:g} on"
+                     f" {count_noun(lora.modules, 'module')}"
                      f" ({markup(', '.join(lora.targets))}), adapters {lora.adapter_dtype}")
     if report.nf4 is not None:
         nf4 = report.nf4
         layout = nf4.bytes
-        lines.append(f"  QLoRA: {nf4.modules} layers in NF4, {format_bytes(layout.total)}"
+        lines.append(f"  QLoRA: {count_noun(nf4.modules, 'module')} in NF4,"
+                     f" {format_bytes(layout.total)}"
                      f" ({format_bytes(layout.packed)} packed + {format_bytes(layout.constants)}"
                      " constants)")
         lines.append(f"  largest weight dequantized to {nf4.compute_dtype}:"
