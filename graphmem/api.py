@@ -428,19 +428,21 @@ def _verify_torch(spec: str, inputs: object, provider: str, seed: int, train: bo
 def check_model(model: str | Path | None = None, *, gpu: str | None = None,
                 batch: int | None = None, dims: Mapping[str, int] | None = None,
                 cuda_reserve_bytes: int | None = None, max_memory: str | None = None,
-                max_tensor_memory: str | None = None, max_latency: str | None = None,
-                max_params: int | str | None = None,
+                margin: str | None = None, max_tensor_memory: str | None = None,
+                max_latency: str | None = None, max_params: int | str | None = None,
                 max_flops: int | str | None = None, fail_on_unsupported: bool = False,
                 baseline: str | Path | None = None, max_growth: str | None = None,
                 min_sequences: int | None = None, context: int | None = None,
                 budgets: str | Path | None = None) -> CheckReport:
     """`graphmem check`: an ONNX model against budgets, written as on the command line
-    (max_memory="90%" or "12GiB", max_latency="20ms", max_params="25M", max_growth="5%"), or
-    every model of a budgets file (`budgets="graphmem.toml"`). `report.passed` is the exit
-    code's answer; `report.models[0].results` each budget's verdict."""
+    (max_memory="90%" or "12GiB", margin="10%", max_latency="20ms", max_params="25M",
+    max_growth="5%"), or every model of a budgets file (`budgets="graphmem.toml"`).
+    `report.passed` is the exit code's answer; `report.models[0].results` each budget's
+    verdict."""
     from graphmem.gate import budgets as parse
     from graphmem.gate.budgets_file import load_budgets_file
     from graphmem.gate.check import CheckSpec, run_check
+    from graphmem.gate.margin import parse_margin
 
     if budgets is not None:
         return run_check(load_budgets_file(Path(budgets)))
@@ -449,6 +451,7 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
     try:
         limits = parse.Budgets(
             max_memory=None if max_memory is None else parse.parse_memory_limit(max_memory),
+            margin=None if margin is None else parse_margin(margin),
             max_tensor_bytes=(None if max_tensor_memory is None
                               else parse.parse_size(max_tensor_memory)),
             max_latency_s=None if max_latency is None else parse.parse_latency_s(max_latency),

@@ -13,6 +13,11 @@ class GraphmemError(Exception):
     """A user-facing error; the CLI prints `graphmem: error: <message>` and exits 2."""
 
 
+class SpecError(ValueError):
+    """A budget value that does not parse (`--max-memory 90`); the message says what was
+    expected, and the caller names the flag or key."""
+
+
 def first_line(error: BaseException, limit: int = FIRST_LINE_CHARS) -> str:
     """The first line of a library's error (its type name when it has no message)."""
     lines = str(error).strip().splitlines()

@@ -63,7 +63,7 @@ def analyze_flags() -> list[str]:
 # `graphmem check` is graphmem.check_model
 CHECK_TO_API = {
     "model": "model", "gpu": "gpu", "batch": "batch", "dim": "dims",
-    "cuda_reserve": "cuda_reserve_bytes", "max_memory": "max_memory",
+    "cuda_reserve": "cuda_reserve_bytes", "max_memory": "max_memory", "margin": "margin",
     "max_tensor_memory": "max_tensor_memory",
     "max_latency": "max_latency", "max_params": "max_params", "max_flops": "max_flops",
     "fail_on_unsupported": "fail_on_unsupported", "baseline": "baseline",

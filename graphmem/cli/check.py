@@ -40,6 +40,7 @@ from graphmem.gate.budgets import (
     parse_percent,
     parse_size,
 )
+from graphmem.gate.margin import parse_margin
 
 if TYPE_CHECKING:
     from graphmem.gate.check import CheckSpec
@@ -48,7 +49,8 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 
 # Options that describe one model; with --budgets they belong in the file.
-_MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "max_tensor_memory",
+_MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "margin",
+                  "max_tensor_memory",
                   "max_latency",
                   "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth",
                   "min_sequences", "context")
@@ -78,6 +80,9 @@ def add_parser(commands: Any) -> None:
                          help="peak memory: with --gpu, the GPU's device total against a"
                          " share of its memory (90%%) or a size (12GiB); without, the"
                          " live-tensor peak against a size")
+    budgets.add_argument("--margin", type=argtype(parse_margin), metavar="PCT",
+                         help="headroom on the GPU (10%%): the device total x (1 + margin)"
+                         " must fit its memory (needs --gpu)")
     budgets.add_argument("--max-tensor-memory", type=argtype(parse_size), metavar="SIZE",
                          help="graphmem's live-tensor peak (12GiB), apart from what the runtime"
                          " and the GPU add: a budget on the model's own tensors")
@@ -193,7 +198,8 @@ def _specs(args: argparse.Namespace) -> list[CheckSpec]:
     if is_model_spec(args.model):
         raise GraphmemError(f"'{args.model}': graphmem check gates ONNX models; export the"
                             " PyTorch model with torch.onnx.export and check the .onnx file")
-    budgets = Budgets(max_memory=args.max_memory, max_tensor_bytes=args.max_tensor_memory,
+    budgets = Budgets(max_memory=args.max_memory, margin=args.margin,
+                      max_tensor_bytes=args.max_tensor_memory,
                       max_latency_s=args.max_latency,
                       max_params=args.max_params, max_flops=args.max_flops,
                       fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth,

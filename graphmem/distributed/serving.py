@@ -36,11 +36,12 @@ from graphmem.core.kv_layers import (
     full_attention,
 )
 from graphmem.core.symbolic import SymInt
+from graphmem.devices.error_bands import error_band
 from graphmem.errors import GraphmemError
 from graphmem.ops import traits_of
 from graphmem.ops.traits import Contraction
 from graphmem.passes.dims import DimBinding, value_bytes
-from graphmem.passes.fit import FitPart, GpuFit
+from graphmem.passes.fit import FitPart, GpuFit, with_error_band
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.params import stored_bytes
 
@@ -251,14 +252,14 @@ def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
              FitPart("kv_cache", kv_label, SymInt.const(pool_bytes)))
     # utilization stays required / capacity (GpuFit's meaning); the verdict is against the
     # budget, so with a share below 1 a sequence may not fit at under 100%: `basis` says why
-    return replace(
+    return with_error_band(replace(
         fit, required_bytes=SymInt.const(required),
         utilization=required / plan.capacity_bytes if plan.capacity_bytes else float("inf"),
         fits=fits, parts=parts, runtime=None, failure="", caveat="",
         out_of_memory=None, limit_bytes=plan.budget_bytes,
         basis=(f"serving plan: the engine's budget, {share:g} of the GPU"
                f" (--gpu-memory-utilization), holds at least one {plan.context:,}-token"
-               " sequence"))
+               " sequence")), error_band("serving"))
 
 
 # ----- what the graph says: weights on a rank, a step's activations ---------------------------

@@ -16,14 +16,11 @@ from typing import TYPE_CHECKING
 
 from graphmem.core.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
 from graphmem.distributed.serving import ServingConfig
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, SpecError
+from graphmem.gate.margin import Margin, with_margin_bytes
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
-
-
-class SpecError(ValueError):
-    """A budget value that does not parse; the message says what was expected."""
 
 
 # ----- parsing -----------------------------------------------------------------------------
@@ -184,10 +181,12 @@ class Budgets:
     max_growth: float | None = None  # fraction: 0.05 for 5%
     baseline: Baseline | None = None
     min_sequences: MinSequences | None = None
+    margin: Margin | None = None  # headroom: device total x (1 + margin) <= the GPU's memory
 
     @property
     def is_empty(self) -> bool:
         return (self.max_memory is None and self.max_tensor_bytes is None
+                and self.margin is None
                 and self.max_latency_s is None
                 and self.max_params is None and self.max_flops is None
                 and not self.fail_on_unsupported and self.max_growth is None
@@ -208,6 +207,9 @@ def complete_budgets(budgets: Budgets, gpu: str | None, baseline_source: str | N
         raise GraphmemError(
             f"--max-memory {memory.text} is a share of a GPU's memory: give --gpu NAME"
             " (see 'graphmem gpus'), or a size of the peak such as --max-memory 12GiB")
+    if budgets.margin is not None and gpu is None:
+        raise GraphmemError(f"--margin {budgets.margin.text} is headroom on a GPU: give --gpu"
+                            " NAME (see 'graphmem gpus')")
     if budgets.min_sequences is not None and gpu is None:
         raise GraphmemError("--min-sequences counts the sequences whose KV cache fits on a GPU:"
                             " give --gpu NAME (see 'graphmem gpus')")
@@ -352,6 +354,8 @@ def evaluate(numbers: ModelNumbers, budgets: Budgets) -> tuple[BudgetResult, ...
     results: list[BudgetResult] = []
     if budgets.max_memory is not None:
         results.append(_memory(numbers, budgets.max_memory))
+    if budgets.margin is not None:
+        results.append(_headroom(numbers, budgets.margin))
     if budgets.max_tensor_bytes is not None:
         peak = numbers.peak_bytes
         results.append(_at_most(
@@ -415,6 +419,18 @@ def _memory(numbers: ModelNumbers, limit: MemoryLimit) -> BudgetResult:
     return _at_most("peak memory", total, allowed, "bytes",
                     f"{basis} {format_bytes(total)} = {share:.1%} of {numbers.gpu_name}'s"
                     f" {format_bytes(capacity)}; limit {limit.text} = {format_bytes(allowed)}")
+
+
+def _headroom(numbers: ModelNumbers, margin: Margin) -> BudgetResult:
+    """`--margin`: the device total with the margin added (graphmem/gate/margin.py)."""
+    total, capacity = numbers.device_total_bytes, numbers.capacity_bytes
+    if total is None or capacity is None:
+        raise GraphmemError(f"--margin {margin.text} is headroom on a GPU: give --gpu NAME")
+    needed = with_margin_bytes(total, margin)
+    return BudgetResult("headroom", math.ceil(needed), capacity, "bytes", needed <= capacity,
+                        f"{numbers.memory_basis} {format_bytes(total)} + {margin.text} ="
+                        f" {format_bytes(math.ceil(needed))} vs {numbers.gpu_name}'s"
+                        f" {format_bytes(capacity)}")
 
 
 def _latency(numbers: ModelNumbers, limit_s: float) -> BudgetResult:

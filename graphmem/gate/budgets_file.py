@@ -50,6 +50,7 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.gate.check import CheckSpec
+from graphmem.gate.margin import parse_margin
 
 MAX_BUDGETS_BYTES = 1 << 20  # a budgets file of 1000 models is ~100 KiB
 MAX_KEY_DEPTH = 8  # `a.b.c = 1`: 3 deep; the schema's deepest key is defaults.dims.seq
@@ -72,6 +73,7 @@ class _Budget:
 
 _BUDGET_KEYS = {
     "max_memory": _Budget(parse_memory_limit, "90%", False),
+    "margin": _Budget(parse_margin, "10%", False),
     "max_tensor_memory": _Budget(parse_size, "64MiB", False),
     "max_latency": _Budget(parse_latency_s, "20ms", False),
     "max_params": _Budget(parse_count, "25M", True),
@@ -279,7 +281,8 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
               "dims": {**defaults.get("dims", {}), **checked.get("dims", {})}}
     folder = file.path.parent
     budgets = Budgets(
-        max_memory=merged.get("max_memory"), max_tensor_bytes=merged.get("max_tensor_memory"),
+        max_memory=merged.get("max_memory"), margin=merged.get("margin"),
+        max_tensor_bytes=merged.get("max_tensor_memory"),
         max_latency_s=merged.get("max_latency"),
         max_params=merged.get("max_params"), max_flops=merged.get("max_flops"),
         fail_on_unsupported=bool(merged.get("fail_on_unsupported", False)),

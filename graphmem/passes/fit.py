@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import cache
 from importlib import resources
 
 from graphmem.core.symbolic import SymInt
+from graphmem.devices.error_bands import ErrorBand
 from graphmem.devices.gpus import GpuSpec
 
 LIVE_PEAK_BASIS = "live-tensor peak + CUDA context"
@@ -89,6 +91,22 @@ class GpuFit:
     # what required_bytes is held to where that is not the capacity (under --serve: the
     # engine's budget, capacity x gpu_memory_utilization); None: the capacity
     limit_bytes: int | None = None
+    # the path's measured error (graphmem/devices/data/error_bands.toml); None: no band
+    # applies (dims free, no runtime model); `error_band.measured` False: never measured
+    error_band: ErrorBand | None = None
+    # the limit lies within the band around the device total: an error as large as measured
+    # would turn the verdict (fits stays required <= limit); None: no measured band or no
+    # number yet
+    tight: bool | None = None
+
+    @property
+    def verdict(self) -> str | None:
+        """"fits", "tight" or "does not fit"; None while dims are free."""
+        if self.fits is None:
+            return None
+        if self.tight:
+            return "tight"
+        return "fits" if self.fits else "does not fit"
 
     @property
     def over_bytes(self) -> int | None:
@@ -97,6 +115,22 @@ class GpuFit:
         required = self.required_bytes
         limit = self.capacity_bytes if self.limit_bytes is None else self.limit_bytes
         return int(required) - limit if required.is_constant else None
+
+
+def with_error_band(fit: GpuFit, band: ErrorBand) -> GpuFit:
+    """`fit` with its path's measured error band, and whether the limit lies within it.
+
+    An error e = predicted / measured - 1 puts the true demand at required / (1 + e): between
+    required / (1 + high) and required / (1 + low) (low <= 0 <= high, so the band holds the
+    device total itself). Tight: that range holds the limit (lowest <= limit < highest)."""
+    if not band.measured or not fit.required_bytes.is_constant:
+        return replace(fit, error_band=band, tight=None)
+    assert band.low is not None and band.high is not None
+    required = int(fit.required_bytes)
+    limit = fit.capacity_bytes if fit.limit_bytes is None else fit.limit_bytes
+    lowest = Fraction(required * band.high.measured_bytes, band.high.predicted_bytes)
+    highest = Fraction(required * band.low.measured_bytes, band.low.predicted_bytes)
+    return replace(fit, error_band=band, tight=lowest <= limit < highest)
 
 
 @cache

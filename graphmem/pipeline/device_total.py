@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from graphmem.core.ir import RESIDENT_ROLES, Graph
 from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.core.units import MAX_BYTES
+from graphmem.devices.error_bands import error_band, runtime_band_path
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding, SizeTable
@@ -28,6 +29,7 @@ from graphmem.passes.fit import (
     default_cuda_reserve,
     fit_on_device_total,
     gpu_capacity_bytes,
+    with_error_band,
 )
 from graphmem.runtime_models.base import (
     AUTO_OPTIMIZE_INITIALIZER_BYTES,
@@ -165,10 +167,12 @@ def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
 
 def device_fit(analysis: Analysis, estimate: RuntimeEstimate, model: DeviceModel) -> GpuFit:
     """The verdict on `estimate`'s device total (`analysis` gives the live-tensor peak)."""
-    return fit_on_device_total(model.gpu, model.reserve, estimate.device_total_bytes,
-                               analysis.liveness.peak_bytes, estimate.runtime,
-                               runtime_parts(estimate), estimate.failure,
-                               CAVEATS.get(estimate.runtime, ""), estimate.out_of_memory)
+    fit = fit_on_device_total(model.gpu, model.reserve, estimate.device_total_bytes,
+                              analysis.liveness.peak_bytes, estimate.runtime,
+                              runtime_parts(estimate), estimate.failure,
+                              CAVEATS.get(estimate.runtime, ""), estimate.out_of_memory)
+    path = runtime_band_path(estimate.runtime, analysis.mode == "training")
+    return fit if path is None else with_error_band(fit, error_band(path))
 
 
 class DeviceTotalProbe:

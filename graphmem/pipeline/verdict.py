@@ -19,12 +19,13 @@ from dataclasses import replace
 
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES
+from graphmem.devices.error_bands import error_band
 from graphmem.devices.gpus import GpuSpec
 from graphmem.distributed.model_states import profile_training
 from graphmem.distributed.strategies import per_gpu_parts, per_rank_memory
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding, value_bytes
-from graphmem.passes.fit import FitPart, fit_on_gpu, fit_on_parts
+from graphmem.passes.fit import FitPart, fit_on_gpu, fit_on_parts, with_error_band
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch
 from graphmem.passes.sweep import SweepResult, with_device_totals
 from graphmem.pipeline.analysis import Analysis
@@ -118,8 +119,8 @@ def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None 
              FitPart("context", "context + workspaces", SymInt.const(context)))
     caveat = ("the distributed plan's tensors per rank (graphmem/distributed/strategies.py);"
               " the allocator overhead is the single-GPU step's")
-    verdict = fit_on_parts(fit.gpu, fit.reserve, parts, fit.live_peak_bytes, basis,
-                           fit.runtime, caveat)
+    verdict = with_error_band(fit_on_parts(fit.gpu, fit.reserve, parts, fit.live_peak_bytes,
+                                           basis, fit.runtime, caveat), error_band("per-rank"))
     analysis = replace(analysis, fit=verdict, distributed=report)
     probe = _distributed_probe(analysis, context, fit.runtime, cuda_reserve_bytes)
     # (no sweep here: a sweep leaves its dim free, and per-GPU memory needs every dim bound)

@@ -15,6 +15,7 @@ from graphmem.core.units import format_bytes, format_rate
 from graphmem.passes.costs import CostStatus
 from graphmem.passes.fit import GpuFit
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.error_band import band_text, tight_text
 from graphmem.report.html.quantity import (
     Quantity,
     bytes_quantity,
@@ -123,6 +124,8 @@ class GpuView:
     live_peak: Quantity | None = None  # graphmem's live-tensor peak, for reference
     failure: str = ""  # the allocation the runtime could not make
     caveat: str = ""  # which way the total may be wrong
+    error_band: str = ""  # the path's measured error (or "unmeasured"), with its source
+    tight: str = ""  # the verdict is tight: the capacity lies within the error band
 
 
 def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
@@ -230,6 +233,8 @@ def gpu_view(fit: GpuFit) -> GpuView:
         failure=printable_text(out_of_memory_text(fit.out_of_memory) if fit.out_of_memory
                                else fit.failure),
         caveat=printable_text(fit.caveat),
+        error_band=printable_text(band_text(fit.error_band)) if fit.error_band else "",
+        tight=printable_text(tight_text(fit)),
     )
 
 
@@ -338,6 +343,9 @@ def _fit_facts(analysis: Analysis, gpu: GpuView | None) -> list[Fact]:
 def _verdict_fact(gpu: GpuView) -> Fact:
     label = f"on {gpu.full_name}"
     basis = f" · {gpu.basis} {gpu.required.text}"
+    if gpu.tight:
+        return Fact(label, "tight", f"{gpu.tight} · {gpu.utilization_text}{basis}", "bad",
+                    answer=True, key="fits")
     if gpu.fits and gpu.headroom is not None:
         return Fact(label, "fits", f"{gpu.headroom.text} to spare · {gpu.utilization_text}"
                     f"{basis}", "good", answer=True, key="fits")

@@ -25,6 +25,7 @@ from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
 from graphmem.passes.roofline import NodeTime
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.error_band import band_json
 from graphmem.report.json.distributed import distributed_config, distributed_memory
 from graphmem.report.json.finetune import finetune_section
 from graphmem.report.json.plan import plan_gpu, plan_memory, sweep_json
@@ -209,6 +210,10 @@ def _gpu(fit: GpuFit) -> dict[str, Any]:
         # where the allocator bounded by the GPU first fails; required_bytes is the demand
         "out_of_memory": out_of_memory_json(fit.out_of_memory),
         "over_bytes": fit.over_bytes,
+        # "fits", "tight" (the capacity within the measured error band) or "does not fit"
+        "verdict": fit.verdict,
+        "tight": fit.tight,
+        "error_band": band_json(fit),
         "caveat": fit.caveat,
         "source": fit.gpu.source,
     }

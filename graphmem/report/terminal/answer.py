@@ -15,6 +15,7 @@ from graphmem.passes.max_batch import MaxBatchResult
 from graphmem.passes.modules import TOP
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import runtime_parts
+from graphmem.report.error_band import range_text, tight_text
 from graphmem.report.terminal.formulas import peak_text, probe_value, size_text
 
 ROLES_SHOWN = 5
@@ -37,12 +38,14 @@ def verdict_line(analysis: Analysis) -> str:
         return _open_verdict(analysis, fit, gpu)
     share = _share(fit.utilization)
     needs = f"{format_bytes(int(fit.required_bytes))} of {format_bytes(fit.capacity_bytes)}"
+    tight = f" ([bold yellow]{markup(tight_text(fit))}[/])" if fit.tight else ""
     if not fit.fits:
         over = fit.over_bytes or 0
-        return f"[bold red]does NOT fit[/] on {gpu}: {needs} ({share}, {format_bytes(over)} over)"
+        return (f"[bold red]does NOT fit[/] on {gpu}: {needs} ({share}, {format_bytes(over)}"
+                f" over){tight}")
     largest = _serving_answer(analysis) or max_batch_text(analysis.max_batch)
     return f"[bold green]fits[/] on {gpu}: {needs} ({share})" + (
-        f"; {largest}" if largest else "")
+        f"; {largest}" if largest else "") + tight
 
 
 def _serving_answer(analysis: Analysis) -> str:
@@ -97,6 +100,8 @@ def memory_table(analysis: Analysis) -> Table:
     if fit is not None:  # the live peak is the next group: not repeated as a part
         _group(table, f"on the GPU ({_basis(fit)})", fit.required_bytes,
                [(part.label, part.size_bytes) for part in fit.parts if part.key != "live_peak"])
+        if fit.error_band is not None:
+            table.add_row("  error band", range_text(fit.error_band))
     elif estimate is not None:  # no GPU: what the runtime on this machine holds (ort-cpu)
         runtime = _RUNTIMES.get(estimate.runtime, estimate.runtime)
         _group(table, f"in the process ({runtime} model)",

@@ -15,6 +15,7 @@ from graphmem.core.units import format_bytes
 from graphmem.passes.fit import GpuFit
 from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.error_band import band_text
 from graphmem.report.precision import precision_warnings
 from graphmem.report.terminal.formulas import count_text, peak_text, size_text
 
@@ -160,4 +161,5 @@ def fit_line(fit: GpuFit) -> str:
     head = (f"GPU {markup(fit.gpu.full_name)}: {format_bytes(fit.capacity_bytes)} -"
             f" {format_bytes(fit.reserve.bytes)} CUDA context + workspaces ="
             f" {format_bytes(fit.usable_bytes)} usable")
-    return f"{head}; the verdict reads the {markup(fit.basis)}"
+    band = f"; {markup(band_text(fit.error_band))}" if fit.error_band is not None else ""
+    return f"{head}; the verdict reads the {markup(fit.basis)}{band}"
