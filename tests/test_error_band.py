@@ -190,6 +190,34 @@ def test_terminal_json_and_html_agree_on_a_tight_verdict(near_capacity: graphmem
     assert words in page and band["text"] in page
 
 
+def test_serving_says_unmeasured(tmp_path: Path) -> None:
+    import onnx
+
+    from tests.helpers.decoders import decoder_with_past
+
+    path = tmp_path / "decoder.onnx"
+    onnx.save(decoder_with_past(), str(path))
+    result = graphmem.analyze_onnx(path, gpu="t4", serve=True, context=1000, plan=False)
+    band = result.to_dict()["gpu"]["error_band"]
+    assert band["path"] == "serving" and band["measured"] is False
+    assert result.fit is not None and result.fit.tight is None
+
+
+@pytest.mark.torch
+def test_a_distributed_verdict_carries_the_per_rank_band(run: Run, tmp_path: Path) -> None:
+    out = tmp_path / "ddp.json"
+    code, _, err = run("analyze", "tests/models.py:tiny_gpt", "--input", "2x16:int64", "--train",
+                       "--gpus", "4", "--strategy", "ddp", "--gpu", "t4", "--no-html",
+                       "--json", out)
+    assert code == 0, err
+    gpu = json.loads(out.read_text(encoding="utf-8"))["gpu"]
+    band = gpu["error_band"]
+    assert gpu["basis"] == "ddp per-GPU device total"
+    assert band["path"] == "per-rank" and band["measured"] is True
+    assert band["source"] == "benchmarks/results/distributed_h100.md"
+    assert gpu["verdict"] == "fits" and gpu["tight"] is False
+
+
 # ----- --margin -----------------------------------------------------------------------------
 def _numbers(device_total: int, capacity: int) -> ModelNumbers:
     return ModelNumbers(dims={}, mode="inference", peak_bytes=0, activation_peak_bytes=0,
