@@ -59,6 +59,13 @@ def test_every_band_names_a_results_file_that_prints_its_rows() -> None:
         assert band.low_fraction <= 0 <= band.high_fraction
 
 
+def test_the_docs_state_the_bands_of_the_data_file() -> None:
+    accounting = (ROOT / "docs" / "accounting.md").read_text(encoding="utf-8")
+    for band in load_error_bands().values():
+        assert f"| {range_text(band)} |" in accounting, band.path
+    assert range_text(error_band("torch-cuda-inference")).endswith(" to 0%")
+
+
 def test_ort_cuda_and_serving_were_never_measured() -> None:
     assert not error_band("ort-cuda").measured
     assert not error_band("serving").measured

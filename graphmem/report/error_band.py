@@ -5,6 +5,7 @@ recomputed here."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from graphmem.devices.error_bands import ErrorBand
@@ -19,7 +20,11 @@ def range_text(band: ErrorBand) -> str:
     """`-55.7% to +6.6%`; `unmeasured` for a path never measured on a GPU."""
     if band.low_fraction is None or band.high_fraction is None:
         return "unmeasured"
-    return f"{float(band.low_fraction):+.1%} to {float(band.high_fraction):+.1%}"
+    return f"{_percent(band.low_fraction)} to {_percent(band.high_fraction)}"
+
+
+def _percent(error: Fraction) -> str:
+    return f"{float(error):+.1%}" if error else "0%"
 
 
 def band_text(band: ErrorBand) -> str:

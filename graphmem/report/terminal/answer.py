@@ -38,14 +38,15 @@ def verdict_line(analysis: Analysis) -> str:
         return _open_verdict(analysis, fit, gpu)
     share = _share(fit.utilization)
     needs = f"{format_bytes(int(fit.required_bytes))} of {format_bytes(fit.capacity_bytes)}"
-    tight = f" ([bold yellow]{markup(tight_text(fit))}[/])" if fit.tight else ""
+    # tight: within the measured error band (graphmem/report/error_band.py)
+    tight = f"; [bold yellow]{markup(tight_text(fit))}[/]" if fit.tight else ""
     if not fit.fits:
         over = fit.over_bytes or 0
         return (f"[bold red]does NOT fit[/] on {gpu}: {needs} ({share}, {format_bytes(over)}"
-                f" over){tight}")
+                f" over{tight})")
     largest = _serving_answer(analysis) or max_batch_text(analysis.max_batch)
-    return f"[bold green]fits[/] on {gpu}: {needs} ({share})" + (
-        f"; {largest}" if largest else "") + tight
+    return f"[bold green]fits[/] on {gpu}: {needs} ({share}{tight})" + (
+        f"; {largest}" if largest else "")
 
 
 def _serving_answer(analysis: Analysis) -> str:
