@@ -101,8 +101,8 @@ def memory_table(analysis: Analysis) -> Table:
     if fit is not None:  # the live peak is the next group: not repeated as a part
         _group(table, f"on the GPU ({_basis(fit)})", fit.required_bytes,
                [(part.label, part.size_bytes) for part in fit.parts if part.key != "live_peak"])
-        if fit.error_band is not None:
-            table.add_row("  error band", range_text(fit.error_band))
+        if _band_matters(fit):
+            table.add_row("  error band", range_text(fit.error_band))  # type: ignore[arg-type]
     elif estimate is not None:  # no GPU: what the runtime on this machine holds (ort-cpu)
         runtime = _RUNTIMES.get(estimate.runtime, estimate.runtime)
         _group(table, f"in the process ({runtime} model)",
@@ -111,6 +111,17 @@ def memory_table(analysis: Analysis) -> Table:
     _roles(table, analysis)
     _modules(table, analysis)
     return table
+
+
+def _band_matters(fit: GpuFit) -> bool:
+    """The error band is a row of the answer where it can change the reading: the verdict is
+    tight, or the device total is close to the capacity on a path never measured (--verbose
+    states the band always)."""
+    band = fit.error_band
+    if band is None:
+        return False
+    close = fit.utilization is not None and fit.utilization >= CLOSE_SHARE
+    return bool(fit.tight) or (not band.measured and close)
 
 
 def _basis(fit: GpuFit) -> str:
