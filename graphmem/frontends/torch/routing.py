@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
@@ -107,6 +108,10 @@ _STATIC_FORMS: dict[Any, Callable[[RoutedValues, tuple, dict], torch.Tensor | No
 class RoutedValues(TorchDispatchMode):
     """The values of routing choices and of what follows from them (module docstring)."""
 
+    # torch.cond reaches the mode too: it runs as any op (make_fx traces both branches);
+    # without this the mode refused every model with a torch.cond
+    supports_higher_order_operators = True
+
     def __init__(self, routing: MoeRouting) -> None:
         super().__init__()
         self.routing = routing
@@ -116,6 +121,8 @@ class RoutedValues(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):  # its branches' ops come through one by one
+            return func(*args, **kwargs)
         tags = getattr(func, "tags", ())
         if torch.Tag.data_dependent_output in tags:
             real = self._real_arguments(args, kwargs)
