@@ -391,7 +391,7 @@ def _kv_dtype(args: argparse.Namespace) -> str | None:
     vllm = None if args.kv_cache_dtype in (None, "auto") else args.kv_cache_dtype
     if args.kv_dtype is not None and vllm is not None and args.kv_dtype != vllm:
         raise GraphmemError(f"--kv-dtype {args.kv_dtype} --kv-cache-dtype {vllm}: give one")
-    return args.kv_dtype or vllm
+    return args.kv_dtype if args.kv_dtype is not None else vllm  # '' is refused, not default
 
 
 def _serving(args: argparse.Namespace) -> ServingConfig | None:
