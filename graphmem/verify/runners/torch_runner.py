@@ -227,6 +227,41 @@ def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
     return AllocatorPeak(peak, at)
 
 
+@dataclass(frozen=True)
+class KernelScratch:
+    """One outermost aten kernel's call: the bytes it returns (net) and how far the running
+    sum of its allocations rose above that while it ran (its scratch)."""
+
+    kernel: str
+    net_bytes: int
+    scratch_bytes: int
+    allocations: tuple[int, ...]  # every allocation (+) and free (-) inside, in time order
+
+
+def kernel_scratch(profile: torch.profiler.profile) -> list[KernelScratch]:
+    """Each outermost kernel call's scratch, in time order (benchmarks/cpu_scratch.py)."""
+    from torch._C._profiler import _EventType
+
+    calls: list[tuple[int, str, list[tuple[int, int]]]] = []
+    pending = [(node, None) for node in
+               profile.profiler.kineto_results.experimental_event_tree()]
+    while pending:
+        node, sizes = pending.pop()
+        if node.typed[0] == _EventType.Allocation and sizes is not None:
+            sizes.append((node.start_time_ns, node.typed[1].alloc_size))
+        elif sizes is None and node.typed[0] == _EventType.TorchOp and _is_kernel(node.name):
+            sizes = []
+            calls.append((node.start_time_ns, node.name, sizes))
+        pending.extend((child, sizes) for child in node.children)
+    found = []
+    for _, name, sizes in sorted(calls, key=lambda call: call[0]):
+        ordered = tuple(size for _, size in sorted(sizes))
+        net = sum(ordered)
+        peak = _running_peak(iter(ordered))
+        found.append(KernelScratch(name, net, peak - max(net, 0), ordered))
+    return found
+
+
 def _tensor_delta_bytes(event: FunctionEvent) -> int:
     """An event's part of the tensor replay (see _measure_cpu): 0 under a kernel."""
     if _inside_kernel(event):
