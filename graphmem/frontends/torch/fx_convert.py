@@ -19,6 +19,7 @@ from graphmem.core.ir import DType, Graph, Node, Phase, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.control_flow import attach_branches, is_branch_module, is_cond
 from graphmem.frontends.torch.costs import imported_cost
+from graphmem.frontends.torch.kernel_args import kernel_attributes
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
 from graphmem.ops.control_flow import ControlFlowNode
 
@@ -164,6 +165,7 @@ class _Converter:
             op_type=str(target),
             inputs=[v for v in _leaves((fx_node.args, fx_node.kwargs), self.env) if v is not None],
             outputs=[],
+            attributes=kernel_attributes(fx_node),
             domain="aten",
             module_path=str(custom.get(MODULE_KEY, "")),
             imported_cost=imported_cost(fx_node),

@@ -1,0 +1,56 @@
+"""What a CPU kernel's scratch depends on beyond shapes, kept as a node's attributes.
+
+oneDNN's convolution (PyTorch's CPU path for aten.convolution and its backward) allocates
+blocked-layout copies of its operands unless the input is channels-last, and its scratch
+depends on the stride, the groups and which gradients are asked for
+(graphmem/runtime_models/torch_cpu.py). The IR keeps shapes, not strides, so the front end
+records them here from the traced (fake) tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from graphmem.core.ir import AttributeValue
+
+# op -> the position of its input (the tensor whose layout oneDNN follows)
+_CONVOLUTIONS = {"aten.convolution.default": 0, "aten.convolution_backward.default": 1}
+
+
+def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
+    """stride, groups, transposed, output_mask (backward) and whether the input is
+    channels-last, for a traced convolution; {} for every other op."""
+    target = str(fx_node.target)
+    if target not in _CONVOLUTIONS:
+        return {}
+    args = fx_node.args
+    layout = _meta(args[_CONVOLUTIONS[target]])
+    found: dict[str, AttributeValue] = {"channels_last": int(_channels_last(layout))}
+    if target == "aten.convolution.default":  # (input, weight, bias, stride, padding,
+        # dilation, transposed, output_padding, groups)
+        found.update(stride=_ints(args[3]), transposed=int(bool(args[6])),
+                     groups=int(args[8]))  # type: ignore[arg-type]
+    else:  # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
+        # transposed, output_padding, groups, output_mask)
+        found.update(stride=_ints(args[4]), transposed=int(bool(args[7])),
+                     groups=int(args[9]),  # type: ignore[arg-type]
+                     output_mask=tuple(int(bool(b)) for b in args[10]))  # type: ignore[union-attr]
+    return found
+
+
+def _meta(arg: Any) -> Any:
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+
+
+def _channels_last(tensor: Any) -> bool:
+    """A 4-D tensor laid out NHWC (and not also NCHW-contiguous, as a 1x1 image is)."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+        return False
+    return (tensor.is_contiguous(memory_format=torch.channels_last)
+            and not tensor.is_contiguous())
+
+
+def _ints(values: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)

@@ -1,0 +1,235 @@
+"""The torch-cpu runtime model: eager PyTorch on the CPU, kernels' scratch included.
+
+The live tensors of a step are graphmem's liveness. On the CPU some aten kernels also
+allocate buffers they free before they return: oneDNN's blocked-layout copies of a
+convolution's operands (nChw16c on AVX-512: channels padded to 16), the weight-gradient
+buffer of a channels-last depthwise convolution backward, batch norm backward's temporary.
+They are no tensor of the step, but the allocator holds them while the kernel runs, so the
+step's peak is the largest of (live tensors while a node runs + that node's scratch).
+
+Each rule below is the kernel's own sequence of allocations and frees (+bytes / -bytes, in
+order), as measured with `python benchmarks/cpu_scratch.py --raw` (torch 2.13, oneDNN 3.12,
+AVX-512, fp32; benchmarks/results/cpu_scratch.md). Its scratch is the running peak of that
+sequence less what the kernel returns. oneDNN's own scratchpads (tens of KiB) and the
+bf16 paths' other layouts are not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from graphmem.core.ir import Graph, Node, Value
+from graphmem.core.units import format_bytes
+from graphmem.passes.dims import DimBinding, value_bytes
+from graphmem.passes.memory_model import build_memory_model, live_profile, plan_dims, size_at
+from graphmem.runtime_models.base import RuntimeContext, RuntimeEstimate
+
+BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
+# A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in an
+# fp32 buffer of 256 weight-sized slices, whatever the batch, image or thread count
+# (measured: 64 channels 7x7 -> 3,211,264 B = 256 * 64 * 49 * 4; 5x5 -> 1,638,400 B).
+DEPTHWISE_WEIGHT_SLICES = 256
+
+Dims = Mapping[str, int]
+Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel call, in order
+
+
+@dataclass(frozen=True)
+class Conv:
+    """A convolution's operands in bytes at bound dims, plain and in oneDNN's blocked layout."""
+
+    input_bytes: int
+    output_bytes: int
+    weight_bytes: int
+    blocked_input_bytes: int  # channels padded to BLOCK
+    blocked_output_bytes: int
+    blocked_weight_bytes: int  # input channels padded where the input is kept plain
+    plain_input: bool  # a few input channels (an image): oneDNN reads NCHW directly
+    depthwise: bool
+    kernel_area: int
+    strided: bool
+    channels_last: bool
+
+
+def _padded(channels: int) -> int:
+    return -(-channels // BLOCK) * BLOCK
+
+
+def _bytes(value: Value | None, dims: Dims) -> int:
+    return 0 if value is None else size_at(value.nbytes, dims)
+
+
+def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
+    """Operands of a 2-D convolution `x` (N, Cin, H, W) * `w` (Cout, Cin/g, kh, kw) -> `y`."""
+    groups = int(node.attributes.get("groups", 1))  # type: ignore[arg-type]
+    c_in, c_out = size_at(x.shape[1], dims), size_at(w.shape[0], dims)  # type: ignore[index]
+    kernel_area = size_at(w.shape[2], dims) * size_at(w.shape[3], dims)  # type: ignore[index]
+    x_bytes, y_bytes, w_bytes = _bytes(x, dims), _bytes(y, dims), _bytes(w, dims)
+    plain_input = groups == 1 and c_in < BLOCK
+    stride = node.attributes.get("stride", (1,))
+    return Conv(
+        input_bytes=x_bytes, output_bytes=y_bytes, weight_bytes=w_bytes,
+        blocked_input_bytes=x_bytes * _padded(c_in) // c_in,
+        blocked_output_bytes=y_bytes * _padded(c_out) // c_out,
+        blocked_weight_bytes=w_bytes * _padded(c_in) // c_in if plain_input else w_bytes,
+        plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
+        kernel_area=kernel_area, strided=any(int(s) > 1 for s in stride),  # type: ignore[union-attr]
+        channels_last=bool(node.attributes.get("channels_last", 0)))
+
+
+def _is_conv2d(node: Node) -> bool:
+    inputs = node.inputs
+    return (not node.attributes.get("transposed", 0) and len(inputs) >= 2
+            and all(v is not None and v.shape is not None and len(v.shape) == 4
+                    for v in inputs[:2]))
+
+
+def convolution(node: Node, dims: Dims) -> Allocations:
+    """aten.convolution (x, w, b) -> y, NCHW: x and w reordered to blocked copies, y computed
+    blocked, then copied out plain.
+        [+Xb, +Wb, +Yb, -Wb, -Xb, +Y, -Yb]   (an image's few channels: no +Xb / -Xb)
+    e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32: Xb = Y = Yb = 524,288, Wb = 9,216:
+    peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504)."""
+    if not _is_conv2d(node) or not node.outputs:
+        return []
+    x, w = node.inputs[0], node.inputs[1]
+    assert x is not None and w is not None
+    c = _conv(node, x, w, node.outputs[0], dims)
+    if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
+        return [c.output_bytes]
+    xb = 0 if c.plain_input else c.blocked_input_bytes
+    return [xb, c.weight_bytes, c.blocked_output_bytes, -c.weight_bytes, -xb,
+            c.output_bytes, -c.blocked_output_bytes]
+
+
+def convolution_backward(node: Node, dims: Dims) -> Allocations:
+    """aten.convolution_backward (gy, x, w) -> (gx, gw, gb), as output_mask asks.
+
+    Input gradient, NCHW: [+GYb, +Wb, +GXb, -Wb, -GYb, +GX, -GXb]; a strided dense one copies
+    GX once more on the way out ([+GX, +GX, -GX, -GXb]). Weight gradient, NCHW: [+GYb, +Xb,
+    +GWb, -GYb, -Xb, +GW, -GWb] (an image's input read plain: no Xb; a depthwise kernel larger
+    than 3x3: computed on the plain tensors, no copies). Channels-last: no reorders; a
+    depthwise weight gradient (kernel > 3x3) takes 256 fp32 weight-sized slices.
+    e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient): GYb = GXb = GX = Xb =
+    524,288, W = 9,216: weight phase peak GX + GYb + Xb + GW = 1,582,080 + GB 64, less the
+    outputs 533,568 -> 1,048,576 B (measured 1,078,528: oneDNN's scratchpad, 29,952 B, is
+    not modelled)."""
+    if not _is_conv2d(node) or len(node.inputs) < 3:
+        return []
+    gy, x, w = node.inputs[0], node.inputs[1], node.inputs[2]
+    assert gy is not None and x is not None and w is not None
+    c = _conv(node, x, w, gy, dims)
+    mask = node.attributes.get("output_mask", (1, 1, 1))
+    grad_input = bool(mask[0])  # type: ignore[index]
+    grad_weight = bool(mask[1])  # type: ignore[index]
+    gw = c.weight_bytes
+    if c.channels_last:
+        steps = [c.input_bytes] if grad_input else []
+        if grad_weight:
+            slices = (DEPTHWISE_WEIGHT_SLICES * gw * 32 // _bits(w)
+                      if c.depthwise and c.kernel_area > 9 else 0)
+            steps += [slices, gw, -slices]
+        return steps
+    steps: Allocations = []
+    if grad_input:
+        steps += [c.blocked_output_bytes, c.blocked_weight_bytes, c.blocked_input_bytes,
+                  -c.blocked_weight_bytes, -c.blocked_output_bytes, c.input_bytes]
+        if c.strided and not c.depthwise:
+            steps += [c.input_bytes, -c.input_bytes]
+        steps += [-c.blocked_input_bytes]
+    if grad_weight:
+        if c.depthwise and c.kernel_area > 9:
+            steps += [gw]
+        else:
+            xb = 0 if c.plain_input else c.blocked_input_bytes
+            steps += [c.blocked_output_bytes, xb, gw, -c.blocked_output_bytes, -xb, gw, -gw]
+    return steps
+
+
+def _bits(value: Value) -> int:
+    return value.dtype.bits if value.dtype.has_known_size else 32
+
+
+def batch_norm_backward(node: Node, dims: Dims) -> Allocations:
+    """aten.native_batch_norm_backward (gy, x, ...) -> (gx, gw, gb): one temporary the size
+    of x besides its outputs. e.g. x 8x64x32x32 fp32: [+GX 2,097,152, +256, +256,
+    +2,097,152, -2,097,152] -> 2,097,152 B of scratch (measured 2,097,152)."""
+    made = [_bytes(v, dims) for v in node.outputs]
+    x = node.inputs[1] if len(node.inputs) > 1 else None
+    return [*made, _bytes(x, dims), -_bytes(x, dims)]
+
+
+RULES: dict[str, Callable[[Node, Dims], Allocations]] = {
+    "aten.convolution.default": convolution,
+    "aten.convolution_backward.default": convolution_backward,
+    "aten.native_batch_norm_backward.default": batch_norm_backward,
+}
+
+
+def scratch_bytes(node: Node, dims: Dims) -> int:
+    """How far the kernel's allocations rise above the tensors it returns while it runs."""
+    rule = RULES.get(node.op_type)
+    if rule is None:
+        return 0
+    live = peak = 0
+    for step in rule(node, dims):
+        live += step
+        peak = max(peak, live)
+    made = sum(_bytes(v, dims) for v in node.outputs if v.alias_of is None)
+    return max(0, peak - max(live, made))
+
+
+@dataclass(frozen=True)
+class CpuPeak:
+    peak_bytes: int  # residents + live tensors + the running node's scratch, at the peak
+    tensors_bytes: int  # live tensors (residents included) during the peak's node
+    scratch_bytes: int  # the peak node's scratch
+    node: str  # the node running at the peak
+    largest_scratch_bytes: int
+    largest_scratch_node: str
+
+
+def cpu_peak(graph: Graph, dims: Dims, sizes: Mapping[str, object] | None = None) -> CpuPeak:
+    """The step in the model's order with every node's scratch added while it runs."""
+    bound = plan_dims(graph, dims)
+    model = build_memory_model(graph, sizes or value_bytes_at(graph, bound), bound)  # type: ignore[arg-type]
+    during, _ = live_profile(model, range(model.node_count))
+    best = (-1, 0, 0, "")
+    largest = (0, "")
+    for node, live in zip(graph.nodes, during, strict=True):
+        extra = scratch_bytes(node, bound)
+        largest = max(largest, (extra, node.name))
+        best = max(best, (live + extra, live, extra, node.name))
+    return CpuPeak(best[0], best[1], best[2], best[3], *largest)
+
+
+def value_bytes_at(graph: Graph, dims: Dims) -> Mapping[str, object]:
+    return value_bytes(graph, DimBinding(dict(dims), (), None))
+
+
+def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
+    """Eager PyTorch on the CPU: the live tensors' peak with each kernel's scratch added at
+    its own node (the peak may move to a node whose scratch is large)."""
+    peak = cpu_peak(context.graph, context.dims.bound, context.sizes)
+    tensors = peak.tensors_bytes - context.resident_bytes
+    notes = (f"peak while {peak.node} runs: its scratch {format_bytes(peak.scratch_bytes)};"
+             f" the largest kernel scratch is {format_bytes(peak.largest_scratch_bytes)}"
+             f" ({peak.largest_scratch_node})",
+             "kernels' scratch: oneDNN's blocked copies in convolutions and their backward,"
+             " batch norm backward's temporary (graphmem/runtime_models/torch_cpu.py);"
+             " oneDNN's scratchpads and the allocator's own memory not modelled")
+    return RuntimeEstimate(
+        runtime="torch-cpu",
+        tensors_at_peak_bytes=tensors,
+        allocator_overhead_bytes=0,
+        context_bytes=0,
+        runtime_peak_bytes=peak.peak_bytes - context.resident_bytes,
+        device_total_bytes=peak.peak_bytes,
+        counts=("bytes allocated on the CPU above the residents (parameters, buffers,"
+                " optimizer state, inputs), kernels' scratch included: the allocator's peak"
+                " `graphmem verify` measures"),
+        notes=notes if context.notes else (),
+        workspace_bytes=peak.scratch_bytes,
+        resident_bytes=context.resident_bytes,
+    )
