@@ -159,7 +159,8 @@ def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
         ("runtime_weights", "weights in the runtime's pool", estimate.runtime_weights_bytes),
         ("resident", "weights + inputs", estimate.resident_bytes),
         ("allocator", "allocator overhead", estimate.allocator_overhead_bytes),
-        ("context", "context + workspaces", estimate.context_bytes + estimate.workspace_bytes),
+        ("context", estimate.workspace_label,
+         estimate.context_bytes + estimate.workspace_bytes),
     )
     return tuple(FitPart(key, label, SymInt.const(size)) for key, label, size in rows
                  if size or key not in ("runtime_weights", "resident"))

@@ -237,6 +237,20 @@ def _print_kernel_scratch(result: TorchVerification, console: Console) -> None:
                   f" {format_bytes(measured.allocator_peak_bytes)}{where}: buffers a CPU kernel"
                   " allocates and frees before it returns (oneDNN's reorders and convolution"
                   " scratch), no tensor of the step", soft_wrap=True)
+    predicted = result.predicted_allocator_peak_bytes
+    if predicted is None:
+        return
+    table = Table(title="allocator's peak (the activation peak with kernels' scratch)")
+    for column in ("graphmem (torch-cpu)", "of it scratch", "measured", "error"):
+        table.add_column(column, justify="right")
+    table.add_row(format_bytes(predicted), format_bytes(result.predicted_scratch_bytes or 0),
+                  format_bytes(measured.allocator_peak_bytes),
+                  _pct(result.allocator_error_pct))
+    console.print(table)
+    if result.predicted_scratch_node:
+        console.print(f"graphmem's peak with scratch is while"
+                      f" {markup_text(result.predicted_scratch_node)} runs"
+                      " (graphmem analyze --runtime torch-cpu)", soft_wrap=True)
 
 
 def torch_verification_json(result: TorchVerification) -> str:
@@ -257,6 +271,10 @@ def torch_verification_json(result: TorchVerification) -> str:
         "measured_allocator_peak_bytes": result.measured.allocator_peak_bytes,
         "measured_kernel_scratch_bytes": result.measured.kernel_scratch_bytes,
         "scratch_kernel": result.measured.scratch_kernel,
+        # graphmem's torch-cpu model (CPU only): the peak with kernels' scratch, its scratch
+        "predicted_allocator_peak_bytes": result.predicted_allocator_peak_bytes,
+        "predicted_kernel_scratch_bytes": result.predicted_scratch_bytes,
+        "predicted_allocator_error_pct": _finite(result.allocator_error_pct),
         # the GPU whose CUDA kernels the prediction traced (docs/cuda-trace.md); null: the CPU's
         "traced_for": result.traced_for,
         # what the prediction assumed (the MoE routing policy, a default input...)

@@ -31,6 +31,7 @@ class Runtime(StrEnum):
     ORT_CPU = "ort-cpu"  # onnxruntime, CPU execution provider
     ORT_CUDA = "ort-cuda"  # onnxruntime, CUDA execution provider
     TORCH_CUDA = "torch-cuda"  # eager PyTorch and its CUDA caching allocator
+    TORCH_CPU = "torch-cpu"  # eager PyTorch on the CPU, kernels' scratch included
 
 
 RUNTIMES: tuple[str, ...] = tuple(r.value for r in Runtime)
@@ -111,6 +112,9 @@ class RuntimeEstimate:
     # Scratch the runtime takes while a kernel runs (onnxruntime CPU: Conv's im2col buffer);
     # shown with the context on the "context + workspaces" line, part of runtime_peak_bytes.
     workspace_bytes: int = 0
+    # how the report labels context_bytes + workspace_bytes
+    workspace_label: str = "context + workspaces"
+    workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.
     resident_bytes: int = 0

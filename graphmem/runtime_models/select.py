@@ -5,7 +5,9 @@ Each model has the same signature (graphmem/runtime_models/base.py `RuntimeModel
   (onnxruntime's optimized graph at the chosen level, from the ONNX front end);
 - ort-cuda: the same plan on the CUDA arena, plus the CUDA context;
 - torch-cuda: eager PyTorch through the CUDA caching allocator
-  (graphmem/runtime_models/torch_cuda.py).
+  (graphmem/runtime_models/torch_cuda.py);
+- torch-cpu: eager PyTorch on the CPU, each kernel's scratch added while it runs
+  (graphmem/runtime_models/torch_cpu.py).
 A new runtime is one class here and one entry in MODELS.
 """
 
@@ -30,6 +32,7 @@ from graphmem.runtime_models.base import (
 from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
 from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
 from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
+from graphmem.runtime_models.torch_cpu import torch_cpu_estimate
 from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate
 
 
@@ -118,8 +121,23 @@ class TorchCuda(_Model):
                                    context.capacity_bytes)
 
 
+class TorchCpu(_Model):
+    name = Runtime.TORCH_CPU
+
+    def check(self, is_onnx: bool, has_gpu: bool, training: bool) -> None:
+        if is_onnx:
+            raise GraphmemError("--runtime torch-cpu models PyTorch running a traced model on"
+                                " the CPU; for an ONNX file use --runtime ort-cpu")
+        if has_gpu:
+            raise GraphmemError("--runtime torch-cpu models the CPU, but --gpu asks whether"
+                                " the model fits that GPU: drop --runtime torch-cpu (or --gpu)")
+
+    def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
+        return torch_cpu_estimate(context)
+
+
 MODELS: dict[str, RuntimeModel] = {model.name: model for model in
-                                   (OrtCpu(), OrtCuda(), TorchCuda())}
+                                   (OrtCpu(), OrtCuda(), TorchCuda(), TorchCpu())}
 
 
 def default_runtime(is_onnx: bool, has_gpu: bool, training: bool) -> Runtime | None:

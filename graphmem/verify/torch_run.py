@@ -19,7 +19,10 @@ from graphmem.devices.gpus import find_gpu
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.loader import TensorSpec, build_model, parse_tensor_spec
 from graphmem.pipeline import run
+from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request, SuggestOptions
+from graphmem.pipeline.runtime import runtime_estimate
+from graphmem.runtime_models.base import Runtime
 from graphmem.verify.onnx_run import percent_error
 from graphmem.verify.runners.torch_env import cuda_available
 from graphmem.verify.runners.torch_env import seed as seed_torch
@@ -42,11 +45,26 @@ class TorchVerification:
     traced_for: str | None = None  # the GPU whose CUDA kernels were traced; None: the CPU's
     # what the prediction assumed (a mixture of experts' routing policy...): its warnings
     prediction_warnings: tuple[str, ...] = ()
+    # CPU: graphmem's torch-cpu model, the activation peak with each kernel's scratch added
+    # while it runs (graphmem/runtime_models/torch_cpu.py), to compare with the allocator's
+    # peak; None on a GPU
+    predicted_allocator_peak_bytes: int | None = None
+    predicted_scratch_bytes: int | None = None  # the scratch at that peak
+    predicted_scratch_node: str | None = None  # the node running at that peak
 
     @property
     def error_pct(self) -> float | None:
         """(graphmem - measured) / measured, in %."""
         return percent_error(self.predicted_activation_peak_bytes, self.measured.peak_bytes)
+
+    @property
+    def allocator_error_pct(self) -> float | None:
+        """(graphmem with scratch - the allocator's peak) / the allocator's peak, in %."""
+        predicted, measured = self.predicted_allocator_peak_bytes, \
+            self.measured.allocator_peak_bytes
+        if predicted is None or measured is None:
+            return None
+        return percent_error(predicted, measured)
 
 
 def verify_torch(
@@ -90,7 +108,18 @@ def verify_torch(
         measured=measured,
         traced_for=gpu,
         prediction_warnings=tuple(str(w) for w in analysis.model.warnings),
+        **_with_scratch(analysis, device),
     )
+
+
+def _with_scratch(analysis: Analysis, device: str) -> dict[str, int | str | None]:
+    """On the CPU, graphmem's torch-cpu model of the step: the peak with kernels' scratch."""
+    if device != "cpu":
+        return {}
+    estimate = runtime_estimate(analysis, Runtime.TORCH_CPU, None)
+    return {"predicted_allocator_peak_bytes": estimate.runtime_peak_bytes,
+            "predicted_scratch_bytes": estimate.workspace_bytes,
+            "predicted_scratch_node": estimate.workspace_node}
 
 
 def traced_for(device: str) -> str | None:

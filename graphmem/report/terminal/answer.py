@@ -24,7 +24,8 @@ LABEL_CHARS = 40  # the label column of the memory block: with the sizes, within
 CELL_CHARS = 40  # a size longer than this gets its own line
 CLOSE_SHARE = 0.9  # a device total above this share of the GPU is "close": say what to change
 _ROLE_WORDS = {key: key.replace("_", " ") for key in ROLE_KEYS.values()}
-_RUNTIMES = {"ort-cuda": "onnxruntime", "torch-cuda": "PyTorch", "ort-cpu": "onnxruntime CPU"}
+_RUNTIMES = {"ort-cuda": "onnxruntime", "torch-cuda": "PyTorch", "ort-cpu": "onnxruntime CPU",
+             "torch-cpu": "PyTorch CPU"}
 
 
 # ----- the verdict ---------------------------------------------------------------------------

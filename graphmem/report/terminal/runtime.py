@@ -18,6 +18,7 @@ _LABELS = {
     "ort-cpu": "onnxruntime CPU",
     "ort-cuda": "onnxruntime CUDA (model, not measured)",
     "torch-cuda": "PyTorch CUDA caching allocator",
+    "torch-cpu": "PyTorch CPU",
 }
 
 
@@ -32,6 +33,9 @@ _EXPLAIN = {
     "torch-cuda": ("torch.cuda.max_memory_allocated", "graphmem's live tensors",
                    "", "segments less tensors and workspaces",
                    "CUDA context, cuBLAS workspaces", "= device total (nvidia-smi)"),
+    "torch-cpu": ("allocator's peak above the residents", "graphmem's live tensors",
+                  "parameters, buffers, optimizer state, inputs", "",
+                  "the running kernel's scratch (oneDNN copies)", "= process tensor memory"),
 }
 
 
@@ -58,7 +62,7 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
         table.add_row("+ weights and inputs", format_bytes(estimate.resident_bytes), resident)
     table.add_row("+ allocator overhead", format_bytes(estimate.allocator_overhead_bytes),
                   overhead)
-    table.add_row("+ context + workspaces",
+    table.add_row(f"+ {estimate.workspace_label}",
                   format_bytes(estimate.context_bytes + estimate.workspace_bytes), context)
     if estimate.satisfied is False:  # the GPU runs out: the total is what the run would need
         total = "= device total (demand)"
