@@ -1,0 +1,188 @@
+"""Kernels' scratch on the CPU, predicted: graphmem/runtime_models/torch_cpu.py.
+
+The rules are the allocation sequences measured inside each kernel (benchmarks/cpu_scratch.py
+--raw, benchmarks/results/cpu_scratch.md; torch 2.13, oneDNN 3.12, AVX-512): the unit tests
+state the working for a few shapes; the slow ones run real CPU training steps and compare
+graphmem's peak with scratch (`--runtime torch-cpu`) with the allocator's measured peak.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from graphmem.core.ir import AttributeValue, DType, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.runtime_models.torch_cpu import scratch_bytes
+
+CONV = "aten.convolution.default"
+BACKWARD = "aten.convolution_backward.default"
+
+
+def tensor(name: str, *shape: int) -> Value:
+    return Value(name, DType.FLOAT32, tuple(SymInt.const(d) for d in shape), Role.ACTIVATION)
+
+
+def node(op: str, inputs: list[Value], outputs: list[Value],
+         **attributes: AttributeValue) -> Node:
+    made = Node(op, op, list(inputs), [], attributes=dict(attributes))
+    for value in outputs:
+        made.add_output(value)
+    return made
+
+
+def conv(x: Value, w: Value, y: Value, stride: int = 1, groups: int = 1,
+         channels_last: int = 0) -> Node:
+    return node(CONV, [x, w], [y], stride=(stride, stride), groups=groups, transposed=0,
+                channels_last=channels_last)
+
+
+def backward(gy: Value, x: Value, w: Value, stride: int = 1, groups: int = 1,
+             mask: tuple[int, ...] = (1, 1, 1), channels_last: int = 0) -> Node:
+    outputs = [tensor("gx", *[int(d) for d in x.shape])] if mask[0] else []  # type: ignore[union-attr]
+    outputs.append(tensor("gw", *[int(d) for d in w.shape]))  # type: ignore[union-attr]
+    if mask[2]:
+        outputs.append(tensor("gb", int(w.shape[0])))  # type: ignore[index]
+    return node(BACKWARD, [gy, x, w], outputs, stride=(stride, stride), groups=groups,
+                transposed=0, output_mask=mask, channels_last=channels_last)
+
+
+def test_convolution_forward_blocked_copies() -> None:
+    # 8x16x32x32 -> 16 channels, 3x3: X = Y = 8*16*32*32*4 = 524,288 (16 channels: already a
+    # whole block, Xb = X, Yb = Y), W = 16*16*9*4 = 9,216.
+    # [+Xb, +Wb, +Yb, -Wb, -Xb, +Y, -Yb]: peak Xb + Wb + Yb = 1,057,792; less Y = 533,504
+    # (measured 533,504)
+    made = conv(tensor("x", 8, 16, 32, 32), tensor("w", 16, 16, 3, 3), tensor("y", 8, 16, 32, 32))
+    assert scratch_bytes(made, {}) == 533_504
+
+
+def test_convolution_forward_of_an_image_reads_it_plain() -> None:
+    # 8x3x64x64 -> 64 channels, 7x7 stride 2 -> 8x64x32x32: Y = Yb = 2,097,152; 3 input
+    # channels: no copy of x. [+W, +Yb, -W, +Y, -Yb]: peak Yb + Y, scratch Yb = 2,097,152
+    # (measured 2,097,152)
+    made = conv(tensor("x", 8, 3, 64, 64), tensor("w", 64, 3, 7, 7), tensor("y", 8, 64, 32, 32),
+                stride=2)
+    assert scratch_bytes(made, {}) == 2_097_152
+
+
+def test_convolution_forward_pads_channels_to_the_block() -> None:
+    # 8x24x8x8 -> 24 channels 1x1: X = Y = 8*24*64*4 = 49,152; blocked, 24 -> 32 channels:
+    # Xb = Yb = 65,536; W = 24*24*4 = 2,304. Peak Xb + W + Yb = 133,376; less Y = 84,224
+    made = conv(tensor("x", 8, 24, 8, 8), tensor("w", 24, 24, 1, 1), tensor("y", 8, 24, 8, 8))
+    assert scratch_bytes(made, {}) == 84_224
+
+
+def test_convolution_backward_dense() -> None:
+    # 16 -> 16 channels, 3x3, 8x16x32x32 (every gradient): GY = X = GX = 524,288 (blocked
+    # the same), W = GW = 9,216, GB = 64. Input phase: GYb + Wb + GXb = 1,057,792, then
+    # GXb + GX = 1,048,576. Weight phase: GX + GYb + Xb + GW = 1,582,080. Outputs GX + GW =
+    # 533,504 (GB, 64 B, not in the rule's sequence but returned): 1,582,080 - 533,568 =
+    # 1,048,512 (measured 1,078,528: oneDNN's scratchpad, 29,952 B, is not modelled)
+    made = backward(tensor("gy", 8, 16, 32, 32), tensor("x", 8, 16, 32, 32),
+                    tensor("w", 16, 16, 3, 3))
+    assert scratch_bytes(made, {}) == 1_048_512
+
+
+def test_convolution_backward_strided_copies_the_input_gradient() -> None:
+    # 16 -> 32 channels, 3x3 stride 2, 8x16x32x32 -> 8x32x16x16: GY = GYb = 262,144, X = GX =
+    # 524,288, W = 18,432. Input phase: GYb + W + GXb = 804,864; then GXb + GX + a copy of GX
+    # = 1,572,864. Weight phase: GX + GYb + Xb + GW = 1,329,152. Outputs 542,720 + GB 128:
+    # 1,572,864 - 542,848 = 1,030,016 (measured 1,030,016)
+    made = backward(tensor("gy", 8, 32, 16, 16), tensor("x", 8, 16, 32, 32),
+                    tensor("w", 32, 16, 3, 3), stride=2)
+    assert scratch_bytes(made, {}) == 1_030_016
+
+
+def test_first_layer_backward_makes_no_input_gradient() -> None:
+    # ResNet's stem: output_mask (0, 1, 0), 3 input channels read plain. Weight phase only:
+    # [+GYb 2,097,152, +GW 37,632, -GYb, +GW, -GW]: peak GYb + GW = 2,134,784, less GW:
+    # 2,097,152 (measured 2,143,360: oneDNN's scratchpad, 46,208 B, is not modelled)
+    made = backward(tensor("gy", 8, 64, 32, 32), tensor("x", 8, 3, 64, 64),
+                    tensor("w", 64, 3, 7, 7), stride=2, mask=(0, 1, 0))
+    assert scratch_bytes(made, {}) == 2_097_152
+
+
+def test_channels_last_depthwise_backward_weight_slices() -> None:
+    # ConvNeXt's depthwise 7x7 on channels-last tensors, 128 channels, 8x128x4x4: GX =
+    # 65,536, W = 128*49*4 = 25,088, GB = 512; slices = 256 * W = 6,422,528 (measured
+    # 6,422,528, whatever the batch, image or threads). [+GX, +slices, +GW, +GW, -GW,
+    # -slices]: peak 6,538,240, less the outputs 91,136: 6,447,104 (measured 6,456,448:
+    # oneDNN's scratchpad, 8,320 B, and a second bias gradient, 512 B, are not modelled)
+    made = backward(tensor("gy", 8, 128, 4, 4), tensor("x", 8, 128, 4, 4),
+                    tensor("w", 128, 1, 7, 7), groups=128, channels_last=1)
+    assert scratch_bytes(made, {}) == 6_447_104
+
+
+def test_batch_norm_backward_temporary() -> None:
+    # one temporary the size of x: 8*64*32*32*4 = 2,097,152 (measured 2,097,152)
+    x = tensor("x", 8, 64, 32, 32)
+    made = node("aten.native_batch_norm_backward.default", [tensor("gy", 8, 64, 32, 32), x],
+                [tensor("gx", 8, 64, 32, 32), tensor("gw", 64), tensor("gb", 64)])
+    assert scratch_bytes(made, {}) == 2_097_152
+
+
+def test_other_ops_have_none() -> None:
+    made = node("aten.relu.default", [tensor("x", 8, 64)], [tensor("y", 8, 64)])
+    assert scratch_bytes(made, {}) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize(("builder", "optimizer", "scratch_at_peak"), [
+    ("build_resnet_small", "sgd", True),
+    # AdamW's foreach update (two states, sqrt's temporaries) is above every kernel's scratch
+    ("build_resnet_small", "adamw", False),
+    ("build_convnext_small", "adamw", True)])
+def test_training_step_peak_with_scratch_matches_the_allocator(
+        builder: str, optimizer: str, scratch_at_peak: bool) -> None:
+    from graphmem.verify.torch_run import verify_torch
+
+    result = verify_torch(f"tests/torch_models/convnets.py:{builder}", ["8x3x64x64"],
+                          train=True, optimizer=optimizer)
+    measured = result.measured
+    assert measured.allocator_peak_bytes is not None
+    assert measured.kernel_scratch_bytes is not None
+    # with each kernel's scratch at its node, within 2% of the allocator's peak
+    assert result.allocator_error_pct is not None
+    assert abs(result.allocator_error_pct) < 2.0, result
+    predicted = result.predicted_scratch_bytes or 0
+    assert (predicted > 100_000) is scratch_at_peak
+    assert (measured.kernel_scratch_bytes > 100_000) is scratch_at_peak
+
+
+def test_torch_cpu_refuses_onnx_and_a_gpu() -> None:
+    from graphmem.errors import GraphmemError
+    from graphmem.runtime_models.select import check_runtime
+
+    check_runtime("torch-cpu", is_onnx=False, has_gpu=False, training=True)
+    with pytest.raises(GraphmemError, match="ort-cpu"):
+        check_runtime("torch-cpu", is_onnx=True, has_gpu=False, training=False)
+    with pytest.raises(GraphmemError, match="--gpu"):
+        check_runtime("torch-cpu", is_onnx=False, has_gpu=True, training=True)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_analyze_shows_the_scratch_as_its_own_line() -> None:
+    from rich.console import Console
+
+    from graphmem.core.conventions import AmpPolicy, TrainingOptions
+    from graphmem.pipeline import run
+    from graphmem.pipeline.request import Request, RuntimeOptions, SuggestOptions
+    from graphmem.report.terminal.runtime import print_runtime
+    from graphmem.runtime_models.base import Runtime
+
+    analysis = run.analyze(Request(
+        "tests/torch_models/convnets.py:build_convnext_small", ("8x3x64x64",),
+        training=TrainingOptions("adamw", None, amp_policy=AmpPolicy.CPU),
+        runtime=RuntimeOptions(Runtime.TORCH_CPU), suggest=SuggestOptions(enabled=False)))
+    estimate = analysis.runtime
+    assert estimate is not None and estimate.runtime == "torch-cpu"
+    # the peak moves to the depthwise backward whose weight slices are the largest scratch
+    assert estimate.workspace_bytes > 6_000_000
+    assert estimate.workspace_node is not None
+    assert estimate.workspace_node.startswith("convolution_backward")
+    assert estimate.device_total_bytes == (estimate.tensors_at_peak_bytes + estimate.resident_bytes
+                                           + estimate.workspace_bytes)
+    console = Console(record=True, width=100)
+    print_runtime(analysis, console)
+    assert "kernels' scratch" in console.export_text()
