@@ -26,9 +26,10 @@ from graphmem.passes.memory_model import build_memory_model, live_profile, plan_
 from graphmem.runtime_models.base import RuntimeContext, RuntimeEstimate
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
-# A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in an
-# fp32 buffer of 256 weight-sized slices, whatever the batch, image or thread count
-# (measured: 64 channels 7x7 -> 3,211,264 B = 256 * 64 * 49 * 4; 5x5 -> 1,638,400 B).
+# A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
+# buffer of 256 weight-sized slices, whatever the batch, image or thread count (measured:
+# 64 channels 7x7 fp32 -> 3,211,264 B = 256 * 64 * 49 * 4; 5x5 -> 1,638,400 B; bf16:
+# 256 * the bf16 weight), and in bf16 a scratchpad of as many fp32 slices besides.
 DEPTHWISE_WEIGHT_SLICES = 256
 
 Dims = Mapping[str, int]
@@ -108,9 +109,11 @@ def convolution_backward(node: Node, dims: Dims) -> Allocations:
 
     Input gradient, NCHW: [+GYb, +Wb, +GXb, -Wb, -GYb, +GX, -GXb]; a strided dense one copies
     GX once more on the way out ([+GX, +GX, -GX, -GXb]). Weight gradient, NCHW: [+GYb, +Xb,
-    +GWb, -GYb, -Xb, +GW, -GWb] (an image's input read plain: no Xb; a depthwise kernel larger
-    than 3x3: computed on the plain tensors, no copies). Channels-last: no reorders; a
-    depthwise weight gradient (kernel > 3x3) takes 256 fp32 weight-sized slices.
+    +GWb, +F, -F, -GYb, -Xb, +GW, -GWb], F a 16-bit gradient's fp32 accumulator (an image's
+    input read plain: no Xb; a depthwise kernel larger than 3x3: computed on the plain
+    tensors, no copies). Channels-last: no reorders; a depthwise weight gradient (kernel >
+    3x3) takes 256 weight-sized slices (and in 16 bits as many fp32 ones), then copies
+    itself out ([+GX, +slices, +F, -F, +GW, +GW, -GW, -slices]).
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient): GYb = GXb = GX = Xb =
     524,288, W = 9,216: weight phase peak GX + GYb + Xb + GW = 1,582,080 + GB 64, less the
     outputs 533,568 -> 1,048,576 B (measured 1,078,528: oneDNN's scratchpad, 29,952 B, is
@@ -127,9 +130,10 @@ def convolution_backward(node: Node, dims: Dims) -> Allocations:
     if c.channels_last:
         steps = [c.input_bytes] if grad_input else []
         if grad_weight:
-            slices = (DEPTHWISE_WEIGHT_SLICES * gw * 32 // _bits(w)
-                      if c.depthwise and c.kernel_area > 9 else 0)
-            steps += [slices, gw, -slices]
+            slices = DEPTHWISE_WEIGHT_SLICES * gw if c.depthwise and c.kernel_area > 9 else 0
+            accumulate = _fp32_copy(slices, w)
+            # the slices, the fp32 scratchpad (bf16), the gradient, then its plain copy
+            steps += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
         return steps
     steps: Allocations = []
     if grad_input:
@@ -143,12 +147,18 @@ def convolution_backward(node: Node, dims: Dims) -> Allocations:
             steps += [gw]
         else:
             xb = 0 if c.plain_input else c.blocked_input_bytes
-            steps += [c.blocked_output_bytes, xb, gw, -c.blocked_output_bytes, -xb, gw, -gw]
+            accumulate = _fp32_copy(gw, w)  # bf16 / fp16: the gradient accumulated in fp32
+            steps += [c.blocked_output_bytes, xb, gw, accumulate, -accumulate,
+                      -c.blocked_output_bytes, -xb, gw, -gw]
     return steps
 
 
-def _bits(value: Value) -> int:
-    return value.dtype.bits if value.dtype.has_known_size else 32
+def _fp32_copy(nbytes: int, like: Value) -> int:
+    """The fp32 accumulator oneDNN keeps for a 16-bit weight gradient of `nbytes` (0 in
+    fp32: measured 512x512x3x3 bf16, 4,718,592 B -> a 9,466,244 B scratchpad = 9,437,184 +
+    29,060 of oneDNN's own)."""
+    bits = like.dtype.bits if like.dtype.has_known_size else 32
+    return nbytes * 32 // bits if bits < 32 else 0
 
 
 def batch_norm_backward(node: Node, dims: Dims) -> Allocations:
