@@ -6,7 +6,10 @@ forward and backward (input gradient and weight gradient) under torch.profiler a
 each outermost aten kernel with scratch, the bytes it returned and its scratch (how far the
 running sum of its allocations rose above them: graphmem/verify/runners/torch_runner.py
 `kernel_scratch`), next to graphmem's rule for it (graphmem/runtime_models/torch_cpu.py).
-`--raw` lists every allocation inside those kernels. Results: benchmarks/results/cpu_scratch.md.
+`--raw` lists every allocation inside those kernels. `--models` runs whole training steps
+(`graphmem verify` on the CPU) and prints graphmem's activation peak and its torch-cpu peak
+(kernels' scratch included) against the allocator's measured peak. Results:
+benchmarks/results/cpu_scratch.md.
 """
 
 from __future__ import annotations
@@ -58,11 +61,50 @@ def measure(row: tuple[int, ...], dtype: torch.dtype) -> list[torch_runner.Kerne
     return torch_runner.kernel_scratch(profile)
 
 
+# (model spec, input, optimizer, amp): CNNs whose steps have kernels' scratch
+MODELS = [
+    ("tests/torch_models/convnets.py:build_resnet_small", "8x3x64x64", "sgd", None),
+    ("tests/torch_models/convnets.py:build_resnet_small", "8x3x64x64", "adamw", None),
+    ("tests/torch_models/convnets.py:build_resnet_small", "8x3x64x64", "sgd", "bf16"),
+    ("tests/torch_models/convnets.py:build_convnext_small", "8x3x64x64", "adamw", None),
+    ("tests/torch_models/convnets.py:build_convnext_small", "8x3x64x64", "adamw", "bf16"),
+    ("tests/models.py:MobileNetV2", "2x3x64x64", "sgd", None),
+    ("tests/models.py:ResNet18", "2x3x64x64", "sgd", None),
+    ("tests/torch_models/small.py:build_convnet", "8x3x32x32", "sgd", None),
+]
+
+
+def models() -> None:
+    from graphmem.verify.torch_run import verify_torch
+
+    print("| model | input | step | tensors measured B | allocator measured B |"
+          " graphmem tensors B (vs allocator) | graphmem torch-cpu B (vs allocator) |"
+          " scratch at peak B | peak node |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for spec, shape, optimizer, amp in MODELS:
+        result = verify_torch(spec, [shape], train=True, optimizer=optimizer, amp=amp)
+        measured = result.measured
+        allocator = measured.allocator_peak_bytes or 1
+        tensors = result.predicted_activation_peak_bytes
+        before = 100 * (tensors - allocator) / allocator
+        step = optimizer + (f" {amp}" if amp else "")
+        print(f"| {spec.split(':')[1]} | {shape} | {step} | {measured.peak_bytes:,} |"
+              f" {allocator:,} | {tensors:,} ({before:+.1f}%) |"
+              f" {result.predicted_allocator_peak_bytes or 0:,}"
+              f" ({result.allocator_error_pct or 0:+.2f}%) |"
+              f" {result.predicted_scratch_bytes or 0:,} | {result.predicted_scratch_node} |",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--raw", action="store_true")
+    parser.add_argument("--models", action="store_true")
     args = parser.parse_args()
+    if args.models:
+        models()
+        return
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
     print("| N | Cin | Cout | HxW | k | s | g | kernel | net B | scratch B |")
