@@ -23,6 +23,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.core.symbolic import SymInt
+from graphmem.runtime_models.torch_cpu import scratch_bytes
 from graphmem.verify.runners import torch_runner
 
 # (batch, c_in, c_out, size, kernel, stride, groups)
@@ -96,6 +99,33 @@ def models() -> None:
               flush=True)
 
 
+def predicted(row: tuple[int, ...], kernel: str, dtype: torch.dtype) -> int | None:
+    """graphmem's rule for the row's kernel (the layer as graphmem's trace would hold it)."""
+    batch, c_in, c_out, size, kernel_size, stride, groups = row
+    out = (size + 2 * (kernel_size // 2) - kernel_size) // stride + 1
+    kind = DType.FLOAT32 if dtype == torch.float32 else DType.BFLOAT16
+
+    def value(name: str, *shape: int) -> Value:
+        return Value(name, kind, tuple(SymInt.const(d) for d in shape), Role.ACTIVATION)
+
+    x, y = value("x", batch, c_in, size, size), value("y", batch, c_out, out, out)
+    w = value("w", c_out, c_in // groups, kernel_size, kernel_size)
+    attributes = {"stride": (stride, stride), "groups": groups, "transposed": 0,
+                  "channels_last": 0}
+    if kernel == "aten::convolution":
+        node = Node("conv", "aten.convolution.default", [x, w], [], attributes=attributes)
+        node.add_output(y)
+    elif kernel == "aten::convolution_backward":
+        node = Node("conv_backward", "aten.convolution_backward.default", [y, x, w], [],
+                    attributes={**attributes, "output_mask": (1, 1, 1)})
+        for made in (value("gx", batch, c_in, size, size), value("gw", *[int(d) for d in w.shape]),  # type: ignore[union-attr]
+                     value("gb", c_out)):
+            node.add_output(made)
+    else:
+        return None
+    return scratch_bytes(node, {})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32")
@@ -107,14 +137,16 @@ def main() -> None:
         return
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
-    print("| N | Cin | Cout | HxW | k | s | g | kernel | net B | scratch B |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| N | Cin | Cout | HxW | k | s | g | kernel | net B | scratch B | graphmem B |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in GRID:
         for call in measure(row, dtype):
             if call.scratch_bytes <= 0:
                 continue
             cells = " | ".join(str(v) for v in row)
-            print(f"| {cells} | {call.kernel} | {call.net_bytes:,} | {call.scratch_bytes:,} |")
+            rule = predicted(row, call.kernel, dtype)
+            print(f"| {cells} | {call.kernel} | {call.net_bytes:,} | {call.scratch_bytes:,} |"
+                  f" {'' if rule is None else f'{rule:,}'} |")
             if args.raw:
                 print(f"|   raw: {', '.join(f'{size:+,}' for size in call.allocations)} |")
 
