@@ -62,7 +62,8 @@ def test_peak_bytes_costs_microseconds_on_gpt2() -> None:
 @pytest.mark.parametrize(("is_onnx", "gpu", "training", "runtime"), [
     (True, False, False, "ort-cpu"), (True, True, False, "ort-cuda"),
     (True, False, True, None), (True, True, True, "torch-cuda"),
-    (False, False, False, None), (False, True, True, "torch-cuda")])
+    (False, False, False, "torch-cpu"), (False, False, True, "torch-cpu"),
+    (False, True, True, "torch-cuda")])
 def test_default_runtime_per_input(is_onnx: bool, gpu: bool, training: bool,
                                    runtime: str | None) -> None:
     assert default_runtime(is_onnx, gpu, training) == runtime

@@ -92,8 +92,8 @@ def add_parser(commands: Any) -> None:
                         help="group FLOPs, parameters and peak memory by module path at depth N")
     parser.add_argument("--runtime", choices=RUNTIMES,
                         help="model what this runtime holds (default: ort-cuda for ONNX with"
-                        " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu;"
-                        " torch-cpu: PyTorch on the CPU, kernels' scratch included)")
+                        " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu,"
+                        " torch-cpu without: PyTorch on the CPU, kernels' scratch included)")
     parser.add_argument("--ort-optimization", choices=ORT_OPTIMIZATION_LEVELS,
                         help="ort-cpu: the session's graph optimization level; graphmem plans"
                         " the graph onnxruntime optimizes at that level (default: all,"

@@ -142,10 +142,13 @@ MODELS: dict[str, RuntimeModel] = {model.name: model for model in
 
 def default_runtime(is_onnx: bool, has_gpu: bool, training: bool) -> Runtime | None:
     """ort-cuda for ONNX inference with a GPU, ort-cpu without; torch-cuda with a GPU for
-    PyTorch models and for ONNX training steps (graphmem builds those as PyTorch runs them)."""
+    PyTorch models and for ONNX training steps (graphmem builds those as PyTorch runs them);
+    torch-cpu for PyTorch models without one (their kernels' scratch on the CPU)."""
     if is_onnx and not training:
         return Runtime.ORT_CUDA if has_gpu else Runtime.ORT_CPU
-    return Runtime.TORCH_CUDA if has_gpu else None
+    if has_gpu:
+        return Runtime.TORCH_CUDA
+    return None if is_onnx else Runtime.TORCH_CPU
 
 
 def check_runtime(runtime: str, is_onnx: bool, has_gpu: bool, training: bool) -> None:
