@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Value
+from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.memory_model import build_memory_model, live_profile, plan_dims, size_at
@@ -202,10 +203,14 @@ class CpuPeak:
     largest_scratch_node: str
 
 
-def cpu_peak(graph: Graph, dims: Dims, sizes: Mapping[str, object] | None = None) -> CpuPeak:
-    """The step in the model's order with every node's scratch added while it runs."""
+def cpu_peak(graph: Graph, dims: Dims,
+             sizes: Mapping[str, SymInt | None] | None = None) -> CpuPeak:
+    """The step in the model's order with every node's scratch added while it runs
+    (`sizes`: the graph's value sizes at `dims`, where the caller has them)."""
     bound = plan_dims(graph, dims)
-    model = build_memory_model(graph, sizes or value_bytes_at(graph, bound), bound)  # type: ignore[arg-type]
+    if sizes is None:
+        sizes = value_bytes(graph, DimBinding(dict(bound), (), None))
+    model = build_memory_model(graph, sizes, bound)
     during, _ = live_profile(model, range(model.node_count))
     best = (-1, 0, 0, "")
     largest = (0, "")
@@ -214,10 +219,6 @@ def cpu_peak(graph: Graph, dims: Dims, sizes: Mapping[str, object] | None = None
         largest = max(largest, (extra, node.name))
         best = max(best, (live + extra, live, extra, node.name))
     return CpuPeak(best[0], best[1], best[2], best[3], *largest)
-
-
-def value_bytes_at(graph: Graph, dims: Dims) -> Mapping[str, object]:
-    return value_bytes(graph, DimBinding(dict(dims), (), None))
 
 
 def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
