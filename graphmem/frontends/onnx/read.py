@@ -18,6 +18,7 @@ from onnx import AttributeProto
 
 from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.lean_read import KEEP_BYTES, read_lean_model_bytes
+from graphmem.frontends.onnx.limits import check_nesting
 from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.untrusted import (
     check_regular_file,
@@ -57,6 +58,7 @@ def read_model(path: Path) -> onnx.ModelProto:
         raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
                             " memory to analyze; pass the exported model itself")
     strip_and_validate(model)  # external data cut off, then the graph checked
+    check_nesting(model)  # before any engine recurses through it (limits.py)
     _drop_large_payloads(model.graph)
     return model
 

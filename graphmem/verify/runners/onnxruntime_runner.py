@@ -36,6 +36,7 @@ from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
 from graphmem.errors import GraphmemError, first_line
+from graphmem.frontends.onnx.limits import check_nesting
 from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_session import max_ir_version, quiet_onnxruntime
@@ -389,6 +390,7 @@ def _load_proto(path: Path) -> onnx.ModelProto:
         raise GraphmemError(f"'{path}' is not a valid ONNX model ({first_line(error)})"
                             ) from None
     validate_graph(model)
+    check_nesting(model)
     return model
 
 

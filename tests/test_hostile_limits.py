@@ -1,0 +1,147 @@
+"""Hostile depth, size and width (issue 26, items 8-12), judged by one contract: exit 0, 1 or 2,
+an error as one line, no traceback, done within 60 s, peak RSS under 1 GiB, no file left
+behind (HOME and TMPDIR are empty folders of the case, checked after).
+
+Each case runs `python -m graphmem` in a child process of its own folder under a 4 GB address
+space limit (so a regression fails the test, not the machine), its peak RSS read from
+wait4. The models come from tests/hostile_models.py, one builder per cause.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.limits import MAX_NESTING_DEPTH, check_nesting
+from tests import hostile_models as hostile
+
+REPO = Path(__file__).resolve().parent.parent
+LIMIT_S = 60.0
+RSS_LIMIT_BYTES = 2**30
+_ADDRESS_SPACE_BYTES = 4 * 10**9
+MODEL = "model.onnx"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int | str  # the exit code, or how the process ended instead
+    out: str
+    err: str
+    seconds: float
+    max_rss_bytes: int
+    left_behind: tuple[str, ...]
+
+
+def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
+    """`python -m graphmem argv` in `folder`, with empty HOME and TMPDIR of its own."""
+    home, temp = folder / "home", folder / "tmp"
+    home.mkdir()
+    temp.mkdir()
+    before = {p.name for p in folder.iterdir()}
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}
+    env.pop("XDG_CACHE_HOME", None)
+    out_path, err_path = home.parent / ".out", home.parent / ".err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "graphmem", *argv], cwd=folder, env=env, stdout=out,
+            stderr=err, preexec_fn=_limit_address_space)
+    start = time.monotonic()
+    code: int | str
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - start > limit_s:
+            os.kill(process.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(process.pid, 0)
+            break
+        time.sleep(0.02)
+    seconds = time.monotonic() - start
+    process.returncode = 0  # reaped here: Popen must not wait for it again
+    if seconds > limit_s:
+        code = f"hung: killed after {limit_s:g} s"
+    elif os.WIFSIGNALED(status):
+        code = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    else:
+        code = os.WEXITSTATUS(status)
+    texts = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
+    out_path.unlink()
+    err_path.unlink()
+    left = [str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.parent != folder or p.name not in before]
+    return Outcome(code, *texts, seconds, usage.ru_maxrss * 1024, tuple(sorted(left)))
+
+
+def _limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE_BYTES, _ADDRESS_SPACE_BYTES))
+
+
+def broken_promises(outcome: Outcome, allowed: frozenset[int] = frozenset({0, 1, 2}),
+                    outputs: tuple[str, ...] = ()) -> list[str]:
+    """What the outcome breaks of the contract (module docstring), one line each."""
+    problems = []
+    if outcome.code not in allowed:
+        problems.append(f"exit {outcome.code} (allowed {sorted(allowed)})")
+    text = outcome.out + outcome.err
+    if "Traceback" in text or "internal error" in text:
+        problems.append("a traceback or internal error: " + text[-500:])
+    if outcome.code == 2:
+        lines = outcome.err.strip().splitlines()
+        if len(lines) != 1 or not lines[0].startswith("graphmem: error: "):
+            problems.append(f"not one error line: {outcome.err[-500:]!r}")
+    if outcome.seconds > LIMIT_S:
+        problems.append(f"took {outcome.seconds:.1f} s")
+    if outcome.max_rss_bytes > RSS_LIMIT_BYTES:
+        problems.append(f"peak RSS {outcome.max_rss_bytes / 2**20:,.0f} MiB")
+    stray = [p for p in outcome.left_behind if p not in outputs]
+    if stray:
+        problems.append(f"left behind: {stray}")
+    return problems
+
+
+def _save(folder: Path, model: onnx.ModelProto | bytes) -> Path:
+    path = folder / MODEL
+    path.write_bytes(model if isinstance(model, bytes) else model.SerializeToString())
+    return path
+
+
+# ----- 8: depth ----------------------------------------------------------------------------------
+
+
+def test_function_chains_are_refused_past_the_stated_depth() -> None:
+    check_nesting(hostile.nested_functions(MAX_NESTING_DEPTH))
+    with pytest.raises(GraphmemError, match=f"{MAX_NESTING_DEPTH + 1} deep, above"):
+        check_nesting(hostile.nested_functions(MAX_NESTING_DEPTH + 1))
+
+
+def test_a_chain_of_thousands_is_measured_without_recursion() -> None:
+    with pytest.raises(GraphmemError, match="5000 deep"):
+        check_nesting(hostile.nested_functions(5000))
+
+
+def test_a_function_calling_itself_is_refused() -> None:
+    looping = hostile.nested_functions(3)
+    looping.functions[0].node[0].op_type, looping.functions[0].node[0].domain = "F2", "local"
+    with pytest.raises(GraphmemError, match="of domain 'local' calls itself"):
+        check_nesting(looping)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["analyze", "verify"])
+@pytest.mark.parametrize("depth", [3000, 5000])
+def test_deep_function_chains_exit_2_without_a_crash(tmp_path: Path, command: str,
+                                                     depth: int) -> None:
+    _save(tmp_path, hostile.nested_functions(depth))
+    outcome = run_cli(tmp_path, command, MODEL, "--batch", "2")
+    assert not broken_promises(outcome, frozenset({2}))
+    assert f"{depth} deep" in outcome.err
