@@ -22,7 +22,7 @@ import onnx
 import pytest
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx.limits import MAX_NESTING_DEPTH, check_nesting
+from graphmem.frontends.onnx.limits import MAX_NESTING_DEPTH, check_nesting, largest_fold
 from tests import hostile_models as hostile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,3 +145,30 @@ def test_deep_function_chains_exit_2_without_a_crash(tmp_path: Path, command: st
     outcome = run_cli(tmp_path, command, MODEL, "--batch", "2")
     assert not broken_promises(outcome, frozenset({2}))
     assert f"{depth} deep" in outcome.err
+
+
+# ----- 9: constants inference or folding would build ---------------------------------------------
+
+
+def test_constant_folding_over_the_budget_is_found() -> None:
+    from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
+
+    folded = hostile.constant_of_shape_folded(10**8)
+    assert largest_fold(folded, ort_plan_shapes(folded)) == ("big", 10**8)
+    small = hostile.constant_of_shape_folded(1000)
+    assert largest_fold(small, ort_plan_shapes(small)) is None
+    in_body = hostile.constant_of_shape_in_body(10**8)
+    assert largest_fold(in_body, {}) == ("big", 10**8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", ["cos-with-if", "cos-in-body", "cos-folded"])
+def test_declared_constants_are_never_built(tmp_path: Path, build: str) -> None:
+    """10**9 int64 elements (8 GB) declared by a file of a few hundred bytes: inference and
+    onnxruntime's optimizer type it without building it."""
+    model = hostile.BUILDERS[build](10**9)
+    _save(tmp_path, model)
+    batch = ("--batch", "2") if build != "cos-in-body" else ()
+    outcome = run_cli(tmp_path, "analyze", MODEL, *batch, "--json", "out.json",
+                      "--html", "out.html")
+    assert not broken_promises(outcome, frozenset({0}), outputs=("out.json", "out.html"))

@@ -15,13 +15,14 @@ alone are also bounded by protobuf itself, which refuses messages nested more th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping, Sequence
 
 import onnx
-from onnx import AttributeProto
+from onnx import AttributeProto, numpy_helper
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx.untrusted import quoted
+from graphmem.frontends.onnx.untrusted import MAX_RANK, has_inline_data, quoted, tensor_numel
 
 # Nested function calls and bodies, together. Exporters nest functions as deep as the module
 # tree (a transformer: under 10 levels); onnxruntime takes 0.04 s at 100 and crashes at 3,000.
@@ -101,3 +102,101 @@ def _heights(calls: dict[FunctionKey, list[tuple[int, FunctionKey]]]) -> dict[Fu
             heights[key] = max((level + 1 + heights[callee] for level, callee in callees),
                                default=0)
     return heights
+
+
+# ----- what onnxruntime's optimizer would build ------------------------------------------------
+# Constant folding builds every value whose inputs are all constants: a ConstantOfShape of
+# 10**8 floats summed to one number took 0.9 GB and 4.5 s at session creation. A folded value
+# may be as large as the largest constant it comes from (a transposed weight), else at most
+# this many elements.
+MAX_FOLDED_ELEMENTS = 2**24
+_NOT_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                         "RandomUniformLike", "Multinomial", "Bernoulli"})
+PlanShapes = Mapping[str, "tuple[int | str | None, ...] | None"]
+
+
+def largest_fold(model: onnx.ModelProto, shapes: PlanShapes) -> tuple[str, int] | None:
+    """The value onnxruntime's constant folding would build that is over the budget (above
+    MAX_FOLDED_ELEMENTS and above every constant the model holds), with its element count;
+    None when there is none. `shapes`: onnx's inferred dims by value name (ort_plan_shapes);
+    ConstantOfShape nodes in bodies and functions are judged by their shape's values."""
+    graph = model.graph
+    held = [tensor_numel(t) for t in graph.initializer]
+    held.extend(tensor_numel(a.t) for n in graph.node for a in n.attribute
+                if a.type == AttributeProto.TENSOR)
+    budget = max([MAX_FOLDED_ELEMENTS, *held])
+    declared = {value.name for value in graph.input}
+    constant = {t.name for t in graph.initializer if t.name not in declared}
+    for node in graph.node:
+        if node.op_type in _NOT_FOLDED or any(a.type in _BODIES for a in node.attribute) \
+                or not all(name in constant for name in node.input if name):
+            continue
+        constant.update(name for name in node.output if name)
+        for name in node.output:
+            elements = _known_elements(shapes.get(name))
+            if elements is not None and elements > budget:
+                return name, elements
+    return _large_constant_of_shape(model, budget)
+
+
+_BODIES = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
+
+
+def _known_elements(shape: tuple[int | str | None, ...] | None) -> int | None:
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return math.prod(shape)  # type: ignore[arg-type]
+
+
+def _large_constant_of_shape(model: onnx.ModelProto, budget: int) -> tuple[str, int] | None:
+    """A ConstantOfShape anywhere whose shape is a constant (an initializer or a Constant
+    node of any scope, by name) of more than `budget` elements."""
+    scopes = _graphs(model.graph)
+    for function in model.functions:
+        scopes.extend(_function_scopes(function))
+    shapes: dict[str, onnx.TensorProto] = {}
+    generators = []
+    for nodes, initializers in scopes:
+        shapes.update((t.name, t) for t in initializers)
+        for node in nodes:
+            if node.op_type == "Constant" and node.output and len(node.attribute) == 1 \
+                    and node.attribute[0].type == AttributeProto.TENSOR:
+                shapes[node.output[0]] = node.attribute[0].t
+            elif node.op_type == "ConstantOfShape" and node.input and node.output:
+                generators.append(node)
+    for node in generators:
+        tensor = shapes.get(node.input[0])
+        if tensor is None or tensor.data_type != onnx.TensorProto.INT64 or len(tensor.dims) != 1 \
+                or tensor.dims[0] > MAX_RANK or not has_inline_data(tensor):
+            continue
+        elements = math.prod(max(int(d), 0) for d in numpy_helper.to_array(tensor))
+        if elements > budget:
+            return node.output[0], elements
+    return None
+
+
+Scope = tuple[Sequence[onnx.NodeProto], Sequence[onnx.TensorProto]]  # nodes, initializers
+
+
+def _graphs(graph: onnx.GraphProto) -> list[Scope]:
+    """The graph's scope and every body's in it (bodies nest at most about 33 deep: protobuf
+    refuses more)."""
+    found: list[Scope] = [(graph.node, graph.initializer)]
+    for node in graph.node:
+        for attribute in node.attribute:
+            bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
+                attribute.graphs if attribute.type == AttributeProto.GRAPHS else [])
+            for body in bodies:
+                found.extend(_graphs(body))
+    return found
+
+
+def _function_scopes(function: onnx.FunctionProto) -> list[Scope]:
+    scopes: list[Scope] = [(function.node, ())]
+    for node in function.node:
+        for attribute in node.attribute:
+            bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
+                attribute.graphs if attribute.type == AttributeProto.GRAPHS else [])
+            for body in bodies:
+                scopes.extend(_graphs(body))
+    return scopes

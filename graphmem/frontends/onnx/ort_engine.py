@@ -46,6 +46,10 @@ _UNREAD_NODE_FIELDS = tuple(field for field in ("name", "doc_string", "metadata_
                             if field in onnx.NodeProto.DESCRIPTOR.fields_by_name)
 # The engine's one-node inference, which this replaces for static nodes (onnxruntime's name)
 _SINGLE_NODE = "_onnx_infer_single_node"
+# The most elements of a value the engine may build (its ConstantOfShape rule builds an int64
+# constant's value whatever its size: 10**9 elements took 222 s and 7.6 GB); shape vectors and
+# scalars, the values its rules read, are far below it
+MAX_BUILT_ELEMENTS = 2**16
 
 
 def static_value_infos(types: Mapping[str, onnx.ValueInfoProto],
@@ -157,6 +161,42 @@ def _static(info: onnx.ValueInfoProto) -> bool:
     tensor_type = info.type.tensor_type
     return tensor_type.HasField("shape") and tensor_type.elem_type != 0 \
         and all(d.HasField("dim_value") for d in tensor_type.shape.dim)
+
+
+def budget_constants(engine_class: type) -> None:
+    """Make the engine's ConstantOfShape rule (on `engine_class`, so the engines it starts for
+    bodies follow it too) type the output without building its value when the value would
+    have more than MAX_BUILT_ELEMENTS: the rule builds one only for int64 outputs, so it runs
+    on the output typed as float, and the type is put back."""
+    rule = engine_class._infer_ConstantOfShape
+
+    def infer_constant_of_shape(engine: Any, node: onnx.NodeProto) -> None:
+        shape = engine._get_int_or_float_values(node)[0]
+        output = engine.known_vi_[node.output[0]]
+        elem_type = output.type.tensor_type.elem_type
+        if elem_type != onnx.TensorProto.INT64 or _elements(shape) <= MAX_BUILT_ELEMENTS:
+            rule(engine, node)
+            return
+        output.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        try:
+            rule(engine, node)
+        finally:
+            engine.known_vi_[node.output[0]].type.tensor_type.elem_type = elem_type
+
+    engine_class._infer_ConstantOfShape = infer_constant_of_shape
+
+
+def _elements(shape: Any) -> int:
+    """The element count of a shape value the engine holds (ints, or symbols: 0, nothing is
+    built then)."""
+    dims = shape if isinstance(shape, list) else [shape]
+    count = 1
+    for dim in dims:
+        try:
+            count *= max(int(dim), 0)
+        except (TypeError, ValueError):
+            return 0
+    return count
 
 
 def sympy_for_engine(sympy: ModuleType) -> ModuleType:

@@ -45,6 +45,7 @@ from graphmem.core.ir import Graph, Node
 from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.importer import import_onnx, read_model
+from graphmem.frontends.onnx.limits import PlanShapes, largest_fold
 from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_plan_shapes import PlanShape, ort_plan_shapes
 from graphmem.frontends.onnx.ort_proxy import (
@@ -57,6 +58,7 @@ from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
     has_inline_data,
     model_tensors,
+    quoted,
     raw_data_bytes,
     tensor_bytes,
     tensor_numel,
@@ -74,6 +76,12 @@ MAX_INITIALIZER_BYTES = 2 << 30  # 2 GiB: beyond this, optimizing would copy too
 class OptimizationRefused(GraphmemError):
     """The model is not optimized offline (too large, or onnxruntime could not load it)."""
 
+    weights = True  # refused for the weights' size: --ort-optimization all lifts it
+
+
+class _FoldRefused(OptimizationRefused):
+    weights = False
+
 
 @dataclass(frozen=True)
 class OptimizedGraph:
@@ -86,12 +94,14 @@ class OptimizedGraph:
 
 def optimized_graph(source: str | Path | onnx.ModelProto, level: str,
                     input_dims: Mapping[str, int] | None = None,
-                    max_initializer_bytes: int | None = None) -> OptimizedGraph:
+                    max_initializer_bytes: int | None = None,
+                    shapes: PlanShapes | None = None) -> OptimizedGraph:
     """The graph onnxruntime (CPU) runs for the model at `level` (basic | extended | all).
 
     `source`: the model as `read_model` returns it (external data cut off, large payloads
     dropped), or its path, read the same way. onnxruntime never sees a path nor the weights:
-    it gets the bytes of a copy whose data-less tensors hold synthetic values.
+    it gets the bytes of a copy whose data-less tensors hold synthetic values. `shapes`:
+    the model's ort_plan_shapes where the caller has them.
     """
     model = source if isinstance(source, onnx.ModelProto) else read_model(Path(source))
     if max_initializer_bytes is None:
@@ -103,6 +113,12 @@ def optimized_graph(source: str | Path | onnx.ModelProto, level: str,
         raise OptimizationRefused(
             f"not optimized offline: {format_bytes(weights)} of weights and constants is above the"
             f" {format_bytes(max_initializer_bytes)} limit; planned the graph as written")
+    fold = largest_fold(model, shapes if shapes is not None else ort_plan_shapes(model))
+    if fold is not None:
+        raise _FoldRefused(
+            f"not optimized offline: onnxruntime's constant folding would build {quoted(fold[0])}"
+            f" of {fold[1]:,} elements at session creation, above graphmem's budget; planned"
+            " the graph as written")
     with tempfile.TemporaryDirectory(prefix="graphmem-ort-opt-") as folder:
         saved, notes = _saved_optimized(model, level, Path(folder))
         graph, plan_shapes = _import_through_proxy(saved, Path(folder), input_dims)

@@ -66,8 +66,9 @@ class OnnxRuntimeInputs:
         from graphmem.frontends.onnx.ort_optimized import OptimizationRefused, optimized_graph
 
         try:
-            return optimized_graph(self.model, level, dims, max_initializer_bytes)
+            return optimized_graph(self.model, level, dims, max_initializer_bytes,
+                                   self._plan_shapes)
         except OptimizationRefused as refused:
-            return f"{refused}{refused_hint}"
+            return f"{refused}{refused_hint if refused.weights else ''}"
         except GraphmemError as error:  # the saved graph did not import: plan the file's
             return f"not optimized offline ({error}); planned the graph as written"
