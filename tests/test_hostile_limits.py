@@ -22,7 +22,13 @@ import onnx
 import pytest
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx.limits import MAX_NESTING_DEPTH, check_nesting, largest_fold
+from graphmem.frontends.onnx.limits import (
+    MAX_LOOP_TRIPS,
+    MAX_NESTING_DEPTH,
+    check_loop_trips,
+    check_nesting,
+    largest_fold,
+)
 from tests import hostile_models as hostile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,3 +178,27 @@ def test_declared_constants_are_never_built(tmp_path: Path, build: str) -> None:
     outcome = run_cli(tmp_path, "analyze", MODEL, *batch, "--json", "out.json",
                       "--html", "out.html")
     assert not broken_promises(outcome, frozenset({0}), outputs=("out.json", "out.html"))
+
+
+# ----- 12: what verify runs ----------------------------------------------------------------------
+
+
+def test_a_constant_trip_count_over_the_limit_is_refused() -> None:
+    check_loop_trips(hostile.loop_trips(MAX_LOOP_TRIPS))
+    with pytest.raises(GraphmemError, match="runs 1,000,000,000,000 iterations"):
+        check_loop_trips(hostile.loop_trips(10**12))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("build", "count", "flags", "says"), [
+    ("loop-trips", 10**12, (), "a constant trip count"),
+    ("loop-forever", 0, ("--time-limit", "3"), "time limit of 3 s"),
+    ("loop-growing-scan", 10**6, ("--memory-limit", "1GiB"), "memory limit is 1.0 GiB"),
+    ("cos-folded", 1_500_000_000, ("--memory-limit", "1GiB"), "above verify's memory limit"),
+])
+def test_verify_runs_hostile_control_flow_within_its_limits(
+        tmp_path: Path, build: str, count: int, flags: tuple[str, ...], says: str) -> None:
+    _save(tmp_path, hostile.BUILDERS[build](count))
+    outcome = run_cli(tmp_path, "verify", MODEL, "--batch", "2", *flags)
+    assert not broken_promises(outcome, frozenset({2}))
+    assert says in outcome.err

@@ -124,16 +124,25 @@ def test_telemetry_is_off_before_any_session(external_mlp: tuple[Path, Path],
 @pytest.mark.slow
 def test_verify_says_it_loaded_the_weights(external_mlp: tuple[Path, Path],
                                            capsys: pytest.CaptureFixture[str],
-                                           sessions: list[tuple[Any, str]]) -> None:
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphmem.verify.runners import onnxruntime_runner
+
     path, data = external_mlp
+    requests: list[dict[str, Any]] = []
+    real = onnxruntime_runner._bounded_run
+
+    def recording(folder: Path, request: dict[str, Any], *args: Any) -> Any:
+        requests.append(request)
+        return real(folder, request, *args)
+
+    monkeypatch.setattr(onnxruntime_runner, "_bounded_run", recording)
     code, out, err = run_cli(["verify", str(path), "--batch", "4", "--no-optimized-run"],
                              capsys)
     assert code == 0, err
     assert f"verify loaded the model's weights from the model file and '{data.name}'" in out
-    # onnxruntime gets the bytes graphmem checked, external data from the model's folder only
-    runs = [(s, f) for s, f in sessions if f]
-    assert runs and all(isinstance(s, bytes) and Path(f) == path.parent.resolve()
-                        for s, f in runs)
+    # the run (a child process: ort_child.py) gets the bytes graphmem checked, written to its
+    # private folder, and external data from the model's folder only
+    assert requests and all(Path(r["data_folder"]) == path.parent.resolve() for r in requests)
 
 
 def test_verify_refuses_a_truncated_data_file_naming_the_tensor(

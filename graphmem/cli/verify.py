@@ -8,7 +8,14 @@ from typing import Any
 
 from rich.console import Console
 
-from graphmem.cli.common import Output, dims_dict, emit, is_model_spec, parse_dim_binding
+from graphmem.cli.common import (
+    Output,
+    dims_dict,
+    emit,
+    is_model_spec,
+    parse_dim_binding,
+    parse_size_bytes,
+)
 from graphmem.cli.inputs import (
     MAX_SEED,
     OutputFile,
@@ -25,6 +32,10 @@ from graphmem.core.conventions import DEFAULT_OPTIMIZER, OPTIMIZERS
 from graphmem.core.output_files import write_output_text
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.request import MAX_THREADS
+
+DEFAULT_TIME_LIMIT_S = 600
+MAX_TIME_LIMIT_S = 7 * 24 * 3600
+MIN_MEMORY_LIMIT_BYTES = 512 * 2**20
 
 NAME = "verify"
 
@@ -49,6 +60,12 @@ def add_parser(commands: Any) -> None:
                         help="onnxruntime intra-op threads (default: one per core); kernel"
                         " scratch such as Conv's im2col buffers grows with it")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--time-limit", type=int, default=DEFAULT_TIME_LIMIT_S,
+                        metavar="SECONDS", help="stop each onnxruntime run after this long"
+                        f" (default {DEFAULT_TIME_LIMIT_S})")
+    parser.add_argument("--memory-limit", type=parse_size_bytes, metavar="SIZE",
+                        help="the memory each onnxruntime run may map, e.g. 8GiB (default:"
+                        " three quarters of the machine's memory)")
     parser.add_argument("--no-optimized-run", action="store_true",
                         help="skip the second run with every graph optimization on")
     parser.add_argument("--all-nodes", action="store_true",
@@ -76,7 +93,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         verification_json_text,
         write_verification_json,
     )
-    from graphmem.verify.onnx_run import verify_onnx
+    from graphmem.verify.onnx_run import RunLimits, verify_onnx
 
     check_model_argument(args.model)
     json_out = output_file("--json", args.json, stdout_ok=True)
@@ -94,7 +111,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     refuse_overwrites(outputs, onnx_inputs(model, outputs))
     result = verify_onnx(model, batch=args.batch, dims=dims, provider=args.provider,
                          threads=args.threads, seed=args.seed,
-                         optimized_run=not args.no_optimized_run)
+                         optimized_run=not args.no_optimized_run,
+                         limits=RunLimits(args.time_limit, args.memory_limit or 0))
     emit(console, lambda out: print_verification(result, out, all_nodes=args.all_nodes),
          [Output(json_out, "JSON", lambda path: write_verification_json(result, path))],
          (lambda: verification_json_text(result)) if args.json == "-" else None)
@@ -104,6 +122,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _check_options(args: argparse.Namespace) -> None:
     """The numbers and option pairs, before the model is read or run."""
     check_int_range("--seed", args.seed, 0, MAX_SEED)
+    check_int_range("--time-limit", args.time_limit, 1, MAX_TIME_LIMIT_S)
+    if args.memory_limit is not None and args.memory_limit < MIN_MEMORY_LIMIT_BYTES:
+        raise GraphmemError(f"--memory-limit {args.memory_limit:,} bytes: onnxruntime needs"
+                            " more to start; give at least 512MiB")
     from graphmem.verify.onnx_run import check_run_threads
 
     check_int_range("--threads", args.threads, 1, MAX_THREADS)

@@ -32,6 +32,7 @@ from pathlib import Path
 from graphmem.core.ir import DType, Graph, Node, Role, Value
 from graphmem.core.progress import steps
 from graphmem.core.symbolic import SymInt
+from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
 from graphmem.passes.liveness import analyze_liveness
@@ -40,7 +41,7 @@ from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request, SuggestOptions
 from graphmem.pipeline.runtime import runtime_estimate
 from graphmem.runtime_models.base import RuntimeEstimate
-from graphmem.verify.runners.onnxruntime_runner import InputSpec, MeasuredRun
+from graphmem.verify.runners.onnxruntime_runner import InputSpec, MeasuredRun, RunLimits
 
 # Integer inputs are token ids or indices: below this, and below the size of any table they
 # index with Gather, so random values never index out of range.
@@ -161,9 +162,11 @@ def check_run_threads(flag: str, threads: int | None) -> None:
 def verify_onnx(path: str | Path, batch: int | None = None,
                 dims: Mapping[str, int] | None = None, provider: str = "cpu",
                 threads: int | None = None, seed: int = 0,
-                optimized_run: bool = True) -> Verification:
+                optimized_run: bool = True, limits: RunLimits | None = None) -> Verification:
     """Analyze, run on onnxruntime (twice: optimizations off, then all on), compare; the
-    external data files are checked (inside the model's folder, regular, long enough) first."""
+    external data files are checked (inside the model's folder, regular, long enough) first.
+    Each run is a child process under `limits` (time and memory); a run graphmem predicts
+    above the memory limit is refused before it starts."""
     from graphmem.verify.runners.onnxruntime_runner import check_external_data, run_onnx
 
     check_run_threads("threads", threads)
@@ -172,12 +175,14 @@ def verify_onnx(path: str | Path, batch: int | None = None,
                                    suggest=SuggestOptions(enabled=False)))
     specs = input_specs(analysis)
     check_external_data(path)  # before a run: the one error names the missing file
+    limits = limits or RunLimits()
+    _check_predicted_peak(analysis, limits.address_space_bytes)
     with steps("onnxruntime runs", 2 if optimized_run else 1) as done:
-        measured = run_onnx(path, specs, provider, "disabled", threads, seed)
+        measured = run_onnx(path, specs, provider, "disabled", threads, seed, limits)
         done(1)
         optimized = None
         if optimized_run:
-            optimized = run_onnx(path, specs, provider, "all", threads, seed)
+            optimized = run_onnx(path, specs, provider, "all", threads, seed, limits)
             done(2)
     result = compare(analysis, specs, measured, optimized)
     if provider != "cpu":
@@ -187,6 +192,16 @@ def verify_onnx(path: str | Path, batch: int | None = None,
     optimized_estimate = runtime_estimate(analysis, "ort-cpu", None, threads=threads,
                                           ort_optimization="all") if optimized else None
     return dataclasses.replace(result, runtime=estimate, runtime_optimized=optimized_estimate)
+
+
+def _check_predicted_peak(analysis: Analysis, memory_bytes: int) -> None:
+    """A run graphmem predicts above verify's memory limit is refused before it starts."""
+    peak = analysis.peak_bytes
+    if isinstance(peak, int) and peak > memory_bytes:
+        raise GraphmemError(
+            f"graphmem predicts {format_bytes(peak)} of live tensors for this run, above"
+            f" verify's memory limit of {format_bytes(memory_bytes)}: raise --memory-limit"
+            " or lower --batch/--dim (graphmem analyze needs no run)")
 
 
 def input_specs(analysis: Analysis) -> tuple[InputSpec, ...]:

@@ -22,7 +22,13 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx.untrusted import MAX_RANK, has_inline_data, quoted, tensor_numel
+from graphmem.frontends.onnx.untrusted import (
+    MAX_RANK,
+    has_inline_data,
+    node_label,
+    quoted,
+    tensor_numel,
+)
 
 # Nested function calls and bodies, together. Exporters nest functions as deep as the module
 # tree (a transformer: under 10 levels); onnxruntime takes 0.04 s at 100 and crashes at 3,000.
@@ -154,16 +160,9 @@ def _large_constant_of_shape(model: onnx.ModelProto, budget: int) -> tuple[str, 
     scopes = _graphs(model.graph)
     for function in model.functions:
         scopes.extend(_function_scopes(function))
-    shapes: dict[str, onnx.TensorProto] = {}
-    generators = []
-    for nodes, initializers in scopes:
-        shapes.update((t.name, t) for t in initializers)
-        for node in nodes:
-            if node.op_type == "Constant" and node.output and len(node.attribute) == 1 \
-                    and node.attribute[0].type == AttributeProto.TENSOR:
-                shapes[node.output[0]] = node.attribute[0].t
-            elif node.op_type == "ConstantOfShape" and node.input and node.output:
-                generators.append(node)
+    shapes = _constant_tensors(scopes)
+    generators = [node for nodes, _ in scopes for node in nodes
+                  if node.op_type == "ConstantOfShape" and node.input and node.output]
     for node in generators:
         tensor = shapes.get(node.input[0])
         if tensor is None or tensor.data_type != onnx.TensorProto.INT64 or len(tensor.dims) != 1 \
@@ -200,3 +199,44 @@ def _function_scopes(function: onnx.FunctionProto) -> list[Scope]:
             for body in bodies:
                 scopes.extend(_graphs(body))
     return scopes
+
+
+# ----- what verify would run --------------------------------------------------------------------
+# A Loop's constant trip count above this is refused before verify runs it (10**12 iterations
+# of an Add would run for days); trip counts computed at run time meet verify's time limit.
+MAX_LOOP_TRIPS = 10**6
+
+
+def check_loop_trips(model: onnx.ModelProto) -> None:
+    """Refuse a Loop, in any scope, whose trip count is a constant (an initializer or Constant
+    node of any scope, by name) above MAX_LOOP_TRIPS."""
+    scopes = _graphs(model.graph)
+    for function in model.functions:
+        scopes.extend(_function_scopes(function))
+    constants = _constant_tensors(scopes)
+    for nodes, _ in scopes:
+        for node in nodes:
+            if node.op_type != "Loop" or not node.input or not node.input[0]:
+                continue
+            tensor = constants.get(node.input[0])
+            if tensor is None or tensor_numel(tensor) != 1 or not has_inline_data(tensor) \
+                    or tensor.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+                continue
+            trips = int(numpy_helper.to_array(tensor).reshape(()))
+            if trips > MAX_LOOP_TRIPS:
+                raise GraphmemError(
+                    f"{node_label(node)} runs {trips:,} iterations (a constant trip count),"
+                    f" above verify's limit of {MAX_LOOP_TRIPS:,}: verify runs the model for"
+                    " real; analyze and check read such a model without running it")
+
+
+def _constant_tensors(scopes: Sequence[Scope]) -> dict[str, onnx.TensorProto]:
+    """The initializers and Constant node values of every scope, by name."""
+    tensors: dict[str, onnx.TensorProto] = {}
+    for nodes, initializers in scopes:
+        tensors.update((t.name, t) for t in initializers)
+        for node in nodes:
+            if node.op_type == "Constant" and node.output and len(node.attribute) == 1 \
+                    and node.attribute[0].type == AttributeProto.TENSOR:
+                tensors[node.output[0]] = node.attribute[0].t
+    return tensors

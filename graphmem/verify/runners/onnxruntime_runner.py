@@ -5,8 +5,9 @@ onnxruntime (and onnx, to read the model's external-data references); nothing el
 imports them for running. The result is a typed `MeasuredRun`.
 
 How it measures (onnxruntime 1.31, checked by experiment; see README "Check the numbers"):
-- one `InferenceSession.run` with `SessionOptions.enable_profiling`, the profile written to a
-  temporary folder (never the user's) and deleted after reading;
+- one `InferenceSession.run` with `SessionOptions.enable_profiling`, in a child process under
+  a time and memory limit (ort_child.py), the profile written to a temporary folder (never
+  the user's) and deleted after reading, whatever became of the child;
 - every node event (`"cat": "Node"`, name `<node>_kernel_time`) carries the memory statistics
   of the execution provider's arena after the kernel ran: `mem_bytes_in_use`, `mem_in_use_peak`
   (the arena's high-water mark since the session was created, never reset between runs: so
@@ -24,8 +25,13 @@ How it measures (onnxruntime 1.31, checked by experiment; see README "Check the 
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +41,12 @@ import onnx
 from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo
 
+from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError, first_line
-from graphmem.frontends.onnx.limits import check_nesting
+from graphmem.frontends.onnx.limits import check_loop_trips, check_nesting
 from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.ort_import import ort
-from graphmem.frontends.onnx.ort_session import max_ir_version, quiet_onnxruntime
+from graphmem.frontends.onnx.ort_session import max_ir_version
 from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
     external_location,
@@ -60,6 +67,8 @@ OPTIMIZATION_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 _KERNEL_SUFFIX = "_kernel_time"
+# what the run's temporary folder holds for ort_child.py, and what it writes back
+REQUEST_FILE, RESULT_FILE, MODEL_FILE = "request.json", "result.json", "model.onnx"
 
 
 @dataclass(frozen=True)
@@ -191,33 +200,108 @@ def with_random_weights(path: Path, folder: Path, seed: int = 0) -> Path:
     return target
 
 
+@dataclass(frozen=True)
+class RunLimits:
+    """What one run may take: the child process running onnxruntime is killed past
+    `time_s` seconds and cannot map more than `memory_bytes` (its address space)."""
+
+    time_s: float = 600.0
+    memory_bytes: int = 0  # 0: three quarters of the machine's memory
+
+    @property
+    def address_space_bytes(self) -> int:
+        if self.memory_bytes:
+            return self.memory_bytes
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+
+
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
-             seed: int = 0, device_used: Callable[[], int | None] | None = None
+             seed: int = 0, limits: RunLimits | None = None, device_used: bool = False
              ) -> MeasuredRun:
     """Run the model once with random inputs and return the profiler's measurements. The one
-    place graphmem loads a model's weights: the notes say so. `device_used` (a GPU run) is
-    called once after the run, the session still alive: its answer is `device_used_bytes`."""
+    place graphmem loads a model's weights: the notes say so. The run happens in a child
+    process under `limits` (ort_child.py); its temporary folder is removed on every path.
+    `device_used` (a GPU run): the device's used memory, read in the child after the run with
+    the session still alive, is `device_used_bytes`."""
     model = _load_proto(path)
     data_files = check_external_data(path, model)
-    feeds = random_feeds(inputs, seed)
+    check_loop_trips(model)
     notes = [_weights_note(data_files), *_planned_buffers_note(model)]
+    _check_provider(provider)
+    supported = max_ir_version()
+    if supported is not None and model.ir_version > supported:
+        # A newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same.
+        notes.append(f"the model's IR version {model.ir_version} was lowered to {supported}"
+                     f" (the highest onnxruntime {ort.__version__} reads) for the run")
+        model.ir_version = supported
+    request = {
+        "label": str(path), "optimization": optimization, "threads": threads, "seed": seed,
+        "provider": provider, "providers": _providers(provider),
+        "data_folder": str(path.parent.resolve()) if data_files else None,
+        "inputs": [[s.name, list(s.shape), s.dtype, s.high] for s in inputs],
+        "device_used": device_used,
+    }
     with tempfile.TemporaryDirectory(prefix="graphmem-verify-") as folder:
-        options = _session_options(Path(folder), optimization, threads)
-        session = _session(path, model, options, provider, notes, bool(data_files))
+        (Path(folder) / MODEL_FILE).write_bytes(model.SerializeToString())
         del model
-        _check_feeds(session, feeds, path)
-        try:
-            session.run(None, feeds)
-        except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
-            raise GraphmemError(f"onnxruntime failed to run {path} on random inputs"
-                                f" ({first_line(error)})") from None
-        used = None if device_used is None else device_used()
-        events = json.loads(Path(session.end_profiling()).read_text())
+        events, used = _bounded_run(Path(folder), request, limits or RunLimits(), path)
     nodes = _measured_nodes(events, PROVIDERS[provider], path)
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
                        optimization=optimization, threads=threads, nodes=nodes,
                        notes=tuple(notes), device_used_bytes=used)
+
+
+def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
+                 path: Path) -> tuple[list[dict[str, Any]], int | None]:
+    """The profile's events of ort_child's run in `folder` and the device's used memory it
+    read (None unless asked), or one error line: what the child reported, or how it ended
+    (killed past the time limit, out of memory, crashed)."""
+    (folder / REQUEST_FILE).write_text(json.dumps(request))
+    memory = limits.address_space_bytes
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard != resource.RLIM_INFINITY:  # a limit this process runs under binds the child too
+        memory = min(memory, hard)
+
+    # CUDA reserves virtual address space far beyond what it uses (a context fails to start
+    # under an address-space limit): a GPU run is bounded by its time limit only
+    bound_memory = request["provider"] != "cuda"
+
+    def limit_child() -> None:  # in the child, before it runs Python
+        if bound_memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
+
+    # the child imports this very graphmem (cwd is the folder: nothing of the user's on its path)
+    package_root = str(Path(__file__).resolve().parents[3])
+    paths = [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "graphmem.verify.runners.ort_child", str(folder)], cwd=folder,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit_child)
+    try:
+        code = child.wait(limits.time_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise GraphmemError(
+            f"onnxruntime ran {path} for more than verify's time limit of {limits.time_s:g} s"
+            " and was stopped (a Loop that never ends, or a model too slow for this machine):"
+            " raise --time-limit, or lower --batch/--dim") from None
+    result_file = folder / RESULT_FILE
+    result = json.loads(result_file.read_text()) if result_file.is_file() else {}
+    if "error" in result:
+        error = str(result["error"])
+        if "alloc" in error.lower():
+            error += f" (verify's memory limit is {format_bytes(memory)}: --memory-limit)"
+        raise GraphmemError(error)
+    if code != 0 or "profile" not in result:
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        raise GraphmemError(
+            f"onnxruntime {ort.__version__} ended with {how} while running {path}, within"
+            f" verify's memory limit of {format_bytes(memory)} (it crashes or runs out of"
+            " memory on this model): raise --memory-limit, or lower --batch/--dim")
+    return json.loads(Path(result["profile"]).read_text()), result.get("device_used")
 
 
 def _weights_note(data_files: Sequence[Path]) -> str:
@@ -253,70 +337,18 @@ def provider_available(provider: str) -> bool:
 # ----- session -----------------------------------------------------------------------------
 
 
-def _session_options(folder: Path, optimization: str, threads: int | None
-                     ) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(folder / "ort_profile")
-    options.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
-    options.log_severity_level = 4  # fatal only: verify reports failures itself, in one line
-    if threads is not None:
-        options.intra_op_num_threads = threads
-    return options
-
-
-def _session(path: Path, model: onnx.ModelProto, options: ort.SessionOptions, provider: str,
-             notes: list[str], external: bool) -> ort.InferenceSession:
-    wanted = PROVIDERS[provider]
+def _check_provider(provider: str) -> None:
     if provider != "cpu" and not provider_available(provider):
         raise GraphmemError(f"--provider {provider}: this onnxruntime ({ort.__version__}) has no"
-                            f" {wanted} (it has {', '.join(ort.get_available_providers())});"
-                            " install onnxruntime-gpu on a machine with an NVIDIA GPU, or use"
+                            f" {PROVIDERS[provider]} (it has"
+                            f" {', '.join(ort.get_available_providers())}); install"
+                            " onnxruntime-gpu on a machine with an NVIDIA GPU, or use"
                             " --provider cpu")
-    providers = [wanted, "CPUExecutionProvider"] if provider != "cpu" else [wanted]
-    ort.set_default_logger_severity(4)  # a provider that fails to load logs before we can tell
-    try:
-        session = _create(path, model, options, providers, notes, external)
-    finally:
-        ort.set_default_logger_severity(2)
-    if session.get_providers()[0] != wanted:
-        raise GraphmemError(f"--provider {provider}: onnxruntime could not start {wanted} here"
-                            " (no usable GPU, or its CUDA/cuDNN libraries are missing); use"
-                            " --provider cpu, or run on a machine with an NVIDIA GPU")
-    return session
 
 
-def _create(path: Path, model: onnx.ModelProto, options: ort.SessionOptions,
-            providers: list[str], notes: list[str], external: bool) -> ort.InferenceSession:
-    """The session, from the bytes graphmem read and checked (onnxruntime does not open the
-    model file again); external data from the model's folder, its locations checked."""
-    quiet_onnxruntime()
-    supported = max_ir_version()
-    if supported is not None and model.ir_version > supported:
-        # A newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same.
-        notes.append(f"the model's IR version {model.ir_version} was lowered to {supported}"
-                     f" (the highest onnxruntime {ort.__version__} reads) for the run")
-        model.ir_version = supported
-    if external:
-        options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path", str(path.parent.resolve()))
-    try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
-    except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
-        raise GraphmemError(f"onnxruntime {ort.__version__} could not load {path}"
-                            f" ({first_line(error)})") from None
-
-
-def _check_feeds(session: ort.InferenceSession, feeds: dict[str, np.ndarray],
-                 path: Path) -> None:
-    needed = [i.name for i in session.get_inputs()]
-    missing = [name for name in needed if name not in feeds]
-    if missing:
-        raise GraphmemError(f"{path}: onnxruntime expects inputs {', '.join(missing)} that"
-                            " graphmem did not find among the graph's inputs")
-    for name in list(feeds):
-        if name not in needed:  # e.g. an initializer also listed as a graph input
-            del feeds[name]
+def _providers(provider: str) -> list[str]:
+    wanted = PROVIDERS[provider]
+    return [wanted, "CPUExecutionProvider"] if provider != "cpu" else [wanted]
 
 
 def _planned_buffers_note(model: onnx.ModelProto) -> list[str]:
