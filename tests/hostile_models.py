@@ -7,6 +7,7 @@ tests/test_hostile_limits.py and benchmarks/hostile_scaling.py; each builder tak
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -136,6 +137,25 @@ def bulky_unknown_fields(count: int) -> bytes:
     graph_bytes = _field(1, node) + graph.SerializeToString()
     base.ClearField("graph")
     return base.SerializeToString() + _field(7, graph_bytes)
+
+
+def write_sparse_doc_string(path: Path, length: int) -> None:
+    """A model whose node's doc string is `length` zero bytes, written as a hole (a 1.9 GB
+    file takes a few KB of disk)."""
+    base = model([helper.make_node("Relu", ["x"], ["y"])], [info("x")], [info("y", None)])
+    node = base.graph.node[0].SerializeToString()
+    node_head = node + _varint(6 << 3 | 2) + _varint(length)  # NodeProto.doc_string
+    graph = base.graph
+    graph.ClearField("node")
+    rest = graph.SerializeToString()
+    graph_head = _varint(1 << 3 | 2) + _varint(len(node_head) + length) + node_head
+    base.ClearField("graph")
+    head = base.SerializeToString() + _varint(7 << 3 | 2) + _varint(
+        len(graph_head) + length + len(rest)) + graph_head
+    with path.open("wb") as file:
+        file.write(head)
+        file.seek(length, 1)
+        file.write(rest)
 
 
 def _field(number: int, payload: bytes) -> bytes:

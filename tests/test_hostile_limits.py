@@ -22,6 +22,7 @@ import onnx
 import pytest
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.lean_read import read_lean_model_bytes
 from graphmem.frontends.onnx.limits import (
     MAX_LOOP_TRIPS,
     MAX_NESTING_DEPTH,
@@ -202,3 +203,56 @@ def test_verify_runs_hostile_control_flow_within_its_limits(
     outcome = run_cli(tmp_path, "verify", MODEL, "--batch", "2", *flags)
     assert not broken_promises(outcome, frozenset({2}))
     assert says in outcome.err
+
+
+# ----- 10: bulk outside the main graph's initializers --------------------------------------
+
+
+def test_the_lean_read_leaves_out_bulk_wherever_it_is(tmp_path: Path) -> None:
+    """Doc strings, unknown fields, Constant values and body initializers above 64 KiB never
+    reach protobuf; what is kept parses to the same graph."""
+    cases = {"doc": hostile.bulky_doc_string(100_000),
+             "constant": hostile.bulky_constant(100_000),
+             "body": hostile.bulky_body_initializer(100_000)}
+    for name, built in cases.items():
+        (tmp_path / name).mkdir()
+        path = _save(tmp_path / name, built)
+        lean = read_lean_model_bytes(path)
+        assert lean is not None and len(lean) < 2_000, name
+        parsed = onnx.ModelProto.FromString(lean)
+        assert [n.op_type for n in parsed.graph.node] == [n.op_type for n in built.graph.node]
+    fields = tmp_path / "fields.onnx"
+    fields.write_bytes(hostile.bulky_unknown_fields(100_000))
+    lean = read_lean_model_bytes(fields)
+    assert lean is not None and len(lean) < 2_000
+
+
+@pytest.mark.slow
+def test_a_sparse_two_gigabyte_doc_string_costs_nothing(tmp_path: Path) -> None:
+    for command in ("analyze", "check", "verify"):
+        folder = tmp_path / command
+        folder.mkdir()
+        hostile.write_sparse_doc_string(folder / MODEL, 1_900_000_000)
+        flags = ("--gpu", "t4") if command == "check" else ()
+        outcome = run_cli(folder, command, MODEL, "--batch", "2", *flags,
+                          *(("--html", "out.html") if command == "analyze" else ()))
+        assert not broken_promises(outcome, frozenset({0}), outputs=("out.html",)), command
+        assert outcome.max_rss_bytes < 300 * 2**20, command
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("build", "count"), [
+    ("body-initializer", 2 * 10**7), ("constant-node", 10**7), ("doc-string", 10**8)])
+def test_bulk_outside_the_initializers_is_not_copied(tmp_path: Path, build: str,
+                                                     count: int) -> None:
+    model = hostile.BUILDERS[build](count)
+    _save(tmp_path, model)
+    outcome = run_cli(tmp_path, "analyze", MODEL, "--batch", "2", "--html", "out.html")
+    assert not broken_promises(outcome, frozenset({0}), outputs=("out.html",))
+
+
+@pytest.mark.slow
+def test_forty_million_unknown_fields(tmp_path: Path) -> None:
+    _save(tmp_path, hostile.bulky_unknown_fields(4 * 10**7))
+    outcome = run_cli(tmp_path, "analyze", MODEL, "--batch", "2", "--html", "out.html")
+    assert not broken_promises(outcome, frozenset({0}), outputs=("out.html",))

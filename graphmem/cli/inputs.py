@@ -214,7 +214,7 @@ def onnx_inputs(model: Path, outputs: Sequence[OutputFile], what: str = "the mod
 
 def onnx_data_files(model: Path) -> list[Path]:
     """The files the model's external tensors name, resolved in its folder (never read)."""
-    from graphmem.frontends.onnx.untrusted import external_data_files
+    from graphmem.frontends.onnx.read import external_data_files
 
     return external_data_files(model)
 

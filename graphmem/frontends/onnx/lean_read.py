@@ -1,13 +1,16 @@
-"""A large ONNX file's bytes without its weights' raw bytes, read from a memory map.
+"""A large ONNX file's bytes without its bulk, read from a memory map.
 
 An ONNX file with its weights inside is mostly the `raw_data` of the main graph's
 initializers, which graphmem never reads (read.py drops every payload above 64 KiB after
 parsing). Reading the file and parsing it holds the weights twice (the bytes, then the parsed
-copy): a 343 MB ViT-B/16 took 1.8 GB of RAM. Here the protobuf wire format is walked on a
-memory map instead, down to ModelProto.graph (field 7) -> GraphProto.initializer (field 5) ->
-TensorProto.raw_data (field 9), and the bytes handed to protobuf are the file less those large
-`raw_data` fields: the pages of the weights are never touched, so they never count in the
-process's memory.
+copy): a 343 MB ViT-B/16 took 1.8 GB of RAM. A hostile file puts its bulk elsewhere, where
+each copy the importer makes copies it again (a 1.9 GB doc string took 13.7 GB). Here the
+protobuf wire format is walked on a memory map instead, by ONNX's own schema, into every
+field above KEEP_BYTES (ModelProto.graph -> GraphProto.node -> NodeProto.attribute ->
+AttributeProto.g -> ... , functions too), and the bytes handed to protobuf are the file less
+the bulk: a tensor's `raw_data` (initializers of the main graph and of bodies, Constant values,
+tensor attributes), doc strings and fields ONNX does not define. The pages left out are never
+touched, so they never count in the process's memory.
 
 Only what read.py would drop is left out, and only when nothing is lost by leaving it out: a
 tensor whose `raw_data` is above KEEP_BYTES, holding no typed data besides, with exactly the
@@ -20,16 +23,21 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
-from onnx import TensorProto
+from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
 from graphmem.frontends.onnx.untrusted import check_regular_file
 
 KEEP_BYTES = 64 * 1024  # read.py's _KEEP_INITIALIZER_BYTES: larger payloads are dropped
-_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 7, 5, 9, 14
+_TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 9, 14
+# fields read before giving up (the file is then parsed whole): a 70B decoder's walk reads
+# about 10**5, forty million two-byte fields in one node would take a minute of Python
+MAX_WALKED_FIELDS = 2_000_000
 _TYPED_DATA_FIELDS = frozenset({4, 5, 6, 7, 10, 11})  # float, int32, string, int64, double, uint64
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 # bytes per element of the dtypes weights are stored in; any other dtype keeps its bytes
@@ -45,45 +53,73 @@ class _WireError(ValueError):
     """Not the wire format this reader follows: the caller parses the file whole."""
 
 
-def read_lean_model_bytes(path: Path) -> bytes | None:
-    """The model file's bytes less its large initializers' raw_data, or None where this
-    reader does not apply (then read the file whole)."""
+def read_lean_model_bytes(path: Path, keep_tensors: bool = False) -> bytes | None:
+    """The model file's bytes less its bulk (with `keep_tensors`, doc strings and unknown
+    fields only: verify runs the weights), or None where this reader does not apply (then
+    read the file whole)."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(descriptor, "rb") as file:
         check_regular_file(path, os.fstat(file.fileno()))
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
             try:
-                return b"".join(_model_pieces(view))
+                return b"".join(_Walk(view, keep_tensors).message(ModelProto.DESCRIPTOR, 0,
+                                                                  len(view))[0])
             except (_WireError, IndexError, DecodeError):
                 return None
 
 
-def _model_pieces(view: mmap.mmap) -> list[bytes]:
-    pieces: list[bytes] = []
-    for number, wire, start, value_start, end in _fields(view, 0, len(view)):
-        if number == _MODEL_GRAPH and wire == _LENGTH:
-            graph = b"".join(_graph_pieces(view, value_start, end))
-            pieces.append(_tag(_MODEL_GRAPH, _LENGTH) + _varint(len(graph)) + graph)
+class _Walk:
+    """The message's fields in order, every unknown field left out and each large field
+    (above KEEP_BYTES) looked into: a doc string left out, a tensor's raw_data left out
+    (`_lean_tensor`), a message rebuilt from its own lean fields; the fields between copied
+    as one piece. A small known field is copied whole: it cannot hold bulk. At most
+    MAX_WALKED_FIELDS fields are read (beyond: the caller parses the file whole)."""
+
+    def __init__(self, view: mmap.mmap, keep_tensors: bool) -> None:
+        self.view = view
+        self.keep_tensors = keep_tensors
+        self.fields_left = MAX_WALKED_FIELDS
+
+    def message(self, descriptor: Descriptor, start: int, end: int) -> tuple[list[bytes], bool]:
+        """The message's lean pieces, and whether anything was left out."""
+        view, pieces = self.view, []
+        kept_from, changed = start, False
+        for number, wire, field_start, value_start, field_end in _fields(view, start, end):
+            self.fields_left -= 1
+            if self.fields_left < 0:
+                raise _WireError("too many fields to walk")
+            known = number in descriptor.fields_by_number
+            if known and field_end - value_start <= KEEP_BYTES:
+                continue
+            replacement = self._lean_field(descriptor, number, wire, value_start, field_end)
+            if replacement is None:
+                continue
+            if kept_from < field_start:
+                pieces.append(view[kept_from:field_start])
+            if replacement:
+                pieces.append(replacement)
+            kept_from, changed = field_end, True
+        pieces.append(view[kept_from:end])
+        return pieces, changed
+
+    def _lean_field(self, descriptor: Descriptor, number: int, wire: int, start: int,
+                    end: int) -> bytes | None:
+        """A large field's replacement (b"": left out), or None: keep it as written."""
+        field = descriptor.fields_by_number.get(number)
+        if field is None or field.name == "doc_string":
+            return b""  # unknown to ONNX, or prose: never read
+        if wire != _LENGTH or field.type != FieldDescriptor.TYPE_MESSAGE:
+            return None
+        if field.message_type is TensorProto.DESCRIPTOR:
+            lean = None if self.keep_tensors else _lean_tensor(self.view, start, end)
+            if lean is None:
+                return None
         else:
-            pieces.append(view[start:end])
-    return pieces
-
-
-def _graph_pieces(view: mmap.mmap, start: int, end: int) -> list[bytes]:
-    """The graph's fields in order, contiguous kept fields copied as one piece."""
-    pieces: list[bytes] = []
-    kept_from = start
-    for number, wire, field_start, value_start, field_end in _fields(view, start, end):
-        if number != _GRAPH_INITIALIZER or wire != _LENGTH or field_end - value_start <= KEEP_BYTES:
-            continue
-        lean = _lean_tensor(view, value_start, field_end)
-        if lean is None:
-            continue
-        pieces.append(view[kept_from:field_start])
-        pieces.append(_tag(_GRAPH_INITIALIZER, _LENGTH) + _varint(len(lean)) + lean)
-        kept_from = field_end
-    pieces.append(view[kept_from:end])
-    return pieces
+            pieces, changed = self.message(field.message_type, start, end)
+            if not changed:
+                return None
+            lean = b"".join(pieces)
+        return _tag(number, _LENGTH) + _varint(len(lean)) + lean
 
 
 def _lean_tensor(view: mmap.mmap, start: int, end: int) -> bytes | None:
@@ -124,10 +160,9 @@ def _expected_bytes(tensor: TensorProto) -> int | None:
     return count * item_bytes
 
 
-def _fields(view: mmap.mmap, start: int, end: int) -> list[tuple[int, int, int, int, int]]:
+def _fields(view: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """(number, wire type, field start, value start, field end) of each field in
     view[start:end]; a length-delimited value is skipped, never read."""
-    fields = []
     position = start
     while position < end:
         key, value_start = _read_varint(view, position)
@@ -147,9 +182,8 @@ def _fields(view: mmap.mmap, start: int, end: int) -> list[tuple[int, int, int, 
             raise _WireError(f"wire type {wire}")
         if field_end > end:
             raise _WireError("a field runs past its message")
-        fields.append((number, wire, position, value_start, field_end))
+        yield number, wire, position, value_start, field_end
         position = field_end
-    return fields
 
 
 def _read_varint(view: mmap.mmap, position: int) -> tuple[int, int]:

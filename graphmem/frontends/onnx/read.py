@@ -23,6 +23,9 @@ from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.untrusted import (
     check_regular_file,
     clear_tensor_data,
+    external_location,
+    external_tensors,
+    model_tensors,
     read_model_bytes,
     strip_and_validate,
 )
@@ -50,6 +53,7 @@ def read_model(path: Path) -> onnx.ModelProto:
             " truncated or of another format: re-export it with torch.onnx.export"
         ) from None
     del data  # the parsed copy is all that is kept
+    model.DiscardUnknownFields()  # fields ONNX does not define: every copy would copy them
     if not model.opset_import or not model.graph.node:
         raise GraphmemError(
             f"'{path}' holds no ONNX graph (no opset or no nodes): pass an exported .onnx model"
@@ -59,8 +63,22 @@ def read_model(path: Path) -> onnx.ModelProto:
                             " memory to analyze; pass the exported model itself")
     strip_and_validate(model)  # external data cut off, then the graph checked
     check_nesting(model)  # before any engine recurses through it (limits.py)
-    _drop_large_payloads(model.graph)
+    _drop_large_payloads(model)
     return model
+
+
+def external_data_files(path: Path) -> list[Path]:
+    """The files a model's external tensors name, as paths in its folder (never opened: the
+    CLI compares them with its output paths); [] when the model cannot be read (the importer
+    says why). A large file is read lean, as read_model reads it."""
+    try:
+        _check_path(path)
+        data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
+        model = parse_model(data if data is not None else read_model_bytes(path))
+    except Exception:  # noqa: BLE001 - protobuf and GraphmemError: reported by the importer
+        return []
+    locations = {external_location(t) for _, t in external_tensors(model)}
+    return [path.parent / name for name in sorted(locations) if name and "\0" not in name]
 
 
 def _lean_bytes(path: Path) -> bytes | None:
@@ -79,9 +97,10 @@ def _check_path(path: Path) -> None:
     check_regular_file(path, path.stat())
 
 
-def _drop_large_payloads(graph: onnx.GraphProto) -> None:
-    """Large initializers become data-less (unknown-valued), raw or typed data alike."""
-    for tensor in graph.initializer:
+def _drop_large_payloads(model: onnx.ModelProto) -> None:
+    """Large tensors become data-less (unknown-valued), raw or typed data alike: initializers
+    of the main graph and of bodies, Constant values, tensor attributes, in functions too."""
+    for _, tensor in model_tensors(model):
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
             clear_tensor_data(tensor)
 

@@ -29,7 +29,6 @@ from onnx import AttributeProto, TensorProto, helper
 from onnx.external_data_helper import uses_external_data
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx.model_text import parse_model
 
 # protobuf refuses to parse a message of 2 GiB or more: a larger file is refused before reading
 MAX_MODEL_FILE_BYTES = (2 << 30) - 1
@@ -201,18 +200,6 @@ def clear_tensor_data(tensor: TensorProto) -> None:
 def external_tensors(model: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
     """The tensors whose data the model keeps in other files."""
     return [(label, t) for label, t in model_tensors(model) if uses_external_data(t)]
-
-
-def external_data_files(path: Path) -> list[Path]:
-    """The files a model's external tensors name, as paths in its folder (never opened: the
-    CLI compares them with its output paths). None when the model cannot be read: the
-    importer says why."""
-    try:
-        model = parse_model(read_model_bytes(path))
-    except Exception:  # noqa: BLE001 - protobuf and GraphmemError: reported by the importer
-        return []
-    locations = {external_location(t) for _, t in external_tensors(model)}
-    return [path.parent / name for name in sorted(locations) if name and "\0" not in name]
 
 
 def _reason(error: BaseException) -> str:

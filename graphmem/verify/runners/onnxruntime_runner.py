@@ -43,10 +43,12 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError, first_line
+from graphmem.frontends.onnx.lean_read import read_lean_model_bytes
 from graphmem.frontends.onnx.limits import check_loop_trips, check_nesting
 from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_session import max_ir_version
+from graphmem.frontends.onnx.read import LEAN_READ_FROM_BYTES
 from graphmem.frontends.onnx.untrusted import (
     clear_tensor_data,
     external_location,
@@ -415,12 +417,19 @@ def _shape(entry: dict[str, list[int]]) -> tuple[int, ...]:
 def _load_proto(path: Path) -> onnx.ModelProto:
     """The model file's protobuf, its external references kept (checked before a run), the
     graph validated (onnx_untrusted.py)."""
-    data = read_model_bytes(path)
+    # a large file without its doc strings and unknown fields (its weights kept: they run)
     try:
-        model = parse_model(data)
+        data = read_lean_model_bytes(path, keep_tensors=True) if (
+            path.stat().st_size >= LEAN_READ_FROM_BYTES) else None
+    except OSError:  # read_model_bytes says what is wrong with the file
+        data = None
+    try:
+        model = parse_model(data if data is not None else read_model_bytes(path))
     except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
         raise GraphmemError(f"'{path}' is not a valid ONNX model ({first_line(error)})"
                             ) from None
+    del data
+    model.DiscardUnknownFields()
     validate_graph(model)
     check_nesting(model)
     return model
