@@ -25,9 +25,10 @@ optimistic by that much.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 MIN_ALLOCATION_BYTES = 256
@@ -86,6 +87,8 @@ class _Chunk:
     size: int
     region: int
     free: bool = True
+    previous: _Chunk | None = field(default=None, repr=False)  # the chunk below, any region
+    next: _Chunk | None = field(default=None, repr=False)
 
 
 def rounded_bytes(size_bytes: int) -> int:
@@ -102,22 +105,41 @@ class ArenaOutOfMemory(Exception):
 
 
 class BfcArena:
+    """onnxruntime's BFC arena: regions laid end to end, cut into chunks (a linked list in
+    address order); the free chunks also kept sorted by (size, address), so the best fit is
+    one bisection, not a scan of every chunk (10,000 live outputs took 6.4 s)."""
+
     def __init__(self, initial_region_bytes: int = INITIAL_REGION_BYTES,
                  device_free_bytes: int | None = None) -> None:
         """`device_free_bytes`: what cudaMalloc can hand out for regions (None: unbounded)."""
         self.device_free_bytes = device_free_bytes
         self.region_bytes = initial_region_bytes
-        self.chunks: list[_Chunk] = []  # sorted by address; regions laid end to end
+        self.first: _Chunk | None = None
+        self.last: _Chunk | None = None
+        self.free_chunks: list[tuple[int, int, _Chunk]] = []  # (size, address, chunk), sorted
         self.held_bytes = 0
         self.in_use_bytes = 0
         self.regions = 0
         self.taken: dict[str, _Chunk] = {}
 
+    @property
+    def chunks(self) -> list[_Chunk]:
+        """Every chunk in address order."""
+        found, chunk = [], self.first
+        while chunk is not None:
+            found.append(chunk)
+            chunk = chunk.next
+        return found
+
     def allocate(self, key: str, size_bytes: int) -> None:
         if size_bytes <= 0:
             return
         request = rounded_bytes(size_bytes)
-        chunk = self._best_fit(request) or self._extend(request)
+        chunk = self._best_fit(request)
+        if chunk is None:
+            chunk = self._extend(request)
+        else:
+            self._unlist(chunk)
         if chunk.size >= 2 * request or chunk.size - request >= MAX_DEAD_BYTES_PER_CHUNK:
             self._split(chunk, request)
         chunk.free = False
@@ -130,16 +152,20 @@ class BfcArena:
             return
         chunk.free = True
         self.in_use_bytes -= chunk.size
-        self._coalesce(chunk)
+        self._list(self._coalesce(chunk))
 
     def _best_fit(self, request: int) -> _Chunk | None:
-        """The smallest free chunk that fits, the lowest address among equals (chunks are
-        in address order, so the first of the smallest size)."""
-        best = None
-        for chunk in self.chunks:
-            if chunk.free and chunk.size >= request and (best is None or chunk.size < best.size):
-                best = chunk
-        return best
+        """The smallest free chunk that fits, the lowest address among equals."""
+        index = bisect.bisect_left(self.free_chunks, (request, -1))
+        return self.free_chunks[index][2] if index < len(self.free_chunks) else None
+
+    def _list(self, chunk: _Chunk) -> None:
+        bisect.insort(self.free_chunks, (chunk.size, chunk.address, chunk))
+
+    def _unlist(self, chunk: _Chunk) -> None:
+        """Take a free chunk out of the sorted list ((size, address) is unique)."""
+        index = bisect.bisect_left(self.free_chunks, (chunk.size, chunk.address))
+        del self.free_chunks[index]
 
     def _extend(self, request: int) -> _Chunk:
         grew = False
@@ -152,8 +178,12 @@ class BfcArena:
             self.region_bytes = (doubled if doubled < MAX_POWER_OF_TWO_EXTEND_BYTES
                                  else MAX_POWER_OF_TWO_EXTEND_BYTES)
         size = self._backed_off(request, size)
-        chunk = _Chunk(self.held_bytes, size, self.regions)
-        self.chunks.append(chunk)
+        chunk = _Chunk(self.held_bytes, size, self.regions, previous=self.last)
+        if self.last is None:
+            self.first = chunk
+        else:
+            self.last.next = chunk
+        self.last = chunk
         self.held_bytes += size
         self.regions += 1
         if self.device_free_bytes is not None:
@@ -171,20 +201,41 @@ class BfcArena:
         return size
 
     def _split(self, chunk: _Chunk, request: int) -> None:
-        rest = _Chunk(chunk.address + request, chunk.size - request, chunk.region)
+        """`chunk` (taken, out of the free list) keeps `request` bytes; the rest is free."""
+        rest = _Chunk(chunk.address + request, chunk.size - request, chunk.region,
+                      previous=chunk, next=chunk.next)
+        if chunk.next is None:
+            self.last = rest
+        else:
+            chunk.next.previous = rest
+        chunk.next = rest
         chunk.size = request
-        self.chunks.insert(self.chunks.index(chunk) + 1, rest)
+        self._list(rest)
 
-    def _coalesce(self, chunk: _Chunk) -> None:
-        index = self.chunks.index(chunk)
-        following = self.chunks[index + 1] if index + 1 < len(self.chunks) else None
+    def _coalesce(self, chunk: _Chunk) -> _Chunk:
+        """Merge a freed chunk with its free neighbours of the same region; the merged one."""
+        following = chunk.next
         if following is not None and following.free and following.region == chunk.region:
+            self._unlist(following)
             chunk.size += following.size
-            del self.chunks[index + 1]
-        previous = self.chunks[index - 1] if index > 0 else None
+            self._unlink(following)
+        previous = chunk.previous
         if previous is not None and previous.free and previous.region == chunk.region:
+            self._unlist(previous)
             previous.size += chunk.size
-            del self.chunks[index]
+            self._unlink(chunk)
+            return previous
+        return chunk
+
+    def _unlink(self, chunk: _Chunk) -> None:
+        if chunk.previous is None:
+            self.first = chunk.next
+        else:
+            chunk.previous.next = chunk.next
+        if chunk.next is None:
+            self.last = chunk.previous
+        else:
+            chunk.next.previous = chunk.previous
 
 
 def replay(steps: Sequence[Sequence[ArenaEvent]],

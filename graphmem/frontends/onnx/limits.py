@@ -201,6 +201,24 @@ def _function_scopes(function: onnx.FunctionProto) -> list[Scope]:
     return scopes
 
 
+# ----- what onnxruntime's session set-up is quadratic in ------------------------------------------
+# onnxruntime's session creation takes time growing with the square of the graph's outputs
+# (1.31, one thread: 2,000 outputs 1.9 s, 4,000 8.2 s, 10,000 about 50 s optimized; 0.8 s at
+# 4,000 unoptimized). Real models have a few hundred at most (a decoder's KV cache: two a layer).
+MAX_SESSION_OUTPUTS = 2048
+
+
+def session_outputs_refusal(model: onnx.ModelProto) -> str | None:
+    """Why onnxruntime should not get the model (its graph outputs above MAX_SESSION_OUTPUTS),
+    or None."""
+    count = len(model.graph.output)
+    if count <= MAX_SESSION_OUTPUTS:
+        return None
+    return (f"the model has {count:,} graph outputs, above the {MAX_SESSION_OUTPUTS:,} graphmem"
+            " hands onnxruntime (its session set-up grows with their square: 10,000 took"
+            " about 50 s)")
+
+
 # ----- what verify would run --------------------------------------------------------------------
 # A Loop's constant trip count above this is refused before verify runs it (10**12 iterations
 # of an Add would run for days); trip counts computed at run time meet verify's time limit.

@@ -45,7 +45,7 @@ from graphmem.core.ir import Graph, Node
 from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.importer import import_onnx, read_model
-from graphmem.frontends.onnx.limits import PlanShapes, largest_fold
+from graphmem.frontends.onnx.limits import PlanShapes, largest_fold, session_outputs_refusal
 from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_plan_shapes import PlanShape, ort_plan_shapes
 from graphmem.frontends.onnx.ort_proxy import (
@@ -79,7 +79,7 @@ class OptimizationRefused(GraphmemError):
     weights = True  # refused for the weights' size: --ort-optimization all lifts it
 
 
-class _FoldRefused(OptimizationRefused):
+class _GraphRefused(OptimizationRefused):
     weights = False
 
 
@@ -113,9 +113,12 @@ def optimized_graph(source: str | Path | onnx.ModelProto, level: str,
         raise OptimizationRefused(
             f"not optimized offline: {format_bytes(weights)} of weights and constants is above the"
             f" {format_bytes(max_initializer_bytes)} limit; planned the graph as written")
+    too_wide = session_outputs_refusal(model)
+    if too_wide is not None:
+        raise _GraphRefused(f"not optimized offline: {too_wide}; planned the graph as written")
     fold = largest_fold(model, shapes if shapes is not None else ort_plan_shapes(model))
     if fold is not None:
-        raise _FoldRefused(
+        raise _GraphRefused(
             f"not optimized offline: onnxruntime's constant folding would build {quoted(fold[0])}"
             f" of {fold[1]:,} elements at session creation, above graphmem's budget; planned"
             " the graph as written")

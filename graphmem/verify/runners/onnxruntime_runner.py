@@ -44,7 +44,11 @@ from onnx.external_data_helper import ExternalDataInfo
 from graphmem.core.units import format_bytes
 from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.lean_read import read_lean_model_bytes
-from graphmem.frontends.onnx.limits import check_loop_trips, check_nesting
+from graphmem.frontends.onnx.limits import (
+    check_loop_trips,
+    check_nesting,
+    session_outputs_refusal,
+)
 from graphmem.frontends.onnx.model_text import parse_model
 from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_session import max_ir_version
@@ -229,6 +233,10 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
     model = _load_proto(path)
     data_files = check_external_data(path, model)
     check_loop_trips(model)
+    too_wide = session_outputs_refusal(model)
+    if too_wide is not None:
+        raise GraphmemError(f"{path}: {too_wide}: verify runs the model on onnxruntime;"
+                            " graphmem analyze reads it without a session")
     notes = [_weights_note(data_files), *_planned_buffers_note(model)]
     _check_provider(provider)
     supported = max_ir_version()
