@@ -33,7 +33,7 @@ from graphmem.frontends.onnx.fold import refold_constants
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
     STATIC_TYPES_TOKEN,
-    budget_constants,
+    bounded_engine,
     remembered_shapes,
     skip_static_nodes,
     static_value_infos,
@@ -493,6 +493,6 @@ def _symbolic_shape_infer_module() -> ModuleType:
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     module.sympy = sympy_for_engine(module.sympy)
-    budget_constants(module.SymbolicShapeInference)
+    bounded_engine(module.SymbolicShapeInference)
     module.get_shape_from_type_proto = remembered_shapes(module.get_shape_from_type_proto)
     return module

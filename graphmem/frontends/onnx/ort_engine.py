@@ -163,6 +163,13 @@ def _static(info: onnx.ValueInfoProto) -> bool:
         and all(d.HasField("dim_value") for d in tensor_type.shape.dim)
 
 
+def bounded_engine(engine_class: type) -> None:
+    """The engine class with the two bounds below: no constant built past a budget, no
+    function copied for a node that does not call it."""
+    budget_constants(engine_class)
+    called_functions_only(engine_class)
+
+
 def budget_constants(engine_class: type) -> None:
     """Make the engine's ConstantOfShape rule (on `engine_class`, so the engines it starts for
     bodies follow it too) type the output without building its value when the value would
@@ -184,6 +191,41 @@ def budget_constants(engine_class: type) -> None:
             engine.known_vi_[node.output[0]].type.tensor_type.elem_type = elem_type
 
     engine_class._infer_ConstantOfShape = infer_constant_of_shape
+
+
+def called_functions_only(engine_class: type) -> None:
+    """Make the engine's one-node inference carry only the functions the node calls (directly
+    or through others), not all of the model's: it serializes and parses its scratch model
+    once per node, so 3,000 local functions took 24 s (quadratic), most of it copying them."""
+    rule = getattr(engine_class, _SINGLE_NODE)
+
+    def infer_single_node(engine: Any, node: onnx.NodeProto) -> None:
+        functions = engine.out_mp_.functions
+        if functions:
+            scratch = engine.tmp_mp_.functions
+            del scratch[:]
+            scratch.extend(_called(engine, node))
+        rule(engine, node)
+
+    setattr(engine_class, _SINGLE_NODE, infer_single_node)
+
+
+def _called(engine: Any, node: onnx.NodeProto) -> list[onnx.FunctionProto]:
+    """The model's functions `node` calls, directly or through others (by domain and name)."""
+    by_key = getattr(engine, "_graphmem_functions", None)
+    if by_key is None:
+        by_key = {(f.domain, f.name): f for f in engine.out_mp_.functions}
+        engine._graphmem_functions = by_key
+    called: dict[tuple[str, str], onnx.FunctionProto] = {}
+    pending = [(node.domain, node.op_type)]
+    while pending:
+        key = pending.pop()
+        function = by_key.get(key)
+        if function is None or key in called:
+            continue
+        called[key] = function
+        pending.extend((n.domain, n.op_type) for n in function.node)
+    return list(called.values())
 
 
 def _elements(shape: Any) -> int:
