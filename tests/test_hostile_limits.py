@@ -9,13 +9,6 @@ wait4. The models come from tests/hostile_models.py, one builder per cause.
 
 from __future__ import annotations
 
-import os
-import resource
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -31,66 +24,11 @@ from graphmem.frontends.onnx.limits import (
     largest_fold,
 )
 from tests import hostile_models as hostile
+from tests.helpers.hostile_run import Outcome, run_cli
 
-REPO = Path(__file__).resolve().parent.parent
 LIMIT_S = 60.0
 RSS_LIMIT_BYTES = 2**30
-_ADDRESS_SPACE_BYTES = 4 * 10**9
 MODEL = "model.onnx"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    code: int | str  # the exit code, or how the process ended instead
-    out: str
-    err: str
-    seconds: float
-    max_rss_bytes: int
-    left_behind: tuple[str, ...]
-
-
-def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
-    """`python -m graphmem argv` in `folder`, with empty HOME and TMPDIR of its own."""
-    home, temp = folder / "home", folder / "tmp"
-    home.mkdir()
-    temp.mkdir()
-    before = {p.name for p in folder.iterdir()}
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}
-    env.pop("XDG_CACHE_HOME", None)
-    out_path, err_path = home.parent / ".out", home.parent / ".err"
-    with out_path.open("w") as out, err_path.open("w") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "graphmem", *argv], cwd=folder, env=env, stdout=out,
-            stderr=err, preexec_fn=_limit_address_space)
-    start = time.monotonic()
-    code: int | str
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - start > limit_s:
-            os.kill(process.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(process.pid, 0)
-            break
-        time.sleep(0.02)
-    seconds = time.monotonic() - start
-    process.returncode = 0  # reaped here: Popen must not wait for it again
-    if seconds > limit_s:
-        code = f"hung: killed after {limit_s:g} s"
-    elif os.WIFSIGNALED(status):
-        code = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    else:
-        code = os.WEXITSTATUS(status)
-    texts = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
-    out_path.unlink()
-    err_path.unlink()
-    left = [str(p.relative_to(folder)) for p in folder.rglob("*")
-            if p.parent != folder or p.name not in before]
-    return Outcome(code, *texts, seconds, usage.ru_maxrss * 1024, tuple(sorted(left)))
-
-
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE_BYTES, _ADDRESS_SPACE_BYTES))
 
 
 def broken_promises(outcome: Outcome, allowed: frozenset[int] = frozenset({0, 1, 2}),

@@ -1,0 +1,71 @@
+"""How graphmem's time and memory grow with the counts a hostile model can choose (issue 26,
+items 8-11): each model of tests/hostile_models.py at 10^3, 10^4 and 10^5 of its count,
+analysed by `python -m graphmem analyze MODEL --batch 2 --html out.html` in a fresh process and
+folder (4 GB address-space limit; a run past --limit seconds is stopped and shown as such).
+
+    python benchmarks/hostile_scaling.py [--counts 1000,10000,100000] [--limit 120]
+                                         [--only outputs,functions]
+
+Columns: wall seconds of the whole process (the machines this runs on are shared: compare
+rows of one run), its peak RSS (ru_maxrss of the process, spawned, not forked), and how it
+ended (exit code; `2` is a stated refusal, its line shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests import hostile_models as hostile
+from tests.helpers.hostile_run import run_cli
+
+# what each count means, and the builder (the depth and the constant's elements scale too)
+COUNTS = {
+    "outputs": "graph outputs",
+    "functions": "local functions, one call each",
+    "sum-inputs": "inputs of one Sum",
+    "concat-inputs": "inputs of one Concat",
+    "split-outputs": "outputs of one Split",
+    "nested-functions": "function calls nested",
+    "cos-with-if": "int64 ConstantOfShape elements (x10^4), beside an If",
+    "doc-string": "doc string bytes (x10^3)",
+}
+_SCALE = {"cos-with-if": 10**4, "doc-string": 10**3}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1000,10000,100000")
+    parser.add_argument("--limit", type=float, default=120.0, help="seconds per run")
+    parser.add_argument("--only", default="", help="comma-separated builders")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    names = [n for n in COUNTS if not args.only or n in args.only.split(",")]
+    print("| model | count | seconds | peak RSS | exit |")
+    print("|---|---:|---:|---:|---|")
+    for name in names:
+        for count in counts:
+            print(_row(name, count, args.limit), flush=True)
+    return 0
+
+
+def _row(name: str, count: int, limit_s: float) -> str:
+    with tempfile.TemporaryDirectory(prefix="graphmem-bench-") as folder:
+        model = hostile.BUILDERS[name](count * _SCALE.get(name, 1))
+        (Path(folder) / "model.onnx").write_bytes(model.SerializeToString())
+        del model
+        outcome = run_cli(Path(folder), "analyze", "model.onnx", "--batch", "2", "--html",
+                          "out.html", limit_s=limit_s)
+    ended = str(outcome.code)
+    if outcome.code == 2:
+        ended += ": " + outcome.err.strip().removeprefix("graphmem: error: ")[:90]
+    return (f"| {name} ({COUNTS[name]}) | {count:,} | {outcome.seconds:.1f} |"
+            f" {outcome.max_rss_bytes / 2**20:,.0f} MiB | {ended} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

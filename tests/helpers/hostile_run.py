@@ -1,0 +1,75 @@
+"""`python -m graphmem` in a child process of its own folder, measured: exit, output, seconds,
+peak RSS, files left behind (tests/test_hostile_limits.py, benchmarks/hostile_scaling.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LIMIT_S = 60.0
+_ADDRESS_SPACE_BYTES = 4 * 10**9
+# `python -m graphmem ARGV` under the address-space limit
+_LIMITED_MAIN = (
+    "import resource, runpy, sys\n"
+    f"resource.setrlimit(resource.RLIMIT_AS, ({_ADDRESS_SPACE_BYTES}, {_ADDRESS_SPACE_BYTES}))\n"
+    "sys.argv = ['graphmem', *sys.argv[1:]]\n"
+    "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int | str  # the exit code, or how the process ended instead
+    out: str
+    err: str
+    seconds: float
+    max_rss_bytes: int
+    left_behind: tuple[str, ...]
+
+
+def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
+    """`python -m graphmem argv` in `folder`, with empty HOME and TMPDIR of its own."""
+    home, temp = folder / "home", folder / "tmp"
+    home.mkdir()
+    temp.mkdir()
+    before = {p.name for p in folder.iterdir()}
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}
+    env.pop("XDG_CACHE_HOME", None)
+    out_path, err_path = home.parent / ".out", home.parent / ".err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        # no preexec_fn: the child is spawned, not forked, so its peak RSS is its own (a
+        # forked child's ru_maxrss starts at its parent's)
+        process = subprocess.Popen([sys.executable, "-c", _LIMITED_MAIN, *argv], cwd=folder,
+                                   env=env, stdout=out, stderr=err)
+    start = time.monotonic()
+    code: int | str
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - start > limit_s:
+            os.kill(process.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(process.pid, 0)
+            break
+        time.sleep(0.02)
+    seconds = time.monotonic() - start
+    process.returncode = 0  # reaped here: Popen must not wait for it again
+    if seconds > limit_s:
+        code = f"hung: killed after {limit_s:g} s"
+    elif os.WIFSIGNALED(status):
+        code = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    else:
+        code = os.WEXITSTATUS(status)
+    texts = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
+    out_path.unlink()
+    err_path.unlink()
+    left = [str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.parent != folder or p.name not in before]
+    return Outcome(code, *texts, seconds, usage.ru_maxrss * 1024, tuple(sorted(left)))
+
+
