@@ -19,6 +19,7 @@ from graphmem.frontends.onnx.lean_read import read_lean_model_bytes
 from graphmem.frontends.onnx.limits import (
     MAX_LOOP_TRIPS,
     MAX_NESTING_DEPTH,
+    MAX_SESSION_OUTPUTS,
     check_loop_trips,
     check_nesting,
     largest_fold,
@@ -194,3 +195,25 @@ def test_forty_million_unknown_fields(tmp_path: Path) -> None:
     _save(tmp_path, hostile.bulky_unknown_fields(4 * 10**7))
     outcome = run_cli(tmp_path, "analyze", MODEL, "--batch", "2", "--html", "out.html")
     assert not broken_promises(outcome, frozenset({0}), outputs=("out.html",))
+
+
+# ----- 11: width ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("build", "count"), [
+    ("outputs", 10**4), ("functions", 3 * 10**3), ("sum-inputs", 10**4),
+    ("concat-inputs", 10**4), ("split-outputs", 10**4)])
+def test_wide_graphs_analyse_within_the_contract(tmp_path: Path, build: str,
+                                                 count: int) -> None:
+    _save(tmp_path, hostile.BUILDERS[build](count))
+    outcome = run_cli(tmp_path, "analyze", MODEL, "--batch", "2", "--html", "out.html")
+    assert not broken_promises(outcome, frozenset({0}), outputs=("out.html",))
+
+
+@pytest.mark.slow
+def test_verify_refuses_more_outputs_than_onnxruntime_sets_up_in_time(tmp_path: Path) -> None:
+    _save(tmp_path, hostile.wide_outputs(MAX_SESSION_OUTPUTS + 1))
+    outcome = run_cli(tmp_path, "verify", MODEL, "--batch", "2")
+    assert not broken_promises(outcome, frozenset({2}))
+    assert "2,049 graph outputs" in outcome.err

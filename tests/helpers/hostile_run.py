@@ -14,10 +14,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LIMIT_S = 60.0
 _ADDRESS_SPACE_BYTES = 4 * 10**9
-# `python -m graphmem ARGV` under the address-space limit
+_PEAK_FILE = ".peak_rss_kib"
+# `python -m graphmem ARGV` under the address-space limit, its own peak RSS (VmHWM) written at
+# exit: ru_maxrss would start at the parent's RSS (Linux carries the peak across exec)
 _LIMITED_MAIN = (
-    "import resource, runpy, sys\n"
+    "import atexit, re, resource, runpy, sys\n"
     f"resource.setrlimit(resource.RLIMIT_AS, ({_ADDRESS_SPACE_BYTES}, {_ADDRESS_SPACE_BYTES}))\n"
+    "def peak():\n"
+    "    status = open('/proc/self/status').read()\n"
+    f"    open({_PEAK_FILE!r}, 'w').write(re.search(r'VmHWM:\\s+(\\d+)', status)[1])\n"
+    "atexit.register(peak)\n"
     "sys.argv = ['graphmem', *sys.argv[1:]]\n"
     "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
 
@@ -68,8 +74,13 @@ def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
     texts = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     out_path.unlink()
     err_path.unlink()
+    peak_file = folder / _PEAK_FILE
+    peak_bytes = usage.ru_maxrss * 1024  # a crash writes no peak: the upper bound
+    if peak_file.is_file():
+        peak_bytes = int(peak_file.read_text()) * 1024
+        peak_file.unlink()
     left = [str(p.relative_to(folder)) for p in folder.rglob("*")
             if p.parent != folder or p.name not in before]
-    return Outcome(code, *texts, seconds, usage.ru_maxrss * 1024, tuple(sorted(left)))
+    return Outcome(code, *texts, seconds, peak_bytes, tuple(sorted(left)))
 
 
