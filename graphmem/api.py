@@ -392,9 +392,12 @@ def verify_model(model: str | Path, inputs: object = None, *, batch: int | None 
            dims: Mapping[str, int] | None = None, provider: str = "cpu",
            threads: int | None = None, seed: int = 0, optimized_run: bool = True,
            train: bool = False, optimizer: str = "adam", amp: str | None = None,
-           loss: Callable[..., object] | None = None) -> Verification | TorchVerification:
+           loss: Callable[..., object] | None = None, time_limit_s: int = 600,
+           memory_limit_bytes: int | None = None) -> Verification | TorchVerification:
     """`graphmem verify`: run the model for real here next to graphmem's prediction. An .onnx
-    file runs on onnxruntime (batch, dims, provider, threads, optimized_run); a PyTorch model
+    file runs on onnxruntime (batch, dims, provider, threads, optimized_run), in a child
+    process under time_limit_s and memory_limit_bytes (default: three quarters of the
+    machine's memory: docs/verify.md); a PyTorch model
     is named `file.py:fn` (it is built again with real weights) and takes `inputs` as
     `analyze` does (shapes, tensors, a dict of keyword inputs), train, optimizer, amp, loss."""
     from graphmem.frontends.torch.spec import is_model_spec
@@ -407,10 +410,11 @@ def verify_model(model: str | Path, inputs: object = None, *, batch: int | None 
     if inputs is not None or train:
         raise GraphmemError("inputs and train describe a PyTorch step ('file.py:fn'); an ONNX"
                             " model takes batch= and dims=")
-    from graphmem.verify.onnx_run import verify_onnx
+    from graphmem.verify.onnx_run import RunLimits, verify_onnx
 
     return verify_onnx(model, batch=batch, dims=dims, provider=provider, threads=threads,
-                       seed=seed, optimized_run=optimized_run)
+                       seed=seed, optimized_run=optimized_run,
+                       limits=RunLimits(time_limit_s, memory_limit_bytes or 0))
 
 
 def _verify_torch(spec: str, inputs: object, provider: str, seed: int, train: bool,

@@ -43,7 +43,8 @@ VERIFY_TO_API = {
     "model": "model", "input": "inputs", "batch": "batch", "dim": "dims",
     "provider": "provider", "threads": "threads", "seed": "seed",
     "no_optimized_run": "optimized_run", "train": "train", "optimizer": "optimizer",
-    "amp": "amp", "loss": "loss",
+    "amp": "amp", "loss": "loss", "time_limit": "time_limit_s",
+    "memory_limit": "memory_limit_bytes",
     # outputs: the result object has every node and the JSON's numbers
     "all_nodes": "(result.nodes)", "json": "(result)",
 }
