@@ -17,6 +17,7 @@ import pytest
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.lean_read import read_lean_model_bytes
 from graphmem.frontends.onnx.limits import (
+    MAX_LOCAL_FUNCTIONS,
     MAX_LOOP_TRIPS,
     MAX_NESTING_DEPTH,
     MAX_SESSION_OUTPUTS,
@@ -71,8 +72,8 @@ def test_function_chains_are_refused_past_the_stated_depth() -> None:
 
 
 def test_a_chain_of_thousands_is_measured_without_recursion() -> None:
-    with pytest.raises(GraphmemError, match="5000 deep"):
-        check_nesting(hostile.nested_functions(5000))
+    with pytest.raises(GraphmemError, match="4000 deep"):
+        check_nesting(hostile.nested_functions(4000))
 
 
 def test_a_function_calling_itself_is_refused() -> None:
@@ -84,7 +85,7 @@ def test_a_function_calling_itself_is_refused() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["analyze", "verify"])
-@pytest.mark.parametrize("depth", [3000, 5000])
+@pytest.mark.parametrize("depth", [3000, 4000])
 def test_deep_function_chains_exit_2_without_a_crash(tmp_path: Path, command: str,
                                                      depth: int) -> None:
     _save(tmp_path, hostile.nested_functions(depth))
@@ -209,6 +210,12 @@ def test_wide_graphs_analyse_within_the_contract(tmp_path: Path, build: str,
     _save(tmp_path, hostile.BUILDERS[build](count))
     outcome = run_cli(tmp_path, "analyze", MODEL, "--batch", "2", "--html", "out.html")
     assert not broken_promises(outcome, frozenset({0}), outputs=("out.html",))
+
+
+def test_more_local_functions_than_onnx_infers_in_time_are_refused() -> None:
+    check_nesting(hostile.wide_functions(MAX_LOCAL_FUNCTIONS))
+    with pytest.raises(GraphmemError, match="4,097 local functions, above"):
+        check_nesting(hostile.wide_functions(MAX_LOCAL_FUNCTIONS + 1))
 
 
 @pytest.mark.slow

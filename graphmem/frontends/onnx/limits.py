@@ -33,14 +33,24 @@ from graphmem.frontends.onnx.untrusted import (
 # Nested function calls and bodies, together. Exporters nest functions as deep as the module
 # tree (a transformer: under 10 levels); onnxruntime takes 0.04 s at 100 and crashes at 3,000.
 MAX_NESTING_DEPTH = 64
+# Local functions: onnx's shape inference takes time growing with the square of their count
+# (onnx 1.23: 1,000 in 0.15 s, 3,000 in 1.1 s, 6,000 in 6.1 s, each inference of the model);
+# exporters write one per module class, a few dozen.
+MAX_LOCAL_FUNCTIONS = 4096
 _FIX = "re-export the model with its functions inlined (onnx.inliner.inline_local_functions)"
 
 FunctionKey = tuple[str, str, str]  # domain, name, overload
 
 
 def check_nesting(model: onnx.ModelProto) -> None:
-    """Refuse a model whose functions call themselves, or whose function calls and bodies
-    nest more than MAX_NESTING_DEPTH deep (module docstring)."""
+    """Refuse a model with more than MAX_LOCAL_FUNCTIONS functions, whose functions call
+    themselves, or whose function calls and bodies nest more than MAX_NESTING_DEPTH deep
+    (module docstring)."""
+    if len(model.functions) > MAX_LOCAL_FUNCTIONS:
+        raise GraphmemError(
+            f"the model has {len(model.functions):,} local functions, above graphmem's limit of"
+            f" {MAX_LOCAL_FUNCTIONS:,} (onnx's shape inference grows with the square of their"
+            f" count: 6,000 took 6 s): {_FIX}")
     functions = {_function_key(f): f for f in model.functions}
     if not functions:
         return  # bodies alone: bounded by protobuf's own nesting limit
