@@ -35,7 +35,6 @@ docs/gpu-campaign.md is the runbook (onnxruntime-gpu carried in parts, the devic
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
 import os
@@ -359,25 +358,6 @@ def child_context() -> dict[str, Any]:
             "stages": [asdict(stage) for stage in stages]}
 
 
-def device_used_bytes() -> int | None:
-    """cuMemGetInfo's total - free on the current context (the one onnxruntime made; its
-    primary context is retained where none is current): cudaMemGetInfo, as gpu_context.py and
-    torch.cuda.mem_get_info read it, without loading another CUDA library."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    if cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) != 0:
-        device, context = ctypes.c_int(), ctypes.c_void_p()
-        if (cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), 0)
-                or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
-                or cuda.cuCtxSetCurrent(context)
-                or cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))):
-            return None
-    return total.value - free.value
-
-
 def load_cuda_libraries() -> str:
     """onnxruntime-gpu 1.31 (CUDA 13, cuDNN 9) finds its libraries where PyTorch's CUDA 13
     build loaded them: this script imports torch first (no CUDA context: nothing is run), as
@@ -398,8 +378,9 @@ def child_ort(path: str, specs: list[dict[str, Any]], level: str, provider: str
 
     note = load_cuda_libraries() if provider == "cuda" else ""
     inputs = [InputSpec(s["name"], tuple(s["shape"]), s["dtype"], s["high"]) for s in specs]
-    used = device_used_bytes if provider == "cuda" else None
-    run = run_onnx(Path(path), inputs, provider, level, device_used=used)
+    # the run happens in verify's child process, which reads the device's used memory itself
+    # (graphmem/verify/runners/ort_child.py) while its session is alive
+    run = run_onnx(Path(path), inputs, provider, level, device_used=provider == "cuda")
     return {"arena peak": run.peak_bytes, "arena held": run.arena_held_bytes,
             "used": run.device_used_bytes, "weights in arena": run.weights_in_arena_bytes,
             "note": note}
@@ -434,7 +415,7 @@ def child_ort_probe(provider: str) -> dict[str, Any]:
         onnx.save(model, str(path))
         try:
             run = run_onnx(path, [InputSpec("x", (1, 16), "float32")], provider, "all",
-                           device_used=device_used_bytes if provider == "cuda" else None)
+                           device_used=provider == "cuda")
         except GraphmemError as error:
             return {"ok": False, "reason": f"{error}{'; ' + note if note else ''}"}
     return {"ok": True, "version": ort.__version__, "used": run.device_used_bytes,
