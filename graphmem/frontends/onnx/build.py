@@ -16,7 +16,7 @@ from graphmem.core.symbolic import SymInt, parse_dim
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
 from graphmem.frontends.onnx.fold import default_opset
-from graphmem.frontends.onnx.read import subgraphs
+from graphmem.frontends.onnx.untrusted import subgraphs
 from graphmem.ops.control_flow import (
     BODY_SCRATCH_SUFFIX,
     ControlFlowNode,

@@ -27,6 +27,7 @@ from graphmem.frontends.onnx.untrusted import (
     has_inline_data,
     node_label,
     quoted,
+    subgraphs,
     tensor_numel,
 )
 
@@ -79,12 +80,8 @@ def _calls(nodes: Iterable[onnx.NodeProto], functions: dict[FunctionKey, onnx.Fu
         key = (node.domain, node.op_type, getattr(node, "overload", ""))
         if key in functions:
             found.append((level, key))
-        for attribute in node.attribute:
-            if attribute.type == AttributeProto.GRAPH:
-                found.extend(_calls(attribute.g.node, functions, level + 1))
-            elif attribute.type == AttributeProto.GRAPHS:
-                for body in attribute.graphs:
-                    found.extend(_calls(body.node, functions, level + 1))
+        for body in subgraphs(node):
+            found.extend(_calls(body.node, functions, level + 1))
     return found
 
 
@@ -192,22 +189,16 @@ def _graphs(graph: onnx.GraphProto) -> list[Scope]:
     refuses more)."""
     found: list[Scope] = [(graph.node, graph.initializer)]
     for node in graph.node:
-        for attribute in node.attribute:
-            bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
-                attribute.graphs if attribute.type == AttributeProto.GRAPHS else [])
-            for body in bodies:
-                found.extend(_graphs(body))
+        for body in subgraphs(node):
+            found.extend(_graphs(body))
     return found
 
 
 def _function_scopes(function: onnx.FunctionProto) -> list[Scope]:
     scopes: list[Scope] = [(function.node, ())]
     for node in function.node:
-        for attribute in node.attribute:
-            bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
-                attribute.graphs if attribute.type == AttributeProto.GRAPHS else [])
-            for body in bodies:
-                scopes.extend(_graphs(body))
+        for body in subgraphs(node):
+            scopes.extend(_graphs(body))
     return scopes
 
 

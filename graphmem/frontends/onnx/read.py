@@ -14,7 +14,6 @@ from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import AttributeProto
 
 from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.lean_read import KEEP_BYTES, read_lean_model_bytes
@@ -28,6 +27,7 @@ from graphmem.frontends.onnx.untrusted import (
     model_tensors,
     read_model_bytes,
     strip_and_validate,
+    subgraphs,
 )
 
 # Initializer payloads above this size are dropped after loading: only dims and dtype matter,
@@ -170,14 +170,3 @@ def _type_dims(type_proto: onnx.TypeProto) -> list[onnx.TensorShapeProto.Dimensi
 def _identifier(name: str) -> str:
     text = re.sub(r"\W", "_", name)
     return text if text and not text[0].isdigit() else f"v_{text}"
-
-
-def subgraphs(proto: onnx.NodeProto) -> list[onnx.GraphProto]:
-    """The bodies of a control-flow node (If branches, Loop and Scan bodies)."""
-    graphs: list[onnx.GraphProto] = []
-    for attribute in proto.attribute:
-        if attribute.type == AttributeProto.GRAPH:
-            graphs.append(attribute.g)
-        elif attribute.type == AttributeProto.GRAPHS:
-            graphs.extend(attribute.graphs)
-    return graphs

@@ -141,8 +141,19 @@ def graph_tensors(graph: onnx.GraphProto) -> Iterator[tuple[str, TensorProto]]:
         yield from _node_tensors(node)
 
 
+def subgraphs(proto: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The bodies of a control-flow node (If branches, Loop and Scan bodies)."""
+    graphs: list[onnx.GraphProto] = []
+    for attribute in proto.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            graphs.append(attribute.g)
+        elif attribute.type == AttributeProto.GRAPHS:
+            graphs.extend(attribute.graphs)
+    return graphs
+
+
 def _node_tensors(node: onnx.NodeProto) -> Iterator[tuple[str, TensorProto]]:
-    for attribute in node.attribute:
+    for attribute in node.attribute:  # in attribute order: bodies and tensors as written
         if attribute.type == AttributeProto.GRAPH:
             yield from graph_tensors(attribute.g)
         elif attribute.type == AttributeProto.GRAPHS:
