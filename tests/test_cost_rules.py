@@ -2,53 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 import graphmem.ops  # noqa: F401 - fills the registry
-from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.core.ir import Node
 from graphmem.core.symbolic import SymInt
 from graphmem.ops import OpCost, ShapeUnknownError, find_rule, registered_ops, registry
 from graphmem.ops.elementwise import FLOPS_PER_ELEMENT
 from graphmem.ops.registry import register
+from tests.helpers.op_nodes import assert_cost, cost, node, tensor
 
 MS = "com.microsoft"
 BATCH = SymInt.symbol("batch")
-
-DimSpec = int | str | None  # a size, a dynamic dim's name, or unknown
-
-
-def tensor(*shape: DimSpec, rank_known: bool = True) -> Value:
-    """A float tensor; str dims are symbolic, None dims are unknown."""
-    dims = tuple(
-        None if d is None else SymInt.symbol(d) if isinstance(d, str) else SymInt.const(d)
-        for d in shape
-    )
-    return Value("t", DType.FLOAT32, dims if rank_known else None, Role.ACTIVATION)
-
-
-def node(
-    op_type: str,
-    inputs: Sequence[Value | None],
-    outputs: Sequence[Value],
-    domain: str = "",
-    **attributes: int | float | str | tuple[int, ...],
-) -> Node:
-    return Node(f"/test/{op_type}", op_type, list(inputs), list(outputs), attributes, domain)
-
-
-def cost(n: Node) -> OpCost:
-    rule = find_rule(n.op_type, n.domain)
-    assert rule is not None, f"no rule for {n.describe()}"
-    return rule(n)
-
-
-def assert_cost(n: Node, macs: SymInt | int, flops: SymInt | int) -> None:
-    result = cost(n)
-    assert result.macs == macs, f"macs {result.macs} != {macs}"
-    assert result.flops == flops, f"flops {result.flops} != {flops}"
-
 
 # ----- registry ---------------------------------------------------------------------------------
 def test_duplicate_registration_raises(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,13 +13,14 @@ DimSpec = int | str | None  # a size, a dynamic dim's name, or unknown
 AttributeValue = int | float | str | tuple[int, ...] | tuple[float, ...] | tuple[bytes, ...]
 
 
-def tensor(*shape: DimSpec, dtype: DType = DType.FLOAT32) -> Value:
-    """A tensor (float unless said); str dims are symbolic, None dims are unknown."""
+def tensor(*shape: DimSpec, dtype: DType = DType.FLOAT32, rank_known: bool = True) -> Value:
+    """A tensor (float unless said); str dims are symbolic, None dims are unknown;
+    `rank_known=False`: not even the rank is known."""
     dims = tuple(
         None if d is None else SymInt.symbol(d) if isinstance(d, str) else SymInt.const(d)
         for d in shape
     )
-    return Value("t", dtype, dims, Role.ACTIVATION)
+    return Value("t", dtype, dims if rank_known else None, Role.ACTIVATION)
 
 
 def node(op_type: str, inputs: Sequence[Value | None], outputs: Sequence[Value],
