@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from graphmem.ops.elementwise import PRIMITIVE_FLOPS
+from graphmem.ops.elementwise import BACKWARD_TABLE, PRIMITIVE_FLOPS
 from graphmem.ops.movement import SCATTER_ADD_FLOPS
 from graphmem.ops.normalization import (
     AFFINE_FLOPS,
@@ -29,8 +29,14 @@ from graphmem.ops.normalization import (
     SOFTMAX_BACKWARD_FLOPS,
     SOFTMAX_FLOPS_PER_ELEMENT,
     STATISTICS_FLOPS,
+    WEIGHT_NORM_BACKWARD_FLOPS,
+    WEIGHT_NORM_FLOPS,
 )
-from graphmem.ops.pooling import WINDOW_ELEMENT_FLOPS
+from graphmem.ops.pooling import (
+    MAX_POOL_BACKWARD_FLOPS,
+    WINDOW_ELEMENT_FLOPS,
+    lerp_flops,
+)
 from graphmem.ops.reduction import FLOPS_PER_INPUT_ELEMENT, HISTOGRAM_FLOPS_PER_ELEMENT
 from graphmem.ops.registry import (
     ATEN_DOMAIN,
@@ -149,12 +155,54 @@ PER_ELEMENT: dict[str, PerElement] = {
     # a router's tokens per expert: each choice counted into its expert's bin
     "histc": PerElement(HISTOGRAM_FLOPS_PER_ELEMENT),
     "bincount": PerElement(HISTOGRAM_FLOPS_PER_ELEMENT),
+    # scatter_add(self, dim, index, src): each src element added into self at its index
+    # (DeBERTa's relative-position gathers differentiate to it)
+    "scatter_add": PerElement(SCATTER_ADD_FLOPS, argument=3),
+    "scatter_add_": PerElement(SCATTER_ADD_FLOPS, argument=3),
+    # col2im(columns [n, c*kh*kw, L], ...) -> [n, c, h, w]: each column element added into
+    # its pixel (nn.Fold; the backward of im2col, ConvBERT's span convolution)
+    "col2im": PerElement(SCATTER_ADD_FLOPS),
+    # max_pool*_with_indices_backward(grad_output, self, ...): each gradient element added at
+    # its argmax, as the ONNX MaxPool's backward rule
+    "max_pool2d_with_indices_backward": PerElement(MAX_POOL_BACKWARD_FLOPS),
+    "max_pool3d_with_indices_backward": PerElement(MAX_POOL_BACKWARD_FLOPS),
+    # softplus_backward(grad_output, self, beta, threshold): the ONNX Softplus backward's
+    # per-element FLOPs (exp, add, divide, multiply)
+    "softplus_backward": PerElement(BACKWARD_TABLE["Softplus"][1]),
+    # hardswish_backward(grad_output, self), hardtanh_backward(grad_output, self, min, max)
+    # (ReLU6): the ONNX HardSwish and Clip backwards' per-element FLOPs
+    "hardswish_backward": PerElement(BACKWARD_TABLE["HardSwish"][1]),
+    "hardtanh_backward": PerElement(BACKWARD_TABLE["Clip"][1]),
+    # upsample_nearest*_backward(grad_output, ...): each gradient element added into the
+    # pixel it was copied from
+    "upsample_nearest1d_backward": PerElement(SCATTER_ADD_FLOPS),
+    "upsample_nearest2d_backward": PerElement(SCATTER_ADD_FLOPS),
+    "upsample_nearest3d_backward": PerElement(SCATTER_ADD_FLOPS),
+    # _weight_norm_interface(v, g, dim) -> (w, norms); its backward(grad_w, v, g, norms, dim):
+    # per element of v (graphmem/ops/normalization.py; wav2vec2's positional conv)
+    "_weight_norm_interface": PerElement(WEIGHT_NORM_FLOPS),
+    "_weight_norm_interface_backward": PerElement(WEIGHT_NORM_BACKWARD_FLOPS),
+    # upsample_*_backward(grad_output, output_size, input_size, ...): the interpolation's
+    # transpose, the same taps per output-gradient element (the ONNX Resize backward)
+    "upsample_linear1d_backward": PerElement(lerp_flops(1)),
+    "upsample_bilinear2d_backward": PerElement(lerp_flops(2)),
+    "upsample_trilinear3d_backward": PerElement(lerp_flops(3)),
+}
+# Interpolations, FLOPs per output element (the ONNX Resize rule's; nearest copies: 0):
+# upsample_bilinear2d [n, c, h, w] -> [n, c, H, W] is n * c * H * W * 3 lerps x 3 FLOPs
+PER_OUTPUT_ELEMENT: dict[str, int] = {
+    "upsample_linear1d": lerp_flops(1), "upsample_bilinear2d": lerp_flops(2),
+    "upsample_trilinear3d": lerp_flops(3),
 }
 # Window pools: per output element, this many FLOPs per window element (ONNX MaxPool's and
 # AveragePool's); kernel_size is argument 1, the spatial dims are in the name
 WINDOW_POOLS: dict[str, int] = dict.fromkeys(
     ("max_pool1d", "max_pool2d", "max_pool2d_with_indices", "max_pool3d_with_indices",
      "avg_pool1d", "avg_pool2d", "avg_pool3d"), WINDOW_ELEMENT_FLOPS)
+# avg_pool*_backward(grad_output, self, kernel_size, ...): each gradient element spread over
+# its window, per window element (the ONNX AveragePool backward's)
+WINDOW_POOL_BACKWARDS: dict[str, int] = dict.fromkeys(
+    ("avg_pool2d_backward", "avg_pool3d_backward"), WINDOW_ELEMENT_FLOPS)
 # aten's `pointwise` tag: simple arithmetic, one primitive per output element
 POINTWISE_FLOPS = PRIMITIVE_FLOPS
 # elementwise ops PyTorch does not tag `pointwise`, counted as the tagged ones
@@ -208,6 +256,13 @@ NO_ARITHMETIC = frozenset({
     "lift_fresh_copy", "new_empty", "new_zeros", "new_ones", "new_full", "embedding", "index",
     "index_select", "gather", "scatter", "slice_scatter", "select_scatter", "cat", "stack",
     "constant_pad_nd", "repeat", "index_put", "index_put_", "masked_fill", "tril", "triu",
+    # masked_fill_ writes the fill value where the mask is set, in place (BART's and
+    # SigLIP's attention masks, ConvNeXt-V2): a select, as masked_fill
+    "masked_fill_", "new_empty_strided",
+    # nearest upsampling copies each source pixel
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+    # im2col (nn.Unfold): each window's pixels copied into a column
+    "im2col",
     "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
     "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
     "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",

@@ -48,6 +48,12 @@ SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 LOG_SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, subtract log-sum
 BATCH_NORM_INFERENCE_FLOPS = 2  # folded per-channel multiply + add
 LP_NORM_FLOPS = 3  # |x|^p, sum, divide by the norm
+# weight normalization (torch's _weight_norm_interface), w = v * (g / ||v||) per row of v:
+# square, sum, multiply per element of v (g / ||v|| is one per row, not counted); its
+# backward: grad_g = sum(grad_w * v) / ||v|| (multiply, sum), grad_v = (g / ||v||) *
+# (grad_w - v * grad_g / ||v||) (multiply, subtract, multiply): 5 per element of v
+WEIGHT_NORM_FLOPS = 3
+WEIGHT_NORM_BACKWARD_FLOPS = 5
 LRN_FLOPS_OUTSIDE_WINDOW = 5  # square, scale, add bias, pow beta, divide
 
 

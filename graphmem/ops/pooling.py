@@ -60,12 +60,18 @@ register("MaxPool", "AveragePool")(pool_rule(WINDOW_ELEMENT_FLOPS))
 register("LpPool")(pool_rule(LP_WINDOW_ELEMENT_FLOPS))
 
 
+def lerp_flops(dims: int) -> int:
+    """(Multi)linear interpolation in `dims` dims, per output element: 2^dims corners
+    blended by 2^dims - 1 lerps (bilinear: 3 lerps x 3 FLOPs = 9)."""
+    return (2**dims - 1) * LERP_FLOPS
+
+
 def interpolation_flops(mode: str, dims: int, node: Node) -> int:
     """FLOPs per output element of `mode` interpolation in `dims` dimensions."""
     if dims == 0 or mode == "nearest":
         return 0
     if mode in ("linear", "bilinear", "trilinear"):
-        return (2**dims - 1) * LERP_FLOPS
+        return lerp_flops(dims)
     if mode in ("cubic", "bicubic"):
         return (4**dims - 1) // 3 * CUBIC_TAP_FILTER_FLOPS
     raise ShapeUnknownError(f"{node.describe()}: interpolation mode {mode!r} is not known")
@@ -131,8 +137,9 @@ def max_roi_pool(node: Node) -> OpCost:
 # ----- backward (training) --------------------------------------------------------------------
 # derivatives.yaml: max_pool2d_with_indices saves self and result1, the int64 argmax indices
 # (one per output element); its backward scatters each gradient to its index (1 FLOP per
-# output element). avg_pool2d saves self (for its shape only; our inputs' sizes are kept by
-# the gradient's shape): spreading each gradient over its window is 1 FLOP per window element.
+# output element: MAX_POOL_BACKWARD_FLOPS). avg_pool2d saves self (for its shape only; our
+# inputs' sizes are kept by the gradient's shape): spreading each gradient over its window is
+# 1 FLOP per window element.
 def _indices_shape(node: Node) -> Shape:
     return node.outputs[0].shape or ()
 
@@ -141,9 +148,10 @@ def _window_backward_flops(node: Node, needs_grad: frozenset[int]) -> OpCost:
     return OpCost.from_flops(output_numel(node) * window_size(node))
 
 
+MAX_POOL_BACKWARD_FLOPS = 1  # each output gradient added at its argmax
 register_backward("MaxPool")(BackwardRule(
     (saved_input(0), saved_extra("indices", DType.INT64, _indices_shape)),
-    pointwise_backward_flops(1), differentiable=(0,)))
+    pointwise_backward_flops(MAX_POOL_BACKWARD_FLOPS), differentiable=(0,)))
 register_backward("AveragePool")(BackwardRule((), _window_backward_flops, differentiable=(0,)))
 register_backward("Resize", "Upsample")(
     BackwardRule((), resize_backward_flops, differentiable=(0,)))

@@ -11,8 +11,8 @@
   products, which FlopCounterMode does not count) by graphmem/ops/linear.py's formula;
 - the rest by graphmem/ops/aten.py's tables, whose numbers are the ONNX rule families'
   constants (imported there, never copied here): reductions, normalizations, softmax and the
-  loss per element of an argument; window pools per window element; ops of aten's
-  `pointwise` tag and foreach ops one FLOP per element;
+  loss per element of an argument; interpolations per output element; window pools per
+  window element; ops of aten's `pointwise` tag and foreach ops one FLOP per element;
 - views, copies, casts, factories and indexing: 0 FLOPs (they move bytes);
 - anything else: None, which the costs pass reports as unsupported.
 """
@@ -35,9 +35,11 @@ from graphmem.ops.aten import (
     GROUPED_CONTRACTIONS,
     NO_ARITHMETIC,
     PER_ELEMENT,
+    PER_OUTPUT_ELEMENT,
     POINTWISE_FLOPS,
     POINTWISE_UNTAGGED,
     SAME_CONTRACTION,
+    WINDOW_POOL_BACKWARDS,
     WINDOW_POOLS,
     FusedAttention,
     PerElement,
@@ -65,10 +67,18 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
         return ImportedCost(macs=flops // 2, flops=flops)
     if name in PER_ELEMENT:
         return ImportedCost(0, _per_element_flops(fx_node, PER_ELEMENT[name]))
+    if name in PER_OUTPUT_ELEMENT:
+        return ImportedCost(0, _numel_of_output(fx_node.meta.get("val"))
+                            * PER_OUTPUT_ELEMENT[name])
     if name in WINDOW_POOLS:
         spatial_dims = int(name.split("_pool")[1][0])  # max_pool2d_with_indices -> 2
         windows = _pooled_numel(fx_node) * _window_size(fx_node, spatial_dims)
         return ImportedCost(0, windows * WINDOW_POOLS[name])
+    if name in WINDOW_POOL_BACKWARDS:  # the gradient (argument 0) over windows (argument 2)
+        spatial_dims = int(name.split("_pool")[1][0])
+        windows = _numel_of_first_tensor(fx_node.args[:1]) * _window_size(
+            fx_node, spatial_dims, argument=2)
+        return ImportedCost(0, windows * WINDOW_POOL_BACKWARDS[name])
     if name in NO_ARITHMETIC or _is_view(target):
         return ImportedCost(0, 0)
     if name.startswith(FOREACH_PREFIXES):  # one elementwise op over every tensor of the list
@@ -125,9 +135,9 @@ def _pooled_numel(fx_node: torch.fx.Node) -> int:
     return _numel_of_output(meta[0] if isinstance(meta, (tuple, list)) else meta)
 
 
-def _window_size(fx_node: torch.fx.Node, spatial_dims: int) -> int:
+def _window_size(fx_node: torch.fx.Node, spatial_dims: int, argument: int = 1) -> int:
     # kernel_size [k] means k in every spatial dim
-    kernel = list(fx_node.args[1])
+    kernel = list(fx_node.args[argument])
     return kernel[0] ** spatial_dims if len(kernel) == 1 else math.prod(kernel)
 
 

@@ -1,0 +1,115 @@
+"""Cost rules for the aten ops the zoo (tests/test_zoo.py) found unpriced: each traced with
+fake tensors, forward and backward, and its FLOPs stated with the working."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from graphmem.frontends.torch.costs import imported_cost
+
+pytestmark = [pytest.mark.torch]
+
+
+def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
+    """aten packet -> FLOPs, for each op of `fn` traced with fake tensors; all priced."""
+    found: dict[str, int] = {}
+    for fx_node in make_fx(fn, tracing_mode="fake")(*args).graph.nodes:
+        packet = getattr(fx_node.target, "overloadpacket", None)
+        if fx_node.op == "call_function" and packet is not None:
+            cost = imported_cost(fx_node)
+            assert cost is not None, f"{fx_node.target} is not priced"
+            found[packet.__name__] = found.get(packet.__name__, 0) + cost.flops
+    return found
+
+
+def gradient_of(op: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], object]:
+    def step(x: torch.Tensor) -> object:
+        return torch.autograd.grad(op(x).sum(), x)
+
+    return step
+
+
+def leaf(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, requires_grad=True)
+
+
+def test_scatter_add_adds_each_source_element() -> None:
+    # scatter_add(self [2, 6], 1, index [2, 5], src [2, 5]): 2 * 5 = 10 adds
+    flops = traced_flops(lambda x, i, s: x.scatter_add(1, i, s), torch.randn(2, 6),
+                         torch.zeros(2, 5, dtype=torch.int64), torch.randn(2, 5))
+    assert flops["scatter_add"] == 10
+
+
+def test_masked_fill_in_place_is_a_select() -> None:
+    def fill(x: torch.Tensor) -> torch.Tensor:
+        return x.clone().masked_fill_(x > 0, 0.0)
+
+    assert traced_flops(fill, torch.randn(3, 4))["masked_fill_"] == 0
+
+
+def test_max_pool_backward_adds_each_gradient_at_its_argmax() -> None:
+    # [1, 2, 4, 4] pooled 2x2 -> [1, 2, 2, 2]: 8 gradients, 1 add each
+    flops = traced_flops(gradient_of(lambda x: F.max_pool2d(x, 2)), leaf(1, 2, 4, 4))
+    assert flops["max_pool2d_with_indices_backward"] == 8
+
+
+def test_avg_pool_backward_spreads_each_gradient_over_its_window() -> None:
+    # 8 gradients x a 2x2 window = 32, as the forward's 8 outputs x 4 window elements
+    flops = traced_flops(gradient_of(lambda x: F.avg_pool2d(x, 2)), leaf(1, 2, 4, 4))
+    assert flops["avg_pool2d_backward"] == flops["avg_pool2d"] == 32
+
+
+def test_bilinear_upsampling_is_three_lerps_per_output() -> None:
+    # [1, 2, 4, 4] -> [1, 2, 8, 8]: 128 outputs x 3 lerps x 3 FLOPs = 1152; the backward
+    # accumulates the same taps per output gradient
+    flops = traced_flops(gradient_of(lambda x: F.interpolate(
+        x, scale_factor=2.0, mode="bilinear")), leaf(1, 2, 4, 4))
+    assert flops["upsample_bilinear2d"] == flops["upsample_bilinear2d_backward"] == 1152
+
+
+def test_nearest_upsampling_copies_and_its_backward_adds() -> None:
+    # 128 outputs copied (0); their 128 gradients each added into the source pixel
+    flops = traced_flops(gradient_of(lambda x: F.interpolate(x, scale_factor=2.0)),
+                         leaf(1, 2, 4, 4))
+    assert flops["upsample_nearest2d"] == 0
+    assert flops["upsample_nearest2d_backward"] == 128
+
+
+def test_unfold_copies_and_fold_adds() -> None:
+    # im2col [1, 2, 4, 4], 2x2 windows -> columns [1, 8, 9] (copied); col2im adds the 72
+    # column elements back into their pixels
+    flops = traced_flops(gradient_of(lambda x: F.unfold(x, 2)), leaf(1, 2, 4, 4))
+    assert flops["im2col"] == 0
+    assert flops["col2im"] == 72
+
+
+@pytest.mark.parametrize(("op", "packet", "per_element"), [
+    (F.softplus, "softplus_backward", 4),  # exp, add, divide, multiply
+    (F.hardswish, "hardswish_backward", 3),
+    (F.relu6, "hardtanh_backward", 2),  # a mask of x in range, multiply
+])
+def test_activation_backwards_cost_the_onnx_backward_rules(
+        op: Callable[[torch.Tensor], torch.Tensor], packet: str, per_element: int) -> None:
+    # [3, 4]: 12 elements
+    assert traced_flops(gradient_of(op), leaf(3, 4))[packet] == 12 * per_element
+
+
+def test_weight_norm_costs_its_norm_and_scale() -> None:
+    # v [4, 3], g [4, 1]: w = v * g / ||v||: 12 x (square, sum, multiply) = 36; backward
+    # 12 x 5 = 60 (graphmem/ops/normalization.py WEIGHT_NORM_BACKWARD_FLOPS)
+    def step(v: torch.Tensor, g: torch.Tensor) -> object:
+        return torch.autograd.grad(torch._weight_norm(v, g, 0).sum(), v)
+
+    flops = traced_flops(step, leaf(4, 3), torch.randn(4, 1))
+    assert flops["_weight_norm_interface"] == 36
+    assert flops["_weight_norm_interface_backward"] == 60
+
+
+def test_new_empty_strided_makes_bytes() -> None:
+    flops = traced_flops(lambda x: x.new_empty_strided((2, 3), (3, 1)), torch.randn(2))
+    assert flops["new_empty_strided"] == 0
