@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from graphmem import analyze_onnx, analyze_torch
 from graphmem.core.routing import MoeRouting, expert_loads, parse_moe_routing
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.loader import TensorSpec
 from graphmem.frontends.torch.trace import trace_model
 from tests.helpers.cli import run_cli
+from tests.helpers.traced_ops import traced_flops
 
 pytestmark = [pytest.mark.torch]
 
@@ -218,16 +217,6 @@ def test_verify_says_what_routing_the_prediction_assumed() -> None:
 
 
 # ----- cost rules ------------------------------------------------------------------------------
-def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
-    """aten packet -> the torch path's FLOPs, for each op of `fn` traced with fake tensors."""
-    found: dict[str, int] = {}
-    for fx_node in make_fx(fn, tracing_mode="fake")(*args).graph.nodes:
-        packet = getattr(fx_node.target, "overloadpacket", None)
-        if fx_node.op == "call_function" and packet is not None:
-            cost = imported_cost(fx_node)
-            assert cost is not None, f"{fx_node.target} is not priced"
-            found[packet.__name__] = found.get(packet.__name__, 0) + cost.flops
-    return found
 
 
 @pytest.mark.parametrize(("a", "b", "offs", "macs"), [

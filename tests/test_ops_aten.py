@@ -13,12 +13,10 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from graphmem.core.ir import DType, Node, Role, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.frontends.torch.costs import imported_cost
 from graphmem.ops import find_rule
 from graphmem.ops.aten import (
     CANONICAL,
@@ -30,19 +28,7 @@ from graphmem.ops.aten import (
     SAME_CONTRACTION,
     WINDOW_POOLS,
 )
-
-
-def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
-    """aten packet -> the torch path's FLOPs, for each op of `fn` traced with fake tensors."""
-    graph_module = make_fx(fn, tracing_mode="fake")(*args)
-    found: dict[str, int] = {}
-    for fx_node in graph_module.graph.nodes:
-        packet = getattr(fx_node.target, "overloadpacket", None)
-        if fx_node.op == "call_function" and packet is not None:
-            cost = imported_cost(fx_node)
-            assert cost is not None, f"{fx_node.target} is not priced"
-            found[packet.__name__] = found.get(packet.__name__, 0) + cost.flops
-    return found
+from tests.helpers.traced_ops import traced_flops
 
 
 def onnx_flops(op_type: str, shapes: Sequence[Sequence[int] | None], output: Sequence[int],

@@ -8,23 +8,12 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from graphmem.frontends.torch.costs import imported_cost
+from tests.helpers.traced_ops import traced_flops
 
 pytestmark = [pytest.mark.torch]
 
 
-def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
-    """aten packet -> FLOPs, for each op of `fn` traced with fake tensors; all priced."""
-    found: dict[str, int] = {}
-    for fx_node in make_fx(fn, tracing_mode="fake")(*args).graph.nodes:
-        packet = getattr(fx_node.target, "overloadpacket", None)
-        if fx_node.op == "call_function" and packet is not None:
-            cost = imported_cost(fx_node)
-            assert cost is not None, f"{fx_node.target} is not priced"
-            found[packet.__name__] = found.get(packet.__name__, 0) + cost.flops
-    return found
 
 
 def gradient_of(op: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], object]:
