@@ -18,7 +18,6 @@ from graphmem.cli.inputs import OutputFile
 from graphmem.core.ir import Graph
 from graphmem.devices.gpus import find_gpu
 from graphmem.passes.dims import DimBinding
-from graphmem.passes.fit import gpu_capacity_bytes
 from graphmem.pipeline.device_total import runtime_estimate
 from graphmem.runtime_models import graph_cache, ort_cpu
 
@@ -50,7 +49,7 @@ def test_probes_share_one_plan_and_match_fresh_plans(runtime: str, level: str | 
                                                      counted_plans: list[int]) -> None:
     analysis = analyze_onnx(SAMPLES / "tiny_gpt.onnx", plan=False)
     gpu = find_gpu("a100-80gb") if runtime == "ort-cuda" else None
-    capacity = gpu_capacity_bytes(gpu) if gpu else None
+    capacity = gpu.capacity_bytes if gpu else None
 
     def estimate(dims: DimBinding) -> object:
         return runtime_estimate(analysis, runtime, gpu, ort_optimization=level, dims=dims,

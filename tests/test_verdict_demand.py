@@ -37,7 +37,7 @@ from graphmem.distributed.serving import (
     plan_serving,
     serving_fit,
 )
-from graphmem.passes.fit import OutOfMemoryAt, fit_on_gpu, gpu_capacity_bytes
+from graphmem.passes.fit import OutOfMemoryAt, fit_on_gpu
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import runtime_estimate
 from graphmem.report.out_of_memory import out_of_memory_text
@@ -46,7 +46,7 @@ from tests.helpers.cli import run_cli
 from tests.helpers.samples import SAMPLES_DIR
 
 GIB = 1 << 30
-T4_BYTES = gpu_capacity_bytes(find_gpu("t4"))  # 15,360 MiB: what the T4's driver reports
+T4_BYTES = find_gpu("t4").capacity_bytes  # 15,360 MiB: what the T4's driver reports
 
 
 def _one_line(text: str) -> str:

@@ -144,11 +144,6 @@ def default_cuda_reserve(architecture: str) -> CudaReserve:
     )
 
 
-def gpu_capacity_bytes(gpu: GpuSpec) -> int:
-    """What the driver reports where known, else nvidia-smi's total, else the datasheet."""
-    return gpu.capacity_bytes
-
-
 def fit_on_gpu(gpu: GpuSpec, required_bytes: SymInt, reserve: CudaReserve | None = None,
                caveat: str = "") -> GpuFit:
     """The verdict on the live-tensor peak `required_bytes` plus the CUDA context: the basis
@@ -184,7 +179,7 @@ def fit_on_parts(gpu: GpuSpec, reserve: CudaReserve, parts: tuple[FitPart, ...],
 def _verdict(gpu: GpuSpec, reserve: CudaReserve, required: SymInt, live_peak: SymInt,
              basis: str, runtime: str | None, parts: tuple[FitPart, ...], failure: str,
              caveat: str) -> GpuFit:
-    capacity = gpu_capacity_bytes(gpu)
+    capacity = gpu.capacity_bytes
     utilization = fits = None
     if required.is_constant:
         utilization = int(required) / capacity if capacity else float("inf")

@@ -28,7 +28,6 @@ from graphmem.passes.fit import (
     GpuFit,
     default_cuda_reserve,
     fit_on_device_total,
-    gpu_capacity_bytes,
     with_error_band,
 )
 from graphmem.runtime_models.base import (
@@ -65,7 +64,7 @@ class DeviceModel:
 
     @property
     def capacity_bytes(self) -> int:
-        return gpu_capacity_bytes(self.gpu)
+        return self.gpu.capacity_bytes
 
     @property
     def reserve(self) -> CudaReserve:
