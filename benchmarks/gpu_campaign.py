@@ -59,6 +59,9 @@ from torch import nn  # noqa: E402
 RESULT = "CAMPAIGN-RESULT "  # a child's answer: one JSON line after this prefix
 # Each section ends this many seconds after the run starts (unused time rolls over): under 8
 # minutes in all, the exports and the slowest child included.
+DEFAULT_EXTEND = "next-power-of-two"
+# the other arena extend strategy (--ort-arena-extend), measured on the graph as written
+SAME_AS_REQUESTED = ("disabled", "ORT_DISABLE_ALL, arena same-as-requested")
 SECTION_ENDS_S = {"context": 40, "torch-cuda": 250, "ort-cuda": 420}
 QUICK_SECTION_ENDS_S = {"context": 40, "torch-cuda": 130, "ort-cuda": 210}
 CHILD_TIMEOUT_S = 150
@@ -241,15 +244,16 @@ def predict_torch(model_name: str, step_name: str, gpu: Any) -> dict[str, int]:
             "used": estimate.device_total_bytes}
 
 
-def predict_ort(path: Path, dims: dict[str, int], gpu: Any
+def predict_ort(path: Path, dims: dict[str, int], gpu: Any, arena_extend: str = DEFAULT_EXTEND
                 ) -> tuple[Callable[[], dict[str, int]], list[dict[str, Any]]]:
     """`--runtime ort-cuda` (the graph as written at every level: the CUDA provider's optimized
-    graph is not modelled), as a function that raises where graphmem has no estimate, and the
-    inputs to make up (the measurement runs either way)."""
+    graph is not modelled) with the arena's extend strategy, as a function that raises where
+    graphmem has no estimate, and the inputs to make up (the measurement runs either way)."""
     from graphmem import analyze_onnx
     from graphmem.verify.onnx_run import input_specs
 
-    result = analyze_onnx(path, dims=dims, gpu=gpu.name, runtime="ort-cuda", plan=False)
+    result = analyze_onnx(path, dims=dims, gpu=gpu.name, runtime="ort-cuda", plan=False,
+                          ort_arena_extend=arena_extend)
     estimate = result.runtime
     specs = [asdict(spec) for spec in input_specs(result)]
     if estimate is None:
@@ -372,15 +376,16 @@ def load_cuda_libraries() -> str:
     return ""
 
 
-def child_ort(path: str, specs: list[dict[str, Any]], level: str, provider: str
-              ) -> dict[str, Any]:
+def child_ort(path: str, specs: list[dict[str, Any]], level: str, provider: str,
+              arena_extend: str = "next-power-of-two") -> dict[str, Any]:
     from graphmem.verify.runners.onnxruntime_runner import InputSpec, run_onnx
 
     note = load_cuda_libraries() if provider == "cuda" else ""
     inputs = [InputSpec(s["name"], tuple(s["shape"]), s["dtype"], s["high"]) for s in specs]
     # the run happens in verify's child process, which reads the device's used memory itself
     # (graphmem/verify/runners/ort_child.py) while its session is alive
-    run = run_onnx(Path(path), inputs, provider, level, device_used=provider == "cuda")
+    run = run_onnx(Path(path), inputs, provider, level, device_used=provider == "cuda",
+                   arena_extend=arena_extend)
     return {"arena peak": run.peak_bytes, "arena held": run.arena_held_bytes,
             "used": run.device_used_bytes, "weights in arena": run.weights_in_arena_bytes,
             "note": note}
@@ -431,7 +436,7 @@ def run_child(role: str, payload: dict[str, Any]) -> dict[str, Any]:
             answer = child_context()
         elif role == "ort":
             answer = child_ort(payload["path"], payload["specs"], payload["level"],
-                               payload["provider"])
+                               payload["provider"], payload.get("arena_extend", DEFAULT_EXTEND))
         else:
             answer = child_ort_probe(payload["provider"])
     except Exception as error:  # noqa: BLE001 - the row says what failed
@@ -677,17 +682,19 @@ def ort_rows(campaign: Campaign, case: OnnxCase, batch: int, provider: str,
              not_run: str) -> None:
     """Both levels of one model at one batch: one prediction (ort-cuda plans the graph as
     written at every level), a measurement per level."""
+    names = [*LEVELS.values(), SAME_AS_REQUESTED[1]]
     if campaign.out_of_time("ort-cuda"):
-        for level in LEVELS.values():
+        for level in names:
             campaign.add(campaign.skipped(Row("ort-cuda", case.name, level, f"batch={batch}",
                                               {n: Metric() for n in METRICS["ort-cuda"]})))
         return
     try:
         dims = onnx_dims(case.path, batch)
         predicted, specs = predict_ort(case.path, dims, campaign.gpu)
+        by_request, _ = predict_ort(case.path, dims, campaign.gpu, "same-as-requested")
     except Exception as error:  # noqa: BLE001 - the rows say so
         failure = first_line(error)
-        for level in LEVELS.values():
+        for level in names:
             campaign.row("ort-cuda", case.name, level, f"batch={batch}",
                          lambda f=failure: _raise(f), None)
         return
@@ -697,6 +704,10 @@ def ort_rows(campaign: Campaign, case: OnnxCase, batch: int, provider: str,
                    "provider": provider}
         campaign.row("ort-cuda", case.name, name, batch_text, predicted, ("ort", payload),
                      not_run)
+    level, name = SAME_AS_REQUESTED
+    payload = {"path": str(case.path), "specs": specs, "level": level, "provider": provider,
+               "arena_extend": "same-as-requested"}
+    campaign.row("ort-cuda", case.name, name, batch_text, by_request, ("ort", payload), not_run)
 
 
 def _raise(text: str) -> dict[str, int]:

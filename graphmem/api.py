@@ -45,6 +45,7 @@ from graphmem.pipeline.request import (
     SuggestOptions,
     SweepRequest,
 )
+from graphmem.runtime_models.bfc_arena import ArenaExtend
 
 if TYPE_CHECKING:  # the runners import onnxruntime / torch: loaded when verify runs
     from graphmem.gate.check import CheckReport
@@ -170,7 +171,8 @@ def analyze(request_or_model: Request | object, inputs: Sequence[object] | None 
 
     Options (keywords, as the command line's flags): train, optimizer, amp, grad_accum, loss,
     checkpoints, amp_policy; batch, dims (ONNX); gpu, cuda_reserve_bytes, module_depth, plan,
-    sweep ("batch=1,2,4"); runtime (None, "auto" or a name), ort_optimization, threads;
+    sweep ("batch=1,2,4"); runtime (None, "auto" or a name), ort_optimization, threads,
+    ort_arena_extend ("next-power-of-two" or "same-as-requested");
     distributed (a DistributedConfig) or gpus/strategy/tensor_parallel/state_layout/
     reduce_bucket_size/fsdp_depth; kv_cache (True: the ONNX past inputs, "auto", or (layers,
     kv_heads, head_dim)), kv_dtype, max_context (the model's position limit); serve (True, or
@@ -219,6 +221,7 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                   module_depth: int = 2, plan: bool = True,
                   sweep: SweepRequest | str | None = None, runtime: str | None = None,
                   ort_optimization: str | None = None, threads: int | None = None,
+                  ort_arena_extend: str | None = None,
                   distributed: DistributedConfig | None = None, gpus: int | None = None,
                   strategy: str | None = None, tensor_parallel: int | None = None,
                   state_layout: str | None = None, reduce_bucket_size: int | None = None,
@@ -255,7 +258,7 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
     return Request(
         model=model, inputs=example_tuple(inputs), example_inputs=example_inputs, label=label,
         batch=batch, dims=dict(dims or {}), gpu=gpu, cuda_reserve_bytes=cuda_reserve_bytes,
-        training=training, runtime=_runtime(runtime, ort_optimization, threads),
+        training=training, runtime=_runtime(runtime, ort_optimization, threads, ort_arena_extend),
         distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype, max_context),
         serving=serving,
         suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share,
@@ -329,12 +332,19 @@ def _input_name(name: object) -> str:
     return name
 
 
-def _runtime(name: str | None, ort_optimization: str | None,
-             threads: int | None) -> RuntimeOptions | None:
-    if name is None:
+def _runtime(name: str | None, ort_optimization: str | None, threads: int | None,
+             arena_extend: str | None = None) -> RuntimeOptions | None:
+    """The runtime options; None where none is given (no runtime model without a GPU)."""
+    if name is None and ort_optimization is None and threads is None and arena_extend is None:
         return None
-    return RuntimeOptions(None if name in ("auto", "default") else name,  # type: ignore[arg-type]
-                          ort_optimization, threads)
+    extend = ArenaExtend.NEXT_POWER_OF_TWO
+    if arena_extend is not None:
+        if arena_extend not in tuple(ArenaExtend):
+            raise GraphmemError(f"ort_arena_extend={arena_extend!r}: choose one of"
+                                f" {', '.join(ArenaExtend)}")
+        extend = ArenaExtend(arena_extend)
+    named = None if name in (None, "auto", "default") else name
+    return RuntimeOptions(named, ort_optimization, threads, extend)  # type: ignore[arg-type]
 
 
 def _kv_cache(option: bool | str | tuple[int, int, int] | None,

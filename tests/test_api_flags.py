@@ -16,6 +16,7 @@ FLAG_TO_API = {
     "model": "model", "input": "inputs", "example_inputs": "example_inputs",
     "gpu": "gpu", "batch": "batch", "dim": "dims", "cuda_reserve": "cuda_reserve_bytes",
     "depth": "module_depth", "runtime": "runtime", "ort_optimization": "ort_optimization",
+    "ort_arena_extend": "ort_arena_extend",
     "sweep": "sweep",
     "gpus": "gpus", "strategy": "strategy", "tensor_parallel": "tensor_parallel",
     "state_layout": "state_layout", "reduce_bucket_size": "reduce_bucket_size",

@@ -44,10 +44,10 @@ def test_without_a_gpu_it_runs_dry_every_row_predicted_none_measured(tmp_path: P
     rows = data["rows"]
     sections = [row["section"] for row in rows]
     # 2 context lines; cnn-s quick: inference, AdamW, bf16, fp16; tiny_cnn.dynamo and the
-    # cnn-s export at batches 8 and 1, both levels
+    # cnn-s export at batches 8 and 1, both levels and the arena by request
     assert sections.count("context") == 2
     assert sections.count("torch-cuda") == 4
-    assert sections.count("ort-cuda") == 2 * 2 * 2
+    assert sections.count("ort-cuda") == 2 * 2 * 3
     for row in rows:
         assert row["status"] == "predicted", row
         for metric in row["metrics"].values():
@@ -71,7 +71,7 @@ def test_the_onnxruntime_measuring_path_runs_on_the_cpu_provider(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     data = json.loads(next(tmp_path.glob("gpu-*.json")).read_text())
     rows = [row for row in data["rows"] if row["section"] == "ort-cuda"]
-    assert len(rows) == 2  # batch 8, both levels
+    assert len(rows) == 3  # batch 8, both levels, and ORT_DISABLE_ALL with the arena by request
     for row in rows:
         assert row["status"] == "measured", row
         assert row["metrics"]["arena peak"]["measured"] > 0

@@ -61,6 +61,7 @@ from graphmem.pipeline.request import (
     SweepRequest,
 )
 from graphmem.runtime_models.base import ORT_OPTIMIZATION_LEVELS, RUNTIMES
+from graphmem.runtime_models.bfc_arena import ArenaExtend
 
 NAME = "analyze"
 EXIT_OK = 0
@@ -99,6 +100,11 @@ def add_parser(commands: Any) -> None:
                         " the graph onnxruntime optimizes at that level (default: all,"
                         " onnxruntime's default, for models with up to 256 MiB of weights;"
                         " above, the graph as written unless a level is given)")
+    parser.add_argument("--ort-arena-extend", choices=[str(e) for e in ArenaExtend],
+                        default=str(ArenaExtend.NEXT_POWER_OF_TWO),
+                        help="ort-cuda, ort-cpu: how onnxruntime's arena grows, its"
+                        " arena_extend_strategy (default: next-power-of-two, onnxruntime's"
+                        " kNextPowerOfTwo; same-as-requested: kSameAsRequested)")
     parser.add_argument("--sweep", metavar="DIM=VALUES",
                         help="peak, fit, latency and throughput at each value of a dim, e.g."
                         " batch=1,2,4,...,256 (ONNX models)")
@@ -293,7 +299,8 @@ def request_from_args(args: argparse.Namespace) -> Request:
         inputs=tuple(args.input), example_inputs=args.example_inputs,
         batch=args.batch, dims=dims_dict(args.dim),
         gpu=args.gpu, cuda_reserve_bytes=args.cuda_reserve,
-        training=_training(args), runtime=RuntimeOptions(args.runtime, args.ort_optimization),
+        training=_training(args), runtime=RuntimeOptions(
+            args.runtime, args.ort_optimization, arena_extend=ArenaExtend(args.ort_arena_extend)),
         distributed=_distributed(args), kv_cache=_kv_cache(args), serving=_serving(args),
         suggest=_suggest(args),
         sweep=_sweep(args.sweep, torch), module_depth=args.depth, finetune=_finetune(args),

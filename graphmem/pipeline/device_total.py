@@ -35,6 +35,7 @@ from graphmem.runtime_models.base import (
     RuntimeContext,
     RuntimeEstimate,
 )
+from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import default_runtime, estimate
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class DeviceModel:
     cuda_reserve_bytes: int | None = None  # --cuda-reserve: replaces the measured context
     threads: int | None = None
     ort_optimization: str | None = None
+    ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
 
     @property
     def capacity_bytes(self) -> int:
@@ -99,7 +101,9 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES,
                      residents: SymInt | None = None,
                      sizes: Mapping[str, SymInt | None] | None = None,
-                     notes: bool = True) -> RuntimeEstimate:
+                     notes: bool = True,
+                     ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
+                     ) -> RuntimeEstimate:
     """`runtime`'s estimate for `analysis` at `dims` (default: its own, every dim bound);
     `capacity_bytes` bounds a CUDA runtime's allocator as the GPU does. `ort_optimization`
     (ort-cpu): the session's graph optimization level; None: "all" for models with up to
@@ -114,7 +118,7 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
         cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
         ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
         auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes,
-        sizes=sizes, notes=notes)
+        sizes=sizes, notes=notes, ort_arena_extend=ort_arena_extend)
     return estimate(runtime, context)
 
 
@@ -144,7 +148,8 @@ def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | N
     `sizes`, `notes`: see runtime_estimate)."""
     return runtime_estimate(analysis, model.runtime, model.gpu, model.cuda_reserve_bytes,
                             model.threads, model.ort_optimization, dims, model.capacity_bytes,
-                            residents=residents, sizes=sizes, notes=notes)
+                            residents=residents, sizes=sizes, notes=notes,
+                            ort_arena_extend=model.ort_arena_extend)
 
 
 def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:

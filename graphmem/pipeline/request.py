@@ -39,6 +39,7 @@ from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
 from graphmem.frontends.torch.weight_layout import INT4_GROUP_SIZES, WeightQuantOptions
 from graphmem.passes.dims import MAX_DIM_VALUE, check_dim_value
 from graphmem.runtime_models.base import Runtime
+from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
 
 # ZeRO's reduce buffer holds this many elements of up to 8 bytes: its bytes stay below 2**62
@@ -79,6 +80,8 @@ class RuntimeOptions:
     name: Runtime | None = None  # None: the default for the input (ort-cpu, ort-cuda, ...)
     ort_optimization: str | None = None  # ort-cpu: disabled | basic | extended | all
     threads: int | None = None  # ort-cpu: intra-op threads (default: one per core)
+    # ort-cpu and ort-cuda: how onnxruntime's arena grows (its arena_extend_strategy)
+    arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
 
 
 @dataclass(frozen=True)

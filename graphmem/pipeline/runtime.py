@@ -18,6 +18,7 @@ from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request
 from graphmem.pipeline.verdict import with_verdict
 from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES, RuntimeEstimate
+from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import check_runtime, default_runtime
 
 __all__ = ["AUTO_OPTIMIZE_INITIALIZER_BYTES", "runtime_estimate", "with_runtime",
@@ -39,12 +40,13 @@ def with_runtime_request(analysis: Analysis, request: Request, gpu: GpuSpec | No
         return analysis
     check_runtime(runtime, is_onnx, gpu is not None, training)
     return with_runtime(analysis, runtime, gpu, request.cuda_reserve_bytes, options.threads,
-                        options.ort_optimization)
+                        options.ort_optimization, options.arena_extend)
 
 
 def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
                  cuda_reserve_bytes: int | None = None, threads: int | None = None,
-                 ort_optimization: str | None = None) -> Analysis:
+                 ort_optimization: str | None = None,
+                 arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> Analysis:
     """The analysis with `runtime` set; unchanged when no runtime applies or dims are free."""
     if runtime is None:
         return analysis
@@ -53,16 +55,19 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
             f"--runtime {runtime} needs every dim bound (free: {', '.join(analysis.dims.free)});"
             " bind them with --batch/--dim"))
     result = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
-                              ort_optimization)
+                              ort_optimization, arena_extend)
     return dataclasses.replace(analysis, runtime=result)
 
 
 def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      cuda_reserve_bytes: int | None = None, threads: int | None = None,
-                     ort_optimization: str | None = None) -> RuntimeEstimate:
+                     ort_optimization: str | None = None,
+                     arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
+                     ) -> RuntimeEstimate:
     """`runtime`'s estimate for `analysis` (every dim bound), unbounded by any GPU's memory.
     `ort_optimization` (ort-cpu): the session's graph optimization level; None: "all" for
-    models with up to AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above."""
+    models with up to AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above.
+    `arena_extend`: how onnxruntime's arena grows (ort-cpu, ort-cuda)."""
     return device_total.runtime_estimate(
         analysis, runtime, gpu, cuda_reserve_bytes, threads, ort_optimization,
-        auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES)
+        auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES, ort_arena_extend=arena_extend)

@@ -52,7 +52,7 @@ def with_verdict(analysis: Analysis, request: Request, gpu: GpuSpec) -> Analysis
     """`analysis` with the GPU's runtime model, its verdict, and max batch and sweep on it."""
     options = request.runtime or RuntimeOptions()
     model = DeviceModel(gpu_runtime(analysis, options.name), gpu, request.cuda_reserve_bytes,
-                        options.threads, options.ort_optimization)
+                        options.threads, options.ort_optimization, options.arena_extend)
     check_runtime(model.runtime, not request.is_torch, True, analysis.mode == "training")
     analysis = with_device_fit(analysis, model)
     return replace(analysis, max_batch=device_max_batch(analysis, model),

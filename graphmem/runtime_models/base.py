@@ -23,6 +23,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import OutOfMemoryAt
+from graphmem.runtime_models.bfc_arena import ArenaExtend
 
 PlanShape = tuple[int | str | None, ...]
 
@@ -78,6 +79,8 @@ class RuntimeContext:
     cuda_reserve_bytes: int | None = None  # --cuda-reserve: replaces the measured context
     threads: int | None = None  # onnxruntime CPU intra-op threads (None: one per core)
     ort_optimization: str | None = None  # None: "all" up to auto_optimize_max_bytes
+    # onnxruntime's arena extend strategy (the CUDA provider's `arena_extend_strategy`)
+    ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
     ort_source: OrtGraphSource | None = None  # ONNX models only
     auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES
     # the GPU's memory (what the driver reports where known): the CUDA runtimes' allocators

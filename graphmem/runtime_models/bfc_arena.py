@@ -7,10 +7,12 @@ What it reproduces (onnxruntime/core/framework/bfc_arena.cc, 1.31):
 - the chunk is split only when it is at least twice the rounded request (or would waste
   128 MiB or more): a smaller free chunk is handed out whole, and in use counts all of it;
 - a freed chunk merges with free neighbours in the same region;
-- when nothing fits, a region is added (`Extend`, the default kNextPowerOfTwo strategy): the
-  current region size (1 MiB at first) doubled until the request fits; after a region that
-  needed no doubling the next one is twice as large, up to 1 GiB
-  (max_power_of_two_extend_bytes; a larger current size falls back to 1 GiB then);
+- when nothing fits, a region is added (`Extend`), by the arena's extend strategy: under
+  kNextPowerOfTwo (the default) the current region size (1 MiB at first) doubled until the
+  request fits, and after a region that needed no doubling the next one is twice as large, up
+  to 1 GiB (max_power_of_two_extend_bytes; a larger current size falls back to 1 GiB then);
+  under kSameAsRequested (the `arena_extend_strategy` provider option, or an OrtArenaCfg)
+  a region of exactly the rounded request;
 - bounded by the device (`device_free_bytes`: what cudaMalloc can still hand out, the CUDA
   provider's gpu_mem_limit being SIZE_MAX by default): a region the device cannot give is
   retried at 90% of its size (kBackpedalFactor, a float 0.9f), rounded up to 256 bytes, until
@@ -29,6 +31,7 @@ import bisect
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 MIN_ALLOCATION_BYTES = 256
@@ -44,6 +47,13 @@ def _float32(value: float) -> float:
 
 
 BACKPEDAL_FACTOR = _float32(0.9)  # kBackpedalFactor = 0.9f
+
+
+class ArenaExtend(StrEnum):
+    """How the arena sizes a new region (onnxruntime's ArenaExtendStrategy)."""
+
+    NEXT_POWER_OF_TWO = "next-power-of-two"  # kNextPowerOfTwo (0), onnxruntime's default
+    SAME_AS_REQUESTED = "same-as-requested"  # kSameAsRequested (1)
 
 
 class ArenaEvent(NamedTuple):
@@ -110,9 +120,11 @@ class BfcArena:
     one bisection, not a scan of every chunk (10,000 live outputs took 6.4 s)."""
 
     def __init__(self, initial_region_bytes: int = INITIAL_REGION_BYTES,
-                 device_free_bytes: int | None = None) -> None:
+                 device_free_bytes: int | None = None,
+                 extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> None:
         """`device_free_bytes`: what cudaMalloc can hand out for regions (None: unbounded)."""
         self.device_free_bytes = device_free_bytes
+        self.extend = extend
         self.region_bytes = initial_region_bytes
         self.first: _Chunk | None = None
         self.last: _Chunk | None = None
@@ -168,15 +180,7 @@ class BfcArena:
         del self.free_chunks[index]
 
     def _extend(self, request: int) -> _Chunk:
-        grew = False
-        while request > self.region_bytes:
-            self.region_bytes *= 2
-            grew = True
-        size = self.region_bytes
-        if not grew:  # the next region: twice this one, at most 1 GiB
-            doubled = self.region_bytes * 2
-            self.region_bytes = (doubled if doubled < MAX_POWER_OF_TWO_EXTEND_BYTES
-                                 else MAX_POWER_OF_TWO_EXTEND_BYTES)
+        size = self._region_size(request)
         size = self._backed_off(request, size)
         chunk = _Chunk(self.held_bytes, size, self.regions, previous=self.last)
         if self.last is None:
@@ -189,6 +193,21 @@ class BfcArena:
         if self.device_free_bytes is not None:
             self.device_free_bytes -= size
         return chunk
+
+    def _region_size(self, request: int) -> int:
+        """The size Extend asks the device for, before any back-off."""
+        if self.extend is ArenaExtend.SAME_AS_REQUESTED:
+            return request
+        grew = False
+        while request > self.region_bytes:
+            self.region_bytes *= 2
+            grew = True
+        size = self.region_bytes
+        if not grew:  # the next region: twice this one, at most 1 GiB
+            doubled = self.region_bytes * 2
+            self.region_bytes = (doubled if doubled < MAX_POWER_OF_TWO_EXTEND_BYTES
+                                 else MAX_POWER_OF_TWO_EXTEND_BYTES)
+        return size
 
     def _backed_off(self, request: int, size: int) -> int:
         """The region size the device gives: `size`, else 90% steps down to the request."""
@@ -238,12 +257,13 @@ class BfcArena:
             chunk.next.previous = chunk.previous
 
 
-def replay(steps: Sequence[Sequence[ArenaEvent]],
-           device_free_bytes: int | None = None) -> ArenaResult:
+def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None = None,
+           extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> ArenaResult:
     """Run each step's events through a fresh arena; the peak of in-use bytes and its step.
     With `device_free_bytes` (what the device can give the arena's regions) the replay stops
-    at the first allocation the device cannot back: `failure` says which."""
-    arena = BfcArena(device_free_bytes=device_free_bytes)
+    at the first allocation the device cannot back: `failure` says which. `extend`: the
+    arena's extend strategy."""
+    arena = BfcArena(device_free_bytes=device_free_bytes, extend=extend)
     peak = peak_step = 0
     after = []
     for step, events in enumerate(steps):

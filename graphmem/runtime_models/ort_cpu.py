@@ -25,11 +25,9 @@ onnxruntime"):
   to its last one, through the gap between them: a dead buffer waiting for a same-shaped
   tensor, often a whole layer later, is memory the arena counts. An output nothing reads is
   freed only at the end of the run.
-- Arena: the allocations and frees replayed through onnxruntime's BFC arena
-  (graphmem/runtime_models/bfc_arena.py: 256-byte rounding, chunks handed out whole below twice the
-  request, regions doubling).
-- Scratch: what Conv, Where and BiasGelu allocate while they run
-  (graphmem/runtime_models/ort_kernels.py).
+- Arena: the allocations and frees replayed through onnxruntime's BFC arena (bfc_arena.py:
+  256-byte rounding, chunks handed out whole below twice the request, regions by its strategy).
+- Scratch: what Conv, Where and BiasGelu allocate while they run (ort_kernels.py).
 
 Graph optimizations: the planner runs on whichever graph it is given. For the level a user's
 session runs (ORT_ENABLE_ALL by default) graphmem/frontends/onnx/ort_optimized.py asks onnxruntime
@@ -50,7 +48,7 @@ from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
 from graphmem.runtime_models.base import RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaFailure, replay
+from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaExtend, ArenaFailure, replay
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
     ALIAS_OPS,
@@ -365,10 +363,11 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
 
 def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
                  live_spans: Mapping[str, list[tuple[int, int]]] | None = None,
-                 device_free_bytes: int | None = None) -> OrtTimeline:
-    """Replay the plan through onnxruntime's arena; split its peak into labelled parts.
-    `device_free_bytes` bounds the arena's regions (a GPU's memory left to it)."""
-    result = replay(arena_events(plan, scratch), device_free_bytes)
+                 device_free_bytes: int | None = None,
+                 extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> OrtTimeline:
+    """Replay the plan through onnxruntime's arena (extended by `extend`); split its peak into
+    labelled parts. `device_free_bytes` bounds the arena's regions (a GPU's memory left)."""
+    result = replay(arena_events(plan, scratch), device_free_bytes, extend)
     step = result.peak_step
     held = [b for b in plan.buffers if b.first_step <= step <= b.last_step]
     tensors = sum(b.size_bytes for b in held)
@@ -394,7 +393,8 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
                      bound: Mapping[str, int],
                      plan_shapes: Mapping[str, PlanShape | None] | None = None,
                      resident_bytes: int = 0, order: Sequence[Node] | None = None,
-                     graph_note: str = "") -> RuntimeEstimate:
+                     graph_note: str = "",
+                     extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> RuntimeEstimate:
     """onnxruntime CPU's `mem_in_use_peak` over one run: the weights it holds in its arena
     from session creation plus the run's own peak; `resident_bytes` (the file's initializers
     and the caller's inputs, outside that count) completes the process total. `order`: the
@@ -402,7 +402,7 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
     scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
-    timeline = ort_timeline(plan, scratch, buffer_live_spans(plan))
+    timeline = ort_timeline(plan, scratch, buffer_live_spans(plan), extend=extend)
     weights = arena_weights_bytes(graph, plan.order)
     notes = ((graph_note,) if graph_note else ()) + plan_notes(plan, timeline, sizes,
                                                           plan_shapes is None)

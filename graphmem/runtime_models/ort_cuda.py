@@ -20,7 +20,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.fit import OutOfMemoryAt
 from graphmem.runtime_models.base import RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaFailure
+from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
     PlanShape,
@@ -41,12 +41,14 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
                       plan_shapes: Mapping[str, PlanShape | None] | None,
                       resident_bytes: int, context_bytes: int, context_source: str,
                       capacity_bytes: int | None = None,
-                      with_notes: bool = True) -> RuntimeEstimate:
+                      with_notes: bool = True,
+                      extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> RuntimeEstimate:
     """One run on the CUDA provider; `capacity_bytes` (the GPU's memory) bounds the arena:
     it gets what the context and the initializers and inputs leave. Where the bounded run
     fails, the numbers are the unbounded run's (the demand) and `out_of_memory` says where
     the bounded one stopped. `with_notes` False: the notes are left out (a probe reads the
-    numbers alone), a failure's own line excepted."""
+    numbers alone), a failure's own line excepted. `extend`: the arena's extend strategy (the
+    provider option `arena_extend_strategy`)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
     scratch = [KernelScratch()] * len(plan.order)
     spans = buffer_live_spans(plan)
@@ -56,13 +58,13 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
     if free is not None and free < 0:
         oom = _weights_do_not_fit(plan, resident_bytes, free + resident_bytes)
     elif free is not None:
-        bounded = ort_timeline(plan, scratch, spans, device_free_bytes=free)
+        bounded = ort_timeline(plan, scratch, spans, device_free_bytes=free, extend=extend)
         if bounded.failure is None:
             timeline = bounded
         else:
             oom = _failed_at(plan, bounded.failure)
     if timeline is None:  # unbounded: not bounded, or the demand where the GPU ran out
-        timeline = ort_timeline(plan, scratch, spans)
+        timeline = ort_timeline(plan, scratch, spans, extend=extend)
     notes: tuple[str, ...] = ()
     if with_notes:
         notes = plan_notes(plan, timeline, sizes, plan_shapes is None)

@@ -88,11 +88,13 @@ class OrtCpu(_Model):
                                       lambda: _sizes(context))
             return ort_cpu_estimate(graph, fill.sizes, threads, context.dims.bound,
                                     optimized.plan_shapes, context.resident_bytes,
-                                    order=graph.nodes, graph_note=_joined(note, fill.note()))
+                                    order=graph.nodes, graph_note=_joined(note, fill.note()),
+                                    extend=context.ort_arena_extend)
         fill = fill_unknown_sizes(context.graph, _sizes(context))
         return ort_cpu_estimate(context.graph, fill.sizes, threads,
                                 context.dims.bound, _plan_shapes(context),
-                                context.resident_bytes, graph_note=_joined(note, fill.note()))
+                                context.resident_bytes, graph_note=_joined(note, fill.note()),
+                                extend=context.ort_arena_extend)
 
 
 class OrtCuda(_Model):
@@ -107,7 +109,8 @@ class OrtCuda(_Model):
         estimate = ort_cuda_estimate(graph, fill.sizes, _plan_shapes(context),
                                      context.resident_bytes, overhead.context_bytes,
                                      overhead.context_source, context.capacity_bytes,
-                                     with_notes=context.notes)
+                                     with_notes=context.notes,
+                                     extend=context.ort_arena_extend)
         note = fill.note() if context.notes else ""
         return replace(estimate, notes=(note, *estimate.notes)) if note else estimate
 

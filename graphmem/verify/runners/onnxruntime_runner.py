@@ -223,13 +223,14 @@ class RunLimits:
 
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
-             seed: int = 0, limits: RunLimits | None = None, device_used: bool = False
-             ) -> MeasuredRun:
+             seed: int = 0, limits: RunLimits | None = None, device_used: bool = False,
+             arena_extend: str = "next-power-of-two") -> MeasuredRun:
     """Run the model once with random inputs and return the profiler's measurements. The one
     place graphmem loads a model's weights: the notes say so. The run happens in a child
     process under `limits` (ort_child.py); its temporary folder is removed on every path.
     `device_used` (a GPU run): the device's used memory, read in the child after the run with
-    the session still alive, is `device_used_bytes`."""
+    the session still alive, is `device_used_bytes`. `arena_extend`: the arena's extend
+    strategy, "next-power-of-two" (onnxruntime's default) or "same-as-requested"."""
     model = _load_proto(path)
     data_files = check_external_data(path, model)
     check_loop_trips(model)
@@ -250,7 +251,7 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
         "provider": provider, "providers": _providers(provider),
         "data_folder": str(path.parent.resolve()) if data_files else None,
         "inputs": [[s.name, list(s.shape), s.dtype, s.high] for s in inputs],
-        "device_used": device_used,
+        "device_used": device_used, "arena_extend": arena_extend,
     }
     with tempfile.TemporaryDirectory(prefix="graphmem-verify-") as folder:
         (Path(folder) / MODEL_FILE).write_bytes(model.SerializeToString())

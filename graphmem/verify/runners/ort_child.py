@@ -65,9 +65,10 @@ def _run(folder: Path, request: dict[str, Any], result: dict[str, Any]) -> str:
             "session.model_external_initializers_file_folder_path", request["data_folder"])
     quiet_onnxruntime()
     ort.set_default_logger_severity(4)  # a provider that fails to load logs before we can tell
+    providers = _arena_providers(request, options)
     try:
         session = ort.InferenceSession((folder / MODEL_FILE).read_bytes(), options,
-                                       providers=request["providers"])
+                                       providers=providers)
     except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
         raise _RunError(f"onnxruntime {ort.__version__} could not load {label}"
                         f" ({first_line(error)})") from None
@@ -92,6 +93,30 @@ def _run(folder: Path, request: dict[str, Any], result: dict[str, Any]) -> str:
     if request.get("device_used"):  # the session still alive: what the GPU holds for it
         result["device_used"] = cuda_used_bytes()
     return str(session.end_profiling())
+
+
+# onnxruntime's ArenaExtendStrategy by graphmem's name (graphmem/runtime_models/bfc_arena.py)
+ARENA_EXTEND = {"next-power-of-two": ("kNextPowerOfTwo", 0),
+                "same-as-requested": ("kSameAsRequested", 1)}
+
+
+def _arena_providers(request: dict[str, Any], options: Any) -> list[Any]:
+    """The providers, with the arena's extend strategy where it is not the default: the CUDA
+    provider's `arena_extend_strategy` option; on the CPU an arena registered in the
+    environment with that strategy (OrtArenaCfg) and the session told to use it."""
+    providers: list[Any] = list(request["providers"])
+    name, code = ARENA_EXTEND[request.get("arena_extend", "next-power-of-two")]
+    if code == 0:
+        return providers
+    if request["provider"] == "cuda":
+        providers[0] = (providers[0], {"arena_extend_strategy": name})
+        return providers
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                             ort.OrtMemType.DEFAULT)
+    with contextlib.suppress(Exception):  # registered once per process
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, code, -1, -1))
+    options.add_session_config_entry("session.use_env_allocators", "1")
+    return providers
 
 
 def cuda_used_bytes() -> int | None:
