@@ -13,7 +13,7 @@ SCHEMA_VERSION = 1
 ANALYSIS_KEYS = frozenset({
     "schema_version", "graphmem_version", "model", "config", "dims", "params", "flops",
     "memory", "nodes", "unsupported_ops", "unknown_shapes", "control_flow_nodes", "modules",
-    "gpu", "sweep", "suggestions", "suggestion_budget", "checkpoint_curve"})
+    "gpu", "sweep", "suggestions", "suggestion_budget", "checkpoint_curve", "runtime_options"})
 DIMS_KEYS = frozenset({"bound", "free", "batch_dim"})
 
 # `graphmem check --json`: the envelope and each model's entry

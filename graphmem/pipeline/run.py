@@ -40,6 +40,7 @@ from graphmem.pipeline.extras import with_distributed_request, with_kv_request
 from graphmem.pipeline.planning import GpuRow, Reanalyze, fits_on_each_gpu, with_plans
 from graphmem.pipeline.request import Request, SweepRequest, rerun_request
 from graphmem.pipeline.runtime import with_runtime_request
+from graphmem.pipeline.runtime_levers import with_runtime_levers
 from graphmem.pipeline.suggestions import with_suggestions
 from graphmem.pipeline.verdict import with_distributed_verdict as with_verdict_distributed
 from graphmem.training.onnx_step import onnx_training_step
@@ -65,6 +66,8 @@ def analyze(request: Request) -> Analysis:
         analysis = with_suggestions(analysis, request, analyze)
     with stage("runtime model"), collector_paused():
         analysis = with_runtime_request(analysis, request, gpu)
+    with stage("runtime options"):
+        analysis = with_runtime_levers(analysis, request, analyze)
     analysis = with_verdict_distributed(with_distributed_request(analysis, request),
                                         request.cuda_reserve_bytes)
     return _with_serving_verdict(with_kv_request(analysis, request))

@@ -81,6 +81,34 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
+class RuntimeLever:
+    """A runtime option the model runs under unchanged, re-analysed: the GPU's device total
+    (and largest batch) with it against without it. Its numbers are device totals, not the
+    live-tensor peak the cards above change."""
+
+    option: str  # the graphmem flag that models it: "--ort-arena-extend same-as-requested"
+    setting: str  # how to set it in the runtime (a provider option)
+    device_total_bytes: int | None  # at the analysed dims; None while a dim is free
+    base_device_total_bytes: int | None
+    max_batch: int | None  # the largest batch whose device total fits; None: not solved
+    base_max_batch: int | None
+    fits: bool | None  # the verdict with the option (None while a dim is free)
+
+    @property
+    def saves_bytes(self) -> int | None:
+        if self.device_total_bytes is None or self.base_device_total_bytes is None:
+            return None
+        return self.base_device_total_bytes - self.device_total_bytes
+
+    @property
+    def helps(self) -> bool:
+        """It lowers the device total or raises the largest batch."""
+        saves = self.saves_bytes
+        more = (self.max_batch or 0) > (self.base_max_batch or 0)
+        return (saves is not None and saves > 0) or more
+
+
+@dataclass(frozen=True)
 class SuggestionReport:
     budget_bytes: int | None
     budget_source: str  # where the budget came from, "" when there is none
@@ -88,6 +116,7 @@ class SuggestionReport:
     suggestions: tuple[Suggestion, ...]
     checkpoint_curve: tuple[PlanOutcome, ...]
     notes: tuple[str, ...] = ()  # what could not be suggested, and why
+    runtime_levers: tuple[RuntimeLever, ...] = ()  # runtime options, on the device total
 
 
 def graph_suggestions(analysis: Analysed, fc_heads: bool = True

@@ -20,7 +20,7 @@ from graphmem.report.html.quantity import (
     format_time,
     percent,
 )
-from graphmem.suggest.cards import Suggestion, SuggestionReport
+from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,36 @@ def _card(suggestion: Suggestion, peak_probe: int) -> SuggestionCard:
         note=printable_text(suggestion.note),
         saves_percent=0.0 if saves is None else min(max(percent(saves, peak_probe), 0.0), 100.0),
     )
+
+
+@dataclass(frozen=True)
+class LeverView:
+    """A runtime option, on the device total (not the live-tensor peak of the cards)."""
+
+    option: str
+    setting: str
+    device_total: Quantity | None
+    base_device_total: Quantity | None
+    max_batch: str  # "1,071" or "" where not solved
+    base_max_batch: str
+
+
+def lever_views(report: SuggestionReport | None) -> tuple[LeverView, ...]:
+    if report is None:
+        return ()
+    return tuple(_lever_view(lever) for lever in report.runtime_levers)
+
+
+def _lever_view(lever: RuntimeLever) -> LeverView:
+    def batch(value: int | None) -> str:
+        return "" if value is None else f"{value:,}"
+
+    def size(value: int | None) -> Quantity | None:
+        return None if value is None else bytes_quantity(value)
+
+    return LeverView(printable_text(lever.option), printable_text(lever.setting),
+                     size(lever.device_total_bytes), size(lever.base_device_total_bytes),
+                     batch(lever.max_batch), batch(lever.base_max_batch))
 
 
 # ----- charts: checkpointing trade-off, batch sweep -------------------------------------------

@@ -36,9 +36,11 @@ from graphmem.report.html.memory import (
 from graphmem.report.html.nodes import NodeTable, OpTable, node_table, op_names, op_table
 from graphmem.report.html.plans import (
     CheckpointCurve,
+    LeverView,
     SuggestionCard,
     SweepView,
     checkpoint_curve,
+    lever_views,
     suggestion_cards,
     sweep_view,
 )
@@ -93,6 +95,7 @@ class ReportView:
     modules: ModuleBreakdown | None = None
     runtime: RuntimeView | None = None
     suggestions: tuple[SuggestionCard, ...] = ()
+    runtime_levers: tuple[LeverView, ...] = ()  # runtime options, on the device total
     checkpoint_curve: CheckpointCurve | None = None
     sweep: SweepView | None = None
     per_gpu: PerGpuView | None = None
@@ -138,6 +141,7 @@ def build_view(analysis: Analysis) -> ReportView:
         modules=module_breakdown(analysis.modules),
         runtime=runtime_view(analysis.runtime, analysis.fit),
         suggestions=suggestion_cards(analysis.suggestions, top.peak.probe),
+        runtime_levers=lever_views(analysis.suggestions),
         checkpoint_curve=checkpoint_curve(analysis.suggestions),
         sweep=sweep_view(analysis.sweep, analysis.fit.usable_bytes if analysis.fit else None,
                          analysis.max_batch.max_batch if analysis.max_batch else None),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphmem.pipeline.analysis import Analysis
-from graphmem.suggest.cards import Suggestion
+from graphmem.suggest.cards import RuntimeLever, Suggestion
 from graphmem.suggest.search import PlanOutcome
 
 
@@ -14,7 +14,8 @@ def suggestions_json(analysis: Analysis) -> dict[str, Any]:
     """Each field None when suggestions were not asked for (--suggest)."""
     report = analysis.suggestions
     if report is None:
-        return {"suggestions": None, "suggestion_budget": None, "checkpoint_curve": None}
+        return {"suggestions": None, "suggestion_budget": None, "checkpoint_curve": None,
+                "runtime_options": None}
     return {
         "suggestions": [_suggestion(s) for s in report.suggestions],
         "suggestion_budget": {
@@ -24,6 +25,22 @@ def suggestions_json(analysis: Analysis) -> dict[str, Any]:
             "notes": list(report.notes),
         },
         "checkpoint_curve": [_point(p) for p in report.checkpoint_curve],
+        "runtime_options": [_lever(lever) for lever in report.runtime_levers],
+    }
+
+
+def _lever(lever: RuntimeLever) -> dict[str, Any]:
+    """A runtime option re-analysed: device totals (not live-tensor peaks) and largest batches,
+    with it and as analysed."""
+    return {
+        "option": lever.option,
+        "setting": lever.setting,
+        "device_total_bytes": lever.device_total_bytes,
+        "base_device_total_bytes": lever.base_device_total_bytes,
+        "saves_bytes": lever.saves_bytes,
+        "max_batch": lever.max_batch,
+        "base_max_batch": lever.base_max_batch,
+        "fits": lever.fits,
     }
 
 

@@ -195,11 +195,20 @@ def advice_lines(analysis: Analysis) -> list[str]:
     batch = analysis.max_batch
     if not fit.fits and batch is not None and batch.max_batch:
         lines.append(f"[bold]to fit:[/] --batch {batch.max_batch:,} (the largest"
-                     f" {markup(batch.batch_dim)} that fits)")
+                     f" {markup(batch.batch_dim)} that fits){_lever_batch(analysis)}")
     elif not fit.fits and batch is not None and batch.max_batch == 0:
         lines.append("[bold]to fit:[/] not even batch 1 fits this GPU: a larger GPU"
                      " ('graphmem gpus --fits MODEL')")
     return lines[:2]
+
+
+def _lever_batch(analysis: Analysis) -> str:
+    """The largest batch a runtime option raises it to, where --suggest found one."""
+    report = analysis.suggestions
+    for lever in report.runtime_levers if report is not None else ():
+        if lever.max_batch and lever.base_max_batch and lever.max_batch > lever.base_max_batch:
+            return f", or {lever.max_batch:,} with {markup(lever.option)}"
+    return ""
 
 
 def _levers(analysis: Analysis) -> str:

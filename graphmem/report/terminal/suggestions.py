@@ -11,7 +11,7 @@ from rich.table import Table
 from graphmem.core.safe_text import SNIPPET_MAX_CHARS, markup_text
 from graphmem.core.units import format_bytes, format_si
 from graphmem.report.terminal.plan import format_seconds
-from graphmem.suggest.cards import Suggestion, SuggestionReport
+from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
 
 _TARGETS_SHOWN = 4
 _ZERO_INPLACE_SHOWN = 3  # in-place candidates that save nothing at the peak, listed by name
@@ -37,8 +37,22 @@ def print_suggestions(report: SuggestionReport | None, console: Console) -> None
         points = "; ".join(f"{format_bytes(p.peak_bytes)} at +{format_si(p.extra_flops, 'FLOP')}"
                            f" ({len(p.modules)} modules)" for p in report.checkpoint_curve)
         console.print(f"checkpointing, peak against recompute (re-analysed): {points}")
+    for lever in report.runtime_levers:
+        console.print(lever_line(lever))
+        console.print(f"  set it: {markup_text(lever.setting)}", soft_wrap=True)
     for note in report.notes:
         console.print(f"[yellow]note:[/] {markup_text(note)}")
+
+
+def lever_line(lever: RuntimeLever) -> str:
+    """A runtime option's device total and largest batch, with it and as analysed."""
+    parts = []
+    if lever.device_total_bytes is not None and lever.base_device_total_bytes is not None:
+        parts.append(f"device total {format_bytes(lever.device_total_bytes)} (now"
+                     f" {format_bytes(lever.base_device_total_bytes)})")
+    if lever.max_batch is not None and lever.base_max_batch is not None:
+        parts.append(f"largest batch {lever.max_batch:,} (now {lever.base_max_batch:,})")
+    return f"[bold]runtime option[/] {markup_text(lever.option)}: {'; '.join(parts)}"
 
 
 def suggestions_table(report: SuggestionReport) -> Table:
