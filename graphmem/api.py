@@ -13,7 +13,7 @@ Every call builds one Request (graphmem/pipeline/request.py) and runs the pipeli
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -175,8 +175,9 @@ def analyze(request_or_model: Request | object, inputs: Sequence[object] | None 
     ort_arena_extend ("next-power-of-two" or "same-as-requested");
     distributed (a DistributedConfig) or gpus/strategy/tensor_parallel/state_layout/
     reduce_bucket_size/fsdp_depth; kv_cache (True: the ONNX past inputs, "auto", or (layers,
-    kv_heads, head_dim)), kv_dtype, max_context (the model's position limit); serve (True, or
-    a ServingConfig) with context, block_size, gpu_memory_utilization, max_batched_tokens, and
+    kv_heads, head_dim)), kv_dtype, max_context (the model's position limit); serve (True,
+    an engine's name "vllm", "sglang" or "trtllm", or a ServingConfig) with context,
+    block_size, gpu_memory_utilization, max_batched_tokens, enforce_eager, and
     gpus/tensor_parallel as the serving engine's; suggest, memory_budget ("80%" or "12GiB",
     implies suggest) or memory_budget_bytes / memory_budget_share; example_inputs, label.
     `inputs`: a tensor, a shape tuple, a "4x1024:int64" string, a list of them, or a dict of
@@ -228,10 +229,11 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                   fsdp_depth: int | None = None,
                   kv_cache: bool | str | tuple[int, int, int] | None = None,
                   kv_dtype: str | None = None, max_context: int | None = None,
-                  serve: bool | ServingConfig = False, context: int | None = None,
+                  serve: bool | str | ServingConfig = False, context: int | None = None,
                   block_size: int | None = None,
                   gpu_memory_utilization: float | None = None,
-                  max_batched_tokens: int | None = None, suggest: bool | None = None,
+                  max_batched_tokens: int | None = None, enforce_eager: bool = False,
+                  suggest: bool | None = None,
                   memory_budget: str | None = None, memory_budget_bytes: int | None = None,
                   memory_budget_share: float | None = None,
                   example_inputs: str | None = None, label: str | None = None,
@@ -247,6 +249,8 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                                amp_policy) if train else None  # type: ignore[arg-type]
     serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
                        gpus, tensor_parallel)
+    if serving is not None and enforce_eager:  # vLLM without CUDA graphs
+        serving = replace(serving, enforce_eager=True)
     if serving is None and distributed is None:
         distributed = _distributed(gpus, strategy, tensor_parallel, state_layout,
                                    reduce_bucket_size, fsdp_depth)
@@ -360,10 +364,11 @@ def _kv_cache(option: bool | str | tuple[int, int, int] | None,
     return KvCacheOptions(dtype=dtype, max_context=max_context)
 
 
-def _serving(serve: bool | ServingConfig, context: int | None, block_size: int | None,
+def _serving(serve: bool | str | ServingConfig, context: int | None, block_size: int | None,
              utilization: float | None, prefill_tokens: int | None, gpus: int | None,
              tensor_parallel: int | None) -> ServingConfig | None:
-    """`serve=True` and its keywords as one ServingConfig (a given one is taken as it is)."""
+    """`serve=True` (vLLM) or `serve="sglang"` (the engine's name: vllm, sglang, trtllm) and
+    its keywords as one ServingConfig (a given one is taken as it is)."""
     if isinstance(serve, ServingConfig):
         return serve
     if not serve:
@@ -371,9 +376,11 @@ def _serving(serve: bool | ServingConfig, context: int | None, block_size: int |
             raise GraphmemError("context, block_size, gpu_memory_utilization and"
                                 " max_batched_tokens describe serving: add serve=True")
         return None
-    given = {name: value for name, value in (
+    given: dict[str, object] = {name: value for name, value in (
         ("block_size", block_size), ("gpu_memory_utilization", utilization),
         ("tensor_parallel", tensor_parallel)) if value is not None}
+    if isinstance(serve, str):
+        given["engine"] = serve
     return ServingConfig(context=context, prefill_tokens=prefill_tokens, gpus=gpus,
                          **given)  # type: ignore[arg-type]
 
@@ -447,13 +454,14 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
                 max_flops: int | str | None = None, fail_on_unsupported: bool = False,
                 baseline: str | Path | None = None, max_growth: str | None = None,
                 min_sequences: int | None = None, context: int | None = None,
-                budgets: str | Path | None = None) -> CheckReport:
+                budgets: str | Path | None = None, engine: str | None = None) -> CheckReport:
     """`graphmem check`: an ONNX model against budgets, written as on the command line
     (max_memory="90%" or "12GiB", margin="10%", max_latency="20ms", max_params="25M",
     max_growth="5%"), or every model of a budgets file (`budgets="graphmem.toml"`).
     `report.passed` is the exit code's answer; `report.models[0].results` each budget's
-    verdict."""
+    verdict. `engine` ("vllm", "sglang", "trtllm") serves the model for min_sequences."""
     from graphmem.gate import budgets as parse
+    from graphmem.gate import sequences
     from graphmem.gate.budgets_file import load_budgets_file
     from graphmem.gate.check import CheckSpec, run_check
     from graphmem.gate.margin import parse_margin
@@ -473,8 +481,8 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
             max_flops=None if max_flops is None else parse.parse_count(max_flops),
             fail_on_unsupported=fail_on_unsupported,
             max_growth=None if max_growth is None else parse.parse_percent(max_growth),
-            min_sequences=parse.min_sequences(min_sequences, context, "",
-                                              ("min_sequences=", "context=")))
+            min_sequences=sequences.min_sequences(min_sequences, context, "",
+                                                  ("min_sequences=", "context="), engine))
     except parse.SpecError as error:
         raise GraphmemError(f"check_model: {error}") from None
     spec = CheckSpec(model_path=Path(model), label=Path(model).stem, budgets=limits, gpu=gpu,

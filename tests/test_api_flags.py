@@ -24,6 +24,8 @@ FLAG_TO_API = {
     "kv_cache": "kv_cache", "kv_dtype": "kv_dtype", "kv_cache_dtype": "kv_dtype",
     "max_context": "max_context",
     "serve": "serve", "context": "context", "block_size": "block_size",
+    "engine": "serve",  # serve="sglang"
+    "enforce_eager": "enforce_eager",
     "gpu_memory_utilization": "gpu_memory_utilization",
     "max_batched_tokens": "max_batched_tokens",
     "suggest": "suggest", "memory_budget": "memory_budget",
@@ -70,7 +72,7 @@ CHECK_TO_API = {
     "max_latency": "max_latency", "max_params": "max_params", "max_flops": "max_flops",
     "fail_on_unsupported": "fail_on_unsupported", "baseline": "baseline",
     "max_growth": "max_growth", "min_sequences": "min_sequences", "context": "context",
-    "budgets": "budgets",
+    "engine": "engine", "budgets": "budgets",
     "json": "(report)", "junit": "(report)",  # the CheckReport object has every verdict
 }
 

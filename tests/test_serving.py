@@ -1,9 +1,14 @@
 """Serving an LLM (graphmem/distributed/serving.py, wired through pipeline/extras.py, the CLI,
 the API, JSON and the gate): the paged KV cache as vLLM sizes it, worked by hand.
 
-vLLM's formulas, as the numbers below use them (docs/serving.md cites each):
-- available KV memory = total * gpu_memory_utilization - peak non-KV memory (weights, the
-  profiled step's activations, non-torch memory such as the CUDA context);
+vLLM 0.33.0's formulas, as the numbers below use them (docs/serving.md cites each):
+- available KV memory = ceil(total * gpu_memory_utilization) - weights - the profiled peak
+  activations - the CUDA-graph estimate (determine_available_memory); the CUDA context,
+  NCCL and cuBLAS handles are the baseline before the snapshot, outside the requested memory;
+- the CUDA-graph estimate: the first capture plus (graphs - 1) x the next one's growth per
+  mode (profile_cudagraph_memory); with the 51 default sizes up to 512 (1, 2, 4, every 8 to
+  248, every 16 from 256), two modes and no traced tokens to scale: 2 x 50 x 1 MiB =
+  104,857,600 B;
 - a block (page) holds block_size tokens of every layer: 2 * block_size * kv_heads * head_size *
   dtype_size per layer (AttentionSpec.page_size_bytes), num_blocks = available // page //
   layers (get_num_blocks);
@@ -34,7 +39,8 @@ from graphmem.distributed.serving import (
     plan_serving,
 )
 from graphmem.errors import GraphmemError
-from graphmem.gate.budgets import Budgets, MinSequences, complete_budgets, evaluate, numbers_of
+from graphmem.gate.budgets import Budgets, complete_budgets, evaluate, numbers_of
+from graphmem.gate.sequences import MinSequences
 from tests.helpers.decoders import PER_TOKEN, decoder_with_past
 from tests.models import tiny_llama
 
@@ -58,33 +64,42 @@ def llama_inputs(context: int, **config: object) -> ServingInputs:
 
 def test_llama3_8b_on_80_gib_worked_by_hand() -> None:
     plan = plan_serving(llama_inputs(4096))
-    # budget floor(85,899,345,920 x 0.9) = 77,309,411,328
+    # requested ceil(85,899,345,920 x 0.9) = 77,309,411,328
     assert plan.budget_bytes == 77_309_411_328
     # the larger step is reserved: the 2 GiB prefill
     assert plan.activation_bytes == 2 * GIB
-    # 77,309,411,328 - 16,060,522,496 - 2,147,483,648 - 536,870,912 = 58,564,534,272
-    assert plan.kv_cache_bytes == 58_564_534_272
+    assert plan.reserve is not None and plan.reserve.cuda_graph_bytes == 104_857_600
+    # 77,309,411,328 - 16,060,522,496 - 2,147,483,648 - 104,857,600 = 58,996,547,584 (the
+    # 512 MiB CUDA context is outside the requested memory)
+    assert plan.kv_cache_bytes == 58_996_547_584
     assert plan.per_token_bytes == 131_072 and plan.block_bytes == 2_097_152
-    # 58,564,534,272 // 2,097,152 = 27,925 blocks (27,925.7)
-    assert plan.num_blocks == 27_925
-    # 4096 tokens = 256 blocks: 27,925 // 256 = 109 sequences
+    # 58,996,547,584 // 2,097,152 = 28,131 blocks (28,131.7)
+    assert plan.num_blocks == 28_131
+    # 4096 tokens = 256 blocks: 28,131 // 256 = 109 sequences; vLLM's concurrency 109.89x
     assert (plan.blocks_per_sequence, plan.max_sequences) == (256, 109)
-    # alone, one sequence could hold 27,925 x 16 = 446,800 tokens: the model stops at 8192
-    assert plan.memory_context == 446_800
+    assert f"{plan.concurrency:.2f}" == "109.89"
+    # "GPU KV cache size": int(109.886... x 4096) = 450,096 tokens (28,131 x 16)
+    assert plan.kv_tokens == 450_096
+    # alone, one sequence could hold 28,131 x 16 = 450,096 tokens: the model stops at 8192
+    assert plan.memory_context == 450_096
     assert plan.max_context == 8192 and plan.context_limited_by == "position limit"
 
 
 def test_a_part_full_block_is_a_whole_block() -> None:
-    # 4097 tokens: cdiv(4097, 16) = 257 blocks; 27,925 // 257 = 108 sequences (one fewer)
+    # 4097 tokens: cdiv(4097, 16) = 257 blocks; 28,131 // 257 = 109 sequences (109.46)
     plan = plan_serving(llama_inputs(4097))
-    assert (plan.blocks_per_sequence, plan.max_sequences) == (257, 108)
+    assert (plan.blocks_per_sequence, plan.max_sequences) == (257, 109)
+    # 4192 tokens = 262 blocks: 28,131 // 262 = 107 (107.4); one token more, 263 blocks:
+    # 28,131 // 263 = 106 (106.96)
+    assert plan_serving(llama_inputs(4192)).max_sequences == 107
+    assert plan_serving(llama_inputs(4193)).max_sequences == 106
 
 
 def test_block_size_changes_the_rounding() -> None:
-    # block 32: 4,194,304 B; 58,564,534,272 // 4,194,304 = 13,962 blocks; 4097 tokens take
-    # cdiv(4097, 32) = 129 blocks: 13,962 // 129 = 108
+    # block 32: 4,194,304 B; 58,996,547,584 // 4,194,304 = 14,065 blocks; 4097 tokens take
+    # cdiv(4097, 32) = 129 blocks: 14,065 // 129 = 109
     plan = plan_serving(llama_inputs(4097, block_size=32))
-    assert (plan.num_blocks, plan.blocks_per_sequence, plan.max_sequences) == (13_962, 129, 108)
+    assert (plan.num_blocks, plan.blocks_per_sequence, plan.max_sequences) == (14_065, 129, 109)
 
 
 def test_tensor_parallel_splits_the_kv_heads() -> None:
@@ -94,17 +109,17 @@ def test_tensor_parallel_splits_the_kv_heads() -> None:
     plan = plan_serving(replace(inputs, weights_bytes=inputs.weights_bytes // 2))
     # per token 2 x 32 x 4 x 128 x 2 = 65,536 B; block 1,048,576 B
     assert plan.per_token_bytes == 65_536 and plan.block_bytes == 1_048_576
-    # 77,309,411,328 - 8,030,261,248 - 2,147,483,648 - 536,870,912 = 66,594,795,520 B:
-    # 63,509 blocks (63,509.3), 63,509 // 256 = 248 sequences
+    # 77,309,411,328 - 8,030,261,248 - 2,147,483,648 - 104,857,600 = 67,026,808,832 B:
+    # 63,921 blocks (63,921.7), 63,921 // 256 = 249 sequences
     assert (plan.kv_cache_bytes, plan.num_blocks, plan.max_sequences) == (
-        66_594_795_520, 63_509, 248)
+        67_026_808_832, 63_921, 249)
 
 
 def test_replicas_multiply_the_sequences() -> None:
     # 4 GPUs as 2 replicas of T=2: each replica has its own cache
     inputs = llama_inputs(4096, tensor_parallel=2, gpus=4)
     plan = plan_serving(replace(inputs, weights_bytes=inputs.weights_bytes // 2))
-    assert plan.replicas == 2 and plan.total_sequences == 2 * plan.max_sequences == 496
+    assert plan.replicas == 2 and plan.total_sequences == 2 * plan.max_sequences == 498
 
 
 def test_no_room_left_is_zero_sequences() -> None:
@@ -152,8 +167,9 @@ def test_decoder_prefill_and_decode_steps(decoder: Path) -> None:
     fit = result.fit
     assert fit is not None and plan.capacity_bytes == fit.capacity_bytes
     assert plan.cuda_context_bytes == fit.reserve.bytes
-    assert plan.kv_cache_bytes == (plan.budget_bytes - 16_416 - 256_000
-                                   - plan.cuda_context_bytes)
+    # vLLM 0.33: the context is outside the requested memory; the CUDA graphs inside it
+    assert plan.kv_cache_bytes == (plan.budget_bytes - 16_416 - plan.activation_bytes
+                                   - plan.reserve.cuda_graph_bytes)  # type: ignore[union-attr]
     assert plan.num_blocks == plan.kv_cache_bytes // 8192
     # 1000 tokens: cdiv(1000, 16) = 63 blocks
     assert plan.blocks_per_sequence == 63 and plan.max_sequences == plan.num_blocks // 63
@@ -210,7 +226,12 @@ def test_a_model_without_a_cache_needs_its_shape(mlp: Path) -> None:
                           plan=False)
     plan = result.kv_cache.serving  # type: ignore[union-attr]
     assert plan is not None and [s.name for s in plan.steps] == ["analyzed step"]
-    assert plan.activation_bytes == int(result.liveness.activation_peak_bytes)
+    assert plan.reserve is not None
+    assert plan.reserve.forward_bytes == int(result.liveness.activation_peak_bytes)
+    # vLLM's dummy sampler run on its output's 10 logits: t4 -> max_num_seqs 256,
+    # max_num_batched_tokens 2048: 256 rows x 10 x (4 B float32 logits + 21) = 64,000 B
+    assert plan.reserve.sampler_rows == 256 and plan.reserve.sampler_bytes == 64_000
+    assert plan.activation_bytes == max(64_000, plan.reserve.forward_bytes)
 
 
 # ----- command line, JSON, gate ---------------------------------------------------------------

@@ -35,6 +35,7 @@ from graphmem.cli.inputs import (
 )
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
 from graphmem.core.routing import BALANCED, parse_moe_routing
+from graphmem.distributed.engines import ENGINES
 from graphmem.distributed.kv_cache import KV_CACHE_DTYPES, parse_kv_option
 from graphmem.distributed.serving import (
     DEFAULT_BLOCK_SIZE,
@@ -156,11 +157,19 @@ def _add_serving_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--context", type=int, metavar="N",
                        help="tokens per sequence (prompt + output; default: the model's"
                        " position limit)")
-    group.add_argument("--block-size", type=int, metavar="N",
-                       help=f"tokens per KV-cache block (default {DEFAULT_BLOCK_SIZE}, vLLM's)")
-    group.add_argument("--gpu-memory-utilization", type=float, metavar="SHARE",
-                       help="the engine's share of the GPU (default"
-                       f" {DEFAULT_GPU_MEMORY_UTILIZATION}, vLLM's gpu_memory_utilization)")
+    group.add_argument("--engine", choices=ENGINES, metavar="|".join(ENGINES),
+                       help="the serving engine whose reservation sizes the cache (default"
+                       " vllm; docs/serving.md names the versions)")
+    group.add_argument("--enforce-eager", action="store_true", default=None,
+                       help="vLLM without CUDA graphs (no graph memory reserved)")
+    group.add_argument("--block-size", "--page-size", "--tokens-per-block", type=int,
+                       metavar="N", help="tokens per KV-cache block (default: the engine's;"
+                       f" vLLM {DEFAULT_BLOCK_SIZE}, SGLang 1, TensorRT-LLM 32)")
+    group.add_argument("--gpu-memory-utilization", "--mem-fraction-static",
+                       "--free-gpu-memory-fraction", type=float, metavar="SHARE",
+                       help="the engine's share (default: the engine's; vLLM"
+                       f" {DEFAULT_GPU_MEMORY_UTILIZATION}, SGLang by GPU size,"
+                       " TensorRT-LLM 0.9)")
     group.add_argument("--max-batched-tokens", type=int, metavar="N",
                        help="tokens of the prefill step whose activations are reserved"
                        " (default: --context; vLLM's max_num_batched_tokens)")
@@ -325,7 +334,8 @@ def _check_flags(args: argparse.Namespace) -> None:
     _check_serving_flags(args)
 
 
-_SERVING_FLAGS = ("context", "block_size", "gpu_memory_utilization", "max_batched_tokens")
+_SERVING_FLAGS = ("context", "block_size", "gpu_memory_utilization", "max_batched_tokens",
+                  "engine", "enforce_eager")
 _TRAINING_JOB_FLAGS = ("strategy", "state_layout", "reduce_bucket_size")
 
 
@@ -405,9 +415,13 @@ def _kv_dtype(args: argparse.Namespace) -> str | None:
 def _serving(args: argparse.Namespace) -> ServingConfig | None:
     if not args.serve:
         return None
-    given = {name: getattr(args, flag) for name, flag in (
+    given: dict[str, object] = {name: getattr(args, flag) for name, flag in (
         ("block_size", "block_size"), ("gpu_memory_utilization", "gpu_memory_utilization"),
         ("tensor_parallel", "tensor_parallel")) if getattr(args, flag) is not None}
+    if args.engine is not None:
+        given["engine"] = args.engine
+    if args.enforce_eager:
+        given["enforce_eager"] = True
     return ServingConfig(context=args.context, prefill_tokens=args.max_batched_tokens,
                          gpus=args.gpus, **given)
 

@@ -28,12 +28,12 @@ from graphmem.cli.inputs import (
     output_file,
     refuse_overwrites,
 )
+from graphmem.distributed.engines import ENGINES
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import hf_config_file
 from graphmem.gate.budgets import (
     Budgets,
     complete_budgets,
-    min_sequences,
     parse_count,
     parse_latency_s,
     parse_memory_limit,
@@ -41,6 +41,7 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.gate.margin import parse_margin
+from graphmem.gate.sequences import min_sequences
 
 if TYPE_CHECKING:
     from graphmem.gate.check import CheckSpec
@@ -53,7 +54,7 @@ _MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "margin",
                   "max_tensor_memory",
                   "max_latency",
                   "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth",
-                  "min_sequences", "context")
+                  "min_sequences", "context", "engine")
 
 
 NAME = "check"
@@ -104,6 +105,8 @@ def add_parser(commands: Any) -> None:
                          " the paged KV cache (needs --gpu; see docs/serving.md)")
     budgets.add_argument("--context", type=argtype(parse_count), metavar="TOKENS",
                          help="tokens per sequence (prompt + output) for --min-sequences")
+    budgets.add_argument("--engine", choices=ENGINES, metavar="|".join(ENGINES),
+                         help="the serving engine --min-sequences plans for (default vllm)")
     budgets.add_argument("--budgets", type=Path, metavar="FILE.toml",
                          help="check every model a budgets file lists (see docs/gate.md)")
     outputs = parser.add_argument_group("outputs")
@@ -203,7 +206,8 @@ def _specs(args: argparse.Namespace) -> list[CheckSpec]:
                       max_latency_s=args.max_latency,
                       max_params=args.max_params, max_flops=args.max_flops,
                       fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth,
-                      min_sequences=min_sequences(args.min_sequences, args.context))
+                      min_sequences=min_sequences(args.min_sequences, args.context,
+                                                  engine=args.engine))
     return [CheckSpec(model_path=Path(args.model), label=Path(args.model).stem, budgets=budgets,
                       gpu=args.gpu, batch=args.batch, dims=dims_dict(args.dim),
                       cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline)]

@@ -1,10 +1,11 @@
 """Serving an LLM on a GPU: the paged KV cache, how many sequences fit at once, the longest
-context, as a vLLM-style engine sizes them (docs/serving.md has the sources).
+context, as a serving engine sizes them (docs/serving.md has the sources).
 
 Per GPU (one tensor-parallel rank):
 
-    budget        = floor(capacity * gpu_memory_utilization)   # vLLM: total * utilization
-    kv_cache      = budget - weights / T - step activation peak - CUDA context
+    kv_cache      = what the engine leaves for its cache (graphmem/distributed/engines.py:
+                    vLLM, SGLang or TensorRT-LLM, each its own way), from the weights / T,
+                    the step activation peak, the CUDA context and the engine's share
     per_token     = 2 (K and V) * layers * max(1, kv_heads // T) * head_dim * dtype_bytes
     block         = block_size * per_token                     # one page of every layer
     blocks        = kv_cache // block                          # vLLM get_num_blocks
@@ -23,7 +24,6 @@ neither holding the KV tensors (paged attention writes them into the blocks).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -37,6 +37,17 @@ from graphmem.core.kv_layers import (
 )
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.error_bands import error_band
+from graphmem.distributed.engines import (
+    ENGINE_VERSIONS,
+    ENGINES,
+    TRTLLM,
+    VLLM,
+    EngineReserve,
+    EngineSetting,
+    default_step_tokens,
+    engine_groups,
+    engine_reserve,
+)
 from graphmem.errors import GraphmemError
 from graphmem.ops import traits_of
 from graphmem.ops.traits import Contraction
@@ -49,28 +60,30 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (CacheConfig.block_size)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 MAX_BLOCK_SIZE = 1 << 16
 MAX_GPUS = 1 << 16
-# vLLM's max_num_batched_tokens for its OpenAI server (EngineArgs.get_batch_defaults): 8192 on
-# a GPU of 70 GiB or more that is not an A100, else 2048
-LARGE_GPU_STEP_TOKENS, STEP_TOKENS, LARGE_GPU_BYTES = 8192, 2048, 70 << 30
 
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """How the model is served (`graphmem analyze --serve`)."""
+    """How the model is served (`graphmem analyze --serve`); None: the engine's default."""
 
-    block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV-cache block (page)
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # the engine's share
+    block_size: int | None = None  # tokens per KV-cache block (page)
+    gpu_memory_utilization: float | None = None  # the engine's share (engines.py)
     context: int | None = None  # tokens per sequence; default: the model's position limit
     prefill_tokens: int | None = None  # tokens of the profiled prefill step; default: context
     tensor_parallel: int = 1  # T: weights and KV heads split over T GPUs
     gpus: int | None = None  # N GPUs in all, N / T replicas; default T
+    engine: str = VLLM  # vllm, sglang or trtllm: how the cache is sized (engines.py)
+    enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs captured
 
     def check(self) -> None:
         """Refuse what needs no model, naming the flag."""
+        if self.engine not in ENGINES:
+            raise GraphmemError(f"--engine {self.engine}: choose one of {', '.join(ENGINES)}")
         _check_range("--block-size", self.block_size, 1, MAX_BLOCK_SIZE)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise GraphmemError(f"--gpu-memory-utilization {self.gpu_memory_utilization}: give"
-                                " a share above 0 and at most 1, e.g. 0.9 (vLLM's default)")
+        share = self.gpu_memory_utilization
+        if share is not None and not 0 < share <= 1:
+            raise GraphmemError(f"--gpu-memory-utilization {share}: give a share above 0 and"
+                                " at most 1, e.g. 0.9 (vLLM's default)")
         _check_range("--context", self.context, 1, MAX_DIM_VALUE)
         _check_range("--max-batched-tokens", self.prefill_tokens, 1, MAX_DIM_VALUE)
         _check_range("--tensor-parallel", self.tensor_parallel, 1, MAX_GPUS)
@@ -129,6 +142,9 @@ class ServingInputs:
     steps: tuple[StepPeak, ...]
     position_limit: int | None  # the model's max_position_embeddings
     position_limit_source: str
+    vocab_size: int | None = None  # the logits' width: vLLM's dummy sampler run
+    logits_dtype_bytes: int = 2  # the model's dtype: the logits before the sampler's fp32
+    traced_tokens: int | None = None  # tokens of the traced step (its activations per token)
 
 
 @dataclass(frozen=True)
@@ -153,9 +169,38 @@ class ServingReport:
     memory_context: int  # the most tokens one sequence alone fits, memory only
     position_limit: int | None
     position_limit_source: str
-    step_tokens: int = STEP_TOKENS  # the scheduler's step: a sliding window's extra tokens
+    step_tokens: int = 2048  # the scheduler's step: a sliding window's extra tokens
     sequence_bytes: int = 0  # one sequence of `context` tokens, every layer group
     layer_groups: tuple[GroupUse, ...] = ()  # what a sequence holds per layer type
+    reserve: EngineReserve | None = None  # the engine's own parts (None: a bare plan)
+
+    @property
+    def engine(self) -> str:
+        return self.reserve.engine if self.reserve else VLLM
+
+    @property
+    def block_size(self) -> int:
+        return self.reserve.block_size if self.reserve else DEFAULT_BLOCK_SIZE
+
+    @property
+    def memory_fraction(self) -> float:
+        return self.reserve.memory_fraction if self.reserve else DEFAULT_GPU_MEMORY_UTILIZATION
+
+    @property
+    def concurrency(self) -> float:
+        """vLLM's "Maximum concurrency": blocks over one request's blocks, unfloored."""
+        return self.num_blocks / self.blocks_per_sequence if self.blocks_per_sequence else 0.0
+
+    @property
+    def kv_tokens(self) -> int:
+        """The engine's own count of its cache in tokens: vLLM 0.33 int(concurrency x
+        max_model_len) (its "GPU KV cache size"); SGLang max_total_num_tokens (whole pages);
+        TensorRT-LLM's estimated max tokens (the cache over the bytes per token)."""
+        if self.engine == VLLM:
+            return int(self.concurrency * self.context)
+        if self.engine == TRTLLM:  # _cal_max_tokens: available // kv size per token
+            return self.kv_cache_bytes // self.per_token_bytes if self.per_token_bytes else 0
+        return self.num_blocks * self.block_size
 
     @property
     def total_sequences(self) -> int:
@@ -180,38 +225,40 @@ def kv_heads_per_rank(kv_heads: int, tensor_parallel: int) -> int:
     return max(1, kv_heads // tensor_parallel)
 
 
-def default_step_tokens(gpu_name: str, capacity_bytes: int) -> int:
-    """vLLM's default max_num_batched_tokens for its OpenAI server on this GPU."""
-    large = capacity_bytes >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
-    return LARGE_GPU_STEP_TOKENS if large else STEP_TOKENS
-
-
-def cache_layout(inputs: ServingInputs) -> KvLayout:
-    """The cache's layer groups as served: the plan's TP, block size and scheduler step."""
+def cache_layout(inputs: ServingInputs, block_size: int | None = None) -> KvLayout:
+    """The cache's layer groups as served: the plan's TP, block size and scheduler step (a
+    sliding window's extra tokens are vLLM's: SGLang and TensorRT-LLM by default keep every
+    token of every attention layer, engines.py `engine_groups`)."""
     config, cache = inputs.config, inputs.cache
-    step = config.prefill_tokens or default_step_tokens(inputs.gpu_name, inputs.capacity_bytes)
-    return KvLayout(cache.layer_groups, cache.dtype_bytes,
+    step = config.prefill_tokens or default_step_tokens(VLLM, inputs.gpu_name,
+                                                        inputs.capacity_bytes)
+    return KvLayout(engine_groups(config.engine, cache.layer_groups), cache.dtype_bytes,
                     cache.state_dtype_bytes or cache.dtype_bytes, config.tensor_parallel,
-                    config.block_size, step)
+                    block_size or config.block_size or DEFAULT_BLOCK_SIZE, step)
 
 
 def plan_serving(inputs: ServingInputs) -> ServingReport:
     """The paged-cache plan of the module docstring; `inputs.config.context` is set."""
     config, cache = inputs.config, inputs.cache
     assert config.context is not None
-    budget = math.floor(inputs.capacity_bytes * config.gpu_memory_utilization)
-    activation = max((step.activation_bytes for step in inputs.steps), default=0)
-    kv_bytes = max(budget - inputs.weights_bytes - activation - inputs.cuda_context_bytes, 0)
-    layout = cache_layout(inputs)
+    forward = max((step.activation_bytes for step in inputs.steps), default=0)
+    reserve = engine_reserve(EngineSetting(
+        config.engine, config.gpu_memory_utilization, config.block_size, config.prefill_tokens,
+        config.tensor_parallel, config.enforce_eager), inputs.gpu_name, inputs.capacity_bytes,
+        inputs.cuda_context_bytes, inputs.weights_bytes, forward,
+        _per_token_activation(inputs, forward), inputs.vocab_size, inputs.logits_dtype_bytes)
+    kv_bytes = reserve.kv_cache_bytes if reserve.starts else 0
+    layout = cache_layout(inputs, reserve.block_size)
     per_token = layout.per_token_bytes
-    block = config.block_size * per_token
+    block = reserve.block_size * per_token
     sequence = layout.sequence_bytes(config.context)
     # no layer holds more than every token: the search stops where full layers would
     cap = max(kv_bytes // per_token, 1) if per_token else MAX_DIM_VALUE
     return ServingReport(
         config=config, gpu_name=inputs.gpu_name, capacity_bytes=inputs.capacity_bytes,
-        budget_bytes=budget, weights_bytes=inputs.weights_bytes, steps=inputs.steps,
-        activation_bytes=activation, cuda_context_bytes=inputs.cuda_context_bytes,
+        budget_bytes=reserve.budget_bytes, weights_bytes=inputs.weights_bytes,
+        steps=inputs.steps, activation_bytes=reserve.activation_bytes,
+        cuda_context_bytes=inputs.cuda_context_bytes,
         kv_cache_bytes=kv_bytes, kv_heads_per_rank=kv_heads_per_rank(cache.kv_heads,
                                                                      config.tensor_parallel),
         per_token_bytes=per_token, block_bytes=block,
@@ -221,45 +268,57 @@ def plan_serving(inputs: ServingInputs) -> ServingReport:
         replicas=config.replicas, memory_context=layout.longest_context(kv_bytes, cap),
         position_limit=inputs.position_limit,
         position_limit_source=inputs.position_limit_source, step_tokens=layout.step_tokens,
-        sequence_bytes=sequence, layer_groups=layout.uses(config.context))
+        sequence_bytes=sequence, layer_groups=layout.uses(config.context), reserve=reserve)
+
+
+def _per_token_activation(inputs: ServingInputs, forward: int) -> float:
+    """The traced step's activation bytes per token (vLLM's CUDA-graph model scales it)."""
+    return forward / inputs.traced_tokens if inputs.traced_tokens else 0.0
 
 
 def one_sequence_bytes(plan: ServingReport) -> int:
-    """What one sequence at the plan's context needs on a GPU: weights, the step's
-    activations, the CUDA context and its KV blocks. At most the budget exactly when at least
-    one sequence fits (kv_cache >= sequence_bytes)."""
-    return (plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
-            + plan.sequence_bytes)
+    """What one sequence at the plan's context needs against the engine's budget: what the
+    engine reserves inside it (vLLM: weights, the activation peak, the CUDA graphs; SGLang:
+    the weights; TensorRT-LLM: the profiled peak) and the sequence's KV blocks. At most the
+    budget exactly when at least one sequence fits (kv_cache >= sequence_bytes)."""
+    reserved = (plan.reserve.reserved_bytes if plan.reserve is not None else
+                plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes)
+    return reserved + plan.sequence_bytes
 
 
 def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
     """The verdict under --serve: the plan's answer, not the step's. It fits when one
-    sequence at the context fits the engine's budget (capacity x gpu_memory_utilization).
+    sequence at the context fits the engine's budget (engines.py).
     `required_bytes` is what the engine holds: where a sequence fits, the weights, the step,
-    the context and the whole KV pool it allocates at start (what nvidia-smi shows: about
-    the budget; the headline said one sequence's 17.4 GiB where vLLM holds 72 GiB); where
-    none fits, one sequence's need (the demand)."""
+    the CUDA graphs, the context and the whole KV pool it allocates at start (what nvidia-smi
+    shows: about the budget; the headline said one sequence's 17.4 GiB where vLLM holds
+    72 GiB); where none fits, one sequence's need (the demand)."""
     fits = plan.max_sequences >= 1
     pool_bytes = plan.num_blocks * plan.block_bytes if fits else plan.sequence_bytes
-    required = (plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
+    graphs = plan.reserve.cuda_graph_bytes if plan.reserve is not None else 0
+    required = (plan.weights_bytes + plan.activation_bytes + graphs + plan.cuda_context_bytes
                 + pool_bytes)
-    share = plan.config.gpu_memory_utilization
     kv_label = (f"KV cache, {plan.num_blocks:,} blocks" if fits
                 else f"KV cache, one sequence of {plan.context:,} tokens")
     parts = (FitPart("weights", "weights (per GPU)", SymInt.const(plan.weights_bytes)),
              FitPart("step", "step activation peak", SymInt.const(plan.activation_bytes)),
+             *((FitPart("cuda_graphs", "CUDA graphs", SymInt.const(graphs)),) if graphs else ()),
              FitPart("context", "CUDA context", SymInt.const(plan.cuda_context_bytes)),
              FitPart("kv_cache", kv_label, SymInt.const(pool_bytes)))
+    # what sits outside the engine's budget (vLLM's context; SGLang's step and context)
+    # raises the limit as much as the need: over = reserved + a sequence - the budget
+    inside = one_sequence_bytes(plan) - plan.sequence_bytes + pool_bytes
+    limit = plan.budget_bytes + max(required - inside, 0)
     # utilization stays required / capacity (GpuFit's meaning); the verdict is against the
     # budget, so with a share below 1 a sequence may not fit at under 100%: `basis` says why
     return with_error_band(replace(
         fit, required_bytes=SymInt.const(required),
         utilization=required / plan.capacity_bytes if plan.capacity_bytes else float("inf"),
         fits=fits, parts=parts, runtime=None, failure="", caveat="",
-        out_of_memory=None, limit_bytes=plan.budget_bytes,
-        basis=(f"serving plan: the engine's budget, {share:g} of the GPU"
-               f" (--gpu-memory-utilization), holds at least one {plan.context:,}-token"
-               " sequence")), error_band("serving"))
+        out_of_memory=None, limit_bytes=limit,
+        basis=(f"serving plan: {ENGINE_VERSIONS[plan.engine]}'s budget,"
+               f" {plan.memory_fraction:g} of the GPU, holds at least one"
+               f" {plan.context:,}-token sequence")), error_band("serving"))
 
 
 # ----- what the graph says: weights on a rank, a step's activations ---------------------------

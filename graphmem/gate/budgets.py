@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from graphmem.core.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
-from graphmem.distributed.serving import ServingConfig
 from graphmem.errors import GraphmemError, SpecError
 from graphmem.gate.margin import Margin, with_margin_bytes
+from graphmem.gate.sequences import MinSequences, serving_numbers
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
@@ -140,32 +140,6 @@ class Baseline:
     flops: int
 
 
-@dataclass(frozen=True)
-class MinSequences:
-    """`--min-sequences N`: at least N sequences of the serving context must fit at once in
-    the paged KV cache (graphmem/distributed/serving.py), served as `serving` says."""
-
-    count: int
-    serving: ServingConfig = field(default_factory=ServingConfig)
-
-
-def min_sequences(count: int | None, context: int | None, where: str = "",
-                  names: tuple[str, str] = ("--min-sequences ", "--context ")
-                  ) -> MinSequences | None:
-    """The sequences budget from its two settings (`names`: how the user wrote them, the
-    command line's flags or the budgets file's keys): N sequences of `context` tokens."""
-    count_name, context_name = names
-    if count is None:
-        if context is not None:
-            raise GraphmemError(f"{where}{context_name}{context} is the tokens per sequence of"
-                                f" {count_name.rstrip(' =')}: add {count_name}N or drop it")
-        return None
-    if context is None:
-        raise GraphmemError(f"{where}{count_name}{count} needs {context_name}TOKENS: the"
-                            " tokens per sequence (prompt + output) each must hold")
-    if count < 1:
-        raise GraphmemError(f"{where}{count_name}{count}: give at least 1 sequence")
-    return MinSequences(count, ServingConfig(context=context))
 
 
 @dataclass(frozen=True)
@@ -288,22 +262,8 @@ def numbers_of(analysis: Analysis) -> ModelNumbers:
         latency_missing_reason=_latency_missing_reason(analysis, roofline),
         unsupported_ops=dict(costs.unsupported_ops),
         shape_unknown_nodes=tuple(costs.shape_unknown_nodes),
-        **_serving_numbers(analysis),
+        **serving_numbers(analysis),
     )
-
-
-def _serving_numbers(analysis: Analysis) -> dict[str, object]:
-    kv = analysis.kv_cache
-    plan = kv.serving if kv is not None else None
-    if plan is None:
-        return {}
-    text = (f"{plan.total_sequences:,} sequences of {plan.context:,} tokens fit at once on"
-            f" {plan.gpu_name}: {plan.num_blocks:,} KV blocks of {plan.config.block_size}"
-            f" tokens, {plan.blocks_per_sequence:,} per sequence")
-    if plan.replicas > 1:
-        text += f", x{plan.replicas} replicas"
-    return {"serving_sequences": plan.total_sequences, "serving_context": plan.context,
-            "serving_text": text}
 
 
 def _require_bound(analysis: Analysis) -> None:

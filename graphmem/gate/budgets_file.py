@@ -42,7 +42,6 @@ from graphmem.gate.baseline import read_input_file
 from graphmem.gate.budgets import (
     Budgets,
     SpecError,
-    min_sequences,
     parse_count,
     parse_latency_s,
     parse_memory_limit,
@@ -51,6 +50,7 @@ from graphmem.gate.budgets import (
 )
 from graphmem.gate.check import CheckSpec
 from graphmem.gate.margin import parse_margin
+from graphmem.gate.sequences import min_sequences
 
 MAX_BUDGETS_BYTES = 1 << 20  # a budgets file of 1000 models is ~100 KiB
 MAX_KEY_DEPTH = 8  # `a.b.c = 1`: 3 deep; the schema's deepest key is defaults.dims.seq

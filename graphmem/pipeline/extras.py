@@ -11,6 +11,7 @@ pages it (graphmem/distributed/serving.py) and hangs on the KV-cache report.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from graphmem.distributed.attach import (
@@ -141,6 +142,7 @@ def with_serving(analysis: Analysis, config: ServingConfig, position_limit: int 
                             " give --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
     config = replace(config, context=_serving_context(config, position_limit, limit_source))
     shape = kv.shape
+    steps = _steps(analysis, config)
     inputs = ServingInputs(
         config=config,
         cache=CacheShape(shape.layers, shape.kv_heads, shape.head_dim, shape.dtype,
@@ -148,9 +150,34 @@ def with_serving(analysis: Analysis, config: ServingConfig, position_limit: int 
         gpu_name=fit.gpu.name, capacity_bytes=fit.capacity_bytes,
         cuda_context_bytes=fit.reserve.bytes,
         weights_bytes=weights_per_rank(analysis.graph, config.tensor_parallel),
-        steps=_steps(analysis, config), position_limit=position_limit,
-        position_limit_source=limit_source)
+        steps=steps, position_limit=position_limit,
+        position_limit_source=limit_source, vocab_size=_vocab_size(analysis),
+        logits_dtype_bytes=dtype_bytes(graph_float_dtype(analysis.graph)),
+        traced_tokens=_traced_tokens(analysis, steps))
     return replace(analysis, kv_cache=replace(kv, serving=plan_serving(inputs)))
+
+
+def _vocab_size(analysis: Analysis) -> int | None:
+    """The logits' width: the last dim of the graph's first output (a decoder's logits
+    [batch, tokens, vocab]), where it is a number."""
+    outputs = analysis.graph.outputs
+    shape = outputs[0].shape if outputs else None
+    last = shape[-1] if shape else None
+    return int(last) if last is not None and last.is_constant else None
+
+
+def _traced_tokens(analysis: Analysis, steps: tuple[StepPeak, ...]) -> int | None:
+    """Tokens of the step whose activations are reserved: an ONNX decoder's prefill dims,
+    else the traced input_ids' batch x sequence."""
+    prefill = next((step for step in steps if step.name == "prefill"), None)
+    if prefill is not None:
+        # batch x new tokens (the cached dim is 0 in a prefill)
+        return math.prod(value for value in prefill.dims.values() if value) or None
+    inputs = analysis.graph.inputs
+    shape = inputs[0].shape if inputs else None
+    if not shape or any(dim is None or not dim.is_constant for dim in shape):
+        return None
+    return math.prod(int(dim) for dim in shape) or None  # type: ignore[arg-type]
 
 
 def _serving_context(config: ServingConfig, limit: int | None, source: str) -> int:

@@ -23,8 +23,9 @@ from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
 from graphmem.devices.gpus import GpuSpec, find_gpu, other_variants
+from graphmem.distributed.engines import default_step_tokens
 from graphmem.distributed.kv_cache import with_serving_answer
-from graphmem.distributed.serving import default_step_tokens, serving_fit
+from graphmem.distributed.serving import serving_fit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
@@ -142,7 +143,8 @@ def _serving_step(request: Request, module: object, batch: int | None, seq: int 
     if serving is None or batch is not None or seq is not None or request.gpu is None:
         return batch, seq, ""
     gpu = find_gpu(request.gpu)
-    step = serving.prefill_tokens or default_step_tokens(gpu.name, gpu.capacity_bytes)
+    step = serving.prefill_tokens or default_step_tokens(serving.engine, gpu.name,
+                                                         gpu.capacity_bytes)
     limit = max_positions(module)  # type: ignore[arg-type]
     tokens = min(step, limit) if limit else step
     return 1, tokens, (f"input_ids 1x{tokens}:int64: the step the engine profiles at start"

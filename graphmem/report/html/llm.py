@@ -13,6 +13,7 @@ from graphmem.core.units import count_noun, format_bytes
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.engine_log import block_name, engine_name, log_lines, share_name
 from graphmem.report.kv_layers import is_plain
 
 
@@ -99,19 +100,24 @@ def finetune_rows(report: FinetuneReport) -> tuple[LlmRow, ...]:
 
 def serving_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
     config = plan.config
+    reserve = plan.reserve
+    graphs = reserve.cuda_graph_bytes if reserve is not None else 0
     return (
         LlmRow("GPU", f"{printable(plan.gpu_name)}, tensor parallel {config.tensor_parallel},"
                f" {count_noun(plan.replicas, 'replica')}"),
+        LlmRow("engine", engine_name(plan), f"{share_name(plan)} {plan.memory_fraction:g}"),
         _sized("budget per GPU", plan.budget_bytes,
-               f"{config.gpu_memory_utilization:g} x {format_bytes(plan.capacity_bytes)}"),
+               f"{plan.memory_fraction:g} x {format_bytes(plan.capacity_bytes)}"),
         _sized("weights", plan.weights_bytes),
         _sized("step activation peak", plan.activation_bytes),
+        *((_sized("CUDA graphs", graphs),) if graphs else ()),
         _sized("CUDA context", plan.cuda_context_bytes),
         _sized("KV cache", plan.kv_cache_bytes),
         _sized("KV per token", plan.per_token_bytes),
-        LlmRow("blocks", f"{plan.num_blocks:,} of {config.block_size} tokens",
-               f"{plan.block_bytes:,} B each"),
+        LlmRow("blocks", f"{plan.num_blocks:,} of {plan.block_size} tokens",
+               f"{plan.block_bytes:,} B each ({block_name(plan)})"),
         *_layer_group_rows(plan),
+        *(LlmRow("engine log", line, "") for line in log_lines(plan)),
         LlmRow(f"sequences of {plan.context:,} tokens at once", f"{plan.total_sequences:,}",
                f"{plan.blocks_per_sequence:,} blocks each"),
         LlmRow("longest context", f"{plan.max_context:,} tokens",

@@ -10,6 +10,7 @@ from typing import Any
 
 from graphmem.distributed.serving import ServingReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.engine_log import engine_name, log_lines
 
 
 def serving_memory(analysis: Analysis) -> dict[str, Any]:
@@ -26,8 +27,10 @@ def serving_json(plan: ServingReport) -> dict[str, Any]:
         "gpu": plan.gpu_name,
         "tensor_parallel": config.tensor_parallel,
         "replicas": plan.replicas,
-        "block_size": config.block_size,
-        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "engine": plan.engine,
+        "engine_version": engine_name(plan),
+        "block_size": plan.block_size,
+        "gpu_memory_utilization": plan.memory_fraction,
         "capacity_bytes": plan.capacity_bytes,
         "budget_bytes": plan.budget_bytes,
         "weights_bytes": plan.weights_bytes,
@@ -53,4 +56,21 @@ def serving_json(plan: ServingReport) -> dict[str, Any]:
         "context_limited_by": plan.context_limited_by,
         "position_limit": plan.position_limit,
         "position_limit_source": plan.position_limit_source or None,
+        "kv_tokens": plan.kv_tokens,
+        "concurrency": plan.concurrency,
+        **_reserve(plan),
+        "log": list(log_lines(plan)),
     }
+
+
+def _reserve(plan: ServingReport) -> dict[str, Any]:
+    """The engine's own parts (graphmem/distributed/engines.py)."""
+    reserve = plan.reserve
+    if reserve is None:
+        return {}
+    return {"batched_tokens": reserve.batched_tokens, "forward_bytes": reserve.forward_bytes,
+            "sampler_bytes": reserve.sampler_bytes, "sampler_rows": reserve.sampler_rows,
+            "cuda_graph_bytes": reserve.cuda_graph_bytes,
+            "cuda_graph_sizes": list(reserve.cuda_graph_sizes),
+            "reserved_bytes": reserve.reserved_bytes, "outside_bytes": reserve.outside_bytes,
+            "starts": reserve.starts}

@@ -12,9 +12,11 @@ from rich.console import Console
 
 from graphmem.core.safe_text import markup
 from graphmem.core.units import count_noun, format_bytes, format_si
+from graphmem.distributed.engines import SGLANG, TRTLLM
 from graphmem.distributed.serving import ServingReport, one_sequence_bytes
 from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.engine_log import engine_name, log_lines
 from graphmem.report.kv_layers import group_text, is_plain
 
 
@@ -66,28 +68,49 @@ def finetune_lines(report: FinetuneReport) -> list[str]:
 
 
 def serving_lines(plan: ServingReport) -> list[str]:
+    """The plan: the engine's budget, its reserve, the cache and the engine's own log lines
+    (graphmem/report/engine_log.py), the longest context and the verdict."""
     config = plan.config
-    split = (f", tensor parallel {config.tensor_parallel}" if config.tensor_parallel > 1
-             else "")
+    split = f", TP {config.tensor_parallel}" if config.tensor_parallel > 1 else ""
     replicas = f", {plan.replicas} replicas" if plan.replicas > 1 else ""
-    lines = [
-        f"[bold]serving on {markup(plan.gpu_name)}[/]{split}{replicas}: budget"
-        f" {config.gpu_memory_utilization:g} x {format_bytes(plan.capacity_bytes)} ="
-        f" {format_bytes(plan.budget_bytes)} per GPU",
-        f"  weights {format_bytes(plan.weights_bytes)} + step"
-        f" {format_bytes(plan.activation_bytes)} + context"
-        f" {format_bytes(plan.cuda_context_bytes)}; KV cache"
-        f" {format_bytes(plan.kv_cache_bytes)}",
+    return [
+        f"[bold]serving on {markup(plan.gpu_name)}[/]{split}{replicas}"
+        f" ({engine_name(plan)}): {_budget_text(plan)}",
+        _reserve_text(plan),
         f"  KV {format_bytes(plan.per_token_bytes)} per token; {plan.num_blocks:,} blocks of"
-        f" {config.block_size} tokens ({format_bytes(plan.block_bytes)})",
+        f" {count_noun(plan.block_size, 'token')} ({format_bytes(plan.block_bytes)})",
         *_layer_group_lines(plan),
-        f"  sequences of {plan.context:,} tokens at once: [bold]{plan.total_sequences:,}[/]"
-        f" ({plan.blocks_per_sequence:,} blocks each)",
+        *(f"  {line}" for line in log_lines(plan)[-2:]),
         f"  longest context: {plan.max_context:,} tokens (limited by"
         f" {plan.context_limited_by})",
         serving_verdict(plan),
     ]
-    return lines
+
+
+def _budget_text(plan: ServingReport) -> str:
+    share = f"{plan.memory_fraction:g}"
+    if plan.engine == SGLANG:  # a static pool of what is free at start
+        free = plan.capacity_bytes - plan.cuda_context_bytes
+        return f"pool {share} x {format_bytes(free)} = {format_bytes(plan.budget_bytes)}"
+    if plan.engine == TRTLLM:
+        return f"KV {share} x (capacity - peak)"
+    return f"{share} x {format_bytes(plan.capacity_bytes)} = {format_bytes(plan.budget_bytes)}"
+
+
+def _reserve_text(plan: ServingReport) -> str:
+    reserve = plan.reserve
+    if reserve is not None and plan.engine == SGLANG:
+        return (f"  weights {format_bytes(plan.weights_bytes)}; KV cache"
+                f" {format_bytes(plan.kv_cache_bytes)}; {format_bytes(reserve.outside_bytes)}"
+                f" left for a {format_bytes(plan.activation_bytes)} step")
+    graphs = reserve.cuda_graph_bytes if reserve is not None else 0
+    parts = (f"  weights {format_bytes(plan.weights_bytes)} + peak"
+             f" {format_bytes(plan.activation_bytes)}")
+    if graphs:
+        parts += f" + CUDA graphs {format_bytes(graphs)}"
+    if plan.engine == TRTLLM:
+        parts += f" + context {format_bytes(plan.cuda_context_bytes)}"
+    return f"{parts}; KV cache {format_bytes(plan.kv_cache_bytes)}"
 
 
 def _layer_group_lines(plan: ServingReport) -> list[str]:
@@ -102,6 +125,7 @@ def _layer_group_lines(plan: ServingReport) -> list[str]:
 def serving_verdict(plan: ServingReport) -> str:
     """The verdict under --serve (the same as the analysis's fit: serving.py `serving_fit`)."""
     if plan.max_sequences >= 1:
-        return f"  [green]fits[/]: {plan.total_sequences:,} sequences of {plan.context:,} tokens"
+        return (f"  [green]fits[/]: {plan.total_sequences:,} sequences of {plan.context:,}"
+                f" tokens at once ({plan.blocks_per_sequence:,} blocks each)")
     return (f"  [red]does NOT fit[/]: one {plan.context:,}-token sequence needs"
             f" {format_bytes(one_sequence_bytes(plan))} of {format_bytes(plan.budget_bytes)}")

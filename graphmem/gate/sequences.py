@@ -1,0 +1,60 @@
+"""The serving budget of a gate: `--min-sequences N --context TOKENS [--engine E]`, at least N
+sequences of TOKENS fit at once in the engine's KV cache (graphmem/distributed/serving.py),
+and the numbers of an analysis it is checked against. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from graphmem.distributed.engines import ENGINE_VERSIONS, VLLM
+from graphmem.distributed.serving import ServingConfig
+from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+
+
+@dataclass(frozen=True)
+class MinSequences:
+    """`--min-sequences N`: at least N sequences of the serving context must fit at once in
+    the paged KV cache (graphmem/distributed/serving.py), served as `serving` says."""
+
+    count: int
+    serving: ServingConfig = field(default_factory=ServingConfig)
+
+
+def min_sequences(count: int | None, context: int | None, where: str = "",
+                  names: tuple[str, str] = ("--min-sequences ", "--context "),
+                  engine: str | None = None) -> MinSequences | None:
+    """The sequences budget from its two settings (`names`: how the user wrote them, the
+    command line's flags or the budgets file's keys): N sequences of `context` tokens,
+    served by `engine` (vLLM by default)."""
+    count_name, context_name = names
+    if count is None:
+        if context is not None:
+            raise GraphmemError(f"{where}{context_name}{context} is the tokens per sequence of"
+                                f" {count_name.rstrip(' =')}: add {count_name}N or drop it")
+        return None
+    if context is None:
+        raise GraphmemError(f"{where}{count_name}{count} needs {context_name}TOKENS: the"
+                            " tokens per sequence (prompt + output) each must hold")
+    if count < 1:
+        raise GraphmemError(f"{where}{count_name}{count}: give at least 1 sequence")
+    return MinSequences(count, ServingConfig(context=context, engine=engine or VLLM))
+
+
+def serving_numbers(analysis: Analysis) -> dict[str, object]:
+    kv = analysis.kv_cache
+    plan = kv.serving if kv is not None else None
+    if plan is None:
+        return {}
+    text = (f"{plan.total_sequences:,} sequences of {plan.context:,} tokens fit at once on"
+            f" {plan.gpu_name} ({ENGINE_VERSIONS[plan.engine]}): {plan.num_blocks:,} KV"
+            f" blocks of {plan.block_size}"
+            f" tokens, {plan.blocks_per_sequence:,} per sequence")
+    if plan.replicas > 1:
+        text += f", x{plan.replicas} replicas"
+    return {"serving_sequences": plan.total_sequences, "serving_context": plan.context,
+            "serving_text": text}
