@@ -262,7 +262,8 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
     return Request(
         model=model, inputs=example_tuple(inputs), example_inputs=example_inputs, label=label,
         batch=batch, dims=dict(dims or {}), gpu=gpu, cuda_reserve_bytes=cuda_reserve_bytes,
-        training=training, runtime=_runtime(runtime, ort_optimization, threads, ort_arena_extend),
+        training=training,
+        runtime=_runtime(runtime, ort_optimization, threads, ort_arena_extend, gpu is not None),
         distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype, max_context),
         serving=serving,
         suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share,
@@ -337,9 +338,12 @@ def _input_name(name: object) -> str:
 
 
 def _runtime(name: str | None, ort_optimization: str | None, threads: int | None,
-             arena_extend: str | None = None) -> RuntimeOptions | None:
-    """The runtime options; None where none is given (no runtime model without a GPU)."""
-    if name is None and ort_optimization is None and threads is None and arena_extend is None:
+             arena_extend: str | None = None, gpu: bool = False) -> RuntimeOptions | None:
+    """The runtime options; None where none is given and there is no GPU (no runtime model).
+    With a GPU the verdict reads its runtime model's device total, as on the command line,
+    `plan=False` included (a bare re-run of the pipeline has no runtime options)."""
+    given = (name, ort_optimization, threads, arena_extend)
+    if all(option is None for option in given) and not gpu:
         return None
     extend = ArenaExtend.NEXT_POWER_OF_TWO
     if arena_extend is not None:

@@ -150,8 +150,21 @@ def test_a_batch_too_large_for_a_t4_does_not_fit(cnn_path: Path) -> None:
 
 
 @pytest.mark.torch
-def test_free_batch_on_a_gpu_says_the_fit_depends_on_it(cnn_path: Path) -> None:
-    page = render_html(analyze_onnx(cnn_path, gpu="t4"))
+def test_free_batch_on_a_gpu_says_the_largest_batch_that_fits(cnn_path: Path) -> None:
+    # the batch free: the verdict is the largest batch whose device total fits, with that
+    # device total; the live-tensor formula is named as such beside it
+    analysis = analyze_onnx(cnn_path, gpu="t4")
+    page = render_html(analysis)
+    check_page(page)
+    assert analysis.max_batch is not None and analysis.max_batch.max_batch
+    assert f"Fits up to batch={analysis.max_batch.max_batch:,}." in page
+    assert "the live-tensor peak + CUDA context is" in " ".join(page.split())
+
+
+def test_unplanned_free_dims_say_the_fit_depends_on_them(cnn_path: Path) -> None:
+    # unplanned (plan=False): no largest batch is searched, so the verdict waits on the dims
+    analysis = analyze_onnx(cnn_path, gpu="t4", plan=False)
+    page = render_html(analysis)
     check_page(page)
     assert "Fit depends on batch." in page
 

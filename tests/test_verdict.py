@@ -226,9 +226,11 @@ def test_free_dims_give_a_live_peak_verdict_that_says_so() -> None:
     analysis = analyze_onnx(SAMPLES_DIR / "tiny_cnn.onnx", gpu="t4")
     fit = analysis.fit
     assert fit is not None and fit.fits is None and fit.basis == "live-tensor peak + CUDA context"
-    assert "needs every dim bound" in analysis.runtime_note
-    # the max batch is solved on the device total all the same
-    assert analysis.max_batch is not None and analysis.max_batch.basis == "ort-cuda device total"
+    assert "not the device total" in analysis.runtime_note
+    # the max batch is solved on the device total all the same, and its estimate there kept
+    batch, at_max = analysis.max_batch, analysis.runtime_at_max_batch
+    assert batch is not None and batch.basis == "ort-cuda device total"
+    assert at_max is not None and at_max.device_total_bytes == batch.peak_at_max_bytes
 
 
 def test_sweep_points_carry_the_gpus_verdict() -> None:

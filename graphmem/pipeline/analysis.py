@@ -119,6 +119,9 @@ class Analysis:
     # holds; runtime_note says why it is missing when it was asked for.
     runtime: RuntimeEstimate | None = None
     runtime_note: str = ""
+    # with the batch dim free and a GPU: the runtime model at the largest batch that fits
+    # (graphmem/pipeline/verdict.py), the device total the verdict's "up to batch=N" reads
+    runtime_at_max_batch: RuntimeEstimate | None = None
     # ONNX: what onnxruntime's planner sees of the file, from the front end (the runtime
     # models' input); None for PyTorch models
     runtime_inputs: OrtGraphSource | None = field(default=None, repr=False, compare=False)

@@ -324,12 +324,14 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
 
 
 def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceModel,
-                    reanalyze: Reanalyze | None = None) -> MaxBatchResult:
+                    reanalyze: Reanalyze | None = None,
+                    probe: DeviceTotalProbe | None = None) -> MaxBatchResult:
     """The largest batch whose device total (`device`'s runtime model, re-run at each batch
-    probed) fits the GPU's capacity, starting from `guess`, the live-peak answer."""
+    probed) fits the GPU's capacity, starting from `guess`, the live-peak answer. `probe`:
+    the caller's, to read the estimates it made afterwards."""
     if guess.max_batch is None or guess.batch_dim is None:
         return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
-    probe = DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
+    probe = probe or DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
     return find_max_batch(guess.batch_dim, device.capacity_bytes, None, probe.total,
                           start=guess.max_batch, basis=device.basis)
 

@@ -39,6 +39,7 @@ from graphmem.pipeline.device_total import (
 )
 from graphmem.pipeline.planning import solve_on_device
 from graphmem.pipeline.request import Request, RuntimeOptions
+from graphmem.runtime_models.base import RuntimeEstimate
 from graphmem.runtime_models.select import check_runtime
 
 Probe = Callable[[str, int], int]  # dim, value -> a distributed job's per-GPU device total
@@ -55,7 +56,8 @@ def with_verdict(analysis: Analysis, request: Request, gpu: GpuSpec) -> Analysis
                         options.threads, options.ort_optimization, options.arena_extend)
     check_runtime(model.runtime, not request.is_torch, True, analysis.mode == "training")
     analysis = with_device_fit(analysis, model)
-    return replace(analysis, max_batch=device_max_batch(analysis, model),
+    max_batch, at_max = device_max_batch(analysis, model)
+    return replace(analysis, max_batch=max_batch, runtime_at_max_batch=at_max,
                    sweep=device_sweep(analysis, model))
 
 
@@ -66,20 +68,31 @@ def with_device_fit(analysis: Analysis, model: DeviceModel) -> Analysis:
         fit = fit_on_gpu(model.gpu, analysis.liveness.peak_bytes, model.reserve,
                          LIVE_PEAK_CAVEAT)
         free = ", ".join(analysis.dims.free)
-        note = (f"the {model.runtime} device total on the {model.gpu.name} needs every dim"
-                f" bound (free: {free}); until then the verdict reads the live-tensor peak +"
-                " CUDA context; bind them with --batch/--dim")
+        note = (f"the {model.runtime} device total on the {model.gpu.name} is a number at bound"
+                f" dims (free: {free}): the largest batch is searched on it, batch by batch,"
+                " and its parts at that batch are shown; the formula is the live-tensor peak"
+                " + CUDA context, not the device total; bind the dims with --batch/--dim for"
+                " one number")
         return replace(analysis, fit=fit, runtime_note=note)
     estimate = device_estimate(analysis, model)
     return replace(analysis, runtime=estimate, fit=device_fit(analysis, estimate, model))
 
 
-def device_max_batch(analysis: Analysis, model: DeviceModel) -> MaxBatchResult | None:
-    """The largest batch whose device total fits, from the live-peak answer planning found."""
+def device_max_batch(analysis: Analysis, model: DeviceModel
+                     ) -> tuple[MaxBatchResult | None, RuntimeEstimate | None]:
+    """The largest batch whose device total fits, from the live-peak answer planning found;
+    with the batch free, the runtime model's estimate there too (the numbers the verdict's
+    "up to batch=N" reads, from the search's own probe: the same estimate)."""
     guess = analysis.max_batch
     if guess is None:
-        return None
-    return solve_on_device(analysis, guess, model, analysis.reanalyze)
+        return None, None
+    if guess.max_batch is None or guess.batch_dim is None:
+        return solve_on_device(analysis, guess, model, analysis.reanalyze), None
+    probe = DeviceTotalProbe(analysis, guess.batch_dim, model, analysis.reanalyze)
+    result = solve_on_device(analysis, guess, model, analysis.reanalyze, probe)
+    free = guess.batch_dim in analysis.dims.free
+    at_max = probe.estimate(result.max_batch) if free and result.max_batch else None
+    return result, at_max
 
 
 def device_sweep(analysis: Analysis, model: DeviceModel) -> SweepResult | None:

@@ -7,6 +7,7 @@ Built from the typed results of the Analysis: liveness, costs, params, fit, max 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from graphmem.core.conventions import PROBE_DIM_VALUE, ROLE_KEYS
 from graphmem.core.peak_formula import Formula
@@ -14,7 +15,9 @@ from graphmem.core.safe_text import dims_text, printable, printable_text
 from graphmem.core.units import format_bytes, format_rate
 from graphmem.passes.costs import CostStatus
 from graphmem.passes.fit import GpuFit
+from graphmem.passes.max_batch import MaxBatchResult
 from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.error_band import band_text, tight_text
 from graphmem.report.html.quantity import (
     Quantity,
@@ -26,6 +29,7 @@ from graphmem.report.html.quantity import (
 )
 from graphmem.report.out_of_memory import out_of_memory_text
 from graphmem.report.precision import precision_warnings
+from graphmem.runtime_models.base import RuntimeEstimate
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,12 @@ class GpuView:
     caveat: str = ""  # which way the total may be wrong
     error_band: str = ""  # the path's measured error (or "unmeasured"), with its source
     tight: str = ""  # the verdict is tight: the capacity lies within the error band
+    # the batch free: the device total at the largest batch that fits ("batch=764"), and
+    # its parts, the number the verdict's "fits up to" reads
+    at_max_dims: str = ""
+    at_max_basis: str = ""  # "ort-cuda device total"
+    at_max_total: Quantity | None = None
+    at_max_parts: tuple[tuple[str, Quantity], ...] = ()
 
 
 def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
@@ -201,7 +211,8 @@ def gaps(analysis: Analysis) -> Gaps:
     )
 
 
-def gpu_view(fit: GpuFit) -> GpuView:
+def gpu_view(fit: GpuFit, at_max: RuntimeEstimate | None = None,
+             max_batch: MaxBatchResult | None = None) -> GpuView:
     capacity, usable = bytes_quantity(fit.capacity_bytes), bytes_quantity(fit.usable_bytes)
     required = bytes_quantity(fit.required_bytes)
     parts = tuple((part.label, bytes_quantity(part.size_bytes)) for part in fit.parts)
@@ -235,7 +246,21 @@ def gpu_view(fit: GpuFit) -> GpuView:
         caveat=printable_text(fit.caveat),
         error_band=printable_text(band_text(fit.error_band)) if fit.error_band else "",
         tight=printable_text(tight_text(fit)),
+        **_at_max_fields(at_max, max_batch),
     )
+
+
+def _at_max_fields(at_max: RuntimeEstimate | None, max_batch: MaxBatchResult | None
+                   ) -> dict[str, Any]:
+    if at_max is None or max_batch is None or not max_batch.max_batch:
+        return {}
+    return {
+        "at_max_dims": f"{printable(max_batch.batch_dim or '')}={max_batch.max_batch:,}",
+        "at_max_basis": printable_text(max_batch.basis),
+        "at_max_total": bytes_quantity(at_max.device_total_bytes),
+        "at_max_parts": tuple((part.label, bytes_quantity(part.size_bytes))
+                              for part in runtime_parts(at_max)),
+    }
 
 
 def utilization_text(fit: GpuFit) -> str:
@@ -352,5 +377,9 @@ def _verdict_fact(gpu: GpuView) -> Fact:
     if gpu.fits is False and gpu.overflow is not None:
         return Fact(label, "does not fit", f"over by {gpu.overflow.text} ·"
                     f" {gpu.utilization_text}{basis}", "bad", answer=True, key="fits")
+    if gpu.at_max_total is not None:
+        return Fact(label, f"fits up to {gpu.at_max_dims}", f"{gpu.at_max_basis}"
+                    f" {gpu.at_max_total.text} there, of {gpu.capacity.text}", "good",
+                    answer=True, key="fits")
     return Fact(label, "fit depends on the free dims", f"{gpu.capacity.text} of memory",
                 answer=True, key="fits")

@@ -115,7 +115,8 @@ class ReportView:
 def build_view(analysis: Analysis) -> ReportView:
     op_of = op_names(analysis.costs)
     free = analysis.dims.free
-    gpu = gpu_view(analysis.fit) if analysis.fit else None
+    gpu = (gpu_view(analysis.fit, analysis.runtime_at_max_batch, analysis.max_batch)
+           if analysis.fit else None)
     by_role, phases = role_steps_and_phases(analysis)
     top = summary(analysis, op_of)
     holes = gaps(analysis)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graphmem.core.symbolic import SymInt
+from graphmem.report.json.runtime import device_total_parts
 from graphmem.report.precision import unaccelerated_json
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ def plan_memory(analysis: Analysis) -> dict[str, Any]:
     return fields
 
 
+def _at_max_runtime(analysis: Analysis) -> dict[str, Any] | None:
+    estimate = analysis.runtime_at_max_batch
+    if estimate is None:
+        return None
+    return {"name": estimate.runtime, "device_total_bytes": estimate.device_total_bytes,
+            **device_total_parts(estimate)}
+
+
 def plan_gpu(analysis: Analysis) -> dict[str, Any]:
     """`gpu.est_latency_s`, `gpu.est_throughput_per_s`, `gpu.max_batch` and details."""
     roofline, max_batch = analysis.roofline, analysis.max_batch
@@ -87,6 +96,8 @@ def plan_gpu(analysis: Analysis) -> dict[str, Any]:
             "at_next_bytes": max_batch.peak_at_next_bytes,
             "limit_bytes": max_batch.limit_bytes,
             "bound_analyses": max_batch.probes,
+            # the batch free: the runtime model at max_batch, whose total is at_max_bytes
+            "at_max_runtime": _at_max_runtime(analysis),
         }
     return fields
 

@@ -99,7 +99,15 @@ def memory_table(analysis: Analysis) -> Table:
     table.add_column(no_wrap=True, max_width=LABEL_CHARS)
     table.add_column(justify="right", overflow="fold")
     fit, estimate = analysis.fit, analysis.runtime
-    if fit is not None:  # the live peak is the next group: not repeated as a part
+    at_max, batch = analysis.runtime_at_max_batch, analysis.max_batch
+    if fit is not None and at_max is not None and batch is not None and batch.max_batch:
+        # the batch free: the device total at the largest batch, the number the verdict
+        # line reads ("up to batch=N (X of Y there)"), with its parts
+        runtime = _RUNTIMES.get(at_max.runtime, at_max.runtime)
+        _group(table, f"on the GPU at {markup(batch.batch_dim)}={batch.max_batch:,}"
+               f" ({runtime})", SymInt.const(at_max.device_total_bytes),
+               [(part.label, part.size_bytes) for part in runtime_parts(at_max)])
+    elif fit is not None:  # the live peak is the next group: not repeated as a part
         _group(table, f"on the GPU ({_basis(fit)})", fit.required_bytes,
                [(part.label, part.size_bytes) for part in fit.parts if part.key != "live_peak"])
         if _band_matters(fit):
