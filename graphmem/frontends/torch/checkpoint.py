@@ -21,10 +21,11 @@ from typing import Any
 
 from torch import nn
 from torch.func import functional_call
-from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.overrides import _get_current_function_mode_stack
 from torch.utils.checkpoint import checkpoint
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.recompute import entered_again
 from graphmem.frontends.torch.trace import module_scope_guard
 
 
@@ -66,7 +67,7 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
             recomputing[0] = True
             try:
                 # early stop leaves module annotations open
-                with module_scope_guard(), _entered_again(modes):
+                with module_scope_guard(), entered_again(modes):
                     return functional_call(module, tensors, inner, kwargs)
             finally:
                 recomputing[0] = False
@@ -74,21 +75,3 @@ def _checkpointed_forward(module: nn.Module, forward: Callable[..., Any]) -> Cal
         return checkpoint(body, *args, use_reentrant=False)
 
     return run
-
-
-@contextlib.contextmanager
-def _entered_again(modes: Sequence[TorchFunctionMode]) -> Iterator[None]:
-    """The recomputation in backward runs under the function modes the forward ran under.
-
-    Autograd's engine runs backward without function modes, but graphmem's stand in for
-    device state that a real recomputation does see: the CUDA kernel choices
-    (cuda_kernels.py); without them the recomputed dropout would save a float mask where the
-    forward saved a bool one, and checkpoint would refuse the mismatch. (CUDA's autocast
-    policy is part of autocast itself, autocast.py, which checkpoint restores.)"""
-    active = _get_current_function_mode_stack()
-    with contextlib.ExitStack() as stack:
-        for mode in modes:
-            if mode not in active:
-                stack.enter_context(mode)
-        yield
-

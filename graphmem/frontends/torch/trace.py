@@ -43,6 +43,7 @@ from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
 from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
+from graphmem.frontends.torch.recompute import modes_follow_modules, parameters_held
 from graphmem.frontends.torch.routing import RoutedValues
 from graphmem.frontends.torch.train_step import (
     AMP_DTYPES,
@@ -159,7 +160,8 @@ def trace_model(
     lifetimes = _EagerLifetimes()
     routed = RoutedValues(routing)
     kernels = CudaKernels(cuda) if cuda is not None else None
-    with (_restored_annotations(), _module_annotations(model), autocast_policy(train),
+    with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
+          autocast_policy(train),
           fx_traceback.preserve_node_meta(), _young_collections_only(), any_dtype_grouped_mm()):
         graph_module = _make_fx(_observed(step, lifetimes, routed, kernels), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
@@ -232,11 +234,10 @@ def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
 def _tracing_hint(error: Exception) -> str:
     text = f"{type(error).__name__} {error}"
     if type(error).__name__ == "CheckpointError":
-        return ("a checkpointed layer's recomputation differs from its forward: with --gpu, a"
-                " checkpoint the model calls itself (torch.utils.checkpoint in its forward,"
-                " Hugging Face's gradient_checkpointing_enable) runs without graphmem's CUDA"
-                " kernel choices; turn it off in the model and pass --gradient-checkpointing"
-                " or checkpoints= instead")
+        return ("a checkpointed layer's recomputation differs from its forward: with --gpu,"
+                " graphmem's CUDA kernel choices follow a recomputation into module calls, not"
+                " into a plain function the model checkpoints; checkpoint modules, or turn the"
+                " model's checkpointing off and pass --gradient-checkpointing instead")
     if any(key in text for key in ("DataDependent", "data-dependent", "DynamicOutputShape",
                                    "item()", "nonzero")):
         return ("the model branches on tensor values (if on a tensor, .item(), nonzero), which"
@@ -295,20 +296,24 @@ def _training_step(
             with _phase("backward"):  # the sums of the earlier micro-batches
                 for t in trainable:
                     t.grad = torch.zeros_like(t)
-        with _phase("forward"), autocast(train.amp):
-            output = functional_call(model, _state_dict(params, buffers, p, b),
-                                     *split_inputs(specs, inputs))
-            loss = (train.loss or cross_entropy_loss)(output)
-        used = no_gradient.found(trainable, reached_leaves(loss))
-        trainable = [t for t, reaches in zip(trainable, used, strict=True) if reaches]
-        state = [[s for s, reaches in zip(slot, used, strict=True) if reaches] for slot in state]
-        with _phase("backward"):
-            scaled_loss = loss if scaler is None else loss * scaler[0]
-            if train.grad_accum > 1:
-                scaled_loss.backward()  # AccumulateGrad: .grad += each gradient as made
-                grads = [t.grad for t in trainable]
-            else:
-                grads = list(torch.autograd.grad(scaled_loss, trainable))
+        # the fake parameters held through backward too, where a checkpoint the model calls
+        # itself recomputes its layers (recompute.py)
+        with parameters_held(model, _state_dict(params, buffers, p, b)):
+            with _phase("forward"), autocast(train.amp):
+                args, kwargs = split_inputs(specs, inputs)
+                output = model(*args, **kwargs)
+                loss = (train.loss or cross_entropy_loss)(output)
+            used = no_gradient.found(trainable, reached_leaves(loss))
+            trainable = [t for t, reaches in zip(trainable, used, strict=True) if reaches]
+            state = [[s for s, reaches in zip(slot, used, strict=True) if reaches]
+                     for slot in state]
+            with _phase("backward"):
+                scaled_loss = loss if scaler is None else loss * scaler[0]
+                if train.grad_accum > 1:
+                    scaled_loss.backward()  # AccumulateGrad: .grad += each gradient as made
+                    grads = [t.grad for t in trainable]
+                else:
+                    grads = list(torch.autograd.grad(scaled_loss, trainable))
         with _phase("optimizer"), torch.no_grad():
             found_inf = unscale(grads, scaler[0]) if scaler is not None else None
             optimizer_update(train.optimizer, trainable, grads, state, steps[: len(trainable)])
