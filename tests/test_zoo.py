@@ -26,9 +26,11 @@ from tests.zoo_models import ZOO
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 ROUTING = ("routing is data: balanced routing predicted, a real router's choice measured "
-           "(tests/test_moe.py checks that balanced and worst bracket it)")
-SCRATCH = ("kernel scratch (oneDNN's convolution and its backward) is not predicted yet: "
-           "issue 22 item 5")
+           "(test_balanced_and_worst_routing_bracket_the_real_step checks the bracket)")
+TOY_CHANNELS = ("oneDNN below its 16-channel block: its layout choices for a few channels "
+                "(source read plain or blocked by kernel shape, weights padded in both channel "
+                "dims) and its own scratchpads (61,488 B in a strided backward-data) are not "
+                "in graphmem/runtime_models/torch_cpu.py's rules")
 # (architecture, step) -> why its peak is off by more than 2% (docs/zoo.md has the numbers)
 ACCUMULATION = ("autograd accumulates a gradient used many times (a scan loop's select "
                 "backwards) in place; the trace holds an out-of-place add")
@@ -38,14 +40,18 @@ TENSOR_GAPS: dict[tuple[str, str], str] = {
     ("mamba", "training"): ACCUMULATION,
     ("falcon_mamba", "training"): ACCUMULATION,
     ("jamba", "training"): ACCUMULATION,
-    ("convbert", "inference"): "a [32, 16] projection held 2,048 B longer than eager holds it",
-    ("convnextv2", "training"): "8,192 B under a real step; not yet explained",
+    ("convbert", "inference"): (
+        "transformers skips the all-ones attention mask after reading its values in eager "
+        "(masking_utils `_ignore_bidirectional_mask_sdpa`) but builds it for a fake tensor "
+        "(`is_tracing`): the trace holds one [2, 1, 16, 16] mask, 2,048 B, eager never makes"),
 }
+# (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
+# than 2% (the live tensors are right: 0.00% for each, but the tiny ResNet's +1.68%)
 ALLOCATOR_GAPS: dict[tuple[str, str], str] = {
-    **{(name, step): SCRATCH for name in ("resnet", "regnet", "segformer", "tiny_resnet",
-                                          "tiny_vgg", "tiny_mobilenet", "tiny_unet")
-       for step in ("inference", "training")},
-    ("convnext", "training"): SCRATCH,
+    **{key: TOY_CHANNELS for key in (("resnet", "training"), ("regnet", "inference"),
+                                     ("regnet", "training"), ("segformer", "inference"),
+                                     ("segformer", "training"), ("tiny_resnet", "training"),
+                                     ("tiny_unet", "training"))},
 }
 
 
@@ -96,3 +102,28 @@ def test_peak_matches_a_real_steps_tensors(name: str, train: bool) -> None:
 @pytest.mark.parametrize(("name", "train"), cases({**TENSOR_GAPS, **ALLOCATOR_GAPS}))
 def test_peak_matches_the_allocators_with_scratch(name: str, train: bool) -> None:
     assert abs(row(name, train).allocator_error) <= 0.02
+
+
+def worst_routing_peak(name: str, train: bool) -> int:
+    from graphmem import analyze_torch
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+    from tests.helpers.zoo import built
+
+    entry = next(entry for entry in ZOO if entry.name == name)
+    analysis = analyze_torch(built(entry), [parse_tensor_spec(t) for t in entry.inputs],
+                             train=train, optimizer="adamw", plan=False, suggest=False,
+                             moe_routing="worst")
+    return int(analysis.liveness.activation_peak_bytes)
+
+
+@pytest.mark.parametrize("name", [entry.name for entry in ZOO if entry.family == "moe"])
+def test_balanced_and_worst_routing_bracket_the_real_step(name: str) -> None:
+    # inference, where the peak is inside the experts: balanced routing (the default) is the
+    # least a per-expert loop holds, --moe-routing worst (the top_k experts take every token)
+    # the most; the real router's choice on random weights lies between (the profiler's
+    # 4-byte scalars aside: 0.1%). Measured: Mixtral 64,672 <= 70,800 <= worst, Qwen2-MoE
+    # 62,624 <= about 64,200 <= worst. Training peaks past the experts (gradients and AdamW's
+    # update), where routing moves little: those rows pass the 2% bar on their own.
+    result = row(name, False)
+    assert result.predicted_peak_bytes <= result.measured_peak_bytes * 1.001
+    assert result.measured_peak_bytes <= worst_routing_peak(name, False) * 1.001

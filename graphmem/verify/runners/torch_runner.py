@@ -41,6 +41,11 @@ class MeasuredStep:
     kernel_scratch_bytes: int | None = None
     allocator_peak_bytes: int | None = None
     scratch_kernel: str | None = None  # e.g. "aten::convolution_backward"
+    # the allocator's live bytes read as each op returns, ops inside a kernel aside (the
+    # kernel's scratch freed, its outputs made, its inputs not yet released): the live
+    # tensors' peak with no event placed by guess, as the replay of `peak_bytes` places
+    # them (CPU only)
+    kernel_ends_peak_bytes: int | None = None
 
 
 def cuda_device_name() -> str:
@@ -184,7 +189,8 @@ def _measure_cpu(step: Callable[[], None]) -> MeasuredStep:
                         " kernels' scratch apart",
                         kernel_scratch_bytes=max(0, allocator.peak_bytes - peak),
                         allocator_peak_bytes=allocator.peak_bytes,
-                        scratch_kernel=allocator.kernel)
+                        scratch_kernel=allocator.kernel,
+                        kernel_ends_peak_bytes=allocator.kernel_ends_peak_bytes)
 
 
 def _running_peak(deltas: Iterator[int]) -> int:
@@ -202,29 +208,35 @@ class AllocatorPeak:
 
     peak_bytes: int
     kernel: str | None
+    kernel_ends_peak_bytes: int  # the running total read only as ops outside kernels return
 
 
 def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
     """The raw event tree's allocations (`[memory]` events are these, attributed)."""
     from torch._C._profiler import _EventType
 
-    found: list[tuple[int, int, str | None]] = []  # (time ns, bytes, enclosing kernel)
+    # (time ns, 0 an allocation / 1 an op's return, bytes, enclosing kernel): an op returns
+    # after the allocations of its last nanosecond; ops inside a kernel are its scratch's
+    found: list[tuple[int, int, int, str | None]] = []
     pending = [(node, None) for node in
                profile.profiler.kineto_results.experimental_event_tree()]
     while pending:
         node, kernel = pending.pop()
         if node.typed[0] == _EventType.Allocation:
-            found.append((node.start_time_ns, node.typed[1].alloc_size, kernel))
-        elif kernel is None and node.typed[0] == _EventType.TorchOp and _is_kernel(node.name):
-            kernel = node.name
+            found.append((node.start_time_ns, 0, node.typed[1].alloc_size, kernel))
+        elif kernel is None and node.typed[0] == _EventType.TorchOp:
+            found.append((node.end_time_ns, 1, 0, None))
+            kernel = node.name if _is_kernel(node.name) else None
         pending.extend((child, kernel) for child in node.children)
-    live = peak = 0
+    live = peak = at_ends = 0
     at: str | None = None
-    for _, size, kernel in sorted(found, key=lambda event: event[0]):
+    for _, returns, size, kernel in sorted(found, key=lambda event: event[:2]):
         live += size
-        if live > peak:
+        if returns:
+            at_ends = max(at_ends, live)
+        elif live > peak:
             peak, at = live, kernel
-    return AllocatorPeak(peak, at)
+    return AllocatorPeak(peak, at, at_ends)
 
 
 @dataclass(frozen=True)
