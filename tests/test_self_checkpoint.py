@@ -75,6 +75,7 @@ def peak(model: nn.Module, gpu: str | None, checkpoints: list[str] | None = None
     return int(result.liveness.activation_peak_bytes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", [None, "t4"])
 def test_its_own_checkpoints_trace_as_graphmems(net: dict, gpu: str | None) -> None:
     make = net["Net"]
@@ -85,7 +86,7 @@ def test_its_own_checkpoints_trace_as_graphmems(net: dict, gpu: str | None) -> N
     assert own < plain  # the blocks' activations are recomputed, not saved
 
 
-@pytest.mark.parametrize("gpu", [None, "t4"])
+@pytest.mark.parametrize("gpu", [pytest.param(None, marks=pytest.mark.slow), "t4"])
 def test_a_meta_built_model_file_analyses(net: dict, run: Run, gpu: str | None) -> None:
     # `python -m graphmem analyze model.py:build --train [--gpu t4]` builds on meta
     args = ["analyze", f"{net['path']}:build", "--input", INPUT, "--train", "--json", "-"]
