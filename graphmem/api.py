@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from graphmem.core.conventions import AmpPolicy, TrainingOptions
 from graphmem.core.peak_formula import Formula
 from graphmem.core.routing import MoeRouting, parse_moe_routing
+from graphmem.distributed.parallel import ParallelLayout
 from graphmem.distributed.serving import ServingConfig
 from graphmem.distributed.strategies import DistributedConfig, ZeroSettings
 from graphmem.errors import GraphmemError
@@ -241,10 +242,12 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
                   qlora: bool | str | QloraOptions | None = None,
                   gradient_checkpointing: bool = False,
                   weights: str | WeightQuantOptions | None = None,
-                  moe_routing: str | MoeRouting = "balanced") -> Request:
+                  moe_routing: str | MoeRouting = "balanced",
+                  parallel: ParallelLayout | None = None) -> Request:
     """The Request the keyword options describe (see `analyze`); `weights`: "int8", "int4" or
     "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions; `moe_routing`: "balanced",
-    "worst" or "capacity=F" (as --moe-routing) or a MoeRouting."""
+    "worst" or "capacity=F" (as --moe-routing) or a MoeRouting; `parallel`: pipeline,
+    context, expert and sequence parallel (as --pipeline-parallel ... --sequence-parallel)."""
     training = TrainingOptions(optimizer, amp, grad_accum, loss, tuple(checkpoints),
                                amp_policy) if train else None  # type: ignore[arg-type]
     serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
@@ -254,6 +257,8 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
     if serving is None and distributed is None:
         distributed = _distributed(gpus, strategy, tensor_parallel, state_layout,
                                    reduce_bucket_size, fsdp_depth)
+        if parallel is not None:
+            distributed = replace(distributed or DistributedConfig("ddp", 1), parallel=parallel)
     if memory_budget is not None:
         memory_budget_bytes, memory_budget_share = _budget(memory_budget)
         suggest = True if suggest is None else suggest  # as --memory-budget implies --suggest

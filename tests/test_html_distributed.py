@@ -16,9 +16,9 @@ import pytest
 from graphmem.core.units import format_bytes
 from graphmem.distributed.kv_cache import KvCacheShape, kv_cache_report
 from graphmem.distributed.model_states import profile_training
+from graphmem.distributed.ranks import DistributedReport
 from graphmem.distributed.strategies import (
     DistributedConfig,
-    DistributedReport,
     fit_by_strategy,
     per_rank_memory,
 )

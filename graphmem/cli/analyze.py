@@ -33,6 +33,12 @@ from graphmem.cli.inputs import (
     refuse_overwrites,
     spec_files,
 )
+from graphmem.cli.parallel_flags import (
+    PARALLEL_FLAGS,
+    add_parallel_options,
+    parallel_layout,
+    wants_parallel,
+)
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
 from graphmem.core.routing import BALANCED, parse_moe_routing
 from graphmem.distributed.engines import ENGINES
@@ -124,7 +130,9 @@ def _add_distributed_options(parser: argparse.ArgumentParser) -> None:
                        help="ddp, zero1, zero2, zero3 (DeepSpeed) or fsdp (full shard);"
                        " default ddp")
     group.add_argument("--tensor-parallel", type=int, metavar="T",
-                       help="Megatron-style tensor parallel degree (job size = N x T GPUs)")
+                       help="Megatron-style tensor parallel degree (job size = N x T x P x C"
+                       " GPUs)")
+    add_parallel_options(group)
     group.add_argument("--state-layout", choices=LAYOUTS,
                        help="bytes of parameters/gradients/optimizer state: traced (default,"
                        " what the graph holds), zero-paper (2+2+12 bytes for Adam) or"
@@ -336,7 +344,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 _SERVING_FLAGS = ("context", "block_size", "gpu_memory_utilization", "max_batched_tokens",
                   "engine", "enforce_eager")
-_TRAINING_JOB_FLAGS = ("strategy", "state_layout", "reduce_bucket_size")
+_TRAINING_JOB_FLAGS = ("strategy", "state_layout", "reduce_bucket_size", *PARALLEL_FLAGS)
 
 
 def _check_serving_flags(args: argparse.Namespace) -> None:
@@ -378,7 +386,7 @@ def _training(args: argparse.Namespace) -> TrainingOptions | None:
 def _wants_distributed(args: argparse.Namespace) -> bool:
     if args.serve:  # --gpus and --tensor-parallel are the serving engine's
         return False
-    return any(value is not None for value in (
+    return wants_parallel(args) or any(value is not None for value in (
         args.gpus, args.strategy, args.tensor_parallel, args.state_layout,
         args.reduce_bucket_size))
 
@@ -392,7 +400,8 @@ def _distributed(args: argparse.Namespace) -> DistributedConfig | None:
     return DistributedConfig(
         strategy=args.strategy or "ddp", gpus=1 if args.gpus is None else args.gpus,
         tensor_parallel=1 if args.tensor_parallel is None else args.tensor_parallel,
-        layout=args.state_layout or "traced", zero=zero, fsdp_unit_depth=args.fsdp_depth)
+        layout=args.state_layout or "traced", zero=zero, fsdp_unit_depth=args.fsdp_depth,
+        parallel=parallel_layout(args))
 
 
 def _kv_cache(args: argparse.Namespace) -> KvCacheOptions:

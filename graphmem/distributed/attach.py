@@ -8,6 +8,7 @@ pipeline (graphmem/pipeline/extras.py) puts the reports on the Analysis.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from graphmem.core.ir import Graph, Role
@@ -20,10 +21,12 @@ from graphmem.distributed.kv_cache import (
     kv_cache_report,
     past_input_bytes,
 )
-from graphmem.distributed.model_states import profile_training
+from graphmem.distributed.model_states import TrainingProfile, profile_training
+from graphmem.distributed.ranks import DistributedReport, RankPlan, rank_plan
+from graphmem.distributed.stages import StageCut, cut_stages
 from graphmem.distributed.strategies import (
     DistributedConfig,
-    DistributedReport,
+    PerRankMemory,
     fit_by_strategy,
     per_rank_memory,
 )
@@ -32,12 +35,43 @@ from graphmem.passes.dims import DimBinding, value_bytes
 
 def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig,
                        usable_bytes: int | None) -> DistributedReport:
-    """The per-rank memory of `config`, and with a GPU's usable bytes the smallest N for
-    every strategy; `graph` is a training step."""
+    """The per-rank memory of `config` (with model parallelism, every pipeline rank's and
+    the most loaded), and with a GPU's usable bytes the smallest N for every strategy;
+    `graph` is a training step."""
     config.check()
-    profile = profile_training(graph, value_bytes(graph, dims))
-    fits = fit_by_strategy(profile, config, usable_bytes) if usable_bytes is not None else ()
-    return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits)
+    sizes = value_bytes(graph, dims)
+    profile = profile_training(graph, sizes)
+    if config.parallel.is_trivial:
+        fits = fit_by_strategy(profile, config, usable_bytes) if usable_bytes is not None else ()
+        return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits)
+    cut = _cut(graph, sizes, profile, config)
+    plan = rank_plan(profile, cut, config)
+    fits = () if usable_bytes is None else fit_by_strategy(
+        profile, config, usable_bytes, lambda c: rank_plan(profile, cut, c).most_loaded.memory)
+    return DistributedReport(plan.most_loaded.memory, usable_bytes, fits, plan=plan)
+
+
+def most_loaded_rank(graph: Graph, dims: DimBinding, config: DistributedConfig
+                     ) -> PerRankMemory:
+    """The per-GPU memory the verdict reads: the one rank, or the most-loaded pipeline rank."""
+    sizes = value_bytes(graph, dims)
+    profile = profile_training(graph, sizes)
+    if config.parallel.is_trivial:
+        return per_rank_memory(profile, config)
+    return _plan(graph, sizes, profile, config).most_loaded.memory
+
+
+def _plan(graph: Graph, sizes: Mapping[str, SymInt | None], profile: TrainingProfile,
+          config: DistributedConfig) -> RankPlan:
+    return rank_plan(profile, _cut(graph, sizes, profile, config), config)
+
+
+def _cut(graph: Graph, sizes: Mapping[str, SymInt | None], profile: TrainingProfile,
+         config: DistributedConfig) -> StageCut:
+    layout = config.parallel
+    flag = (f"--pipeline-parallel {layout.pipeline}" + (
+        f" --virtual-stages {layout.virtual_stages}" if layout.virtual_stages > 1 else ""))
+    return cut_stages(graph, sizes, profile.parameters, layout.chunks, flag)
 
 
 def kv_shape(layers: int, kv_heads: int, head_dim: int, dtype: str, source: str) -> KvCacheShape:

@@ -32,10 +32,11 @@ class Part(StrEnum):
     GRADIENTS = "gradients"
     OPTIMIZER_STATE = "optimizer_state"
     TEMPORARIES = "temporaries"  # optimizer-step intermediates (foreach Adam's sqrt copy)
-    SPLIT_ACTIVATIONS = "split_activations"  # outputs of matmuls with a splittable weight
+    SPLIT_ACTIVATIONS = "split_activations"  # what tensor parallel splits (split_activations)
     ACTIVATIONS = "activations"  # everything else: inputs, activations, saved, their grads
 
 
+_SPLITTABLE_ROLES = (Role.ACTIVATION, Role.SAVED_ACTIVATION, Role.ACTIVATION_GRADIENT)
 _PART_OF_ROLE = {
     Role.PARAMETER: Part.PARAMETERS,
     Role.GRADIENT: Part.GRADIENTS,
@@ -88,8 +89,7 @@ def profile_training(graph: Graph, sizes: Mapping[str, SymInt | None]) -> Traini
                             " gradients and optimizer state): analyze it with --train")
     _require_bound(graph, sizes)
     parameters = _parameter_table(graph)
-    splittable = frozenset(p.name for p in parameters if p.splittable)
-    part_of = {value.name: _part(value, splittable) for value in graph.values.values()}
+    part_of = value_parts(graph, parameters)
     part_bytes: dict[Part, tuple[int, ...]] = {}
     order: tuple[str, ...] = ()
     for part in Part:
@@ -102,6 +102,29 @@ def profile_training(graph: Graph, sizes: Mapping[str, SymInt | None]) -> Traini
     return TrainingProfile(order, part_bytes, parameters, peak)
 
 
+def value_parts(graph: Graph, parameters: tuple[ParameterInfo, ...]) -> dict[str, Part]:
+    """Value name -> the part parallel training treats it as."""
+    split = split_activations(graph, frozenset(p.name for p in parameters if p.splittable))
+    return {value.name: _part(value, split) for value in graph.values.values()}
+
+
+def split_activations(graph: Graph, splittable: frozenset[str]) -> frozenset[str]:
+    """The values tensor parallelism splits, followed through the graph (Megatron-LM's
+    column- then row-parallel pairs): a matmul with a split weight splits its output when
+    its activation input is whole (column parallel: q, k, v, fc1, the vocabulary's logits)
+    and makes it whole when the input is split (row parallel: o, fc2, after their
+    all-reduce); any other op's output is split when one of its inputs is (attention over
+    each rank's heads, the activation between fc1 and fc2, their gradients)."""
+    split: set[str] = set()
+    for node in graph.nodes:
+        from_split = any(v.storage.name in split for v in node.present_inputs)
+        weighted = _is_matmul(node) and any(v.storage.name in splittable
+                                            for v in node.present_inputs)
+        if from_split != weighted:
+            split.update(value.name for value in node.outputs)
+    return frozenset(split)
+
+
 def _require_bound(graph: Graph, sizes: Mapping[str, SymInt | None]) -> None:
     free = sorted({d for size in sizes.values() if size is not None for d in size.free_symbols()})
     if free:
@@ -109,20 +132,12 @@ def _require_bound(graph: Graph, sizes: Mapping[str, SymInt | None]) -> None:
                             f"{', '.join(free)} (give --batch / --dim NAME=VALUE)")
 
 
-def _part(value: Value, splittable: frozenset[str]) -> Part:
+def _part(value: Value, split: frozenset[str]) -> Part:
     if value.role in _PART_OF_ROLE:
         return _PART_OF_ROLE[value.role]
-    if value.role in (Role.ACTIVATION, Role.SAVED_ACTIVATION) and _is_split_matmul_output(
-            value, splittable):
+    if value.role in _SPLITTABLE_ROLES and value.name in split:
         return Part.SPLIT_ACTIVATIONS
     return Part.ACTIVATIONS
-
-
-def _is_split_matmul_output(value: Value, splittable: frozenset[str]) -> bool:
-    node = value.producer
-    if node is None or not _is_matmul(node):
-        return False
-    return any(v.storage.name in splittable for v in node.present_inputs)
 
 
 def _parameter_table(graph: Graph) -> tuple[ParameterInfo, ...]:

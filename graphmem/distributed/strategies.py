@@ -19,14 +19,20 @@ from fractions import Fraction
 from math import ceil
 
 from graphmem.distributed.model_states import ParameterInfo, Part, TrainingProfile
+from graphmem.distributed.parallel import ParallelLayout
 from graphmem.errors import GraphmemError
 from graphmem.passes.modules import module_at_depth
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+# distributed-optimizer: Megatron-LM's (--use-distributed-optimizer): optimizer state and
+# fp32 master weights sharded over the data-parallel ranks, gradients whole in its grad buffer
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
 # traced: bytes as the graph holds them (torch autocast keeps fp32 parameters and gradients).
 # zero-paper: 2-byte parameters and gradients, an fp32 master copy in the optimizer (ZeRO paper).
 # deepspeed: zero-paper plus DeepSpeed's fp32 gradient partition (its estimators' 18 bytes).
-LAYOUTS = ("traced", "zero-paper", "deepspeed")
+# megatron: 2-byte parameters, fp32 gradients (Megatron-LM's main_grad buffer), fp32 master +
+# Adam's two moments: 18 bytes, 6 + 12 / N with its distributed optimizer
+# (megatron/training/theoretical_memory_usage.py).
+LAYOUTS = ("traced", "zero-paper", "deepspeed", "megatron")
 HALF_BYTES = 2
 FP32_BYTES = 4
 MAX_DATA_PARALLEL = 1 << 20  # the fit search stops here
@@ -55,6 +61,13 @@ class DistributedConfig:
     zero: ZeroSettings = field(default_factory=ZeroSettings)
     fsdp_unit_depth: int = 2  # FSDP units: the modules at this depth of the module paths
     ddp_gradient_as_bucket_view: bool = False  # DDP's default: buckets are a second copy
+    parallel: ParallelLayout = field(default_factory=ParallelLayout)  # P, C, E, sequence
+
+    @property
+    def total_gpus(self) -> int:
+        """N x T x P x C (expert parallel ranks are carved out of N x C, as in Megatron-LM)."""
+        return (self.gpus * self.tensor_parallel * self.parallel.pipeline
+                * self.parallel.context)
 
     def check(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -69,6 +82,7 @@ class DistributedConfig:
                                     f" {MAX_DATA_PARALLEL}")
         if self.zero.reduce_bucket_size < 0:
             raise GraphmemError("--reduce-bucket-size: give 0 or more elements")
+        self.parallel.check(self.tensor_parallel)
 
 
 @dataclass(frozen=True)
@@ -102,28 +116,13 @@ class StrategyFit:
     data_parallel: int | None  # the smallest N that fits (None: no N does)
     tensor_parallel: int
     per_rank_total_bytes: int  # at that N, else at MAX_DATA_PARALLEL (the floor)
+    model_parallel: int = 0  # GPUs per data-parallel rank: T x P x C (0: T alone)
 
     @property
     def total_gpus(self) -> int | None:
-        return None if self.data_parallel is None else self.data_parallel * self.tensor_parallel
-
-
-@dataclass(frozen=True)
-class DistributedReport:
-    per_rank: PerRankMemory
-    usable_bytes: int | None  # of one GPU, with --gpu
-    fit_by_strategy: tuple[StrategyFit, ...]  # empty without --gpu
-    # with --gpu: what the device adds on every rank (the pipeline's verdict reads the sum)
-    allocator_bytes: int | None = None  # the runtime model's allocator overhead
-    context_bytes: int | None = None  # CUDA context + workspaces (or --cuda-reserve)
-
-    @property
-    def device_total_bytes(self) -> int | None:
-        """The per-GPU device total the verdict reads: every rank holds the same parts, so
-        this is also the largest GPU's."""
-        if self.context_bytes is None:
+        if self.data_parallel is None:
             return None
-        return self.per_rank.total_bytes + (self.allocator_bytes or 0) + self.context_bytes
+        return self.data_parallel * (self.model_parallel or self.tensor_parallel)
 
 
 def per_gpu_parts(rank: PerRankMemory) -> tuple[tuple[str, str, int], ...]:
@@ -194,6 +193,12 @@ def _peak_step(profile: TrainingProfile, config: DistributedConfig, shard: _Shar
     return best[1], best[2]
 
 
+def split_parameter_count(parameters: tuple[ParameterInfo, ...], tensor_parallel: int) -> int:
+    """Parameter elements on one tensor-parallel rank: split weights / T, the rest whole."""
+    split = _TensorSplit.of(parameters, tensor_parallel)
+    return ceil(sum((split.numel(p) for p in parameters), Fraction(0)))
+
+
 def _scaler(scale: Fraction, parts: int) -> Callable[[int], int]:
     """bytes -> ceil(bytes * scale / parts), in integers (called once per step)."""
     numerator, denominator = scale.numerator, scale.denominator * parts
@@ -201,20 +206,25 @@ def _scaler(scale: Fraction, parts: int) -> Callable[[int], int]:
 
 
 def fit_by_strategy(profile: TrainingProfile, config: DistributedConfig,
-                    usable_bytes: int) -> tuple[StrategyFit, ...]:
-    """For each strategy, the smallest N whose per-rank total fits `usable_bytes`.
+                    usable_bytes: int,
+                    rank: Callable[[DistributedConfig], PerRankMemory] | None = None
+                    ) -> tuple[StrategyFit, ...]:
+    """For each strategy, the smallest N whose per-rank total fits `usable_bytes`; `rank`
+    gives the (most-loaded) rank of a config (default: per_rank_memory of `profile`).
 
     The per-rank total never grows with N (every sharded part is ceil(bytes / N), the rest is
     constant), so a binary search over N finds the smallest.
     """
     rows = []
+    of = rank or (lambda c: per_rank_memory(profile, c))
     for strategy in STRATEGIES:
         def total(n: int, strategy: str = strategy) -> int:
-            return per_rank_memory(profile, replace(config, strategy=strategy, gpus=n)).total_bytes
+            return of(replace(config, strategy=strategy, gpus=n)).total_bytes
         floor = total(MAX_DATA_PARALLEL)
         smallest = None if floor > usable_bytes else _smallest_fitting(total, usable_bytes)
         rows.append(StrategyFit(strategy, smallest, config.tensor_parallel,
-                                total(smallest) if smallest else floor))
+                                total(smallest) if smallest else floor,
+                                config.total_gpus // config.gpus))
     return tuple(rows)
 
 
@@ -251,6 +261,7 @@ class _Shards:
             "zero2": _Shards(1, n, n),
             "zero3": _Shards(n, n, n),
             "fsdp": _Shards(n, n, n),
+            "distributed-optimizer": _Shards(1, 1, n),
         }[config.strategy]
 
 
@@ -302,11 +313,12 @@ class _Layout:
             return _Layout(name, param_bytes, tp.state_scale, Fraction(0), Fraction(0),
                            tp.state_scale)
         # Gradients have their parameter's dtype: in half precision they shrink by the same
-        # ratio as the parameters.
-        half_ratio = Fraction(HALF_BYTES * profile.parameter_count, profile.parameter_bytes)
+        # ratio as the parameters (Megatron-LM's are fp32, in its main_grad buffer).
+        grad_bytes = FP32_BYTES if name == "megatron" else HALF_BYTES
+        grad_ratio = Fraction(grad_bytes * profile.parameter_count, profile.parameter_bytes or 1)
         fp32_grads = FP32_BYTES * elements if name == "deepspeed" else Fraction(0)
         return _Layout(name, {k: HALF_BYTES * v for k, v in numel.items()},
-                       tp.state_scale * half_ratio, FP32_BYTES * elements, fp32_grads,
+                       tp.state_scale * grad_ratio, FP32_BYTES * elements, fp32_grads,
                        tp.state_scale)
 
     def optimizer_bytes(self, profile: TrainingProfile) -> Fraction:
@@ -378,6 +390,11 @@ def _buckets_bytes(profile: TrainingProfile, config: DistributedConfig, tp: _Ten
         # The reducer allocates one flat `gradients` tensor per bucket covering all of its
         # parameters: a second copy of every gradient, unless gradient_as_bucket_view.
         return 0 if config.ddp_gradient_as_bucket_view else ceil(all_grads)
+    if config.strategy == "distributed-optimizer":
+        # Megatron-LM's DDP: gradients live in its contiguous grad buffer and are
+        # reduce-scattered in place (counted as gradients); parameters are views of its
+        # param buffer, all-gathered in place
+        return 0
     if config.strategy == "fsdp":
         # The unsharded gradient of one unit exists until its reduce-scatter.
         # Gradients have their parameters' dtype: a unit's gradient is its working bytes.

@@ -24,7 +24,7 @@ from graphmem.passes.params import ParamReport
 
 if TYPE_CHECKING:
     from graphmem.distributed.kv_cache import KvCacheReport
-    from graphmem.distributed.strategies import DistributedReport
+    from graphmem.distributed.ranks import DistributedReport
     from graphmem.frontends.torch.finetune import FinetuneReport
     from graphmem.passes.arena import ArenaPlan
     from graphmem.passes.max_batch import MaxBatchResult

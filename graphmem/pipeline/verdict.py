@@ -21,10 +21,10 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES
 from graphmem.devices.error_bands import error_band
 from graphmem.devices.gpus import GpuSpec
-from graphmem.distributed.model_states import profile_training
-from graphmem.distributed.strategies import per_gpu_parts, per_rank_memory
+from graphmem.distributed.attach import most_loaded_rank
+from graphmem.distributed.strategies import per_gpu_parts
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import DimBinding, value_bytes
+from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import FitPart, fit_on_gpu, fit_on_parts, with_error_band
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch
 from graphmem.passes.sweep import SweepResult, with_device_totals
@@ -125,6 +125,8 @@ def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None 
     report = replace(report, allocator_bytes=allocator, context_bytes=context)
     config = report.per_rank.config
     basis = f"{config.strategy} per-GPU device total"
+    if report.plan is not None:
+        basis += f" of the most-loaded rank (pipeline stage {report.plan.most_loaded.stage})"
     parts = (*(FitPart(key, label, SymInt.const(size))
                for key, label, size in per_gpu_parts(report.per_rank)),
              FitPart("allocator", "allocator overhead (single-GPU step's)",
@@ -161,7 +163,7 @@ def _distributed_probe(analysis: Analysis, context_bytes: int, runtime: str | No
                                   free=tuple(d for d in analysis.dims.free if d != dim),
                                   batch_dim=analysis.dims.batch_dim)
             graph = bound_analysis.graph
-            rank = per_rank_memory(profile_training(graph, value_bytes(graph, dims)), config)
+            rank = most_loaded_rank(graph, dims, config)
             allocator = 0
             if runtime is not None:
                 allocator = runtime_estimate(bound_analysis, runtime, gpu, cuda_reserve_bytes,

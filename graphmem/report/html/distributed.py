@@ -8,15 +8,32 @@ from dataclasses import dataclass
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.core.units import format_bytes
 from graphmem.distributed.kv_cache import KvCacheReport
-from graphmem.distributed.strategies import DistributedReport, StrategyFit
+from graphmem.distributed.ranks import DistributedReport, RankPlan
+from graphmem.distributed.strategies import StrategyFit
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
 from graphmem.report.kv_layers import is_plain, per_token_formula, state_note
+from graphmem.report.parallel_text import layout_text
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",
     "zero-paper": "2-byte params/grads + fp32 master in the optimizer (ZeRO paper)",
     "deepspeed": "DeepSpeed mixed precision (2 + 2 + 4 fp32 grads + 4 master + optimizer)",
+    "megatron": "Megatron-LM mixed precision (2 + 4 fp32 grads + 4 master + optimizer)",
 }
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One pipeline rank (every data-, tensor- and context-parallel rank of it alike)."""
+
+    stage: int
+    layers: str  # "0-15"
+    holds: str
+    parameters: int
+    in_flight: int
+    activations: Quantity
+    total: Quantity
+    most_loaded: bool
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,8 @@ class PerGpuView:
     allocator: Quantity | None = None
     context: Quantity | None = None
     device_total: Quantity | None = None
+    layout_text: str = ""  # " x pipeline 2 (1f1b, 4 micro-batches) ..."
+    ranks: tuple[RankView, ...] = ()  # with model parallelism: one per pipeline rank
 
 
 def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
@@ -74,7 +93,7 @@ def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
         strategy=str(config.strategy),
         data_parallel=config.gpus,
         tensor_parallel=config.tensor_parallel,
-        total_gpus=config.gpus * config.tensor_parallel,
+        total_gpus=config.total_gpus,
         layout=_LAYOUT_TEXT[config.layout],  # one of strategies.LAYOUTS
         parts=tuple(SizedPart(label, bytes_quantity(size), percent(size, rank.total_bytes))
                     for label, size in parts),
@@ -89,7 +108,21 @@ def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
         allocator=_maybe(report.allocator_bytes if device_total is not None else None),
         context=_maybe(report.context_bytes),
         device_total=_maybe(device_total),
+        layout_text=layout_text(config.parallel),
+        ranks=_ranks(report.plan) if report.plan is not None else (),
     )
+
+
+def _ranks(plan: RankPlan) -> tuple[RankView, ...]:
+    top = plan.most_loaded.stage
+    return tuple(RankView(
+        stage=row.stage,
+        layers=" + ".join(f"{r.start}-{r.stop - 1}" if len(r) > 1 else str(r.start)
+                          for r in row.layers if r) or "-",
+        holds=", ".join(row.holds), parameters=row.parameter_count, in_flight=row.in_flight,
+        activations=bytes_quantity(row.memory.activations_bytes),
+        total=bytes_quantity(row.memory.total_bytes), most_loaded=row.stage == top)
+        for row in plan.rows)
 
 
 def _maybe(size: int | None) -> Quantity | None:

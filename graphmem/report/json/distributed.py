@@ -1,7 +1,9 @@
 """JSON of the distributed-training and KV-cache results (README, "JSON schema").
 
-`config.strategy`, `config.gpus`, `config.tensor_parallel`, `config.state_layout`;
-`memory.per_rank`, `memory.fit_by_strategy`, `memory.kv_cache`. Only present when computed.
+`config.strategy`, `config.gpus`, `config.tensor_parallel`, `config.state_layout`,
+`config.pipeline_parallel` .. `config.virtual_stages`; `memory.per_rank` (the most-loaded
+rank), `memory.ranks` (one row per pipeline rank, with model parallelism),
+`memory.fit_by_strategy`, `memory.kv_cache`. Only present when computed.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from typing import Any
 
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.kv_cache import KvCacheReport
-from graphmem.distributed.strategies import DistributedReport, PerRankMemory, StrategyFit
+from graphmem.distributed.parallel import ParallelLayout
+from graphmem.distributed.ranks import DistributedReport, RankPlan
+from graphmem.distributed.strategies import PerRankMemory, StrategyFit
 from graphmem.pipeline.analysis import Analysis
 
 
@@ -23,7 +27,15 @@ def distributed_config(analysis: Analysis) -> dict[str, Any]:
         return {}
     config = analysis.distributed.per_rank.config
     return {"strategy": config.strategy, "gpus": config.gpus,
-            "tensor_parallel": config.tensor_parallel, "state_layout": config.layout}
+            "tensor_parallel": config.tensor_parallel, "state_layout": config.layout,
+            **parallel_json(config.parallel)}
+
+
+def parallel_json(layout: ParallelLayout) -> dict[str, Any]:
+    return {"pipeline_parallel": layout.pipeline, "context_parallel": layout.context,
+            "expert_parallel": layout.expert, "sequence_parallel": layout.sequence_parallel,
+            "micro_batches": layout.micro_batch_count, "pipeline_schedule": layout.schedule,
+            "virtual_stages": layout.virtual_stages}
 
 
 def distributed_memory(analysis: Analysis) -> dict[str, Any]:
@@ -36,6 +48,8 @@ def distributed_memory(analysis: Analysis) -> dict[str, Any]:
         memory["per_rank"]["context_bytes"] = report.context_bytes
         memory["per_rank"]["device_total_bytes"] = report.device_total_bytes
         memory["fit_by_strategy"] = fit_json(analysis.distributed)
+        if report.plan is not None:
+            memory["ranks"] = ranks_json(report.plan)
     if analysis.kv_cache is not None:
         memory["kv_cache"] = kv_cache_json(analysis.kv_cache)
     return memory
@@ -58,11 +72,22 @@ def per_rank_json(rank: PerRankMemory) -> dict[str, Any]:
         "strategy": config.strategy,
         "data_parallel": config.gpus,
         "tensor_parallel": config.tensor_parallel,
-        "total_gpus": config.gpus * config.tensor_parallel,
+        "total_gpus": config.total_gpus,
         "state_layout": config.layout,
         "tensor_parallel_split_share": float(rank.split_parameter_share),
         "replicated_matmul_weights": list(rank.replicated_matmul_weights),
     }
+
+
+def ranks_json(plan: RankPlan) -> list[dict[str, Any]]:
+    """One row per pipeline rank (every data-, tensor- and context-parallel rank of a stage
+    holds the same), the most loaded marked."""
+    top = plan.most_loaded.stage
+    return [{"stage": row.stage, "most_loaded": row.stage == top,
+             "layers": [[run.start, run.stop - 1] for run in row.layers if run],
+             "chunks": list(row.chunks), "in_flight_forwards": row.in_flight,
+             "parameter_count": row.parameter_count, "holds": list(row.holds),
+             **per_rank_json(row.memory)} for row in plan.rows]
 
 
 def fit_json(report: DistributedReport) -> list[dict[str, Any]] | None:
@@ -77,6 +102,7 @@ def _fit_row(row: StrategyFit, usable_bytes: int) -> dict[str, Any]:
         "min_gpus": row.total_gpus,
         "data_parallel": row.data_parallel,
         "tensor_parallel": row.tensor_parallel,
+        "gpus_per_replica": row.model_parallel or row.tensor_parallel,
         "per_rank_total_bytes": row.per_rank_total_bytes,
         "usable_bytes": usable_bytes,
         "fits": row.data_parallel is not None,

@@ -8,14 +8,17 @@ from rich.table import Table
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.distributed.kv_cache import KvCacheReport
-from graphmem.distributed.strategies import DistributedReport, PerRankMemory
+from graphmem.distributed.ranks import DistributedReport
+from graphmem.distributed.strategies import PerRankMemory
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.kv_layers import is_plain, per_token_formula, state_note
+from graphmem.report.terminal.ranks import layout_text, ranks_table
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",
     "zero-paper": "2-byte params/grads + fp32 master in the optimizer (ZeRO paper)",
     "deepspeed": "DeepSpeed mixed precision (2 + 2 + 4 fp32 grads + 4 master + optimizer)",
+    "megatron": "Megatron-LM mixed precision (2 + 4 fp32 grads + 4 master + optimizer)",
 }
 
 
@@ -25,6 +28,8 @@ def print_distributed(analysis: Analysis, console: Console, kv_cache: bool = Tru
     if analysis.distributed is not None:
         rank = analysis.distributed.per_rank
         console.print(_per_rank_table(rank, analysis.distributed))
+        if analysis.distributed.plan is not None:
+            console.print(ranks_table(analysis.distributed.plan))
         note = _bucket_note(rank)
         if note:
             console.print(f"[dim]{note}[/]")
@@ -38,7 +43,9 @@ def print_distributed(analysis: Analysis, console: Console, kv_cache: bool = Tru
 def _per_rank_table(rank: PerRankMemory, report: DistributedReport) -> Table:
     config = rank.config
     tp = f" x tensor parallel {config.tensor_parallel}" if config.tensor_parallel > 1 else ""
-    table = Table(title=f"per GPU: {config.strategy} on {config.gpus} data-parallel ranks{tp}"
+    tp += layout_text(config.parallel)
+    which = "the most-loaded GPU" if report.plan is not None else "per GPU"
+    table = Table(title=f"{which}: {config.strategy} on {config.gpus} data-parallel ranks{tp}"
                   f" ({_LAYOUT_TEXT[config.layout]})", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -81,8 +88,9 @@ def _fit_table(report: DistributedReport, analysis: Analysis) -> Table:
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for row in report.fit_by_strategy:
         gpus = "[red]never[/]" if row.total_gpus is None else str(row.total_gpus)
-        if row.total_gpus is not None and row.tensor_parallel > 1:
-            gpus += f" ({row.data_parallel} x TP {row.tensor_parallel})"
+        per_replica = row.model_parallel or row.tensor_parallel
+        if row.total_gpus is not None and per_replica > 1:
+            gpus += f" ({row.data_parallel} x {per_replica})"
         floor = " (the unsharded part alone)" if row.total_gpus is None else ""
         table.add_row(row.strategy, gpus, format_bytes(row.per_rank_total_bytes) + floor)
     return table
