@@ -296,3 +296,24 @@ def test_cli_prints_every_stage_and_gates_on_the_most_loaded(
     top = [r for r in ranks if r["most_loaded"]]
     assert len(top) == 1 and top[0]["total_bytes"] == memory["per_rank"]["total_bytes"]
     assert top[0]["total_bytes"] == max(r["total_bytes"] for r in ranks)
+
+
+def test_expert_parallel_shards_the_routed_experts_only() -> None:
+    from tests.test_moe import mixtral
+
+    # Mixtral at toy widths: per layer gate_up_proj [4, 128, 32] + down_proj [4, 32, 64]
+    # = 16,384 + 8,192 = 24,576 expert elements, 2 layers: 49,152; E = 2 keeps 2 of the 4
+    # experts: 24,576 fewer on every rank, the rest (attention, router, norms) replicated
+    from graphmem import analyze_torch
+
+    def count(expert: int) -> int:
+        config = DistributedConfig("ddp", 1, parallel=ParallelLayout(expert=expert))
+        result = analyze_torch(mixtral(), ["2x8:int64"], train=True, optimizer="adamw",
+                               distributed=config, plan=False)
+        plan = result.distributed.plan
+        return plan.rows[0].parameter_count if plan else result.params.count
+
+    whole = count(1)
+    assert whole - count(2) == 49_152 // 2
+    with pytest.raises(GraphmemError, match="4 experts per layer do not split over 3"):
+        count(3)
