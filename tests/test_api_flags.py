@@ -10,6 +10,7 @@ import pytest
 
 from graphmem.api import Result, build_request, check_model, gpu_fits, verify_model
 from graphmem.cli.main import build_parser
+from graphmem.distributed.parallel import ParallelLayout
 
 # each flag's argparse dest -> the build_request keyword (or the Result method) that does it
 FLAG_TO_API = {
@@ -21,6 +22,11 @@ FLAG_TO_API = {
     "gpus": "gpus", "strategy": "strategy", "tensor_parallel": "tensor_parallel",
     "state_layout": "state_layout", "reduce_bucket_size": "reduce_bucket_size",
     "fsdp_depth": "fsdp_depth",
+    # model parallelism beyond T: one ParallelLayout
+    "pipeline_parallel": "parallel", "micro_batches": "parallel",
+    "pipeline_schedule": "parallel", "virtual_stages": "parallel",
+    "context_parallel": "parallel", "expert_parallel": "parallel",
+    "sequence_parallel": "parallel",
     "kv_cache": "kv_cache", "kv_dtype": "kv_dtype", "kv_cache_dtype": "kv_dtype",
     "max_context": "max_context",
     "serve": "serve", "context": "context", "block_size": "block_size",
@@ -115,6 +121,11 @@ MODEL = "samples/tiny_gpt.onnx"
       "state_layout": "zero-paper"}),
     (["--train", "--gpus", "2", "--strategy", "zero2", "--reduce-bucket-size", "1000"],
      {"train": True, "gpus": 2, "strategy": "zero2", "reduce_bucket_size": 1000}),
+    (["--train", "--tensor-parallel", "2", "--pipeline-parallel", "2", "--virtual-stages", "2",
+      "--micro-batches", "4", "--sequence-parallel", "--context-parallel", "2"],
+     {"train": True, "tensor_parallel": 2, "parallel": ParallelLayout(
+         pipeline=2, virtual_stages=2, schedule="interleaved", micro_batches=4,
+         sequence_parallel=True, context=2)}),
     (["--gpu", "t4", "--memory-budget", "80%"], {"gpu": "t4", "memory_budget": "80%"}),
     (["--gpu", "t4", "--memory-budget", "12GiB"], {"gpu": "t4", "memory_budget": "12GiB"}),
 ])

@@ -299,12 +299,11 @@ def test_cli_prints_every_stage_and_gates_on_the_most_loaded(
 
 
 def test_expert_parallel_shards_the_routed_experts_only() -> None:
-    from tests.test_moe import mixtral
-
     # Mixtral at toy widths: per layer gate_up_proj [4, 128, 32] + down_proj [4, 32, 64]
     # = 16,384 + 8,192 = 24,576 expert elements, 2 layers: 49,152; E = 2 keeps 2 of the 4
     # experts: 24,576 fewer on every rank, the rest (attention, router, norms) replicated
     from graphmem import analyze_torch
+    from tests.test_moe import mixtral
 
     def count(expert: int) -> int:
         config = DistributedConfig("ddp", 1, parallel=ParallelLayout(expert=expert))
@@ -317,3 +316,19 @@ def test_expert_parallel_shards_the_routed_experts_only() -> None:
     assert whole - count(2) == 49_152 // 2
     with pytest.raises(GraphmemError, match="4 experts per layer do not split over 3"):
         count(3)
+
+
+def test_the_verdict_reads_the_most_loaded_rank() -> None:
+    # with --gpu the headline verdict (what `check --max-memory` and the max batch read) is
+    # the most-loaded pipeline rank's device total: its tensors + allocator + context
+    result = analyze(Request(TINY_LLAMA, batch=1, dims={"seq": 16}, plan=False, gpu="a100-80gb",
+                             training=TrainingOptions(optimizer="adamw"),
+                             distributed=DistributedConfig("zero1", 2, 2, parallel=ParallelLayout(
+                                 pipeline=2, micro_batches=4))))
+    report = result.distributed
+    top = max(row.memory.total_bytes for row in report.plan.rows)
+    assert report.per_rank.total_bytes == top
+    assert int(result.fit.required_bytes) == report.device_total_bytes
+    assert report.device_total_bytes == top + report.allocator_bytes + report.context_bytes
+    # the fewest GPUs keep T x P = 4 GPUs per data-parallel rank
+    assert all(row.total_gpus % 4 == 0 for row in report.fit_by_strategy if row.total_gpus)
