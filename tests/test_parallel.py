@@ -299,16 +299,18 @@ def test_cli_prints_every_stage_and_gates_on_the_most_loaded(
 
 
 def test_expert_parallel_shards_the_routed_experts_only() -> None:
-    # Mixtral at toy widths: per layer gate_up_proj [4, 128, 32] + down_proj [4, 32, 64]
-    # = 16,384 + 8,192 = 24,576 expert elements, 2 layers: 49,152; E = 2 keeps 2 of the 4
-    # experts: 24,576 fewer on every rank, the rest (attention, router, norms) replicated
-    from graphmem import analyze_torch
-    from tests.test_moe import mixtral
+    # Mixtral at toy widths (hidden 32, FFN 64, 4 experts, 2 layers): per layer
+    # gate_up_proj [4, 128, 32] + down_proj [4, 32, 64] = 16,384 + 8,192 = 24,576 expert
+    # elements, 2 layers: 49,152; E = 2 keeps 2 of the 4 experts: 24,576 fewer on every
+    # rank, the rest (attention, router, norms) replicated
+    moe = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+           "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 100, "max_position_embeddings": 64,
+           "torch_dtype": "float32"}
 
     def count(expert: int) -> int:
-        config = DistributedConfig("ddp", 1, parallel=ParallelLayout(expert=expert))
-        result = analyze_torch(mixtral(), ["2x8:int64"], train=True, optimizer="adamw",
-                               distributed=config, plan=False)
+        result = traced(moe, seq=8, parallel=ParallelLayout(expert=expert))
         plan = result.distributed.plan
         return plan.rows[0].parameter_count if plan else result.params.count
 
