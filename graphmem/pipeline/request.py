@@ -56,6 +56,7 @@ class Strategy(StrEnum):
     ZERO2 = "zero2"  # ... and gradients
     ZERO3 = "zero3"  # ... and parameters
     FSDP = "fsdp"  # PyTorch FSDP, full shard
+    DISTRIBUTED_OPTIMIZER = "distributed-optimizer"  # Megatron-LM's: optimizer state sharded
 
 
 @dataclass(frozen=True)
