@@ -320,7 +320,7 @@ def test_expert_parallel_shards_the_routed_experts_only() -> None:
         count(3)
 
 
-def test_the_verdict_reads_the_most_loaded_rank() -> None:
+def test_the_verdict_reads_the_most_loaded_rank(tmp_path: Path) -> None:
     # with --gpu the headline verdict (what `check --max-memory` and the max batch read) is
     # the most-loaded pipeline rank's device total: its tensors + allocator + context
     result = analyze(Request(TINY_LLAMA, batch=1, dims={"seq": 16}, plan=False, gpu="a100-80gb",
@@ -334,3 +334,9 @@ def test_the_verdict_reads_the_most_loaded_rank() -> None:
     assert report.device_total_bytes == top + report.allocator_bytes + report.context_bytes
     # the fewest GPUs keep T x P = 4 GPUs per data-parallel rank
     assert all(row.total_gpus % 4 == 0 for row in report.fit_by_strategy if row.total_gpus)
+    # JSON and HTML show every stage and mark the most loaded
+    ranks = result.to_dict()["memory"]["ranks"]
+    assert [r["most_loaded"] for r in ranks].count(True) == 1
+    result.to_html(tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert "Per pipeline rank" in page and page.count("(most loaded)") == 1
