@@ -350,12 +350,10 @@ def _runtime(name: str | None, ort_optimization: str | None, threads: int | None
     given = (name, ort_optimization, threads, arena_extend)
     if all(option is None for option in given) and not gpu:
         return None
-    extend = ArenaExtend.NEXT_POWER_OF_TWO
-    if arena_extend is not None:
-        if arena_extend not in tuple(ArenaExtend):
-            raise GraphmemError(f"ort_arena_extend={arena_extend!r}: choose one of"
-                                f" {', '.join(ArenaExtend)}")
-        extend = ArenaExtend(arena_extend)
+    if arena_extend not in (None, *ArenaExtend):
+        raise GraphmemError(f"ort_arena_extend={arena_extend!r}: choose one of"
+                            f" {', '.join(ArenaExtend)}")
+    extend = ArenaExtend(arena_extend or ArenaExtend.NEXT_POWER_OF_TWO)
     named = None if name in (None, "auto", "default") else name
     return RuntimeOptions(named, ort_optimization, threads, extend)  # type: ignore[arg-type]
 
