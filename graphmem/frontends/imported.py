@@ -18,14 +18,32 @@ if TYPE_CHECKING:  # a plain dataclass; the name only types the field
     from graphmem.frontends.torch.kernel_choice import KernelChoice
 
 
-class RuntimeInputs(Protocol):
-    """What onnxruntime sees of an ONNX model (graphmem/frontends/onnx/runtime_inputs.py);
-    graphmem/runtime_models/base.py `OrtGraphSource` is the same contract, seen from there."""
+# a tensor's shape as onnxruntime's allocation planner sees it: a dim is a number, a symbol
+# or unknown
+PlanShape = tuple[int | str | None, ...]
 
-    def plan_shapes(self) -> Mapping[str, object]: ...
+
+class OptimizedOrtGraph(Protocol):
+    """onnxruntime's optimized graph (graphmem/frontends/onnx/ort_optimized.py)."""
+
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
+    @property
+    def nodes_before(self) -> int: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+class OrtGraphSource(Protocol):
+    """What onnxruntime sees of an ONNX model (graphmem/frontends/onnx/runtime_inputs.py),
+    read by the runtime models (graphmem/runtime_models/select.py)."""
+
+    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
 
     def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
-                  refused_hint: str = "") -> object: ...
+                  refused_hint: str = "") -> OptimizedOrtGraph | str: ...
 
 
 @dataclass(frozen=True)
@@ -39,7 +57,7 @@ class ImportedModel:
     micro_batch: int | None = None
     # ONNX: what onnxruntime's planner sees (its plan shapes, its optimized graph), produced
     # on demand from the model file the importer read (graphmem/runtime_models/ uses it)
-    runtime_inputs: RuntimeInputs | None = field(default=None, repr=False, compare=False)
+    runtime_inputs: OrtGraphSource | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what was built or applied, for information: not warnings
     # a PyTorch step traced for a CUDA GPU: the kernels the trace assumed (none for ONNX)
     kernels: tuple[KernelChoice, ...] = ()

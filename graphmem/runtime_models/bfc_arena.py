@@ -245,7 +245,7 @@ def replay(steps: Sequence[Sequence[ArenaEvent]],
     at the first allocation the device cannot back: `failure` says which."""
     arena = BfcArena(device_free_bytes=device_free_bytes)
     peak = peak_step = 0
-    after = []
+    after: list[int] = []
     for step, events in enumerate(steps):
         for event in events:
             if event.size_bytes is None:

@@ -24,7 +24,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.memory_model import build_memory_model, live_profile, plan_dims, size_at
-from graphmem.runtime_models.base import RuntimeContext, RuntimeEstimate
+from graphmem.runtime_models.base import Runtime, RuntimeContext, RuntimeEstimate
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -129,13 +129,13 @@ def convolution_backward(node: Node, dims: Dims) -> Allocations:
     grad_weight = bool(mask[1])  # type: ignore[index]
     gw = c.weight_bytes
     if c.channels_last:
-        steps = [c.input_bytes] if grad_input else []
+        blocked: Allocations = [c.input_bytes] if grad_input else []
         if grad_weight:
             slices = DEPTHWISE_WEIGHT_SLICES * gw if c.depthwise and c.kernel_area > 9 else 0
             accumulate = _fp32_copy(slices, w)
             # the slices, the fp32 scratchpad (bf16), the gradient, then its plain copy
-            steps += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
-        return steps
+            blocked += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
+        return blocked
     steps: Allocations = []
     if grad_input:
         # an image's strided input gradient is computed plain (measured 3 -> 64, 7x7 s2)
@@ -233,7 +233,7 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
              " batch norm backward's temporary (graphmem/runtime_models/torch_cpu.py);"
              " oneDNN's scratchpads and the allocator's own memory not modelled")
     return RuntimeEstimate(
-        runtime="torch-cpu",
+        runtime=Runtime.TORCH_CPU,
         tensors_at_peak_bytes=tensors,
         allocator_overhead_bytes=0,
         context_bytes=0,
