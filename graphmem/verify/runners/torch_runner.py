@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -21,6 +22,9 @@ from torch.autograd.profiler_util import FunctionEvent
 
 from graphmem.frontends.torch.loader import KeywordCall, TensorSpec
 from graphmem.frontends.torch.train_step import AMP_DTYPES, cross_entropy_loss
+
+if TYPE_CHECKING:
+    from torch._C._profiler import _ProfilerEvent
 
 
 @dataclass(frozen=True)
@@ -206,15 +210,16 @@ class AllocatorPeak:
 
 def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
     """The raw event tree's allocations (`[memory]` events are these, attributed)."""
-    from torch._C._profiler import _EventType
+    from torch._C._profiler import _EventType, _ExtraFields_Allocation
 
     found: list[tuple[int, int, str | None]] = []  # (time ns, bytes, enclosing kernel)
-    pending = [(node, None) for node in
-               profile.profiler.kineto_results.experimental_event_tree()]
+    pending: list[tuple[_ProfilerEvent, str | None]] = [
+        (node, None) for node in _event_tree(profile)]
     while pending:
         node, kernel = pending.pop()
-        if node.typed[0] == _EventType.Allocation:
-            found.append((node.start_time_ns, node.typed[1].alloc_size, kernel))
+        fields = node.typed[1]
+        if isinstance(fields, _ExtraFields_Allocation):
+            found.append((node.start_time_ns, fields.alloc_size, kernel))
         elif kernel is None and node.typed[0] == _EventType.TorchOp and _is_kernel(node.name):
             kernel = node.name
         pending.extend((child, kernel) for child in node.children)
@@ -225,6 +230,15 @@ def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
         if live > peak:
             peak, at = live, kernel
     return AllocatorPeak(peak, at)
+
+
+def _event_tree(profile: torch.profiler.profile) -> list[_ProfilerEvent]:
+    """The profile's raw event tree (torch's private profiler API, as its `[memory]` events
+    are built)."""
+    results = profile.profiler.kineto_results if profile.profiler is not None else None
+    if results is None:
+        raise RuntimeError("the profile has no results: read it after the profiled block")
+    return results.experimental_event_tree()
 
 
 @dataclass(frozen=True)
@@ -240,15 +254,16 @@ class KernelScratch:
 
 def kernel_scratch(profile: torch.profiler.profile) -> list[KernelScratch]:
     """Each outermost kernel call's scratch, in time order (benchmarks/cpu_scratch.py)."""
-    from torch._C._profiler import _EventType
+    from torch._C._profiler import _EventType, _ExtraFields_Allocation
 
     calls: list[tuple[int, str, list[tuple[int, int]]]] = []
-    pending = [(node, None) for node in
-               profile.profiler.kineto_results.experimental_event_tree()]
+    pending: list[tuple[_ProfilerEvent, list[tuple[int, int]] | None]] = [
+        (node, None) for node in _event_tree(profile)]
     while pending:
         node, sizes = pending.pop()
-        if node.typed[0] == _EventType.Allocation and sizes is not None:
-            sizes.append((node.start_time_ns, node.typed[1].alloc_size))
+        fields = node.typed[1]
+        if isinstance(fields, _ExtraFields_Allocation) and sizes is not None:
+            sizes.append((node.start_time_ns, fields.alloc_size))
         elif sizes is None and node.typed[0] == _EventType.TorchOp and _is_kernel(node.name):
             sizes = []
             calls.append((node.start_time_ns, node.name, sizes))
