@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from graphmem.core.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
-from graphmem.distributed.serving import ServingConfig
+from graphmem.distributed.serving import ServingConfig, ServingReport
 from graphmem.errors import GraphmemError, SpecError
 from graphmem.gate.margin import Margin, with_margin_bytes
 
@@ -269,6 +269,7 @@ def numbers_of(analysis: Analysis) -> ModelNumbers:
     """The gate's numbers; an error naming the dims when any is left free."""
     _require_bound(analysis)
     liveness, costs, fit = analysis.liveness, analysis.costs, analysis.fit
+    serving = analysis.kv_cache.serving if analysis.kv_cache is not None else None
     roofline = getattr(analysis, "roofline", None)  # graphmem/passes/roofline.py, with --gpu
     latency = getattr(roofline, "est_latency_s", None)
     return ModelNumbers(
@@ -288,22 +289,19 @@ def numbers_of(analysis: Analysis) -> ModelNumbers:
         latency_missing_reason=_latency_missing_reason(analysis, roofline),
         unsupported_ops=dict(costs.unsupported_ops),
         shape_unknown_nodes=tuple(costs.shape_unknown_nodes),
-        **_serving_numbers(analysis),
+        serving_sequences=serving.total_sequences if serving is not None else None,
+        serving_context=serving.context if serving is not None else None,
+        serving_text=_serving_text(serving) if serving is not None else "",
     )
 
 
-def _serving_numbers(analysis: Analysis) -> dict[str, object]:
-    kv = analysis.kv_cache
-    plan = kv.serving if kv is not None else None
-    if plan is None:
-        return {}
+def _serving_text(plan: ServingReport) -> str:
     text = (f"{plan.total_sequences:,} sequences of {plan.context:,} tokens fit at once on"
             f" {plan.gpu_name}: {plan.num_blocks:,} KV blocks of {plan.config.block_size}"
             f" tokens, {plan.blocks_per_sequence:,} per sequence")
     if plan.replicas > 1:
         text += f", x{plan.replicas} replicas"
-    return {"serving_sequences": plan.total_sequences, "serving_context": plan.context,
-            "serving_text": text}
+    return text
 
 
 def _require_bound(analysis: Analysis) -> None:
