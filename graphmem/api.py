@@ -12,12 +12,19 @@ Every call builds one Request (graphmem/pipeline/request.py) and runs the pipeli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmem.core.conventions import AmpPolicy, TrainingOptions
+from graphmem.core.conventions import (
+    Amp,
+    AmpPolicy,
+    Optimizer,
+    Strategy,
+    TrainingOptions,
+    closed,
+)
 from graphmem.core.peak_formula import Formula
 from graphmem.core.routing import MoeRouting, parse_moe_routing
 from graphmem.distributed.serving import ServingConfig
@@ -45,6 +52,7 @@ from graphmem.pipeline.request import (
     SuggestOptions,
     SweepRequest,
 )
+from graphmem.runtime_models.base import Runtime
 
 if TYPE_CHECKING:  # the runners import onnxruntime / torch: loaded when verify runs
     from graphmem.gate.check import CheckReport
@@ -102,7 +110,7 @@ class Result(Analysis):
     """An Analysis with its renderers: JSON (the README's schema), the HTML report."""
 
     @property
-    def peak_bytes(self) -> int | SizeFormula:  # type: ignore[override]
+    def peak_bytes(self) -> int | SizeFormula:
         """The live-tensor peak: bytes when every dim is bound, else a SizeFormula to evaluate
         at dims: `result.peak_bytes(seq=2048)`."""
         return as_size(super().peak_bytes)
@@ -240,8 +248,10 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
     """The Request the keyword options describe (see `analyze`); `weights`: "int8", "int4" or
     "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions; `moe_routing`: "balanced",
     "worst" or "capacity=F" (as --moe-routing) or a MoeRouting."""
-    training = TrainingOptions(optimizer, amp, grad_accum, loss, tuple(checkpoints),
-                               amp_policy) if train else None  # type: ignore[arg-type]
+    training = TrainingOptions(
+        closed(Optimizer, optimizer, "--optimizer"), closed(Amp, amp, "--amp") if amp else None,
+        grad_accum, loss, tuple(checkpoints), closed(AmpPolicy, amp_policy, "amp_policy")
+    ) if train else None
     serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
                        gpus, tensor_parallel)
     if serving is None and distributed is None:
@@ -277,7 +287,8 @@ def _distributed(gpus: int | None, strategy: str | None, tensor_parallel: int | 
         return None
     zero = (ZeroSettings() if reduce_bucket_size is None
             else ZeroSettings(reduce_bucket_size=reduce_bucket_size))
-    return DistributedConfig(strategy or "ddp", gpus or 1, tensor_parallel or 1,
+    return DistributedConfig(closed(Strategy, strategy or "ddp", "--strategy"), gpus or 1,
+                             tensor_parallel or 1,
                              layout=state_layout or "traced", zero=zero,
                              fsdp_unit_depth=2 if fsdp_depth is None else fsdp_depth)
 
@@ -314,9 +325,9 @@ def example_tuple(inputs: object) -> tuple[object, ...]:
         return ()
     if isinstance(inputs, Mapping):
         return tuple(KeywordInput(_input_name(name), value) for name, value in inputs.items())
-    if isinstance(inputs, str) or hasattr(inputs, "shape"):
+    if isinstance(inputs, str) or hasattr(inputs, "shape") or not isinstance(inputs, Iterable):
         return (inputs,)
-    items = tuple(inputs)  # type: ignore[call-overload]
+    items: tuple[object, ...] = tuple(inputs)
     if items and all(isinstance(item, int) for item in items):
         return (items,)  # one shape: (8, 3, 224, 224)
     return items
@@ -333,8 +344,8 @@ def _runtime(name: str | None, ort_optimization: str | None,
              threads: int | None) -> RuntimeOptions | None:
     if name is None:
         return None
-    return RuntimeOptions(None if name in ("auto", "default") else name,  # type: ignore[arg-type]
-                          ort_optimization, threads)
+    chosen = None if name in ("auto", "default") else closed(Runtime, name, "--runtime")
+    return RuntimeOptions(chosen, ort_optimization, threads)
 
 
 def _kv_cache(option: bool | str | tuple[int, int, int] | None,

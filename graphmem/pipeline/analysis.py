@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from graphmem.core.conventions import ROLE_KEYS, TrainingOptions
+from graphmem.core.conventions import ROLE_KEYS, Amp, Optimizer, TrainingOptions
 from graphmem.core.ir import Graph
 from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
@@ -25,13 +25,14 @@ from graphmem.passes.params import ParamReport
 if TYPE_CHECKING:
     from graphmem.distributed.kv_cache import KvCacheReport
     from graphmem.distributed.strategies import DistributedReport
+    from graphmem.frontends.imported import OrtGraphSource
     from graphmem.frontends.torch.finetune import FinetuneReport
     from graphmem.passes.arena import ArenaPlan
     from graphmem.passes.max_batch import MaxBatchResult
     from graphmem.passes.roofline import RooflineResult
     from graphmem.passes.schedule import ScheduleResult
     from graphmem.passes.sweep import SweepResult
-    from graphmem.runtime_models.base import OrtGraphSource, RuntimeEstimate
+    from graphmem.runtime_models.base import RuntimeEstimate
     from graphmem.suggest.cards import SuggestionReport
 
 
@@ -60,11 +61,11 @@ class TrainingInfo:
     micro_batch: int | None  # the batch of one analysed step
 
     @property
-    def optimizer(self) -> str:
+    def optimizer(self) -> Optimizer:
         return self.options.optimizer
 
     @property
-    def amp(self) -> str | None:
+    def amp(self) -> Amp | None:
         return self.options.amp
 
     @property

@@ -36,8 +36,9 @@ from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import group_by_module
 from graphmem.passes.params import PackedWeights, count_params, with_packed_weights
 from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
+from graphmem.pipeline.device_total import Reanalyze
 from graphmem.pipeline.extras import with_distributed_request, with_kv_request
-from graphmem.pipeline.planning import GpuRow, Reanalyze, fits_on_each_gpu, with_plans
+from graphmem.pipeline.planning import GpuRow, fits_on_each_gpu, with_plans
 from graphmem.pipeline.request import Request, SweepRequest, rerun_request
 from graphmem.pipeline.runtime import with_runtime_request
 from graphmem.pipeline.suggestions import with_suggestions
@@ -238,9 +239,9 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
     # a CUDA GPU named: the step as its CUDA kernels would run it (docs/cuda-trace.md)
     cuda = cuda_target(find_gpu(request.gpu)) if request.gpu else None
     with weight_quantized(request.model, request.weights) as quantized, fine_tuned(
-            request.model, request.finetune, training and training.optimizer,
+            request.model, request.finetune, training.optimizer if training else None,
             training.checkpoints if training else ()) as report:
-        imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
+        imported = import_torch(request.model, request.inputs,
                                 request.label or "", training, pooled, cuda=cuda,
                                 routing=request.moe_routing)
     notes = (*request.notes, *finetune_notes(report, request.finetune),
