@@ -8,42 +8,14 @@ torch: a front end's own objects travel as opaque fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from graphmem.core.ir import Graph
+from graphmem.core.ort_view import OrtGraphSource
 
 if TYPE_CHECKING:  # a plain dataclass; the name only types the field
     from graphmem.frontends.torch.kernel_choice import KernelChoice
-
-
-# a tensor's shape as onnxruntime's allocation planner sees it: a dim is a number, a symbol
-# or unknown
-PlanShape = tuple[int | str | None, ...]
-
-
-class OptimizedOrtGraph(Protocol):
-    """onnxruntime's optimized graph (graphmem/frontends/onnx/ort_optimized.py)."""
-
-    @property
-    def graph(self) -> Graph: ...
-    @property
-    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
-    @property
-    def nodes_before(self) -> int: ...
-    @property
-    def notes(self) -> tuple[str, ...]: ...
-
-
-class OrtGraphSource(Protocol):
-    """What onnxruntime sees of an ONNX model (graphmem/frontends/onnx/runtime_inputs.py),
-    read by the runtime models (graphmem/runtime_models/select.py)."""
-
-    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
-
-    def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
-                  refused_hint: str = "") -> OptimizedOrtGraph | str: ...
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from graphmem.passes.modules import ModuleReport
 from graphmem.passes.params import ParamReport
 
 if TYPE_CHECKING:
+    from graphmem.core.ort_view import OrtGraphSource
     from graphmem.distributed.kv_cache import KvCacheReport
     from graphmem.distributed.strategies import DistributedReport
-    from graphmem.frontends.imported import OrtGraphSource
     from graphmem.frontends.torch.finetune import FinetuneReport
     from graphmem.passes.arena import ArenaPlan
     from graphmem.passes.max_batch import MaxBatchResult

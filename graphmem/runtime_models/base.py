@@ -19,9 +19,9 @@ from enum import StrEnum
 from typing import Protocol
 
 from graphmem.core.ir import Graph
+from graphmem.core.ort_view import OrtGraphSource
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
-from graphmem.frontends.imported import OrtGraphSource
 from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import OutOfMemoryAt
 

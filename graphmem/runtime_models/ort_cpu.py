@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.ort_view import PlanShape
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
-from graphmem.frontends.imported import PlanShape
 from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaFailure, replay
 from graphmem.runtime_models.graph_cache import cached_per_graph

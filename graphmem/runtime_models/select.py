@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from graphmem.core.conventions import closed
+from graphmem.core.ort_view import OptimizedOrtGraph
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
-from graphmem.frontends.imported import OptimizedOrtGraph
 from graphmem.passes.dims import value_bytes
 from graphmem.runtime_models.base import (
     ORT_OPTIMIZATION_LEVELS,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import onnx
 
-from graphmem.frontends.imported import PlanShape
+from graphmem.core.ort_view import PlanShape
 from graphmem.frontends.onnx.importer import read_model
 
 

@@ -21,7 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphmem.core.ir import AttributeValue, Graph
-from graphmem.frontends.imported import PlanShape
+from graphmem.core.ort_view import PlanShape
 
 ORT_ONNX_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
 NCHWC = "com.microsoft.nchwc"
