@@ -240,7 +240,7 @@ class SymInt:
         value = self._const
         if value is None:
             raise ValueError(f"size {self} depends on unbound dims {sorted(self.free_symbols())}")
-        return value if type(value) is int else _ceil(value)  # type: ignore[arg-type]
+        return value if isinstance(value, int) else _ceil(value)
 
     def evaluate(self, dims: Mapping[str, int]) -> int:
         """The exact integer size with every dim bound; fractions (sub-byte dtypes) round up."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
+from typing import Any
 
 from graphmem.core.conventions import (
     MAX_DIM_VALUE,
@@ -151,13 +152,13 @@ class Request:
         check_request(self)
 
 
-def rerun_request(request: Request, **changes: object) -> Request:
+def rerun_request(request: Request, **changes: Any) -> Request:
     """`request` with `changes`, as a re-run asks for it: the bare analysis, unplanned, with
     no suggestions, runtime model, distributed or KV-cache report (the caller reads peaks,
     FLOPs and latencies)."""
     return replace(request, plan=False, suggest=SuggestOptions(enabled=False), runtime=None,
                    distributed=None, kv_cache=None, serving=None, sweep=None,
-                   **changes)  # type: ignore[arg-type]
+                   **changes)
 
 
 def check_request(request: Request) -> None:

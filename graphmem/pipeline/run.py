@@ -141,7 +141,7 @@ def _serving_step(request: Request, module: object, batch: int | None, seq: int 
         return batch, seq, ""
     gpu = find_gpu(request.gpu)
     step = serving.prefill_tokens or default_step_tokens(gpu.name, gpu.capacity_bytes)
-    limit = max_positions(module)  # type: ignore[arg-type]
+    limit = max_positions(module)
     tokens = min(step, limit) if limit else step
     return 1, tokens, (f"input_ids 1x{tokens}:int64: the step the engine profiles at start"
                        f" (max_num_batched_tokens {step:,}"
@@ -157,7 +157,7 @@ def _with_checkpointed_layers(request: Request) -> Request:
     finetune, training = request.finetune, request.training
     if finetune is None or not finetune.gradient_checkpointing or training is None:
         return request
-    layers = checkpointed_layers(request.model)  # type: ignore[arg-type]
+    layers = checkpointed_layers(request.model)
     if not layers:
         raise GraphmemError("--gradient-checkpointing wraps the layers of a transformers model"
                             " (its GradientCheckpointingLayer modules); this model has none:"

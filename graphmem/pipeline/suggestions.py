@@ -74,7 +74,7 @@ def _at_batch(request: Request, base: Analysis, batch: int) -> Request:
 def _can_pool(request: Request, path: str, positions: int) -> bool:
     from graphmem.frontends.torch.rewrites import can_pool
 
-    return can_pool(request.model, path, positions)  # type: ignore[arg-type]
+    return can_pool(request.model, path, positions)
 
 
 def _batch(analysis: Analysis, request: Request) -> int | None:
