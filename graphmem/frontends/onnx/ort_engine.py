@@ -283,8 +283,8 @@ class _Remembered:
     types: `Min(x, 1)` and `Min(x, 1.0)` are equal keys to Python, not to sympy); the engine
     also tests `isinstance(e, sympy.Min)`, answered for the class itself."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self._function = function
+    def __init__(self, function: type) -> None:
+        self._function = function  # sympy.Min or sympy.Max
         self._results: dict[tuple[Any, ...], Any] = {}
 
     def __call__(self, *args: Any, **options: Any) -> Any:
@@ -304,4 +304,4 @@ class _Remembered:
         return result
 
     def __instancecheck__(self, instance: Any) -> bool:
-        return isinstance(instance, self._function)  # type: ignore[arg-type]
+        return isinstance(instance, self._function)
