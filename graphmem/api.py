@@ -12,24 +12,28 @@ Every call builds one Request (graphmem/pipeline/request.py) and runs the pipeli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmem.core.conventions import AmpPolicy, TrainingOptions
+from graphmem.core.conventions import (
+    Amp,
+    AmpPolicy,
+    Optimizer,
+    Strategy,
+    TrainingOptions,
+    closed,
+)
 from graphmem.core.peak_formula import Formula
 from graphmem.core.routing import MoeRouting, parse_moe_routing
 from graphmem.distributed.parallel import ParallelLayout
 from graphmem.distributed.serving import ServingConfig
-from graphmem.distributed.strategies import DistributedConfig, ZeroSettings
+from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.finetune import (
-    FinetuneOptions,
     LoraOptions,
     QloraOptions,
-    parse_lora_spec,
-    parse_qlora_spec,
 )
 from graphmem.frontends.torch.spec import KeywordInput
 from graphmem.frontends.torch.weight_layout import WeightQuantOptions, parse_weights
@@ -38,15 +42,19 @@ from graphmem.passes.dims import check_dim_value
 from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline import run
 from graphmem.pipeline.analysis import Analysis, size_of
+from graphmem.pipeline.keywords import (
+    distributed_keywords,
+    finetune_keywords,
+    kv_cache_keywords,
+    runtime_keywords,
+    serving_keywords,
+)
 from graphmem.pipeline.planning import GpuRow
 from graphmem.pipeline.request import (
-    KvCacheOptions,
     Request,
-    RuntimeOptions,
     SuggestOptions,
     SweepRequest,
 )
-from graphmem.runtime_models.bfc_arena import ArenaExtend
 
 if TYPE_CHECKING:  # the runners import onnxruntime / torch: loaded when verify runs
     from graphmem.gate.check import CheckReport
@@ -104,7 +112,7 @@ class Result(Analysis):
     """An Analysis with its renderers: JSON (the README's schema), the HTML report."""
 
     @property
-    def peak_bytes(self) -> int | SizeFormula:  # type: ignore[override]
+    def peak_bytes(self) -> int | SizeFormula:
         """The live-tensor peak: bytes when every dim is bound, else a SizeFormula to evaluate
         at dims: `result.peak_bytes(seq=2048)`."""
         return as_size(super().peak_bytes)
@@ -248,17 +256,20 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
     "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions; `moe_routing`: "balanced",
     "worst" or "capacity=F" (as --moe-routing) or a MoeRouting; `parallel`: pipeline,
     context, expert and sequence parallel (as --pipeline-parallel ... --sequence-parallel)."""
-    training = TrainingOptions(optimizer, amp, grad_accum, loss, tuple(checkpoints),
-                               amp_policy) if train else None  # type: ignore[arg-type]
-    serving = _serving(serve, context, block_size, gpu_memory_utilization, max_batched_tokens,
-                       gpus, tensor_parallel)
+    training = TrainingOptions(
+        closed(Optimizer, optimizer, "--optimizer"), closed(Amp, amp, "--amp") if amp else None,
+        grad_accum, loss, tuple(checkpoints), closed(AmpPolicy, amp_policy, "amp_policy")
+    ) if train else None
+    serving = serving_keywords(serve, context, block_size, gpu_memory_utilization,
+                               max_batched_tokens, gpus, tensor_parallel)
     if serving is not None and enforce_eager:  # vLLM without CUDA graphs
         serving = replace(serving, enforce_eager=True)
     if serving is None and distributed is None:
-        distributed = _distributed(gpus, strategy, tensor_parallel, state_layout,
-                                   reduce_bucket_size, fsdp_depth)
+        distributed = distributed_keywords(gpus, strategy, tensor_parallel, state_layout,
+                                           reduce_bucket_size, fsdp_depth)
         if parallel is not None:
-            distributed = replace(distributed or DistributedConfig("ddp", 1), parallel=parallel)
+            distributed = replace(distributed or DistributedConfig(Strategy.DDP, 1),
+                                  parallel=parallel)
     if memory_budget is not None:
         memory_budget_bytes, memory_budget_share = _budget(memory_budget)
         suggest = True if suggest is None else suggest  # as --memory-budget implies --suggest
@@ -268,31 +279,19 @@ def build_request(model: object, inputs: Sequence[object] | None = None, *,
         model=model, inputs=example_tuple(inputs), example_inputs=example_inputs, label=label,
         batch=batch, dims=dict(dims or {}), gpu=gpu, cuda_reserve_bytes=cuda_reserve_bytes,
         training=training,
-        runtime=_runtime(runtime, ort_optimization, threads, ort_arena_extend, gpu is not None),
-        distributed=distributed, kv_cache=_kv_cache(kv_cache, kv_dtype, max_context),
+        runtime=runtime_keywords(runtime, ort_optimization, threads, ort_arena_extend,
+                                 gpu is not None),
+        distributed=distributed, kv_cache=kv_cache_keywords(kv_cache, kv_dtype, max_context),
         serving=serving,
         suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share,
                                memory_budget or ""),
         sweep=sweep, module_depth=module_depth, plan=plan,
-        finetune=_finetune(lora, qlora, gradient_checkpointing),
+        finetune=finetune_keywords(lora, qlora, gradient_checkpointing),
         weights=parse_weights(weights) if isinstance(weights, str) else weights,
         moe_routing=(parse_moe_routing(moe_routing) if isinstance(moe_routing, str)
                      else moe_routing))
 
 
-def _distributed(gpus: int | None, strategy: str | None, tensor_parallel: int | None,
-                 state_layout: str | None, reduce_bucket_size: int | None,
-                 fsdp_depth: int | None) -> DistributedConfig | None:
-    """The training job the keywords describe (the --gpus ... --fsdp-depth flags); None when
-    none is given."""
-    given = (gpus, strategy, tensor_parallel, state_layout, reduce_bucket_size, fsdp_depth)
-    if all(value is None for value in given):
-        return None
-    zero = (ZeroSettings() if reduce_bucket_size is None
-            else ZeroSettings(reduce_bucket_size=reduce_bucket_size))
-    return DistributedConfig(strategy or "ddp", gpus or 1, tensor_parallel or 1,
-                             layout=state_layout or "traced", zero=zero,
-                             fsdp_unit_depth=2 if fsdp_depth is None else fsdp_depth)
 
 
 def _budget(text: str) -> tuple[int | None, float | None]:
@@ -304,18 +303,6 @@ def _budget(text: str) -> tuple[int | None, float | None]:
     return limit.bytes, limit.fraction
 
 
-def _finetune(lora: bool | str | LoraOptions | None, qlora: bool | str | QloraOptions | None,
-              gradient_checkpointing: bool) -> FinetuneOptions | None:
-    """lora/qlora as options (a string as on the command line); qlora implies lora."""
-    lora_options = parse_lora_spec(lora) if isinstance(lora, str) else (
-        LoraOptions() if lora is True else lora or None)
-    qlora_options = parse_qlora_spec(qlora) if isinstance(qlora, str) else (
-        QloraOptions() if qlora is True else qlora or None)
-    if qlora_options is not None and lora_options is None:
-        lora_options = LoraOptions()
-    if lora_options is None and not gradient_checkpointing:
-        return None
-    return FinetuneOptions(lora_options, qlora_options, gradient_checkpointing)
 
 
 def example_tuple(inputs: object) -> tuple[object, ...]:
@@ -327,9 +314,9 @@ def example_tuple(inputs: object) -> tuple[object, ...]:
         return ()
     if isinstance(inputs, Mapping):
         return tuple(KeywordInput(_input_name(name), value) for name, value in inputs.items())
-    if isinstance(inputs, str) or hasattr(inputs, "shape"):
+    if isinstance(inputs, str) or hasattr(inputs, "shape") or not isinstance(inputs, Iterable):
         return (inputs,)
-    items = tuple(inputs)  # type: ignore[call-overload]
+    items: tuple[object, ...] = tuple(inputs)
     if items and all(isinstance(item, int) for item in items):
         return (items,)  # one shape: (8, 3, 224, 224)
     return items
@@ -342,54 +329,10 @@ def _input_name(name: object) -> str:
     return name
 
 
-def _runtime(name: str | None, ort_optimization: str | None, threads: int | None,
-             arena_extend: str | None = None, gpu: bool = False) -> RuntimeOptions | None:
-    """The runtime options; None where none is given and there is no GPU (no runtime model).
-    With a GPU the verdict reads its runtime model's device total, as on the command line,
-    `plan=False` included (a bare re-run of the pipeline has no runtime options)."""
-    given = (name, ort_optimization, threads, arena_extend)
-    if all(option is None for option in given) and not gpu:
-        return None
-    if arena_extend not in (None, *ArenaExtend):
-        raise GraphmemError(f"ort_arena_extend={arena_extend!r}: choose one of"
-                            f" {', '.join(ArenaExtend)}")
-    extend = ArenaExtend(arena_extend or ArenaExtend.NEXT_POWER_OF_TWO)
-    named = None if name in (None, "auto", "default") else name
-    return RuntimeOptions(named, ort_optimization, threads, extend)  # type: ignore[arg-type]
 
 
-def _kv_cache(option: bool | str | tuple[int, int, int] | None,
-              dtype: str | None, max_context: int | None = None) -> KvCacheOptions | None:
-    if option is None or option is False:
-        if dtype is None and max_context is None:
-            return None
-        return KvCacheOptions(dtype=dtype, max_context=max_context)
-    if option == "auto":
-        return KvCacheOptions(auto=True, dtype=dtype, max_context=max_context)
-    if isinstance(option, tuple):
-        return KvCacheOptions(shape=option, dtype=dtype, max_context=max_context)
-    return KvCacheOptions(dtype=dtype, max_context=max_context)
 
 
-def _serving(serve: bool | str | ServingConfig, context: int | None, block_size: int | None,
-             utilization: float | None, prefill_tokens: int | None, gpus: int | None,
-             tensor_parallel: int | None) -> ServingConfig | None:
-    """`serve=True` (vLLM) or `serve="sglang"` (the engine's name: vllm, sglang, trtllm) and
-    its keywords as one ServingConfig (a given one is taken as it is)."""
-    if isinstance(serve, ServingConfig):
-        return serve
-    if not serve:
-        if any(v is not None for v in (context, block_size, utilization, prefill_tokens)):
-            raise GraphmemError("context, block_size, gpu_memory_utilization and"
-                                " max_batched_tokens describe serving: add serve=True")
-        return None
-    given: dict[str, object] = {name: value for name, value in (
-        ("block_size", block_size), ("gpu_memory_utilization", utilization),
-        ("tensor_parallel", tensor_parallel)) if value is not None}
-    if isinstance(serve, str):
-        given["engine"] = serve
-    return ServingConfig(context=context, prefill_tokens=prefill_tokens, gpus=gpus,
-                         **given)  # type: ignore[arg-type]
 
 
 

@@ -359,7 +359,7 @@ def test_cli_json_per_rank_and_fit(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--gpus", "4"], "add --train"),
     (["--train", "--gpus", "0"], "--gpus 0"),
-    (["--train", "--strategy", "zero9"], "invalid choice"),
+    (["--train", "--strategy", "zero9"], "--strategy zero9: choose one of ddp, zero1"),
 ])
 def test_cli_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["analyze", "tests/models.py:tiny_gpt", "--input", "2x16:int64", "--no-html",

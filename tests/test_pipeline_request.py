@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graphmem.core import conventions
-from graphmem.core.conventions import Amp, Optimizer, TrainingOptions
+from graphmem.core.conventions import Amp, Optimizer, Strategy, TrainingOptions
 from graphmem.distributed.strategies import STRATEGIES, DistributedConfig, ZeroSettings
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.request import (
@@ -17,7 +17,6 @@ from graphmem.pipeline.request import (
     PooledHead,
     Request,
     RuntimeOptions,
-    Strategy,
     SuggestOptions,
     SweepRequest,
     rerun_request,

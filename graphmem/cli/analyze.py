@@ -21,6 +21,7 @@ from graphmem.cli.common import (
     is_model_spec,
     parse_dim_binding,
     parse_size_bytes,
+    word_choice,
 )
 from graphmem.cli.inputs import (
     OutputFile,
@@ -39,16 +40,23 @@ from graphmem.cli.parallel_flags import (
     parallel_layout,
     wants_parallel,
 )
-from graphmem.core.conventions import DEFAULT_OPTIMIZER, MAX_GRAD_ACCUM, TrainingOptions
+from graphmem.core.conventions import (
+    DEFAULT_OPTIMIZER,
+    MAX_GRAD_ACCUM,
+    Amp,
+    Optimizer,
+    Strategy,
+    TrainingOptions,
+)
 from graphmem.core.routing import BALANCED, parse_moe_routing
-from graphmem.distributed.engines import ENGINES
+from graphmem.distributed.engines import ENGINES, VLLM
 from graphmem.distributed.kv_cache import KV_CACHE_DTYPES, parse_kv_option
 from graphmem.distributed.serving import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     ServingConfig,
 )
-from graphmem.distributed.strategies import LAYOUTS, STRATEGIES, DistributedConfig, ZeroSettings
+from graphmem.distributed.strategies import LAYOUTS, DistributedConfig, ZeroSettings
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.finetune import (
     FinetuneOptions,
@@ -67,7 +75,7 @@ from graphmem.pipeline.request import (
     SuggestOptions,
     SweepRequest,
 )
-from graphmem.runtime_models.base import ORT_OPTIMIZATION_LEVELS, RUNTIMES
+from graphmem.runtime_models.base import ORT_OPTIMIZATION_LEVELS, Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 
 NAME = "analyze"
@@ -98,7 +106,7 @@ def add_parser(commands: Any) -> None:
                         " generation: docs/runtime-models.md)")
     parser.add_argument("--depth", type=int, default=2, metavar="N",
                         help="group FLOPs, parameters and peak memory by module path at depth N")
-    parser.add_argument("--runtime", choices=RUNTIMES,
+    parser.add_argument("--runtime", **word_choice(Runtime, "--runtime"),
                         help="model what this runtime holds (default: ort-cuda for ONNX with"
                         " --gpu, ort-cpu for ONNX without, torch-cuda for PyTorch with --gpu,"
                         " torch-cpu without: PyTorch on the CPU, kernels' scratch included)")
@@ -126,7 +134,7 @@ def _add_distributed_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("distributed training (with --train) and KV cache")
     group.add_argument("--gpus", type=int, metavar="N",
                        help="data-parallel ranks: per-GPU memory under --strategy")
-    group.add_argument("--strategy", choices=STRATEGIES,
+    group.add_argument("--strategy", **word_choice(Strategy, "--strategy"),
                        help="ddp, zero1, zero2, zero3 (DeepSpeed) or fsdp (full shard);"
                        " default ddp")
     group.add_argument("--tensor-parallel", type=int, metavar="T",
@@ -205,9 +213,9 @@ def _add_torch_options(parser: argparse.ArgumentParser) -> None:
                        " them), called on the meta device; instead of --input")
     group.add_argument("--train", action="store_true",
                        help="analyze one whole training step (forward, backward, update)")
-    group.add_argument("--optimizer", help="with --train: sgd, momentum, adam or adamw"
-                       f" (default {DEFAULT_OPTIMIZER})")
-    group.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
+    group.add_argument("--optimizer", **word_choice(Optimizer, "--optimizer"),
+                       help=f"with --train (default {DEFAULT_OPTIMIZER})")
+    group.add_argument("--amp", **word_choice(Amp, "--amp"), help="autocast precision")
     group.add_argument("--grad-accum", type=int, default=1, metavar="N",
                        help="micro-batches per optimizer step (memory is per micro-batch)")
     group.add_argument("--loss", metavar="FILE.py:FN",
@@ -398,7 +406,7 @@ def _distributed(args: argparse.Namespace) -> DistributedConfig | None:
     if args.reduce_bucket_size is not None:
         zero = ZeroSettings(reduce_bucket_size=args.reduce_bucket_size)
     return DistributedConfig(
-        strategy=args.strategy or "ddp", gpus=1 if args.gpus is None else args.gpus,
+        strategy=args.strategy or Strategy.DDP, gpus=1 if args.gpus is None else args.gpus,
         tensor_parallel=1 if args.tensor_parallel is None else args.tensor_parallel,
         layout=args.state_layout or "traced", zero=zero, fsdp_unit_depth=args.fsdp_depth,
         parallel=parallel_layout(args))
@@ -424,15 +432,11 @@ def _kv_dtype(args: argparse.Namespace) -> str | None:
 def _serving(args: argparse.Namespace) -> ServingConfig | None:
     if not args.serve:
         return None
-    given: dict[str, object] = {name: getattr(args, flag) for name, flag in (
-        ("block_size", "block_size"), ("gpu_memory_utilization", "gpu_memory_utilization"),
-        ("tensor_parallel", "tensor_parallel")) if getattr(args, flag) is not None}
-    if args.engine is not None:
-        given["engine"] = args.engine
-    if args.enforce_eager:
-        given["enforce_eager"] = True
-    return ServingConfig(context=args.context, prefill_tokens=args.max_batched_tokens,
-                         gpus=args.gpus, **given)
+    return ServingConfig(
+        block_size=args.block_size, gpu_memory_utilization=args.gpu_memory_utilization,
+        context=args.context, prefill_tokens=args.max_batched_tokens,
+        tensor_parallel=1 if args.tensor_parallel is None else args.tensor_parallel,
+        gpus=args.gpus, engine=args.engine or VLLM, enforce_eager=bool(args.enforce_eager))
 
 
 def _suggest(args: argparse.Namespace) -> SuggestOptions:

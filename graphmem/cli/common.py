@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,20 @@ from rich.console import Console
 
 from graphmem.cli.inputs import OutputFile, print_written, writing
 from graphmem.core.collector import collector_paused
+from graphmem.core.conventions import closed
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import is_model_spec
 from graphmem.gate.budgets import SpecError, parse_size
 
 __all__ = ["Output", "argtype", "dims_dict", "emit", "is_model_spec", "parse_dim_binding",
-           "parse_size_bytes", "stderr_console"]
+           "parse_size_bytes", "stderr_console", "word_choice"]
+
+
+def word_choice(vocabulary: type[StrEnum], flag: str) -> dict[str, Any]:
+    """argparse keywords for a flag taking a word of a closed vocabulary: the enum's words are
+    the choices, the value is the enum member, and a wrong word is graphmem's one line (the
+    Request's check says the same)."""
+    return {"type": lambda text: closed(vocabulary, text, flag), "choices": tuple(vocabulary)}
 
 
 def parse_dim_binding(text: str) -> tuple[str, int]:

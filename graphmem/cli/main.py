@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
 
 from rich.console import Console
@@ -30,16 +30,19 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a writer whose reade
 
 
 class Command(Protocol):
-    add_parser: Callable[[Any], None]
-    run: Callable[[argparse.Namespace, Console], int]
+    """A command module (graphmem/cli/<name>.py)."""
+
+    def add_parser(self, commands: Any) -> None: ...
+
+    def run(self, args: argparse.Namespace, console: Console) -> int: ...
 
 
 # the order of `graphmem --help`
 COMMANDS: dict[str, Command] = {
-    analyze.NAME: analyze,  # type: ignore[dict-item]
-    gpus.NAME: gpus,  # type: ignore[dict-item]
-    check.NAME: check,  # type: ignore[dict-item]
-    verify.NAME: verify,  # type: ignore[dict-item]
+    analyze.NAME: analyze,
+    gpus.NAME: gpus,
+    check.NAME: check,
+    verify.NAME: verify,
 }
 
 

@@ -15,6 +15,7 @@ from graphmem.cli.common import (
     is_model_spec,
     parse_dim_binding,
     parse_size_bytes,
+    word_choice,
 )
 from graphmem.cli.inputs import (
     MAX_SEED,
@@ -28,7 +29,7 @@ from graphmem.cli.inputs import (
     refuse_overwrites,
     spec_files,
 )
-from graphmem.core.conventions import DEFAULT_OPTIMIZER, OPTIMIZERS
+from graphmem.core.conventions import DEFAULT_OPTIMIZER, Amp, Optimizer
 from graphmem.core.output_files import write_output_text
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.request import MAX_THREADS
@@ -80,9 +81,10 @@ def add_parser(commands: Any) -> None:
                                " keyword input, e.g. attention_mask=4x128:int64")
     torch_options.add_argument("--train", action="store_true",
                                help="measure one whole training step, not inference")
-    torch_options.add_argument("--optimizer", choices=OPTIMIZERS,
+    torch_options.add_argument("--optimizer", **word_choice(Optimizer, "--optimizer"),
                                help=f"with --train (default {DEFAULT_OPTIMIZER})")
-    torch_options.add_argument("--amp", choices=("fp16", "bf16"), help="autocast precision")
+    torch_options.add_argument("--amp", **word_choice(Amp, "--amp"),
+                               help="autocast precision")
     torch_options.add_argument("--loss", metavar="FILE.py:FN",
                                help="loss(output) -> scalar (default: cross-entropy)")
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from graphmem.core.ir import Role
+from graphmem.errors import GraphmemError
+
+Word = TypeVar("Word", bound=StrEnum)
 
 
 class Optimizer(StrEnum):
@@ -26,6 +30,35 @@ class Amp(StrEnum):
 
     FP16 = "fp16"
     BF16 = "bf16"
+
+
+class Strategy(StrEnum):
+    """Data-parallel strategy (graphmem/distributed/strategies.py)."""
+
+    DDP = "ddp"
+    ZERO1 = "zero1"  # DeepSpeed ZeRO stage 1: optimizer state sharded
+    ZERO2 = "zero2"  # ... and gradients
+    ZERO3 = "zero3"  # ... and parameters
+    FSDP = "fsdp"  # PyTorch FSDP, full shard
+    DISTRIBUTED_OPTIMIZER = "distributed-optimizer"  # Megatron-LM's: optimizer state sharded
+
+
+ZERO_STAGES = frozenset({Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3})  # DeepSpeed's
+
+
+def choices_text(vocabulary: type[StrEnum]) -> str:
+    """How an error lists the words: `fp16 or bf16`, `one of sgd, momentum, adam, adamw`."""
+    words = [str(word) for word in vocabulary]
+    return " or ".join(words) if len(words) == 2 else f"one of {', '.join(words)}"
+
+
+def closed(vocabulary: type[Word], text: str, flag: str) -> Word:
+    """`text` as a word of `vocabulary`; one line naming `flag` and the choices if it is none
+    (the same line for the command line's flag and the Request's check)."""
+    try:
+        return vocabulary(text)
+    except ValueError:
+        raise GraphmemError(f"{flag} {text}: choose {choices_text(vocabulary)}") from None
 
 
 class AmpPolicy(StrEnum):

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from functools import cache
+from typing import Any, Protocol
 
 import sympy
 
@@ -34,6 +35,23 @@ MAX_DEPTH = 32
 MAX_EXPONENT = 8
 MAX_CONSTANT = 2**62  # larger than any tensor dim; bigger constants are not sizes
 MAX_LITERAL_DIGITS = 24
+
+
+class Factor(Protocol):
+    """What graphmem reads of a sympy expression kept as a factor of a size (graphmem/core/
+    symbolic.py): sympy ships no types."""
+
+    is_Symbol: bool
+    name: str  # a symbol's (read only where is_Symbol)
+
+    @property
+    def free_symbols(self) -> set[Any]: ...
+
+    def subs(self, mapping: Mapping[Any, int]) -> Any: ...
+
+    def __pow__(self, power: int) -> Any: ...
+
+    def __hash__(self) -> int: ...
 
 _TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d+)?)|([A-Za-z_][A-Za-z_0-9]*)|(\*\*|//|[-+*/%(),]))")
 _FUNCTIONS: dict[str, Callable[..., sympy.Expr]] = {

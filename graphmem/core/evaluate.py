@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 
 from graphmem.core.symbolic import SymInt
 
@@ -27,7 +28,7 @@ def compile_count(value: SymInt) -> Evaluator:
              for monomial, coefficient in terms.items()]
 
     def evaluate(dims: Mapping[str, int]) -> int:
-        total = 0
+        total: int | Fraction = 0
         for coefficient, factors in plain:
             term = coefficient
             for name, power in factors:

@@ -240,11 +240,15 @@ class Node:
 
     def attr_int(self, name: str, default: int) -> int:
         value = self.attributes.get(name, default)
-        return int(value)  # type: ignore[arg-type]
+        if isinstance(value, tuple | list):
+            raise TypeError(f"{self.describe()}: attribute {name} is a list, not one integer")
+        return int(value)
 
     def attr_ints(self, name: str, default: tuple[int, ...] = ()) -> tuple[int, ...]:
         value = self.attributes.get(name, default)
-        return tuple(int(v) for v in value)  # type: ignore[union-attr]
+        if not isinstance(value, tuple | list):
+            raise TypeError(f"{self.describe()}: attribute {name} is not a list of integers")
+        return tuple(int(v) for v in value)
 
     def attr_str(self, name: str, default: str) -> str:
         value = self.attributes.get(name, default)

@@ -71,21 +71,27 @@ class LayerGroup:
         """One sequence's state in one layer (its channels split over the ranks)."""
         return -(-self.state_values // tensor_parallel) * state_dtype_bytes
 
+    @property
+    def window(self) -> int:
+        """The span of a sliding, chunked or cross layer (the kinds that have one)."""
+        assert self.span is not None, f"a {self.kind} layer group without its span"
+        return self.span
+
     def tokens_held(self, context: int, step_tokens: int) -> int:
         """Tokens of one sequence of `context` tokens this layer keeps at most."""
         if self.kind == SLIDING:
-            return min(self.span - 1 + step_tokens, context)  # type: ignore[operator]
+            return min(self.window - 1 + step_tokens, context)
         if self.kind == CHUNKED:
-            return min(self.span + step_tokens, context)  # type: ignore[operator]
+            return min(self.window + step_tokens, context)
         if self.kind == CROSS:
-            return self.span  # type: ignore[return-value]
+            return self.window
         return 0 if self.kind == STATE else context
 
     def tokens_kept(self, context: int) -> int:
         """Tokens a contiguous cache keeps (transformers' DynamicCache: a sliding layer
         min(context, window), a chunked one min(context, chunk))."""
         if self.kind in (SLIDING, CHUNKED):
-            return min(self.span, context)  # type: ignore[type-var]
+            return min(self.window, context)
         return self.tokens_held(context, 0)
 
     def blocks(self, context: int, step_tokens: int, block_size: int) -> int:

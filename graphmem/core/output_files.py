@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
+from typing import TypeGuard
 
 _TEMP_PREFIX = ".graphmem-"  # short: the folder's name limit applies to the temporary name
 _TEMP_SUFFIX = ".tmp"
@@ -88,7 +89,7 @@ def _lstat(path: Path) -> os.stat_result | None:
         return None
 
 
-def _is_plain_file(info: os.stat_result | None) -> bool:
+def _is_plain_file(info: os.stat_result | None) -> TypeGuard[os.stat_result]:
     return info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink == 1
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 class Reporter(Protocol):
@@ -22,6 +22,7 @@ class Reporter(Protocol):
     def end(self) -> None: ...
 
 
+T = TypeVar("T")
 _REPORTER: ContextVar[Reporter | None] = ContextVar("graphmem_progress", default=None)
 _ACTIVE: ContextVar[int] = ContextVar("graphmem_progress_depth", default=0)
 # the label of the outermost stage being shown, and whether a count is shown inside it
@@ -85,7 +86,7 @@ def _marked(label: str, total: int | None, counts: bool) -> Iterator[Callable[[i
 
 
 @contextmanager
-def _scoped(variable: ContextVar, value: object) -> Iterator[None]:
+def _scoped(variable: ContextVar[T], value: T) -> Iterator[None]:
     token = variable.set(value)
     try:
         yield

@@ -9,16 +9,15 @@ evaluated with sympy when the dims are bound.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from functools import cache, lru_cache
 
 import sympy
 
-from graphmem.core.dim_parser import DimParseError, dim_symbol, parse_dim_expression
+from graphmem.core.dim_parser import DimParseError, Factor, dim_symbol, parse_dim_expression
 
 # A monomial is a sorted tuple of (factor, power); the empty tuple is the constant term.
-Factor = sympy.Expr
 Monomial = tuple[tuple[Factor, int], ...]
 Coefficient = int | Fraction
 
@@ -163,7 +162,7 @@ class SymInt:
         if not other._terms:
             return self
         if not self._terms:
-            return other  # type: ignore[return-value]
+            return other
         terms = dict(self._terms)
         for monomial, coefficient in other._terms.items():
             _add_terms(terms, monomial, coefficient)
@@ -241,7 +240,7 @@ class SymInt:
         value = self._const
         if value is None:
             raise ValueError(f"size {self} depends on unbound dims {sorted(self.free_symbols())}")
-        return value if type(value) is int else _ceil(value)  # type: ignore[arg-type]
+        return value if isinstance(value, int) else _ceil(value)
 
     def evaluate(self, dims: Mapping[str, int]) -> int:
         """The exact integer size with every dim bound; fractions (sub-byte dtypes) round up."""
@@ -401,17 +400,17 @@ def _monomial_of(expr: sympy.Expr) -> Monomial:
     return tuple(sorted(powers.items(), key=_factor_key))
 
 
-def format_terms(value: SymInt, format_coefficient: object) -> str:
+def format_terms(value: SymInt, format_coefficient: Callable[[int | float], str]) -> str:
     """Render `c0 + c1*batch + c2*batch*seq`, constant first, coefficients through a formatter.
 
     `format_coefficient` turns a number into text (e.g. bytes to '97.5 MiB').
     """
     if not value.terms():
-        return format_coefficient(0)  # type: ignore[operator]
+        return format_coefficient(0)
     parts = []
     for monomial, coefficient in sorted(value.terms().items(), key=_term_order):
         number = coefficient if isinstance(coefficient, int) else float(coefficient)
-        text = format_coefficient(number)  # type: ignore[operator]
+        text = format_coefficient(number)
         factors = "*".join(_factor_name(f) if p == 1 else f"{_factor_name(f)}^{p}"
                              for f, p in monomial)
         if factors:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 from graphmem.core.symbolic import SymInt, format_terms
@@ -51,9 +52,9 @@ def format_si_sym(value: SymInt, unit: str = "") -> str:
     return format_terms(value, lambda c: format_si(c, unit))
 
 
-def format_sym_or_max(candidates: tuple[SymInt, ...], formatter: object) -> str:
+def format_sym_or_max(candidates: tuple[SymInt, ...], formatter: Callable[[SymInt], str]) -> str:
     """One formula, or max(a, b) when no single formula is the largest for every dim value."""
-    texts = [formatter(c) for c in candidates]  # type: ignore[operator]
+    texts = [formatter(c) for c in candidates]
     return texts[0] if len(texts) == 1 else "max(" + ", ".join(texts) + ")"
 
 

@@ -139,9 +139,10 @@ def _row(row: dict[str, Any], key: str, where: str) -> BandRow:
         raise ErrorBandTableError(f"{where}: {key} = {{ case, predicted, measured }}")
     _known_keys(value, _ROW_KEYS, f"{where} {key}")
     numbers = [value.get(name) for name in ("predicted", "measured")]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in numbers):
+    counts = [n for n in numbers if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    if len(counts) < len(numbers):
         raise ErrorBandTableError(f"{where}: {key}'s predicted and measured should be bytes > 0")
-    return BandRow(_text(value, "case", f"{where} {key}"), numbers[0], numbers[1])
+    return BandRow(_text(value, "case", f"{where} {key}"), counts[0], counts[1])
 
 
 def _known_keys(row: dict[str, Any], known: frozenset[str], where: str) -> None:

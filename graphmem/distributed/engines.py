@@ -207,17 +207,17 @@ def engine_reserve(setting: EngineSetting, gpu_name: str, capacity: int, context
     share = setting.share or default_share(engine, capacity, setting.tensor_parallel)
     block = setting.block_size or default_block_size(engine)
     tokens = setting.batched_tokens or default_step_tokens(engine, gpu_name, capacity)
-    common = {"engine": engine, "memory_fraction": share, "block_size": block,
-              "batched_tokens": tokens, "forward_bytes": forward}
+
+    def reserve(memory: EngineMemory, activation: int) -> EngineReserve:
+        return EngineReserve(engine, share, block, tokens, forward, activation,
+                             memory.budget_bytes, memory.reserved_bytes, memory.kv_cache_bytes)
+
     if engine == SGLANG:
         memory = sglang_memory(capacity, share, context, weights)
-        return EngineReserve(**common, activation_bytes=forward,  # type: ignore[arg-type]
-                             **_memory(memory), outside_bytes=capacity - context
-                             - memory.budget_bytes)
+        return replace(reserve(memory, forward),
+                       outside_bytes=capacity - context - memory.budget_bytes)
     if engine == TRTLLM:
-        memory = trtllm_memory(capacity, share, context, weights, forward)
-        return EngineReserve(**common, activation_bytes=forward,  # type: ignore[arg-type]
-                             **_memory(memory))
+        return reserve(trtllm_memory(capacity, share, context, weights, forward), forward)
     max_seqs = vllm_batch_defaults(gpu_name, capacity)[1]
     rows = min(max_seqs, tokens)
     sampler = vllm_sampler_bytes(rows, vocab, logits_dtype_bytes) if vocab else 0
@@ -225,15 +225,9 @@ def engine_reserve(setting: EngineSetting, gpu_name: str, capacity: int, context
     graphs = vllm_cuda_graph_bytes(activation_per_token, sizes)
     activation = max(forward, sampler)
     memory = vllm_memory(capacity, share, context, weights, activation, graphs)
-    return EngineReserve(**common, activation_bytes=activation,  # type: ignore[arg-type]
-                         **_memory(memory), sampler_bytes=sampler,
-                         sampler_rows=rows if vocab else 0, cuda_graph_bytes=graphs,
-                         cuda_graph_sizes=sizes, starts=memory.starts)
-
-
-def _memory(memory: EngineMemory) -> dict[str, int]:
-    return {"budget_bytes": memory.budget_bytes, "reserved_bytes": memory.reserved_bytes,
-            "kv_cache_bytes": memory.kv_cache_bytes}
+    return replace(reserve(memory, activation), sampler_bytes=sampler,
+                   sampler_rows=rows if vocab else 0, cuda_graph_bytes=graphs,
+                   cuda_graph_sizes=sizes, starts=memory.starts)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def shard_experts(parameters: tuple[ParameterInfo, ...], layers: Layers,
     if bad:
         raise GraphmemError(f"--expert-parallel {degree}: {bad[0]} experts per layer do not"
                             f" split over {degree} ranks; give a divisor of {bad[0]}")
-    kept, dropped = set(), set()
+    kept: set[str] = set()
+    dropped: set[str] = set()
     for group in repeats.values():
         for position, members in enumerate(group):
             (kept if position < len(group) // degree else dropped).update(members)

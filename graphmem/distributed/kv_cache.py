@@ -161,25 +161,26 @@ def find_past_inputs(graph: Graph) -> PastInputs | None:
     """Past K/V inputs by name; None when the graph has none (or their dims are not fixed)."""
     layers: set[int] = set()
     found: list[tuple[Value, bool]] = []  # (value, stacked K and V)
+    per_layer: dict[int, tuple[int, int]] = {}  # layer: (KV heads, head dim)
     for value in graph.inputs:
         layer, stacked = _past_layer(value.name)
         if layer is not None:
             layers.add(layer)
             found.append((value, stacked))
+            heads_and_dim = _heads_and_head_dim(value, stacked)
+            if heads_and_dim is None:
+                return None
+            per_layer[layer] = heads_and_dim
     if not found:
         return None
-    per_layer = {_past_layer(value.name)[0]: _heads_and_head_dim(value, stacked)
-                 for value, stacked in found}
-    if None in per_layer.values():
-        return None
-    heads_dim = per_layer[min(per_layer)]  # type: ignore[index]
+    heads_dim = per_layer[min(per_layer)]
     sample = found[0][0]
     bits = sample.dtype.bits
     # layers whose inputs differ in KV heads or head dim: one group each (per-layer heads)
     groups = () if len(set(per_layer.values())) == 1 else merge_groups(
-        [LayerGroup(FULL, 1, *per_layer[layer]) for layer in sorted(per_layer)])  # type: ignore[misc]
+        [LayerGroup(FULL, 1, *per_layer[layer]) for layer in sorted(per_layer)])
     shape = KvCacheShape(
-        layers=len(layers), kv_heads=max(h for h, _ in per_layer.values()),  # type: ignore[misc]
+        layers=len(layers), kv_heads=max(h for h, _ in per_layer.values()),
         head_dim=heads_dim[1], dtype=sample.dtype.label, dtype_bytes=max(bits // 8, 1),
         source=f"ONNX inputs {found[0][0].name} ... ({len(found)} past inputs)",
         groups=groups)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from math import ceil
 
+from graphmem.core.conventions import Strategy, closed
 from graphmem.distributed.model_states import ParameterInfo, Part, TrainingProfile
 from graphmem.distributed.parallel import ParallelLayout
 from graphmem.errors import GraphmemError
@@ -25,7 +26,7 @@ from graphmem.passes.modules import module_at_depth
 
 # distributed-optimizer: Megatron-LM's (--use-distributed-optimizer): optimizer state and
 # fp32 master weights sharded over the data-parallel ranks, gradients whole in its grad buffer
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
+STRATEGIES: tuple[str, ...] = tuple(s.value for s in Strategy)
 # traced: bytes as the graph holds them (torch autocast keeps fp32 parameters and gradients).
 # zero-paper: 2-byte parameters and gradients, an fp32 master copy in the optimizer (ZeRO paper).
 # deepspeed: zero-paper plus DeepSpeed's fp32 gradient partition (its estimators' 18 bytes).
@@ -54,7 +55,7 @@ class ZeroSettings:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    strategy: str  # one of STRATEGIES
+    strategy: Strategy
     gpus: int  # data-parallel ranks N
     tensor_parallel: int = 1  # T; the job uses N * T GPUs
     layout: str = "traced"  # one of LAYOUTS
@@ -70,9 +71,7 @@ class DistributedConfig:
                 * self.parallel.context)
 
     def check(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise GraphmemError(f"--strategy {self.strategy}: choose one of"
-                                f" {', '.join(STRATEGIES)}")
+        closed(Strategy, self.strategy, "--strategy")
         if self.layout not in LAYOUTS:
             raise GraphmemError(f"--state-layout {self.layout}: choose one of {', '.join(LAYOUTS)}")
         for flag, value in (("--gpus", self.gpus), ("--tensor-parallel", self.tensor_parallel),
@@ -112,7 +111,7 @@ class PerRankMemory:
 
 @dataclass(frozen=True)
 class StrategyFit:
-    strategy: str
+    strategy: Strategy
     data_parallel: int | None  # the smallest N that fits (None: no N does)
     tensor_parallel: int
     per_rank_total_bytes: int  # at that N, else at MAX_DATA_PARALLEL (the floor)
@@ -173,7 +172,7 @@ def _peak_step(profile: TrainingProfile, config: DistributedConfig, shard: _Shar
     """The step where gradients + temporaries + activations per rank are largest (the other
     parts are resident: the same at every step), with those three parts there."""
     grads = _scaler(layout.grad_scale, shard.gradients)
-    if config.strategy == "ddp" and config.ddp_gradient_as_bucket_view:
+    if config.strategy == Strategy.DDP and config.ddp_gradient_as_bucket_view:
         # The gradients are views of the buckets, which exist whole from the start.
         full = profile.gradient_bytes
         grads = _scaler(layout.grad_scale, 1)
@@ -217,8 +216,8 @@ def fit_by_strategy(profile: TrainingProfile, config: DistributedConfig,
     """
     rows = []
     of = rank or (lambda c: per_rank_memory(profile, c))
-    for strategy in STRATEGIES:
-        def total(n: int, strategy: str = strategy) -> int:
+    for strategy in Strategy:
+        def total(n: int, strategy: Strategy = strategy) -> int:
             return of(replace(config, strategy=strategy, gpus=n)).total_bytes
         floor = total(MAX_DATA_PARALLEL)
         smallest = None if floor > usable_bytes else _smallest_fitting(total, usable_bytes)
@@ -256,12 +255,12 @@ class _Shards:
     def of(config: DistributedConfig) -> _Shards:
         n = config.gpus
         return {
-            "ddp": _Shards(1, 1, 1),
-            "zero1": _Shards(1, 1, n),
-            "zero2": _Shards(1, n, n),
-            "zero3": _Shards(n, n, n),
-            "fsdp": _Shards(n, n, n),
-            "distributed-optimizer": _Shards(1, 1, n),
+            Strategy.DDP: _Shards(1, 1, 1),
+            Strategy.ZERO1: _Shards(1, 1, n),
+            Strategy.ZERO2: _Shards(1, n, n),
+            Strategy.ZERO3: _Shards(n, n, n),
+            Strategy.FSDP: _Shards(n, n, n),
+            Strategy.DISTRIBUTED_OPTIMIZER: _Shards(1, 1, n),
         }[config.strategy]
 
 
@@ -335,7 +334,7 @@ def _sharded_params(parameters: tuple[ParameterInfo, ...], config: DistributedCo
                     shard: _Shards, tp: _TensorSplit, layout: _Layout) -> int:
     if shard.parameters == 1:
         return ceil(layout.working_bytes)
-    threshold = config.zero.param_persistence_threshold if config.strategy == "zero3" else 0
+    threshold = config.zero.param_persistence_threshold if config.strategy == Strategy.ZERO3 else 0
     # ZeRO-3 keeps parameters below the persistence threshold whole on every rank.
     persistent = sum((layout.param_bytes[p.name] for p in parameters
                       if tp.numel(p) < threshold), Fraction(0))
@@ -344,9 +343,9 @@ def _sharded_params(parameters: tuple[ParameterInfo, ...], config: DistributedCo
 
 def _gathered_bytes(parameters: tuple[ParameterInfo, ...], config: DistributedConfig,
                     tp: _TensorSplit, layout: _Layout) -> int:
-    if config.strategy == "zero3":
+    if config.strategy == Strategy.ZERO3:
         return ceil(_zero3_gathered(parameters, config, tp, layout))
-    if config.strategy == "fsdp":
+    if config.strategy == Strategy.FSDP:
         units = sorted(_fsdp_unit_bytes(parameters, config.fsdp_unit_depth, layout).values(),
                        reverse=True)
         return ceil(sum(units[:2], Fraction(0)))  # the unit in use and the one prefetched
@@ -386,16 +385,16 @@ def _fsdp_unit_bytes(parameters: tuple[ParameterInfo, ...], depth: int,
 def _buckets_bytes(profile: TrainingProfile, config: DistributedConfig, tp: _TensorSplit,
                    layout: _Layout) -> int:
     all_grads = profile.gradient_bytes * layout.grad_scale  # every gradient, this layout
-    if config.strategy == "ddp":
+    if config.strategy == Strategy.DDP:
         # The reducer allocates one flat `gradients` tensor per bucket covering all of its
         # parameters: a second copy of every gradient, unless gradient_as_bucket_view.
         return 0 if config.ddp_gradient_as_bucket_view else ceil(all_grads)
-    if config.strategy == "distributed-optimizer":
+    if config.strategy == Strategy.DISTRIBUTED_OPTIMIZER:
         # Megatron-LM's DDP: gradients live in its contiguous grad buffer and are
         # reduce-scattered in place (counted as gradients); parameters are views of its
         # param buffer, all-gathered in place
         return 0
-    if config.strategy == "fsdp":
+    if config.strategy == Strategy.FSDP:
         # The unsharded gradient of one unit exists until its reduce-scatter.
         # Gradients have their parameters' dtype: a unit's gradient is its working bytes.
         units = _fsdp_unit_bytes(profile.parameters, config.fsdp_unit_depth, layout)
@@ -406,6 +405,6 @@ def _buckets_bytes(profile: TrainingProfile, config: DistributedConfig, tp: _Ten
     grad_element_bytes = all_grads / elements if elements else Fraction(0)
     overlap = config.zero.overlap_comm
     if overlap is None:
-        overlap = config.strategy == "zero3"
-    copies = 2 if overlap and config.strategy != "zero3" else 1
+        overlap = config.strategy == Strategy.ZERO3
+    copies = 2 if overlap and config.strategy != Strategy.ZERO3 else 1
     return ceil(config.zero.reduce_bucket_size * grad_element_bytes * copies)

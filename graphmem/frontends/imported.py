@@ -8,24 +8,14 @@ torch: a front end's own objects travel as opaque fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from graphmem.core.ir import Graph
+from graphmem.core.ort_view import OrtGraphSource
 
 if TYPE_CHECKING:  # a plain dataclass; the name only types the field
     from graphmem.frontends.torch.kernel_choice import KernelChoice
-
-
-class RuntimeInputs(Protocol):
-    """What onnxruntime sees of an ONNX model (graphmem/frontends/onnx/runtime_inputs.py);
-    graphmem/runtime_models/base.py `OrtGraphSource` is the same contract, seen from there."""
-
-    def plan_shapes(self) -> Mapping[str, object]: ...
-
-    def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
-                  refused_hint: str = "") -> object: ...
 
 
 @dataclass(frozen=True)
@@ -39,7 +29,7 @@ class ImportedModel:
     micro_batch: int | None = None
     # ONNX: what onnxruntime's planner sees (its plan shapes, its optimized graph), produced
     # on demand from the model file the importer read (graphmem/runtime_models/ uses it)
-    runtime_inputs: RuntimeInputs | None = field(default=None, repr=False, compare=False)
+    runtime_inputs: OrtGraphSource | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what was built or applied, for information: not warnings
     # a PyTorch step traced for a CUDA GPU: the kernels the trace assumed (none for ONNX)
     kernels: tuple[KernelChoice, ...] = ()

@@ -262,7 +262,7 @@ def numbers_of(analysis: Analysis) -> ModelNumbers:
         latency_missing_reason=_latency_missing_reason(analysis, roofline),
         unsupported_ops=dict(costs.unsupported_ops),
         shape_unknown_nodes=tuple(costs.shape_unknown_nodes),
-        **serving_numbers(analysis),
+        **serving_numbers(analysis)._asdict(),
     )
 
 

@@ -6,7 +6,7 @@ and the numbers of an analysis it is checked against. Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from graphmem.distributed.engines import ENGINE_VERSIONS, VLLM
 from graphmem.distributed.serving import ServingConfig
@@ -45,16 +45,23 @@ def min_sequences(count: int | None, context: int | None, where: str = "",
     return MinSequences(count, ServingConfig(context=context, engine=engine or VLLM))
 
 
-def serving_numbers(analysis: Analysis) -> dict[str, object]:
+class ServingNumbers(NamedTuple):
+    """The serving plan's numbers a gate reads (ModelNumbers' `serving_*` fields)."""
+
+    serving_sequences: int | None = None
+    serving_context: int | None = None
+    serving_text: str = ""
+
+
+def serving_numbers(analysis: Analysis) -> ServingNumbers:
     kv = analysis.kv_cache
     plan = kv.serving if kv is not None else None
     if plan is None:
-        return {}
+        return ServingNumbers()
     text = (f"{plan.total_sequences:,} sequences of {plan.context:,} tokens fit at once on"
             f" {plan.gpu_name} ({ENGINE_VERSIONS[plan.engine]}): {plan.num_blocks:,} KV"
             f" blocks of {plan.block_size}"
             f" tokens, {plan.blocks_per_sequence:,} per sequence")
     if plan.replicas > 1:
         text += f", x{plan.replicas} replicas"
-    return {"serving_sequences": plan.total_sequences, "serving_context": plan.context,
-            "serving_text": text}
+    return ServingNumbers(plan.total_sequences, plan.context, text)

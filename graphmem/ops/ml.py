@@ -22,7 +22,7 @@ the data knows: their bytes are unknown and listed as such; the node's note says
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from graphmem.core.ir import DType, Node
 from graphmem.core.symbolic import SymInt
@@ -100,7 +100,7 @@ def svm(node: Node) -> OpCost:
     return cost + OpCost(per_vector.macs * scale, per_vector.flops * scale)
 
 
-def deepest(children: dict[int, Sequence[int]], root: int) -> int:
+def deepest(children: Mapping[int, Sequence[int]], root: int) -> int:
     """Interior nodes on the longest path from `root` (children: interior nodes only)."""
     depth, stack, seen = 0, [(root, 1)], set()
     while stack:

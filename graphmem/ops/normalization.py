@@ -160,7 +160,8 @@ SOFTMAX_BACKWARD_FLOPS = 4
 
 def row_statistics_shape(node: Node) -> Shape:
     """[d0, ..., d(axis-1), 1, ..., 1]: one mean or rstd per normalized row."""
-    shape = node.input(0).shape if node.input(0) is not None else None
+    x = node.input(0)
+    shape = x.shape if x is not None else None
     if shape is None:
         return ()
     axis = node.attr_int("axis", -1) % len(shape)
@@ -169,7 +170,8 @@ def row_statistics_shape(node: Node) -> Shape:
 
 def channel_statistics_shape(node: Node) -> Shape:
     """[C]: BatchNorm's per-channel save_mean and save_invstd."""
-    shape = node.input(0).shape if node.input(0) is not None else None
+    x = node.input(0)
+    shape = x.shape if x is not None else None
     return () if shape is None or len(shape) < 2 else (shape[1],)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from graphmem.core.ir import DType, Node, Shape, Value
 from graphmem.core.symbolic import SymInt
@@ -96,14 +97,14 @@ def _canonical_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
-def _update(op_type: str, domain: str, what: str, **changes: object) -> None:
+def _update(op_type: str, domain: str, what: str, **changes: Any) -> None:
     """Set fields of one spec; a field already set is a programming error."""
     key = (_canonical_domain(domain), op_type)
     spec = _RULES.get(key) or OpSpec(key[0], op_type)
     for name in changes:
         if getattr(spec, name) is not None:
             raise ValueError(f"{what} for {op_type!r} (domain {domain!r}) registered twice")
-    _RULES[key] = replace(spec, **changes)  # type: ignore[arg-type]
+    _RULES[key] = replace(spec, **changes)
 
 
 def register(*op_types: str, domain: str = "") -> Callable[[CostRule], CostRule]:
@@ -132,7 +133,7 @@ def register_backward(*op_types: str,
     return decorate
 
 
-def register_traits(*op_types: str, domain: str = "", **traits: object) -> None:
+def register_traits(*op_types: str, domain: str = "", **traits: Any) -> None:
     """Declare traits of each op type (Traits field names); a trait declared twice (set to
     something other than its default) is an error."""
     for op_type in op_types:
@@ -142,7 +143,7 @@ def register_traits(*op_types: str, domain: str = "", **traits: object) -> None:
             if getattr(spec.traits, name) != getattr(_NO_TRAITS, name):
                 raise ValueError(f"trait {name} of {op_type!r} (domain {domain!r}) registered"
                                  " twice")
-        _RULES[key] = replace(spec, traits=replace(spec.traits, **traits))  # type: ignore[arg-type]
+        _RULES[key] = replace(spec, traits=replace(spec.traits, **traits))
 
 
 def register_canonical(op_type: str, canonical: str, domain: str = ATEN_DOMAIN) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
+from typing import TypedDict
 
 
 class Contraction(StrEnum):
@@ -54,5 +55,13 @@ class Traits:
                       runs_on_cublaslt=self.runs_on_cublaslt)
 
 
-HALF_UNDER_AUTOCAST = {"autocast_cuda": Autocast.HALF, "autocast_cpu": Autocast.HALF}
-FLOAT32_UNDER_AUTOCAST = {"autocast_cuda": Autocast.FLOAT32, "autocast_cpu": Autocast.FLOAT32}
+class AutocastTraits(TypedDict):
+    """The autocast traits of an op under both autocast lists (`register_traits(**...)`)."""
+
+    autocast_cuda: Autocast
+    autocast_cpu: Autocast
+
+
+HALF_UNDER_AUTOCAST = AutocastTraits(autocast_cuda=Autocast.HALF, autocast_cpu=Autocast.HALF)
+FLOAT32_UNDER_AUTOCAST = AutocastTraits(autocast_cuda=Autocast.FLOAT32,
+                                        autocast_cpu=Autocast.FLOAT32)

@@ -139,8 +139,9 @@ def _arithmetic(node: Node) -> tuple[CostStatus, str, OpCost]:
     if node.subgraph_node_count:
         return _with_body_not_costed(node)
     if node.imported_cost is not None:
-        cost = node.imported_cost
-        return CostStatus.OK, "", OpCost(SymInt.const(cost.macs), SymInt.const(cost.flops))
+        imported = node.imported_cost
+        return CostStatus.OK, "", OpCost(SymInt.const(imported.macs),
+                                         SymInt.const(imported.flops))
     rule = find_rule(node.op_type, node.domain)
     if rule is None:
         return CostStatus.UNSUPPORTED, "no cost rule for this op", OpCost.zero()

@@ -13,6 +13,7 @@ initializer in the file.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TypeGuard
 
 from graphmem.core.ir import Graph, Role, Value
 from graphmem.ops.quantized import StoredWeight, quantized_operands, stored_weight
@@ -126,16 +127,16 @@ def _find_quantization(graph: Graph) -> _Quantization:
         for index in operands.data:
             value = node.input(index)
             # a scalar is a per-tensor constant, as the importer treats float scalars
-            if _is_stored(value) and _numel(value) > 1:  # type: ignore[arg-type]
-                weights.setdefault(value, stored_weight(node, value))  # type: ignore[arg-type]
+            if _is_stored(value) and _numel(value) > 1:
+                weights.setdefault(value, stored_weight(node, value))
         for index in (*operands.scales, *operands.zero_points):
             value = node.input(index)
             if _is_stored(value):
-                metadata.add(value)  # type: ignore[arg-type]
+                metadata.add(value)
     return _Quantization(weights, metadata - weights.keys())
 
 
-def _is_stored(value: Value | None) -> bool:
+def _is_stored(value: Value | None) -> TypeGuard[Value]:
     """An initializer or a Constant node's value: what the file holds."""
     return value is not None and value.producer is None and value.role in _STORED_ROLES
 

@@ -143,9 +143,9 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
     if model.node_count <= exact_max_nodes:
         exact = exact_order(model, best.peak_bytes, max_states)
         if exact is not None:
-            order, peak = exact
-            if order is not None:
-                return OrderSearch(order, peak, "exact", True, "exact search")
+            found, peak = exact
+            if found is not None:
+                return OrderSearch(found, peak, "exact", True, "exact search")
             return OrderSearch(best.order, best.peak_bytes, best.method, True, "exact search")
     order, peak = refine_around_peak(model, best.order)
     if peak < best.peak_bytes:
@@ -445,11 +445,11 @@ def _longest_increasing(sequence: Sequence[int]) -> set[int]:
     return result
 
 
-def dependency_graph(model: MemoryModel) -> nx.DiGraph:
+def dependency_graph(model: MemoryModel) -> nx.DiGraph[int]:
     """The model's dependencies as a networkx DiGraph (node indices), e.g. for DAG checks."""
     import networkx as nx
 
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[int] = nx.DiGraph()
     graph.add_nodes_from(range(model.node_count))
     graph.add_edges_from((p, n) for n, preds in enumerate(model.predecessors) for p in preds)
     return graph

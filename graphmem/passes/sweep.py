@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.progress import steps
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import MAX_DIM_VALUE
 
 SATURATION_SHARE = 0.9
 MAX_SWEEP_POINTS = 64

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from graphmem.core.conventions import ROLE_KEYS, TrainingOptions
+from graphmem.core.conventions import ROLE_KEYS, Amp, Optimizer, TrainingOptions
 from graphmem.core.ir import Graph
 from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
@@ -23,6 +23,7 @@ from graphmem.passes.modules import ModuleReport
 from graphmem.passes.params import ParamReport
 
 if TYPE_CHECKING:
+    from graphmem.core.ort_view import OrtGraphSource
     from graphmem.distributed.kv_cache import KvCacheReport
     from graphmem.distributed.ranks import DistributedReport
     from graphmem.frontends.torch.finetune import FinetuneReport
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from graphmem.passes.roofline import RooflineResult
     from graphmem.passes.schedule import ScheduleResult
     from graphmem.passes.sweep import SweepResult
-    from graphmem.runtime_models.base import OrtGraphSource, RuntimeEstimate
+    from graphmem.runtime_models.base import RuntimeEstimate
     from graphmem.suggest.cards import SuggestionReport
 
 
@@ -60,11 +61,11 @@ class TrainingInfo:
     micro_batch: int | None  # the batch of one analysed step
 
     @property
-    def optimizer(self) -> str:
+    def optimizer(self) -> Optimizer:
         return self.options.optimizer
 
     @property
-    def amp(self) -> str | None:
+    def amp(self) -> Amp | None:
         return self.options.amp
 
     @property

@@ -101,10 +101,10 @@ def _with_kv_options(analysis: Analysis, request: Request, options: KvCacheOptio
     if options.auto and request.is_torch:
         from graphmem.frontends.torch.kv import detect_kv_shape, model_layer_groups
 
-        layers, heads, head_dim, source = detect_kv_shape(request.model)  # type: ignore[arg-type]
+        layers, heads, head_dim, source = detect_kv_shape(request.model)
         model_dtype = _model_dtype(analysis, request)
         shape = replace(kv_shape(layers, heads, head_dim, options.dtype or model_dtype, source),
-                        groups=model_layer_groups(request.model),  # type: ignore[arg-type]
+                        groups=model_layer_groups(request.model),
                         state_dtype_bytes=dtype_bytes(model_dtype))
         return with_kv_cache(analysis, shape, batch)
     result = with_kv_cache(analysis, dtype=options.dtype)
@@ -177,7 +177,8 @@ def _traced_tokens(analysis: Analysis, steps: tuple[StepPeak, ...]) -> int | Non
     shape = inputs[0].shape if inputs else None
     if not shape or any(dim is None or not dim.is_constant for dim in shape):
         return None
-    return math.prod(int(dim) for dim in shape) or None  # type: ignore[arg-type]
+    sizes: list[int] = [int(dim) for dim in shape if dim is not None]
+    return math.prod(sizes) or None
 
 
 def _serving_context(config: ServingConfig, limit: int | None, source: str) -> int:
@@ -223,7 +224,7 @@ def _model_dtype(analysis: Analysis, request: Request) -> str:
     if request.is_torch:
         from graphmem.frontends.torch.kv import model_float_dtype
 
-        return model_float_dtype(request.model)[0]  # type: ignore[arg-type]
+        return model_float_dtype(request.model)[0]
     return graph_float_dtype(analysis.graph)
 
 

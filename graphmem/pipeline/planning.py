@@ -244,12 +244,12 @@ class DimProbe:
 
     def _exact_peak(self, value: int) -> int:
         if self.reanalyze is not None or self.model is None:
-            peak = self._bound_analysis(value).liveness.peak_bytes
-            if not peak.is_constant:
+            bound_peak = self._bound_analysis(value).liveness.peak_bytes
+            if not bound_peak.is_constant:
                 raise UnresolvedPeak(f"at {self.dim}={value} the peak still depends on sizes"
                                      " shape inference could not resolve"
-                                     f" ({', '.join(sorted(peak.free_symbols()))})")
-            return int(peak)
+                                     f" ({', '.join(sorted(bound_peak.free_symbols()))})")
+            return int(bound_peak)
         dims = {self.dim: value}
         model = self.model
         peak = order_peak(rebind(model, self.sizes, dims), range(model.node_count))[0]
@@ -367,7 +367,7 @@ def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
 
 
 def _gpu_row(analysis: Analysis, gpu: GpuSpec, override: int | None,
-             reanalyze: Reanalyze, probe: DimProbe | None) -> GpuRow:
+             reanalyze: Reanalyze | None, probe: DimProbe | None) -> GpuRow:
     """One GPU's verdict, roofline and largest batch."""
     binding = analysis.dims
     device = DeviceModel(gpu_runtime(analysis), gpu, override)

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import PurePath
+from typing import Any
 
 from graphmem.core.conventions import (
-    AMP_DTYPES,
+    MAX_DIM_VALUE,
     MAX_GRAD_ACCUM,
-    OPTIMIZERS,
+    Amp,
     AmpPolicy,
+    Optimizer,
     TrainingOptions,
+    closed,
 )
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.devices.gpus import find_gpu
@@ -37,7 +39,7 @@ from graphmem.frontends.torch.finetune import (
 from graphmem.frontends.torch.nf4 import BLOCKSIZES
 from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
 from graphmem.frontends.torch.weight_layout import INT4_GROUP_SIZES, WeightQuantOptions
-from graphmem.passes.dims import MAX_DIM_VALUE, check_dim_value
+from graphmem.passes.dims import check_dim_value
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
@@ -46,17 +48,6 @@ from graphmem.runtime_models.select import check_ort_optimization, check_runtime
 MAX_BUCKET_ELEMENTS = 1 << 58
 MAX_THREADS = 1024  # onnxruntime starts one OS thread each: more is a typo, not a machine
 
-
-
-class Strategy(StrEnum):
-    """Data-parallel strategy (graphmem/distributed/strategies.py STRATEGIES)."""
-
-    DDP = "ddp"
-    ZERO1 = "zero1"  # DeepSpeed ZeRO stage 1: optimizer state sharded
-    ZERO2 = "zero2"  # ... and gradients
-    ZERO3 = "zero3"  # ... and parameters
-    FSDP = "fsdp"  # PyTorch FSDP, full shard
-    DISTRIBUTED_OPTIMIZER = "distributed-optimizer"  # Megatron-LM's: optimizer state sharded
 
 
 @dataclass(frozen=True)
@@ -164,13 +155,13 @@ class Request:
         check_request(self)
 
 
-def rerun_request(request: Request, **changes: object) -> Request:
+def rerun_request(request: Request, **changes: Any) -> Request:
     """`request` with `changes`, as a re-run asks for it: the bare analysis, unplanned, with
     no suggestions, runtime model, distributed or KV-cache report (the caller reads peaks,
     FLOPs and latencies)."""
     return replace(request, plan=False, suggest=SuggestOptions(enabled=False), runtime=None,
                    distributed=None, kv_cache=None, serving=None, sweep=None,
-                   **changes)  # type: ignore[arg-type]
+                   **changes)
 
 
 def check_request(request: Request) -> None:
@@ -197,11 +188,9 @@ def check_request(request: Request) -> None:
 
 def _check_training(training: TrainingOptions) -> None:
     _check_range("--grad-accum", training.grad_accum, 1, MAX_GRAD_ACCUM)
-    if training.optimizer not in OPTIMIZERS:
-        raise GraphmemError(f"--optimizer {training.optimizer}: choose one of"
-                            f" {', '.join(OPTIMIZERS)}")
-    if training.amp is not None and training.amp not in AMP_DTYPES:
-        raise GraphmemError(f"--amp {training.amp}: choose fp16 or bf16")
+    closed(Optimizer, training.optimizer, "--optimizer")
+    if training.amp is not None:
+        closed(Amp, training.amp, "--amp")
     if training.amp_policy not in tuple(AmpPolicy):
         raise GraphmemError(f"amp_policy {training.amp_policy!r}: choose cuda or cpu")
 

@@ -37,8 +37,9 @@ from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import group_by_module
 from graphmem.passes.params import PackedWeights, count_params, with_packed_weights
 from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
+from graphmem.pipeline.device_total import Reanalyze
 from graphmem.pipeline.extras import with_distributed_request, with_kv_request
-from graphmem.pipeline.planning import GpuRow, Reanalyze, fits_on_each_gpu, with_plans
+from graphmem.pipeline.planning import GpuRow, fits_on_each_gpu, with_plans
 from graphmem.pipeline.request import Request, SweepRequest, rerun_request
 from graphmem.pipeline.runtime import with_runtime_request
 from graphmem.pipeline.runtime_levers import with_runtime_levers
@@ -145,7 +146,7 @@ def _serving_step(request: Request, module: object, batch: int | None, seq: int 
     gpu = find_gpu(request.gpu)
     step = serving.prefill_tokens or default_step_tokens(serving.engine, gpu.name,
                                                          gpu.capacity_bytes)
-    limit = max_positions(module)  # type: ignore[arg-type]
+    limit = max_positions(module)
     tokens = min(step, limit) if limit else step
     return 1, tokens, (f"input_ids 1x{tokens}:int64: the step the engine profiles at start"
                        f" (max_num_batched_tokens {step:,}"
@@ -161,7 +162,7 @@ def _with_checkpointed_layers(request: Request) -> Request:
     finetune, training = request.finetune, request.training
     if finetune is None or not finetune.gradient_checkpointing or training is None:
         return request
-    layers = checkpointed_layers(request.model)  # type: ignore[arg-type]
+    layers = checkpointed_layers(request.model)
     if not layers:
         raise GraphmemError("--gradient-checkpointing wraps the layers of a transformers model"
                             " (its GradientCheckpointingLayer modules); this model has none:"
@@ -243,9 +244,9 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
     # a CUDA GPU named: the step as its CUDA kernels would run it (docs/cuda-trace.md)
     cuda = cuda_target(find_gpu(request.gpu)) if request.gpu else None
     with weight_quantized(request.model, request.weights) as quantized, fine_tuned(
-            request.model, request.finetune, training and training.optimizer,
+            request.model, request.finetune, training.optimizer if training else None,
             training.checkpoints if training else ()) as report:
-        imported = import_torch(request.model, request.inputs,  # type: ignore[arg-type]
+        imported = import_torch(request.model, request.inputs,
                                 request.label or "", training, pooled, cuda=cuda,
                                 routing=request.moe_routing)
     notes = (*request.notes, *finetune_notes(report, request.finetune),

@@ -65,7 +65,7 @@ def _at_batch(request: Request, base: Analysis, batch: int) -> Request:
     if request.is_torch:
         from graphmem.frontends.torch.import_step import with_batch
 
-        return replace(request, inputs=tuple(with_batch(request.inputs, batch)))  # type: ignore[arg-type]
+        return replace(request, inputs=tuple(with_batch(request.inputs, batch)))
     batch_dim = base.dims.batch_dim
     assert batch_dim is not None  # the driver asks only where the analysis has a batch
     return replace(request, batch=None, dims={**base.dims.bound, batch_dim: batch})
@@ -74,7 +74,7 @@ def _at_batch(request: Request, base: Analysis, batch: int) -> Request:
 def _can_pool(request: Request, path: str, positions: int) -> bool:
     from graphmem.frontends.torch.rewrites import can_pool
 
-    return can_pool(request.model, path, positions)  # type: ignore[arg-type]
+    return can_pool(request.model, path, positions)
 
 
 def _batch(analysis: Analysis, request: Request) -> int | None:

@@ -26,7 +26,7 @@ from graphmem.report.terminal.gate import format_quantity
 SUITE_NAME = "graphmem check"
 
 
-def check_to_junit(report: CheckReport) -> ET.ElementTree:
+def check_to_junit(report: CheckReport) -> ET.ElementTree[ET.Element]:
     seconds = sum(m.seconds for m in report.models)
     counts = {"tests": str(report.budget_count), "failures": str(report.failure_count),
               "errors": "0", "time": f"{seconds:.3f}"}

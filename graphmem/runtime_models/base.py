@@ -19,13 +19,12 @@ from enum import StrEnum
 from typing import Protocol
 
 from graphmem.core.ir import Graph
+from graphmem.core.ort_view import OrtGraphSource
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import OutOfMemoryAt
 from graphmem.runtime_models.bfc_arena import ArenaExtend
-
-PlanShape = tuple[int | str | None, ...]
 
 
 class Runtime(StrEnum):
@@ -43,28 +42,6 @@ ORT_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
 # in memory: graphmem never reads weights) only for models up to this size; above it, the
 # graph as written is planned and the note says how to ask for the optimized one.
 AUTO_OPTIMIZE_INITIALIZER_BYTES = 256 << 20
-
-
-class OptimizedOrtGraph(Protocol):
-    """onnxruntime's optimized graph (graphmem/frontends/onnx/ort_optimized.py)."""
-
-    @property
-    def graph(self) -> Graph: ...
-    @property
-    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
-    @property
-    def nodes_before(self) -> int: ...
-    @property
-    def notes(self) -> tuple[str, ...]: ...
-
-
-class OrtGraphSource(Protocol):
-    """What onnxruntime sees of the ONNX model (graphmem/frontends/onnx/runtime_inputs.py)."""
-
-    def plan_shapes(self) -> Mapping[str, PlanShape | None]: ...
-
-    def optimized(self, level: str, dims: Mapping[str, int], max_initializer_bytes: int | None,
-                  refused_hint: str = "") -> OptimizedOrtGraph | str: ...
 
 
 @dataclass(frozen=True)
@@ -100,7 +77,7 @@ class RuntimeContext:
 
 @dataclass(frozen=True)
 class RuntimeEstimate:
-    runtime: str  # one of RUNTIMES
+    runtime: Runtime
     tensors_at_peak_bytes: int  # bytes of the tensors the runtime holds at its peak
     allocator_overhead_bytes: int  # rounding, pools, segments and reuse gaps on top of those
     context_bytes: int  # CUDA context + library workspaces (0 on CPU)

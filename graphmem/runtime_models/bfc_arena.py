@@ -265,7 +265,7 @@ def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None 
     arena's extend strategy."""
     arena = BfcArena(device_free_bytes=device_free_bytes, extend=extend)
     peak = peak_step = 0
-    after = []
+    after: list[int] = []
     for step, events in enumerate(steps):
         for event in events:
             if event.size_bytes is None:

@@ -45,9 +45,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.ort_view import PlanShape
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
-from graphmem.runtime_models.base import RuntimeEstimate
+from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaExtend, ArenaFailure, replay
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
@@ -61,7 +62,6 @@ from graphmem.runtime_models.ort_kernels import (
     session_creation_peak_bytes,
 )
 
-PlanShape = tuple[int | str | None, ...]
 
 class OrtBuffer(NamedTuple):
     """One allocation of onnxruntime's plan: the tensor that first holds it and its life.
@@ -324,11 +324,11 @@ def _buffer_steps(order: Sequence[Node], owner: Mapping[int, Value], outputs: se
             last[id(owner[id(value)])] = step  # steps ascend: the latest read is the last
     buffers = []
     for key, step in first.items():
-        value = owner.get(key)
-        if value is None or value.producer is None or id(value.producer) not in step_of:
+        buffer = owner.get(key)
+        if buffer is None or buffer.producer is None or id(buffer.producer) not in step_of:
             continue
         held_to_end = key in outputs or key not in last
-        buffers.append((value, step, end if held_to_end else last[key],
+        buffers.append((buffer, step, end if held_to_end else last[key],
                         "output" if key in outputs else "planned"))
     return tuple(buffers)
 
@@ -417,7 +417,7 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     notes += (creation_peak_note(creation),) if at_creation else ()
     peak = max(creation, weights + timeline.peak_bytes)
     return RuntimeEstimate(
-        runtime="ort-cpu",
+        runtime=Runtime.ORT_CPU,
         tensors_at_peak_bytes=0 if at_creation else timeline.tensors_bytes,
         allocator_overhead_bytes=creation - weights if at_creation else timeline.rounding_bytes,
         context_bytes=0,

@@ -19,7 +19,7 @@ from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.fit import OutOfMemoryAt
-from graphmem.runtime_models.base import RuntimeEstimate
+from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
@@ -71,7 +71,7 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
         notes += _model_notes(context_source)
     failure = "" if oom is None else _failure_text(oom)
     return RuntimeEstimate(
-        runtime="ort-cuda",
+        runtime=Runtime.ORT_CUDA,
         tensors_at_peak_bytes=timeline.tensors_bytes,
         allocator_overhead_bytes=timeline.held_bytes - timeline.tensors_bytes,
         context_bytes=context_bytes,

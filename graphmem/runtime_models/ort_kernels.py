@@ -83,8 +83,8 @@ def where_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
     X_selection = cond ? X : 0 and Y_selection = cond ? 0 : Y, each of the broadcast shape
     of (cond, value), then merges them into the output."""
     cond, x, y, out = node.input(0), node.input(1), node.input(2), node.outputs[0]
-    shapes = [_ints(v, bound) for v in (cond, x, y)]
-    if any(s is None for s in shapes) or not out.dtype.has_known_size:
+    shapes = [s for s in (_ints(v, bound) for v in (cond, x, y)) if s is not None]
+    if len(shapes) < 3 or not out.dtype.has_known_size:
         return KernelScratch()
     c, xs, ys = shapes
     element = out.dtype.bits // 8
@@ -104,8 +104,8 @@ def conv_scratch_bytes(node: Node, threads: int, bound: Mapping[str, int]) -> in
     """Conv's working buffer (MlasConvPrepare), from the bound shapes of its tensors."""
     x, w = node.input(0), node.input(1)
     y = node.outputs[0] if node.outputs else None
-    dims = [_ints(v, bound) for v in (x, w, y)]
-    if any(d is None or len(d) < 3 for d in dims):
+    dims = [d for d in (_ints(v, bound) for v in (x, w, y)) if d is not None and len(d) >= 3]
+    if len(dims) < 3:
         return 0
     x_shape, w_shape, y_shape = dims  # [N, C, *in], [F, C/group, *kernel], [N, F, *out]
     group = node.attr_int("group", 1)

@@ -17,13 +17,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 
+from graphmem.core.conventions import closed
+from graphmem.core.ort_view import OptimizedOrtGraph
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
 from graphmem.runtime_models.base import (
     ORT_OPTIMIZATION_LEVELS,
-    OptimizedOrtGraph,
     Runtime,
     RuntimeContext,
     RuntimeEstimate,
@@ -166,9 +167,7 @@ def check_ort_optimization(level: str | None) -> None:
 
 
 def model_of(runtime: str) -> RuntimeModel:
-    if runtime not in MODELS:
-        raise GraphmemError(f"--runtime {runtime}: choose one of {', '.join(MODELS)}")
-    return MODELS[runtime]
+    return MODELS[closed(Runtime, runtime, "--runtime")]
 
 
 def estimate(runtime: str, context: RuntimeContext) -> RuntimeEstimate:

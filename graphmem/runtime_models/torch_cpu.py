@@ -24,7 +24,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.memory_model import build_memory_model, live_profile, plan_dims, size_at
-from graphmem.runtime_models.base import RuntimeContext, RuntimeEstimate
+from graphmem.runtime_models.base import Runtime, RuntimeContext, RuntimeEstimate
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -64,19 +64,20 @@ def _bytes(value: Value | None, dims: Dims) -> int:
 
 def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
     """Operands of a 2-D convolution `x` (N, Cin, H, W) * `w` (Cout, Cin/g, kh, kw) -> `y`."""
-    groups = int(node.attributes.get("groups", 1))  # type: ignore[arg-type]
-    c_in, c_out = size_at(x.shape[1], dims), size_at(w.shape[0], dims)  # type: ignore[index]
-    kernel_area = size_at(w.shape[2], dims) * size_at(w.shape[3], dims)  # type: ignore[index]
+    groups = node.attr_int("groups", 1)
+    assert x.shape is not None and w.shape is not None, node.describe()  # _is_conv2d's
+    c_in, c_out = size_at(x.shape[1], dims), size_at(w.shape[0], dims)
+    kernel_area = size_at(w.shape[2], dims) * size_at(w.shape[3], dims)
     x_bytes, y_bytes, w_bytes = _bytes(x, dims), _bytes(y, dims), _bytes(w, dims)
     plain_input = groups == 1 and c_in < BLOCK
-    stride = node.attributes.get("stride", (1,))
+    stride = node.attr_ints("stride", (1,))
     return Conv(
         input_bytes=x_bytes, output_bytes=y_bytes, weight_bytes=w_bytes,
         blocked_input_bytes=x_bytes * _padded(c_in) // c_in,
         blocked_output_bytes=y_bytes * _padded(c_out) // c_out,
         blocked_weight_bytes=w_bytes * _padded(c_in) // c_in if plain_input else w_bytes,
         plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
-        kernel_area=kernel_area, strided=any(int(s) > 1 for s in stride),  # type: ignore[union-attr]
+        kernel_area=kernel_area, strided=any(s > 1 for s in stride),
         channels_last=bool(node.attributes.get("channels_last", 0)))
 
 
@@ -124,18 +125,17 @@ def convolution_backward(node: Node, dims: Dims) -> Allocations:
     gy, x, w = node.inputs[0], node.inputs[1], node.inputs[2]
     assert gy is not None and x is not None and w is not None
     c = _conv(node, x, w, gy, dims)
-    mask = node.attributes.get("output_mask", (1, 1, 1))
-    grad_input = bool(mask[0])  # type: ignore[index]
-    grad_weight = bool(mask[1])  # type: ignore[index]
+    mask = node.attr_ints("output_mask", (1, 1, 1))
+    grad_input, grad_weight = bool(mask[0]), bool(mask[1])
     gw = c.weight_bytes
     if c.channels_last:
-        steps = [c.input_bytes] if grad_input else []
+        blocked: Allocations = [c.input_bytes] if grad_input else []
         if grad_weight:
             slices = DEPTHWISE_WEIGHT_SLICES * gw if c.depthwise and c.kernel_area > 9 else 0
             accumulate = _fp32_copy(slices, w)
             # the slices, the fp32 scratchpad (bf16), the gradient, then its plain copy
-            steps += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
-        return steps
+            blocked += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
+        return blocked
     steps: Allocations = []
     if grad_input:
         # an image's strided input gradient is computed plain (measured 3 -> 64, 7x7 s2)
@@ -233,7 +233,7 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
              " batch norm backward's temporary (graphmem/runtime_models/torch_cpu.py);"
              " oneDNN's scratchpads and the allocator's own memory not modelled")
     return RuntimeEstimate(
-        runtime="torch-cpu",
+        runtime=Runtime.TORCH_CPU,
         tensors_at_peak_bytes=tensors,
         allocator_overhead_bytes=0,
         context_bytes=0,

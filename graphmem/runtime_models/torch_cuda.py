@@ -29,7 +29,7 @@ from graphmem.passes.memory_model import (
     size_at,
     step_events,
 )
-from graphmem.runtime_models.base import RuntimeEstimate
+from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.cuda_allocator import (
     AllocatorEvent,
     AllocatorFailure,
@@ -80,7 +80,7 @@ def cuda_overhead(architecture: str, context_override_bytes: int | None = None) 
     blas_lt = table.get("cublaslt_workspace", {})
     override = context_override_bytes is not None
     return CudaOverhead(
-        context_bytes=context_override_bytes if override else reserve.bytes,
+        context_bytes=reserve.bytes if context_override_bytes is None else context_override_bytes,
         context_source="given with --cuda-reserve" if override else reserve.source,
         cublas_workspace_bytes=int(blas.get(architecture, blas.get("default_bytes", 0))),
         cublaslt_workspace_bytes=int(blas_lt.get(architecture, blas_lt.get("default_bytes", 0))),
@@ -199,7 +199,7 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
         *_released_note(result),
     )
     return RuntimeEstimate(
-        runtime="torch-cuda",
+        runtime=Runtime.TORCH_CUDA,
         tensors_at_peak_bytes=tensors,
         allocator_overhead_bytes=result.reserved_peak_bytes - tensors - workspace_bytes,
         context_bytes=overhead.context_bytes + workspace_bytes,

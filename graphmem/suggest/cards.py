@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from graphmem.core.conventions import Amp
 from graphmem.core.ir import Graph
 from graphmem.core.units import count_noun, format_bytes
 from graphmem.devices.gpus import GpuSpec
@@ -266,9 +267,9 @@ def checkpoint_snippet(modules: tuple[str, ...]) -> str:
     )
 
 
-def amp_for(gpu: GpuSpec | None) -> str:
+def amp_for(gpu: GpuSpec | None) -> Amp:
     """bf16 where the GPU runs it (or no GPU is named), else fp16."""
-    return "fp16" if gpu is not None and gpu.bf16_flops_per_s is None else "bf16"
+    return Amp.FP16 if gpu is not None and gpu.bf16_flops_per_s is None else Amp.BF16
 
 
 def memory_budget(analysis: Analysed, memory_budget_bytes: int | None) -> tuple[int | None, str]:

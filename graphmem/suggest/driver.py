@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from graphmem.core.conventions import Amp
 from graphmem.core.ir import Graph
 from graphmem.core.progress import steps
 from graphmem.core.units import format_bytes
@@ -58,7 +59,7 @@ TORCH_FC_NOTE = ("the step re-traced with the layer replaced by global average p
 class Change:
     """One change to the analysed training step, for the pipeline to analyse again."""
 
-    amp: str | None  # the step's autocast precision after the change
+    amp: Amp | None  # the step's autocast precision after the change
     checkpoints: tuple[str, ...] | None = None  # checkpointed modules; None: the step's own
     batch: int | None = None  # None: the analysed batch
     pooled_head: tuple[str, int] | None = None  # (FC layer, flattened positions) pooled first
@@ -74,7 +75,7 @@ class SuggestInputs:
 
     traced: bool  # a PyTorch model (re-traced), else an ONNX graph (rebuilt)
     training: bool
-    amp: str | None  # the analysed step's autocast precision
+    amp: Amp | None  # the analysed step's autocast precision
     batch: int | None  # the analysed (micro-)batch; batch cards need one
     budget_bytes: int | None  # --memory-budget in bytes; None: the GPU's usable memory
     enabled: bool | None = True  # None: only for a training step over its budget
@@ -168,6 +169,7 @@ class _Driver:
             changed = self.analysed(Change(amp, checkpoints=modules)) if modules else base
             return self.outcome(changed, modules)
 
+        snippet: Callable[[tuple[str, ...]], str]
         if self.inputs.traced:
             candidates = find_candidates(base.graph, base.costs, value_bytes(base.graph,
                                                                              base.dims))
@@ -213,7 +215,7 @@ def _updates_buffers(candidates: list[SegmentCandidate]) -> frozenset[str]:
     return frozenset(c.path for c in candidates if c.updates_buffers)
 
 
-def _amp_text(amp: str, traced: bool) -> tuple[str, str]:
+def _amp_text(amp: Amp, traced: bool) -> tuple[str, str]:
     """The AMP card's snippet and note: how to apply it and how it was analysed."""
     if not traced:
         return (f"graphmem analyze MODEL.onnx --train --amp {amp}  # or torch.autocast in the"
@@ -221,9 +223,9 @@ def _amp_text(amp: str, traced: bool) -> tuple[str, str]:
                 "the training step rebuilt from the graph under autocast (--amp; graphmem/"
                 "passes/training.py) and analysed again; weights, gradients and optimizer"
                 " state stay fp32")
-    dtype = "torch.bfloat16" if amp == "bf16" else "torch.float16"
+    dtype = "torch.bfloat16" if amp == Amp.BF16 else "torch.float16"
     why = ("fp16: the GPU has no bf16 rate; use torch.amp.GradScaler to keep small gradients"
-           if amp == "fp16" else "bf16 and fp16 activations have the same size; bf16 needs no"
+           if amp == Amp.FP16 else "bf16 and fp16 activations have the same size; bf16 needs no"
            " loss scaling (Ampere or newer)")
     return (f'with torch.autocast("cuda", dtype={dtype}):\n    loss = loss_fn(model(x))',
             "the step re-traced under autocast (CPU autocast's op lists, which follow CUDA's"
@@ -257,7 +259,7 @@ def batch_suggestions(base: Analysed, inputs: SuggestInputs, reanalyze: Reanalyz
 class BatchFit:
     max_batch: int
     peak_bytes: int | None  # re-analysed peak at max_batch
-    amp: str | None
+    amp: Amp | None
     scaled: tuple[int, ...] = ()  # the traced batches the others were scaled from
 
 
@@ -299,21 +301,21 @@ class _BatchSearch:
     def __init__(self, inputs: SuggestInputs, reanalyze: Reanalyze, budget_bytes: int) -> None:
         self.inputs, self.reanalyze, self.budget_bytes = inputs, reanalyze, budget_bytes
         self.how = "re-traced" if inputs.traced else "analysed again"  # the micro-batch was...
-        self.peaks: dict[tuple[str | None, int], int] = {}  # (amp, batch): re-analysed peak
+        self.peaks: dict[tuple[Amp | None, int], int] = {}  # (amp, batch): re-analysed peak
 
-    def analysed(self, amp: str | None, batch: int) -> Analysed:
+    def analysed(self, amp: Amp | None, batch: int) -> Analysed:
         changed = self.reanalyze(Change(amp, batch=batch))
         if changed is None:
             raise AssertionError(f"internal: no analysis at batch {batch}")
         self.peaks[amp, batch] = peak(changed)
         return changed
 
-    def peak_at(self, amp: str | None, batch: int) -> int:
+    def peak_at(self, amp: Amp | None, batch: int) -> int:
         if (amp, batch) not in self.peaks:  # the accumulation card's micro-batch: probed?
             self.analysed(amp, batch)
         return self.peaks[amp, batch]
 
-    def largest(self, amp: str | None, batch: int, at_batch: Analysed | None) -> BatchFit | None:
+    def largest(self, amp: Amp | None, batch: int, at_batch: Analysed | None) -> BatchFit | None:
         """The largest batch that fits (`at_batch`: the step analysed at `batch`, if it was).
 
         A traced step is traced at the batch and at the far end of the search; where the two
@@ -336,7 +338,7 @@ class _BatchSearch:
                 return replace(fit, scaled=(first, far))
         return self.search(amp, batch, self.traced_peaks(amp, known))
 
-    def traced_peaks(self, amp: str | None, known: dict[int, int]) -> Callable[[int], int]:
+    def traced_peaks(self, amp: Amp | None, known: dict[int, int]) -> Callable[[int], int]:
         """The peak at a batch, re-analysed (re-traced) where `known` does not have it."""
         peaks = dict(known)
 
@@ -347,7 +349,7 @@ class _BatchSearch:
 
         return exact
 
-    def confirmed(self, amp: str | None, fit: BatchFit, scaled: Graph,
+    def confirmed(self, amp: Amp | None, fit: BatchFit, scaled: Graph,
                   known: dict[int, int]) -> bool:
         """The scaled graph's peak at the answer is the traced step's (two batches cannot
         tell `k * batch` from a size rounded to a multiple of both)."""
@@ -355,7 +357,7 @@ class _BatchSearch:
         traced = known[answer] if answer in known else self.peak_at(amp, answer)
         return traced == peak_at_batch(scaled, answer)
 
-    def search(self, amp: str | None, batch: int, exact: Callable[[int], int]
+    def search(self, amp: Amp | None, batch: int, exact: Callable[[int], int]
                ) -> BatchFit | None:
         """Exact: every batch the search tries is analysed (`exact`); a line through two
         guides it. The first line goes through the batch and the largest batch searched, not
@@ -378,7 +380,7 @@ class _BatchSearch:
             return None
         return BatchFit(result.max_batch, result.peak_at_max_bytes, amp)
 
-    def card(self, fit: BatchFit, amp: str | None) -> Suggestion:
+    def card(self, fit: BatchFit, amp: Amp | None) -> Suggestion:
         label = f" with autocast {amp}" if amp else ""
         if fit.max_batch == 0:
             title = f"even batch 1 does not fit{label}"

@@ -107,10 +107,10 @@ def plan_checkpoints(candidates: Sequence[SegmentCandidate], base_peak_bytes: in
     chosen: PlanOutcome | None = None
     chosen_depth: int | None = None
     if budget_bytes is not None and base_peak_bytes > budget_bytes:
-        for depth, group in sorted(by_depth.items()):
-            plan = _fit_budget(group, base_peak_bytes, budget_bytes, measured)
+        for at_depth, at_group in sorted(by_depth.items()):
+            plan = _fit_budget(at_group, base_peak_bytes, budget_bytes, measured)
             if plan is not None and (chosen is None or plan.extra_flops < chosen.extra_flops):
-                chosen, chosen_depth = plan, depth
+                chosen, chosen_depth = plan, at_depth
     depth = chosen_depth if chosen_depth is not None else _lowest_peak_depth(by_depth, measured)
     group = by_depth.get(depth, []) if depth is not None else []
     baseline = measured(tuple(c.path for c in group)) if group else None
@@ -160,13 +160,13 @@ def _curve(group: list[SegmentCandidate], measured: Reanalyze, chosen: PlanOutco
     """Re-analysed plans for a range of needed savings at one depth, cheapest first; a plan
     that costs more FLOPs than another without a lower peak is left out."""
     total = sum(c.saved_bytes for c in group)
-    points = {(): measured(())}
+    points: dict[tuple[str, ...], PlanOutcome] = {(): measured(())}
     if chosen is not None:
         points[chosen.modules] = chosen
     for fraction in CURVE_FRACTIONS:
-        chosen = cheapest_covering(group, int(total * fraction))
-        if chosen is not None:
-            modules = tuple(c.path for c in chosen)
+        covering = cheapest_covering(group, int(total * fraction))
+        if covering is not None:
+            modules = tuple(c.path for c in covering)
             points[modules] = measured(modules)
     front: list[PlanOutcome] = []  # the Pareto front: each point lowers the peak further
     for point in sorted(points.values(), key=lambda p: (p.extra_flops, p.peak_bytes)):

@@ -70,6 +70,8 @@ class CodedWarning(str):
         made.code = code
         return made
 
+    # str.__getnewargs__ gives the text alone; this class is built from (code, text), so it
+    # returns both, whatever str declares
     def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
         return self.code, str(self)  # copy and pickle rebuild it from both
 

@@ -8,6 +8,7 @@ Every node joins the step through `Graph.add_node` (linked at once) with its pha
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from graphmem.core.ir import RESIDENT_ROLES, DType, Graph, Node, Phase, Role, Shape, Value
@@ -230,7 +231,7 @@ def _inputs_needing_grad(node: Node, rule: BackwardRule | None,
                          requires_grad: set[Value]) -> frozenset[int]:
     if not any(v.dtype.is_float for v in node.outputs):
         return frozenset()  # Shape, comparisons: autograd records nothing
-    indices = range(len(node.inputs))
+    indices: Sequence[int] = range(len(node.inputs))
     if rule is not None and rule.differentiable is not None:
         indices = rule.differentiable
     return frozenset(i for i in indices if (v := node.input(i)) is not None

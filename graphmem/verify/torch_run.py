@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
-from graphmem.core.conventions import AmpPolicy, TrainingOptions
+from graphmem.core.conventions import Amp, AmpPolicy, Optimizer, TrainingOptions, closed
 from graphmem.core.progress import steps
 from graphmem.devices.gpus import find_gpu
 from graphmem.errors import GraphmemError
@@ -87,7 +88,8 @@ def verify_torch(
     policy = AmpPolicy.CUDA if device.startswith("cuda") else AmpPolicy.CPU
     training = None
     if train:
-        training = TrainingOptions(optimizer, amp, loss=loss,  # type: ignore[arg-type]
+        training = TrainingOptions(closed(Optimizer, optimizer, "--optimizer"),
+                                   closed(Amp, amp, "--amp") if amp else None, loss=loss,
                                    amp_policy=policy)
     gpu = traced_for(device)
     analysis = run.analyze(Request(spec, tuple(specs), training=training, gpu=gpu,
@@ -112,7 +114,13 @@ def verify_torch(
     )
 
 
-def _with_scratch(analysis: Analysis, device: str) -> dict[str, int | str | None]:
+class _Scratch(TypedDict, total=False):
+    predicted_allocator_peak_bytes: int
+    predicted_scratch_bytes: int
+    predicted_scratch_node: str | None
+
+
+def _with_scratch(analysis: Analysis, device: str) -> _Scratch:
     """On the CPU, graphmem's torch-cpu model of the step: the peak with kernels' scratch."""
     if device != "cpu":
         return {}

@@ -192,7 +192,8 @@ def _evaluate_shape(node: onnx.NodeProto, known: _KnownValues,
         if dims is None:
             return None
         if node.op_type == "Size":
-            return [np.array(math.prod(dims), np.int64)] if None not in dims else None
+            bound = [d for d in dims if d is not None]
+            return [np.array(math.prod(bound), np.int64)] if len(bound) == len(dims) else None
         dims = _shape_range(node, dims, opset)
         if None in dims:
             partial[node.output[0]] = dims
@@ -260,7 +261,7 @@ def _run_one(node: onnx.NodeProto, known: dict[str, np.ndarray],
     return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
 
 
-_INTEGER_TYPES = {
+_INTEGER_TYPES: dict[int, type[np.integer]] = {
     onnx.TensorProto.INT8: np.int8, onnx.TensorProto.INT16: np.int16,
     onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT64: np.int64,
     onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.UINT16: np.uint16,

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import onnx
@@ -490,7 +491,8 @@ def _symbolic_shape_infer_module() -> ModuleType:
     module_spec = importlib.util.spec_from_file_location("graphmem_ort_symbolic_shape_infer", path)
     if module_spec is None or module_spec.loader is None:
         raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(module_spec)
+    # onnxruntime's tool, loaded from its file: untyped, its names are Any
+    module: Any = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     module.sympy = sympy_for_engine(module.sympy)
     bounded_engine(module.SymbolicShapeInference)

@@ -25,6 +25,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
@@ -32,6 +33,12 @@ from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
 from graphmem.frontends.onnx.untrusted import check_regular_file
+
+if TYPE_CHECKING:  # protobuf's C implementation (upb) has its own descriptor classes
+    from google._upb._message import Descriptor as UpbDescriptor
+
+# a message's descriptor, from the pure-Python protobuf or from upb
+MessageDescriptor: TypeAlias = "Descriptor | UpbDescriptor"
 
 KEEP_BYTES = 64 * 1024  # read.py's _KEEP_INITIALIZER_BYTES: larger payloads are dropped
 _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 9, 14
@@ -41,7 +48,7 @@ MAX_WALKED_FIELDS = 2_000_000
 _TYPED_DATA_FIELDS = frozenset({4, 5, 6, 7, 10, 11})  # float, int32, string, int64, double, uint64
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 # bytes per element of the dtypes weights are stored in; any other dtype keeps its bytes
-_ITEM_BYTES = {
+_ITEM_BYTES: dict[int, int] = {
     TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2,
     TensorProto.DOUBLE: 8, TensorProto.INT8: 1, TensorProto.UINT8: 1, TensorProto.INT16: 2,
     TensorProto.UINT16: 2, TensorProto.INT32: 4, TensorProto.UINT32: 4, TensorProto.INT64: 8,
@@ -80,7 +87,8 @@ class _Walk:
         self.keep_tensors = keep_tensors
         self.fields_left = MAX_WALKED_FIELDS
 
-    def message(self, descriptor: Descriptor, start: int, end: int) -> tuple[list[bytes], bool]:
+    def message(self, descriptor: MessageDescriptor, start: int, end: int
+                ) -> tuple[list[bytes], bool]:
         """The message's lean pieces, and whether anything was left out."""
         view, pieces = self.view, []
         kept_from, changed = start, False
@@ -102,13 +110,14 @@ class _Walk:
         pieces.append(view[kept_from:end])
         return pieces, changed
 
-    def _lean_field(self, descriptor: Descriptor, number: int, wire: int, start: int,
+    def _lean_field(self, descriptor: MessageDescriptor, number: int, wire: int, start: int,
                     end: int) -> bytes | None:
         """A large field's replacement (b"": left out), or None: keep it as written."""
         field = descriptor.fields_by_number.get(number)
         if field is None or field.name == "doc_string":
             return b""  # unknown to ONNX, or prose: never read
-        if wire != _LENGTH or field.type != FieldDescriptor.TYPE_MESSAGE:
+        if (wire != _LENGTH or field.type != FieldDescriptor.TYPE_MESSAGE
+                or field.message_type is None):
             return None
         if field.message_type is TensorProto.DESCRIPTOR:
             lean = None if self.keep_tensors else _lean_tensor(self.view, start, end)

@@ -156,9 +156,8 @@ _BODIES = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
 
 
 def _known_elements(shape: tuple[int | str | None, ...] | None) -> int | None:
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return math.prod(shape)  # type: ignore[arg-type]
+    dims = [d for d in shape or () if isinstance(d, int)]
+    return math.prod(dims) if shape is not None and len(dims) == len(shape) else None
 
 
 def _large_constant_of_shape(model: onnx.ModelProto, budget: int) -> tuple[str, int] | None:

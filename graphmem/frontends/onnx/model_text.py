@@ -17,7 +17,9 @@ string and message fields, never the `bytes` payloads (raw_data of weights).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import onnx
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -85,8 +87,9 @@ def repair_text_fields(message: Message) -> int:
         current = stack.pop()
         fields = _fields(current.DESCRIPTOR)
         if fields.payload:  # never ListFields here: it would copy the weights' bytes
-            present = [(f, getattr(current, f.name)) for f in fields.walked
-                       if fields.kinds[f] & _REPEATED or current.HasField(f.name)]
+            present: Sequence[tuple[FieldDescriptor, Any]] = [
+                (f, getattr(current, f.name)) for f in fields.walked
+                if fields.kinds[f] & _REPEATED or current.HasField(f.name)]
         else:
             present = current.ListFields()
         kinds = fields.kinds
@@ -125,7 +128,10 @@ class _Fields:
 
 def _is_repeated(field: FieldDescriptor) -> bool:
     repeated = getattr(field, "is_repeated", None)  # protobuf >= 5.28; `label` is deprecated
-    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
+    if repeated is not None:
+        return bool(repeated)
+    # protobuf < 5.28 has only `label`, which the stubs (of the newest) no longer list
+    return field.label == field.LABEL_REPEATED  # type: ignore[attr-defined]
 
 
 @cache

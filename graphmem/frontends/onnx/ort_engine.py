@@ -170,7 +170,7 @@ def bounded_engine(engine_class: type) -> None:
     called_functions_only(engine_class)
 
 
-def budget_constants(engine_class: type) -> None:
+def budget_constants(engine_class: type[Any]) -> None:
     """Make the engine's ConstantOfShape rule (on `engine_class`, so the engines it starts for
     bodies follow it too) type the output without building its value when the value would
     have more than MAX_BUILT_ELEMENTS: the rule builds one only for int64 outputs, so it runs
@@ -247,7 +247,7 @@ def sympy_for_engine(sympy: ModuleType) -> ModuleType:
     expressions for every slice of a decoder (1.5 ms each) and builds `Min(8192, seq)` for
     each (0.6 ms: sympy proves the order of the arguments every time). All three are pure
     functions of their (hashable, immutable) arguments."""
-    proxy = ModuleType("sympy")
+    proxy: Any = ModuleType("sympy")  # sympy is untyped: its names are Any
     proxy.__dict__.update(sympy.__dict__)
     proxy.simplify = lru_cache(maxsize=_CACHED_RESULTS)(sympy.simplify)
     proxy.Min = _Remembered(sympy.Min)
@@ -283,8 +283,8 @@ class _Remembered:
     types: `Min(x, 1)` and `Min(x, 1.0)` are equal keys to Python, not to sympy); the engine
     also tests `isinstance(e, sympy.Min)`, answered for the class itself."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self._function = function
+    def __init__(self, function: type) -> None:
+        self._function = function  # sympy.Min or sympy.Max
         self._results: dict[tuple[Any, ...], Any] = {}
 
     def __call__(self, *args: Any, **options: Any) -> Any:
@@ -304,4 +304,4 @@ class _Remembered:
         return result
 
     def __instancecheck__(self, instance: Any) -> bool:
-        return isinstance(instance, self._function)  # type: ignore[arg-type]
+        return isinstance(instance, self._function)

@@ -18,10 +18,8 @@ from pathlib import Path
 
 import onnx
 
+from graphmem.core.ort_view import PlanShape
 from graphmem.frontends.onnx.importer import read_model
-
-PlanDim = int | str | None
-PlanShape = tuple[PlanDim, ...]
 
 
 def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape | None]:
@@ -72,7 +70,7 @@ def _plan_shape(type_proto: onnx.TypeProto, named: frozenset[str]) -> PlanShape 
     return tuple(_plan_dim(d, named) for d in tensor_type.shape.dim)
 
 
-def _plan_dim(dim: onnx.TensorShapeProto.Dimension, named: frozenset[str]) -> PlanDim:
+def _plan_dim(dim: onnx.TensorShapeProto.Dimension, named: frozenset[str]) -> int | str | None:
     if dim.HasField("dim_value"):
         return int(dim.dim_value)
     return dim.dim_param if dim.dim_param in named else None

@@ -14,13 +14,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphmem.core.ir import Graph
-from graphmem.frontends.onnx.ort_plan_shapes import PlanShape
+from graphmem.core.ir import AttributeValue, Graph
+from graphmem.core.ort_view import PlanShape
 
 ORT_ONNX_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
 NCHWC = "com.microsoft.nchwc"
@@ -34,7 +35,7 @@ class OriginalNode:
     op_type: str
     domain: str
     inputs: tuple[str, ...]
-    attributes: dict
+    attributes: dict[str, Any]  # as onnx.helper.get_attribute_value reads them
 
 
 def shape_proxy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, OriginalNode]]:
@@ -190,7 +191,7 @@ def _fused_matmul(node: onnx.NodeProto, graph: onnx.GraphProto,
     `fused_matmul_perm` says. A Transpose needs its operand's rank, so it may wait a round;
     the Transposes are the proxy's own nodes (named `*_graphmem_*`), dropped after import."""
     attrs = _attrs(node)
-    perms = []
+    perms: list[tuple[int, ...] | None] = []
     for index, side in enumerate("AB"):
         trans, batch = int(attrs.get(f"trans{side}", 0)), int(attrs.get(f"transBatch{side}", 0))
         if not (trans or batch):
@@ -292,7 +293,7 @@ def _reorder_output(node: onnx.NodeProto, graph: onnx.GraphProto, block: int,
     return _Outcome.DONE
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -357,7 +358,7 @@ def restore_nodes(graph: Graph, originals: Mapping[str, OriginalNode]) -> None:
     _drop_unused_proxy_values(graph)
 
 
-def _attribute(value: object) -> object:
+def _attribute(value: Any) -> AttributeValue:
     return tuple(value) if isinstance(value, list) else value
 
 

@@ -5,7 +5,7 @@ it with an OnnxRuntimeInputs: the shapes onnxruntime's allocation planner sees
 (ort_plan_shapes.py) and the graph onnxruntime optimizes (ort_optimized.py), each made on
 demand from the model file, read as the importer reads it (external data cut off: never the
 weights), at most once per import. graphmem/runtime_models/ never opens a file: it asks this
-object (it satisfies runtime_models/base.py `OrtGraphSource`).
+object (it satisfies core/ort_view.py `OrtGraphSource`).
 """
 
 from __future__ import annotations

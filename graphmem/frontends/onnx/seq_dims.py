@@ -126,7 +126,7 @@ def sequence_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
             continue
         info = types.get(node.output[0])
         dims = info.type.tensor_type.shape.dim if info is not None else []
-        if len(dims) != 1 or dims[0].HasField("dim_value") \
+        if info is None or len(dims) != 1 or dims[0].HasField("dim_value") \
                 or not dims[0].dim_param.startswith("unk__"):
             continue
         dim = seq.range_dim(node)

@@ -36,14 +36,14 @@ MAX_RANK = 64  # numpy's own limit; no real model comes near it
 NAME_MAX_CHARS = 200  # a model's name as an error line quotes it
 MAX_TENSOR_BYTES = 1 << 63
 # bits per element of the packed types (raw_data holds them packed)
-_PACKED_BITS = {
+_PACKED_BITS: dict[int, int] = {
     TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4,
     TensorProto.INT2: 2, TensorProto.UINT2: 2,
     TensorProto.FLOAT6E2M3: 6, TensorProto.FLOAT6E3M2: 6,
 }
 # typed-data entries per element, as (entries, elements), where it is not one: complex numbers
 # are (real, imaginary); 4-bit and 2-bit values are packed 2 and 4 to an int32_data entry
-_TYPED_PER_ELEMENT = {
+_TYPED_PER_ELEMENT: dict[int, tuple[int, int]] = {
     TensorProto.COMPLEX64: (2, 1), TensorProto.COMPLEX128: (2, 1),
     TensorProto.INT4: (1, 2), TensorProto.UINT4: (1, 2), TensorProto.FLOAT4E2M1: (1, 2),
     TensorProto.INT2: (1, 4), TensorProto.UINT2: (1, 4),

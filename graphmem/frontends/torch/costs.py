@@ -20,7 +20,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -94,9 +95,10 @@ def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedC
     Q's shape with dv last; rows b*h*s; grouped KV heads change the bytes, not the MACs."""
     tensors = [_meta_of(fx_node.args[layout.query_argument + i])
                if layout.query_argument + i < len(fx_node.args) else None for i in range(3)]
-    query, key, value = tensors
-    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in tensors):
+    found = [t for t in tensors if isinstance(t, torch.Tensor) and t.dim() == 4]
+    if len(found) < len(tensors):
         return None  # nested or unexpected layouts: reported as unsupported, not guessed
+    query, key, value = found
     rows = math.prod(query.shape[:3])
     length = key.shape[2] if layout.heads_first else key.shape[1]
     out_numel = rows * value.shape[-1]
@@ -137,7 +139,7 @@ def _pooled_numel(fx_node: torch.fx.Node) -> int:
 
 def _window_size(fx_node: torch.fx.Node, spatial_dims: int, argument: int = 1) -> int:
     # kernel_size [k] means k in every spatial dim
-    kernel = list(fx_node.args[argument])
+    kernel = list(cast("Sequence[int]", fx_node.args[argument]))  # aten's int[] kernel_size
     return kernel[0] ** spatial_dims if len(kernel) == 1 else math.prod(kernel)
 
 

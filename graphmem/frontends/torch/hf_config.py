@@ -216,7 +216,7 @@ def default_input(module: nn.Module, batch: int | None, seq: int | None
     return TensorSpec((batch, seq), torch.int64), note
 
 
-def max_positions(module: nn.Module) -> int | None:
+def max_positions(module: object) -> int | None:
     value = getattr(getattr(module, "config", None), "max_position_embeddings", None)
     return value if isinstance(value, int) and value > 0 else None
 
@@ -234,12 +234,14 @@ def hf_summary(module: nn.Module) -> HfSummary | None:
                      max_positions(module), _attention(module))
 
 
-def checkpointed_layers(module: nn.Module) -> tuple[str, ...]:
+def checkpointed_layers(module: object) -> tuple[str, ...]:
     """The module paths `gradient_checkpointing_enable` wraps: every GradientCheckpointingLayer
     (each decoder layer), as `_set_gradient_checkpointing` walks them."""
     try:
         from transformers.modeling_layers import GradientCheckpointingLayer
     except ImportError:  # older transformers: no checkpointed layers to find
+        return ()
+    if not isinstance(module, nn.Module):
         return ()
     return tuple(path for path, sub in module.named_modules()
                  if path and isinstance(sub, GradientCheckpointingLayer))

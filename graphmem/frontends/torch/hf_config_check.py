@@ -16,7 +16,7 @@ refusal is one line naming the field and its path in the file.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from graphmem.errors import GraphmemError
 
@@ -128,7 +128,7 @@ def _check_top_k(config: Mapping[str, Any], at: str) -> None:
                                 " a token cannot be routed to more experts than there are")
 
 
-def _whole(value: object) -> bool:
+def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 

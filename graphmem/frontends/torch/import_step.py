@@ -10,7 +10,7 @@ applied while tracing and undone after: modules run under activation checkpointi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import torch
@@ -41,7 +41,7 @@ from graphmem.frontends.torch.trace import trace_model
 InputLike = TensorSpec | torch.Tensor | str | tuple[int, ...] | KeywordInput
 
 
-def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
+def import_torch(module: object, inputs: Sequence[object], label: str,
                  training: TrainingOptions | None = None,
                  pooled_heads: Sequence[tuple[str, int]] = (),
                  cuda: CudaTarget | None = None,
@@ -50,6 +50,9 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
     positions) of FC layers traced with global average pooling first; `cuda`: the GPU whose
     kernels the step runs on (graphmem/frontends/torch/cuda_kernels.py), None: the CPU's;
     `routing`: how choices made by value (a mixture of experts' router) go (routing.py)."""
+    if not isinstance(module, nn.Module):
+        raise GraphmemError(f"{label}: a {type(module).__name__} is no torch.nn.Module:"
+                            " give a function that builds the model")
     specs = tensor_specs(inputs)
     check_call(module, specs)
     with contextlib.ExitStack() as rewrites:
@@ -71,7 +74,8 @@ def import_torch(module: nn.Module, inputs: Sequence[InputLike], label: str,
                          kernels=traced.kernels)
 
 
-def tensor_specs(inputs: Sequence[InputLike]) -> list[TensorSpec]:
+def tensor_specs(inputs: Sequence[object]) -> list[TensorSpec]:
+    """Each example input as a TensorSpec; one that is no InputLike is refused."""
     specs = [_as_spec(item) for item in inputs]
     if not specs:
         raise GraphmemError("no example inputs: give --input SHAPE[:dtype] for each input")
@@ -79,7 +83,7 @@ def tensor_specs(inputs: Sequence[InputLike]) -> list[TensorSpec]:
     return specs
 
 
-def with_batch(inputs: Sequence[InputLike], batch: int) -> list[TensorSpec]:
+def with_batch(inputs: Sequence[object], batch: int) -> list[TensorSpec]:
     """Every input whose first dim is the batch (the first input's) at `batch` instead."""
     specs = tensor_specs(inputs)
     old = specs[0].shape[0]
@@ -87,14 +91,17 @@ def with_batch(inputs: Sequence[InputLike], batch: int) -> list[TensorSpec]:
             for s in specs]
 
 
-def _as_spec(item: InputLike) -> TensorSpec:
+def _as_spec(item: object) -> TensorSpec:
     if isinstance(item, KeywordInput):
         check_input_name(item.name, f"{item.name}=...")
-        return replace(_as_spec(item.value), name=item.name)  # type: ignore[arg-type]
+        return replace(_as_spec(item.value), name=item.name)
     if isinstance(item, TensorSpec):
         return item
     if isinstance(item, torch.Tensor):
         return TensorSpec(tuple(item.shape), item.dtype)
     if isinstance(item, str):
         return parse_tensor_spec(item)
-    return TensorSpec(tuple(int(d) for d in item), torch.float32)
+    if isinstance(item, Iterable):
+        return TensorSpec(tuple(int(d) for d in item), torch.float32)
+    raise GraphmemError(f"an example input of type {type(item).__name__}: give a tensor, a shape"
+                        " tuple or a string such as '4x1024:int64'")

@@ -31,12 +31,13 @@ _KV_HEAD_ATTRS = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_hea
 _HEAD_ATTRS = ("n_heads", "n_head", "num_heads", "num_attention_heads")
 
 
-def detect_kv_shape(model: nn.Module) -> tuple[int, int, int, str]:
+def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
     """(layers, kv_heads, head_dim, how it was found), or a GraphmemError saying what to give."""
     from_config = _from_config(text_config(model))
     if from_config is not None:
         return from_config
-    shapes = [shape for module in model.modules() if (shape := _attention_shape(module))]
+    modules = model.modules() if isinstance(model, nn.Module) else ()
+    shapes = [shape for module in modules if (shape := _attention_shape(module))]
     if not shapes:
         raise GraphmemError(
             f"{type(model).__name__}: no attention modules with head_dim and a head count were"
@@ -49,7 +50,7 @@ def detect_kv_shape(model: nn.Module) -> tuple[int, int, int, str]:
     return len(shapes), heads, head_dim, f"{len(shapes)} attention modules of the model"
 
 
-def text_config(model: nn.Module) -> object:
+def text_config(model: object) -> object:
     """The config of the model's text decoder: a multimodal model's (Gemma-3, Llava) is its
     `text_config` (transformers' `get_text_config`), any other model's its `config`."""
     config = getattr(model, "config", None)
@@ -73,7 +74,7 @@ def _from_config(config: object) -> tuple[int, int, int, str] | None:
     return int(layers), int(kv_heads), int(head_dim), "model.config"  # type: ignore[arg-type]
 
 
-def model_layer_groups(model: nn.Module) -> tuple[LayerGroup, ...]:
+def model_layer_groups(model: object) -> tuple[LayerGroup, ...]:
     """How the model's layers cache, from its config; () where every layer is full attention
     of one shape (or there is no config): the cache shape alone then says it."""
     config = text_config(model)
@@ -142,9 +143,9 @@ def _attention_shape(module: nn.Module) -> tuple[int, int] | None:
     return None
 
 
-def model_float_dtype(model: nn.Module) -> tuple[str, int]:
+def model_float_dtype(model: object) -> tuple[str, int]:
     """The dtype of the model's first floating parameter (label, bytes): the cache's default."""
-    for parameter in model.parameters():
+    for parameter in model.parameters() if isinstance(model, nn.Module) else ():
         if parameter.dtype.is_floating_point:
             return str(parameter.dtype).removeprefix("torch."), parameter.element_size()
     return "float32", 4

@@ -50,7 +50,9 @@ def linear_shape(module: nn.Module) -> tuple[int, int]:
     Nf4Linear."""
     if isinstance(module, nn.Linear | Nf4Linear):
         return module.in_features, module.out_features
-    rows, columns = module.weight.shape  # Conv1D: [in, out]
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor), type(weight)
+    rows, columns = weight.shape  # Conv1D: [in, out]
     return int(rows), int(columns)
 
 

@@ -96,13 +96,19 @@ class LoraLinear(nn.Module):
             convert = not _autocast_enabled()
             expected = result.dtype
             if convert:
-                x = _cast(x, lora_a.weight.dtype)
+                x = _cast(x, _weight_dtype(lora_a))
             output = lora_b(lora_a(dropout(x))) * self.scaling
             return result + (output.to(expected) if convert else output)
         result_dtype = result.dtype  # peft lora/layer.py Linear.forward
-        x = _cast(x, lora_a.weight.dtype)
+        x = _cast(x, _weight_dtype(lora_a))
         result = result + lora_b(lora_a(dropout(x))) * self.scaling
         return result.to(result_dtype)
+
+
+def _weight_dtype(layer: nn.Module) -> torch.dtype:
+    weight = layer.weight  # an nn.Linear's (functional_call may have swapped in a tensor)
+    assert isinstance(weight, torch.Tensor), type(weight)
+    return weight.dtype
 
 
 def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -33,8 +33,10 @@ class PooledLinear(nn.Module):
         return self.linear(x.unflatten(-1, (-1, self.positions)).mean(-1))
 
 
-def can_pool(model: nn.Module, path: str, positions: int) -> bool:
+def can_pool(model: object, path: str, positions: int) -> bool:
     """The module at `path` is an nn.Linear whose inputs split into `positions` evenly."""
+    if not isinstance(model, nn.Module):
+        return False
     try:
         layer = model.get_submodule(path)
     except AttributeError:

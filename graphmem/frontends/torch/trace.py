@@ -68,7 +68,8 @@ _NO_FULL_COLLECTION = 2**30  # a full-collection threshold no trace reaches
 # No TorchFunctionMetadataMode (where make_fx can turn it off): a Python layer under every
 # torch call, ~8% of a trace, that notes each call for node.meta["torch_fn"], which make_fx's
 # plain tracer never writes (only its module-stack tracer does): the graph is the same
-_MAKE_FX_OPTIONS = ({"_disable_torch_fn_metadata_mode": True}
+# a keyword only some torch versions have
+_MAKE_FX_OPTIONS: dict[str, Any] = ({"_disable_torch_fn_metadata_mode": True}
                     if "_disable_torch_fn_metadata_mode" in inspect.signature(make_fx).parameters
                     else {})
 
@@ -213,6 +214,17 @@ def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes, routed: Rout
     return run
 
 
+def _loss_of(train: TrainingOptions, output: object) -> torch.Tensor:
+    """The step's loss: --loss (loaded by now), else cross-entropy."""
+    loss_fn = train.loss or cross_entropy_loss
+    assert callable(loss_fn), "the pipeline loads --loss FILE.py:FN before the trace"
+    loss = loss_fn(output)
+    if not isinstance(loss, torch.Tensor):
+        raise GraphmemError(f"the loss function returned a {type(loss).__name__}: it must"
+                            " return the loss as a scalar tensor")
+    return loss
+
+
 def _fake_like(tensor: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:
     fake = torch.empty(tensor.shape, dtype=tensor.dtype)
     return fake.requires_grad_(True) if requires_grad and tensor.is_floating_point() else fake
@@ -302,7 +314,7 @@ def _training_step(
             with _phase("forward"), autocast(train.amp):
                 args, kwargs = split_inputs(specs, inputs)
                 output = model(*args, **kwargs)
-                loss = (train.loss or cross_entropy_loss)(output)
+                loss = _loss_of(train, output)
             used = no_gradient.found(trainable, reached_leaves(loss))
             trainable = [t for t, reaches in zip(trainable, used, strict=True) if reaches]
             state = [[s for s, reaches in zip(slot, used, strict=True) if reaches]

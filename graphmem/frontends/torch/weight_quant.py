@@ -46,6 +46,9 @@ class WeightQuantSummary:
 
 
 class Int8WeightOnlyLinear(nn.Module):
+    scale: torch.Tensor  # buffers (register_buffer)
+    zero_point: torch.Tensor
+
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -75,6 +78,9 @@ class Int4WeightOnlyLinear(nn.Module):
     """torchao's default int4 (`Int4Tensor`, PLAIN packing): packed [out, in / 2] (int8 in
     torchao; uint8 here, the same bytes, for the parameter count), scale and zero point
     [in / group, out] in the weight's dtype, mslk's fused bf16 x int4 kernel."""
+
+    scale: torch.Tensor  # buffers (register_buffer)
+    zero_point: torch.Tensor
 
     def __init__(self, linear: nn.Linear, group_size: int) -> None:
         super().__init__()

@@ -110,8 +110,8 @@ def memory_table(analysis: Analysis) -> Table:
     elif fit is not None:  # the live peak is the next group: not repeated as a part
         _group(table, f"on the GPU ({_basis(fit)})", fit.required_bytes,
                [(part.label, part.size_bytes) for part in fit.parts if part.key != "live_peak"])
-        if _band_matters(fit):
-            table.add_row("  error band", range_text(fit.error_band))  # type: ignore[arg-type]
+        if fit.error_band is not None and _band_matters(fit):
+            table.add_row("  error band", range_text(fit.error_band))
     elif estimate is not None:  # no GPU: what the runtime on this machine holds (ort-cpu)
         runtime = _RUNTIMES.get(estimate.runtime, estimate.runtime)
         _group(table, f"in the process ({runtime} model)",

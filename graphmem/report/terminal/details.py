@@ -7,7 +7,7 @@ column gets, and numbers wrap only at spaces.
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from graphmem.core.safe_text import markup, markup_text, shorten
@@ -95,9 +95,10 @@ def live_table(analysis: Analysis, width: int) -> Table:
     room = width - 13 - max(map(len, shapes), default=5) - max(map(len, sizes), default=4)
     name_chars = max(MIN_NAME_CHARS, min(max(map(len, names), default=0), room * 3 // 5))
     user_chars = max(MIN_NAME_CHARS, room - name_chars)
-    for column, justify in (("tensor", "left"), ("shape", "left"), ("size", "right"),
-                            ("kept alive by", "left")):
-        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("tensor", "left"), ("shape", "left"), ("size", "right"), ("kept alive by", "left"))
+    for column, justify in columns:
+        table.add_column(column, justify=justify, no_wrap=True)
     for name, user, shape, size in zip(names, users, shapes, sizes, strict=True):
         table.add_row(markup(shorten(name, name_chars)), shape, size,
                       markup(shorten(user, user_chars)))

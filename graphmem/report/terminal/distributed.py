@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.core.conventions import ZERO_STAGES
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.units import format_bytes, format_bytes_sym
 from graphmem.distributed.kv_cache import KvCacheReport
@@ -73,7 +74,7 @@ def _per_rank_table(rank: PerRankMemory, report: DistributedReport) -> Table:
 def _bucket_note(rank: PerRankMemory) -> str:
     """Why a small model's ZeRO total is mostly communication buckets."""
     config = rank.config
-    if not (config.strategy.startswith("zero") and rank.buckets_bytes > rank.total_bytes // 2):
+    if not (config.strategy in ZERO_STAGES and rank.buckets_bytes > rank.total_bytes // 2):
         return ""
     return (f"note: DeepSpeed allocates its reduce buffer of reduce_bucket_size"
             f" ({config.zero.reduce_bucket_size:,}) elements whatever the model's size;"

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from graphmem.core.progress import Reporter
 from graphmem.core.safe_text import markup_text
@@ -16,7 +23,7 @@ class RichReporter:
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  TextColumn("{task.fields[count]}"),
                                  TimeElapsedColumn(), console=console, transient=True)
-        self.task: object | None = None
+        self.task: TaskID | None = None
         self.total: int | None = None
 
     def begin(self, label: str, total: int | None) -> None:
@@ -28,17 +35,17 @@ class RichReporter:
     def relabel(self, label: str, total: int | None) -> None:
         if self.task is not None:
             self.total = total
-            self.progress.update(self.task, description=markup_text(label),  # type: ignore[arg-type]
+            self.progress.update(self.task, description=markup_text(label),
                                  total=total, completed=0, count=_count_text(0, total))
 
     def advance(self, done: int) -> None:
         if self.task is not None:
-            self.progress.update(self.task, completed=done,  # type: ignore[arg-type]
+            self.progress.update(self.task, completed=done,
                                  count=_count_text(done, self.total))
 
     def end(self) -> None:
         if self.task is not None:
-            self.progress.remove_task(self.task)  # type: ignore[arg-type]
+            self.progress.remove_task(self.task)
             self.task = None
         self.progress.stop()
 

@@ -101,10 +101,10 @@ def print_details(analysis: Analysis, console: Console) -> None:
     print_totals(analysis, console, glossary)
     glossary.explain("live at the peak")
     console.print(live_table(analysis, console.width))
-    if has_modules(analysis.modules):
-        if any(row.module == TOP for row in analysis.modules.rows):  # type: ignore[union-attr]
+    if analysis.modules is not None and has_modules(analysis.modules):
+        if any(row.module == TOP for row in analysis.modules.rows):
             glossary.explain("top level")
-        console.print(module_table(analysis.modules, console.width))  # type: ignore[arg-type]
+        console.print(module_table(analysis.modules, console.width))
     if analysis.fit is not None:
         glossary.explain("usable")
         console.print(fit_line(analysis.fit))

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -21,6 +22,9 @@ from torch.autograd.profiler_util import FunctionEvent
 
 from graphmem.frontends.torch.loader import KeywordCall, TensorSpec
 from graphmem.frontends.torch.train_step import AMP_DTYPES, cross_entropy_loss
+
+if TYPE_CHECKING:
+    from torch._C._profiler import _ProfilerEvent
 
 
 @dataclass(frozen=True)
@@ -213,17 +217,18 @@ class AllocatorPeak:
 
 def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
     """The raw event tree's allocations (`[memory]` events are these, attributed)."""
-    from torch._C._profiler import _EventType
+    from torch._C._profiler import _EventType, _ExtraFields_Allocation
 
     # (time ns, 0 an allocation / 1 an op's return, bytes, enclosing kernel): an op returns
     # after the allocations of its last nanosecond; ops inside a kernel are its scratch's
     found: list[tuple[int, int, int, str | None]] = []
-    pending = [(node, None) for node in
-               profile.profiler.kineto_results.experimental_event_tree()]
+    pending: list[tuple[_ProfilerEvent, str | None]] = [
+        (node, None) for node in _event_tree(profile)]
     while pending:
         node, kernel = pending.pop()
-        if node.typed[0] == _EventType.Allocation:
-            found.append((node.start_time_ns, 0, node.typed[1].alloc_size, kernel))
+        fields = node.typed[1]
+        if isinstance(fields, _ExtraFields_Allocation):
+            found.append((node.start_time_ns, 0, fields.alloc_size, kernel))
         elif kernel is None and node.typed[0] == _EventType.TorchOp:
             found.append((node.end_time_ns, 1, 0, None))
             kernel = node.name if _is_kernel(node.name) else None
@@ -239,6 +244,15 @@ def allocator_peak(profile: torch.profiler.profile) -> AllocatorPeak:
     return AllocatorPeak(peak, at, at_ends)
 
 
+def _event_tree(profile: torch.profiler.profile) -> list[_ProfilerEvent]:
+    """The profile's raw event tree (torch's private profiler API, as its `[memory]` events
+    are built)."""
+    results = profile.profiler.kineto_results if profile.profiler is not None else None
+    if results is None:
+        raise RuntimeError("the profile has no results: read it after the profiled block")
+    return results.experimental_event_tree()
+
+
 @dataclass(frozen=True)
 class KernelScratch:
     """One outermost aten kernel's call: the bytes it returns (net) and how far the running
@@ -252,15 +266,16 @@ class KernelScratch:
 
 def kernel_scratch(profile: torch.profiler.profile) -> list[KernelScratch]:
     """Each outermost kernel call's scratch, in time order (benchmarks/cpu_scratch.py)."""
-    from torch._C._profiler import _EventType
+    from torch._C._profiler import _EventType, _ExtraFields_Allocation
 
     calls: list[tuple[int, str, list[tuple[int, int]]]] = []
-    pending = [(node, None) for node in
-               profile.profiler.kineto_results.experimental_event_tree()]
+    pending: list[tuple[_ProfilerEvent, list[tuple[int, int]] | None]] = [
+        (node, None) for node in _event_tree(profile)]
     while pending:
         node, sizes = pending.pop()
-        if node.typed[0] == _EventType.Allocation and sizes is not None:
-            sizes.append((node.start_time_ns, node.typed[1].alloc_size))
+        fields = node.typed[1]
+        if isinstance(fields, _ExtraFields_Allocation) and sizes is not None:
+            sizes.append((node.start_time_ns, fields.alloc_size))
         elif sizes is None and node.typed[0] == _EventType.TorchOp and _is_kernel(node.name):
             sizes = []
             calls.append((node.start_time_ns, node.name, sizes))
