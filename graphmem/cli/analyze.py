@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from graphmem.cli.commands import summary
 from graphmem.cli.common import (
     Output,
     argtype,
@@ -69,7 +70,7 @@ DEFAULT_FSDP_DEPTH = 2
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        NAME, help="analyze a model (ONNX file or PyTorch file.py:fn): memory, FLOPs, fit")
+        NAME, help=summary(NAME))
     parser.add_argument("model", help="an .onnx file (external weight data is not read), a"
                         " PyTorch model as file.py:fn or package.module:fn, or a Hugging Face"
                         " config.json (or its folder): the model is built from it, no weights")

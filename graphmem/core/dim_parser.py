@@ -24,9 +24,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from functools import cache
 
 import sympy
+
+from graphmem.core.dim_name import dim_symbol
+
+__all__ = ["DimParseError", "dim_symbol", "parse_dim_expression"]
 
 MAX_TEXT_CHARS = 512
 MAX_TOKENS = 256
@@ -45,12 +48,6 @@ _ARITY = {"floor": (1, 1), "ceiling": (1, 1), "Max": (2, 16), "Min": (2, 16), "M
 
 class DimParseError(ValueError):
     """The text is not a dim expression of the grammar above."""
-
-
-@cache
-def dim_symbol(name: str) -> sympy.Symbol:
-    """The one sympy symbol for a dynamic dim: a positive integer, named, never parsed."""
-    return sympy.Symbol(name, integer=True, positive=True)
 
 
 def parse_dim_expression(text: str, names: Mapping[str, str] | None = None) -> sympy.Expr:
