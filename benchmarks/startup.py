@@ -5,7 +5,9 @@
 
 Every command is a fresh process (`python -m graphmem ...` from this checkout), measured in CPU
 seconds (user + system from wait4: the machines this project runs on are shared, and wall time
-measures the neighbours), the best of `--repeat` runs (default 3). The rows:
+measures the neighbours), the best of `--repeat` runs (default 3), with Python's bytecode cache
+on as an installed package has it (this project's sessions set PYTHONDONTWRITEBYTECODE, under
+which every graphmem module is compiled from source at every start: 0.17 s more). The rows:
 
 - reference: `python -c "import onnx, numpy"`, the floor of any tool that reads an ONNX file;
 - `graphmem --help`; `graphmem analyze resnet18.onnx` as typed (HTML report written) and with
@@ -111,7 +113,10 @@ json.dump({"seconds": {k: min(v) for k, v in times.items()}, "peaks": peaks},
 
 def cpu_seconds(argv: list[str], cwd: Path) -> float:
     """The CPU seconds (user + system) of one process running `argv`; it must succeed."""
+    # as installed: bytecode written once and read after (pip compiles it at install time; an
+    # environment with PYTHONDONTWRITEBYTECODE would compile every module at every start)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)

@@ -220,7 +220,6 @@ def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from graphmem.report.json.report import to_json_text
     from graphmem.report.terminal.summary import print_summary
 
     check_model_argument(args.model)
@@ -239,8 +238,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     emit(console, lambda out: print_summary(analysis, out, args.verbose),
          [Output(json_out, "JSON", lambda path: _write_json(analysis, path)),
           Output(html_out, "HTML report", lambda path: _write_html(analysis, path))],
-         (lambda: to_json_text(analysis)) if args.json == "-" else None)
+         (lambda: _json_text(analysis)) if args.json == "-" else None)
     return EXIT_OK
+
+
+def _json_text(analysis: object) -> str:
+    from graphmem.report.json.report import to_json_text  # without --json: not imported
+
+    return to_json_text(analysis)  # type: ignore[arg-type]
 
 
 def _write_json(analysis: object, path: Path) -> None:

@@ -42,7 +42,6 @@ from graphmem.pipeline.request import Request, SweepRequest, rerun_request
 from graphmem.pipeline.runtime import with_runtime_request
 from graphmem.pipeline.suggestions import with_suggestions
 from graphmem.pipeline.verdict import with_distributed_verdict as with_verdict_distributed
-from graphmem.training.onnx_step import onnx_training_step
 
 
 def analyze(request: Request) -> Analysis:
@@ -220,6 +219,8 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
                 *retry.warnings, f"shapes were inferred with the bound dims fixed: {fixed}"))
     if request.training is None:
         return imported, binding
+    from graphmem.training.onnx_step import onnx_training_step  # an inference: not imported
+
     step = onnx_training_step(imported.graph, binding, request.training)
     return replace(imported, graph=step.graph, warnings=(*imported.warnings, *step.warnings),
                    micro_batch=step.micro_batch), binding
