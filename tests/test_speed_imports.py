@@ -22,7 +22,7 @@ FRAMEWORKS = ("torch", "transformers", "onnxruntime")
 # what an ONNX analysis needs only for some models or outputs: sympy for dims written as
 # expressions (onnxruntime's rules), jinja2 for the HTML report; onnx, numpy and rich for any
 # command that reads a model
-HEAVY = (*FRAMEWORKS, "sympy", "jinja2", "onnx", "numpy", "rich")
+HEAVY = (*FRAMEWORKS, "sympy", "jinja2", "onnx", "numpy", "rich", "accelerate", "scipy")
 
 
 def _modules_after(argv: list[str]) -> dict[str, object]:
@@ -80,6 +80,23 @@ def test_a_command_imports_only_its_own_module() -> None:
     loaded = done.stdout.strip().splitlines()[-1]
     assert "graphmem.cli.gpus" in loaded
     assert all(f"graphmem.cli.{name}'" not in loaded for name in ("analyze", "check", "verify"))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_config_analysis_imports_neither_onnx_nor_transformers_extras(tmp_path: Path) -> None:
+    # a PyTorch model needs no onnx; transformers imports accelerate and scipy when they are
+    # installed, and a model built from its config on the meta device uses neither
+    # (frontends/torch/hf_config.py UNUSED_INTEGRATIONS)
+    from tests.helpers.llm_configs import TINY_LLAMA
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    result = _modules_after(["analyze", str(tmp_path), "--train", "--batch", "1", "--dim",
+                             "seq=8", "--no-html", "--json", str(tmp_path / "r.json")])
+    assert result["code"] == 0
+    found = _packages(result)
+    assert "torch" in found and "transformers" in found
+    assert not {"onnx", "onnxruntime", "accelerate", "scipy"} & set(found)
 
 
 def test_a_plain_dim_is_read_without_sympy() -> None:

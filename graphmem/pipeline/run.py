@@ -27,7 +27,6 @@ from graphmem.distributed.kv_cache import with_serving_answer
 from graphmem.distributed.serving import default_step_tokens, serving_fit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
-from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
 from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
 from graphmem.passes.costs import compute_costs
 from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
@@ -207,6 +206,8 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     """The front end's graph, its dims bound, a training step where asked for."""
     if request.is_torch:
         return import_torch_model(request)[0], DimBinding(bound={}, free=(), batch_dim=None)
+    from graphmem.frontends.onnx.runtime_inputs import import_onnx_model  # a torch model: no onnx
+
     path = Path(str(request.model))
     imported = import_onnx_model(path)
     binding = bind_dims(imported.graph, request.batch, request.dims)
