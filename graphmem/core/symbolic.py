@@ -280,7 +280,7 @@ class SymInt:
         for monomial, coefficient in self._terms.items():
             term: sympy.Expr = sympy.Rational(coefficient.numerator, coefficient.denominator)
             for factor, power in monomial:
-                term = term * (factor.to_sympy() if type(factor) is DimName else factor)**power
+                term = term * (factor.to_sympy() if isinstance(factor, DimName) else factor)**power
             total = total + term
         return total
 

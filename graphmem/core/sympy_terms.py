@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import sympy
 
-from graphmem.core.dim_name import Coefficient, Factor, Monomial, dim_name
+from graphmem.core.dim_name import Coefficient, DimName, Factor, Monomial, dim_name
 
 
 def expression_terms(expr: sympy.Expr) -> dict[Monomial, Coefficient]:
@@ -25,7 +25,9 @@ def expression_terms(expr: sympy.Expr) -> dict[Monomial, Coefficient]:
 
 
 def opaque_value(factor: Factor, values: Mapping[str, int], power: int) -> Coefficient:
-    """factor ** power with every dim in it bound (`floor(seq/2)` at seq=7, squared: 9)."""
+    """factor ** power with every dim in it bound (`floor(seq/2)` at seq=7, squared: 9); a
+    plain dim is bound by its name before it gets here (symbolic.py `_bind_monomial`)."""
+    assert not isinstance(factor, DimName)
     value = factor.subs({s: values[str(s)] for s in factor.free_symbols})
     return _to_coefficient(sympy.Integer(value) ** power)
 
