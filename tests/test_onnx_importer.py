@@ -117,6 +117,9 @@ def test_inference_that_rewrites_declared_input_dims_is_discarded(
         return broken
 
     monkeypatch.setattr(onnx_importer, "_ort_symbolic_inference", rewriting)
+    # onnx types this MLP whole, so the rules would not run (value_types.typed_by_onnx): as
+    # for a model onnx leaves partly unknown, they run here
+    monkeypatch.setattr(onnx_importer, "typed_by_onnx", lambda graph, inputs: False)
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp_model(), path)
     imported = import_onnx(path)
@@ -124,3 +127,24 @@ def test_inference_that_rewrites_declared_input_dims_is_discarded(
     assert imported.shape_inference == "onnx shape inference"
     assert any("changed the input dims (x: ['batch', 32] became [16, 32])" in w
                for w in imported.warnings)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "tiny_cnn", "tiny_gpt"])
+def test_onnxruntime_rules_run_only_where_they_add_a_type(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A CNN's every value is typed by onnx, its outputs in the input's own dims: the rules
+    # (and sympy, which they import) are skipped. Run anyway, they give every value the same
+    # shape. A decoder leaves onnx values it cannot type (its reshapes read shapes): they run.
+    from graphmem.frontends.onnx import infer
+
+    path = Path(__file__).resolve().parent.parent / "samples" / f"{name}.onnx"
+    skipped = import_onnx(path)
+    monkeypatch.setattr(infer, "typed_by_onnx", lambda graph, inputs: False)
+    ran = import_onnx(path)
+    assert "onnxruntime" in ran.shape_inference
+    if name == "tiny_gpt":
+        assert skipped.shape_inference == ran.shape_inference
+    else:
+        assert skipped.shape_inference == "onnx shape inference"
+    assert ({n: v.shape for n, v in skipped.graph.values.items()}
+            == {n: v.shape for n, v in ran.graph.values.items()})

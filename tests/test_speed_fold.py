@@ -36,6 +36,8 @@ CASES = [
     ("Sub", {"x": np.array(4, I32), "y": np.array([[1], [2]], I32)}, {}, 17),
     ("Mul", {"x": np.array([2**62], I64), "y": np.array([4], I64)}, {}, 17),  # wraps
     ("Mul", {"x": np.array(64, I64), "y": np.array(2, I64)}, {}, 17),
+    ("Identity", {"x": np.array([0.5, -1.5], np.float32)}, {}, 17),  # a TorchScript bias
+    ("Identity", {"x": np.array([[1, 2]], I64)}, {}, 13),
 ]
 
 

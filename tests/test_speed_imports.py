@@ -19,10 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 RESNET50 = ROOT / "samples" / "resnet50.onnx"
 # frameworks an ONNX analysis never needs: torch's import alone is seconds of start-up
 FRAMEWORKS = ("torch", "transformers", "onnxruntime")
+# what an ONNX analysis needs only for some models or outputs: sympy for dims written as
+# expressions (onnxruntime's rules), jinja2 for the HTML report; onnx, numpy and rich for any
+# command that reads a model
+HEAVY = (*FRAMEWORKS, "sympy", "jinja2", "onnx", "numpy", "rich", "accelerate", "scipy")
 
 
 def _modules_after(argv: list[str]) -> dict[str, object]:
-    """Run `graphmem <argv>` in a fresh interpreter; its exit code and which of FRAMEWORKS
+    """Run `graphmem <argv>` in a fresh interpreter; its exit code and which of HEAVY
     (and their submodules) it imported, printed as JSON on the last line of stderr."""
     script = (
         "import json, sys\n"
@@ -31,7 +35,7 @@ def _modules_after(argv: list[str]) -> dict[str, object]:
         "    code = main(sys.argv[1:])\n"
         "except SystemExit as done:\n"
         "    code = done.code\n"
-        f"frameworks = {FRAMEWORKS!r}\n"
+        f"frameworks = {HEAVY!r}\n"
         "found = sorted(m for m in sys.modules if m.split('.')[0] in frameworks)\n"
         "print(json.dumps({'code': code, 'modules': found}), file=sys.stderr)\n"
     )
@@ -46,15 +50,68 @@ def test_an_onnx_analysis_imports_no_torch(tmp_path: Path) -> None:
                              "--json", str(tmp_path / "r.json"), "--no-html"])
     assert result["code"] == 0
     # onnxruntime's symbolic shape inference is loaded from its file, not as the package
-    # (whose __init__ imports torch when installed); no runtime model here needs a session
-    assert [m for m in result["modules"] if m.split(".")[0] in ("torch", "transformers")] == []
+    # (whose __init__ imports torch when installed); no runtime model here needs a session.
+    # onnx types every value of ResNet-50 with the input's own dim names: the rules (and
+    # sympy) are not needed, and no dim is an expression; --no-html: no jinja2
+    assert _packages(result) == ["numpy", "onnx", "rich"]
+
+
+def _packages(result: dict[str, object]) -> list[str]:
+    return sorted({m.split(".")[0] for m in result["modules"]})  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
-def test_help_imports_neither_torch_nor_onnxruntime() -> None:
-    result = _modules_after(["--help"])
-    assert result["code"] == 0
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["nonsense"], []])
+def test_help_imports_no_model_library(argv: list[str]) -> None:
+    # the command table lists each command by name and summary (graphmem/cli/commands.py):
+    # no command's module, no pipeline, no onnx, sympy or rich
+    result = _modules_after(argv)
+    assert result["code"] == (0 if argv and argv[0].startswith("--") else 2)
     assert result["modules"] == []
+
+
+@pytest.mark.slow
+def test_a_command_imports_only_its_own_module() -> None:
+    script = ("import sys\nfrom graphmem.cli.main import main\n"
+              "try:\n    main(['gpus', '--help'])\nexcept SystemExit:\n    pass\n"
+              "print(sorted(m for m in sys.modules if m.startswith('graphmem.cli.')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, check=True)
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert "graphmem.cli.gpus" in loaded
+    assert all(f"graphmem.cli.{name}'" not in loaded for name in ("analyze", "check", "verify"))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_config_analysis_imports_neither_onnx_nor_transformers_extras(tmp_path: Path) -> None:
+    # a PyTorch model needs no onnx; transformers imports accelerate and scipy when they are
+    # installed, and a model built from its config on the meta device uses neither
+    # (frontends/torch/hf_config.py UNUSED_INTEGRATIONS)
+    from tests.helpers.llm_configs import TINY_LLAMA
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    result = _modules_after(["analyze", str(tmp_path), "--train", "--batch", "1", "--dim",
+                             "seq=8", "--no-html", "--json", str(tmp_path / "r.json")])
+    assert result["code"] == 0
+    found = _packages(result)
+    assert "torch" in found and "transformers" in found
+    assert not {"onnx", "onnxruntime", "accelerate", "scipy"} & set(found)
+
+
+def test_a_plain_dim_is_read_without_sympy() -> None:
+    # a dim the model names (`batch`) is a DimName; an expression goes through sympy's
+    # parser and comes out with the same factor for the same dim
+    from graphmem.core.dim_name import DimName
+    from graphmem.core.symbolic import SymInt, parse_dim, parse_size
+
+    batch = parse_size("batch")
+    ((monomial, coefficient),) = batch.terms().items()
+    assert coefficient == 1 and type(monomial[0][0]) is DimName
+    assert batch == SymInt.symbol("batch") == SymInt.from_sympy(parse_dim("batch"))
+    # 2*batch from sympy, + 3*batch read plain: one term, 5*batch
+    assert (parse_size("2*batch") + 3 * batch).terms() == {monomial: 5}
+    assert parse_size("b", {"b": "batch size"}) == SymInt.symbol("batch size")
 
 
 def test_plan_shapes_are_inferred_once_per_import(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from graphmem.cli.commands import summary
 from graphmem.cli.common import (
     Output,
     argtype,
@@ -85,7 +86,7 @@ DEFAULT_FSDP_DEPTH = 2
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        NAME, help="analyze a model (ONNX file or PyTorch file.py:fn): memory, FLOPs, fit")
+        NAME, help=summary(NAME))
     parser.add_argument("model", help="an .onnx file (external weight data is not read), a"
                         " PyTorch model as file.py:fn or package.module:fn, or a Hugging Face"
                         " config.json (or its folder): the model is built from it, no weights")
@@ -250,7 +251,6 @@ def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from graphmem.report.json.report import to_json_text
     from graphmem.report.terminal.summary import print_summary
 
     check_model_argument(args.model)
@@ -269,8 +269,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     emit(console, lambda out: print_summary(analysis, out, args.verbose),
          [Output(json_out, "JSON", lambda path: _write_json(analysis, path)),
           Output(html_out, "HTML report", lambda path: _write_html(analysis, path))],
-         (lambda: to_json_text(analysis)) if args.json == "-" else None)
+         (lambda: _json_text(analysis)) if args.json == "-" else None)
     return EXIT_OK
+
+
+def _json_text(analysis: object) -> str:
+    from graphmem.report.json.report import to_json_text  # without --json: not imported
+
+    return to_json_text(analysis)  # type: ignore[arg-type]
 
 
 def _write_json(analysis: object, path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from graphmem.cli.commands import summary
 from graphmem.cli.common import (
     Output,
     argtype,
@@ -62,7 +63,7 @@ NAME = "check"
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        NAME, help="gate a model in CI: exit 0 when every budget holds, 1 when one is broken",
+        NAME, help=summary(NAME),
         description="Check an ONNX model against budgets (memory, latency, params, FLOPs,"
         " unsupported ops, growth over a baseline). Exit 0: every budget holds; 1: one is"
         " broken; 2: usage or input error.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from graphmem.cli.commands import summary
 from graphmem.cli.common import dims_dict, is_model_spec, parse_dim_binding, parse_size_bytes
 from graphmem.cli.inputs import check_dims, check_input_file, check_model_argument
 from graphmem.errors import GraphmemError
@@ -20,7 +21,7 @@ EXIT_OK = 0
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        NAME, help="list the GPUs graphmem knows, with their datasheet figures")
+        NAME, help=summary(NAME))
     parser.add_argument("--fits", metavar="MODEL",
                         help="an .onnx model: which GPUs run it (peak, latency, max batch)")
     parser.add_argument("--batch", type=int, help="with --fits: bind the batch dim")

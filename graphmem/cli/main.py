@@ -9,19 +9,21 @@ nothing the user gave is modified.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from rich.console import Console
-
-from graphmem.cli import analyze, check, gpus, verify
+from graphmem.cli.commands import COMMAND_TABLE, summary
 from graphmem.core.collector import freeze_start_up_objects
 from graphmem.core.progress import Reporter, reporting
 from graphmem.core.version import __version__
 from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -37,13 +39,20 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace, console: Console) -> int: ...
 
 
+class _LazyCommand:
+    """A command's module, imported when its parser or its run is first asked for: `graphmem
+    --help` and one command's run import no other command's pipeline."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(importlib.import_module(self.module), name)
+
+
 # the order of `graphmem --help`
 COMMANDS: dict[str, Command] = {
-    analyze.NAME: analyze,
-    gpus.NAME: gpus,
-    check.NAME: check,
-    verify.NAME: verify,
-}
+    name: _LazyCommand(module) for name, (module, _) in COMMAND_TABLE.items()}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,16 +62,29 @@ class _Parser(argparse.ArgumentParser):
         raise GraphmemError(f"{message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(words: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the command line, only the command it names gets its flags
+    (the others are listed by name and summary, their modules not imported)."""
     parser = _Parser(prog="graphmem", description=(
         "Static GPU memory and compute analysis of deep-learning models, before any GPU time."))
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback behind an error (anywhere on the line)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in COMMANDS.values():
-        command.add_parser(commands)
+    named = None if words is None else _command_named(words)
+    for name, command in COMMANDS.items():
+        if words is None or name == named:
+            command.add_parser(commands)
+        else:
+            commands.add_parser(name, help=summary(name))
     return parser
+
+
+def _command_named(words: Sequence[str]) -> str | None:
+    """The command a command line runs: its first word that is not an option (the options
+    before a command, --debug, --help and --version, take no value)."""
+    first = next((word for word in words if not word.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 def _progress_reporter() -> Reporter | None:
@@ -79,14 +101,16 @@ def run_command() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # emoji=False: a model's names are shown as written (':warning:' stays text)
-    stdout = Console(highlight=False, emoji=False)
     try:
-        words = sys.argv[1:] if argv is None else list(argv)
+        words = [w for w in (sys.argv[1:] if argv is None else argv) if w != "--debug"]
         # --help and --version exit here (SystemExit 0); usage errors are GraphmemError
-        args = build_parser().parse_args([w for w in words if w != "--debug"])
+        args = build_parser(words).parse_args(words)
     except GraphmemError as error:
         return _usage_error(error, argv)
+    from rich.console import Console
+
+    # emoji=False: a model's names are shown as written (':warning:' stays text)
+    stdout = Console(highlight=False, emoji=False)
     try:
         with reporting(_progress_reporter()):
             return COMMANDS[args.command].run(args, stdout)

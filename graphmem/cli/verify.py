@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from graphmem.cli.commands import summary
 from graphmem.cli.common import (
     Output,
     dims_dict,
@@ -43,7 +44,7 @@ NAME = "verify"
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        NAME, help="run an ONNX model on onnxruntime and compare graphmem's prediction",
+        NAME, help=summary(NAME),
         description="Run the model for real on onnxruntime (random inputs: floats standard"
         " normal, integers in [0, 100) and below the size of any table they index, booleans"
         " random) with its profiler, and print graphmem's predicted activation peak and"

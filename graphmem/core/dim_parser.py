@@ -24,10 +24,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from functools import cache
-from typing import Any, Protocol
 
 import sympy
+
+from graphmem.core.dim_name import dim_symbol
+
+__all__ = ["DimParseError", "dim_symbol", "parse_dim_expression"]
 
 MAX_TEXT_CHARS = 512
 MAX_TOKENS = 256
@@ -35,23 +37,6 @@ MAX_DEPTH = 32
 MAX_EXPONENT = 8
 MAX_CONSTANT = 2**62  # larger than any tensor dim; bigger constants are not sizes
 MAX_LITERAL_DIGITS = 24
-
-
-class Factor(Protocol):
-    """What graphmem reads of a sympy expression kept as a factor of a size (graphmem/core/
-    symbolic.py): sympy ships no types."""
-
-    is_Symbol: bool
-    name: str  # a symbol's (read only where is_Symbol)
-
-    @property
-    def free_symbols(self) -> set[Any]: ...
-
-    def subs(self, mapping: Mapping[Any, int]) -> Any: ...
-
-    def __pow__(self, power: int) -> Any: ...
-
-    def __hash__(self) -> int: ...
 
 _TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d+)?)|([A-Za-z_][A-Za-z_0-9]*)|(\*\*|//|[-+*/%(),]))")
 _FUNCTIONS: dict[str, Callable[..., sympy.Expr]] = {
@@ -63,12 +48,6 @@ _ARITY = {"floor": (1, 1), "ceiling": (1, 1), "Max": (2, 16), "Min": (2, 16), "M
 
 class DimParseError(ValueError):
     """The text is not a dim expression of the grammar above."""
-
-
-@cache
-def dim_symbol(name: str) -> sympy.Symbol:
-    """The one sympy symbol for a dynamic dim: a positive integer, named, never parsed."""
-    return sympy.Symbol(name, integer=True, positive=True)
 
 
 def parse_dim_expression(text: str, names: Mapping[str, str] | None = None) -> sympy.Expr:

@@ -21,8 +21,6 @@ from functools import cached_property
 from math import lcm
 from typing import Any
 
-import sympy
-
 from graphmem.core.conventions import MAX_DIM_VALUE, PROBE_DIM_VALUE
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
@@ -258,6 +256,8 @@ def _root_floors(poly: _Poly) -> list[int]:
         return []
     if len(coefficients) == 2:  # a*x + b = 0: x = -b/a
         return [Fraction(-coefficients[0], coefficients[1]).__floor__()]
+    import sympy  # root isolation only: a formula with free dims of degree 2 and over
+
     x = sympy.Symbol("x")
     roots = sympy.Poly(list(reversed(coefficients)), x).real_roots()
     return [int(sympy.floor(root)) for root in roots]

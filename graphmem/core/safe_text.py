@@ -18,8 +18,6 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 
-from rich.markup import escape
-
 NAME_MAX_CHARS = 200  # one name as shown: node, tensor, op, dim, module, file
 TEXT_MAX_CHARS = 2000  # a sentence that quotes names, as shown on one terminal line
 SNIPPET_MAX_CHARS = 20_000  # code to paste (a suggestion's snippet): lines of names, each bounded
@@ -103,6 +101,8 @@ def escape_markup(text: str) -> str:
     """rich's escape of a text made printable already, reading the same wherever it is put.
     A trailing backslash would escape the tag after it ("name\\" + "[/]"); rich doubles it,
     which shows doubled where no tag follows, so it is written as its visible escape."""
+    from rich.markup import escape  # an error line needs no rich: it is plain text
+
     if text.endswith("\\"):
         text = text[:-1] + "\\x5c"
     return escape(text)

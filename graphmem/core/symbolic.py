@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
-import sympy
+from graphmem.core.dim_name import Coefficient, DimName, Factor, Monomial, dim_name, plain_dim
 
-from graphmem.core.dim_parser import DimParseError, Factor, dim_symbol, parse_dim_expression
-
-# A monomial is a sorted tuple of (factor, power); the empty tuple is the constant term.
-Monomial = tuple[tuple[Factor, int], ...]
-Coefficient = int | Fraction
+if TYPE_CHECKING:
+    import sympy
 
 
 def _factor_key(item: tuple[Factor, int]) -> str:
@@ -138,13 +136,15 @@ class SymInt:
 
     @staticmethod
     def symbol(name: str) -> SymInt:
-        return SymInt({((dim_symbol(name), 1),): 1})
+        return SymInt({((dim_name(name), 1),): 1})
 
     @staticmethod
     def from_sympy(expr: sympy.Expr | int) -> SymInt:
         # never sympify text: sympy.sympify evaluates Python (core/dim_parser.py parses dim text)
         if isinstance(expr, int):
             return SymInt.const(expr)
+        import sympy  # loaded already: expr is one of its expressions
+
         if not isinstance(expr, sympy.Expr):
             raise TypeError(f"SymInt.from_sympy takes a sympy expression, not {type(expr)}")
         return _from_sympy_cached(expr)
@@ -274,11 +274,13 @@ class SymInt:
         return self._hash
 
     def to_sympy(self) -> sympy.Expr:
+        import sympy
+
         total: sympy.Expr = sympy.Integer(0)
         for monomial, coefficient in self._terms.items():
             term: sympy.Expr = sympy.Rational(coefficient.numerator, coefficient.denominator)
             for factor, power in monomial:
-                term = term * factor**power
+                term = term * (factor.to_sympy() if isinstance(factor, DimName) else factor)**power
             total = total + term
         return total
 
@@ -311,10 +313,20 @@ def parse_dim(text: str, names: Mapping[str, str] | None = None) -> sympy.Expr:
     identifiers in the text back to the model's dim names. Text outside the grammar
     (`batch/size`, `N.1`, anything hostile) becomes one opaque symbol of that name.
     """
+    from graphmem.core.dim_name import dim_symbol
+    from graphmem.core.dim_parser import DimParseError, parse_dim_expression
+
     try:
         return parse_dim_expression(text, names)
     except DimParseError:
         return dim_symbol(names.get(text, text) if names else text)
+
+
+def parse_size(text: str, names: Mapping[str, str] | None = None) -> SymInt:
+    """`SymInt.from_sympy(parse_dim(text, names))`; a plain name (`batch`) without sympy."""
+    if plain_dim(text):
+        return SymInt.symbol(names.get(text, text) if names else text)
+    return SymInt.from_sympy(parse_dim(text, names))
 
 
 def _parenthesized(factor: Factor) -> str:
@@ -356,8 +368,7 @@ def _bind_monomial(monomial: Monomial,
             continue
         names = _factor_symbols(factor)
         if names and names <= values.keys():
-            value = factor.subs({s: values[str(s)] for s in factor.free_symbols})
-            coefficient *= _to_coefficient(sympy.Integer(value) ** power)
+            coefficient *= _opaque_value(factor, values, power)
         else:
             kept[factor] = kept.get(factor, 0) + power
     if coefficient == 0:
@@ -373,31 +384,15 @@ def _monomial_symbols(monomial: Monomial) -> frozenset[str]:
 
 @cache
 def _from_sympy_cached(expr: sympy.Expr) -> SymInt:
-    expanded = sympy.expand(expr)
-    if expanded.is_Number:
-        return SymInt.const(_to_coefficient(expanded))
-    terms: dict[Monomial, Coefficient] = {}
-    for monomial_expr, coefficient in expanded.as_coefficients_dict().items():
-        monomial = _monomial_of(monomial_expr)
-        terms[monomial] = terms.get(monomial, 0) + _to_coefficient(coefficient)
-    return SymInt(terms)
+    from graphmem.core.sympy_terms import expression_terms
+
+    return SymInt(expression_terms(expr))
 
 
-def _to_coefficient(number: sympy.Expr) -> Coefficient:
-    rational = sympy.Rational(number)
-    return Fraction(int(rational.p), int(rational.q))
+def _opaque_value(factor: Factor, values: Mapping[str, int], power: int) -> Coefficient:
+    from graphmem.core.sympy_terms import opaque_value
 
-
-def _monomial_of(expr: sympy.Expr) -> Monomial:
-    if expr == 1:
-        return ()
-    powers: dict[Factor, int] = {}
-    for base, exponent in expr.as_powers_dict().items():
-        if exponent.is_Integer and int(exponent) > 0 and (base.is_Symbol or not base.is_Number):
-            powers[base] = powers.get(base, 0) + int(exponent)
-        else:  # a negative or symbolic power: keep the whole factor opaque
-            powers[base**exponent] = powers.get(base**exponent, 0) + 1
-    return tuple(sorted(powers.items(), key=_factor_key))
+    return opaque_value(factor, values, power)
 
 
 def format_terms(value: SymInt, format_coefficient: Callable[[int | float], str]) -> str:

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
+from graphmem.core.dim_name import Coefficient, Monomial
 from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
-from graphmem.core.symbolic import Coefficient, Monomial, SymInt, symint_max
+from graphmem.core.symbolic import SymInt, symint_max
 from graphmem.passes.order_edges import node_predecessors
 
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to

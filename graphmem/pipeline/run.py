@@ -28,7 +28,6 @@ from graphmem.distributed.kv_cache import with_serving_answer
 from graphmem.distributed.serving import serving_fit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
-from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
 from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
 from graphmem.passes.costs import compute_costs
 from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
@@ -45,7 +44,6 @@ from graphmem.pipeline.runtime import with_runtime_request
 from graphmem.pipeline.runtime_levers import with_runtime_levers
 from graphmem.pipeline.suggestions import with_suggestions
 from graphmem.pipeline.verdict import with_distributed_verdict as with_verdict_distributed
-from graphmem.training.onnx_step import onnx_training_step
 
 
 def analyze(request: Request) -> Analysis:
@@ -214,6 +212,8 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     """The front end's graph, its dims bound, a training step where asked for."""
     if request.is_torch:
         return import_torch_model(request)[0], DimBinding(bound={}, free=(), batch_dim=None)
+    from graphmem.frontends.onnx.runtime_inputs import import_onnx_model  # a torch model: no onnx
+
     path = Path(str(request.model))
     imported = import_onnx_model(path)
     binding = bind_dims(imported.graph, request.batch, request.dims)
@@ -226,6 +226,8 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
                 *retry.warnings, f"shapes were inferred with the bound dims fixed: {fixed}"))
     if request.training is None:
         return imported, binding
+    from graphmem.training.onnx_step import onnx_training_step  # an inference: not imported
+
     step = onnx_training_step(imported.graph, binding, request.training)
     return replace(imported, graph=step.graph, warnings=(*imported.warnings, *step.warnings),
                    micro_batch=step.micro_batch), binding

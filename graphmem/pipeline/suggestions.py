@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import PooledHead, Request, rerun_request
-from graphmem.suggest.cards import Analysed
-from graphmem.suggest.driver import Change, SuggestInputs, suggest
+
+if TYPE_CHECKING:
+    from graphmem.suggest.cards import Analysed
+    from graphmem.suggest.driver import Change
 
 Analyze = Callable[[Request], Analysis]
 
@@ -21,6 +24,8 @@ def with_suggestions(analysis: Analysis, request: Request, analyze: Analyze) -> 
     options = request.suggest
     if options.enabled is False:
         return analysis
+    from graphmem.suggest.driver import SuggestInputs, suggest  # a command without them: unread
+
     inputs = SuggestInputs(
         traced=request.is_torch, training=analysis.training is not None,
         amp=analysis.training.amp if analysis.training else None,

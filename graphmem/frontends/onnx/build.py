@@ -12,7 +12,7 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from graphmem.core.ir import AttributeValue, DType, Graph, Node, Phase, Role, Shape, Value
-from graphmem.core.symbolic import SymInt, parse_dim
+from graphmem.core.symbolic import SymInt, parse_size
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
 from graphmem.frontends.onnx.fold import default_opset
@@ -149,7 +149,7 @@ class _ShapeReader:
         if not text or text.startswith("unk__"):
             return None
         if text not in self.parsed:
-            self.parsed[text] = SymInt.from_sympy(parse_dim(text, self.dim_names))
+            self.parsed[text] = parse_size(text, self.dim_names)
         return self.parsed[text]
 
 

@@ -47,6 +47,7 @@ from graphmem.frontends.onnx.value_types import (
     fully_known_names,
     known_dims,
     small_value,
+    typed_by_onnx,
 )
 
 # Ops whose output value is their input's shape: the input's own value is never needed.
@@ -59,17 +60,16 @@ Engine = tuple[onnx.ModelProto, str]
 def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                  folded: dict[str, onnx.NodeProto] | None = None) -> Engine:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
-    the part onnx left unknown (module docstring); where onnxruntime's rules give up on some
-    nodes, the shapes onnx's inference with the model's declared value infos finds are
-    merged in, value by value. `model` is as fold_constants left it: nodes folded into
-    constants on the way (refold_constants, with the dims a first pass found) are added to
-    `folded`, for restore_nodes."""
+    what onnx left unknown (module docstring; none left: not loaded), where they give up the
+    value infos' shapes merged in; nodes refold_constants folds go to `folded`."""
     if not _splittable(model):
         return _whole_model_inference(model, warnings, dim_names)
     first = _onnx_inference(_without_value_info(model), [])
     if first is None:
         return _whole_model_inference(model, warnings, dim_names)
     first = _second_pass(model, first, folded if folded is not None else {})
+    if typed_by_onnx(first.graph, model.graph.input):
+        return first, _engine_name(0)
     part = unknown_part(first, model.graph.input)
     failed_ops: list[str] = []
     try:

@@ -15,7 +15,7 @@ types, so 2,172 calls on a Llama-3-70B graph become 31.
 
 from __future__ import annotations
 
-import secrets
+import os
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache, wraps
 from types import ModuleType
@@ -27,7 +27,7 @@ import onnx
 # part of a graph), never an exporter's declarations. The value is a secret of this process:
 # a model file carrying the key (it is untrusted data) cannot carry the value.
 STATIC_TYPES_KEY = "graphmem.static_types"
-STATIC_TYPES_TOKEN = secrets.token_hex(16)
+STATIC_TYPES_TOKEN = os.urandom(16).hex()  # secrets.token_hex's bytes, without hmac's import
 # How many results each remembered sympy function keeps (a decoder needs a handful)
 _CACHED_RESULTS = 4096
 # The ops whose outputs are taken from onnx's types: shape arithmetic, which onnx's one-node

@@ -91,3 +91,20 @@ def write_misread_defaults(graph: onnx.GraphProto) -> None:
             continue
         if all(a.name != default[0] for a in node.attribute):
             node.attribute.append(onnx.helper.make_attribute(*default))
+
+
+def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueInfoProto]) -> bool:
+    """True when onnx's inference left onnxruntime's rules nothing to add: every node's outputs
+    fully known, and every graph output's dims numbers or the declared inputs' dim names. The
+    rules would then run on the outputs' producers alone (infer.py `unknown_part`), from the
+    same input types, and write the same types; their module (and sympy) need not load."""
+    declared = {d.dim_param for v in declared_inputs for d in v.type.tensor_type.shape.dim
+                if d.WhichOneof("value") == "dim_param"}
+    for output in graph.output:
+        if not fully_known(output) or any(
+                d.WhichOneof("value") != "dim_value" and d.dim_param not in declared
+                for d in output.type.tensor_type.shape.dim):
+            return False
+    known = fully_known_names((*graph.value_info, *graph.output))
+    return all(node.op_type == "Constant" or all(name in known for name in node.output if name)
+               for node in graph.node)

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,11 +122,12 @@ def build_hf_model(source: str | Path | Mapping[str, Any], training: bool = Fals
     else:
         values, label = read_config(source), str(source)
     check_config_values(values, label)
-    config = build_config(values, label)
-    _check_module_counts(config, label)
-    if training:
-        config.use_cache = False
-    module = _build(config, _named_class(config, values.get("architectures"), label), label)
+    with _unused_integrations_hidden():
+        config = build_config(values, label)
+        _check_module_counts(config, label)
+        if training:
+            config.use_cache = False
+        module = _build(config, _named_class(config, values.get("architectures"), label), label)
     dtype = str(next(iter(module.parameters()), torch.empty(0)).dtype).removeprefix("torch.")
     notes = (f"built {type(module).__name__} from {label} with transformers on the meta device"
              f" (parameters {dtype}, attention {_attention(module)}): no weights read",)
@@ -180,6 +182,30 @@ def _named_class(config: Any, architectures: object, where: str) -> Any:
 def _attention(module: nn.Module) -> str:
     config = getattr(module, "config", None)
     return str(getattr(config, "_attn_implementation", None) or "eager")
+
+
+# What transformers (5.x) imports as it loads, when installed, that a model built from its config
+# on the meta device never runs: accelerate (big-model loading; boto3 with it) and scipy (the
+# object-detection losses' matching). About 0.4 s of its 3 s of imports.
+UNUSED_INTEGRATIONS = ("accelerate", "scipy")
+
+
+@contextlib.contextmanager
+def _unused_integrations_hidden() -> Iterator[None]:
+    """transformers loaded without UNUSED_INTEGRATIONS: while it loads they are None in
+    sys.modules, which its availability checks (importlib's find_spec) read as not installed
+    and remember; afterwards they import as usual (a user's code may). A transformers loaded
+    before (a model file imported it) keeps what it found."""
+    hidden = [] if "transformers" in sys.modules else [
+        name for name in UNUSED_INTEGRATIONS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 @contextlib.contextmanager
