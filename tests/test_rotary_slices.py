@@ -180,3 +180,38 @@ def test_the_samples_shapes_are_the_rules_own(name: str,
     assert _ort_nodes(typed) <= _ort_nodes(untyped)
     if name in ("tiny_gpt.onnx", "gpt2.onnx"):  # positions from Range(0, seq, 1)
         assert _ort_nodes(typed) < _ort_nodes(untyped)
+
+
+def _hand_written_rotary() -> onnx.ModelProto:
+    """`hidden * table[:seq]`: a rotary table (an initializer, as a graph written by hand
+    holds it) cut to the sequence read as Shape(ids, start=1, end=2), broadcast against the
+    sequence directly (no positions gathered from it)."""
+    table = numpy_helper.from_array(np.zeros((TABLE_ROWS, 4), np.float32), "table")
+    nodes = [helper.make_node("Shape", ["ids"], ["end"], start=1, end=2),
+             helper.make_node("Slice", ["table", "starts", "end", "axes"], ["cos"]),
+             helper.make_node("Mul", ["hidden", "cos"], ["rotated"]),
+             helper.make_node("Relu", ["rotated"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "hand_written_rotary",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [table, numpy_helper.from_array(np.array([0], np.int64), "starts"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_slice_broadcast_against_the_sequence_is_followed_by_onnx(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the model runs only where Min(16, seq) == seq: the Mul and what follows are [batch, seq,
+    # 4], typed by onnx in its second pass (no engine fallback); the slice is seq long, as
+    # onnxruntime's rules merge it at the broadcast (the same import without graphmem's typing)
+    path = tmp_path / "rotary.onnx"
+    onnx.save(_hand_written_rotary(), path)
+    imported = import_onnx(path)
+    shapes = _shapes(imported)
+    assert shapes["cos"] == "(SymInt(seq), SymInt(4))"
+    assert shapes["rotated"] == shapes["y"] == "(SymInt(batch), SymInt(seq), SymInt(4))"
+    assert not imported.warnings and _ort_nodes(imported) <= 1
+    _, untyped = _import_both(path, monkeypatch)
+    assert _shapes(untyped) == shapes

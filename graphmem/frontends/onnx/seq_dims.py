@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 import onnx
 from onnx import numpy_helper
 
+from graphmem.frontends.onnx.value_types import dim_known
+
 # Ops whose rules pass a value on (`_pass_on_sympy_data`) from Gather(Shape(x), i) to an end
 # or a limit (Identity's rule passes only the type: the rules name its output afresh)
 _PASS_THROUGH = frozenset({"Cast", "Unsqueeze", "Squeeze"})
@@ -157,6 +159,49 @@ def sequence_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
     return result
 
 
+# elementwise ops whose output is the broadcast of their inputs
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def for_onnx_pass(graph: onnx.GraphProto,
+                  typed: list[onnx.ValueInfoProto]) -> list[onnx.ValueInfoProto]:
+    """`typed` as onnx's next pass is given them: a rotary slice's `Min(n, s)` written `s`
+    where an Add, Sub, Mul or Div reads the slice. A table cut to the sequence and applied to
+    the sequence without positions gathered from it (a hand-written rotary embedding: `x *
+    cos[:seq]`) broadcasts `Min(n, s)` against `s`: the model runs only where the two are
+    equal, which onnx cannot know, so it types the product, and all that follows (a decoder's
+    every later layer), unknown. onnxruntime's rules merge the two into `s` at the broadcast,
+    the slice included; typed `s`, onnx follows it in the same pass. A slice read otherwise
+    (an exporter's `cos[:seq][positions]`) keeps `Min(n, s)`."""
+    broadcast = {name for node in graph.node if node.op_type in _BROADCASTING
+                 and node.domain in ("", "ai.onnx") for name in node.input}
+    result = []
+    for info in typed:
+        dims = info.type.tensor_type.shape.dim
+        if info.name in broadcast and any(_min_symbol(d.dim_param) for d in dims):
+            info = _copy(info)
+            for dim in info.type.tensor_type.shape.dim:
+                symbol = _min_symbol(dim.dim_param)
+                if symbol:
+                    dim.dim_param = symbol
+        result.append(info)
+    return result
+
+
+def _min_symbol(name: str) -> str | None:
+    """`s` for `Min(n, s)` (SeqDims.slice_dim's name), else None."""
+    if not name.startswith("Min("):
+        return None
+    literal, comma, rest = name[len("Min("):].partition(", ")
+    return rest[:-1] if comma and literal.isdigit() and rest.endswith(")") else None
+
+
+def _copy(info: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(info)
+    return copy
+
+
 def is_expression(dim: onnx.TensorShapeProto.Dimension) -> bool:
     """A dim named by an expression (`Min(n, s)` above), not by a symbol."""
     return dim.WhichOneof("value") == "dim_param" and not dim.dim_param.isidentifier()
@@ -187,3 +232,24 @@ def _slices_one(node: onnx.NodeProto, constant: Callable[[str], list[int] | None
 
 def _casts_to_integer(node: onnx.NodeProto) -> bool:
     return any(a.name == "to" and a.i in _INTEGER_TYPES for a in node.attribute)
+
+
+def kept_dims(source: onnx.ValueInfoProto, axes: list[int]) -> onnx.ValueInfoProto | None:
+    """`source`'s type with the dims on `axes` cleared: what a Slice along them keeps. A dim
+    onnx's first pass did not know (`unk__N`) is left unset too: written down, that name would
+    stand in the next pass for the dim it may then know (a later layer of a decoder)."""
+    tensor_type = source.type.tensor_type
+    if source.type.WhichOneof("value") != "tensor_type" or not tensor_type.HasField("shape"):
+        return None
+    rank = len(tensor_type.shape.dim)
+    sliced = {a + rank if a < 0 else a for a in axes}
+    if len(sliced) != len(axes) or not all(0 <= a < rank for a in sliced):
+        return None  # a repeated or out-of-range axis: a broken model, left to the engines
+    kept = onnx.ValueInfoProto()
+    kept.type.tensor_type.elem_type = tensor_type.elem_type
+    shape = kept.type.tensor_type.shape
+    for axis, dim in enumerate(tensor_type.shape.dim):
+        copy = shape.dim.add()
+        if axis not in sliced and dim_known(dim):
+            copy.CopyFrom(dim)
+    return kept
