@@ -25,6 +25,7 @@ from graphmem.frontends.onnx.read import (
     name_dynamic_input_dims,
     read_model,
 )
+from graphmem.frontends.onnx.repeat_dims import expand_tiles
 from graphmem.frontends.onnx.shape_gaps import fill_shape_gaps
 from graphmem.frontends.onnx.value_types import write_misread_defaults
 
@@ -70,6 +71,7 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph)  # inference sees safe names only
     folded = fold_constants(model)  # inference sees literal shape values (fold.py)
+    folded.update(expand_tiles(model))  # ... and a Tile of added axes as Expand (repeat_dims)
     write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
     inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)

@@ -39,6 +39,7 @@ from graphmem.frontends.onnx.ort_engine import (
     static_value_infos,
     sympy_for_engine,
 )
+from graphmem.frontends.onnx.repeat_dims import reshape_dims
 from graphmem.frontends.onnx.seq_dims import (
     SeqDims,
     for_onnx_pass,
@@ -101,12 +102,14 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     """onnx's inference again where the first pass's dims let more be known: shape arithmetic
     on dims that are numbers folded (fold.py), slices along known axes given the dims they keep
     (`_kept_slice_dims`), positions, rotary slices and what they broadcast against given the
-    lengths onnxruntime's rules compute (seq_dims.py); the first pass where none applies."""
+    lengths onnxruntime's rules compute (seq_dims.py), reshapes whose -1 divides out exactly
+    (repeat_dims.py); the first pass where none applies."""
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
     seq = SeqDims(model.graph, _types_of(first.graph))
     slices = _kept_slice_dims(model.graph, first.graph, seq)
     slices.extend(sequence_dims(model.graph, first.graph, seq))
+    slices.extend(reshape_dims(model.graph, first.graph))
     if not refolded and not slices:
         return first
     copy = _without_value_info(model)
