@@ -325,12 +325,28 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
 def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceModel,
                     reanalyze: Reanalyze | None = None) -> MaxBatchResult:
     """The largest batch whose device total (`device`'s runtime model, re-run at each batch
-    probed) fits the GPU's capacity, starting from `guess`, the live-peak answer."""
+    probed) fits the GPU's capacity, starting from `guess`, the live-peak answer.
+
+    The device total is the live peak plus what the runtime adds (weights in its pool,
+    allocator rounding), which changes little from one batch to the next: from the device
+    total at the guess, a line with the live peak's slope there (`peak_at_next_bytes` -
+    `peak_at_max_bytes`) says where the answer is, and the search checks it there (each check
+    a run of the runtime model; find_max_batch gallops on from a wrong guess)."""
     if guess.max_batch is None or guess.batch_dim is None:
         return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
     probe = DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
-    return find_max_batch(guess.batch_dim, device.capacity_bytes, None, probe.total,
-                          start=guess.max_batch, basis=device.basis)
+    return find_max_batch(guess.batch_dim, device.capacity_bytes, _device_line(guess, probe),
+                          probe.total, start=guess.max_batch, basis=device.basis)
+
+
+def _device_line(guess: MaxBatchResult, probe: DeviceTotalProbe) -> Callable[[int], int] | None:
+    """The device total at the guess, continued with the live peak's slope there (None where
+    the live peak does not grow with the batch there)."""
+    start, at, after = guess.max_batch, guess.peak_at_max_bytes, guess.peak_at_next_bytes
+    if not start or at is None or after is None or after <= at:
+        return None
+    total, slope = probe.total(start), after - at
+    return lambda batch: total + (batch - start) * slope
 
 
 @dataclass(frozen=True)
