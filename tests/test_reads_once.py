@@ -19,7 +19,7 @@ from graphmem import analyze_onnx
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx import importer, runtime_inputs
 from graphmem.frontends.onnx.runtime_inputs import OnnxFile
-from graphmem.pipeline.imports import ModelImports
+from graphmem.pipeline.imports import HELD_TRACE_NODES, ModelImports
 from tests.helpers.cli import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -236,6 +236,13 @@ def test_traces_are_kept_by_shape_and_options() -> None:
     assert imports.traced(("a", 2), lambda: trace("a2")) == "a2"
     assert imports.traced(("a", {}), lambda: trace("unhashable")) == "unhashable"  # type: ignore[arg-type]
     assert made == ["a1", "a2", "unhashable"] and imports.traces == 3
+    # traces are held up to a budget of graph nodes, the least recently used dropped first
+    big = ModelImports()
+    big.traced("b1", lambda: trace("b1"), nodes=lambda _: HELD_TRACE_NODES)
+    big.traced("b2", lambda: trace("b2"), nodes=lambda _: HELD_TRACE_NODES)
+    big.traced("b2", lambda: trace("b2 again"), nodes=lambda _: HELD_TRACE_NODES)
+    big.traced("b1", lambda: trace("b1 again"), nodes=lambda _: HELD_TRACE_NODES)
+    assert made[3:] == ["b1", "b2", "b1 again"]
 
 
 ENCODER = """

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from graphmem.frontends.onnx.runtime_inputs import OnnxFile
 
 T = TypeVar("T")
-# traces held for reuse, the most recent first out last: the probes that ask for one shape
-# again (the AMP card and the AMP batch search's first probe, a confirmation at a batch the
-# search tried) ask soon after; each holds a whole graph
-HELD_TRACES = 8
+# nodes of the traces held for reuse, the least recently used dropped first: the probes that
+# ask for one shape again (the AMP card and the AMP batch search's first probe, a confirmation
+# at a batch the search tried) ask soon after; each trace holds a whole graph (BERT-base's
+# training step about 4 MiB, a 70B decoder's far more), as OnnxFile's imports do
+HELD_TRACE_NODES = 250_000
 
 
 class ModelImports:
@@ -48,19 +49,22 @@ class ModelImports:
             self._files[key] = OnnxFile(key)
         return self._files[key]
 
-    def traced(self, key: Hashable | None, trace: Callable[[], T]) -> T:
-        """`trace()`'s result, made once per `key` while held (None: not kept)."""
+    def traced(self, key: Hashable | None, trace: Callable[[], T],
+               nodes: Callable[[T], int] = lambda _: 1) -> T:
+        """`trace()`'s result, made once per `key` while held (None: not kept); `nodes`: how
+        many graph nodes a result holds."""
         if key is None or not _hashable(key):
             self.traces += 1
             return trace()
         if key in self._traces:
             self._traces.move_to_end(key)
-        else:
-            self.traces += 1
-            self._traces[key] = trace()
-            if len(self._traces) > HELD_TRACES:
-                self._traces.popitem(last=False)
-        return self._traces[key]  # type: ignore[no-any-return]
+            return self._traces[key]  # type: ignore[no-any-return]
+        self.traces += 1
+        made = self._traces[key] = trace()
+        held = sum(nodes(result) for result in self._traces.values())
+        while held > HELD_TRACE_NODES and len(self._traces) > 1:
+            held -= nodes(self._traces.popitem(last=False)[1])
+        return made
 
 
 def _hashable(key: Hashable) -> bool:

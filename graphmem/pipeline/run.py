@@ -290,7 +290,8 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
         return replace(imported, notes=(*imported.notes, *notes),
                        warnings=(*request.assumptions, *imported.warnings)), report
 
-    return _imports(request).traced(_trace_key(request), trace)
+    return _imports(request).traced(_trace_key(request), trace,
+                                    lambda made: len(made[0].graph.nodes))
 
 
 def _trace_key(request: Request) -> tuple[object, ...]:
