@@ -67,6 +67,23 @@ def test_max_batch_fits_and_one_more_does_not(relu_path: Path) -> None:
     assert result.limit_bytes < result.peak_at_next_bytes == int(at_next.required_bytes)  # type: ignore[operator]
 
 
+def test_the_device_search_is_the_same_answer_from_its_line(
+        relu_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the device-total search starts where the line through its first probe (with the live
+    # peak's slope) crosses the capacity; without the line it gallops from the live-peak
+    # answer: the same answer, checked by the same exact probes (how many depends on how
+    # straight the device total is: here onnxruntime's arena doubles its regions, 22 with the
+    # line and 20 without; on a 22,337-node decoder, 5 and 8)
+    from graphmem.pipeline import planning
+
+    lined = analyze_onnx(relu_path, gpu="t4", batch=8).max_batch
+    monkeypatch.setattr(planning, "_device_line", lambda guess, probe: None)
+    walked = analyze_onnx(relu_path, gpu="t4", batch=8).max_batch
+    assert lined is not None and walked is not None
+    assert (lined.max_batch, lined.peak_at_max_bytes, lined.peak_at_next_bytes) == (
+        walked.max_batch, walked.peak_at_max_bytes, walked.peak_at_next_bytes)
+
+
 def test_max_batch_is_also_solved_when_the_batch_is_bound(relu_path: Path) -> None:
     free = analyze_onnx(relu_path, gpu="t4").max_batch
     bound = analyze_onnx(relu_path, gpu="t4", batch=8).max_batch

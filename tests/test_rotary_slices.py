@@ -36,8 +36,7 @@ def _rotary_model(start: int = 0, step: int = 1, negate_end: bool = False,
         helper.make_node("Shape", ["ids"], ["shape"]),
         _ints("one_index", [1], scalar=True), _ints("zero_axis", [0]),
         helper.make_node("Gather", ["shape", "one_index"], ["seq"]),
-        helper.make_node(end_op, ["seq", "zero_axis"], ["end"]) if end_op == "Unsqueeze"
-        else helper.make_node(end_op, ["seq"], ["end"]),
+        _end(end_op), _ints("one_vector", [1]), _ints("two_vector", [2]),
         _ints("starts", [start]), _ints("axes", [0]), _ints("steps", [step]),
         _ints("zero", [0], scalar=True), _ints("one", [1], scalar=True),
     ]
@@ -63,6 +62,19 @@ def _rotary_model(start: int = 0, step: int = 1, negate_end: bool = False,
         graph.output.pop()
         graph.node.remove(next(n for n in graph.node if n.output[0] == "cos_out"))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _end(op: str) -> onnx.NodeProto:
+    """The slice's end: seq as a one-element vector, written as exporters write it (Unsqueeze
+    of the gathered dim) or as a graph written by hand may (a Slice of the shape vector, or
+    Shape with start and end)."""
+    if op == "Unsqueeze":
+        return helper.make_node(op, ["seq", "zero_axis"], ["end"])
+    if op == "Slice":
+        return helper.make_node(op, ["shape", "one_vector", "two_vector"], ["end"])
+    if op == "Shape":
+        return helper.make_node(op, ["ids"], ["end"], start=1, end=2)
+    return helper.make_node(op, ["seq"], ["end"])
 
 
 def _shapes(imported: OnnxImport) -> dict[str, str]:
@@ -92,8 +104,9 @@ def _seq_dims_of(model: onnx.ModelProto) -> tuple[SeqDims, dict[str, onnx.NodePr
             {node.op_type: node for node in model.graph.node})
 
 
-def test_the_rotary_slice_and_positions_get_the_rules_names() -> None:
-    seq, nodes = _seq_dims_of(_rotary_model())
+@pytest.mark.parametrize("end_op", ["Unsqueeze", "Slice", "Shape"])
+def test_the_rotary_slice_and_positions_get_the_rules_names(end_op: str) -> None:
+    seq, nodes = _seq_dims_of(_rotary_model(end_op=end_op))
     # the rules' Min(n, s) for cos[:seq] (n literal, s the declared dim), s for Range(0, s, 1)
     assert seq.slice_dim(nodes["Slice"], TABLE_ROWS) == f"Min({TABLE_ROWS}, gm__dim1)"
     assert seq.range_dim(nodes["Range"]) == "gm__dim1"
@@ -119,14 +132,16 @@ def test_an_op_whose_rule_renames_the_value_is_not_followed(op: str) -> None:
 
 
 @pytest.mark.parametrize("case", [{}, {"cast_output": False}, {"start": 1}, {"step": 2},
-                                  {"negate_end": True}, {"end_op": "Squeeze"}])
+                                  {"negate_end": True}, {"end_op": "Squeeze"},
+                                  {"end_op": "Slice"}, {"end_op": "Shape"}])
 def test_every_shape_is_the_rules_own(case: dict, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "rotary.onnx"
     onnx.save(_rotary_model(**case), path)
     typed, untyped = _import_both(path, monkeypatch)
     assert _shapes(typed) == _shapes(untyped)
-    if case in ({}, {"cast_output": False}):  # beyond the table: Min(16, seq), not seq
+    if case in ({}, {"cast_output": False}, {"end_op": "Slice"}, {"end_op": "Shape"}):
+        # beyond the table: Min(16, seq), not seq
         assert _shapes(typed)["cos"] == f"(SymInt(Min({TABLE_ROWS}, seq)), SymInt(4))"
         assert _shapes(typed)["positions"] == "(SymInt(seq),)"
         assert _ort_nodes(typed) < _ort_nodes(untyped)
@@ -165,3 +180,38 @@ def test_the_samples_shapes_are_the_rules_own(name: str,
     assert _ort_nodes(typed) <= _ort_nodes(untyped)
     if name in ("tiny_gpt.onnx", "gpt2.onnx"):  # positions from Range(0, seq, 1)
         assert _ort_nodes(typed) < _ort_nodes(untyped)
+
+
+def _hand_written_rotary() -> onnx.ModelProto:
+    """`hidden * table[:seq]`: a rotary table (an initializer, as a graph written by hand
+    holds it) cut to the sequence read as Shape(ids, start=1, end=2), broadcast against the
+    sequence directly (no positions gathered from it)."""
+    table = numpy_helper.from_array(np.zeros((TABLE_ROWS, 4), np.float32), "table")
+    nodes = [helper.make_node("Shape", ["ids"], ["end"], start=1, end=2),
+             helper.make_node("Slice", ["table", "starts", "end", "axes"], ["cos"]),
+             helper.make_node("Mul", ["hidden", "cos"], ["rotated"]),
+             helper.make_node("Relu", ["rotated"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "hand_written_rotary",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [table, numpy_helper.from_array(np.array([0], np.int64), "starts"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_slice_broadcast_against_the_sequence_is_followed_by_onnx(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the model runs only where Min(16, seq) == seq: the Mul and what follows are [batch, seq,
+    # 4], typed by onnx in its second pass (no engine fallback); the slice is seq long, as
+    # onnxruntime's rules merge it at the broadcast (the same import without graphmem's typing)
+    path = tmp_path / "rotary.onnx"
+    onnx.save(_hand_written_rotary(), path)
+    imported = import_onnx(path)
+    shapes = _shapes(imported)
+    assert shapes["cos"] == "(SymInt(seq), SymInt(4))"
+    assert shapes["rotated"] == shapes["y"] == "(SymInt(batch), SymInt(seq), SymInt(4))"
+    assert not imported.warnings and _ort_nodes(imported) <= 1
+    _, untyped = _import_both(path, monkeypatch)
+    assert _shapes(untyped) == shapes

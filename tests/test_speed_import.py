@@ -55,7 +55,9 @@ def _engine_types(part: onnx.ModelProto) -> list[bytes]:
 
 
 # ----- the engine's one-node inference, remembered ------------------------------------------
-@pytest.mark.parametrize("name", ["tiny_llama.onnx", "tiny_gpt.onnx", "gpt2.onnx"])
+# (not samples/tiny_llama.onnx: onnx follows its rotary broadcast itself now, seq_dims.py
+# `for_onnx_pass`, and the engine's part of it is one node, nothing to remember)
+@pytest.mark.parametrize("name", ["tiny_gpt.onnx", "gpt2.onnx"])
 def test_remembered_one_node_inference_types_every_value_as_the_engine_does(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     part = _part(name)

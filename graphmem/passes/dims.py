@@ -116,6 +116,29 @@ def bind_dims(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> DimBi
     return DimBinding(bound=bound, free=free, batch_dim=batch_dim, batch_note=axis.note)
 
 
+def unknown_shapes(graph: Graph) -> int:
+    """Node outputs whose shape shape inference could not follow."""
+    return sum(1 for node in graph.nodes for value in node.outputs if not value.shape_known)
+
+
+def invented_dims(graph: Graph) -> frozenset[str]:
+    """Free dims no input has: shape inference named them for sizes it could not follow, and
+    binding the inputs' dims does not set them."""
+    return graph.free_dims() - set(graph.input_dims_in_order())
+
+
+def shape_gaps(graph: Graph) -> int:
+    """What shape inference could not follow: node outputs of unknown shape, invented dims."""
+    return unknown_shapes(graph) + len(invented_dims(graph))
+
+
+def sizes_follow_dims(graph: Graph, dims: frozenset[str] = frozenset()) -> bool:
+    """Binding dims sizes every tensor of `graph` exactly, with no new shape inference: no
+    shape gap, and `dims` are free (dims fixed at import are numbers in the graph: binding
+    them changes nothing)."""
+    return dims <= graph.free_dims() and not shape_gaps(graph)
+
+
 def check_dim_value(flag: str, value: int) -> None:
     """A dim value of 1 to MAX_DIM_VALUE; `flag` names where it was given (`--batch 0`)."""
     if value <= 0:

@@ -22,7 +22,7 @@ from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.arena import plan_arena
 from graphmem.passes.costs import CostReport, CostStatus
-from graphmem.passes.dims import value_bytes
+from graphmem.passes.dims import invented_dims, value_bytes
 from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
@@ -62,25 +62,23 @@ if TYPE_CHECKING:
 # runs it (graphmem/pipeline/run.py supplies it: the same request with these dims, unplanned).
 
 
-def reanalyzer(analysis: Analysis, free: frozenset[str] | None = None,
+def reanalyzer(analysis: Analysis, probed: frozenset[str],
                rerun: Reanalyze | None = None) -> Reanalyze | None:
-    """How to re-run the bound analysis, where binding dims can change the shapes: `rerun`,
-    or None where the graph's symbolic sizes are exact.
+    """How to re-run the bound analysis for probes that vary `probed` (the batch dim, a
+    sweep's dim): `rerun`, or None where they are dims of the analysed graph, whatever made
+    it: binding them there is what a new analysis would do.
 
-    The pipeline re-infers an ONNX model's shapes with the bound dims when the symbolic
-    inference left some unknown; then the graph has unknown shapes or dims no input has
-    (shape inference names sizes it could not follow), or, if binding resolved them, its
-    input dims are fixed numbers. A different batch must then be checked by a whole new
-    analysis, as `--batch N` would run it.
+    Where the symbolic shape inference left sizes it could not follow, the pipeline infers
+    shapes again with the bound dims fixed (graphmem/pipeline/run.py `_with_dims_fixed`):
+    with every bound dim but the batch fixed the batch stays a dim of the graph; where the
+    batch had to be fixed too, another batch is another inference, which only a whole new
+    analysis (as `--batch N` would run it) can give. Where fixing dims resolved nothing, the
+    symbolic graph was kept, and a new analysis would keep it again. A graph with dims shape
+    inference invented is re-run too: only a new analysis says whether they resolve.
     """
     graph = analysis.graph
-    free = graph.free_dims() if free is None else free
-    dims = set(analysis.dims.bound) | set(analysis.dims.free)
-    resolved = dims <= free
-    # dims that no input has were invented by shape inference for sizes it could not follow
-    invented = free - set(graph.input_dims_in_order())
-    exact = resolved and not invented and not _has_unknown_shapes(graph)
-    if analysis.model.source_format != "onnx" or exact:
+    if analysis.model.source_format != "onnx" or (probed <= graph.free_dims()
+                                                 and not invented_dims(graph)):
         return None
     return rerun
 
@@ -97,10 +95,6 @@ def _costs_bound(costs: CostReport) -> bool:
                for n in costs.nodes)
 
 
-def _has_unknown_shapes(graph: Graph) -> bool:
-    return any(not value.shape_known for node in graph.nodes for value in node.outputs)
-
-
 def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | None = None,
                sizes: Mapping[str, SymInt | None] | None = None,
                rerun: Reanalyze | None = None) -> Analysis:
@@ -111,8 +105,8 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     """
     graph, binding = analysis.graph, analysis.dims
     free = graph.free_dims()
-    reanalyze = reanalyzer(analysis, free, rerun)
     sweep_dim = resolve_sweep_dim(analysis, sweep.dim, free) if sweep else None
+    reanalyze = reanalyzer(analysis, probed_dims(binding.batch_dim, sweep_dim), rerun)
     sizes = sizes if sizes is not None else value_bytes(graph, binding)
     swept = analysis.liveness.sweep  # the liveness's buffers are the model's: not found twice
     model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free),
@@ -133,6 +127,11 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
         sweep_result = probe.sweep(sweep.values, gpu, usable)
     return dataclasses.replace(analysis, schedule=schedule, arena=arena, roofline=roofline,
                                max_batch=max_batch, sweep=sweep_result, reanalyze=reanalyze)
+
+
+def probed_dims(*dims: str | None) -> frozenset[str]:
+    """The dims probes vary (those named)."""
+    return frozenset(dim for dim in dims if dim is not None)
 
 
 def resolve_sweep_dim(analysis: Analysis, name: str,
@@ -328,12 +327,28 @@ def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceMod
                     probe: DeviceTotalProbe | None = None) -> MaxBatchResult:
     """The largest batch whose device total (`device`'s runtime model, re-run at each batch
     probed) fits the GPU's capacity, starting from `guess`, the live-peak answer. `probe`:
-    the caller's, to read the estimates it made afterwards."""
+    the caller's, to read the estimates it made afterwards.
+
+    The device total is the live peak plus what the runtime adds (weights in its pool,
+    allocator rounding), which changes little from one batch to the next: from the device
+    total at the guess, a line with the live peak's slope there (`peak_at_next_bytes` -
+    `peak_at_max_bytes`) says where the answer is, and the search checks it there (each check
+    a run of the runtime model; find_max_batch gallops on from a wrong guess)."""
     if guess.max_batch is None or guess.batch_dim is None:
         return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
     probe = probe or DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
-    return find_max_batch(guess.batch_dim, device.capacity_bytes, None, probe.total,
-                          start=guess.max_batch, basis=device.basis)
+    return find_max_batch(guess.batch_dim, device.capacity_bytes, _device_line(guess, probe),
+                          probe.total, start=guess.max_batch, basis=device.basis)
+
+
+def _device_line(guess: MaxBatchResult, probe: DeviceTotalProbe) -> Callable[[int], int] | None:
+    """The device total at the guess, continued with the live peak's slope there (None where
+    the live peak does not grow with the batch there)."""
+    start, at, after = guess.max_batch, guess.peak_at_max_bytes, guess.peak_at_next_bytes
+    if not start or at is None or after is None or after <= at:
+        return None
+    total, slope = probe.total(start), after - at
+    return lambda batch: total + (batch - start) * slope
 
 
 @dataclass(frozen=True)
@@ -351,7 +366,7 @@ def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
     """`analysis` (planned without a GPU) against every GPU of `gpus`: each GPU's verdict
     on its runtime model's device total, and the largest batch on it."""
     binding = analysis.dims
-    reanalyze = reanalyzer(analysis, rerun=rerun)
+    reanalyze = reanalyzer(analysis, probed_dims(binding.batch_dim), rerun)
     probe = None
     solvable = binding.batch_dim is not None and not unbound_input_dims(analysis,
                                                                        binding.batch_dim)

@@ -40,6 +40,7 @@ from graphmem.frontends.torch.nf4 import BLOCKSIZES
 from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
 from graphmem.frontends.torch.weight_layout import INT4_GROUP_SIZES, WeightQuantOptions
 from graphmem.passes.dims import check_dim_value
+from graphmem.pipeline.imports import ModelImports
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
@@ -133,6 +134,9 @@ class Request:
     # what `resolve` assumed because the user did not say (a config's default batch or seq):
     # reported as warnings, not notes
     assumptions: tuple[str, ...] = ()
+    # the model read once, each shape imported once, for this chain of re-runs
+    # (graphmem/pipeline/imports.py): set by `resolve`, carried by every `replace`
+    imports: ModelImports | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_torch(self) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
@@ -30,7 +31,13 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
 from graphmem.passes.costs import compute_costs
-from graphmem.passes.dims import DimBinding, bind_dims, value_bytes
+from graphmem.passes.dims import (
+    DimBinding,
+    bind_dims,
+    shape_gaps,
+    sizes_follow_dims,
+    value_bytes,
+)
 from graphmem.passes.fit import CudaReserve, fit_on_gpu
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import group_by_module
@@ -38,12 +45,16 @@ from graphmem.passes.params import PackedWeights, count_params, with_packed_weig
 from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
 from graphmem.pipeline.device_total import Reanalyze
 from graphmem.pipeline.extras import with_distributed_request, with_kv_request
+from graphmem.pipeline.imports import ModelImports
 from graphmem.pipeline.planning import GpuRow, fits_on_each_gpu, with_plans
 from graphmem.pipeline.request import Request, SweepRequest, rerun_request
 from graphmem.pipeline.runtime import with_runtime_request
 from graphmem.pipeline.runtime_levers import with_runtime_levers
 from graphmem.pipeline.suggestions import with_suggestions
 from graphmem.pipeline.verdict import with_distributed_verdict as with_verdict_distributed
+
+if TYPE_CHECKING:  # an ONNX model's file (a PyTorch command imports no onnx)
+    from graphmem.frontends.onnx.runtime_inputs import OnnxFile
 
 
 def analyze(request: Request) -> Analysis:
@@ -83,8 +94,11 @@ def _with_serving_verdict(analysis: Analysis) -> Analysis:
 
 
 def resolve(request: Request) -> Request:
-    """A PyTorch request with its files loaded: the loss and example inputs, then the model
+    """The request with the imports its chain of re-runs shares (graphmem/pipeline/imports.py);
+    a PyTorch request with its files loaded: the loss and example inputs, then the model
     (built on the meta device); re-runs of the result reuse the loaded module."""
+    if request.imports is None:  # the chain of re-runs starts here: it reads the model once
+        request = replace(request, imports=ModelImports())
     if not request.is_torch:
         return request
     from graphmem.frontends.torch.loader import load_callable, load_example_inputs, load_model
@@ -212,18 +226,11 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     """The front end's graph, its dims bound, a training step where asked for."""
     if request.is_torch:
         return import_torch_model(request)[0], DimBinding(bound={}, free=(), batch_dim=None)
-    from graphmem.frontends.onnx.runtime_inputs import import_onnx_model  # a torch model: no onnx
-
-    path = Path(str(request.model))
-    imported = import_onnx_model(path)
+    source = _imports(request).onnx_file(Path(str(request.model)))
+    imported = source.imported()
     binding = bind_dims(imported.graph, request.batch, request.dims)
-    if binding.bound and _unknown_shapes(imported.graph):
-        # Concrete input dims can let shape inference finish what the symbolic one could not.
-        retry = import_onnx_model(path, input_dims=binding.bound)
-        if _unknown_shapes(retry.graph) < _unknown_shapes(imported.graph):
-            fixed = ", ".join(f"{k}={v}" for k, v in binding.bound.items())
-            imported = replace(retry, warnings=(
-                *retry.warnings, f"shapes were inferred with the bound dims fixed: {fixed}"))
+    if binding.bound and not sizes_follow_dims(imported.graph):
+        imported = _with_dims_fixed(source, imported, binding)
     if request.training is None:
         return imported, binding
     from graphmem.training.onnx_step import onnx_training_step  # an inference: not imported
@@ -231,6 +238,41 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     step = onnx_training_step(imported.graph, binding, request.training)
     return replace(imported, graph=step.graph, warnings=(*imported.warnings, *step.warnings),
                    micro_batch=step.micro_batch), binding
+
+
+def _with_dims_fixed(source: OnnxFile, imported: ImportedModel, binding: DimBinding
+                     ) -> ImportedModel:
+    """Concrete input dims can let shape inference finish what the symbolic one could not.
+    First every bound dim but the batch is fixed: where that follows every size, the batch
+    stays symbolic and every probe along it (largest batch, suggestions, distributed plans)
+    binds it on this one graph. Else every bound dim is fixed too, and the import with the
+    fewest shape gaps (`shape_gaps`) is kept, the earlier on a tie; with the batch fixed,
+    each batch a probe tries is an import of its own (graphmem/pipeline/planning.py
+    `reanalyzer`)."""
+    fixed = {k: v for k, v in binding.bound.items() if k != binding.batch_dim}
+    tries: list[tuple[ImportedModel, Mapping[str, int]]] = [(imported, {})]
+    if fixed and fixed != binding.bound:
+        tries.append((source.imported(fixed), fixed))
+        if sizes_follow_dims(tries[-1][0].graph, _batch_dims(binding)):
+            return _fixed_note(*tries[-1])
+    tries.append((source.imported(binding.bound), binding.bound))
+    best, dims = min(tries, key=lambda tried: shape_gaps(tried[0].graph))
+    return _fixed_note(best, dims) if dims else best
+
+
+def _fixed_note(imported: ImportedModel, dims: Mapping[str, int]) -> ImportedModel:
+    text = ", ".join(f"{k}={v}" for k, v in dims.items())
+    return replace(imported, warnings=(
+        *imported.warnings, f"shapes were inferred with the bound dims fixed: {text}"))
+
+
+def _batch_dims(binding: DimBinding) -> frozenset[str]:
+    return frozenset({binding.batch_dim} if binding.batch_dim else ())
+
+
+def _imports(request: Request) -> ModelImports:
+    """The chain's imports (a request that did not go through `resolve`: its own)."""
+    return request.imports if request.imports is not None else ModelImports()
 
 
 def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport | None]:
@@ -245,16 +287,31 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
     training = request.training
     # a CUDA GPU named: the step as its CUDA kernels would run it (docs/cuda-trace.md)
     cuda = cuda_target(find_gpu(request.gpu)) if request.gpu else None
-    with weight_quantized(request.model, request.weights) as quantized, fine_tuned(
-            request.model, request.finetune, training.optimizer if training else None,
-            training.checkpoints if training else ()) as report:
-        imported = import_torch(request.model, request.inputs,
-                                request.label or "", training, pooled, cuda=cuda,
-                                routing=request.moe_routing)
-    notes = (*request.notes, *finetune_notes(report, request.finetune),
-             *weight_quant_note(quantized))
-    return replace(imported, notes=(*imported.notes, *notes),
-                   warnings=(*request.assumptions, *imported.warnings)), report
+
+    def trace() -> tuple[ImportedModel, FinetuneReport | None]:
+        with weight_quantized(request.model, request.weights) as quantized, fine_tuned(
+                request.model, request.finetune, training.optimizer if training else None,
+                training.checkpoints if training else ()) as report:
+            imported = import_torch(request.model, request.inputs,
+                                    request.label or "", training, pooled, cuda=cuda,
+                                    routing=request.moe_routing)
+        notes = (*request.notes, *finetune_notes(report, request.finetune),
+                 *weight_quant_note(quantized))
+        return replace(imported, notes=(*imported.notes, *notes),
+                       warnings=(*request.assumptions, *imported.warnings)), report
+
+    return _imports(request).traced(_trace_key(request), trace,
+                                    lambda made: len(made[0].graph.nodes))
+
+
+def _trace_key(request: Request) -> tuple[object, ...]:
+    """What a trace depends on: the module, the input shapes, everything traced with them."""
+    from graphmem.frontends.torch.import_step import tensor_specs
+
+    return (request.model, tuple(tensor_specs(request.inputs)),
+            request.label, request.training, request.pooled_heads, request.gpu,
+            request.moe_routing, request.finetune, request.weights, request.notes,
+            request.assumptions)
 
 
 def model_info(request: Request, imported: ImportedModel) -> ModelInfo:
@@ -325,6 +382,7 @@ def run_passes(
 def fits_on_gpus(request: Request, gpus: Sequence[GpuSpec], cuda_reserve_bytes: int | None
                  ) -> tuple[Analysis, list[GpuRow]]:
     """`graphmem gpus --fits`: the model analysed without a GPU, against each of `gpus`."""
+    request = resolve(request)  # its re-runs share the one import
     analysis = analyze(replace(request, gpu=None, plan=False))
     reserve = None
     if cuda_reserve_bytes is not None:
@@ -344,6 +402,3 @@ def _training_info(request: Request, imported: ImportedModel) -> TrainingInfo | 
         return None
     return TrainingInfo(request.training, imported.micro_batch)
 
-
-def _unknown_shapes(graph: Graph) -> int:
-    return sum(1 for node in graph.nodes for value in node.outputs if not value.shape_known)

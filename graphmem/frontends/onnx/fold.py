@@ -102,9 +102,10 @@ def _make_constant(node: onnx.NodeProto, value: np.ndarray) -> None:
 
 
 def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -> None:
-    """Put the model's own nodes back in place of the Constant nodes fold_constants made."""
+    """Put the model's own nodes back in place of the Constant nodes fold_constants made (and
+    of the nodes others changed for inference: repeat_dims.py's Expands), by output name."""
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.output and node.output[0] in replaced:
+        if node.output and node.output[0] in replaced:
             node.CopyFrom(replaced[node.output[0]])
 
 

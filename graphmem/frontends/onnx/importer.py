@@ -25,6 +25,7 @@ from graphmem.frontends.onnx.read import (
     name_dynamic_input_dims,
     read_model,
 )
+from graphmem.frontends.onnx.repeat_dims import expand_tiles
 from graphmem.frontends.onnx.shape_gaps import fill_shape_gaps
 from graphmem.frontends.onnx.value_types import write_misread_defaults
 
@@ -47,26 +48,30 @@ def load_onnx(path: str | Path) -> Graph:
     return import_onnx(path).graph
 
 
-def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None) -> OnnxImport:
-    """Import a model; `input_dims` fixes named input dims before shape inference.
+def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None,
+                source: onnx.ModelProto | None = None) -> OnnxImport:
+    """Import a model; `input_dims` fixes named input dims before shape inference; `source`:
+    the file as an earlier import of it read it (`OnnxImport.source`), not read again.
 
     Fixing dims is the fallback for models whose symbolic inference fails: with concrete
     input shapes, onnx's own inference can finish the job.
     """
     with collector_paused():  # a bulk build: graphmem/core/collector.py
-        return _import(Path(path), input_dims)
+        return _import(Path(path), input_dims, source)
 
 
-def _import(path: Path, input_dims: Mapping[str, int] | None) -> OnnxImport:
-    model = read_model(path)
-    source = onnx.ModelProto()
-    source.CopyFrom(model)  # the steps below rename dims and fold in place
+def _import(path: Path, input_dims: Mapping[str, int] | None,
+            source: onnx.ModelProto | None) -> OnnxImport:
+    read = read_model(path) if source is None else source
+    model = onnx.ModelProto()
+    model.CopyFrom(read)  # the steps below rename dims and fold in place
     warnings: list[str] = []
     name_dynamic_input_dims(model.graph)
     if input_dims:
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph)  # inference sees safe names only
     folded = fold_constants(model)  # inference sees literal shape values (fold.py)
+    folded.update(expand_tiles(model))  # ... and a Tile of added axes as Expand (repeat_dims)
     write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
     inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)
@@ -74,4 +79,4 @@ def _import(path: Path, input_dims: Mapping[str, int] | None) -> OnnxImport:
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"
-    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings, source=source)
+    return OnnxImport(graph=graph, shape_inference=engine, warnings=warnings, source=read)

@@ -40,11 +40,19 @@ from graphmem.frontends.onnx.ort_engine import (
     static_value_infos,
     sympy_for_engine,
 )
-from graphmem.frontends.onnx.seq_dims import SeqDims, is_expression, sequence_dims
+from graphmem.frontends.onnx.repeat_dims import reshape_dims
+from graphmem.frontends.onnx.seq_dims import (
+    SeqDims,
+    for_onnx_pass,
+    is_expression,
+    kept_dims,
+    sequence_dims,
+)
 from graphmem.frontends.onnx.value_types import (
     MAX_VALUE_ELEMENTS,
     fully_known,
     fully_known_names,
+    initializer_types,
     known_dims,
     small_value,
     typed_by_onnx,
@@ -92,19 +100,21 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
 
 def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
                  folded: dict[str, onnx.NodeProto]) -> onnx.ModelProto:
-    """onnx's inference again where the first pass's dims let more of the graph be known:
-    shape arithmetic on dims that are numbers folded (fold.py), and slices along known axes
-    given the dims they keep (`_kept_slice_dims`), positions and rotary slices given the
-    lengths onnxruntime's rules compute (seq_dims.py); the first pass where none applies."""
+    """onnx's inference again where the first pass's dims let more be known: shape arithmetic
+    on dims that are numbers folded (fold.py), slices along known axes given the dims they keep
+    (`_kept_slice_dims`), positions, rotary slices and what they broadcast against given the
+    lengths onnxruntime's rules compute (seq_dims.py), reshapes whose -1 divides out exactly
+    (repeat_dims.py); the first pass where none applies."""
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
     seq = SeqDims(model.graph, _types_of(first.graph))
     slices = _kept_slice_dims(model.graph, first.graph, seq)
     slices.extend(sequence_dims(model.graph, first.graph, seq))
+    slices.extend(reshape_dims(model.graph, first.graph))
     if not refolded and not slices:
         return first
     copy = _without_value_info(model)
-    copy.graph.value_info.extend(slices)
+    copy.graph.value_info.extend(for_onnx_pass(model.graph, slices))
     second = _onnx_inference(copy, [])
     return second if second is not None else first
 
@@ -127,17 +137,17 @@ def _types_of(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
 def _kept_slice_dims(model_graph: onnx.GraphProto, inferred: onnx.GraphProto,
                      seq: SeqDims) -> list[onnx.ValueInfoProto]:
     """For each Slice whose output onnx left unknown, with constant `axes` and an input of
-    known rank: its output typed with the input's dims on the axes it does not slice (a
-    Slice keeps them, by definition), the sliced ones unknown. onnx's Slice rule gives up on
-    every dim when an end is computed (`table[:seq]`), and with it everything downstream;
-    with the kept dims, onnx follows the rest and onnxruntime's rules need only the slice.
-    A rotary table's `table[:seq]` gets its sliced dim too (`SeqDims.slice_dim`)."""
+    known rank (a value, or an initializer: a table written as one): its output typed with the
+    input's dims on the axes it does not slice, the sliced ones unknown. onnx's Slice rule gives
+    up on every dim when an end is computed (`table[:seq]`), and on all that follows; a rotary
+    table's `table[:seq]` gets its sliced dim too (`SeqDims.slice_dim`)."""
     types = _types_of(inferred)
     slices = [node for node in model_graph.node
               if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
               and len(node.input) >= 4 and not fully_known(types.get(node.output[0]))]
     if not slices:
         return []
+    types.update(initializer_types(model_graph, {node.input[0] for node in slices}))
     # only the axes of these slices are read: a decoder has thousands of other constants
     constants = _constant_ints(model_graph, {node.input[3] for node in slices})
     result = []
@@ -146,7 +156,7 @@ def _kept_slice_dims(model_graph: onnx.GraphProto, inferred: onnx.GraphProto,
         axes = constants.get(node.input[3])
         if source is None or axes is None:
             continue
-        kept = _kept_dims(source, axes)
+        kept = kept_dims(source, axes)
         if kept is not None:
             result.append(kept)
             kept.name = node.output[0]
@@ -161,30 +171,12 @@ def _sliced_dim(kept: onnx.ValueInfoProto, node: onnx.NodeProto,
     dims = source.type.tensor_type.shape.dim
     if len(axes) != 1:
         return
-    axis = axes[0] % len(dims)  # in range: _kept_dims checked it
+    axis = axes[0] % len(dims)  # in range: kept_dims checked it
     if not dims[axis].HasField("dim_value"):
         return
     name = seq.slice_dim(node, dims[axis].dim_value)
     if name is not None:
         kept.type.tensor_type.shape.dim[axis].dim_param = name
-
-
-def _kept_dims(source: onnx.ValueInfoProto, axes: list[int]) -> onnx.ValueInfoProto | None:
-    tensor_type = source.type.tensor_type
-    if source.type.WhichOneof("value") != "tensor_type" or not tensor_type.HasField("shape"):
-        return None
-    rank = len(tensor_type.shape.dim)
-    sliced = {a + rank if a < 0 else a for a in axes}
-    if len(sliced) != len(axes) or not all(0 <= a < rank for a in sliced):
-        return None  # a repeated or out-of-range axis: a broken model, left to the engines
-    kept = onnx.ValueInfoProto()
-    kept.type.tensor_type.elem_type = tensor_type.elem_type
-    shape = kept.type.tensor_type.shape
-    for axis, dim in enumerate(tensor_type.shape.dim):
-        copy = shape.dim.add()
-        if axis not in sliced:
-            copy.CopyFrom(dim)
-    return kept
 
 
 def _constant_ints(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, list[int]]:

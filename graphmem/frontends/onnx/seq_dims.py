@@ -2,14 +2,16 @@
 onnx's second pass so that it follows what they feed at C++ speed (infer.py's `_second_pass`).
 
 A decoder computes its positions as `Range(0, seq, 1)` and slices its rotary tables as
-`cos[:seq]` (`Slice(table, 0, seq, axes, 1)`), `seq` read from a tensor's shape (`Gather(Shape(x),
-i)` with a scalar i, possibly through integer Casts, Unsqueeze and Squeeze: the ops whose rules
-pass the value on; Identity's does not). onnx's inference has no symbolic arithmetic and types
-both lengths as unknown, and every tensor they reach with them (the rotary `cos[:seq]
-[position_ids]` takes its length from the positions). On an 80-layer Llama-3-70B graph typing
-them takes 2,092 of the 4,667 nodes onnx leaves unknown off onnxruntime's rules (about 80 us
-each; most of the rest follow a grouped-query Expand whose shape is a Where, which onnx's data
-propagation does not follow). Given the lengths those rules compute, onnx follows the rest:
+`cos[:seq]` (`Slice(table, 0, seq, axes, 1)`), `seq` read from a tensor's shape
+(`Gather(Shape(x), i)` with a scalar i as exporters write it, `Slice(Shape(x), [i], [i + 1])`
+or `Shape(x, start=i, end=i + 1)` as a graph written by hand may, possibly through integer
+Casts, Unsqueeze and Squeeze: the ops whose rules pass the value on; Identity's does not).
+onnx's inference has no symbolic arithmetic and types both lengths as unknown, and every tensor
+they reach with them (the rotary `cos[:seq][position_ids]` takes its length from the
+positions). On an 80-layer Llama-3-70B graph typing them takes 2,092 of the 4,667 nodes onnx
+leaves unknown off onnxruntime's rules (about 80 us each; most of the rest follow a grouped-
+query Expand whose shape is a Where, which onnx's data propagation does not follow). Given the
+lengths those rules compute, onnx follows the rest:
 
 - Range: the rules compute `Max(ceiling((limit - start) / delta), 0)`; with start 0, delta 1
   and limit the symbol `s` of a declared input dim (a nonnegative integer symbol to sympy)
@@ -29,10 +31,12 @@ not name after a declared input dim) is left to the rules, as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import onnx
 from onnx import numpy_helper
+
+from graphmem.frontends.onnx.value_types import dim_known
 
 # Ops whose rules pass a value on (`_pass_on_sympy_data`) from Gather(Shape(x), i) to an end
 # or a limit (Identity's rule passes only the type: the rules name its output afresh)
@@ -69,23 +73,40 @@ class SeqDims:
         return None if end is None else f"Min({length}, {end})"
 
     def declared_dim(self, name: str) -> str | None:
-        """The declared dim name `s` a scalar (or one-element) value equals: Gather(Shape(x),
-        i) through pass-through ops, x's dim i named `s` by onnx's inference."""
+        """The declared dim name `s` a scalar (or one-element) value equals: x's dim i named
+        `s` by onnx's inference, read as Gather(Shape(x), i), Slice(Shape(x), [i], [i + 1]) or
+        Shape(x, start=i, end=i + 1), through pass-through ops. However a graph writes it (an
+        exporter's Gather, a hand-written Slice), the rules compute the same symbol."""
         node = self._producer.get(name)
         while node is not None and node.domain in ("", "ai.onnx") \
                 and node.op_type in _PASS_THROUGH and node.input:
             if node.op_type == "Cast" and not _casts_to_integer(node):
                 return None
             node = self._producer.get(node.input[0])
-        if node is None or node.op_type != "Gather" or len(node.input) != 2 \
-                or any(a.name == "axis" and a.i != 0 for a in node.attribute):
+        if node is None or node.domain not in ("", "ai.onnx"):
             return None
-        index = self.constant(node.input[1], scalar=True)
-        shape = self._producer.get(node.input[0])
-        if index is None or shape is None or shape.op_type != "Shape" \
-                or shape.attribute or shape.domain not in ("", "ai.onnx"):
-            return None  # Shape's start/end attributes would move the index: not followed
-        return self._dim_name(shape.input[0], index[0])
+        if node.op_type == "Shape":  # Shape(x, start=i, end=i + 1): one dim
+            start, end = _shape_range(node)
+            return self._dim_name(node.input[0], start) if start >= 0 and end == start + 1 \
+                else None
+        if node.op_type == "Gather" and len(node.input) == 2 \
+                and not any(a.name == "axis" and a.i != 0 for a in node.attribute):
+            index = self.constant(node.input[1], scalar=True)
+        elif node.op_type == "Slice" and _slices_one(node, self.constant):
+            index = self.constant(node.input[1])
+        else:
+            return None
+        return None if index is None else self._shape_element(node.input[0], index[0])
+
+    def _shape_element(self, name: str, index: int) -> str | None:
+        """The declared dim that element `index` of the shape vector `name` is, if any."""
+        shape = self._producer.get(name)
+        if shape is None or shape.op_type != "Shape" or shape.domain not in ("", "ai.onnx"):
+            return None
+        start, end = _shape_range(shape)
+        if start < 0 or (end is not None and end < 0) or (index < 0 and shape.attribute):
+            return None  # negative bounds count from a rank only the engines check
+        return self._dim_name(shape.input[0], start + index)
 
     def _dim_name(self, name: str, index: int) -> str | None:
         info = self._types.get(name)
@@ -138,10 +159,97 @@ def sequence_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
     return result
 
 
+# elementwise ops whose output is the broadcast of their inputs
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def for_onnx_pass(graph: onnx.GraphProto,
+                  typed: list[onnx.ValueInfoProto]) -> list[onnx.ValueInfoProto]:
+    """`typed` as onnx's next pass is given them: a rotary slice's `Min(n, s)` written `s`
+    where an Add, Sub, Mul or Div reads the slice. A table cut to the sequence and applied to
+    the sequence without positions gathered from it (a hand-written rotary embedding: `x *
+    cos[:seq]`) broadcasts `Min(n, s)` against `s`: the model runs only where the two are
+    equal, which onnx cannot know, so it types the product, and all that follows (a decoder's
+    every later layer), unknown. onnxruntime's rules merge the two into `s` at the broadcast,
+    the slice included; typed `s`, onnx follows it in the same pass. A slice read otherwise
+    (an exporter's `cos[:seq][positions]`) keeps `Min(n, s)`."""
+    broadcast = {name for node in graph.node if node.op_type in _BROADCASTING
+                 and node.domain in ("", "ai.onnx") for name in node.input}
+    result = []
+    for info in typed:
+        dims = info.type.tensor_type.shape.dim
+        if info.name in broadcast and any(_min_symbol(d.dim_param) for d in dims):
+            info = _copy(info)
+            for dim in info.type.tensor_type.shape.dim:
+                symbol = _min_symbol(dim.dim_param)
+                if symbol:
+                    dim.dim_param = symbol
+        result.append(info)
+    return result
+
+
+def _min_symbol(name: str) -> str | None:
+    """`s` for `Min(n, s)` (SeqDims.slice_dim's name), else None."""
+    if not name.startswith("Min("):
+        return None
+    literal, comma, rest = name[len("Min("):].partition(", ")
+    return rest[:-1] if comma and literal.isdigit() and rest.endswith(")") else None
+
+
+def _copy(info: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(info)
+    return copy
+
+
 def is_expression(dim: onnx.TensorShapeProto.Dimension) -> bool:
     """A dim named by an expression (`Min(n, s)` above), not by a symbol."""
     return dim.WhichOneof("value") == "dim_param" and not dim.dim_param.isidentifier()
 
 
+def _shape_range(node: onnx.NodeProto) -> tuple[int, int | None]:
+    """Shape's `start` and `end` attributes (opset 15): the dims it gives, x.shape[start:end]."""
+    start, end = 0, None
+    for attribute in node.attribute:
+        if attribute.name == "start":
+            start = attribute.i
+        elif attribute.name == "end":
+            end = attribute.i
+    return start, end
+
+
+def _slices_one(node: onnx.NodeProto, constant: Callable[[str], list[int] | None]) -> bool:
+    """Slice(v, [i], [i + 1]) of a vector, axes [0] and steps [1] where given: element i as a
+    one-element vector (i >= 0)."""
+    if len(node.input) < 3:
+        return False
+    starts, ends = constant(node.input[1]), constant(node.input[2])
+    optional = [constant(name) for name in node.input[3:5] if name]
+    return (starts is not None and ends is not None and starts[0] >= 0
+            and ends[0] == starts[0] + 1 and all(value == [0] if i == 0 else value == [1]
+                                                 for i, value in enumerate(optional)))
+
+
 def _casts_to_integer(node: onnx.NodeProto) -> bool:
     return any(a.name == "to" and a.i in _INTEGER_TYPES for a in node.attribute)
+
+
+def kept_dims(source: onnx.ValueInfoProto, axes: list[int]) -> onnx.ValueInfoProto | None:
+    """`source`'s type with the dims on `axes` cleared: what a Slice along them keeps. A dim
+    onnx's first pass did not know (`unk__N`) is left unset too: written down, that name would
+    stand in the next pass for the dim it may then know (a later layer of a decoder)."""
+    tensor_type = source.type.tensor_type
+    if source.type.WhichOneof("value") != "tensor_type" or not tensor_type.HasField("shape"):
+        return None
+    rank = len(tensor_type.shape.dim)
+    sliced = {a + rank if a < 0 else a for a in axes}
+    if len(sliced) != len(axes) or not all(0 <= a < rank for a in sliced):
+        return None  # a repeated or out-of-range axis: a broken model, left to the engines
+    kept = onnx.ValueInfoProto()
+    kept.type.tensor_type.elem_type = tensor_type.elem_type
+    shape = kept.type.tensor_type.shape
+    for axis, dim in enumerate(tensor_type.shape.dim):
+        copy = shape.dim.add()
+        if axis not in sliced and dim_known(dim):
+            copy.CopyFrom(dim)
+    return kept

@@ -65,6 +65,13 @@ def small_value(info: onnx.ValueInfoProto | None) -> bool:
     return count <= MAX_VALUE_ELEMENTS
 
 
+def initializer_types(graph: onnx.GraphProto, names: set[str]) -> dict[str, onnx.ValueInfoProto]:
+    """The types of the initializers of `graph` named in `names`: onnx's inference writes no
+    value info for an initializer (a table written as one, not as a Constant node)."""
+    return {t.name: onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+            for t in graph.initializer if t.name in names}
+
+
 def known_dims(info: onnx.ValueInfoProto) -> int:
     """How much of a shape is known: -1 without a rank, else the count of known dims."""
     tensor_type = info.type.tensor_type

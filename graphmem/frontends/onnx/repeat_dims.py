@@ -1,0 +1,145 @@
+"""Grouped-query attention written with Tile and Reshape, followed by onnx's inference.
+
+A graph written by hand repeats each key/value head by `Tile` on an axis it has just added
+(`Unsqueeze`) and folds the copies in with `Reshape(x, [0, heads, -1, head_dim])` (the
+exporters use Expand and a computed shape). onnx's Tile rule leaves every symbolic dim unknown,
+even where its repeat is 1, and its Reshape rule has no symbolic arithmetic for the -1, so all
+that follows (the residual stream: every later layer of a decoder) came out unknown and went to
+onnxruntime's rules at about 80 us a node. Two structural facts give onnx the shapes:
+
+- a Tile whose every repeated axis was added by the Unsqueeze before it (size 1) is an Expand
+  by the same repeats, which onnx follows; the copy inference runs on has the Expand, and the
+  graph keeps its Tile (`expand_tiles`, restored as fold.py's folded nodes are);
+- a Reshape with a constant target: 0 copies the input's dim (allowzero unset), a positive
+  entry is itself, and the -1 is the input's size over the rest where that quotient is a number
+  or a single dim of the input, each dim name an atom (`reshape_dims`, for the second pass).
+
+These are the shapes onnxruntime's rules compute for the same nodes (the quotient is sympy's
+exact division); anything else is left to the engines.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+from onnx import helper, numpy_helper
+
+from graphmem.frontends.onnx.value_types import fully_known
+
+Dim = int | str
+_MAX_TARGET = 16  # entries of a reshape target or repeats vector read
+
+
+def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    """Turn each Tile of `model` whose repeated axes an Unsqueeze just added into an Expand by
+    the same repeats, in place; returns the Tiles by their output's name (for restore)."""
+    graph = model.graph
+    producer = {name: node for node in graph.node for name in node.output}
+    constants = _int_constants(graph)
+    replaced: dict[str, onnx.NodeProto] = {}
+    for node in graph.node:
+        if node.op_type != "Tile" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        repeats = constants.get(node.input[1])
+        added = _unsqueezed_axes(producer.get(node.input[0]), constants)
+        if repeats is None or added is None or any(r < 1 for r in repeats):
+            continue
+        if all(axis in added for axis, r in enumerate(repeats) if r != 1):
+            original = onnx.NodeProto()
+            original.CopyFrom(node)
+            replaced[node.output[0]] = original
+            node.op_type = "Expand"
+    return replaced
+
+
+def _unsqueezed_axes(node: onnx.NodeProto | None,
+                     constants: dict[str, list[int]]) -> set[int] | None:
+    """The axes an Unsqueeze adds (nonnegative, from its input or attribute), else None."""
+    if node is None or node.op_type != "Unsqueeze" or node.domain not in ("", "ai.onnx"):
+        return None
+    axes = constants.get(node.input[1]) if len(node.input) > 1 else next(
+        (list(a.ints) for a in node.attribute if a.name == "axes"), None)
+    return set(axes) if axes is not None and all(a >= 0 for a in axes) else None
+
+
+def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """Each Reshape output onnx left unknown whose input it typed, typed by the rule above."""
+    types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
+    nodes = [n for n in graph.node if n.op_type == "Reshape" and n.domain in ("", "ai.onnx")
+             and len(n.input) == 2 and not fully_known(types.get(n.output[0]))
+             and fully_known(types.get(n.input[0]))]
+    if not nodes:
+        return []
+    constants = _int_constants(graph, {n.input[1] for n in nodes})
+    typed = []
+    for node in nodes:
+        source, target = types[node.input[0]], constants.get(node.input[1])
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
+                for d in source.type.tensor_type.shape.dim]
+        shape = _reshaped(node, dims, target) if target is not None else None
+        if shape is not None:
+            typed.append(helper.make_tensor_value_info(
+                node.output[0], source.type.tensor_type.elem_type, shape))
+    return typed
+
+
+def _reshaped(node: onnx.NodeProto, dims: list[Dim], target: list[int]) -> list[Dim] | None:
+    if any(a.name == "allowzero" and a.i for a in node.attribute) or target.count(-1) != 1:
+        return None
+    shape: list[Dim] = []
+    for axis, entry in enumerate(target):
+        if entry == 0 and axis < len(dims):
+            shape.append(dims[axis])
+        elif entry > 0 or entry == -1:
+            shape.append(entry)
+        else:
+            return None
+    quotient = _divided(dims, [d for d in shape if d != -1])
+    if quotient is None:
+        return None
+    shape[shape.index(-1)] = quotient
+    return shape
+
+
+def _divided(numerator: list[Dim], denominator: list[Dim]) -> Dim | None:
+    """prod(numerator) / prod(denominator) where it is a number or one dim name, else None."""
+    (top, names), (bottom, cancelled) = _product(numerator), _product(denominator)
+    if bottom == 0 or top % bottom or cancelled - names:
+        return None
+    left = names - cancelled
+    if not left:
+        return top // bottom
+    if top == bottom and left.total() == 1:
+        return next(iter(left))
+    return None
+
+
+def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
+    number, names = 1, Counter[str]()
+    for dim in dims:
+        if isinstance(dim, int):
+            number *= dim
+        else:
+            names[dim] += 1
+    return number, names
+
+
+def _int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
+                   ) -> dict[str, list[int]]:
+    """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given)."""
+    tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
+    tensors.extend((n.output[0], a.t) for n in graph.node
+                   if n.op_type == "Constant" and n.output
+                   and (wanted is None or n.output[0] in wanted)
+                   for a in n.attribute if a.name == "value")
+    values: dict[str, list[int]] = {}
+    for name, tensor in tensors:
+        if tensor.data_type == onnx.TensorProto.INT64 and len(tensor.dims) == 1 \
+                and tensor.dims[0] <= _MAX_TARGET \
+                and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                values[name] = [int(v) for v in numpy_helper.to_array(tensor)]
+            except ValueError:  # data of the wrong size: the engines will say so
+                continue
+    return values
