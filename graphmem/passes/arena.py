@@ -19,10 +19,13 @@ liveness conventions (a graph output lives to the end).
 The best fit depends on the buffers a lifetime meets only through the union of their offset
 ranges, so the search keeps those unions, not lists of buffers (`_OccupancyIndex`): a segment
 tree over the steps whose nodes hold the union of the buffers covering them and of the buffers
-starting under them. A placement reads O(log steps) unions of a few runs each, where listing
-every buffer it meets was quadratic in a wide graph (10^5 graph outputs live together: each
-met all the others). The plan is the same buffer for buffer: tests/test_arena_reference.py
-checks it against the definition above, computed the slow way.
+starting under them. A placement reads O(log steps) unions, each as long as the number of
+separate runs it holds (few: long stretches of steps fill up, short ones hold few buffers),
+where listing every buffer it meets was quadratic in a wide graph (10^5 graph outputs live
+together: each met all the others). Memory split into many runs across one lifetime (tiny
+buffers at a large alignment) is still read run by run. The plan is the same buffer for
+buffer: tests/test_arena_reference.py checks it against the definition above, computed the
+slow way.
 """
 
 from __future__ import annotations
