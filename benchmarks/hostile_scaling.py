@@ -30,6 +30,8 @@ COUNTS = {
     "sum-inputs": "inputs of one Sum",
     "concat-inputs": "inputs of one Concat",
     "split-outputs": "outputs of one Split",
+    "inputs": "graph inputs, each added by a node of its own",
+    "if-arms": "If nodes in a chain (two arms each)",
     "nested-functions": "function calls nested",
     "cos-with-if": "int64 ConstantOfShape elements (x10^4), beside an If",
     "doc-string": "doc string bytes (x10^3)",

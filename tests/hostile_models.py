@@ -206,6 +206,26 @@ def wide_split(count: int) -> onnx.ModelProto:
     return model([node], [info("x", ("batch", count))], outputs)
 
 
+def wide_inputs(count: int) -> onnx.ModelProto:
+    """`count` graph inputs, each added to the running sum by a node of its own."""
+    nodes = [helper.make_node("Add", ["x0" if i == 1 else f"s{i - 1}", f"x{i}"], [f"s{i}"])
+             for i in range(1, count)]
+    return model(nodes, [info(f"x{i}") for i in range(count)], [info(f"s{count - 1}", None)])
+
+
+def wide_if(count: int) -> onnx.ModelProto:
+    """`count` If nodes in a chain (2 x `count` arms), each arm reading the outer value."""
+    def arm(kind: str, source: str, index: int) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(kind, [source], [f"a{index}"])],
+                                 f"{kind}{index}", [], [info(f"a{index}", None)])
+
+    nodes = [helper.make_node("If", ["cond"], [f"t{i}"],
+                              then_branch=arm("Relu", "x" if i == 0 else f"t{i - 1}", i),
+                              else_branch=arm("Neg", "x" if i == 0 else f"t{i - 1}", i))
+             for i in range(count)]
+    return model(nodes, [info("x"), _cond()], [info(f"t{count - 1}", None)])
+
+
 # ----- 12: control flow verify runs -------------------------------------------------------------
 def _loop_body(extra: Sequence[onnx.NodeProto] = (), carried: bool = True
                ) -> onnx.GraphProto:
@@ -270,6 +290,8 @@ BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
     "sum-inputs": wide_sum,
     "concat-inputs": wide_concat,
     "split-outputs": wide_split,
+    "inputs": wide_inputs,
+    "if-arms": wide_if,
     "loop-trips": loop_trips,
     "loop-forever": loop_forever,
     "loop-growing-scan": loop_growing_scan,

@@ -13,17 +13,21 @@ from pathlib import Path
 
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.lean_read import read_lean_model_bytes
 from graphmem.frontends.onnx.limits import (
+    MAX_BODIES,
     MAX_LOCAL_FUNCTIONS,
     MAX_LOOP_TRIPS,
     MAX_NESTING_DEPTH,
+    MAX_SESSION_INPUTS,
     MAX_SESSION_OUTPUTS,
     check_loop_trips,
     check_nesting,
     largest_fold,
+    session_outputs_refusal,
 )
 from tests import hostile_models as hostile
 from tests.helpers.hostile_run import Outcome, run_cli
@@ -204,7 +208,8 @@ def test_forty_million_unknown_fields(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("build", "count"), [
     ("outputs", 10**4), ("functions", 3 * 10**3), ("sum-inputs", 10**4),
-    ("concat-inputs", 10**4), ("split-outputs", 10**4)])
+    ("concat-inputs", 10**4), ("split-outputs", 10**4), ("inputs", 10**4),
+    ("if-arms", 2 * 10**3)])
 def test_wide_graphs_analyse_within_the_contract(tmp_path: Path, build: str,
                                                  count: int) -> None:
     _save(tmp_path, hostile.BUILDERS[build](count))
@@ -224,3 +229,30 @@ def test_verify_refuses_more_outputs_than_onnxruntime_sets_up_in_time(tmp_path: 
     outcome = run_cli(tmp_path, "verify", MODEL, "--batch", "2")
     assert not broken_promises(outcome, frozenset({2}))
     assert "2,049 graph outputs" in outcome.err
+
+
+def test_more_inputs_than_onnxruntime_sets_up_in_time_are_not_handed_to_it() -> None:
+    assert session_outputs_refusal(hostile.wide_inputs(MAX_SESSION_INPUTS)) is None
+    wide = hostile.wide_inputs(MAX_SESSION_INPUTS + 1)
+    refusal = session_outputs_refusal(wide)
+    assert refusal is not None and "2,049 graph inputs, above the 2,048" in refusal
+    # initializers an older IR version lists among the inputs are not fed: not counted
+    listed = hostile.wide_inputs(MAX_SESSION_INPUTS)
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [1], [1.0])
+    listed.graph.initializer.append(weight)
+    listed.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [1]))
+    assert session_outputs_refusal(listed) is None
+
+
+def test_more_control_flow_bodies_than_onnx_infers_in_time_are_refused() -> None:
+    check_nesting(hostile.wide_if(MAX_BODIES // 2))  # two arms an If
+    with pytest.raises(GraphmemError, match=r"4,098 control-flow bodies \(If arms, Loop and"
+                                            r" Scan bodies\), above graphmem's limit of 4,096"):
+        check_nesting(hostile.wide_if(MAX_BODIES // 2 + 1))
+    # bodies inside bodies count too: one If whose arms each hold 1,024 If nodes (2 + 2 x 2,048)
+    inner = hostile.wide_if(MAX_BODIES // 4).graph
+    nested = hostile.model([helper.make_node("If", ["cond"], ["y"], then_branch=inner,
+                                             else_branch=inner)],
+                           [hostile.info("x"), hostile._cond()], [hostile.info("y", None)])
+    with pytest.raises(GraphmemError, match="4,098 control-flow bodies"):
+        check_nesting(nested)

@@ -143,17 +143,28 @@ def test_a_bound_graph_is_swept_as_numbers_with_the_polynomial_sweeps_answer(
     assert sweep.profile((start[0] + seq,)) == sweep.profile((start[0] + seq,), one_group)
 
 
-def test_the_interval_index_finds_exactly_the_intersecting_intervals() -> None:
+def _covered(ranges: list[tuple[int, int]]) -> set[int]:
+    return {byte for offset, end in ranges for byte in range(offset, end)}
+
+
+def test_the_occupancy_index_holds_exactly_the_intersecting_buffers_offsets() -> None:
+    # the union of what meeting() returns is the union of the [offset, end) of exactly the
+    # buffers whose lifetimes intersect the query: bytes compared one by one
     rng = random.Random(11)
     for steps in (1, 5, 64, 300):
-        index = arena._IntervalIndex(steps)
-        spans: list[tuple[int, int]] = []
-        for item in range(150):
+        index = arena._OccupancyIndex(steps)
+        placed: list[tuple[int, int, int, int]] = []  # first, last, offset, end
+        for _ in range(150):
             first = rng.randrange(steps)
-            long = rng.random() < 0.2  # lifetimes over several blocks too
+            long = rng.random() < 0.2  # lifetimes over many tree levels too
             last = min(steps - 1, first + rng.randrange(steps if long else 4))
-            met = index.overlapping(first, last)
-            expected = [i for i, (a, b) in enumerate(spans) if a <= last and b >= first]
-            assert sorted(met) == expected
-            index.add(item, first, last)
-            spans.append((first, last))
+            unions = index.meeting(first, last)
+            # each union: boundaries strictly rising (runs sorted, apart, touching ones joined)
+            assert all(u[i] < u[i + 1] for u in unions for i in range(len(u) - 1))
+            found = _covered([(u[i], u[i + 1]) for u in unions for i in range(0, len(u), 2)])
+            expected = _covered([(o, e) for a, b, o, e in placed if a <= last and b >= first])
+            assert found == expected
+            offset = rng.randrange(400)
+            end = offset + rng.randint(1, 40)
+            index.add(first, last, offset, end)
+            placed.append((first, last, offset, end))

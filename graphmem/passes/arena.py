@@ -16,15 +16,22 @@ reported as (arena - live activation peak) / arena. The no-reuse sum (every acti
 memory) is the other extreme. Lifetimes are inclusive step ranges in the given order, the
 liveness conventions (a graph output lives to the end).
 
-Finding the intersecting buffers uses a segment tree over the steps (a stabbing query for the
-buffers live when this one starts) and lists of starts per step and per block of steps (those
-that start during it), so a placement costs O(log steps + its lifetime / block + buffers it
-meets), not O(all buffers).
+The best fit depends on the buffers a lifetime meets only through the union of their offset
+ranges, so the search keeps those unions, not lists of buffers (`_OccupancyIndex`): a segment
+tree over the steps whose nodes hold the union of the buffers covering them and of the buffers
+starting under them. A placement reads O(log steps) unions, each as long as the number of
+separate runs it holds (few: long stretches of steps fill up, short ones hold few buffers),
+where listing every buffer it meets was quadratic in a wide graph (10^5 graph outputs live
+together: each met all the others). Memory split into many runs across one lifetime (tiny
+buffers at a large alignment) is still read run by run. The plan is the same buffer for
+buffer: tests/test_arena_reference.py checks it against the definition above, computed the
+slow way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,25 +87,15 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     steps = max(len(order), 1)
     offsets = [0] * len(sizes)
     ends = [0] * len(sizes)  # offset + size of each placed buffer
-    bounds = [(0, 0)] * len(sizes)  # (offset, end) of each placed buffer, for the best fit
-    index = _IntervalIndex(steps)
+    index = _OccupancyIndex(steps)
     ranked = sorted((b for b in range(len(sizes)) if sizes[b] > 0),
                     key=lambda b: (-sizes[b], spans[b][0], b))
-    placed_offsets = np.zeros(len(sizes), dtype=np.int64)
-    placed_ends = np.zeros(len(sizes), dtype=np.int64)
     for buffer in ranked:
         first, last = spans[buffer]
-        met = index.overlapping(first, last)
         size = sizes[buffer]
-        if len(met) < _VECTORIZE_FROM:
-            offset = _best_fit(sorted(map(bounds.__getitem__, met)), size, alignment)
-        else:
-            ids = np.array(met, dtype=np.int64)
-            offset = _best_fit_vectorized(placed_offsets[ids], placed_ends[ids], size, alignment)
+        offset = _best_fit_among(index.meeting(first, last), size, alignment)
         offsets[buffer], ends[buffer] = offset, offset + size
-        bounds[buffer] = (offset, offset + size)
-        placed_offsets[buffer], placed_ends[buffer] = offset, offset + size
-        index.add(buffer, first, last)
+        index.add(first, last, offset, offset + size)
     placements = tuple(
         Placement(name, offsets[b], sizes[b], spans[b][0], spans[b][1])
         for b, name in enumerate(model.buffer_names)
@@ -112,14 +109,25 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     )
 
 
-def _best_fit(placed: list[tuple[int, int]], size: int, alignment: int) -> int:
+def _best_fit_among(unions: list[list[int]], size: int, alignment: int) -> int:
+    """The best fit against the joint union of `unions` (boundary lists, `_OccupancyIndex`)."""
+    bounds = unions[0] if len(unions) == 1 else [b for union in unions for b in union]
+    if len(bounds) >= 2 * _VECTORIZE_FROM:
+        runs = np.array(bounds, dtype=np.int64)
+        return _best_fit_vectorized(runs[::2], runs[1::2], size, alignment)
+    pairs = zip(bounds[::2], bounds[1::2], strict=True)  # (offset, end) of each run
+    # one union's runs are in offset order already; several unions' runs overlap
+    return _best_fit(pairs if len(unions) == 1 else sorted(pairs), size, alignment)
+
+
+def _best_fit(placed: Iterable[tuple[int, int]], size: int, alignment: int) -> int:
     """The start of the smallest gap between `placed` (sorted by offset) that fits `size`."""
     if alignment == 1:
         return _best_fit_unaligned(placed, size)
     return _best_fit_aligned(placed, size, alignment)
 
 
-def _best_fit_aligned(placed: list[tuple[int, int]], size: int, alignment: int) -> int:
+def _best_fit_aligned(placed: Iterable[tuple[int, int]], size: int, alignment: int) -> int:
     best_offset, best_gap = -1, -1
     current = 0  # end of the placed memory seen so far
     for offset, end in placed:
@@ -133,7 +141,7 @@ def _best_fit_aligned(placed: list[tuple[int, int]], size: int, alignment: int) 
     return best_offset if best_offset >= 0 else _align(current, alignment)
 
 
-def _best_fit_unaligned(placed: list[tuple[int, int]], size: int) -> int:
+def _best_fit_unaligned(placed: Iterable[tuple[int, int]], size: int) -> int:
     """`_best_fit` at alignment 1 (the default), without aligning every gap's start."""
     best_offset, best_gap = -1, -1
     current = 0
@@ -173,56 +181,83 @@ def _live_activation_peak(model: MemoryModel, order: Sequence[int], events: Step
     return max(during, default=model.resident_bytes) - model.resident_bytes
 
 
-class _IntervalIndex:
-    """Inclusive step intervals; which of them intersect a query interval.
+class _OccupancyIndex:
+    """Where placed buffers sit, as unions of offset ranges over ranges of steps.
 
-    An interval meeting [first, last] either covers `first` (a stabbing query on a segment
-    tree holding each interval in its O(log n) canonical nodes) or starts in (first, last]:
-    those are listed per start step and per block of `_BLOCK` steps, so a short query (most
-    lifetimes are a step or two) reads a few steps and a long one whole blocks.
+    The best fit depends on the placed buffers that meet a lifetime only through the union
+    of their [offset, end) ranges, so that union is all this index keeps: each union is a
+    flat sorted list of boundaries [start0, end0, start1, end1, ...] (disjoint, touching
+    ranges joined), whose length is the number of separate runs, however many buffers made
+    them. A buffer meets [first, last] when it covers `first` (a stabbing query: it is
+    joined into the unions of its O(log n) canonical segment-tree nodes, and those on the
+    path from `first`'s leaf to the root are read) or when it starts in (first, last] (it
+    is joined into the unions of every node above its start step, and the canonical nodes
+    of (first, last] are read). Unions over long stretches of steps fill up into few runs
+    and short stretches hold few buffers, so a placement reads O(log n) short lists where
+    listing the buffers it meets read each of them (all 10^5 of a graph's outputs).
     """
 
     def __init__(self, steps: int) -> None:
         self.size = 1 << max(steps - 1, 0).bit_length()
-        self.covering: list[list[int]] = [[] for _ in range(2 * self.size)]
-        self.starts: list[list[int]] = [[] for _ in range(self.size)]  # step -> items
-        self.block_starts: list[list[int]] = [[] for _ in range(self.size // _BLOCK + 1)]
+        self.covering: list[list[int] | None] = [None] * (2 * self.size)
+        self.starting: list[list[int] | None] = [None] * (2 * self.size)
 
-    def add(self, item: int, first: int, last: int) -> None:
+    def add(self, first: int, last: int, offset: int, end: int) -> None:
+        covering, starting = self.covering, self.starting
         low, high = first + self.size, last + self.size + 1
         while low < high:
             if low & 1:
-                self.covering[low].append(item)
+                covering[low] = _joined(covering[low], offset, end)
                 low += 1
             if high & 1:
                 high -= 1
-                self.covering[high].append(item)
+                covering[high] = _joined(covering[high], offset, end)
             low >>= 1
             high >>= 1
-        self.starts[first].append(item)
-        self.block_starts[first // _BLOCK].append(item)
-
-    def overlapping(self, first: int, last: int) -> list[int]:
-        found: list[int] = []
         node = first + self.size
         while node:
-            found += self.covering[node]
+            union = starting[node]
+            if union is not None and _covers(union, offset, end):
+                break  # every union above this one holds it already
+            starting[node] = _joined(union, offset, end)
             node >>= 1
-        return found + self._starting_in(first + 1, last)
 
-    def _starting_in(self, low: int, high: int) -> list[int]:
-        """Items starting at a step in [low, high]."""
-        found: list[int] = []
-        starts = self.starts
-        if high - low < 2 * _BLOCK:
-            for step in range(low, high + 1):
-                found += starts[step]
-            return found
-        whole_from, whole_to = -(-low // _BLOCK), (high + 1) // _BLOCK  # blocks inside
-        for step in range(low, whole_from * _BLOCK):
-            found += starts[step]
-        for block in range(whole_from, whole_to):
-            found += self.block_starts[block]
-        for step in range(whole_to * _BLOCK, high + 1):
-            found += starts[step]
+    def meeting(self, first: int, last: int) -> list[list[int]]:
+        """The unions (boundary lists) whose joint union is where the placed buffers meeting
+        [first, last] sit."""
+        found: list[list[int]] = []
+        covering, starting = self.covering, self.starting
+        node = first + self.size
+        while node:
+            if (union := covering[node]) is not None:
+                found.append(union)
+            node >>= 1
+        low, high = first + 1 + self.size, last + self.size + 1
+        while low < high:
+            if low & 1:
+                if (union := starting[low]) is not None:
+                    found.append(union)
+                low += 1
+            if high & 1:
+                high -= 1
+                if (union := starting[high]) is not None:
+                    found.append(union)
+            low >>= 1
+            high >>= 1
         return found
+
+
+def _joined(union: list[int] | None, offset: int, end: int) -> list[int]:
+    """`union` (a boundary list, see `_OccupancyIndex`) with [offset, end) joined in."""
+    if union is None:
+        return [offset, end]
+    low = bisect_left(union, offset)  # odd: `offset` falls in (or at the end of) a run
+    high = bisect_right(union, end, low)  # odd: `end` falls in (or at the start of) a run
+    union[low:high] = ([] if low & 1 else [offset]) + ([] if high & 1 else [end])
+    return union
+
+
+def _covers(union: list[int], offset: int, end: int) -> bool:
+    """Whether one run of `union` holds all of [offset, end)."""
+    index = bisect_right(union, offset)
+    return bool(index & 1) and union[index] >= end

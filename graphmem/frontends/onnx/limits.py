@@ -38,6 +38,12 @@ MAX_NESTING_DEPTH = 64
 # (onnx 1.23: 1,000 in 0.15 s, 3,000 in 1.1 s, 6,000 in 6.1 s, each inference of the model);
 # exporters write one per module class, a few dozen.
 MAX_LOCAL_FUNCTIONS = 4096
+# Control-flow bodies (an If's two arms, a Loop's or Scan's body), in every scope: onnx's shape
+# inference copies every outer value's type into each body it enters, so its time grows with
+# the square of their count (onnx 1.23, a chain of If nodes: 2,000 in 0.25 s, 4,000 in 1.3 s,
+# 8,000 in 5.1 s, each inference of the model, and the command runs several); exporters
+# write a few per layer.
+MAX_BODIES = 4096
 _FIX = "re-export the model with its functions inlined (onnx.inliner.inline_local_functions)"
 
 FunctionKey = tuple[str, str, str]  # domain, name, overload
@@ -52,6 +58,14 @@ def check_nesting(model: onnx.ModelProto) -> None:
             f"the model has {len(model.functions):,} local functions, above graphmem's limit of"
             f" {MAX_LOCAL_FUNCTIONS:,} (onnx's shape inference grows with the square of their"
             f" count: 6,000 took 6 s): {_FIX}")
+    bodies = _body_count([model.graph.node, *(f.node for f in model.functions)])
+    if bodies > MAX_BODIES:
+        raise GraphmemError(
+            f"the model has {bodies:,} control-flow bodies (If arms, Loop and Scan bodies),"
+            f" above graphmem's limit of {MAX_BODIES:,} (onnx's shape inference grows with"
+            " the square of their count: 16,000 took 5 s an inference): fold the control flow away"
+            " (onnxruntime's optimizer or onnx-simplifier with the inputs fixed) or split the"
+            " model")
     functions = {_function_key(f): f for f in model.functions}
     if not functions:
         return  # bodies alone: bounded by protobuf's own nesting limit
@@ -64,6 +78,18 @@ def check_nesting(model: onnx.ModelProto) -> None:
             f"the model nests function calls and control-flow bodies {depth} deep, above"
             f" graphmem's limit of {MAX_NESTING_DEPTH} (onnxruntime crashes on deep nesting):"
             f" {_FIX}")
+
+
+def _body_count(scopes: Iterable[Iterable[onnx.NodeProto]]) -> int:
+    """The control-flow bodies among the nodes of `scopes` and inside them, by an explicit
+    stack."""
+    count, pending = 0, list(scopes)
+    while pending:
+        for node in pending.pop():
+            bodies = subgraphs(node)
+            count += len(bodies)
+            pending.extend(body.node for body in bodies)
+    return count
 
 
 def _function_key(function: onnx.FunctionProto) -> FunctionKey:
@@ -204,19 +230,26 @@ def _function_scopes(function: onnx.FunctionProto) -> list[Scope]:
 # ----- what onnxruntime's session set-up is quadratic in ------------------------------------------
 # onnxruntime's session creation takes time growing with the square of the graph's outputs
 # (1.31, one thread: 2,000 outputs 1.9 s, 4,000 8.2 s, 10,000 about 50 s optimized; 0.8 s at
-# 4,000 unoptimized). Real models have a few hundred at most (a decoder's KV cache: two a layer).
+# 4,000 unoptimized) and of its inputs (a chain of Adds each reading an input of its own: 2,000
+# inputs 0.09 s, 4,000 0.24 s, 8,000 0.8 s; a Sum of 10^5 inputs took minutes). Real models have
+# a few hundred at most (a decoder's KV cache: two a layer).
 MAX_SESSION_OUTPUTS = 2048
+MAX_SESSION_INPUTS = 2048
 
 
 def session_outputs_refusal(model: onnx.ModelProto) -> str | None:
-    """Why onnxruntime should not get the model (its graph outputs above MAX_SESSION_OUTPUTS),
-    or None."""
-    count = len(model.graph.output)
-    if count <= MAX_SESSION_OUTPUTS:
-        return None
-    return (f"the model has {count:,} graph outputs, above the {MAX_SESSION_OUTPUTS:,} graphmem"
-            " hands onnxruntime (its session set-up grows with their square: 10,000 took"
-            " about 50 s)")
+    """Why onnxruntime should not get the model (its graph outputs above MAX_SESSION_OUTPUTS or
+    its fed inputs, initializers not counted as older IR versions list them, above
+    MAX_SESSION_INPUTS), or None."""
+    weights = {tensor.name for tensor in model.graph.initializer}
+    fed = sum(info.name not in weights for info in model.graph.input)
+    for kind, count, limit, example in (
+            ("outputs", len(model.graph.output), MAX_SESSION_OUTPUTS, "10,000 took about 50 s"),
+            ("inputs", fed, MAX_SESSION_INPUTS, "8,000 took 0.8 s")):
+        if count > limit:
+            return (f"the model has {count:,} graph {kind}, above the {limit:,} graphmem hands"
+                    f" onnxruntime (its session set-up grows with their square: {example})")
+    return None
 
 
 # ----- what verify would run --------------------------------------------------------------------

@@ -23,6 +23,8 @@ from typing import Any
 
 import onnx
 
+from graphmem.frontends.onnx.untrusted import subgraphs
+
 # Marks a model whose value infos are onnx's static types for its nodes' outputs (infer.py's
 # part of a graph), never an exporter's declarations. The value is a secret of this process:
 # a model file carrying the key (it is untrusted data) cannot carry the value.
@@ -164,10 +166,12 @@ def _static(info: onnx.ValueInfoProto) -> bool:
 
 
 def bounded_engine(engine_class: type) -> None:
-    """The engine class with the two bounds below: no constant built past a budget, no
-    function copied for a node that does not call it."""
+    """The engine class with the three bounds below: no constant built past a budget, no
+    function copied for a node that does not call it, no outer value for a body that does
+    not read it."""
     budget_constants(engine_class)
     called_functions_only(engine_class)
+    outer_values_read_only(engine_class)
 
 
 def budget_constants(engine_class: type[Any]) -> None:
@@ -208,6 +212,39 @@ def called_functions_only(engine_class: type) -> None:
         rule(engine, node)
 
     setattr(engine_class, _SINGLE_NODE, infer_single_node)
+
+
+def outer_values_read_only(engine_class: Any) -> None:
+    """Make the engine's inference of a control-flow body (If, Loop, Scan) carry only the outer
+    values the body reads, not every value known so far: it makes each of them an input of
+    the body's scratch graph, whose engine then walks them all, so a chain of 2,000 If nodes
+    took 89 s and 4 GB (quadratic). A value the body never names cannot change what is
+    inferred in it (new dims are named after the body's own values and nodes), and the
+    engine's test for a body output that is an outer value reads only names the body names."""
+    rule = engine_class._onnx_infer_subgraph
+
+    @wraps(rule)  # the engine's own rule stays at __wrapped__ (tests compare the two)
+    def infer_subgraph(engine: Any, node: onnx.NodeProto, subgraph: onnx.GraphProto,
+                       *args: Any, **options: Any) -> Any:
+        known = engine.known_vi_
+        engine.known_vi_ = {name: known[name] for name in _names_read(subgraph)
+                            if name in known}
+        try:
+            return rule(engine, node, subgraph, *args, **options)
+        finally:
+            engine.known_vi_ = known
+
+    engine_class._onnx_infer_subgraph = infer_subgraph
+
+
+def _names_read(graph: onnx.GraphProto) -> set[str]:
+    """Every value name `graph` and the bodies inside it read: node inputs and graph outputs."""
+    names = {info.name for info in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for body in subgraphs(node):
+            names |= _names_read(body)
+    return names
 
 
 def _called(engine: Any, node: onnx.NodeProto) -> list[onnx.FunctionProto]:
