@@ -331,7 +331,8 @@ def test_the_verdict_reads_the_most_loaded_rank(tmp_path: Path) -> None:
     top = max(row.memory.total_bytes for row in report.plan.rows)
     assert report.per_rank.total_bytes == top
     assert int(result.fit.required_bytes) == report.device_total_bytes
-    assert report.device_total_bytes == top + report.allocator_bytes + report.context_bytes
+    assert report.device_total_bytes == (top + report.allocator_bytes + report.context_bytes
+                                         + report.nccl_bytes)
     # the fewest GPUs keep T x P = 4 GPUs per data-parallel rank
     assert all(row.total_gpus % 4 == 0 for row in report.fit_by_strategy if row.total_gpus)
     # JSON and HTML show every stage and mark the most loaded

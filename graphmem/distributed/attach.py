@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from graphmem.core.ir import Graph, Role
 from graphmem.core.symbolic import SymInt
+from graphmem.distributed.comm_buffers import nccl_estimate
 from graphmem.distributed.kv_cache import (
     KvCacheReport,
     KvCacheShape,
@@ -41,14 +42,16 @@ def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig
     config.check()
     sizes = value_bytes(graph, dims)
     profile = profile_training(graph, sizes)
+    nccl = nccl_estimate(config.gpus, config.tensor_parallel, config.parallel)
     if config.parallel.is_trivial:
         fits = fit_by_strategy(profile, config, usable_bytes) if usable_bytes is not None else ()
-        return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits)
+        return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits,
+                                 nccl=nccl)
     cut = _cut(graph, sizes, profile, config)
     plan = rank_plan(profile, cut, config)
     fits = () if usable_bytes is None else fit_by_strategy(
         profile, config, usable_bytes, lambda c: rank_plan(profile, cut, c).most_loaded.memory)
-    return DistributedReport(plan.most_loaded.memory, usable_bytes, fits, plan=plan)
+    return DistributedReport(plan.most_loaded.memory, usable_bytes, fits, plan=plan, nccl=nccl)
 
 
 def most_loaded_rank(graph: Graph, dims: DimBinding, config: DistributedConfig

@@ -46,6 +46,10 @@ def distributed_memory(analysis: Analysis) -> dict[str, Any]:
         # with --gpu: the per-GPU device total the verdict (gpu.required_bytes) reads
         memory["per_rank"]["allocator_bytes"] = report.allocator_bytes
         memory["per_rank"]["context_bytes"] = report.context_bytes
+        memory["per_rank"]["nccl_bytes"] = report.nccl_bytes  # an estimate: communicators
+        memory["nccl_communicators"] = [
+            {"group": c.group, "size": c.size, "peers": c.peers, "bytes": c.nccl_bytes}
+            for c in (report.nccl.communicators if report.nccl else ())]
         memory["per_rank"]["device_total_bytes"] = report.device_total_bytes
         memory["fit_by_strategy"] = fit_json(analysis.distributed)
         if report.plan is not None:
@@ -65,6 +69,7 @@ def per_rank_json(rank: PerRankMemory) -> dict[str, Any]:
         "activations_bytes": rank.activations_bytes,
         "gathered_bytes": rank.gathered_bytes,
         "buckets_bytes": rank.buckets_bytes,
+        "ring_attention_bytes": rank.ring_attention_bytes,
         "total_bytes": rank.total_bytes,
         "model_states_bytes": rank.model_states_bytes,
         "peak_step": rank.peak_step,
