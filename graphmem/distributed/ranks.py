@@ -60,6 +60,8 @@ class RankPlan:
     experts: ExpertShard | None  # with expert parallel
     rows: tuple[RankRow, ...]
     attention_kv_bytes: int = 0  # the largest fused attention's K + V (ring attention's)
+    # with expert parallel: the busiest EP rank's routed tokens over the traced step's
+    routing_factor: Fraction = Fraction(1)
 
     @property
     def most_loaded(self) -> RankRow:
@@ -93,13 +95,16 @@ class DistributedReport:
         return self.nccl.total_bytes if self.nccl is not None else 0
 
 
-def rank_plan(profile: TrainingProfile, cut: StageCut, config: DistributedConfig) -> RankPlan:
+def rank_plan(profile: TrainingProfile, cut: StageCut, config: DistributedConfig,
+              routing_factor: Fraction = Fraction(1)) -> RankPlan:
+    """`cut`'s routed-expert activations already scaled by `routing_factor` (the busiest
+    expert-parallel rank's: graphmem/distributed/attach.py `routed_sizes`)."""
     layout = config.parallel
     experts = shard_experts(profile.parameters, cut.layers, layout.expert)
     rows = tuple(_rank_row(profile, cut, config, experts, rank)
                  for rank in range(layout.pipeline))
     return RankPlan(layout, cut.layers.prefix, cut.layers.count, cut.tied, experts, rows,
-                    cut.attention_kv_bytes)
+                    cut.attention_kv_bytes, routing_factor)
 
 
 def _rank_row(profile: TrainingProfile, cut: StageCut, config: DistributedConfig,

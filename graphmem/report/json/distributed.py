@@ -54,6 +54,10 @@ def distributed_memory(analysis: Analysis) -> dict[str, Any]:
         memory["fit_by_strategy"] = fit_json(analysis.distributed)
         if report.plan is not None:
             memory["ranks"] = ranks_json(report.plan)
+            if report.plan.experts is not None:  # the busiest expert-parallel rank
+                memory["expert_routing"] = {
+                    "routing": str(report.plan.layout.routing),
+                    "busiest_rank_factor": float(report.plan.routing_factor)}
     if analysis.kv_cache is not None:
         memory["kv_cache"] = kv_cache_json(analysis.kv_cache)
     return memory

@@ -39,7 +39,10 @@ def ranks_table(plan: RankPlan) -> Table:
     if plan.experts is not None:
         shard = plan.experts
         table.caption += (f"; routed experts: {shard.experts} per layer,"
-                         f" {shard.experts // shard.degree} per rank; the rest replicated")
+                         f" {shard.experts // shard.degree} per rank; the rest replicated;"
+                          f" --moe-routing {plan.layout.routing}: the busiest expert-parallel"
+                          f" rank's experts take {float(plan.routing_factor):g} x the traced"
+                          " step's routed tokens (its expert activations scaled by it)")
     return table
 
 
