@@ -20,7 +20,9 @@ import pytest
 from graphmem import analyze
 from graphmem.core.conventions import TrainingOptions
 from graphmem.core.ir import Graph, Phase, Role
-from graphmem.distributed.attach import distributed_report
+from graphmem.core.routing import parse_moe_routing
+from graphmem.distributed.attach import distributed_report, routed_sizes
+from graphmem.distributed.experts import busiest_rank_factor
 from graphmem.distributed.model_states import Part, profile_training
 from graphmem.distributed.parallel import (
     ParallelLayout,
@@ -298,19 +300,20 @@ def test_cli_prints_every_stage_and_gates_on_the_most_loaded(
     assert top[0]["total_bytes"] == max(r["total_bytes"] for r in ranks)
 
 
+TOY_MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+               "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+               "num_experts_per_tok": 2, "vocab_size": 100, "max_position_embeddings": 64,
+               "torch_dtype": "float32"}
+
+
 def test_expert_parallel_shards_the_routed_experts_only() -> None:
     # Mixtral at toy widths (hidden 32, FFN 64, 4 experts, 2 layers): per layer
     # gate_up_proj [4, 128, 32] + down_proj [4, 32, 64] = 16,384 + 8,192 = 24,576 expert
     # elements, 2 layers: 49,152; E = 2 keeps 2 of the 4 experts: 24,576 fewer on every
     # rank, the rest (attention, router, norms) replicated
-    moe = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
-           "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
-           "num_experts_per_tok": 2, "vocab_size": 100, "max_position_embeddings": 64,
-           "torch_dtype": "float32"}
-
     def count(expert: int) -> int:
-        result = traced(moe, seq=8, parallel=ParallelLayout(expert=expert))
+        result = traced(TOY_MIXTRAL, seq=8, parallel=ParallelLayout(expert=expert))
         plan = result.distributed.plan
         return plan.rows[0].parameter_count if plan else result.params.count
 
@@ -331,7 +334,8 @@ def test_the_verdict_reads_the_most_loaded_rank(tmp_path: Path) -> None:
     top = max(row.memory.total_bytes for row in report.plan.rows)
     assert report.per_rank.total_bytes == top
     assert int(result.fit.required_bytes) == report.device_total_bytes
-    assert report.device_total_bytes == top + report.allocator_bytes + report.context_bytes
+    assert report.device_total_bytes == (top + report.allocator_bytes + report.context_bytes
+                                         + report.nccl_bytes)
     # the fewest GPUs keep T x P = 4 GPUs per data-parallel rank
     assert all(row.total_gpus % 4 == 0 for row in report.fit_by_strategy if row.total_gpus)
     # JSON and HTML show every stage and mark the most loaded
@@ -340,3 +344,59 @@ def test_the_verdict_reads_the_most_loaded_rank(tmp_path: Path) -> None:
     result.to_html(tmp_path / "report.html")
     page = (tmp_path / "report.html").read_text()
     assert "Per pipeline rank" in page and page.count("(most loaded)") == 1
+
+
+@pytest.mark.parametrize(("routing", "tokens", "experts", "top_k", "degree", "factor"), [
+    # 8 tokens x top-2 of 4 experts, E = 2 (2 experts per rank), 16 choices per micro-batch:
+    # balanced loads 4, 4, 4, 4: rank 0 receives 2 ranks x 8 = 16 -> 16 / 16 = 1
+    ("balanced", 8, 4, 2, 2, Fraction(1)),
+    # capacity=1.5: each expert at most ceil(1.5 x 16 / 4) = 6, loads 6, 6, 4, 0:
+    # rank 0 receives 2 x 12 = 24 -> 24 / 16 = 3/2 (F)
+    ("capacity=1.5", 8, 4, 2, 2, Fraction(3, 2)),
+    # worst: loads 8, 8, 0, 0: rank 0 receives 2 x 16 = 32 -> 2 (E)
+    ("worst", 8, 4, 2, 2, Fraction(2)),
+    # 16 tokens x top-2 of 8, E = 4: capacity=1.25 caps at ceil(1.25 x 32 / 8) = 5, loads
+    # 5, 5, 5, 5, 5, 5, 2, 0: rank 0 (experts 0, 1) receives 4 x 10 = 40 -> 40 / 32 = 5/4
+    ("capacity=1.25", 16, 8, 2, 4, Fraction(5, 4)),
+])
+def test_busiest_expert_parallel_rank(routing: str, tokens: int, experts: int, top_k: int,
+                                      degree: int, factor: Fraction) -> None:
+    assert busiest_rank_factor(parse_moe_routing(routing), tokens, experts, top_k,
+                               degree) == factor
+
+
+def test_expert_parallel_activations_follow_the_routing() -> None:
+    # the toy Mixtral (4 experts, top-2) at seq 8, E = 2: the router's top-k reads 8 tokens
+    # x 2 choices; the busiest rank's factor is 1 (balanced), 3/2 (capacity=1.5), 2 (worst)
+    # as worked above, and each skew holds more expert activations on the busiest rank, its
+    # parameters unchanged
+    def plan(routing: str) -> Any:
+        return analyze(Request(TOY_MIXTRAL, batch=1, dims={"seq": 8}, plan=False,
+                               moe_routing=parse_moe_routing(routing),
+                               training=TrainingOptions(optimizer="sgd"),
+                               distributed=DistributedConfig("ddp", 1, parallel=ParallelLayout(
+                                   expert=2)))).distributed
+    balanced, capacity, worst = (plan(r) for r in ("balanced", "capacity=1.5", "worst"))
+    assert [r.plan.routing_factor for r in (balanced, capacity, worst)] == [
+        1, Fraction(3, 2), 2]
+    assert (balanced.per_rank.activations_bytes < capacity.per_rank.activations_bytes
+            < worst.per_rank.activations_bytes)
+    assert balanced.per_rank.parameters_bytes == worst.per_rank.parameters_bytes
+
+
+def test_worst_routing_doubles_every_value_the_experts_make() -> None:
+    # worst at E = 2 (factor 2, above): a value made inside `mlp.experts` is twice its traced
+    # size on the busiest rank; attention, router and norms keep theirs
+    result = analyze(Request(TOY_MIXTRAL, batch=1, dims={"seq": 8}, plan=False,
+                             moe_routing=parse_moe_routing("worst"),
+                             training=TrainingOptions(optimizer="sgd")))
+    graph, dims = result.graph, result.dims
+    sizes = value_bytes(graph, dims)
+    config = DistributedConfig("ddp", 1, parallel=ParallelLayout(
+        expert=2, routing=parse_moe_routing("worst")))
+    routed, factor = routed_sizes(graph, sizes, profile_training(graph, sizes), config, dims)
+    assert factor == 2
+    made = {v.name: n.module_path for n in graph.nodes for v in n.outputs}
+    inside = [name for name, path in made.items() if ".mlp.experts" in path and sizes[name]]
+    assert inside and all(int(routed[n]) == 2 * int(sizes[n]) for n in inside)
+    assert all(routed[n] == sizes[n] for n, path in made.items() if ".mlp.experts" not in path)

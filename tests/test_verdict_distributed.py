@@ -66,14 +66,18 @@ def test_every_verdict_reads_the_per_gpu_total(strategy: str, tmp_path: Path,
     gpu, rank = result["gpu"], result["memory"]["per_rank"]
     total = rank["device_total_bytes"]
     assert gpu["required_bytes"] == total
-    assert total == rank["total_bytes"] + rank["allocator_bytes"] + rank["context_bytes"]
+    assert total == (rank["total_bytes"] + rank["allocator_bytes"] + rank["context_bytes"]
+                     + rank["nccl_bytes"])
     assert gpu["basis"] == f"{strategy} per-GPU device total"
     assert gpu["fits"] is True
     assert gpu["utilization"] == pytest.approx(total / gpu["memory_bytes"])
     # the parts are labelled and add up to the verdict's number
     assert sum(gpu["parts"].values()) == total
     assert {"parameters", "gradients", "optimizer_state", "buckets", "activations",
-            "allocator", "context"} <= set(gpu["parts"])
+            "allocator", "context", "nccl"} <= set(gpu["parts"])
+    # NCCL's data-parallel ring over the N ranks: 4 MiB x 2 channels x 2 peers = 16 MiB
+    # (tests/test_comm_buffers.py works the estimate out)
+    assert gpu["parts"]["nccl"] == rank["nccl_bytes"] == 16 << 20
     assert gpu["parts"]["buckets"] == rank["buckets_bytes"]
     # terminal line 2: the same number
     assert lines[1].startswith("fits on NVIDIA Tesla T4: ")

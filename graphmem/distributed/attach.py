@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from fractions import Fraction
+from math import ceil, prod
 
-from graphmem.core.ir import Graph, Role
+from graphmem.core.ir import Graph, Phase, Role
 from graphmem.core.symbolic import SymInt
+from graphmem.distributed.comm_buffers import nccl_estimate
+from graphmem.distributed.experts import busiest_rank_factor, shard_experts
 from graphmem.distributed.kv_cache import (
     KvCacheReport,
     KvCacheShape,
@@ -22,14 +26,15 @@ from graphmem.distributed.kv_cache import (
     past_input_bytes,
 )
 from graphmem.distributed.model_states import TrainingProfile, profile_training
-from graphmem.distributed.ranks import DistributedReport, RankPlan, rank_plan
-from graphmem.distributed.stages import StageCut, cut_stages
+from graphmem.distributed.ranks import DistributedReport, rank_plan
+from graphmem.distributed.stages import StageCut, cut_stages, find_layers
 from graphmem.distributed.strategies import (
     DistributedConfig,
     PerRankMemory,
     fit_by_strategy,
     per_rank_memory,
 )
+from graphmem.ops.registry import op_name
 from graphmem.passes.dims import DimBinding, value_bytes
 
 
@@ -41,14 +46,18 @@ def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig
     config.check()
     sizes = value_bytes(graph, dims)
     profile = profile_training(graph, sizes)
+    nccl = nccl_estimate(config.gpus, config.tensor_parallel, config.parallel)
     if config.parallel.is_trivial:
         fits = fit_by_strategy(profile, config, usable_bytes) if usable_bytes is not None else ()
-        return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits)
-    cut = _cut(graph, sizes, profile, config)
-    plan = rank_plan(profile, cut, config)
+        return DistributedReport(per_rank_memory(profile, config), usable_bytes, fits,
+                                 nccl=nccl)
+    routed, factor = routed_sizes(graph, sizes, profile, config, dims)
+    cut = _cut(graph, routed, profile, config)
+    plan = rank_plan(profile, cut, config, factor)
     fits = () if usable_bytes is None else fit_by_strategy(
-        profile, config, usable_bytes, lambda c: rank_plan(profile, cut, c).most_loaded.memory)
-    return DistributedReport(plan.most_loaded.memory, usable_bytes, fits, plan=plan)
+        profile, config, usable_bytes,
+        lambda c: rank_plan(profile, cut, c, factor).most_loaded.memory)
+    return DistributedReport(plan.most_loaded.memory, usable_bytes, fits, plan=plan, nccl=nccl)
 
 
 def most_loaded_rank(graph: Graph, dims: DimBinding, config: DistributedConfig
@@ -58,12 +67,51 @@ def most_loaded_rank(graph: Graph, dims: DimBinding, config: DistributedConfig
     profile = profile_training(graph, sizes)
     if config.parallel.is_trivial:
         return per_rank_memory(profile, config)
-    return _plan(graph, sizes, profile, config).most_loaded.memory
+    routed, factor = routed_sizes(graph, sizes, profile, config, dims)
+    return rank_plan(profile, _cut(graph, routed, profile, config), config,
+                     factor).most_loaded.memory
 
 
-def _plan(graph: Graph, sizes: Mapping[str, SymInt | None], profile: TrainingProfile,
-          config: DistributedConfig) -> RankPlan:
-    return rank_plan(profile, _cut(graph, sizes, profile, config), config)
+def routed_sizes(graph: Graph, sizes: Mapping[str, SymInt | None], profile: TrainingProfile,
+                 config: DistributedConfig, dims: DimBinding
+                 ) -> tuple[Mapping[str, SymInt | None], Fraction]:
+    """With expert parallel: the sizes with every value the routed experts make scaled to
+    the busiest expert-parallel rank's tokens (graphmem/distributed/experts.py
+    `busiest_rank_factor`, from the router's top-k and --moe-routing), and that factor."""
+    layout = config.parallel
+    layers = find_layers(p.module for p in profile.parameters)
+    if layout.expert == 1 or layers is None:
+        return sizes, Fraction(1)
+    shard = shard_experts(profile.parameters, layers, layout.expert)
+    router = _router(graph, shard.experts if shard else 0, dims)
+    if shard is None or router is None:
+        return sizes, Fraction(1)
+    tokens, top_k = router
+    factor = busiest_rank_factor(layout.routing, tokens, shard.experts, top_k, layout.expert)
+    scaled = dict(sizes)
+    for node in graph.nodes:
+        if shard.holds(node.module_path):
+            for value in node.outputs:
+                size = sizes.get(value.name)
+                if size is not None and size.is_constant:
+                    scaled[value.name] = SymInt.const(ceil(int(size) * factor))
+    return scaled, factor
+
+
+def _router(graph: Graph, experts: int, dims: DimBinding) -> tuple[int, int] | None:
+    """(tokens, top_k) of the first forward top-k over `experts` scores: the router."""
+    for node in graph.nodes:
+        if op_name(node) != "topk" or node.phase is Phase.BACKWARD or not node.outputs:
+            continue
+        scores, chosen = node.present_inputs[0].shape, node.outputs[0].shape
+        if scores is None or not chosen:
+            continue
+        bound = [_bound(d, dims.bound) for d in (*scores, chosen[-1])]
+        known = [b for b in bound if b is not None]
+        if len(known) < len(bound) or known[-2] != experts:
+            continue
+        return prod(known[:-2]), known[-1]
+    return None
 
 
 def _cut(graph: Graph, sizes: Mapping[str, SymInt | None], profile: TrainingProfile,

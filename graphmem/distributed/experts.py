@@ -13,7 +13,9 @@ divide by E, as Megatron-LM and DeepSpeed-MoE require.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
+from graphmem.core.routing import MoeRouting, expert_loads
 from graphmem.distributed.model_states import ParameterInfo
 from graphmem.distributed.stages import Layers
 from graphmem.errors import GraphmemError
@@ -27,6 +29,11 @@ class ExpertShard:
     kept: frozenset[str]  # per-expert parameters on rank 0 (the first experts / E)
     dropped: frozenset[str]  # per-expert parameters of the other ranks' experts
     expert_elements: int  # routed-expert elements in the whole model
+    modules: frozenset[str] = frozenset()  # the routed experts' module paths
+
+    def holds(self, module_path: str) -> bool:
+        """Whether a node of `module_path` runs inside the routed experts."""
+        return any(module_path == m or module_path.startswith(m + ".") for m in self.modules)
 
     def on_rank(self, parameters: tuple[ParameterInfo, ...]) -> tuple[ParameterInfo, ...]:
         rows = []
@@ -63,8 +70,24 @@ def shard_experts(parameters: tuple[ParameterInfo, ...], layers: Layers,
             (kept if position < len(group) // degree else dropped).update(members)
     elements = sum(p.numel for p in stacked) + sum(
         p.numel for p in parameters if p.name in kept | dropped)
+    modules = {p.module for p in stacked} | set(repeats)
     return ExpertShard(degree, max(counts), frozenset(p.name for p in stacked),
-                       frozenset(kept), frozenset(dropped), elements)
+                       frozenset(kept), frozenset(dropped), elements, frozenset(modules))
+
+
+def busiest_rank_factor(routing: MoeRouting, tokens: int, experts: int, top_k: int,
+                        degree: int) -> Fraction:
+    """The routed-expert tokens of the busiest of E expert-parallel ranks over the traced
+    step's (every token's top_k choices on one GPU).
+
+    Each EP rank routes its own micro-batch by the same policy and sends every choice to the
+    rank holding that expert (experts / E consecutive experts per rank, as Megatron-LM lays
+    them out), so rank r receives E x (its experts' loads in one micro-batch):
+    balanced 1, capacity=F about F, worst E (top_k <= experts / E)."""
+    loads = expert_loads(routing, tokens, experts, top_k)
+    width = experts // degree
+    busiest = max(sum(loads[r * width:(r + 1) * width]) for r in range(degree))
+    return Fraction(degree * busiest, tokens * top_k)
 
 
 def _repeated_experts(parameters: tuple[ParameterInfo, ...],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.errors import GraphmemError
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
@@ -28,6 +29,7 @@ class ParallelLayout:
     micro_batches: int | None = None  # M per optimizer step (default: P)
     schedule: str = "1f1b"  # one of SCHEDULES
     virtual_stages: int = 1  # V model chunks per pipeline rank (interleaved)
+    routing: MoeRouting = DEFAULT_ROUTING  # --moe-routing: the expert-parallel ranks' loads
 
     @property
     def is_trivial(self) -> bool:

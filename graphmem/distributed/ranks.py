@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import ceil
 
+from graphmem.distributed.comm_buffers import NcclEstimate, ring_attention_bytes
 from graphmem.distributed.experts import ExpertShard, shard_experts
 from graphmem.distributed.model_states import Part, TrainingProfile
 from graphmem.distributed.parallel import ParallelLayout, chunk_of_forward, in_flight_forwards
@@ -58,6 +59,9 @@ class RankPlan:
     tied: tuple[str, ...]  # parameters held by more than one stage
     experts: ExpertShard | None  # with expert parallel
     rows: tuple[RankRow, ...]
+    attention_kv_bytes: int = 0  # the largest fused attention's K + V (ring attention's)
+    # with expert parallel: the busiest EP rank's routed tokens over the traced step's
+    routing_factor: Fraction = Fraction(1)
 
     @property
     def most_loaded(self) -> RankRow:
@@ -75,6 +79,7 @@ class DistributedReport:
     context_bytes: int | None = None  # CUDA context + workspaces (or --cuda-reserve)
     plan: RankPlan | None = None  # with model parallelism: every pipeline rank (per_rank is
     # the most loaded)
+    nccl: NcclEstimate | None = None  # NCCL's buffers per communicator (an estimate)
 
     @property
     def device_total_bytes(self) -> int | None:
@@ -82,15 +87,24 @@ class DistributedReport:
         parallelism beyond tensor parallel every rank holds the same parts)."""
         if self.context_bytes is None:
             return None
-        return self.per_rank.total_bytes + (self.allocator_bytes or 0) + self.context_bytes
+        return (self.per_rank.total_bytes + (self.allocator_bytes or 0) + self.context_bytes
+                + self.nccl_bytes)
+
+    @property
+    def nccl_bytes(self) -> int:
+        return self.nccl.total_bytes if self.nccl is not None else 0
 
 
-def rank_plan(profile: TrainingProfile, cut: StageCut, config: DistributedConfig) -> RankPlan:
+def rank_plan(profile: TrainingProfile, cut: StageCut, config: DistributedConfig,
+              routing_factor: Fraction = Fraction(1)) -> RankPlan:
+    """`cut`'s routed-expert activations already scaled by `routing_factor` (the busiest
+    expert-parallel rank's: graphmem/distributed/attach.py `routed_sizes`)."""
     layout = config.parallel
     experts = shard_experts(profile.parameters, cut.layers, layout.expert)
     rows = tuple(_rank_row(profile, cut, config, experts, rank)
                  for rank in range(layout.pipeline))
-    return RankPlan(layout, cut.layers.prefix, cut.layers.count, cut.tied, experts, rows)
+    return RankPlan(layout, cut.layers.prefix, cut.layers.count, cut.tied, experts, rows,
+                    cut.attention_kv_bytes, routing_factor)
 
 
 def _rank_row(profile: TrainingProfile, cut: StageCut, config: DistributedConfig,
@@ -106,7 +120,8 @@ def _rank_row(profile: TrainingProfile, cut: StageCut, config: DistributedConfig
     stage = TrainingProfile(profile.order, _parts(profile, cut, config, chunks, share, rank),
                             parameters, profile.single_gpu_peak_bytes)
     memory = per_rank_memory(stage, replace(config, parallel=ParallelLayout()))
-    memory = replace(memory, config=config)
+    memory = replace(memory, config=config, ring_attention_bytes=ring_attention_bytes(
+        cut.attention_kv_bytes, layout.context, config.tensor_parallel))
     return RankRow(rank, chunks, tuple(cut.chunks[c].layers for c in chunks), in_flight,
                    split_parameter_count(parameters, config.tensor_parallel),
                    _holds(cut, chunks, layout.chunks), memory)

@@ -28,6 +28,7 @@ from itertools import accumulate
 
 from graphmem.core.ir import Graph, Node, Phase, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.distributed.comm_buffers import attention_kv_bytes
 from graphmem.distributed.model_states import ParameterInfo, Part, value_parts
 from graphmem.distributed.parallel import split_layers
 from graphmem.errors import GraphmemError
@@ -78,6 +79,7 @@ class StageCut:
     layers: Layers
     chunks: tuple[ChunkActivations, ...]
     parameter_chunks: Mapping[str, frozenset[int]]  # parameter -> the chunks holding it
+    attention_kv_bytes: int = 0  # K + V of the largest fused attention (0: none found)
 
     def parameters_of(self, chunks: Iterable[int]) -> frozenset[str]:
         wanted = frozenset(chunks)
@@ -119,7 +121,9 @@ def cut_stages(graph: Graph, sizes: Mapping[str, SymInt | None],
     node_chunk = _node_chunks(graph.nodes, layers, chunk_of_layer, chunks - 1)
     return StageCut(layers, _activations(graph, sizes, parameters, node_chunk, chunks,
                                          split_layers(layers.count, chunks)),
-                    _parameter_chunks(graph, parameters, node_chunk))
+                    _parameter_chunks(graph, parameters, node_chunk),
+                    attention_kv_bytes(graph, sizes))
+
 
 
 def _node_chunks(nodes: list[Node], layers: Layers, chunk_of_layer: dict[int, int],

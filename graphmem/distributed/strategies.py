@@ -101,12 +101,13 @@ class PerRankMemory:
     model_states_bytes: int
     split_parameter_share: Fraction  # of the parameter bytes split by tensor parallelism
     replicated_matmul_weights: tuple[str, ...]  # splittable, but no dim divisible by T
+    ring_attention_bytes: int = 0  # context parallel's K/V blocks (comm_buffers.py)
 
     @property
     def total_bytes(self) -> int:
         return (self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes
                 + self.temporaries_bytes + self.activations_bytes + self.gathered_bytes
-                + self.buckets_bytes)
+                + self.buckets_bytes + self.ring_attention_bytes)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ def per_gpu_parts(rank: PerRankMemory) -> tuple[tuple[str, str, int], ...]:
     def split(parts: int) -> str:
         return f"sharded / {parts}{tp}" if parts > 1 else f"whole{tp}"
 
+    ring = ((("ring_attention", "ring attention K/V blocks (context parallel)",
+              rank.ring_attention_bytes),) if rank.ring_attention_bytes else ())
     return (
         ("parameters", f"parameters ({split(shard.parameters)})", rank.parameters_bytes),
         ("gradients", f"gradients ({split(shard.gradients)})", rank.gradients_bytes),
@@ -143,6 +146,7 @@ def per_gpu_parts(rank: PerRankMemory) -> tuple[tuple[str, str, int], ...]:
         ("activations", "activations (this rank's micro-batch)", rank.activations_bytes),
         ("gathered", "gathered parameters", rank.gathered_bytes),
         ("buckets", "communication buckets", rank.buckets_bytes),
+        *ring,
     )
 
 

@@ -67,7 +67,9 @@ def with_kv_cache(analysis: Analysis, shape: KvCacheShape | None = None,
 def with_distributed_request(analysis: Analysis, request: Request) -> Analysis:
     if request.distributed is None:
         return analysis
-    return with_distributed(analysis, request.distributed)
+    config = request.distributed  # the expert-parallel ranks' loads follow --moe-routing
+    layout = replace(config.parallel, routing=request.moe_routing)
+    return with_distributed(analysis, replace(config, parallel=layout))
 
 
 def with_kv_request(analysis: Analysis, request: Request) -> Analysis:

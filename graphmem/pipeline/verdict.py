@@ -131,13 +131,16 @@ def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None 
                for key, label, size in per_gpu_parts(report.per_rank)),
              FitPart("allocator", "allocator overhead (single-GPU step's)",
                      SymInt.const(allocator)),
-             FitPart("context", "context + workspaces", SymInt.const(context)))
+             FitPart("context", "context + workspaces", SymInt.const(context)),
+             *((FitPart("nccl", "NCCL buffers (estimate, a floor)",
+                        SymInt.const(report.nccl_bytes)),) if report.nccl_bytes else ()))
     caveat = ("the distributed plan's tensors per rank (graphmem/distributed/strategies.py);"
               " the allocator overhead is the single-GPU step's")
     verdict = with_error_band(fit_on_parts(fit.gpu, fit.reserve, parts, fit.live_peak_bytes,
                                            basis, fit.runtime, caveat), error_band("per-rank"))
     analysis = replace(analysis, fit=verdict, distributed=report)
-    probe = _distributed_probe(analysis, context, fit.runtime, cuda_reserve_bytes)
+    probe = _distributed_probe(analysis, context + report.nccl_bytes, fit.runtime,
+                               cuda_reserve_bytes)
     # (no sweep here: a sweep leaves its dim free, and per-GPU memory needs every dim bound)
     return replace(analysis, max_batch=_distributed_max_batch(analysis, probe, basis))
 
@@ -146,7 +149,8 @@ def _distributed_probe(analysis: Analysis, context_bytes: int, runtime: str | No
                        cuda_reserve_bytes: int | None) -> Probe:
     """dim, value -> the per-GPU device total with `dim` at `value` (others as bound): the
     rank's tensors at that value, the single-GPU step's allocator overhead at that value
-    (its runtime model unbounded by the GPU, as the verdict reads it) and the context."""
+    (its runtime model unbounded by the GPU, as the verdict reads it), the context and
+    NCCL's buffers (`context_bytes` holds both: neither grows with a dim)."""
     assert analysis.distributed is not None and analysis.fit is not None
     config = analysis.distributed.per_rank.config
     gpu = analysis.fit.gpu

@@ -72,6 +72,7 @@ class PerGpuView:
     # with --gpu: the per-GPU device total the verdict reads, and what it adds to `total`
     allocator: Quantity | None = None
     context: Quantity | None = None
+    nccl: Quantity | None = None  # NCCL's buffers, an estimate (0 on one GPU)
     device_total: Quantity | None = None
     layout_text: str = ""  # " x pipeline 2 (1f1b, 4 micro-batches) ..."
     ranks: tuple[RankView, ...] = ()  # with model parallelism: one per pipeline rank
@@ -86,7 +87,9 @@ def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
              ("optimizer state", rank.optimizer_state_bytes),
              ("optimizer temporaries", rank.temporaries_bytes),
              ("activations", rank.activations_bytes), ("gathered parameters", rank.gathered_bytes),
-             ("communication buckets", rank.buckets_bytes))
+             ("communication buckets", rank.buckets_bytes),
+             *((("ring attention K/V blocks", rank.ring_attention_bytes),)
+               if rank.ring_attention_bytes else ()))
     with_gpu = report.usable_bytes is not None
     device_total = report.device_total_bytes
     return PerGpuView(
@@ -107,6 +110,8 @@ def per_gpu_view(report: DistributedReport | None) -> PerGpuView | None:
         usable=bytes_quantity(report.usable_bytes) if report.usable_bytes is not None else None,
         allocator=_maybe(report.allocator_bytes if device_total is not None else None),
         context=_maybe(report.context_bytes),
+        nccl=_maybe(report.nccl_bytes if device_total is not None and report.nccl_bytes
+                    else None),
         device_total=_maybe(device_total),
         layout_text=layout_text(config.parallel),
         ranks=_ranks(report.plan) if report.plan is not None else (),

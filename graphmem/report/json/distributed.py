@@ -46,10 +46,18 @@ def distributed_memory(analysis: Analysis) -> dict[str, Any]:
         # with --gpu: the per-GPU device total the verdict (gpu.required_bytes) reads
         memory["per_rank"]["allocator_bytes"] = report.allocator_bytes
         memory["per_rank"]["context_bytes"] = report.context_bytes
+        memory["per_rank"]["nccl_bytes"] = report.nccl_bytes  # an estimate: communicators
+        memory["nccl_communicators"] = [
+            {"group": c.group, "size": c.size, "peers": c.peers, "bytes": c.nccl_bytes}
+            for c in (report.nccl.communicators if report.nccl else ())]
         memory["per_rank"]["device_total_bytes"] = report.device_total_bytes
         memory["fit_by_strategy"] = fit_json(analysis.distributed)
         if report.plan is not None:
             memory["ranks"] = ranks_json(report.plan)
+            if report.plan.experts is not None:  # the busiest expert-parallel rank
+                memory["expert_routing"] = {
+                    "routing": str(report.plan.layout.routing),
+                    "busiest_rank_factor": float(report.plan.routing_factor)}
     if analysis.kv_cache is not None:
         memory["kv_cache"] = kv_cache_json(analysis.kv_cache)
     return memory
@@ -65,6 +73,7 @@ def per_rank_json(rank: PerRankMemory) -> dict[str, Any]:
         "activations_bytes": rank.activations_bytes,
         "gathered_bytes": rank.gathered_bytes,
         "buckets_bytes": rank.buckets_bytes,
+        "ring_attention_bytes": rank.ring_attention_bytes,
         "total_bytes": rank.total_bytes,
         "model_states_bytes": rank.model_states_bytes,
         "peak_step": rank.peak_step,

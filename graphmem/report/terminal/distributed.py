@@ -55,7 +55,9 @@ def _per_rank_table(rank: PerRankMemory, report: DistributedReport) -> Table:
             ("optimizer temporaries", rank.temporaries_bytes),
             ("activations", rank.activations_bytes),
             ("gathered parameters", rank.gathered_bytes),
-            ("communication buckets", rank.buckets_bytes))
+            ("communication buckets", rank.buckets_bytes),
+            *((("ring attention K/V blocks", rank.ring_attention_bytes),)
+              if rank.ring_attention_bytes else ()))
     for label, size in rows:
         table.add_row(label, format_bytes(size))
     table.add_row("total per GPU", f"[bold]{format_bytes(rank.total_bytes)}[/]")
@@ -63,6 +65,8 @@ def _per_rank_table(rank: PerRankMemory, report: DistributedReport) -> Table:
     if device_total is not None:  # with --gpu: the number the verdict reads
         table.add_row("+ allocator overhead", format_bytes(report.allocator_bytes or 0))
         table.add_row("+ context + workspaces", format_bytes(report.context_bytes or 0))
+        if report.nccl is not None and report.nccl.communicators:
+            table.add_row("+ NCCL buffers (estimate, a floor)", format_bytes(report.nccl_bytes))
         table.add_row("device total per GPU", f"[bold]{format_bytes(device_total)}[/]")
     table.add_row("peak at step", f"{rank.peak_step:,} ({markup(shorten(rank.peak_node, 40))})")
     if config.tensor_parallel > 1:

@@ -31,10 +31,18 @@ def ranks_table(plan: RankPlan) -> Table:
     if plan.tied:
         table.caption += (f"; tied: {', '.join(plan.tied)} held on each stage that reads it"
                           " (its gradients all-reduced between them)")
+    if plan.layout.context > 1:
+        table.caption += ("; ring attention: max(C, 4) K/V blocks of the largest attention"
+                          " per rank" if plan.attention_kv_bytes else
+                          "; no fused attention in the trace: ring attention's K/V blocks"
+                          " are not counted")
     if plan.experts is not None:
         shard = plan.experts
         table.caption += (f"; routed experts: {shard.experts} per layer,"
-                         f" {shard.experts // shard.degree} per rank; the rest replicated")
+                         f" {shard.experts // shard.degree} per rank; the rest replicated;"
+                          f" --moe-routing {plan.layout.routing}: the busiest expert-parallel"
+                          f" rank's experts take {float(plan.routing_factor):g} x the traced"
+                          " step's routed tokens (its expert activations scaled by it)")
     return table
 
 
