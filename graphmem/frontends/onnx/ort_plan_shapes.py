@@ -3,10 +3,11 @@
 onnxruntime plans buffer reuse once, when the session is created, from the shapes its own
 graph resolution infers: the file's `value_info` merged with onnx's per-op shape inference,
 with the graph inputs' dims as the file spells them (`batch`, or unnamed), and data
-propagation only from a Shape of numeric dims read directly (`_shapes_through_shape_ops`). Its planner reuses a buffer only where two
-such shapes are equal dim by dim: the same number, or the same named dim_param
-(`SameShape` in onnxruntime/core/framework/allocation_planner.cc). graphmem's own shapes are
-sharper (symbolic inference, data propagation), so they cannot stand in for these.
+propagation only from a Shape of numeric dims read directly (`_shapes_through_shape_ops`).
+Its planner reuses a buffer only where two such shapes are equal dim by dim: the same
+number, or the same named dim_param (`SameShape` in
+onnxruntime/core/framework/allocation_planner.cc). graphmem's own shapes are sharper
+(symbolic inference, data propagation), so they cannot stand in for these.
 
 A plan shape is a tuple of dims: an int (a known size), a str (a named dim_param), or None
 (a dim nobody named: never equal to anything). None for the whole shape: rank unknown.
