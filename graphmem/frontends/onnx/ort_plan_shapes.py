@@ -64,12 +64,16 @@ def _shapes_through_shape_ops(model: onnx.ModelProto, named: frozenset[str]
     makes of a Shape and a constant: those values do not propagate). Each round turns such
     Shapes into constants and infers again, for the Shapes whose input that made known."""
     shapes = _inferred_shapes(model, named, data_prop=False)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
     done: dict[str, list[int]] = {}
     for _ in range(SHAPE_ROUNDS):
         found = {node.output[0]: dims for node in model.graph.node
                  if node.output and node.output[0] not in done
                  and (dims := _shape_value(node, shapes)) is not None
-                 and _feeds_an_unknown(node.output[0], model.graph, shapes)}
+                 and _feeds_an_unknown(readers.get(node.output[0], []), shapes)}
         if not found:
             break
         done |= found
@@ -94,12 +98,11 @@ def _shape_value(node: onnx.NodeProto, shapes: dict[str, PlanShape | None]) -> l
     return dims[start:end]  # negative bounds count from the rank
 
 
-def _feeds_an_unknown(name: str, graph: onnx.GraphProto,
+def _feeds_an_unknown(readers: list[onnx.NodeProto],
                       shapes: dict[str, PlanShape | None]) -> bool:
-    """Whether a node reading `name` has an output with a dim that is not a number."""
-    return any(name in node.input and any(
-        (shape := shapes.get(out)) is None or not all(isinstance(d, int) for d in shape)
-        for out in node.output) for node in graph.node)
+    """Whether one of the nodes reading a value has an output with a dim not a number."""
+    return any((shape := shapes.get(out)) is None or not all(isinstance(d, int) for d in shape)
+               for node in readers for out in node.output)
 
 
 def _with_shapes_as_constants(model: onnx.ModelProto, values: dict[str, list[int]]
