@@ -1,8 +1,7 @@
 """A representative subset of the zoo exported to ONNX (tests/helpers/zoo_onnx.py): graphmem's
 ort-cpu prediction within 3% of onnxruntime's measured `mem_in_use_peak`, at ORT_DISABLE_ALL
 and ORT_ENABLE_ALL, one thread. `python benchmarks/zoo_onnx.py` runs the whole zoo (table and
-gaps in docs/zoo.md); the rows here were exact to the byte there, the two gaps kept as
-expected failures with their cause."""
+gaps in docs/zoo.md); the rows here are exact to the byte there."""
 
 from __future__ import annotations
 
@@ -22,12 +21,8 @@ TOLERANCE = 0.03
 # one of each family: decoder, encoder, encoder-decoder, vision, speech, state space, CNN
 SUBSET = ("gpt2", "llama", "bert", "t5", "vit", "whisper", "rwkv", "tiny_resnet", "regnet",
           "wav2vec2")
-GAPS: dict[tuple[str, str], str] = {
-    ("regnet", "all"): ("onnxruntime's peak is at a grouped Conv (2 groups of 8 channels, "
-                        "3x3, stride 2) that runs outside NCHWc; graphmem plans 28% less"),
-    ("wav2vec2", "disabled"): ("the graph as written: 12% under onnxruntime (the optimized "
-                               "graph is exact); not yet traced to its cause"),
-}
+# (name, level) -> the cause of a known gap (an expected failure); none in this subset now
+GAPS: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")

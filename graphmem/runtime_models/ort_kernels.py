@@ -49,7 +49,7 @@ class KernelScratch:
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
     """What the node's CPU kernel takes from the arena while it runs, at the bound dims."""
     if node.domain == "com.microsoft":
-        return contrib_scratch(node, bound)
+        return contrib_scratch(node, threads, bound)
     if node.domain not in ("", "ai.onnx"):
         return KernelScratch()
     if node.op_type == "Conv":
@@ -57,13 +57,32 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return KernelScratch((size,) if size else ())
     if node.op_type == "Where":
         return where_scratch(node, bound)
+    if node.op_type == "ConvTranspose":
+        return conv_transpose_scratch(node, bound)
     return KernelScratch()
 
 
-def contrib_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
-    """com.microsoft kernels' temporaries (contrib_ops/cpu/bert/bias_gelu.cc): BiasGelu, and
-    FastGelu given a bias, keep (x + bias) / 2 in a buffer of the input's size while they
-    run, taken after the output."""
+def conv_transpose_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
+    """ConvTranspose's column buffer, taken after its output (conv_transpose.cc
+    DoConvTranspose): F/group * prod(kernel) rows by the input's pixels, one image and group
+    at a time: X [N, C, *in], W [C, F/group, *kernel] -> 4 * W[1] * prod(W[2:]) * prod(in)."""
+    x, w = _ints(node.input(0), bound), _ints(node.input(1), bound)
+    float32 = node.outputs[0].dtype.label == "float32"
+    if x is None or w is None or len(x) < 3 or len(w) < 3 or not float32:
+        return KernelScratch()
+    size = 4 * _product(w[1:]) * _product(x[2:])
+    return KernelScratch((size,) if size else ())
+
+
+def contrib_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
+    """com.microsoft kernels' temporaries: FusedConv (a Conv with its activation, what
+    ORT_ENABLE_ALL makes of a Conv the NCHWc layout does not take, such as a grouped one) is
+    Conv's kernel (contrib_ops/cpu/fused_conv.cc: `Conv<float>` with an activation), the same
+    working buffer; BiasGelu, and FastGelu given a bias, keep (x + bias) / 2 in a buffer of the
+    input's size while they run, taken after the output (contrib_ops/cpu/bert/bias_gelu.cc)."""
+    if node.op_type == "FusedConv":
+        size = conv_scratch_bytes(node, threads, bound)
+        return KernelScratch((size,) if size else ())
     if node.op_type in ("BiasGelu", "FastGelu") and node.input(1) is not None:
         size = _bytes(node.input(0), bound)
         return KernelScratch((size,) if size else ())
@@ -182,25 +201,61 @@ class Prepack:
 
 
 def prepacks(nodes: Sequence[Node]) -> list[Prepack]:
-    """MatMul, Gemm and FusedMatMul prepack a constant 2-D float32 B for MLAS's SGEMM at
-    session creation, into the arena, once per use, in `nodes`' order: N rounded up to 16
-    columns, 64-byte aligned."""
+    """The packs of constant float32 weights kernels make at session creation, into the
+    arena, once per use, in `nodes`' order: MatMul, Gemm and FusedMatMul pack a 2-D B for
+    MLAS's SGEMM (N rounded up to 16 columns, 64-byte aligned); ConvTranspose its filter
+    (`conv_transpose_pack`)."""
     packed = []
     for node in nodes:
-        if (node.domain, node.op_type) not in _PREPACKING_KERNELS:
+        if (node.domain, node.op_type) in _PREPACKING_KERNELS:
+            pack = _gemm_pack(node)
+        elif node.domain in ("", "ai.onnx") and node.op_type == "ConvTranspose":
+            pack = conv_transpose_pack(node)
+        else:
             continue
-        b = node.input(1)
-        if b is None or b.producer is not None or b.shape is None or len(b.shape) != 2:
-            continue
-        if b.dtype.label != "float32" or not all(d is not None and d.is_constant for d in b.shape):
-            continue
-        trans_b = node.attr_int("transB", 0)
-        rows, cols = (int(d) for d in b.shape if d is not None)  # [K, N]; transB: [N, K]
-        k, n = (cols, rows) if trans_b else (rows, cols)
-        size = -(-n // SGEMM_PACKED_N_ALIGN) * SGEMM_PACKED_N_ALIGN * k * 4
-        packed.append(Prepack((node.op_type, b.name, trans_b), b.name,
-                              -(-size // PACKED_BUFFER_ALIGN) * PACKED_BUFFER_ALIGN))
+        if pack is not None:
+            packed.append(pack)
     return packed
+
+
+def _gemm_pack(node: Node) -> Prepack | None:
+    b = _constant_float32(node.input(1))
+    if b is None or len(b) != 2:
+        return None
+    trans_b = node.attr_int("transB", 0)
+    k, n = (b[1], b[0]) if trans_b else (b[0], b[1])  # [K, N]; transB: [N, K]
+    size = -(-n // SGEMM_PACKED_N_ALIGN) * SGEMM_PACKED_N_ALIGN * k * 4
+    weight = node.inputs[1]
+    assert weight is not None  # _constant_float32 found it
+    return Prepack((node.op_type, weight.name, trans_b), weight.name,
+                   -(-size // PACKED_BUFFER_ALIGN) * PACKED_BUFFER_ALIGN)
+
+
+def conv_transpose_pack(node: Node) -> Prepack | None:
+    """ConvTranspose<float>::PrePack (core/providers/cpu/nn/conv_transpose.cc) keeps its
+    filter [C, F/group, *kernel] transposed per group, K = C/group rows by N = F/group *
+    kernel columns: K * N * group floats, the filter's own bytes; not for a filter of rank 2
+    or less, nor where K or N is 1."""
+    w = _constant_float32(node.input(1))
+    group = max(node.attr_int("group", 1), 1)
+    if w is None or len(w) <= 2:
+        return None
+    k, n = w[0] // group, _product(w[1:])
+    if k <= 1 or n <= 1:
+        return None
+    weight = node.inputs[1]
+    assert weight is not None  # _constant_float32 found it
+    return Prepack((node.op_type, weight.name, 0), weight.name, k * n * group * 4)
+
+
+def _constant_float32(value: Value | None) -> list[int] | None:
+    """The dims of an initializer of float32 with numeric dims; None for anything else."""
+    if value is None or value.producer is not None or value.shape is None:
+        return None
+    if value.dtype.label != "float32" or not all(d is not None and d.is_constant
+                                                 for d in value.shape):
+        return None
+    return [int(d) for d in value.shape if d is not None]
 
 
 def prepacked_weights(nodes: Sequence[Node]) -> list[tuple[str, int]]:

@@ -2,11 +2,12 @@
 
 onnxruntime plans buffer reuse once, when the session is created, from the shapes its own
 graph resolution infers: the file's `value_info` merged with onnx's per-op shape inference,
-without data propagation (its `getSymbolicInput` returns nothing) and with the graph inputs'
-dims as the file spells them (`batch`, or unnamed). Its planner reuses a buffer only where two
-such shapes are equal dim by dim: the same number, or the same named dim_param
-(`SameShape` in onnxruntime/core/framework/allocation_planner.cc). graphmem's own shapes are
-sharper (symbolic inference, data propagation), so they cannot stand in for these.
+with the graph inputs' dims as the file spells them (`batch`, or unnamed), and data
+propagation only from a Shape of numeric dims read directly (`_shapes_through_shape_ops`).
+Its planner reuses a buffer only where two such shapes are equal dim by dim: the same
+number, or the same named dim_param (`SameShape` in
+onnxruntime/core/framework/allocation_planner.cc). graphmem's own shapes are sharper
+(symbolic inference, data propagation), so they cannot stand in for these.
 
 A plan shape is a tuple of dims: an int (a known size), a str (a named dim_param), or None
 (a dim nobody named: never equal to anything). None for the whole shape: rank unknown.
@@ -14,8 +15,10 @@ A plan shape is a tuple of dims: an int (a known size), a str (a named dim_param
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from graphmem.core.ort_view import PlanShape
@@ -28,8 +31,17 @@ def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape
     model file itself is opened)."""
     model = source if isinstance(source, onnx.ModelProto) else read_model(Path(source))
     named = _dim_params(model.graph)
+    shapes = _shapes_through_shape_ops(model, named)
+    for tensor in model.graph.initializer:
+        shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
+    return shapes
+
+
+def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: bool
+                     ) -> dict[str, PlanShape | None]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False,
+                                                     data_prop=data_prop)
     except Exception:  # noqa: BLE001 - the file's own value_info is then all there is
         inferred = model
     graph = inferred.graph
@@ -41,9 +53,91 @@ def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape
         if key not in by_type:
             by_type[key] = _plan_shape(info.type, named)
         shapes[info.name] = by_type[key]
-    for tensor in graph.initializer:
-        shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
     return shapes
+
+
+def _shapes_through_shape_ops(model: onnx.ModelProto, named: frozenset[str]
+                              ) -> dict[str, PlanShape | None]:
+    """onnx's inference without data propagation, except that a Shape whose input's dims are
+    all numbers is read as those numbers, as onnxruntime 1.31 does while it resolves the graph
+    (measured: its planner knows Reshape(x, Shape(z)), not a target a Gather, Slice or Concat
+    makes of a Shape and a constant: those values do not propagate). Each round turns such
+    Shapes into constants and infers again, for the Shapes whose input that made known."""
+    shapes = _inferred_shapes(model, named, data_prop=False)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    done: dict[str, list[int]] = {}
+    for _ in range(SHAPE_ROUNDS):
+        found = {node.output[0]: dims for node in model.graph.node
+                 if node.output and node.output[0] not in done
+                 and (dims := _shape_value(node, shapes)) is not None
+                 and _feeds_an_unknown(readers.get(node.output[0], []), shapes)}
+        if not found:
+            break
+        done |= found
+        shapes = _inferred_shapes(_with_shapes_as_constants(model, done), named, False)
+    return shapes
+
+
+SHAPE_ROUNDS = 8  # Shape -> Reshape -> Shape... chains: one round per link
+
+
+def _shape_value(node: onnx.NodeProto, shapes: dict[str, PlanShape | None]) -> list[int] | None:
+    """The value of a Shape node (its start and end applied) when its input's dims are all
+    numbers; None otherwise."""
+    if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or not node.input:
+        return None
+    shape = shapes.get(node.input[0])
+    dims = [d for d in shape if isinstance(d, int)] if shape is not None else []
+    if shape is None or len(dims) != len(shape):
+        return None
+    attrs = {a.name: a.i for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+    return dims[start:end]  # negative bounds count from the rank
+
+
+def _feeds_an_unknown(readers: list[onnx.NodeProto],
+                      shapes: dict[str, PlanShape | None]) -> bool:
+    """Whether one of the nodes reading a value has an output with a dim not a number."""
+    return any((shape := shapes.get(out)) is None or not all(isinstance(d, int) for d in shape)
+               for node in readers for out in node.output)
+
+
+def _with_shapes_as_constants(model: onnx.ModelProto, values: dict[str, list[int]]
+                              ) -> onnx.ModelProto:
+    """The model, each Shape output in `values` made a constant of that value; the initializers
+    other than small integer ones as graph inputs of their type (inference reads no others)."""
+    graph = model.graph
+    nodes = [onnx.helper.make_node("Constant", [], [node.output[0]],
+                                   value=onnx.numpy_helper.from_array(
+                                       np.array(values[node.output[0]], np.int64)))
+             if node.op_type == "Shape" and node.output and node.output[0] in values else node
+             for node in graph.node]
+    small = [t for t in graph.initializer if t.data_type in _INDEX_TYPES
+             and _count(t.dims) <= SMALL_INTEGER_ELEMENTS]
+    kept = {t.name for t in small}
+    declared = {i.name for i in graph.input}
+    inputs = [i for i in graph.input if i.name not in kept]
+    inputs += [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+               for t in graph.initializer if t.name not in kept and t.name not in declared]
+    copy = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                           functions=model.functions)
+    copy.graph.CopyFrom(onnx.helper.make_graph(nodes, graph.name, inputs, graph.output,
+                                               small, value_info=graph.value_info))
+    return copy
+
+
+_INDEX_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+SMALL_INTEGER_ELEMENTS = 4096  # what inference reads: axes, targets, pads, all small
+
+
+def _count(dims: Sequence[int]) -> int:
+    total = 1
+    for d in dims:
+        total *= d
+    return total
 
 
 def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
