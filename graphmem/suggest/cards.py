@@ -102,11 +102,14 @@ class RuntimeLever:
         return self.base_device_total_bytes - self.device_total_bytes
 
     @property
+    def raises_batch(self) -> bool:
+        return (self.max_batch or 0) > (self.base_max_batch or 0)
+
+    @property
     def helps(self) -> bool:
         """It lowers the device total or raises the largest batch."""
         saves = self.saves_bytes
-        more = (self.max_batch or 0) > (self.base_max_batch or 0)
-        return (saves is not None and saves > 0) or more
+        return (saves is not None and saves > 0) or self.raises_batch
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,7 @@ def _lever_batch(analysis: Analysis) -> str:
     """The largest batch a runtime option raises it to, where --suggest found one."""
     report = analysis.suggestions
     for lever in report.runtime_levers if report is not None else ():
-        if lever.max_batch and lever.base_max_batch and lever.max_batch > lever.base_max_batch:
+        if lever.base_max_batch and lever.raises_batch:
             return f", or {lever.max_batch:,} with {markup(lever.option)}"
     return ""
 
