@@ -37,6 +37,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.torch)
 
 
+@pytest.fixture(autouse=True)
+def no_report_left_in_the_working_folder() -> Iterator[None]:
+    """A test that runs `analyze` without --html/--no-html writes ./<model>.graphmem.html into
+    the folder the suite runs from (the checkout): fail it, and remove what it wrote."""
+    before = set(Path.cwd().glob("*.graphmem.html"))
+    yield
+    left = set(Path.cwd().glob("*.graphmem.html")) - before
+    for path in left:
+        path.unlink()
+    assert not left, (f"the test wrote {', '.join(sorted(p.name for p in left))} into the"
+                      " working folder: give --no-html or an --html path under tmp_path")
+
+
 @pytest.fixture
 def mlp(tmp_path: Path) -> Path:
     """tests/onnx_builders.py's MLP saved as mlp.onnx."""

@@ -88,9 +88,9 @@ def test_keyword_mistakes_are_named_before_tracing(inputs: object, message: str)
 def test_the_cli_takes_name_equals_shape(tmp_path: object,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     model = "tests/torch_models/small.py:build_tiny_gpt"
-    assert main(["analyze", model, "--input", "ids=8x64:int64", "--json", "-"]) == 0
+    assert main(["analyze", model, "--input", "ids=8x64:int64", "--json", "-", "--no-html"]) == 0
     keyword = json.loads(capsys.readouterr().out)
-    assert main(["analyze", model, "--input", "8x64:int64", "--json", "-"]) == 0
+    assert main(["analyze", model, "--input", "8x64:int64", "--json", "-", "--no-html"]) == 0
     positional = json.loads(capsys.readouterr().out)
     assert keyword["memory"]["peak_bytes"] == positional["memory"]["peak_bytes"]
 
