@@ -244,24 +244,35 @@ def predict_torch(model_name: str, step_name: str, gpu: Any) -> dict[str, int]:
             "used": estimate.device_total_bytes}
 
 
-def predict_ort(path: Path, dims: dict[str, int], gpu: Any, arena_extend: str = DEFAULT_EXTEND
-                ) -> tuple[Callable[[], dict[str, int]], list[dict[str, Any]]]:
+def predict_ort(path: Path, dims: dict[str, int], gpu: Any
+                ) -> tuple[dict[str, Callable[[], dict[str, int]]], list[dict[str, Any]]]:
     """`--runtime ort-cuda` (the graph as written at every level: the CUDA provider's optimized
-    graph is not modelled) with the arena's extend strategy, as a function that raises where
-    graphmem has no estimate, and the inputs to make up (the measurement runs either way)."""
+    graph is not modelled), one analysis and the runtime model run once per arena extend
+    strategy: each as a function that raises where graphmem has no estimate, and the inputs
+    to make up (the measurement runs either way)."""
     from graphmem import analyze_onnx
+    from graphmem.pipeline.device_total import DeviceModel, device_estimate
+    from graphmem.runtime_models.bfc_arena import ArenaExtend
     from graphmem.verify.onnx_run import input_specs
 
     result = analyze_onnx(path, dims=dims, gpu=gpu.name, runtime="ort-cuda", plan=False,
-                          ort_arena_extend=arena_extend)
-    estimate = result.runtime
+                          ort_arena_extend=DEFAULT_EXTEND)
     specs = [asdict(spec) for spec in input_specs(result)]
-    if estimate is None:
-        return lambda: _raise(result.runtime_note or "no ort-cuda estimate"), specs
-    predicted = {"arena peak": estimate.runtime_peak_bytes,
-                 "arena held": estimate.arena_held_bytes or 0,
-                 "used": estimate.device_total_bytes}
-    return lambda: predicted, specs
+    if result.runtime is None:
+        failure = result.runtime_note or "no ort-cuda estimate"
+        return {str(e): lambda: _raise(failure) for e in ArenaExtend}, specs
+    predictions = {DEFAULT_EXTEND: _ort_numbers(result.runtime)}
+    for extend in ArenaExtend:
+        if str(extend) != DEFAULT_EXTEND:  # the same analysis, the arena grown the other way
+            model = DeviceModel("ort-cuda", gpu, ort_arena_extend=extend)
+            predictions[str(extend)] = _ort_numbers(device_estimate(result, model))
+    return {extend: (lambda p=numbers: p) for extend, numbers in predictions.items()}, specs
+
+
+def _ort_numbers(estimate: Any) -> dict[str, int]:
+    return {"arena peak": estimate.runtime_peak_bytes,
+            "arena held": estimate.arena_held_bytes or 0,
+            "used": estimate.device_total_bytes}
 
 
 # ----- measurements (each in a fresh child process) ------------------------------------------
@@ -690,8 +701,7 @@ def ort_rows(campaign: Campaign, case: OnnxCase, batch: int, provider: str,
         return
     try:
         dims = onnx_dims(case.path, batch)
-        predicted, specs = predict_ort(case.path, dims, campaign.gpu)
-        by_request, _ = predict_ort(case.path, dims, campaign.gpu, "same-as-requested")
+        predictions, specs = predict_ort(case.path, dims, campaign.gpu)
     except Exception as error:  # noqa: BLE001 - the rows say so
         failure = first_line(error)
         for level in names:
@@ -702,12 +712,13 @@ def ort_rows(campaign: Campaign, case: OnnxCase, batch: int, provider: str,
     for level, name in LEVELS.items():
         payload = {"path": str(case.path), "specs": specs, "level": level,
                    "provider": provider}
-        campaign.row("ort-cuda", case.name, name, batch_text, predicted, ("ort", payload),
-                     not_run)
+        campaign.row("ort-cuda", case.name, name, batch_text, predictions[DEFAULT_EXTEND],
+                     ("ort", payload), not_run)
     level, name = SAME_AS_REQUESTED
     payload = {"path": str(case.path), "specs": specs, "level": level, "provider": provider,
                "arena_extend": "same-as-requested"}
-    campaign.row("ort-cuda", case.name, name, batch_text, by_request, ("ort", payload), not_run)
+    campaign.row("ort-cuda", case.name, name, batch_text, predictions["same-as-requested"],
+                 ("ort", payload), not_run)
 
 
 def _raise(text: str) -> dict[str, int]:

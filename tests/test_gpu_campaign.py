@@ -132,3 +132,23 @@ def test_the_measured_steps_run(model: str, step: str) -> None:
     GradScaler's warm-up until AdamW has state. (The checkpointing step, Hugging Face's own
     gradient_checkpointing_enable, ran here too when this was written: 20 s, left out.)"""
     assert gpu_campaign.child_torch(model, step, device="cpu") == {}
+
+
+@pytest.mark.ort
+def test_one_analysis_predicts_both_arena_strategies_as_analyze_does() -> None:
+    """predict_ort analyses once and runs the runtime model once per extend strategy: each
+    prediction equals `analyze --runtime ort-cuda --ort-arena-extend ...` run on its own."""
+    from graphmem import analyze_onnx
+    from tests.helpers.samples import TINY_CNN
+
+    gpu = find_gpu("t4")
+    predictions, _ = gpu_campaign.predict_ort(TINY_CNN, {"batch": 8}, gpu)
+    for extend in ("next-power-of-two", "same-as-requested"):
+        alone = analyze_onnx(TINY_CNN, dims={"batch": 8}, gpu="t4", runtime="ort-cuda",
+                             plan=False, ort_arena_extend=extend).runtime
+        assert alone is not None
+        assert predictions[extend]() == {"arena peak": alone.runtime_peak_bytes,
+                                         "arena held": alone.arena_held_bytes or 0,
+                                         "used": alone.device_total_bytes}
+    # the two strategies differ on this model, so the test tells them apart
+    assert predictions["next-power-of-two"]() != predictions["same-as-requested"]()
