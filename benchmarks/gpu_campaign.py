@@ -282,13 +282,13 @@ def child_torch(model_name: str, step_name: str, device: str = "cuda") -> dict[s
     inputs, optimizer state and the libraries' workspaces included, as graphmem predicts.
     On the CPU (the test suite's check of the steps) it runs them and measures nothing."""
     from graphmem.frontends.torch.loader import parse_tensor_spec
-    from graphmem.verify.runners.torch_runner import random_inputs
+    from graphmem.verify.runners.torch_runner import random_inputs, step_function
 
     model, step = ZOO[model_name], STEPS[step_name]
     torch.manual_seed(0)
     module = prepared(model, step).to(device)
     inputs = random_inputs([parse_tensor_spec(model.input)], device)
-    run, optimizer = step_function(module, inputs, step, device)
+    run, optimizer = step_function(module, inputs, step.train, step.optimizer, step.amp, device)
     warm_ups = 0
     while warm_ups < 12:
         run()
@@ -323,42 +323,6 @@ def prepared(model: ZooModel, step: Step) -> nn.Module:
 
         module = get_peft_model(module, LoraConfig(r=8, lora_alpha=8, lora_dropout=0.0))
     return module
-
-
-def step_function(module: nn.Module, inputs: list[torch.Tensor], step: Step,
-                  device: str = "cuda"
-                  ) -> tuple[Callable[[], None], torch.optim.Optimizer | None]:
-    """As graphmem traces a step (graphmem/verify/runners/torch_runner.py): cross-entropy on
-    the output, torch.optim's foreach update, the output held through it, gradients to None."""
-    from graphmem.frontends.torch.train_step import AMP_DTYPES, cross_entropy_loss
-
-    if not step.train:
-        module.eval()
-
-        def infer() -> None:
-            with torch.no_grad():
-                module(*inputs)
-        return infer, None
-    module.train()
-    optimizer: torch.optim.Optimizer = (
-        torch.optim.SGD(module.parameters(), lr=0.01, foreach=True) if step.optimizer == "sgd"
-        else torch.optim.AdamW(module.parameters(), lr=1e-3, weight_decay=0.01, foreach=True))
-    scaler = torch.amp.GradScaler(device) if step.amp == "fp16" else None
-
-    def train() -> None:
-        with torch.autocast(device, dtype=AMP_DTYPES[step.amp or "bf16"],
-                            enabled=step.amp is not None):
-            output = module(*inputs)
-            loss = cross_entropy_loss(output)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-            scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        del output, loss  # held through the update, as graphmem traces the step
-    return train, optimizer
 
 
 def child_context() -> dict[str, Any]:

@@ -88,8 +88,7 @@ def measure_step(
     model = model.to(device)
     inputs = random_inputs(specs, device)
     loss_of = loss or cross_entropy_loss
-    step = (_training_step(model, inputs, optimizer, amp, device, loss_of)
-            if train else _inference_step(model, inputs))
+    step, _ = step_function(model, inputs, train, optimizer, amp, device, loss_of)
     step()  # warm up: optimizer state exists from now on, as graphmem assumes
     model.zero_grad(set_to_none=True)
     held = 0
@@ -115,6 +114,17 @@ def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, 
     return output
 
 
+def step_function(model: nn.Module, inputs: list[torch.Tensor], train: bool,
+                  optimizer_name: str = "adam", amp: str | None = None, device: str = "cpu",
+                  loss_of: Callable[..., torch.Tensor] = cross_entropy_loss,
+                  ) -> tuple[Callable[[], None], torch.optim.Optimizer | None]:
+    """One step as graphmem traces it, to run as often as the caller likes, and its optimizer
+    (None for inference): benchmarks/gpu_campaign.py runs it on the GPU."""
+    if not train:
+        return _inference_step(model, inputs), None
+    return _training_step(model, inputs, optimizer_name, amp, device, loss_of)
+
+
 def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[], None]:
     model.eval()
 
@@ -127,7 +137,8 @@ def _inference_step(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[[]
 
 def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name: str,
                    amp: str | None, device: str,
-                   loss_of: Callable[..., torch.Tensor]) -> Callable[[], None]:
+                   loss_of: Callable[..., torch.Tensor]
+                   ) -> tuple[Callable[[], None], torch.optim.Optimizer]:
     model.train()
     optimizer = _optimizer(optimizer_name, model)
     # fp16 on a GPU trains through a loss scaler, as graphmem traces a CUDA fp16 step
@@ -143,7 +154,7 @@ def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name:
         optimizer.zero_grad(set_to_none=True)
         del output  # held through the update, as graphmem traces the step
 
-    return step
+    return step, optimizer
 
 
 def _optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
