@@ -104,6 +104,18 @@ def test_another_command_takes_the_model_options() -> None:
     assert request.distributed is not None and request.distributed.strategy == "zero2"
 
 
+
+def test_another_commands_own_flags_stay_its_own() -> None:
+    """`graphmem check` has its own --gpu and --dim: the table's are not added twice."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu", required=True)
+    parser.add_argument("--dim", action="append", default=[])
+    add_model_options(parser)
+    args = parser.parse_args(["--gpu", "t4", "--dim", "seq=8", "--train"])
+    keywords = namespace_keywords(args)
+    assert keywords["gpu"] == "t4" and "dims" not in keywords and keywords["train"] is True
+
+
 # ----- the command line and Python build the same Request -------------------------------------
 PARITY = [
     (MODEL, [], {}),
@@ -259,6 +271,8 @@ def test_python_takes_what_the_command_line_takes() -> None:
         build_request(TORCH, inputs="2x8", sweep="batch=1,2,x").check()
     # text in Python as on the command line
     assert build_request(MODEL, cuda_reserve_bytes="1GiB").cuda_reserve_bytes == 1 << 30
+    assert build_request(MODEL, dims="seq=64").dims == {"seq": 64}
+    assert build_request(MODEL, batch="8").batch == 8
 
 
 def test_python_models_a_runtime_when_asked_or_on_a_gpu() -> None:

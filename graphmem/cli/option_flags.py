@@ -30,8 +30,10 @@ def add_options(parser: argparse.ArgumentParser,
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """The options that describe the model and how it runs: not analyze's outputs, its
-    suggestions or its sweep."""
-    add_options(parser, model_options())
+    suggestions or its sweep. A flag the parser already has stays the parser's own (`check`'s
+    --gpu, --batch): `namespace_keywords` reads it where its dest is the table's keyword."""
+    taken = set(parser._option_string_actions)
+    add_options(parser, [o for o in model_options() if not taken & set(o.flags)])
 
 
 def namespace_keywords(args: argparse.Namespace) -> dict[str, object]:

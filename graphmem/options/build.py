@@ -71,9 +71,11 @@ def request_from_values(model: object, values: OptionValues) -> Request:
 
 
 def _dims(dims: object) -> dict[str, int]:
-    """A mapping (Python) or the --dim list of (name, value) pairs."""
+    """A mapping (Python), one "seq=64" read as the flag's, or the --dim list of pairs."""
     if isinstance(dims, Mapping):
         return dict(dims)
+    if isinstance(dims, tuple) and dims and isinstance(dims[0], str):
+        dims = [dims]  # dims="seq=64": one binding
     return dims_dict(cast("Iterable[tuple[str, int]]", dims or ()))
 
 
