@@ -114,6 +114,7 @@ def test_another_commands_own_flags_stay_its_own() -> None:
     args = parser.parse_args(["--gpu", "t4", "--dim", "seq=8", "--train"])
     keywords = namespace_keywords(args)
     assert keywords["gpu"] == "t4" and "dims" not in keywords and keywords["train"] is True
+    assert "gpu" not in namespace_keywords(args, leave=("gpu",))
 
 
 # ----- the command line and Python build the same Request -------------------------------------

@@ -36,12 +36,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     add_options(parser, [o for o in model_options() if not taken & set(o.flags)])
 
 
-def namespace_keywords(args: argparse.Namespace) -> dict[str, object]:
+def namespace_keywords(args: argparse.Namespace,
+                       leave: Iterable[str] = ()) -> dict[str, object]:
     """The parsed flags as {keyword: value}, for graphmem.options.request_from_flags: those
     of the table the parser has (all of analyze's, the model's of another command), not the
-    outputs."""
+    outputs, nor the keywords in `leave` (a command's own flag of the same dest: check's
+    --context and --engine size its sequences budget, not a serving plan)."""
+    left = set(leave)
     return {option.keyword: getattr(args, option.keyword) for option in table.OPTIONS
-            if option.flags and option.feeds != OUTPUT and hasattr(args, option.keyword)}
+            if option.flags and option.feeds != OUTPUT and option.keyword not in left
+            and hasattr(args, option.keyword)}
 
 
 def argparse_keywords(option: Option) -> dict[str, Any]:

@@ -64,16 +64,16 @@ def command_line_values(given: Mapping[str, object]) -> OptionValues:
 def python_values(keywords: Mapping[str, object]) -> OptionValues:
     """`build_request`'s keywords, checked and read: exactly the table's (a wrong one is a
     TypeError naming the nearest), text read as on the command line, defaults filled."""
-    values: dict[str, object] = {}
-    for option in table.OPTIONS:
-        if option.feeds == OUTPUT:
-            continue
-        value = keywords.get(option.keyword, option.default)
-        values[option.keyword] = _read(option, value) if isinstance(value, str) else value
+    known = python_keywords()
     for keyword in keywords:
-        if keyword not in values:
+        if keyword not in known:
             raise TypeError(f"build_request() got an unexpected keyword argument {keyword!r}"
-                            f"{_nearest(keyword)}")
+                            f"{_nearest(keyword, known)}")
+    values: dict[str, object] = {}
+    for keyword in known:
+        option = table.BY_KEYWORD[keyword]
+        value = keywords.get(keyword, option.default)
+        values[keyword] = _read(option, value) if isinstance(value, str) else value
     return OptionValues(values, command_line=False)
 
 
@@ -81,8 +81,8 @@ def python_keywords() -> tuple[str, ...]:
     return tuple(o.keyword for o in table.OPTIONS if o.feeds != OUTPUT)
 
 
-def _nearest(keyword: str) -> str:
-    close = difflib.get_close_matches(keyword, python_keywords(), n=1, cutoff=0.5)
+def _nearest(keyword: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(keyword, known, n=1, cutoff=0.5)
     return f": did you mean {close[0]!r}?" if close else ""
 
 
