@@ -233,7 +233,8 @@ def predict_torch(model_name: str, step_name: str, gpu: Any) -> dict[str, int]:
     model, step = ZOO[model_name], STEPS[step_name]
     torch.manual_seed(0)
     result = analyze_torch(model.build(), [model.input], train=step.train,
-                           optimizer=step.optimizer, amp=step.amp, gpu=gpu.name,
+                           optimizer=step.optimizer if step.train else None, amp=step.amp,
+                           gpu=gpu.name,
                            runtime="torch-cuda", plan=False, suggest=False,
                            lora=True if step.lora else None,
                            gradient_checkpointing=step.checkpointing)

@@ -12,49 +12,20 @@ Every call builds one Request (graphmem/pipeline/request.py) and runs the pipeli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmem.core.conventions import (
-    Amp,
-    AmpPolicy,
-    Optimizer,
-    Strategy,
-    TrainingOptions,
-    closed,
-)
 from graphmem.core.peak_formula import Formula
-from graphmem.core.routing import MoeRouting, parse_moe_routing
-from graphmem.distributed.parallel import ParallelLayout
-from graphmem.distributed.serving import ServingConfig
-from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.finetune import (
-    LoraOptions,
-    QloraOptions,
-)
-from graphmem.frontends.torch.spec import KeywordInput
-from graphmem.frontends.torch.weight_layout import WeightQuantOptions, parse_weights
-from graphmem.gate.budgets import SpecError, parse_memory_limit
+from graphmem.options import request_from_keywords
+from graphmem.options.inputs import example_tuple
 from graphmem.passes.dims import check_dim_value
-from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline import run
 from graphmem.pipeline.analysis import Analysis, size_of
-from graphmem.pipeline.keywords import (
-    distributed_keywords,
-    finetune_keywords,
-    kv_cache_keywords,
-    runtime_keywords,
-    serving_keywords,
-)
 from graphmem.pipeline.planning import GpuRow
-from graphmem.pipeline.request import (
-    Request,
-    SuggestOptions,
-    SweepRequest,
-)
+from graphmem.pipeline.request import Request
 
 if TYPE_CHECKING:  # the runners import onnxruntime / torch: loaded when verify runs
     from graphmem.gate.check import CheckReport
@@ -178,17 +149,24 @@ def analyze(request_or_model: Request | object, inputs: Sequence[object] | None 
             **options: Any) -> Result:
     """Analyze a Request, an ONNX file (path) or a PyTorch model (nn.Module or `file.py:fn`).
 
-    Options (keywords, as the command line's flags): train, optimizer, amp, grad_accum, loss,
-    checkpoints, amp_policy; batch, dims (ONNX); gpu, cuda_reserve_bytes, module_depth, plan,
-    sweep ("batch=1,2,4"); runtime (None, "auto" or a name), ort_optimization, threads,
+    Options (keywords): every flag of `graphmem analyze` by its own name, `--dim` as dims (a
+    dict), `--cuda-reserve` as cuda_reserve_bytes, `--depth` as module_depth (the option
+    table, graphmem/options/table.py, lists them all; a wrong keyword is a TypeError naming
+    the nearest): train, optimizer, amp, grad_accum, loss, and Python's checkpoints,
+    amp_policy; batch, dims (ONNX); gpu, cuda_reserve_bytes, module_depth, plan, sweep
+    ("batch=1,2,4"); runtime (None, "auto" or a name), ort_optimization, threads,
     ort_arena_extend ("next-power-of-two" or "same-as-requested");
-    distributed (a DistributedConfig) or gpus/strategy/tensor_parallel/state_layout/
-    reduce_bucket_size/fsdp_depth; kv_cache (True: the ONNX past inputs, "auto", or (layers,
-    kv_heads, head_dim)), kv_dtype, max_context (the model's position limit); serve (True,
-    an engine's name "vllm", "sglang" or "trtllm", or a ServingConfig) with context,
-    block_size, gpu_memory_utilization, max_batched_tokens, enforce_eager, and
-    gpus/tensor_parallel as the serving engine's; suggest, memory_budget ("80%" or "12GiB",
-    implies suggest) or memory_budget_bytes / memory_budget_share; example_inputs, label.
+    gpus/strategy/tensor_parallel/pipeline_parallel/micro_batches/pipeline_schedule/
+    virtual_stages/context_parallel/expert_parallel/sequence_parallel/state_layout/
+    reduce_bucket_size/fsdp_depth, or distributed (a DistributedConfig) and parallel (a
+    ParallelLayout); kv_cache ("auto", or (layers, kv_heads, head_dim); the ONNX past inputs
+    are found without it), kv_dtype or kv_cache_dtype, max_context (the model's position
+    limit); serve (True, an engine's name "vllm", "sglang" or "trtllm", or a ServingConfig)
+    with engine, context, block_size, gpu_memory_utilization, max_batched_tokens,
+    enforce_eager, and gpus/tensor_parallel as the serving engine's; suggest, memory_budget
+    ("80%" or "12GiB", implies suggest) or memory_budget_bytes / memory_budget_share;
+    example_inputs, label. Text is read as on the command line, and what the command line
+    refuses between options is refused here too, naming the keywords.
     `inputs`: a tensor, a shape tuple, a "4x1024:int64" string, a list of them, or a dict of
     keyword inputs (`model(**inputs)`). Fine-tuning (PyTorch
     models and Hugging Face configs, given as a config.json path, its folder or a dict):
@@ -222,118 +200,16 @@ def analyze_torch(model: object, inputs: Sequence[object] | None = None,
     return analyze(model, inputs, **options)
 
 
-def build_request(model: object, inputs: Sequence[object] | None = None, *,
-                  train: bool = False, optimizer: str = "adam", amp: str | None = None,
-                  grad_accum: int = 1, loss: Callable[..., object] | str | None = None,
-                  checkpoints: Sequence[str] = (), amp_policy: str = AmpPolicy.CUDA,
-                  batch: int | None = None, dims: Mapping[str, int] | None = None,
-                  gpu: str | None = None, cuda_reserve_bytes: int | None = None,
-                  module_depth: int = 2, plan: bool = True,
-                  sweep: SweepRequest | str | None = None, runtime: str | None = None,
-                  ort_optimization: str | None = None, threads: int | None = None,
-                  ort_arena_extend: str | None = None,
-                  distributed: DistributedConfig | None = None, gpus: int | None = None,
-                  strategy: str | None = None, tensor_parallel: int | None = None,
-                  state_layout: str | None = None, reduce_bucket_size: int | None = None,
-                  fsdp_depth: int | None = None,
-                  kv_cache: bool | str | tuple[int, int, int] | None = None,
-                  kv_dtype: str | None = None, max_context: int | None = None,
-                  serve: bool | str | ServingConfig = False, context: int | None = None,
-                  block_size: int | None = None,
-                  gpu_memory_utilization: float | None = None,
-                  max_batched_tokens: int | None = None, enforce_eager: bool = False,
-                  suggest: bool | None = None,
-                  memory_budget: str | None = None, memory_budget_bytes: int | None = None,
-                  memory_budget_share: float | None = None,
-                  example_inputs: str | None = None, label: str | None = None,
-                  lora: bool | str | LoraOptions | None = None,
-                  qlora: bool | str | QloraOptions | None = None,
-                  gradient_checkpointing: bool = False,
-                  weights: str | WeightQuantOptions | None = None,
-                  moe_routing: str | MoeRouting = "balanced",
-                  parallel: ParallelLayout | None = None) -> Request:
-    """The Request the keyword options describe (see `analyze`); `weights`: "int8", "int4" or
-    "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions; `moe_routing`: "balanced",
-    "worst" or "capacity=F" (as --moe-routing) or a MoeRouting; `parallel`: pipeline,
-    context, expert and sequence parallel (as --pipeline-parallel ... --sequence-parallel)."""
-    training = TrainingOptions(
-        closed(Optimizer, optimizer, "--optimizer"), closed(Amp, amp, "--amp") if amp else None,
-        grad_accum, loss, tuple(checkpoints), closed(AmpPolicy, amp_policy, "amp_policy")
-    ) if train else None
-    serving = serving_keywords(serve, context, block_size, gpu_memory_utilization,
-                               max_batched_tokens, gpus, tensor_parallel)
-    if serving is not None and enforce_eager:  # vLLM without CUDA graphs
-        serving = replace(serving, enforce_eager=True)
-    if serving is None and distributed is None:
-        distributed = distributed_keywords(gpus, strategy, tensor_parallel, state_layout,
-                                           reduce_bucket_size, fsdp_depth)
-        if parallel is not None:
-            distributed = replace(distributed or DistributedConfig(Strategy.DDP, 1),
-                                  parallel=parallel)
-    if memory_budget is not None:
-        memory_budget_bytes, memory_budget_share = _budget(memory_budget)
-        suggest = True if suggest is None else suggest  # as --memory-budget implies --suggest
-    if isinstance(sweep, str):
-        sweep = SweepRequest(*parse_sweep(sweep))
-    return Request(
-        model=model, inputs=example_tuple(inputs), example_inputs=example_inputs, label=label,
-        batch=batch, dims=dict(dims or {}), gpu=gpu, cuda_reserve_bytes=cuda_reserve_bytes,
-        training=training,
-        runtime=runtime_keywords(runtime, ort_optimization, threads, ort_arena_extend,
-                                 gpu is not None),
-        distributed=distributed, kv_cache=kv_cache_keywords(kv_cache, kv_dtype, max_context),
-        serving=serving,
-        suggest=SuggestOptions(suggest, memory_budget_bytes, memory_budget_share,
-                               memory_budget or ""),
-        sweep=sweep, module_depth=module_depth, plan=plan,
-        finetune=finetune_keywords(lora, qlora, gradient_checkpointing),
-        weights=parse_weights(weights) if isinstance(weights, str) else weights,
-        moe_routing=(parse_moe_routing(moe_routing) if isinstance(moe_routing, str)
-                     else moe_routing))
-
-
-
-
-def _budget(text: str) -> tuple[int | None, float | None]:
-    """`memory_budget="80%"` (of the GPU's usable memory) or `"12GiB"`, as --memory-budget."""
-    try:
-        limit = parse_memory_limit(text)
-    except SpecError as error:
-        raise GraphmemError(f"memory_budget={text!r}: {error}") from None
-    return limit.bytes, limit.fraction
-
-
-
-
-def example_tuple(inputs: object) -> tuple[object, ...]:
-    """The example inputs as one tuple, however they were given: None, one tensor (or a
-    `"4x1024:int64"` string, or a shape tuple of ints), a list/tuple of them, or a dict of
-    keyword inputs (`model(**inputs)`, as Hugging Face models take them). A bare tensor is
-    one input, never split into its rows."""
-    if inputs is None:
-        return ()
-    if isinstance(inputs, Mapping):
-        return tuple(KeywordInput(_input_name(name), value) for name, value in inputs.items())
-    if isinstance(inputs, str) or hasattr(inputs, "shape") or not isinstance(inputs, Iterable):
-        return (inputs,)
-    items: tuple[object, ...] = tuple(inputs)
-    if items and all(isinstance(item, int) for item in items):
-        return (items,)  # one shape: (8, 3, 224, 224)
-    return items
-
-
-def _input_name(name: object) -> str:
-    if not isinstance(name, str) or not name.isidentifier():
-        raise GraphmemError(f"inputs: the key {name!r} is not a keyword of forward(): give"
-                            " the dict's keys as parameter names, e.g. {'attention_mask': m}")
-    return name
-
-
-
-
-
-
-
+def build_request(model: object, inputs: Sequence[object] | None = None,
+                  **keywords: Any) -> Request:
+    """The Request the keyword options describe (see `analyze`): exactly the option table's
+    keywords (graphmem/options/table.py; a wrong one is a TypeError naming the nearest), each
+    flag of `graphmem analyze` by its own name (`--pipeline-parallel` is pipeline_parallel=),
+    text read as on the command line, and the command line's refusals between options.
+    `weights`: "int8", "int4" or "int4:layers.*.mlp" (as --weights) or a WeightQuantOptions;
+    `moe_routing`: "balanced", "worst" or "capacity=F" (as --moe-routing) or a MoeRouting;
+    `parallel`: a ParallelLayout, instead of pipeline_parallel= ... sequence_parallel=."""
+    return request_from_keywords(model, {**keywords, "inputs": inputs})
 
 
 # ----- the other commands: `graphmem gpus --fits`, `graphmem verify` -----------------------------

@@ -28,7 +28,7 @@ SOURCE = ROOT / PACKAGE
 LAYERS: tuple[frozenset[str], ...] = (
     # __main__ (`python -m graphmem`) is the command line's second entry point: it must import cli
     frozenset({"cli", "__main__"}),
-    frozenset({"api"}),
+    frozenset({"api", "options"}),
     frozenset({"report"}),
     frozenset({"gate", "verify"}),
     frozenset({"pipeline"}),

@@ -6,7 +6,6 @@ One copy each; the boundary checks of paths and numbers are in graphmem/cli/inpu
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ from rich.console import Console
 from graphmem.cli.inputs import OutputFile, print_written, writing
 from graphmem.core.collector import collector_paused
 from graphmem.core.conventions import closed
-from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import is_model_spec
 from graphmem.gate.budgets import SpecError, parse_size
+from graphmem.options.text import dim_binding, dims_dict
 
 __all__ = ["Output", "argtype", "dims_dict", "emit", "is_model_spec", "parse_dim_binding",
            "parse_size_bytes", "stderr_console", "word_choice"]
@@ -32,15 +31,6 @@ def word_choice(vocabulary: type[StrEnum], flag: str) -> dict[str, Any]:
     the choices, the value is the enum member, and a wrong word is graphmem's one line (the
     Request's check says the same)."""
     return {"type": lambda text: closed(vocabulary, text, flag), "choices": tuple(vocabulary)}
-
-
-def parse_dim_binding(text: str) -> tuple[str, int]:
-    """`batch=8` -> ("batch", 8)."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip() or not re.fullmatch(r"-?\d+", value.strip()):
-        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=INTEGER, e.g. --dim seq=512")
-    # int() refuses thousands of digits; 21 characters keep the sign and the range check's say
-    return name.strip(), int(value.strip()[:21])
 
 
 def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -58,16 +48,8 @@ def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 # `512MiB`, `1.5GiB`, `800000000` -> bytes (finite, at most 4 EiB)
 parse_size_bytes = argtype(parse_size)
-
-
-def dims_dict(bindings: Sequence[tuple[str, int]]) -> dict[str, int]:
-    """The --dim list as a dict; a dim given twice with two values is an error."""
-    dims: dict[str, int] = {}
-    for name, value in bindings:
-        if dims.get(name, value) != value:
-            raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
-        dims[name] = value
-    return dims
+# `--dim batch=8` -> ("batch", 8)
+parse_dim_binding = argtype(dim_binding)
 
 
 def stderr_console() -> Console:
