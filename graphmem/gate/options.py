@@ -1,0 +1,100 @@
+"""What a check entry may say about the run besides its budgets: the Python API's keywords.
+
+A check entry describes the run as `graphmem analyze` does (inputs, train, optimizer, gpus,
+tensor_parallel, serve, lora, ...). The names and types are not kept here: they are read at
+run time from the function that turns keywords into a Request (graphmem/api.py
+`build_request`, handed in by the layer above, as the gate may not import the API), so a
+keyword the API gains is a key of the budgets file at once. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from graphmem.errors import GraphmemError
+from graphmem.pipeline.request import Request
+
+# Keywords of the builder a check entry does not take: the check's own settings (model, gpu,
+# batch, dims, cuda_reserve_bytes are CheckSpec fields), and what only an interactive
+# analysis asks for (suggestions, sweeps, module grouping, report labels).
+CHECK_OWNED = frozenset({"model", "gpu", "batch", "dims", "cuda_reserve_bytes", "suggest",
+                         "memory_budget", "memory_budget_bytes", "memory_budget_share",
+                         "sweep", "plan", "module_depth", "label"})
+
+# TOML's values and the Python types that accept them
+_TOML_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean (true)"), (int, "an integer"), (float, "a number"),
+    (str, "a string"), (list, "an array"))
+
+
+@dataclass(frozen=True)
+class RequestBuilder:
+    """`build(model, inputs, **keywords) -> Request`: graphmem.api.build_request."""
+
+    build: Callable[..., Request]
+
+    @cached_property
+    def keywords(self) -> Mapping[str, tuple[type, ...]]:
+        """Each keyword a check entry may give -> the TOML value types it accepts (empty: a
+        Python object, given through the API only)."""
+        parameters = inspect.signature(self.build).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            raise TypeError(f"{self.build.__name__} takes **keywords: read the names from the"
+                            " option table instead of the signature (graphmem/gate/options.py)")
+        hints = typing.get_type_hints(self.build)
+        return {name: _toml_types(hints.get(name, object)) for name in parameters
+                if name not in CHECK_OWNED}
+
+    def request(self, model: object, options: Mapping[str, Any], **settings: Any) -> Request:
+        """The Request of one check entry: its keywords and the check's own settings."""
+        unknown = sorted(set(options) - set(self.keywords))
+        if unknown:
+            raise GraphmemError(f"{unknown[0]}: not an option of a check entry"
+                                f"{nearest(unknown[0], self.keywords)}")
+        keywords = dict(options)
+        inputs = keywords.pop("inputs", None)
+        return self.build(model, inputs, suggest=False, **settings, **keywords)
+
+
+def nearest(name: str, known: Sequence[str] | Mapping[str, object]) -> str:
+    """`; did you mean 'tensor_parallel'?`, or nothing when no name is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _toml_types(hint: object) -> tuple[type, ...]:
+    """The TOML value types a keyword's annotation accepts: `int | None` -> (int,),
+    `Sequence[str]` -> (list,), `bool | str | LoraOptions` -> (bool, str); an int is a
+    float's value too."""
+    members = _members(hint)
+    accepted = [kind for kind, _ in _TOML_TYPES if any(_accepts(m, kind) for m in members)]
+    if float in accepted and int not in accepted:
+        accepted.append(int)
+    return tuple(accepted)
+
+
+def _members(hint: object) -> tuple[object, ...]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _accepts(member: object, kind: type) -> bool:
+    origin = typing.get_origin(member) or member
+    if kind is list:  # a TOML array: a Sequence of strings or numbers (not a str, a tuple)
+        return origin in (Sequence, list)
+    return origin is kind
+
+
+def type_names(kinds: tuple[type, ...]) -> str:
+    """`(bool, str)` -> 'a boolean (true) or a string'."""
+    names = [name for kind, name in _TOML_TYPES if kind in kinds]
+    return " or ".join(names)
