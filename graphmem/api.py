@@ -428,8 +428,7 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
     if model is None:
         raise GraphmemError("check_model: give a model (an .onnx path, file.py:fn or a"
                             " config.json) or budgets=FILE.toml")
-    context, options["context"] = sequences.serving_context(min_sequences, context,
-                                                            options.get("serve"))
+    context, options = sequences.serving_context(min_sequences, context, options)
     try:
         limits = parse.Budgets(
             max_memory=None if max_memory is None else parse.parse_memory_limit(max_memory),

@@ -213,9 +213,7 @@ def _specs(args: argparse.Namespace) -> list[CheckSpec]:
     if not args.model:
         raise GraphmemError("give a model (graphmem check model.onnx --gpu t4 --batch 32 ...)"
                             " or a budgets file (graphmem check --budgets graphmem.toml)")
-    options = model_keywords(args)
-    context, options["context"] = serving_context(args.min_sequences, args.context,
-                                                  options.get("serve"))
+    context, options = serving_context(args.min_sequences, args.context, model_keywords(args))
     budgets = Budgets(max_memory=args.max_memory, margin=args.margin,
                       max_tensor_bytes=args.max_tensor_memory,
                       max_latency_s=args.max_latency,
@@ -240,7 +238,8 @@ def _builder() -> RequestBuilder:
 # ONE place: swap these two for the option table's functions when it lands (the table adds
 # analyze's model-describing options to a parser and turns a namespace into API keywords).
 _RENAMED = {"input": "inputs", "kv_cache_dtype": "kv_dtype"}
-_SERVING = ("serve", "engine")  # serve=ENGINE (--engine alone is --min-sequences' engine)
+# serve=ENGINE (--engine alone is --min-sequences' engine), --context: `serving_context`
+_SERVING = ("serve", "engine", "context")
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:

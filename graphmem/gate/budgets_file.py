@@ -311,8 +311,7 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
     options = {key: value for key, value in merged.items()
                if key in file.options and key not in _MODEL_KEYS and value is not None}
     count = merged.get("min_sequences")
-    context, options["context"] = serving_context(count, _serving_context(merged),
-                                                  options.get("serve"))
+    context, options = serving_context(count, _serving_context(merged), options)
     budgets = Budgets(
         max_memory=merged.get("max_memory"), margin=merged.get("margin"),
         max_tensor_bytes=merged.get("max_tensor_memory"),

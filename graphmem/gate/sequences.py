@@ -5,8 +5,9 @@ and the numbers of an analysis it is checked against. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from graphmem.core.kv_layers import GroupUse
 from graphmem.core.units import format_bytes
@@ -77,12 +78,14 @@ def serving_numbers(analysis: Analysis) -> ServingNumbers:
                           plan.sequence_bytes, plan.layer_groups)
 
 
-def serving_context(count: int | None, context: int | None, serve: object
-                    ) -> tuple[int | None, int | None]:
-    """(the --min-sequences budget's context, the `context` option of the served run): with
-    `serve` given and no sequences budget, `context` is the serving plan's alone (the
-    model's position limit when absent); otherwise it is the budget's (which serves the
-    model when `serve` is not given: gate/check.py `check_request`)."""
-    if serve and count is None:
-        return None, context
-    return context, context if serve else None
+
+def serving_context(count: int | None, context: int | None, options: Mapping[str, Any]
+                    ) -> tuple[int | None, dict[str, Any]]:
+    """(the --min-sequences budget's context, the run's options): with a `serve` option and
+    no sequences budget, `context` is the serving plan's alone (the model's position limit
+    when absent); otherwise it is the budget's, which serves the model when `serve` is not
+    given (gate/check.py `check_request`)."""
+    serve = options.get("serve")
+    with_context = {**options, "context": context} if serve and context is not None else {
+        **options}
+    return (None if serve and count is None else context), with_context
