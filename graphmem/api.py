@@ -428,6 +428,8 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
     if model is None:
         raise GraphmemError("check_model: give a model (an .onnx path, file.py:fn or a"
                             " config.json) or budgets=FILE.toml")
+    if engine is not None and options.get("serve") is True:
+        options["serve"] = engine  # serve=True served by `engine`, as --serve --engine E
     context, options = sequences.serving_context(min_sequences, context, options)
     try:
         limits = parse.Budgets(
