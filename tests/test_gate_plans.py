@@ -139,3 +139,22 @@ def test_an_mla_config_is_gated_on_its_latent(tmp_path: Path) -> None:
     numbers = report.models[0].numbers
     assert numbers.serving_per_token_bytes == 2 * 576 * 2
     assert [g.label for g in numbers.serving_groups] == ["mla"]
+
+
+def test_a_budgets_file_serves_a_config_with_fp8_kv(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # the file's keys are the API's keywords: serve, context, kv_dtype. fp8 holds a token of
+    # Mistral's 2 sliding layers in half of bf16's 8,192 B: 2 x 2 x 8 x 128 x 1 B = 4,096 B,
+    # a sequence 2 x 385 blocks x 16 x 2,048 B = 25,231,360 B
+    config_folder(tmp_path, "mistral", layers(MISTRAL_7B, 2))
+    (tmp_path / "graphmem.toml").write_text(
+        '[[model]]\npath = "mistral"\ngpu = "a100-80gb"\nserve = "vllm"\nkv_dtype = "fp8"\n'
+        'context = 32768\nmin_sequences = 100\n')
+    code, out, _ = run_cli(["check", "--budgets", str(tmp_path / "graphmem.toml"), "--json",
+                            "-"], capsys)
+    assert code == 0
+    kv = json.loads(out)["models"][0]["kv_cache"]
+    assert (kv["per_token_bytes"], kv["sequence_bytes"], kv["context"]) == (4096, 25_231_360,
+                                                                            32768)
+    assert kv["layer_groups"] == [{"type": "sliding 4096", "layers": 2, "tokens": 6143,
+                                   "bytes": 25_231_360}]
