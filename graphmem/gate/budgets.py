@@ -329,7 +329,8 @@ def evaluate(numbers: ModelNumbers, budgets: Budgets) -> tuple[BudgetResult, ...
         results.append(_at_most(
             "live tensors", peak, budgets.max_tensor_bytes, "bytes",
             f"live tensors at the peak {format_bytes(peak)} (graphmem's count, model order;"
-            f" no runtime or GPU overhead) vs limit {format_bytes(budgets.max_tensor_bytes)}"))
+            f" no runtime or GPU overhead{'; the whole step, not a rank' if numbers.rank else ''})"
+            f" vs limit {format_bytes(budgets.max_tensor_bytes)}"))
     if budgets.max_latency_s is not None:
         results.append(_latency(numbers, budgets.max_latency_s))
     if budgets.max_params is not None:
