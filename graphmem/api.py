@@ -280,22 +280,33 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
                 max_flops: int | str | None = None, fail_on_unsupported: bool = False,
                 baseline: str | Path | None = None, max_growth: str | None = None,
                 min_sequences: int | None = None, context: int | None = None,
-                budgets: str | Path | None = None, engine: str | None = None) -> CheckReport:
-    """`graphmem check`: an ONNX model against budgets, written as on the command line
+                budgets: str | Path | None = None, engine: str | None = None,
+                **options: Any) -> CheckReport:
+    """`graphmem check`: a model against budgets, written as on the command line
     (max_memory="90%" or "12GiB", margin="10%", max_latency="20ms", max_params="25M",
     max_growth="5%"), or every model of a budgets file (`budgets="graphmem.toml"`).
-    `report.passed` is the exit code's answer; `report.models[0].results` each budget's
-    verdict. `engine` ("vllm", "sglang", "trtllm") serves the model for min_sequences."""
+    `model`: anything `analyze` takes by name (an .onnx file, `file.py:fn`, a Hugging Face
+    config.json or its folder); `options`: how it runs, as `analyze`'s keywords (inputs,
+    train, optimizer, gpus, tensor_parallel, parallel, serve, lora, ...): a training job's
+    memory budget reads its most-loaded rank. `report.passed` is the exit code's answer;
+    `report.models[0].results` each budget's verdict. `engine` ("vllm", "sglang", "trtllm")
+    serves the model for min_sequences."""
     from graphmem.gate import budgets as parse
     from graphmem.gate import sequences
     from graphmem.gate.budgets_file import load_budgets_file
-    from graphmem.gate.check import CheckSpec, run_check
+    from graphmem.gate.check import CheckSpec, model_label, run_check
     from graphmem.gate.margin import parse_margin
+    from graphmem.options.check_entry import request_builder
 
+    builder = request_builder()
     if budgets is not None:
-        return run_check(load_budgets_file(Path(budgets)))
+        return run_check(load_budgets_file(Path(budgets), builder), builder)
     if model is None:
-        raise GraphmemError("check_model: give a model (an .onnx path) or budgets=FILE.toml")
+        raise GraphmemError("check_model: give a model (an .onnx path, file.py:fn or a"
+                            " config.json) or budgets=FILE.toml")
+    if engine is not None and options.get("serve") is True:
+        options["engine"] = engine  # serve=True served by `engine`, as --serve --engine E
+    context, options = sequences.serving_context(min_sequences, context, options)
     try:
         limits = parse.Budgets(
             max_memory=None if max_memory is None else parse.parse_memory_limit(max_memory),
@@ -311,9 +322,9 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
                                                   ("min_sequences=", "context="), engine))
     except parse.SpecError as error:
         raise GraphmemError(f"check_model: {error}") from None
-    spec = CheckSpec(model_path=Path(model), label=Path(model).stem, budgets=limits, gpu=gpu,
-                     batch=batch, dims=dict(dims or {}), cuda_reserve_bytes=cuda_reserve_bytes,
-                     baseline_path=None if baseline is None else Path(baseline))
-    Request(spec.model_path, batch=batch, dims=spec.dims, gpu=gpu).check()  # before any work
-    parse.complete_budgets(limits, gpu, None if baseline is None else str(baseline))
-    return run_check([spec])
+    spec = CheckSpec(model_path=Path(model), label=model_label(str(model)), budgets=limits,
+                     gpu=gpu, batch=batch, dims=dict(dims or {}),
+                     cuda_reserve_bytes=cuda_reserve_bytes,
+                     baseline_path=None if baseline is None else Path(baseline),
+                     options=options)
+    return run_check([spec], builder)

@@ -255,19 +255,18 @@ def test_a_forward_that_exits_is_one_line(tmp_path: Path, run: Run) -> None:
              "SystemExit(5)")
 
 
-@pytest.mark.parametrize("command", [["analyze"], ["verify"]])
+@pytest.mark.parametrize("command", [["analyze"], ["verify"], ["check"]])
 def test_a_python_file_without_its_function_is_named(torch_model: Path, work: list[str],
                                                      run: Run, command: list[str]) -> None:
-    refused_early(run(*command, torch_model), work, "is a Python file",
+    budget = ["--max-params", "1M"] if command == ["check"] else []
+    refused_early(run(*command, torch_model, *budget), work, "is a Python file",
                   f"{torch_model}:build_model")
 
 
-@pytest.mark.parametrize("command", [["check"], ["gpus", "--fits"]])
+@pytest.mark.parametrize("command", [["gpus", "--fits"]])
 def test_onnx_only_commands_say_so_for_a_python_file(torch_model: Path, work: list[str],
                                                      run: Run, command: list[str]) -> None:
-    refused_early(run(*command, torch_model, "--max-params", "1M")
-                  if command == ["check"] else run(*command, torch_model), work,
-                  "is a Python file", "torch.onnx.export")
+    refused_early(run(*command, torch_model), work, "is a Python file", "torch.onnx.export")
 
 
 @pytest.mark.parametrize("model", ["a\0b.onnx", "m" * 5000 + ".onnx", "x" * 5000 + ":fn",

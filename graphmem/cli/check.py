@@ -17,7 +17,6 @@ from graphmem.cli.common import (
     argtype,
     dims_dict,
     emit,
-    is_model_spec,
     parse_dim_binding,
 )
 from graphmem.cli.inputs import (
@@ -28,8 +27,9 @@ from graphmem.cli.inputs import (
     onnx_inputs,
     output_file,
     refuse_overwrites,
+    spec_files,
 )
-from graphmem.distributed.engines import ENGINES
+from graphmem.cli.option_flags import add_model_options, argparse_keywords, namespace_keywords
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import hf_config_file
 from graphmem.gate.budgets import (
@@ -42,20 +42,23 @@ from graphmem.gate.budgets import (
     parse_size,
 )
 from graphmem.gate.margin import parse_margin
-from graphmem.gate.sequences import min_sequences
+from graphmem.gate.sequences import min_sequences, serving_context
+from graphmem.options.table import BY_KEYWORD, model_options
 
 if TYPE_CHECKING:
     from graphmem.gate.check import CheckSpec
+    from graphmem.gate.options import RequestBuilder
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
 
-# Options that describe one model; with --budgets they belong in the file.
+# Options that describe one model; with --budgets they belong in the file (and so do
+# analyze's model options: `given_model_options`).
 _MODEL_OPTIONS = ("gpu", "batch", "dim", "cuda_reserve", "max_memory", "margin",
                   "max_tensor_memory",
                   "max_latency",
                   "max_params", "max_flops", "fail_on_unsupported", "baseline", "max_growth",
-                  "min_sequences", "context", "engine")
+                  "min_sequences")
 
 
 NAME = "check"
@@ -64,10 +67,13 @@ NAME = "check"
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         NAME, help=summary(NAME),
-        description="Check an ONNX model against budgets (memory, latency, params, FLOPs,"
-        " unsupported ops, growth over a baseline). Exit 0: every budget holds; 1: one is"
-        " broken; 2: usage or input error.")
-    parser.add_argument("model", nargs="?", help="an .onnx file (or use --budgets)")
+        description="Check a model against budgets (memory, latency, params, FLOPs,"
+        " unsupported ops, growth over a baseline), run as analyze's options say (--train,"
+        " --tensor-parallel, --serve ...: a training job's memory is its most-loaded"
+        " rank's). Exit 0: every budget holds; 1: one is broken; 2: usage or input error.")
+    parser.add_argument("model", nargs="?", help="an .onnx file, a PyTorch model as file.py:fn"
+                        " or pkg.module:fn, or a Hugging Face config.json (or its folder); or"
+                        " use --budgets")
     parser.add_argument("--gpu", help="GPU name from 'graphmem gpus'; with it the model must"
                         " at least fit (--max-memory 100%%) unless --max-memory says otherwise")
     parser.add_argument("--batch", type=int, help="bind the batch axis (a dim named like a"
@@ -103,17 +109,15 @@ def add_parser(commands: Any) -> None:
                          " (5%%)")
     budgets.add_argument("--min-sequences", type=argtype(parse_count), metavar="N",
                          help="serving: at least N sequences of --context tokens fit at once in"
-                         " the paged KV cache (needs --gpu; see docs/serving.md)")
-    budgets.add_argument("--context", type=argtype(parse_count), metavar="TOKENS",
-                         help="tokens per sequence (prompt + output) for --min-sequences")
-    budgets.add_argument("--engine", choices=ENGINES, metavar="|".join(ENGINES),
-                         help="the serving engine --min-sequences plans for (default vllm)")
+                         " the paged KV cache, served by --engine (needs --gpu; see"
+                         " docs/serving.md)")
     budgets.add_argument("--budgets", type=Path, metavar="FILE.toml",
                          help="check every model a budgets file lists (see docs/gate.md)")
     outputs = parser.add_argument_group("outputs")
     outputs.add_argument("--json", metavar="PATH", help="write verdicts and analyses as JSON"
                          " ('-' for stdout)")
     outputs.add_argument("--junit", metavar="PATH", help="write JUnit XML for CI test reports")
+    add_model_options(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -130,7 +134,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     specs = _specs(args)
     _check_specs(specs, args)
     refuse_overwrites(outputs, _inputs(specs, args.budgets, outputs))
-    report = run_check(specs)
+    report = run_check(specs, _builder())
     emit(console, lambda out: print_check(report, out),
          [Output(json_out, "JSON", lambda path: write_check_json(report, path)),
           Output(junit_out, "JUnit XML", lambda path: _write_junit(report, path))],
@@ -152,8 +156,9 @@ def _check_specs(specs: list[CheckSpec], args: argparse.Namespace) -> None:
 
     check_dims(args.batch, args.dim)
     for spec in specs:
-        check_model_argument(str(spec.model_path), onnx_only="graphmem check")
-        check_input_file("model", spec.model_path)
+        check_model_argument(str(spec.model_path))
+        if not isinstance(spec.model, str):  # a file or a config's folder, not a spec
+            check_input_file("model", spec.model_path)
         if spec.gpu is not None:
             find_gpu(spec.gpu)
         source = str(spec.baseline_path) if spec.baseline_path is not None else None
@@ -175,41 +180,81 @@ def _inputs(specs: list[CheckSpec], budgets: Path | None, outputs: list[OutputFi
                                           budgets)]
     for spec in specs:
         inputs += [(f"an input of the check ({what})", path)
-                   for what, path in onnx_inputs(spec.model_path, outputs, str(spec.model_path))]
-        config = hf_config_file(str(spec.model_path))
-        if config is not None:
-            inputs.append((f"an input of the check (the model's config {config})", config))
+                   for what, path in _model_inputs(spec, outputs)]
         if spec.baseline_path is not None:
             inputs.append((f"an input of the check (the baseline {spec.baseline_path})",
                            spec.baseline_path))
     return inputs
 
 
+def _model_inputs(spec: CheckSpec, outputs: list[OutputFile]) -> list[tuple[str, Path]]:
+    """The files a model entry reads: an .onnx file and its external data, a config, the
+    .py files of a spec and of its loss and example inputs."""
+    config = hf_config_file(str(spec.model_path))
+    if config is not None:
+        return [(f"the model's config {config}", config)]
+    files = [str(spec.options.get(key) or "") for key in ("loss", "example_inputs")]
+    if isinstance(spec.model, str):
+        return spec_files([spec.model, *files])
+    return [*onnx_inputs(spec.model_path, outputs, str(spec.model_path)), *spec_files(files)]
+
+
 def _specs(args: argparse.Namespace) -> list[CheckSpec]:
     from graphmem.gate.budgets_file import load_budgets_file
-    from graphmem.gate.check import CheckSpec
+    from graphmem.gate.check import CheckSpec, model_label
 
     if args.budgets is not None:
         given = [f"--{o.replace('_', '-')}" for o in _MODEL_OPTIONS if getattr(args, o)]
+        given += [BY_KEYWORD[keyword].flag for keyword in given_model_options(args)]
         if args.model or given:
             extra = ", ".join(([args.model] if args.model else []) + given)
             raise GraphmemError(f"--budgets {args.budgets} checks the models the file lists:"
                                 f" put {extra} in the file (or drop --budgets)")
-        return load_budgets_file(args.budgets)
+        return load_budgets_file(args.budgets, _builder())
     if not args.model:
         raise GraphmemError("give a model (graphmem check model.onnx --gpu t4 --batch 32 ...)"
                             " or a budgets file (graphmem check --budgets graphmem.toml)")
-    if is_model_spec(args.model):
-        raise GraphmemError(f"'{args.model}': graphmem check gates ONNX models; export the"
-                            " PyTorch model with torch.onnx.export and check the .onnx file")
+    context, options = serving_context(args.min_sequences, args.context, model_keywords(args))
     budgets = Budgets(max_memory=args.max_memory, margin=args.margin,
                       max_tensor_bytes=args.max_tensor_memory,
                       max_latency_s=args.max_latency,
                       max_params=args.max_params, max_flops=args.max_flops,
                       fail_on_unsupported=args.fail_on_unsupported, max_growth=args.max_growth,
-                      min_sequences=min_sequences(args.min_sequences, args.context,
+                      min_sequences=min_sequences(args.min_sequences, context,
                                                   engine=args.engine))
-    return [CheckSpec(model_path=Path(args.model), label=Path(args.model).stem, budgets=budgets,
-                      gpu=args.gpu, batch=args.batch, dims=dims_dict(args.dim),
-                      cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline)]
+    return [CheckSpec(model_path=Path(args.model), label=model_label(args.model),
+                      budgets=budgets, gpu=args.gpu, batch=args.batch, dims=dims_dict(args.dim),
+                      cuda_reserve_bytes=args.cuda_reserve, baseline_path=args.baseline,
+                      options=options)]
 
+
+def _builder() -> RequestBuilder:
+    from graphmem.options.check_entry import request_builder
+
+    return request_builder()
+
+
+# ----- analyze's model options (the option table's, graphmem/cli/option_flags.py) -------------
+# check's own settings of an analyze keyword (--gpu, --batch, --dim, --cuda-reserve), and the
+# serving flags that also size the --min-sequences budget (`model_keywords`)
+_OWN = ("gpu", "batch", "dims", "cuda_reserve_bytes")
+_SERVING = ("engine", "context")
+
+
+def given_model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The model options given on the command line ({keyword: value}, defaults left out)."""
+    defaults = {o.keyword: argparse_keywords(o).get("default") for o in model_options()}
+    return {keyword: value for keyword, value in namespace_keywords(args, _OWN).items()
+            if value != defaults[keyword]}
+
+
+def model_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """The Python API's keywords of the model options given (`graphmem.api.build_request`);
+    --engine serves the model with --serve, else it names the --min-sequences budget's
+    engine; --context is placed by `serving_context`."""
+    keywords = {k: v for k, v in given_model_options(args).items() if k not in _SERVING}
+    if "inputs" in keywords:
+        keywords["inputs"] = tuple(keywords["inputs"])
+    if args.serve and args.engine is not None:
+        keywords["engine"] = args.engine
+    return keywords

@@ -38,7 +38,7 @@ class OutputFile:
 # ----- what the model argument is (a PyTorch spec or not: graphmem/cli/common.py) -------------
 def check_model_argument(text: str, onnx_only: str | None = None) -> None:
     """The MODEL argument names something: no NUL byte, and a .py file names its function.
-    `onnx_only`: the command, when it takes ONNX files alone (`graphmem check`)."""
+    `onnx_only`: the command, when it takes ONNX files alone (`graphmem gpus --fits`)."""
     if not text.strip() or "\0" in text:
         raise GraphmemError(f"model {text!r}: give an .onnx file or a PyTorch model as"
                             " file.py:function")

@@ -21,4 +21,4 @@ CHECK_KIND = "graphmem check"
 CHECK_KEYS = frozenset({"schema_version", "kind", "graphmem_version", "passed", "exit_code",
                         "budget_count", "failure_count", "models"})
 MODEL_KEYS = frozenset({"name", "path", "gpu", "dims", "passed", "seconds", "budgets",
-                        "analysis"})
+                        "per_rank", "kv_cache", "analysis"})

@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from graphmem.core.kv_layers import GroupUse
 from graphmem.core.units import MAX_BYTES, MAX_COUNT, format_bytes, format_si
 from graphmem.errors import GraphmemError, SpecError
 from graphmem.gate.margin import Margin, with_margin_bytes
+from graphmem.gate.ranks import RankNumbers, rank_numbers
 from graphmem.gate.sequences import MinSequences, serving_numbers
 
 if TYPE_CHECKING:
@@ -237,6 +239,11 @@ class ModelNumbers:
     serving_sequences: int | None = None
     serving_context: int | None = None
     serving_text: str = ""
+    serving_per_token_bytes: int | None = None
+    serving_sequence_bytes: int | None = None
+    serving_groups: tuple[GroupUse, ...] = ()  # the KV cache per layer type
+    # a training job: its most-loaded rank (device_total_bytes is its) and every stage
+    rank: RankNumbers | None = None
 
 
 def numbers_of(analysis: Analysis) -> ModelNumbers:
@@ -263,6 +270,7 @@ def numbers_of(analysis: Analysis) -> ModelNumbers:
         unsupported_ops=dict(costs.unsupported_ops),
         shape_unknown_nodes=tuple(costs.shape_unknown_nodes),
         **serving_numbers(analysis)._asdict(),
+        rank=rank_numbers(analysis),
     )
 
 
@@ -321,12 +329,13 @@ def evaluate(numbers: ModelNumbers, budgets: Budgets) -> tuple[BudgetResult, ...
         results.append(_at_most(
             "live tensors", peak, budgets.max_tensor_bytes, "bytes",
             f"live tensors at the peak {format_bytes(peak)} (graphmem's count, model order;"
-            f" no runtime or GPU overhead) vs limit {format_bytes(budgets.max_tensor_bytes)}"))
+            f" no runtime or GPU overhead{'; the whole step, not a rank' if numbers.rank else ''})"
+            f" vs limit {format_bytes(budgets.max_tensor_bytes)}"))
     if budgets.max_latency_s is not None:
         results.append(_latency(numbers, budgets.max_latency_s))
     if budgets.max_params is not None:
         results.append(_at_most("parameters", numbers.params, budgets.max_params, "params",
-                                f"{numbers.params:,} parameters (limit {budgets.max_params:,})"))
+                                _params_text(numbers, budgets.max_params)))
     if budgets.max_flops is not None:
         results.append(_at_most(
             "FLOPs", numbers.flops, budgets.max_flops, "FLOP",
@@ -368,7 +377,7 @@ def _memory(numbers: ModelNumbers, limit: MemoryLimit) -> BudgetResult:
         return _at_most("peak memory", peak, limit.bytes, "bytes",
                         f"peak {format_bytes(peak)} (live tensors, model order; no --gpu, so"
                         f" no device total) vs limit {format_bytes(limit.bytes)}")
-    basis = numbers.memory_basis
+    basis = _basis(numbers)
     if limit.fraction is None:
         assert limit.bytes is not None
         return _at_most("peak memory", total, limit.bytes, "bytes",
@@ -388,9 +397,26 @@ def _headroom(numbers: ModelNumbers, margin: Margin) -> BudgetResult:
         raise GraphmemError(f"--margin {margin.text} is headroom on a GPU: give --gpu NAME")
     needed = with_margin_bytes(total, margin)
     return BudgetResult("headroom", math.ceil(needed), capacity, "bytes", needed <= capacity,
-                        f"{numbers.memory_basis} {format_bytes(total)} + {margin.text} ="
+                        f"{_basis(numbers)} {format_bytes(total)} + {margin.text} ="
                         f" {format_bytes(math.ceil(needed))} vs {numbers.gpu_name}'s"
                         f" {format_bytes(capacity)}")
+
+
+def _basis(numbers: ModelNumbers) -> str:
+    """What the device total is: the verdict's basis, naming a training job's rank."""
+    if numbers.rank is None:
+        return numbers.memory_basis
+    return f"per-GPU device total of {numbers.rank.text}"
+
+
+def _params_text(numbers: ModelNumbers, limit: int) -> str:
+    """The whole model's count: a training job's ranks each hold a part of it."""
+    text = f"{numbers.params:,} parameters (limit {limit:,})"
+    rank = numbers.rank
+    if rank is None:
+        return text
+    held = f"; its most-loaded rank holds {rank.parameters:,}" if rank.parameters else ""
+    return f"{text}: the whole model's, not a rank's{held}"
 
 
 def _latency(numbers: ModelNumbers, limit_s: float) -> BudgetResult:

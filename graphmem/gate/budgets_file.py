@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.safe_text import NAME_MAX_CHARS, printable, printable_text
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.spec import is_model_spec
 from graphmem.gate.baseline import read_input_file
 from graphmem.gate.budgets import (
     Budgets,
@@ -50,7 +51,8 @@ from graphmem.gate.budgets import (
 )
 from graphmem.gate.check import CheckSpec
 from graphmem.gate.margin import parse_margin
-from graphmem.gate.sequences import min_sequences
+from graphmem.gate.options import RequestBuilder, type_names
+from graphmem.gate.sequences import min_sequences, serving_context
 
 MAX_BUDGETS_BYTES = 1 << 20  # a budgets file of 1000 models is ~100 KiB
 MAX_KEY_DEPTH = 8  # `a.b.c = 1`: 3 deep; the schema's deepest key is defaults.dims.seq
@@ -87,15 +89,17 @@ _MODEL_ONLY_KEYS = {"path", "name", "baseline"}
 _MODEL_KEYS = _DEFAULT_KEYS | _MODEL_ONLY_KEYS
 
 
-def load_budgets_file(path: Path) -> list[CheckSpec]:
-    """One CheckSpec per `[[model]]`, paths resolved against the file's folder."""
-    file = _File(path)
+def load_budgets_file(path: Path, builder: RequestBuilder | None = None) -> list[CheckSpec]:
+    """One CheckSpec per `[[model]]`, paths resolved against the file's folder. With the
+    API's request `builder`, an entry may also give its keywords (train = true,
+    tensor_parallel = 2, inputs = ["1x4096:int64"]: graphmem/gate/options.py)."""
+    file = _File(path, builder)
     table = _read_toml(path, file)
     file.known_keys(table, {"defaults", "model"}, "")
     defaults = table.get("defaults", {})
     if not isinstance(defaults, dict):
         file.fail("defaults", defaults, "should be a table: [defaults] on a line of its own")
-    file.known_keys(defaults, _DEFAULT_KEYS, "defaults.")
+    file.known_keys(defaults, _DEFAULT_KEYS | file.options, "defaults.")
     models = table.get("model")
     if models is not None and not isinstance(models, list):
         file.fail("model", models, "should be an array of tables: write [[model]], not [model]")
@@ -139,9 +143,15 @@ _DEEP_KEY = re.compile(r"""(?<![A-Za-z0-9_."'-])""" + _KEY_PART
 class _File:
     """The budgets file, for messages: `graphmem.toml: [[model]] #2 (a.onnx) batch = 0 ...`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, builder: RequestBuilder | None = None) -> None:
         self.path = path
         self.name = printable(path, 400)
+        # the API's keywords an entry may give -> the TOML types each takes
+        self.option_types = dict(builder.keywords) if builder is not None else {}
+
+    @property
+    def options(self) -> set[str]:
+        return set(self.option_types)
 
     def fail(self, key_path: str, value: object, problem: str) -> NoReturn:
         raise GraphmemError(f"{self.name}: {key_path} = {_shown(value)} {problem}")
@@ -196,9 +206,27 @@ class _Values:
                 checked[key] = self.dims(value)
             elif key == "fail_on_unsupported":
                 checked[key] = self.typed(key, value, bool)
+            elif key in self.file.option_types and key not in _MODEL_KEYS:
+                checked[key] = self.option(key, value)
             else:  # gpu, path, name, baseline
                 checked[key] = self.text(key, value)
         return checked
+
+    def option(self, key: str, value: Any) -> Any:
+        """An API keyword's value (graphmem/gate/options.py): a TOML type its annotation
+        takes, text printable; its meaning is checked when the Request is built."""
+        kinds = self.file.option_types[key]
+        if not kinds:
+            self.fail(key, value, "is a Python object of graphmem.check_model; a budgets file"
+                      " says it with the keywords it is made of (see docs/gate.md)")
+        if type(value) not in kinds:
+            self.fail(key, value, f"should be {type_names(kinds)}")
+        for index, item in enumerate(value if isinstance(value, list) else ()):
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                self.fail(f"{key}[{index}]", item, "should be a string or an integer")
+            if isinstance(item, str):
+                self.text(f"{key}[{index}]", item)
+        return self.text(key, value) if isinstance(value, str) else value
 
     def typed(self, key: str, value: Any, kind: type) -> Any:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -269,7 +297,7 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
     where = f"[[model]] #{index} "
     if not isinstance(model, dict):
         file.fail(f"[[model]] #{index}", model, "should be a table with path = ...")
-    file.known_keys(model, _MODEL_KEYS, where)
+    file.known_keys(model, _MODEL_KEYS | file.options, where)
     if "path" not in model:
         raise GraphmemError(f"{file.name} {where}needs path = \"model.onnx\" (relative to"
                             f" {printable(file.path.name)})")
@@ -280,6 +308,10 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
     merged = {**defaults, **checked,
               "dims": {**defaults.get("dims", {}), **checked.get("dims", {})}}
     folder = file.path.parent
+    options = {key: value for key, value in merged.items()
+               if key in file.options and key not in _MODEL_KEYS and value is not None}
+    count = merged.get("min_sequences")
+    context, options = serving_context(count, _serving_context(merged), options)
     budgets = Budgets(
         max_memory=merged.get("max_memory"), margin=merged.get("margin"),
         max_tensor_bytes=merged.get("max_tensor_memory"),
@@ -287,11 +319,11 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
         max_params=merged.get("max_params"), max_flops=merged.get("max_flops"),
         fail_on_unsupported=bool(merged.get("fail_on_unsupported", False)),
         max_growth=merged.get("max_growth"),
-        min_sequences=min_sequences(merged.get("min_sequences"), _serving_context(merged),
-                                    f"{file.name} {where}", ("min_sequences = ", "context = ")))
+        min_sequences=min_sequences(count, context, f"{file.name} {where}",
+                                    ("min_sequences = ", "context = ")))
     baseline = merged.get("baseline")
     spec = CheckSpec(
-        model_path=folder / model_path,
+        model_path=_model_path(folder, model_path),
         label="",
         budgets=budgets,
         gpu=merged.get("gpu"),
@@ -299,8 +331,18 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
         dims=merged["dims"],
         cuda_reserve_bytes=merged.get("cuda_reserve"),
         baseline_path=folder / baseline if baseline else None,
+        options=options,
+        origin=f"{file.name} {where.strip()}",
     )
     return model_path, checked.get("name"), spec
+
+
+def _model_path(folder: Path, model_path: str) -> Path:
+    """The entry's model relative to the file's folder; a `pkg.mod:fn` spec is imported by
+    module name, as written."""
+    if is_model_spec(model_path) and not model_path.rpartition(":")[0].endswith(".py"):
+        return Path(model_path)
+    return folder / model_path
 
 
 def _serving_context(merged: Mapping[str, Any]) -> int | None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from graphmem.distributed.serving import ServingConfig
+from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file, is_model_spec
 from graphmem.gate.baseline import load_baseline
 from graphmem.gate.budgets import (
     BudgetResult,
@@ -17,6 +19,7 @@ from graphmem.gate.budgets import (
     evaluate,
     numbers_of,
 )
+from graphmem.gate.options import RequestBuilder
 from graphmem.pipeline import run
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request, SuggestOptions
@@ -24,7 +27,10 @@ from graphmem.pipeline.request import Request, SuggestOptions
 
 @dataclass(frozen=True)
 class CheckSpec:
-    """One model to check: where it is, at which dims, on which GPU, against which budgets."""
+    """One model to check: where it is, at which dims, on which GPU, against which budgets;
+    `options`: how it runs, as the Python API's keywords (train, optimizer, tensor_parallel,
+    serve, inputs, ...: graphmem/gate/options.py), turned into the Request by the builder
+    `run_check` is given."""
 
     model_path: Path
     label: str  # how reports name the model
@@ -34,6 +40,15 @@ class CheckSpec:
     dims: dict[str, int] = field(default_factory=dict)
     cuda_reserve_bytes: int | None = None
     baseline_path: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = ""  # where the entry was written, for errors: "graphmem.toml [[model]] #2"
+
+    @property
+    def model(self) -> str | Path:
+        """What the Request names: a `file.py:fn` / `pkg.mod:fn` spec as text, else the path
+        (an .onnx file, a Hugging Face config or its folder)."""
+        text = str(self.model_path)
+        return text if is_model_spec(text) else self.model_path
 
 
 @dataclass(frozen=True)
@@ -70,26 +85,74 @@ class CheckReport:
         return sum(len(m.failures) for m in self.models)
 
 
-def run_check(specs: Sequence[CheckSpec]) -> CheckReport:
-    """Every model's verdicts; a usage or input error (GraphmemError) stops the whole check."""
-    return CheckReport(tuple(check_model(spec) for spec in specs))
+def run_check(specs: Sequence[CheckSpec], builder: RequestBuilder | None = None
+              ) -> CheckReport:
+    """Every model's verdicts; a usage or input error (GraphmemError) stops the whole check.
+    Every Request is built and checked before the first analysis, so a bad option of the
+    last entry fails at once. `builder`: graphmem.api.build_request (needed for entries
+    with options)."""
+    requests = [check_request(spec, builder) for spec in specs]
+    return CheckReport(tuple(check_model(spec, request)
+                             for spec, request in zip(specs, requests, strict=True)))
 
 
-def _serving(budgets: Budgets) -> ServingConfig | None:
-    """--min-sequences: the model is planned as served (graphmem/distributed/serving.py)."""
-    return budgets.min_sequences.serving if budgets.min_sequences is not None else None
+def check_request(spec: CheckSpec, builder: RequestBuilder | None = None) -> Request:
+    """The Request of one entry, checked (no model read yet). With --min-sequences and no
+    `serve` option the model is served as the budget says (its context and engine)."""
+    try:
+        return _checked_request(spec, builder)
+    except GraphmemError as error:
+        if not spec.origin:
+            raise
+        raise GraphmemError(f"{spec.origin}: {error}") from None
 
 
-def check_model(spec: CheckSpec) -> ModelCheck:
+def _checked_request(spec: CheckSpec, builder: RequestBuilder | None) -> Request:
+    budgets = complete_budgets(spec.budgets, spec.gpu, _baseline_source(spec))
+    options = {key: value for key, value in spec.options.items() if value is not None}
+    if budgets.min_sequences is not None and not options.get("serve"):
+        serving = budgets.min_sequences.serving
+        options.pop("context", None)  # the budget's: in its ServingConfig
+        engine = options.pop("engine", None)  # an API keyword once it has one
+        options["serve"] = serving if engine is None else replace(serving, engine=engine)
+    settings: dict[str, Any] = {"batch": spec.batch, "dims": dict(spec.dims), "gpu": spec.gpu,
+                "cuda_reserve_bytes": spec.cuda_reserve_bytes}
+    if builder is not None:
+        request = builder.request(spec.model, options, **settings)
+    elif set(options) - {"serve"}:
+        raise GraphmemError(f"{spec.label}: options {sorted(options)} need the Python API's"
+                            " request builder: run_check(specs, RequestBuilder(build_request))")
+    else:
+        request = Request(spec.model, suggest=SuggestOptions(enabled=False),
+                          serving=options.get("serve"), **settings)
+    request.check()
+    return request
+
+
+def _baseline_source(spec: CheckSpec) -> str | None:
+    return str(spec.baseline_path) if spec.baseline_path is not None else None
+
+
+def check_model(spec: CheckSpec, request: Request | None = None) -> ModelCheck:
     started = time.perf_counter()
-    source = str(spec.baseline_path) if spec.baseline_path is not None else None
-    budgets = complete_budgets(spec.budgets, spec.gpu, source)
+    budgets = complete_budgets(spec.budgets, spec.gpu, _baseline_source(spec))
     if spec.baseline_path is not None:
         budgets = replace(budgets, baseline=load_baseline(spec.baseline_path, spec.label))
-    analysis = run.analyze(Request(spec.model_path, batch=spec.batch, dims=spec.dims,
-                                   gpu=spec.gpu, cuda_reserve_bytes=spec.cuda_reserve_bytes,
-                                   suggest=SuggestOptions(enabled=False),
-                                   serving=_serving(budgets)))
+    analysis = run.analyze(request if request is not None else check_request(spec))
     numbers = numbers_of(analysis)
     results = evaluate(numbers, budgets)
     return ModelCheck(spec, analysis, numbers, results, time.perf_counter() - started)
+
+
+def model_label(model: str) -> str:
+    """How reports name a model by default: a spec by its file or module and function
+    (`nets/model.py:build` -> `model.build`), a Hugging Face config.json by its folder, a
+    file by its stem."""
+    if is_model_spec(model):
+        location, _, function = model.rpartition(":")
+        where = Path(location).stem if location.endswith(".py") else location.rpartition(".")[2]
+        return f"{where}.{function}" if where else function
+    config = hf_config_file(model)
+    if config is not None and config.name == HF_CONFIG_NAME:
+        return config.resolve().parent.name or "config"
+    return Path(model).stem

@@ -5,9 +5,12 @@ and the numbers of an analysis it is checked against. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from graphmem.core.kv_layers import GroupUse
+from graphmem.core.units import format_bytes
 from graphmem.distributed.engines import ENGINE_VERSIONS, VLLM
 from graphmem.distributed.serving import ServingConfig
 from graphmem.errors import GraphmemError
@@ -46,11 +49,15 @@ def min_sequences(count: int | None, context: int | None, where: str = "",
 
 
 class ServingNumbers(NamedTuple):
-    """The serving plan's numbers a gate reads (ModelNumbers' `serving_*` fields)."""
+    """The serving plan's numbers a gate reads (ModelNumbers' `serving_*` fields): with the
+    KV cache per layer type (full, sliding window, MLA latent, state: core/kv_layers.py)."""
 
     serving_sequences: int | None = None
     serving_context: int | None = None
     serving_text: str = ""
+    serving_per_token_bytes: int | None = None  # one more token of every growing layer
+    serving_sequence_bytes: int | None = None  # one sequence of the context, every layer
+    serving_groups: tuple[GroupUse, ...] = ()  # what one sequence holds per layer type
 
 
 def serving_numbers(analysis: Analysis) -> ServingNumbers:
@@ -64,4 +71,21 @@ def serving_numbers(analysis: Analysis) -> ServingNumbers:
             f" tokens, {plan.blocks_per_sequence:,} per sequence")
     if plan.replicas > 1:
         text += f", x{plan.replicas} replicas"
-    return ServingNumbers(plan.total_sequences, plan.context, text)
+    if plan.layer_groups:
+        kinds = ", ".join(f"{use.label} x{use.layers}" for use in plan.layer_groups)
+        text += f"; KV per sequence {format_bytes(plan.sequence_bytes)} ({kinds} layers)"
+    return ServingNumbers(plan.total_sequences, plan.context, text, plan.per_token_bytes,
+                          plan.sequence_bytes, plan.layer_groups)
+
+
+
+def serving_context(count: int | None, context: int | None, options: Mapping[str, Any]
+                    ) -> tuple[int | None, dict[str, Any]]:
+    """(the --min-sequences budget's context, the run's options): with a `serve` option and
+    no sequences budget, `context` is the serving plan's alone (the model's position limit
+    when absent); otherwise it is the budget's, which serves the model when `serve` is not
+    given (gate/check.py `check_request`)."""
+    serve = options.get("serve")
+    with_context = {**options, "context": context} if serve and context is not None else {
+        **options}
+    return (None if serve and count is None else context), with_context

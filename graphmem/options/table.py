@@ -182,7 +182,8 @@ DISTRIBUTED: tuple[Option, ...] = (
 SERVING: tuple[Option, ...] = (
     _option("serve", "serving", "how many sequences of --context tokens fit at once, and the"
             " longest context; --tensor-parallel T splits weights and KV heads, --gpus N"
-            " serves N / T replicas", group=_S, kind=_SWITCH, default=False),
+            " serves N / T replicas", group=_S, kind=_SWITCH, default=False,
+            python_words=ENGINES),  # serve="sglang": served by that engine
     _option("context", "serving", "tokens per sequence (prompt + output; default: the model's"
             " position limit)", group=_S, parse=int, metavar="N"),
     _option("engine", "serving", "the serving engine whose reservation sizes the cache"

@@ -21,7 +21,7 @@ from pathlib import Path
 from graphmem.core.output_files import write_output_text
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.gate.check import CheckReport
-from graphmem.report.terminal.gate import format_quantity
+from graphmem.report.terminal.gate import format_quantity, plan_lines
 
 SUITE_NAME = "graphmem check"
 
@@ -36,6 +36,7 @@ def check_to_junit(report: CheckReport) -> ET.ElementTree[ET.Element]:
                                               "timestamp": stamp})
     for model in report.models:
         share = model.seconds / max(len(model.results), 1)
+        plan = printable_text("\n".join(plan_lines(model.numbers)))
         for result in model.results:
             case = ET.SubElement(suite, "testcase", {
                 "classname": printable(model.spec.label), "name": printable(result.name),
@@ -47,6 +48,8 @@ def check_to_junit(report: CheckReport) -> ET.ElementTree[ET.Element]:
                     "type": "budget exceeded",
                     "message": printable_text(f"{result.name}: {value} > limit {limit}")})
                 failure.text = printable_text(f"{model.spec.model_path}: {result.message}")
+            if plan:  # the per-rank plan and the KV cache per layer type the budget read
+                ET.SubElement(case, "system-out").text = plan
     ET.indent(root)
     return ET.ElementTree(root)
 

@@ -21,8 +21,9 @@ from graphmem.core.safe_text import (
     shorten,
 )
 from graphmem.core.units import count_noun, format_bytes, format_si
-from graphmem.gate.budgets import BudgetResult, format_seconds
+from graphmem.gate.budgets import BudgetResult, ModelNumbers, format_seconds
 from graphmem.gate.check import CheckReport, ModelCheck
+from graphmem.report.kv_layers import group_text
 
 
 def format_quantity(value: float, unit: str) -> str:
@@ -43,6 +44,8 @@ def format_quantity(value: float, unit: str) -> str:
 def print_check(report: CheckReport, console: Console) -> None:
     for model in report.models:
         console.print(_headline(model), soft_wrap=True)
+        for line in plan_lines(model.numbers):
+            console.print(f"  {markup_text(line)}", soft_wrap=True)
         for result in model.results:
             console.print(_budget_line(result), soft_wrap=True)
     console.print(_verdict(report), soft_wrap=True)
@@ -59,6 +62,26 @@ def _headline(model: ModelCheck) -> str:
         parts.append(f"latency >= {format_seconds(numbers.latency_s)} (roofline)")
     return (f"[bold]{markup(model.spec.label)}[/] ({markup_text(model.spec.model_path)})"
             f" · {dims}{gpu}: {escape(', '.join(parts))}")
+
+
+def plan_lines(numbers: ModelNumbers) -> list[str]:
+    """The plan the memory budgets read, in plain text: a training job's every pipeline
+    rank (the most loaded marked), the served KV cache per layer type."""
+    lines = []
+    rank = numbers.rank
+    if rank is not None:
+        stages = "; ".join(
+            f"stage {r.stage}{' *' if r.most_loaded else ''} {format_bytes(r.device_total_bytes)}"
+            f" ({r.parameters:,} params)" for r in rank.ranks)
+        lines.append(f"per rank: {format_bytes(rank.device_total_bytes)} on {rank.text}"
+                     + (f"; every stage: {stages} (* the most loaded)" if stages else ""))
+    if numbers.serving_groups:
+        groups = "; ".join(group_text(use) for use in numbers.serving_groups)
+        per_token = format_bytes(numbers.serving_per_token_bytes or 0)
+        lines.append(f"KV cache per layer type: {per_token} per token; one sequence of"
+                     f" {numbers.serving_context or 0:,} tokens"
+                     f" {format_bytes(numbers.serving_sequence_bytes or 0)}: {groups}")
+    return lines
 
 
 def _budget_line(result: BudgetResult) -> str:
