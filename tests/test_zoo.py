@@ -32,14 +32,9 @@ TOY_CHANNELS = ("oneDNN below its 16-channel block: its layout choices for a few
                 "dims) and its own scratchpads (61,488 B in a strided backward-data) are not "
                 "in graphmem/runtime_models/torch_cpu.py's rules")
 # (architecture, step) -> why its peak is off by more than 2% (docs/zoo.md has the numbers)
-ACCUMULATION = ("autograd accumulates a gradient used many times (a scan loop's select "
-                "backwards) in place; the trace holds an out-of-place add")
 TENSOR_GAPS: dict[tuple[str, str], str] = {
     ("mixtral", "inference"): ROUTING,
     ("qwen2_moe", "inference"): ROUTING,
-    ("mamba", "training"): ACCUMULATION,
-    ("falcon_mamba", "training"): ACCUMULATION,
-    ("jamba", "training"): ACCUMULATION,
     ("convbert", "inference"): (
         "transformers skips the all-ones attention mask after reading its values in eager "
         "(masking_utils `_ignore_bidirectional_mask_sdpa`) but builds it for a fake tensor "
