@@ -6,7 +6,8 @@ forward and backward (input gradient and weight gradient) under torch.profiler a
 each outermost aten kernel with scratch, the bytes it returned and its scratch (how far the
 running sum of its allocations rose above them: graphmem/verify/runners/torch_runner.py
 `kernel_scratch`), next to graphmem's rule for it (graphmem/runtime_models/torch_cpu.py).
-`--raw` lists every allocation inside those kernels. `--models` runs whole training steps
+`--raw` lists every allocation inside those kernels; `--toy` runs the grid below oneDNN's
+16-channel block (2 to 16 channels) instead. `--models` runs whole training steps
 (`graphmem verify` on the CPU) and prints graphmem's activation peak and its torch-cpu peak
 (kernels' scratch included) against the allocator's measured peak. Results:
 benchmarks/results/cpu_scratch.md.
@@ -44,6 +45,12 @@ GRID = [
     (8, 64, 64, 16, 3, 2, 64),
     (8, 64, 64, 16, 3, 1, 4),
     (8, 96, 96, 28, 7, 1, 96),
+]
+# `--toy`: below oneDNN's 16-channel block (the zoo's toy CNNs: 2..16 channels)
+TOY_GRID = [
+    (2, c_in, c_out, 16, kernel, stride, 1)
+    for c_in, c_out in ((2, 2), (4, 4), (8, 8), (8, 16), (16, 8), (3, 8), (4, 16), (16, 16))
+    for kernel, stride in ((1, 1), (1, 2), (3, 1), (3, 2))
 ]
 
 
@@ -131,6 +138,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--raw", action="store_true")
     parser.add_argument("--models", action="store_true")
+    parser.add_argument("--toy", action="store_true", help="the 2..16-channel grid")
     args = parser.parse_args()
     if args.models:
         models()
@@ -139,7 +147,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
     print("| N | Cin | Cout | HxW | k | s | g | kernel | net B | scratch B | graphmem B |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for row in GRID:
+    for row in TOY_GRID if args.toy else GRID:
         for call in measure(row, dtype):
             if call.scratch_bytes <= 0:
                 continue

@@ -32,18 +32,14 @@ TOY_CHANNELS = ("oneDNN below its 16-channel block: its layout choices for a few
                 "dims) and its own scratchpads (61,488 B in a strided backward-data) are not "
                 "in graphmem/runtime_models/torch_cpu.py's rules")
 # (architecture, step) -> why its peak is off by more than 2% (docs/zoo.md has the numbers)
-ACCUMULATION = ("autograd accumulates a gradient used many times (a scan loop's select "
-                "backwards) in place; the trace holds an out-of-place add")
 TENSOR_GAPS: dict[tuple[str, str], str] = {
     ("mixtral", "inference"): ROUTING,
     ("qwen2_moe", "inference"): ROUTING,
-    ("mamba", "training"): ACCUMULATION,
-    ("falcon_mamba", "training"): ACCUMULATION,
-    ("jamba", "training"): ACCUMULATION,
     ("convbert", "inference"): (
         "transformers skips the all-ones attention mask after reading its values in eager "
         "(masking_utils `_ignore_bidirectional_mask_sdpa`) but builds it for a fake tensor "
-        "(`is_tracing`): the trace holds one [2, 1, 16, 16] mask, 2,048 B, eager never makes"),
+        "(`is_tracing`): the trace holds one [2, 1, 16, 16] mask, 2,048 B, eager never makes; "
+        "left on purpose (docs/zoo.md: the branch is taken before any value is read)"),
 }
 # (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
 # than 2% (the live tensors are right: 0.00% for each, but the tiny ResNet's +1.68%)

@@ -38,6 +38,7 @@ from graphmem.core.conventions import STATE_SLOTS, Amp, TrainingOptions
 from graphmem.core.ir import Role
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.errors import GraphmemError, first_line, quiet_logger
+from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
@@ -155,8 +156,9 @@ def trace_model(
         + [(Role.INPUT, s.name or f"input{i}") for i, s in enumerate(inputs)]
     )
     no_gradient = NoGradient(trained, slots)
-    step = (_training_step(model, params, buffers, train, scaled, inputs, no_gradient) if train
-            else _inference_step(model, params, buffers, inputs))
+    sums = EngineAccumulations()
+    step = (_training_step(model, params, buffers, train, scaled, inputs, no_gradient, sums)
+            if train else _inference_step(model, params, buffers, inputs))
     model.train(train is not None)
     lifetimes = _EagerLifetimes()
     routed = RoutedValues(routing)
@@ -164,8 +166,9 @@ def trace_model(
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
           autocast_policy(train),
           fx_traceback.preserve_node_meta(), _young_collections_only(), any_dtype_grouped_mm()):
-        graph_module = _make_fx(_observed(step, lifetimes, routed, kernels), fake_params,
+        graph_module = _make_fx(_observed(step, lifetimes, routed, kernels, sums), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
+    steal(graph_module, sums.candidates, lifetimes.released_after)
     note = routed.note()
     return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
                       "training" if train else "inference",
@@ -205,10 +208,10 @@ def _kernels_of(kernels: CudaKernels | None, train: TrainingOptions | None,
 
 
 def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes, routed: RoutedValues,
-              kernels: CudaKernels | None) -> Callable[..., Any]:
+              kernels: CudaKernels | None, sums: EngineAccumulations) -> Callable[..., Any]:
     # `routed` above `lifetimes`: an op it traces in a static form is noted like any other
     def run(*args: Any) -> Any:
-        with lifetimes, routed, kernels if kernels is not None else contextlib.nullcontext():
+        with lifetimes, sums, routed, kernels if kernels is not None else contextlib.nullcontext():
             return step(*args)
 
     return run
@@ -295,10 +298,11 @@ def tensors_in(output: Any, depth: int = 6) -> list[torch.Tensor]:
 
 def _training_step(
     model: nn.Module, params: dict, buffers: dict, train: TrainingOptions, scaled: bool,
-    specs: list[TensorSpec], no_gradient: NoGradient,
+    specs: list[TensorSpec], no_gradient: NoGradient, sums: EngineAccumulations,
 ) -> Callable[..., Any]:
     """Forward and loss, backward to the trainable parameters the loss reaches, the optimizer
-    update of those; with `scaled` (fp16 on CUDA) through GradScaler (train_step.py)."""
+    update of those; with `scaled` (fp16 on CUDA) through GradScaler (train_step.py); the
+    engine's gradient sums noted by `sums` (accumulation.py)."""
     steps = [torch.tensor(1.0) for _ in params]  # steady state: one step already taken
 
     def step(p: list, b: list, state: list, inputs: list) -> Any:
@@ -321,6 +325,7 @@ def _training_step(
                      for slot in state]
             with _phase("backward"):
                 scaled_loss = loss if scaler is None else loss * scaler[0]
+                sums.watch(scaled_loss)
                 if train.grad_accum > 1:
                     scaled_loss.backward()  # AccumulateGrad: .grad += each gradient as made
                     grads = [t.grad for t in trainable]
