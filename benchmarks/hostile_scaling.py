@@ -10,7 +10,8 @@ folder (4 GB address-space limit; a run past --limit seconds is stopped and show
 `--carriers`: instead, where bulk hides and what a file declares (tests/hostile_carriers.py):
 each bulk carrier written as a sparse file of --bulk-bytes, and again at 31 MiB (just under
 the optimizing session's budget), each declared carrier at 10^12 elements; `analyze` and
-`verify` of each, with the CPU seconds of the process (its children included).
+`verify --memory-limit 3GiB` of each, with the CPU seconds of the process (its children
+included) and its own peak RSS (not its children's: verify's run is bounded by its limit).
 
 Columns: wall seconds of the whole process (the machines this runs on are shared: compare
 rows of one run), its peak RSS (ru_maxrss of the process, spawned, not forked), and how it
@@ -100,7 +101,9 @@ def _carrier_row(name: str, size: int, command: str, limit_s: float, sparse: boo
         else:
             path.write_bytes(carriers.DECLARED[name](size).SerializeToString())
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        outcome = run_cli(Path(folder), command, "model.onnx", "--batch", "2", limit_s=limit_s)
+        limit = ("--memory-limit", "3GiB") if command == "verify" else ()
+        outcome = run_cli(Path(folder), command, "model.onnx", "--batch", "2", *limit,
+                          limit_s=limit_s)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     what = f"{size:,} bytes (sparse)" if sparse else f"{size:.0e} elements"

@@ -14,7 +14,6 @@ A failure lists every broken promise of its case, one per line; the failures are
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import io
 import json
@@ -22,11 +21,9 @@ import multiprocessing
 import os
 import re
 import resource
-import shutil
 import signal
 import stat
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,6 +36,7 @@ import pytest
 
 from graphmem.cli.main import main
 from tests.fuzz_corpus import MARKER, Case, Run, all_groups, unique
+from tests.helpers import fuzz_limits
 
 pytestmark = pytest.mark.slow
 
@@ -48,12 +46,6 @@ _EXTRA_MEMORY_BYTES = 4 * 2**30  # address space one case may add to the process
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but \t and \n
 _QUIET_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 _HASHED_BYTES = 64 * 2**20  # larger files (the sparse ones) are compared by size and mtime
-# An isolated case's limit is its timeout_s times this session's load factor, never above the
-# ceiling (issue 26's contract: no hang past 60 s). The factor is the wall time of a trivial
-# analyze in a forked child over its CPU time, measured once per session: on 2 cores shared
-# by 8 busy processes a case takes about 4 times its quiet time, and a fixed 6 s flaked.
-_CEILING_S = 60.0
-_BASELINE_MODEL = Path(__file__).resolve().parent.parent / "samples" / "tiny_cnn.onnx"
 
 
 @dataclass(frozen=True)
@@ -126,45 +118,14 @@ def _child(argv: tuple[str, ...], sender: Connection) -> None:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _memory_limit():
         code, shown = _call_main(argv)
-    sender.send((code, out.getvalue(), err.getvalue(), shown, time.process_time()))
+    sender.send((code, out.getvalue(), err.getvalue(), shown))
     sender.close()
     os._exit(0)  # no atexit, no pytest teardown in the child
 
 
-@functools.cache
-def load_factor() -> float:
-    """How many times its CPU time a case takes in wall time on this machine now: a trivial
-    analyze (samples/tiny_cnn.onnx, in a folder of its own) in a forked child, as the isolated
-    cases run; at least 1 (module constants above)."""
-    with tempfile.TemporaryDirectory(prefix="graphmem-fuzz-baseline-") as folder:
-        model = Path(shutil.copy(_BASELINE_MODEL, folder))
-        context = multiprocessing.get_context("fork")
-        receiver, sender = context.Pipe(duplex=False)
-        start = time.monotonic()
-        child = context.Process(target=_child, args=(
-            ("analyze", str(model), "--batch", "1", "--json", str(model.with_suffix(".json"))),
-            sender), daemon=True)
-        child.start()
-        sender.close()
-        result = receiver.recv() if receiver.poll(_CEILING_S) else None
-        wall_s = time.monotonic() - start
-        child.join(5)
-        if child.is_alive():
-            child.kill()
-            child.join()
-    if result is None or result[0] != 0:
-        return _CEILING_S / 6.0  # the baseline itself failed: the ceiling for every case
-    return max(1.0, wall_s / max(result[-1], 1e-3))
-
-
-def case_limit_s(timeout_s: float) -> float:
-    """An isolated case's limit: its own timeout, scaled by the load, at most the ceiling."""
-    return min(_CEILING_S, timeout_s * load_factor())
-
-
 def _run_isolated(argv: tuple[str, ...], timeout_s: float,
                   capfd: pytest.CaptureFixture[str]) -> Outcome:
-    timeout_s = case_limit_s(timeout_s)
+    timeout_s = fuzz_limits.case_limit_s(timeout_s)
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(argv, sender), daemon=True)
@@ -186,14 +147,15 @@ def _run_isolated(argv: tuple[str, ...], timeout_s: float,
     if result is None:
         code = _how_it_died(child.exitcode, hung, timeout_s)
         return Outcome(code, native.out, native.err, ())
-    code, out, err, shown, _ = result
+    code, out, err, shown = result
     return Outcome(code, out + native.out, err + native.err, tuple(shown))
 
 
 def _how_it_died(exitcode: int | None, hung: bool, timeout_s: float) -> str:
     if hung:
         return (f"hung: no exit after {timeout_s:.1f} s (the case's limit times this session's"
-                f" load factor {load_factor():.1f}, at most {_CEILING_S:g} s)")
+                f" load factor {fuzz_limits.load_factor():.1f}, at most"
+                f" {fuzz_limits.CEILING_S:g} s)")
     if exitcode is not None and exitcode < 0:
         return f"killed by signal {signal.Signals(-exitcode).name}"
     return f"the process exited {exitcode} from inside main"
@@ -492,3 +454,13 @@ def warm_torch(tmp_path_factory: pytest.TempPathFactory) -> None:
 def test_broken_pytorch_file(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                              capfd: pytest.CaptureFixture[str], warm_torch: None) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
+
+
+def test_a_case_that_never_ends_is_still_hung(monkeypatch: pytest.MonkeyPatch,
+                                              capfd: pytest.CaptureFixture[str]) -> None:
+    """The load-scaled limit (tests/helpers/fuzz_limits.py) still ends a case that never
+    does, and says so."""
+    monkeypatch.setattr(fuzz_limits, "load_factor", lambda: 2.0)
+    monkeypatch.setitem(globals(), "main", lambda argv: signal.pause())
+    outcome = _run_isolated(("analyze",), 0.25, capfd)  # killed after 0.25 s x 2
+    assert str(outcome.code).startswith("hung: no exit after 0.5 s")

@@ -25,10 +25,10 @@ from graphmem.frontends.onnx.read import read_model
 from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES
 from tests import hostile_carriers as carriers
 from tests import hostile_models as hostile
-from tests.helpers.hostile_run import run_cli
-from tests.test_hostile_limits import MODEL, broken_promises
+from tests.helpers.hostile_run import broken_promises, run_cli
 
 MIB = 2**20
+MODEL = "model.onnx"
 ANALYZE_BOUND_BYTES = 300 * MIB  # issue 26's done-when
 SPARSE_BYTES = 2_000_000_000
 
