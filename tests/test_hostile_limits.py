@@ -4,7 +4,8 @@ behind (HOME and TMPDIR are empty folders of the case, checked after).
 
 Each case runs `python -m graphmem` in a child process of its own folder under a 4 GB address
 space limit (so a regression fails the test, not the machine), its peak RSS read from
-wait4. The models come from tests/hostile_models.py, one builder per cause.
+wait4 (tests/helpers/hostile_run.py, whose broken_promises is the contract). The models come
+from tests/hostile_models.py, one builder per cause.
 """
 
 from __future__ import annotations
