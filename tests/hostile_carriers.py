@@ -195,6 +195,17 @@ def typed_initializer(length: int, dtype: int = TensorProto.INT64) -> onnx.Model
                  [weight])
 
 
+def op_list_attribute(length: int) -> onnx.ModelProto:
+    """An ai.onnx.ml LinearRegressor whose `coefficients` (floats) is the bulk: an op's list
+    attribute, which graphmem reads (its cost is a function of the list's length)."""
+    del length  # written packed by write_sparse: `length` / 4 floats
+    node = helper.make_node("LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                            coefficients=_MARKER_FLOATS, targets=1)
+    built = model([node], [info("x", ("batch", 4))], [info("y", None)])
+    built.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    return built
+
+
 def float_data_initializer(length: int) -> onnx.ModelProto:
     return typed_initializer(length, TensorProto.FLOAT)
 
@@ -211,7 +222,10 @@ SPARSE_CARRIERS: dict[str, tuple[Callable[[int], onnx.ModelProto], bytes, int | 
     "training-info-initializer": (training_initializer, MARKER, None),
     "initializer-int64-data": (typed_initializer, _INT64_DATA_WRITTEN, _INT64_DATA),
     "initializer-float-data": (float_data_initializer, _FLOAT_DATA_WRITTEN, _FLOAT_DATA),
+    "op-list-attribute": (op_list_attribute, _FLOATS_WRITTEN, _FLOATS),
 }
+# how analyze ends for each (others: 0): more list entries than graphmem reads is refused
+REFUSED = frozenset({"op-list-attribute"})
 
 
 def write_carrier(path: Path, name: str, length: int) -> None:

@@ -36,7 +36,8 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
-from graphmem.frontends.onnx.untrusted import check_regular_file, has_data_of_size
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.untrusted import check_regular_file, has_data_of_size, quoted
 
 if TYPE_CHECKING:  # protobuf's C implementation (upb) has its own descriptor classes
     from google._upb._message import Descriptor as UpbDescriptor
@@ -55,7 +56,10 @@ _FIXED32_ENTRIES, _FIXED64_ENTRIES, _VARINT_ENTRIES, _BYTES_ENTRIES = 4, 8, 0, -
 _TYPED_DATA_FIELDS = {4: _FIXED32_ENTRIES, 5: _VARINT_ENTRIES, 6: _BYTES_ENTRIES,
                       7: _VARINT_ENTRIES, 10: _FIXED64_ENTRIES, 11: _VARINT_ENTRIES}
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
-_NODE_OP_TYPE, _NODE_DOMAIN, _ATTRIBUTE_NAME = 4, 7, 1
+_NODE_NAME, _NODE_OP_TYPE, _NODE_DOMAIN, _ATTRIBUTE_NAME = 3, 4, 7, 1
+# entries of one list attribute (floats, ints, strings) of an op other than Constant, whose
+# lists become a data-less tensor: graphmem reads attributes into Python, 30-odd bytes an entry
+MAX_ATTRIBUTE_ENTRIES = 2**22
 # a Constant's list attributes: field number, its name, the tensor dtype it makes, entries
 _CONSTANT_LISTS = {7: ("value_floats", TensorProto.FLOAT, _FIXED32_ENTRIES),
                    8: ("value_ints", TensorProto.INT64, _VARINT_ENTRIES),
@@ -150,23 +154,46 @@ class _Walk:
                       node: tuple[int, int] | None) -> bytes | None:
         """A message field's lean bytes, or None where nothing was left out. `node`: the
         bounds of the node holding it, where it is an attribute."""
-        if (descriptor is AttributeProto.DESCRIPTOR and node is not None
-                and not self.keep_tensors and self._constant(*node)):
-            lean = self._constant_list(start, end)
-            if lean is not None:
-                return lean
+        if descriptor is AttributeProto.DESCRIPTOR and node is not None \
+                and not self.keep_tensors:
+            name, op_type, domain = self._node_names(*node)
+            if op_type == b"Constant" and domain in (b"", b"ai.onnx"):
+                lean = self._constant_list(start, end)
+                if lean is not None:
+                    return lean
+            else:
+                self._check_list(start, end, name, op_type)
         pieces, changed = self.message(descriptor, start, end)
         return b"".join(pieces) if changed else None
 
-    def _constant(self, start: int, end: int) -> bool:
-        """Whether the node in view[start:end] is an ONNX Constant."""
-        op_type, domain = b"", b""
+    def _node_names(self, start: int, end: int) -> tuple[bytes, bytes, bytes]:
+        """The name, op type and domain of the node in view[start:end]."""
+        names = {_NODE_NAME: b"", _NODE_OP_TYPE: b"", _NODE_DOMAIN: b""}
         for number, _, _, value_start, field_end in self._fields(start, end):
-            if number == _NODE_OP_TYPE:
-                op_type = self.view[value_start:field_end]
-            elif number == _NODE_DOMAIN:
-                domain = self.view[value_start:field_end]
-        return op_type == b"Constant" and domain in (b"", b"ai.onnx")
+            if number in names:
+                names[number] = self.view[value_start:field_end]
+        return names[_NODE_NAME], names[_NODE_OP_TYPE], names[_NODE_DOMAIN]
+
+    def _check_list(self, start: int, end: int, node: bytes, op_type: bytes) -> None:
+        """Refuse a list attribute (floats, ints, strings) of more than
+        MAX_ATTRIBUTE_ENTRIES entries on a node other than a Constant: graphmem reads every
+        attribute into Python (a 2 GB hole of packed floats took 3.5 GB at 200 MB)."""
+        name, count = b"", 0
+        for number, wire, _, value_start, field_end in self._fields(start, end):
+            if number == _ATTRIBUTE_NAME:
+                name = self.view[value_start:field_end]
+            elif number in _CONSTANT_LISTS:
+                count += self._entries(_CONSTANT_LISTS[number][2], wire, value_start,
+                                       field_end)
+        if count > MAX_ATTRIBUTE_ENTRIES:
+            op = quoted(op_type.decode(errors="backslashreplace"))
+            label = f"a {op} node" if not node else (
+                f"node {quoted(node.decode(errors='backslashreplace'))} ({op})")
+            raise GraphmemError(
+                f"{label}: attribute {quoted(name.decode(errors='backslashreplace'))} holds"
+                f" {count:,} values, above graphmem's limit of"
+                f" {MAX_ATTRIBUTE_ENTRIES:,} for an attribute (it reads every attribute):"
+                " store large values in an initializer")
 
     def _constant_list(self, start: int, end: int) -> bytes | None:
         """A Constant's `value_floats`, `value_ints` or `value_strings` attribute in
