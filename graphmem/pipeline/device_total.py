@@ -102,12 +102,13 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      residents: SymInt | None = None,
                      sizes: Mapping[str, SymInt | None] | None = None,
                      notes: bool = True,
-                     ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
-                     ) -> RuntimeEstimate:
+                     ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO,
+                     optimize_max_bytes: int | None = None) -> RuntimeEstimate:
     """`runtime`'s estimate for `analysis` at `dims` (default: its own, every dim bound);
     `capacity_bytes` bounds a CUDA runtime's allocator as the GPU does. `ort_optimization`
     (ort-cpu): the session's graph optimization level; None: "all" for models with up to
-    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above. `residents`:
+    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above (an asked level:
+    up to `optimize_max_bytes`, None: 2 GiB). `residents`:
     `resident_formula(analysis.graph)`, where the caller keeps it for many dims; `sizes`: the
     graph's value sizes at `dims` (`value_bytes`), where the caller has them; `notes` False:
     the caller reads the numbers alone (the model may leave its notes out)."""
@@ -118,7 +119,8 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
         cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
         ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
         auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes,
-        sizes=sizes, notes=notes, ort_arena_extend=ort_arena_extend)
+        sizes=sizes, notes=notes, ort_arena_extend=ort_arena_extend,
+        optimize_max_bytes=optimize_max_bytes)
     return estimate(runtime, context)
 
 

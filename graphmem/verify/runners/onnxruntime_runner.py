@@ -7,7 +7,9 @@ imports them for running. The result is a typed `MeasuredRun`.
 How it measures (onnxruntime 1.31, checked by experiment; see README "Check the numbers"):
 - one `InferenceSession.run` with `SessionOptions.enable_profiling`, in a child process under
   a time and memory limit (ort_child.py), the profile written to a temporary folder (never
-  the user's) and deleted after reading, whatever became of the child;
+  the user's) and deleted after reading, whatever became of the child; the child reads the
+  model file itself (`runnable_bytes`), so the weights are held only under its limit and no
+  copy of the model is written;
 - every node event (`"cat": "Node"`, name `<node>_kernel_time`) carries the memory statistics
   of the execution provider's arena after the kernel ran: `mem_bytes_in_use`, `mem_in_use_peak`
   (the arena's high-water mark since the session was created, never reset between runs: so
@@ -73,8 +75,9 @@ OPTIMIZATION_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 _KERNEL_SUFFIX = "_kernel_time"
-# what the run's temporary folder holds for ort_child.py, and what it writes back
-REQUEST_FILE, RESULT_FILE, MODEL_FILE = "request.json", "result.json", "model.onnx"
+# what the run's temporary folder holds for ort_child.py, and what it writes back (the model is
+# read by the child from the user's file: runnable_bytes)
+REQUEST_FILE, RESULT_FILE = "request.json", "result.json"
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ class MeasuredRun:
 def check_external_data(path: Path, model: onnx.ModelProto | None = None) -> tuple[Path, ...]:
     """Every external data file the model references is a regular file inside the model's
     folder (onnx_untrusted.safe_data_file), exists and is long enough; returns the files."""
-    model = model if model is not None else _load_proto(path)
+    model = model if model is not None else _load_proto(path, weights=False)
     files: list[Path] = []
     for label, tensor in external_tensors(model):
         data_file = safe_data_file(path, label, tensor)
@@ -220,6 +223,15 @@ class RunLimits:
             return self.memory_bytes
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
 
+    @property
+    def child_bytes(self) -> int:
+        """The child's address space: the limit, or the one this process runs under where
+        lower (it binds the child too)."""
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard == resource.RLIM_INFINITY:
+            return self.address_space_bytes
+        return min(self.address_space_bytes, hard)
+
 
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
@@ -231,7 +243,7 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
     `device_used` (a GPU run): the device's used memory, read in the child after the run with
     the session still alive, is `device_used_bytes`. `arena_extend`: the arena's extend
     strategy, "next-power-of-two" (onnxruntime's default) or "same-as-requested"."""
-    model = _load_proto(path)
+    model = _load_proto(path, weights=False)
     data_files = check_external_data(path, model)
     check_loop_trips(model)
     too_wide = session_outputs_refusal(model)
@@ -245,17 +257,16 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
         # A newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same.
         notes.append(f"the model's IR version {model.ir_version} was lowered to {supported}"
                      f" (the highest onnxruntime {ort.__version__} reads) for the run")
-        model.ir_version = supported
+    del model
     request = {
-        "label": str(path), "optimization": optimization, "threads": threads, "seed": seed,
+        "label": str(path), "model": str(path.resolve()), "ir_version": supported,
+        "optimization": optimization, "threads": threads, "seed": seed,
         "provider": provider, "providers": _providers(provider),
         "data_folder": str(path.parent.resolve()) if data_files else None,
         "inputs": [[s.name, list(s.shape), s.dtype, s.high] for s in inputs],
         "device_used": device_used, "arena_extend": arena_extend,
     }
     with tempfile.TemporaryDirectory(prefix="graphmem-verify-") as folder:
-        (Path(folder) / MODEL_FILE).write_bytes(model.SerializeToString())
-        del model
         events, used = _bounded_run(Path(folder), request, limits or RunLimits(), path)
     nodes = _measured_nodes(events, PROVIDERS[provider], path)
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
@@ -269,10 +280,7 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
     read (None unless asked), or one error line: what the child reported, or how it ended
     (killed past the time limit, out of memory, crashed)."""
     (folder / REQUEST_FILE).write_text(json.dumps(request))
-    memory = limits.address_space_bytes
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    if hard != resource.RLIM_INFINITY:  # a limit this process runs under binds the child too
-        memory = min(memory, hard)
+    memory = limits.child_bytes
 
     # CUDA reserves virtual address space far beyond what it uses (a context fails to start
     # under an address-space limit): a GPU run is bounded by its time limit only
@@ -303,7 +311,7 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
     result = json.loads(result_file.read_text()) if result_file.is_file() else {}
     if "error" in result:
         error = str(result["error"])
-        if "alloc" in error.lower():
+        if "alloc" in error.lower() or "out of memory" in error:
             error += f" (verify's memory limit is {format_bytes(memory)}: --memory-limit)"
         raise GraphmemError(error)
     if code != 0 or "profile" not in result:
@@ -423,18 +431,22 @@ def _shape(entry: dict[str, list[int]]) -> tuple[int, ...]:
 # ----- helpers -----------------------------------------------------------------------------
 
 
-def _load_proto(path: Path) -> onnx.ModelProto:
+def _load_proto(path: Path, weights: bool = True) -> onnx.ModelProto:
     """The model file's protobuf, its external references kept (checked before a run), the
-    graph validated (onnx_untrusted.py)."""
+    graph validated (onnx_untrusted.py). `weights`: False reads it as analyze does, every
+    tensor above 64 KiB without its bytes (lean_read.py), for the checks before a run."""
     # a large file without its doc strings and unknown fields (its weights kept: they run)
     try:
-        data = read_lean_model_bytes(path, keep_tensors=True) if (
-            path.stat().st_size >= LEAN_READ_FROM_BYTES) else None
+        data = read_lean_model_bytes(path, keep_tensors=weights) if (
+            not weights or path.stat().st_size >= LEAN_READ_FROM_BYTES) else None
     except OSError:  # read_model_bytes says what is wrong with the file
         data = None
     try:
         model = parse_model(data if data is not None else read_model_bytes(path))
     except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
+        if isinstance(error, MemoryError) or "alloc failed" in str(error):
+            raise GraphmemError(f"reading '{path}' with its weights ran out of memory"
+                                f" ({first_line(error) or type(error).__name__})") from None
         raise GraphmemError(f"'{path}' is not a valid ONNX model ({first_line(error)})"
                             ) from None
     del data
@@ -444,3 +456,12 @@ def _load_proto(path: Path) -> onnx.ModelProto:
     return model
 
 
+def runnable_bytes(path: Path, ir_version: int | None) -> bytes:
+    """What ort_child.py hands onnxruntime: the model file read again in the child (its
+    weights, without doc strings and unknown fields), checked as before the run, its IR
+    version lowered to `ir_version` where given. Read in the child, under its memory limit:
+    the parent never holds the weights, and no copy of the model is written anywhere."""
+    model = _load_proto(path)
+    if ir_version is not None and model.ir_version > ir_version:
+        model.ir_version = ir_version
+    return model.SerializeToString()
