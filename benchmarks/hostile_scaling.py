@@ -6,7 +6,8 @@ folder (4 GB address-space limit; a run past --limit seconds is stopped and show
     python benchmarks/hostile_scaling.py [--counts 1000,10000,100000] [--limit 120]
                                          [--only outputs,functions]
 
-Columns: wall seconds of the whole process (the machines this runs on are shared: compare
+Columns: wall seconds of the whole process, its CPU seconds (user + system, from wait4: the
+machines this runs on are shared, and under load wall time is a multiple of CPU time; compare
 rows of one run), its peak RSS (ru_maxrss of the process, spawned, not forked), and how it
 ended (exit code; `2` is a stated refusal, its line shown).
 """
@@ -32,6 +33,7 @@ COUNTS = {
     "split-outputs": "outputs of one Split",
     "inputs": "graph inputs, each added by a node of its own",
     "if-arms": "If nodes in a chain (two arms each)",
+    "attributes": "attributes of one node",
     "nested-functions": "function calls nested",
     "cos-with-if": "int64 ConstantOfShape elements (x10^4), beside an If",
     "doc-string": "doc string bytes (x10^3)",
@@ -47,8 +49,8 @@ def main() -> int:
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     names = [n for n in COUNTS if not args.only or n in args.only.split(",")]
-    print("| model | count | seconds | peak RSS | exit |")
-    print("|---|---:|---:|---:|---|")
+    print("| model | count | seconds | CPU s | peak RSS | exit |")
+    print("|---|---:|---:|---:|---:|---|")
     for name in names:
         for count in counts:
             print(_row(name, count, args.limit), flush=True)
@@ -66,7 +68,7 @@ def _row(name: str, count: int, limit_s: float) -> str:
     if outcome.code == 2:
         ended += ": " + outcome.err.strip().removeprefix("graphmem: error: ")[:90]
     return (f"| {name} ({COUNTS[name]}) | {count:,} | {outcome.seconds:.1f} |"
-            f" {outcome.max_rss_bytes / 2**20:,.0f} MiB | {ended} |")
+            f" {outcome.cpu_seconds:.1f} | {outcome.max_rss_bytes / 2**20:,.0f} MiB | {ended} |")
 
 
 if __name__ == "__main__":
