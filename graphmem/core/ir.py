@@ -147,7 +147,7 @@ class Value:
             numel = product(d for d in self.shape if d is not None)
         size = None
         if numel is not None and self.dtype.has_known_size:
-            size = numel.scaled(self.dtype.bits, 8)
+            size = _bytes_of(numel, self.dtype.bits)
         cache = self._nbytes_cache = (self.shape, self.dtype, size, numel)
         return cache
 
@@ -168,6 +168,21 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value({self.name} {self.dtype.label}{self.shape_text()} {self.role})"
+
+
+def _bytes_of(numel: SymInt, bits: int) -> SymInt:
+    """numel * bits / 8, one SymInt per distinct (numel, bits): values of one shape share it,
+    so their sizes hash and compare as one object (product() shares the numels)."""
+    key = (numel, bits)
+    size = _BYTES_OF.get(key)
+    if size is None:
+        if len(_BYTES_OF) >= _MAX_SHAPE_TEXTS:
+            _BYTES_OF.clear()
+        size = _BYTES_OF[key] = numel.scaled(bits, 8)
+    return size
+
+
+_BYTES_OF: dict[tuple[SymInt, int], SymInt] = {}
 
 
 AttributeValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
