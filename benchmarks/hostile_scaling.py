@@ -13,7 +13,8 @@ the optimizing session's budget), each declared carrier at 10^12 elements; `anal
 `verify --memory-limit 3GiB` of each, with the CPU seconds of the process (its children
 included) and its own peak RSS (not its children's: verify's run is bounded by its limit).
 
-Columns: wall seconds of the whole process (the machines this runs on are shared: compare
+Columns: wall seconds of the whole process, its CPU seconds (user + system, from wait4: the
+machines this runs on are shared, and under load wall time is a multiple of CPU time; compare
 rows of one run), its peak RSS (ru_maxrss of the process, spawned, not forked), and how it
 ended (exit code; `2` is a stated refusal, its line shown).
 """
@@ -21,7 +22,6 @@ ended (exit code; `2` is a stated refusal, its line shown).
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import tempfile
 from pathlib import Path
@@ -41,6 +41,7 @@ COUNTS = {
     "split-outputs": "outputs of one Split",
     "inputs": "graph inputs, each added by a node of its own",
     "if-arms": "If nodes in a chain (two arms each)",
+    "attributes": "attributes of one node",
     "nested-functions": "function calls nested",
     "cos-with-if": "int64 ConstantOfShape elements (x10^4), beside an If",
     "doc-string": "doc string bytes (x10^3)",
@@ -60,8 +61,8 @@ def main() -> int:
         return carrier_rows(args.bulk_bytes, args.limit)
     counts = [int(c) for c in args.counts.split(",")]
     names = [n for n in COUNTS if not args.only or n in args.only.split(",")]
-    print("| model | count | seconds | peak RSS | exit |")
-    print("|---|---:|---:|---:|---|")
+    print("| model | count | seconds | CPU s | peak RSS | exit |")
+    print("|---|---:|---:|---:|---:|---|")
     for name in names:
         for count in counts:
             print(_row(name, count, args.limit), flush=True)
@@ -76,7 +77,8 @@ def _row(name: str, count: int, limit_s: float) -> str:
         outcome = run_cli(Path(folder), "analyze", "model.onnx", "--batch", "2", "--html",
                           "out.html", limit_s=limit_s)
     return (f"| {name} ({COUNTS[name]}) | {count:,} | {outcome.seconds:.1f} |"
-            f" {outcome.max_rss_bytes / 2**20:,.0f} MiB | {_ended(outcome)} |")
+            f" {outcome.cpu_seconds:.1f} | {outcome.max_rss_bytes / 2**20:,.0f} MiB |"
+            f" {_ended(outcome)} |")
 
 
 def carrier_rows(bulk_bytes: int, limit_s: float) -> int:
@@ -100,14 +102,11 @@ def _carrier_row(name: str, size: int, command: str, limit_s: float, sparse: boo
             carriers.write_carrier(path, name, size)
         else:
             path.write_bytes(carriers.DECLARED[name](size).SerializeToString())
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         limit = ("--memory-limit", "3GiB") if command == "verify" else ()
         outcome = run_cli(Path(folder), command, "model.onnx", "--batch", "2", *limit,
                           limit_s=limit_s)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     what = f"{size:,} bytes (sparse)" if sparse else f"{size:.0e} elements"
-    return (f"| {name} | {what} | {command} | {cpu_s:.1f} |"
+    return (f"| {name} | {what} | {command} | {outcome.cpu_seconds:.1f} |"
             f" {outcome.max_rss_bytes / 2**20:,.0f} MiB | {_ended(outcome)} |")
 
 

@@ -185,7 +185,7 @@ def test_forty_million_unknown_fields(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("build", "count"), [
     ("outputs", 10**4), ("functions", 3 * 10**3), ("sum-inputs", 10**4),
     ("concat-inputs", 10**4), ("split-outputs", 10**4), ("inputs", 10**4),
-    ("if-arms", 2 * 10**3)])
+    ("if-arms", 2 * 10**3), ("attributes", 10**5)])
 def test_wide_graphs_analyse_within_the_contract(tmp_path: Path, build: str,
                                                  count: int) -> None:
     _save(tmp_path, hostile.BUILDERS[build](count))

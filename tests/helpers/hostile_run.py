@@ -36,6 +36,7 @@ class Outcome:
     seconds: float
     max_rss_bytes: int
     left_behind: tuple[str, ...]
+    cpu_seconds: float = 0.0  # user + system CPU of the process (wait4's rusage)
 
 
 def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
@@ -81,7 +82,8 @@ def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
         peak_file.unlink()
     left = [str(p.relative_to(folder)) for p in folder.rglob("*")
             if p.parent != folder or p.name not in before]
-    return Outcome(code, *texts, seconds, peak_bytes, tuple(sorted(left)))
+    return Outcome(code, *texts, seconds, peak_bytes, tuple(sorted(left)),
+                   usage.ru_utime + usage.ru_stime)
 
 
 RSS_LIMIT_BYTES = 2**30
