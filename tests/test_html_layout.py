@@ -242,7 +242,7 @@ def test_runtime_bar_names_only_the_segments_wide_enough(training: Analysis) -> 
     check_page(page)
     bar = page[page.index('class="runtime-bar"'): page.index('class="compact gpu-lines"',
                                                                page.index('id="runtime"'))]
-    assert '<span class="rt-text">context + workspaces</span>' in bar  # 711/1024 = 69%
+    assert '<span class="rt-text">CUDA context + workspaces</span>' in bar  # 711/1024 = 69%
     assert '<span class="rt-text">tensors at peak</span>' not in bar
     assert '<span class="rt-text">allocator overhead</span>' not in bar
     assert 'title="tensors at peak: 14.0 MiB"' in bar  # still named on hover and in the table

@@ -125,7 +125,7 @@ def test_optional_sections_render_from_their_results(inference: Analysis) -> Non
     curve = page[page.index('id="checkpoint-chart-title"'): page.index('id="checkpoint-table"')]
     assert curve.count("<circle") == 3 and "block, down" in curve
     runtime = section(page, "runtime")
-    for label in ("tensors at peak", "allocator overhead", "context + workspaces"):
+    for label in ("tensors at peak", "allocator overhead", "CUDA context + workspaces"):
         assert label in runtime
     # the capacity is the T4's (inference.fit): 15.0 GiB
     assert "500.0 MiB" in runtime and "15.0 GiB" in runtime and "fits" in runtime

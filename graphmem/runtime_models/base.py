@@ -33,6 +33,11 @@ class Runtime(StrEnum):
     TORCH_CUDA = "torch-cuda"  # eager PyTorch and its CUDA caching allocator
     TORCH_CPU = "torch-cpu"  # eager PyTorch on the CPU, kernels' scratch included
 
+    @property
+    def on_cpu(self) -> bool:
+        """No CUDA context: what the device total adds to the tensors is kernels' scratch."""
+        return self in (Runtime.ORT_CPU, Runtime.TORCH_CPU)
+
 
 RUNTIMES: tuple[str, ...] = tuple(r.value for r in Runtime)
 # onnxruntime's graph optimization levels (GraphOptimizationLevel)
@@ -90,10 +95,9 @@ class RuntimeEstimate:
     counts: str  # what runtime_peak_bytes includes and leaves out, in words
     notes: tuple[str, ...] = ()
     # Scratch the runtime takes while a kernel runs (onnxruntime CPU: Conv's im2col buffer);
-    # shown with the context on the "context + workspaces" line, part of runtime_peak_bytes.
+    # one part of the device total with the context (DevicePart.CONTEXT, on a CPU runtime
+    # DevicePart.SCRATCH), part of runtime_peak_bytes.
     workspace_bytes: int = 0
-    # how the report labels context_bytes + workspace_bytes
-    workspace_label: str = "context + workspaces"
     workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.

@@ -244,7 +244,6 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
                 " `graphmem verify` measures"),
         notes=notes if context.notes else (),
         workspace_bytes=peak.scratch_bytes,
-        workspace_label="kernels' scratch",
         workspace_node=peak.node,
         resident_bytes=context.resident_bytes,
     )

@@ -1,0 +1,93 @@
+"""The words for the codes the results carry: one label per device-total part, one name per
+runtime, one sentence per caveat. The terminal, JSON and HTML renderers all read these tables,
+so one number carries one label in every report (tests/test_words.py)."""
+
+from __future__ import annotations
+
+from graphmem.passes.fit import Caveat, DevicePart, FitPart, KvPool, Split, WeightsApart
+from graphmem.runtime_models.base import Runtime
+
+PART_LABELS: dict[DevicePart, str] = {
+    DevicePart.TENSORS: "tensors at peak",
+    DevicePart.RUNTIME_WEIGHTS: "weights in the runtime's pool",
+    DevicePart.RESIDENT: "weights + inputs",
+    DevicePart.ALLOCATOR: "allocator overhead",
+    DevicePart.CONTEXT: "CUDA context + workspaces",
+    DevicePart.SCRATCH: "kernels' scratch",
+    DevicePart.LIVE_PEAK: "live-tensor peak",
+    DevicePart.PARAMETERS: "parameters",
+    DevicePart.GRADIENTS: "gradients",
+    DevicePart.OPTIMIZER_STATE: "optimizer state",
+    DevicePart.TEMPORARIES: "optimizer temporaries",
+    DevicePart.ACTIVATIONS: "activations (this rank's micro-batch)",
+    DevicePart.GATHERED: "gathered parameters",
+    DevicePart.BUCKETS: "communication buckets",
+    DevicePart.RING_ATTENTION: "ring attention K/V blocks (context parallel)",
+    DevicePart.NCCL: "NCCL buffers (estimate, a floor)",
+    DevicePart.WEIGHTS: "weights (per GPU)",
+    DevicePart.STEP: "step activation peak",
+    DevicePart.CUDA_GRAPHS: "CUDA graphs",
+    DevicePart.KV_CACHE: "KV cache",
+}
+# the runtime's tensors at its peak where it keeps the weights on lines of their own
+ACTIVATIONS_AT_PEAK = "activations at its peak"
+
+# a runtime in a few words ("on the GPU (onnxruntime model)"), and as a table's title
+RUNTIME_NAMES: dict[Runtime, str] = {
+    Runtime.ORT_CUDA: "onnxruntime",
+    Runtime.TORCH_CUDA: "PyTorch",
+    Runtime.ORT_CPU: "onnxruntime CPU",
+    Runtime.TORCH_CPU: "PyTorch CPU",
+}
+RUNTIME_TITLES: dict[Runtime, str] = {
+    Runtime.ORT_CPU: "onnxruntime CPU",
+    Runtime.ORT_CUDA: "onnxruntime CUDA (model, not measured)",
+    Runtime.TORCH_CUDA: "PyTorch CUDA caching allocator",
+    Runtime.TORCH_CPU: "PyTorch CPU",
+}
+
+CAVEAT_TEXT: dict[Caveat, str] = {
+    Caveat.ORT_CUDA_MODEL: "a model of onnxruntime's CUDA provider, not a measurement; cuDNN's"
+                           " convolution workspaces are not modelled: the real total may be"
+                           " higher",
+    Caveat.TORCH_CUDA_WORKSPACES: "cuDNN workspaces and kernels' temporary buffers are not"
+                                  " modelled: the real total may be higher (a few MiB;"
+                                  " ResNet-18 training measured up to 10% above on an H100)",
+    Caveat.LIVE_PEAK: "the live-tensor peak leaves out what the runtime's allocator adds"
+                      " (rounding, cached segments or regions): the device needs more; bind"
+                      " every dim for the runtime model's device total",
+    Caveat.PER_RANK_PLAN: "the distributed plan's tensors per rank"
+                          " (graphmem/distributed/strategies.py); the allocator overhead is"
+                          " the single-GPU step's",
+}
+
+
+def part_label(part: FitPart) -> str:
+    """The one label of `part`: its code's words and the numbers of its detail."""
+    detail = part.detail
+    if isinstance(detail, WeightsApart):
+        return ACTIVATIONS_AT_PEAK
+    label = PART_LABELS[part.part]
+    if isinstance(detail, Split):
+        tp = f", tensor parallel / {detail.tensor_parallel}" if detail.tensor_parallel > 1 else ""
+        split = f"sharded / {detail.shards}" if detail.shards > 1 else "whole"
+        return f"{label} ({split}{tp})"
+    if isinstance(detail, KvPool):
+        if detail.blocks is None:
+            return f"{label}, one sequence of {detail.tokens:,} tokens"
+        return f"{label}, {detail.blocks:,} blocks"
+    return label
+
+
+def runtime_name(runtime: str) -> str:
+    """A runtime model in a few words (`runtime`: its code)."""
+    return RUNTIME_NAMES[Runtime(runtime)]
+
+
+def runtime_title(runtime: str) -> str:
+    """A runtime model as a table's title."""
+    return RUNTIME_TITLES[Runtime(runtime)]
+
+
+def caveat_text(caveat: Caveat | None) -> str:
+    return "" if caveat is None else CAVEAT_TEXT[caveat]
