@@ -109,8 +109,7 @@ def _with_optional_results(analysis: Analysis) -> Analysis:
     )
     runtime = RuntimeEstimate(
         runtime="torch-cuda", tensors_at_peak_bytes=peak, allocator_overhead_bytes=2 * MIB,
-        context_bytes=500 * MIB, runtime_peak_bytes=peak, device_total_bytes=peak + 502 * MIB,
-        counts="tensors the caching allocator holds")
+        context_bytes=500 * MIB, runtime_peak_bytes=peak, device_total_bytes=peak + 502 * MIB)
     return replace(analysis, suggestions=suggestions, runtime=runtime)
 
 

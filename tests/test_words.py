@@ -30,6 +30,7 @@ from graphmem.report.words import (
     PART_LABELS,
     RUNTIME_NAMES,
     RUNTIME_TITLES,
+    counts_text,
     part_label,
 )
 from graphmem.runtime_models.base import Runtime
@@ -128,3 +129,16 @@ def test_each_part_carries_one_label_in_every_report(options: dict[str, str]) ->
     for size, label in expected.items():
         assert terminal[size] == {label}, (size, terminal[size])
         assert page[size] == {label}, (size, page[size])
+
+
+def test_what_the_runtime_peak_counts_is_worded_from_typed_fields() -> None:
+    # torch-cuda's sentence names the cuBLAS workspaces inside its allocator: the estimate
+    # carries the bytes (a part of the context line and of the runtime's own peak), words.py
+    # formats them; the JSON's `counts` is that text
+    result = graphmem.analyze_onnx(SAMPLES_DIR / "tiny_cnn.onnx", batch=4, gpu="t4", train=True)
+    estimate = result.runtime
+    assert estimate is not None and estimate.runtime == Runtime.TORCH_CUDA
+    assert 0 < estimate.library_workspace_bytes < estimate.context_bytes
+    text = counts_text(estimate)
+    assert f"cuBLAS workspaces ({estimate.library_workspace_bytes:,} B) included" in text
+    assert result.to_dict()["memory"]["runtime"]["counts"] == text

@@ -5,7 +5,7 @@ so one number carries one label in every report (tests/test_words.py)."""
 from __future__ import annotations
 
 from graphmem.passes.fit import Caveat, DevicePart, FitPart, KvPool, Split, WeightsApart
-from graphmem.runtime_models.base import Runtime
+from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 
 PART_LABELS: dict[DevicePart, str] = {
     DevicePart.TENSORS: "tensors at peak",
@@ -62,6 +62,29 @@ CAVEAT_TEXT: dict[Caveat, str] = {
 }
 
 
+# what each runtime's own peak (runtime_peak_bytes) counts and leaves out
+RUNTIME_COUNTS: dict[Runtime, str] = {
+    Runtime.ORT_CPU: "onnxruntime's CPU arena over one run of the graph it runs (optimized at"
+                     " the chosen level, ORT_ENABLE_ALL by default; see the notes), as its"
+                     " profiler's mem_in_use_peak counts it: the weights it holds from session"
+                     " creation (MatMul/Gemm weights prepacked for MLAS, initializers of 127"
+                     " bytes or less), every buffer its allocation plan holds at the peak"
+                     " (graph outputs, buffers kept for later same-shape reuse) rounded by the"
+                     " arena, and the kernel's scratch; not the caller's inputs, not the"
+                     " initializers it uses in place",
+    Runtime.ORT_CUDA: "onnxruntime's CUDA arena in use at its peak during one run (same plan as"
+                      " on CPU); the device total adds the arena's unused region space, the"
+                      " initializers and inputs on the GPU and the CUDA context",
+    Runtime.TORCH_CUDA: "torch.cuda.max_memory_allocated: blocks in use (512-byte rounding,"
+                        " whole blocks where not split), parameters, optimizer state, inputs"
+                        " and the cuBLAS workspaces ({workspaces:,} B) included; the"
+                        " allocator's cached free blocks and the CUDA context left out",
+    Runtime.TORCH_CPU: "bytes allocated on the CPU above the residents (parameters, buffers,"
+                       " optimizer state, inputs), kernels' scratch included: the allocator's"
+                       " peak `graphmem verify` measures",
+}
+
+
 def part_label(part: FitPart) -> str:
     """The one label of `part`: its code's words and the numbers of its detail."""
     detail = part.detail
@@ -91,3 +114,9 @@ def runtime_title(runtime: str) -> str:
 
 def caveat_text(caveat: Caveat | None) -> str:
     return "" if caveat is None else CAVEAT_TEXT[caveat]
+
+
+def counts_text(estimate: RuntimeEstimate) -> str:
+    """What the runtime's own peak counts and leaves out, in words."""
+    return RUNTIME_COUNTS[Runtime(estimate.runtime)].format(
+        workspaces=estimate.library_workspace_bytes)

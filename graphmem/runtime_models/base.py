@@ -92,12 +92,14 @@ class RuntimeEstimate:
     # allocator's run bounded by the GPU (its behaviour near the limit included), else the
     # same run unbounded: never capped where the GPU runs out.
     device_total_bytes: int
-    counts: str  # what runtime_peak_bytes includes and leaves out, in words
     notes: tuple[str, ...] = ()
     # Scratch the runtime takes while a kernel runs (onnxruntime CPU: Conv's im2col buffer);
     # one part of the device total with the context (DevicePart.CONTEXT, on a CPU runtime
     # DevicePart.SCRATCH), part of runtime_peak_bytes.
     workspace_bytes: int = 0
+    # torch-cuda: the cuBLAS/cuBLASLt workspaces inside the allocator, in runtime_peak_bytes
+    # and in context_bytes (what runtime_peak_bytes counts: graphmem/report/words.py)
+    library_workspace_bytes: int = 0
     workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.

@@ -239,9 +239,6 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
         context_bytes=0,
         runtime_peak_bytes=peak.peak_bytes - context.resident_bytes,
         device_total_bytes=peak.peak_bytes,
-        counts=("bytes allocated on the CPU above the residents (parameters, buffers,"
-                " optimizer state, inputs), kernels' scratch included: the allocator's peak"
-                " `graphmem verify` measures"),
         notes=notes if context.notes else (),
         workspace_bytes=peak.scratch_bytes,
         workspace_node=peak.node,

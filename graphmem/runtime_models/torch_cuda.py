@@ -205,10 +205,7 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
         context_bytes=overhead.context_bytes + workspace_bytes,
         runtime_peak_bytes=result.allocated_peak_bytes,
         device_total_bytes=result.reserved_peak_bytes + overhead.context_bytes,
-        counts=("torch.cuda.max_memory_allocated: blocks in use (512-byte rounding, whole"
-                " blocks where not split), parameters, optimizer state, inputs and the"
-                f" cuBLAS workspaces ({workspace_bytes:,} B) included; the allocator's cached"
-                " free blocks and the CUDA context left out"),
+        library_workspace_bytes=workspace_bytes,
         notes=(failure, *notes) if failure else notes,
         capacity_bytes=capacity_bytes,
         satisfied=None if capacity_bytes is None else oom is None,

@@ -9,7 +9,7 @@ from graphmem.core.safe_text import printable_text
 from graphmem.passes.fit import GpuFit
 from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
-from graphmem.report.words import part_label
+from graphmem.report.words import counts_text, part_label
 from graphmem.runtime_models.base import RuntimeEstimate
 
 
@@ -50,7 +50,7 @@ def runtime_view(estimate: RuntimeEstimate | None, fit: GpuFit | None) -> Runtim
         capacity=None if capacity is None else bytes_quantity(capacity),
         capacity_percent=0.0 if capacity is None else _clamped(capacity, scale),
         fits=None if capacity is None else total <= capacity,
-        counts=printable_text(estimate.counts),
+        counts=counts_text(estimate),
         peak=bytes_quantity(estimate.runtime_peak_bytes),
         notes=tuple(map(printable_text, estimate.notes)),
     )
