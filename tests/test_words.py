@@ -132,13 +132,19 @@ def test_each_part_carries_one_label_in_every_report(options: dict[str, str]) ->
 
 
 def test_what_the_runtime_peak_counts_is_worded_from_typed_fields() -> None:
-    # torch-cuda's sentence names the cuBLAS workspaces inside its allocator: the estimate
-    # carries the bytes (a part of the context line and of the runtime's own peak), words.py
-    # formats them; the JSON's `counts` is that text
+    # torch-cuda's sentences name the cuBLAS workspaces inside its allocator and its segments:
+    # the estimate carries them as numbers, words.py formats them; the context line is the
+    # context outside the allocator + the workspaces inside it
     result = graphmem.analyze_onnx(SAMPLES_DIR / "tiny_cnn.onnx", batch=4, gpu="t4", train=True)
     estimate = result.runtime
     assert estimate is not None and estimate.runtime == Runtime.TORCH_CUDA
-    assert 0 < estimate.library_workspace_bytes < estimate.context_bytes
+    facts = estimate.caching_allocator
+    assert facts is not None and facts.workspace_bytes > 0
+    assert estimate.context_bytes == facts.context_bytes + facts.workspace_bytes
+    # the device total: the reserved segments + the context outside them
+    assert estimate.device_total_bytes == facts.reserved_peak_bytes + facts.context_bytes
     text = counts_text(estimate)
-    assert f"cuBLAS workspaces ({estimate.library_workspace_bytes:,} B) included" in text
-    assert result.to_dict()["memory"]["runtime"]["counts"] == text
+    assert f"cuBLAS workspaces ({facts.workspace_bytes:,} B) included" in text
+    runtime = result.to_dict()["memory"]["runtime"]
+    assert runtime["counts"] == text
+    assert f"reserved peak {facts.reserved_peak_bytes:,} B" in runtime["notes"][0]

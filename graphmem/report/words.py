@@ -5,7 +5,7 @@ so one number carries one label in every report (tests/test_words.py)."""
 from __future__ import annotations
 
 from graphmem.passes.fit import Caveat, DevicePart, FitPart, KvPool, Split, WeightsApart
-from graphmem.runtime_models.base import Runtime, RuntimeEstimate
+from graphmem.runtime_models.base import CachingAllocatorFacts, Runtime, RuntimeEstimate
 
 PART_LABELS: dict[DevicePart, str] = {
     DevicePart.TENSORS: "tensors at peak",
@@ -118,5 +118,30 @@ def caveat_text(caveat: Caveat | None) -> str:
 
 def counts_text(estimate: RuntimeEstimate) -> str:
     """What the runtime's own peak counts and leaves out, in words."""
-    return RUNTIME_COUNTS[Runtime(estimate.runtime)].format(
-        workspaces=estimate.library_workspace_bytes)
+    facts = estimate.caching_allocator
+    workspaces = 0 if facts is None else facts.workspace_bytes
+    return RUNTIME_COUNTS[Runtime(estimate.runtime)].format(workspaces=workspaces)
+
+
+def runtime_notes(estimate: RuntimeEstimate) -> tuple[str, ...]:
+    """The runtime model's notes: its own, then what its typed facts say."""
+    facts = estimate.caching_allocator
+    return estimate.notes if facts is None else (*estimate.notes, *_allocator_notes(facts))
+
+
+def _allocator_notes(facts: CachingAllocatorFacts) -> tuple[str, ...]:
+    named = ", ".join(f"{name} {size:,} B" for name, size in facts.workspaces) or "none"
+    released = ((f"near the GPU's limit the allocator freed {facts.released_segment_count}"
+                 " cached segments to make room (release_cached_blocks), as PyTorch does"
+                 " before an out-of-memory error",) if facts.released_segment_count else ())
+    return (
+        f"caching allocator: {facts.segment_count} segments"
+        f" ({facts.small_segment_count} of 2 MiB), reserved peak"
+        f" {facts.reserved_peak_bytes:,} B",
+        f"context + workspaces: {facts.context_bytes:,} B outside the allocator"
+        f" ({facts.context_source}); inside it: {named} ({facts.workspace_source})",
+        "not modelled: cuDNN workspaces and kernels' temporary buffers (allocated and freed"
+        " inside one op; a few MiB for convolutions on the H100): the device total may be"
+        " low by them",
+        *released,
+    )

@@ -81,6 +81,25 @@ class RuntimeContext:
 
 
 @dataclass(frozen=True)
+class CachingAllocatorFacts:
+    """torch-cuda: what PyTorch's caching allocator held over the replay, and what the CUDA
+    context and the libraries' workspaces are (graphmem/report/words.py words them)."""
+
+    segment_count: int
+    small_segment_count: int  # segments of 2 MiB (the small pool's)
+    reserved_peak_bytes: int
+    released_segment_count: int  # cached segments freed near the GPU's limit
+    context_bytes: int  # outside the allocator
+    context_source: str
+    workspaces: tuple[tuple[str, int], ...]  # (name, bytes) inside the allocator
+    workspace_source: str
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(size for _, size in self.workspaces)
+
+
+@dataclass(frozen=True)
 class RuntimeEstimate:
     runtime: Runtime
     tensors_at_peak_bytes: int  # bytes of the tensors the runtime holds at its peak
@@ -97,9 +116,9 @@ class RuntimeEstimate:
     # one part of the device total with the context (DevicePart.CONTEXT, on a CPU runtime
     # DevicePart.SCRATCH), part of runtime_peak_bytes.
     workspace_bytes: int = 0
-    # torch-cuda: the cuBLAS/cuBLASLt workspaces inside the allocator, in runtime_peak_bytes
-    # and in context_bytes (what runtime_peak_bytes counts: graphmem/report/words.py)
-    library_workspace_bytes: int = 0
+    # torch-cuda: its caching allocator's segments and the cuBLAS workspaces inside it (in
+    # runtime_peak_bytes and context_bytes)
+    caching_allocator: CachingAllocatorFacts | None = None
     workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.

@@ -9,7 +9,7 @@ from graphmem.core.safe_text import printable_text
 from graphmem.passes.fit import GpuFit
 from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
-from graphmem.report.words import counts_text, part_label
+from graphmem.report.words import counts_text, part_label, runtime_notes
 from graphmem.runtime_models.base import RuntimeEstimate
 
 
@@ -52,7 +52,7 @@ def runtime_view(estimate: RuntimeEstimate | None, fit: GpuFit | None) -> Runtim
         fits=None if capacity is None else total <= capacity,
         counts=counts_text(estimate),
         peak=bytes_quantity(estimate.runtime_peak_bytes),
-        notes=tuple(map(printable_text, estimate.notes)),
+        notes=tuple(map(printable_text, runtime_notes(estimate))),
     )
 
 

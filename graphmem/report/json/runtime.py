@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graphmem.report.out_of_memory import out_of_memory_json
-from graphmem.report.words import counts_text
+from graphmem.report.words import counts_text, runtime_notes
 from graphmem.runtime_models.base import RuntimeEstimate
 
 if TYPE_CHECKING:
@@ -54,5 +54,5 @@ def runtime_json(estimate: RuntimeEstimate, capacity_bytes: int | None) -> dict[
         "satisfied": estimate.satisfied,
         "failure": estimate.failure or None,
         "out_of_memory": out_of_memory_json(estimate.out_of_memory),
-        "notes": list(estimate.notes),
+        "notes": list(runtime_notes(estimate)),
     }
