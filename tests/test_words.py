@@ -148,3 +148,20 @@ def test_what_the_runtime_peak_counts_is_worded_from_typed_fields() -> None:
     runtime = result.to_dict()["memory"]["runtime"]
     assert runtime["counts"] == text
     assert f"reserved peak {facts.reserved_peak_bytes:,} B" in runtime["notes"][0]
+
+
+@pytest.mark.torch
+def test_torch_cpu_scratch_is_worded_from_its_nodes() -> None:
+    # the peak's node and its scratch, and the largest scratch of any kernel (at least the
+    # peak node's), are numbers on the estimate; the note is made from them here
+    result = graphmem.analyze_torch("tests/torch_models/convnets.py:build_resnet_small",
+                                    ["2x3x32x32"], train=True, optimizer="adamw",
+                                    runtime="torch-cpu")
+    estimate = result.runtime
+    assert estimate is not None and estimate.runtime == Runtime.TORCH_CPU
+    largest = estimate.largest_scratch
+    assert largest is not None and largest.bytes >= estimate.workspace_bytes
+    note = result.to_dict()["memory"]["runtime"]["notes"][0]
+    assert note == (f"peak while {estimate.workspace_node} runs: its scratch"
+                    f" {format_bytes(estimate.workspace_bytes)}; the largest kernel scratch is"
+                    f" {format_bytes(largest.bytes)} ({largest.node})")

@@ -4,8 +4,14 @@ so one number carries one label in every report (tests/test_words.py)."""
 
 from __future__ import annotations
 
+from graphmem.core.units import format_bytes
 from graphmem.passes.fit import Caveat, DevicePart, FitPart, KvPool, Split, WeightsApart
-from graphmem.runtime_models.base import CachingAllocatorFacts, Runtime, RuntimeEstimate
+from graphmem.runtime_models.base import (
+    CachingAllocatorFacts,
+    LargestScratch,
+    Runtime,
+    RuntimeEstimate,
+)
 
 PART_LABELS: dict[DevicePart, str] = {
     DevicePart.TENSORS: "tensors at peak",
@@ -125,8 +131,23 @@ def counts_text(estimate: RuntimeEstimate) -> str:
 
 def runtime_notes(estimate: RuntimeEstimate) -> tuple[str, ...]:
     """The runtime model's notes: its own, then what its typed facts say."""
-    facts = estimate.caching_allocator
-    return estimate.notes if facts is None else (*estimate.notes, *_allocator_notes(facts))
+    facts, largest = estimate.caching_allocator, estimate.largest_scratch
+    if facts is not None:
+        return (*estimate.notes, *_allocator_notes(facts))
+    if largest is not None:
+        return (*estimate.notes, *_scratch_notes(estimate, largest))
+    return estimate.notes
+
+
+def _scratch_notes(estimate: RuntimeEstimate, largest: LargestScratch) -> tuple[str, ...]:
+    return (
+        f"peak while {estimate.workspace_node} runs: its scratch"
+        f" {format_bytes(estimate.workspace_bytes)}; the largest kernel scratch is"
+        f" {format_bytes(largest.bytes)} ({largest.node})",
+        "kernels' scratch: oneDNN's blocked copies in convolutions and their backward, batch"
+        " norm backward's temporary (graphmem/runtime_models/torch_cpu.py); oneDNN's"
+        " scratchpads and the allocator's own memory not modelled",
+    )
 
 
 def _allocator_notes(facts: CachingAllocatorFacts) -> tuple[str, ...]:

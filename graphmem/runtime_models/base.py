@@ -100,6 +100,15 @@ class CachingAllocatorFacts:
 
 
 @dataclass(frozen=True)
+class LargestScratch:
+    """torch-cpu: the kernel with the largest scratch of the step, wherever the peak is
+    (graphmem/report/words.py words it with the peak's own node and scratch)."""
+
+    node: str
+    bytes: int
+
+
+@dataclass(frozen=True)
 class RuntimeEstimate:
     runtime: Runtime
     tensors_at_peak_bytes: int  # bytes of the tensors the runtime holds at its peak
@@ -119,6 +128,7 @@ class RuntimeEstimate:
     # torch-cuda: its caching allocator's segments and the cuBLAS workspaces inside it (in
     # runtime_peak_bytes and context_bytes)
     caching_allocator: CachingAllocatorFacts | None = None
+    largest_scratch: LargestScratch | None = None  # torch-cpu
     workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.
