@@ -33,6 +33,11 @@ class Runtime(StrEnum):
     TORCH_CUDA = "torch-cuda"  # eager PyTorch and its CUDA caching allocator
     TORCH_CPU = "torch-cpu"  # eager PyTorch on the CPU, kernels' scratch included
 
+    @property
+    def on_cpu(self) -> bool:
+        """No CUDA context: what the device total adds to the tensors is kernels' scratch."""
+        return self in (Runtime.ORT_CPU, Runtime.TORCH_CPU)
+
 
 RUNTIMES: tuple[str, ...] = tuple(r.value for r in Runtime)
 # onnxruntime's graph optimization levels (GraphOptimizationLevel)
@@ -87,6 +92,34 @@ class RuntimeContext:
 
 
 @dataclass(frozen=True)
+class CachingAllocatorFacts:
+    """torch-cuda: what PyTorch's caching allocator held over the replay, and what the CUDA
+    context and the libraries' workspaces are (graphmem/report/words.py words them)."""
+
+    segment_count: int
+    small_segment_count: int  # segments of 2 MiB (the small pool's)
+    reserved_peak_bytes: int
+    released_segment_count: int  # cached segments freed near the GPU's limit
+    context_bytes: int  # outside the allocator
+    context_source: str
+    workspaces: tuple[tuple[str, int], ...]  # (name, bytes) inside the allocator
+    workspace_source: str
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(size for _, size in self.workspaces)
+
+
+@dataclass(frozen=True)
+class LargestScratch:
+    """torch-cpu: the kernel with the largest scratch of the step, wherever the peak is
+    (graphmem/report/words.py words it with the peak's own node and scratch)."""
+
+    node: str
+    bytes: int
+
+
+@dataclass(frozen=True)
 class RuntimeEstimate:
     runtime: Runtime
     tensors_at_peak_bytes: int  # bytes of the tensors the runtime holds at its peak
@@ -98,13 +131,15 @@ class RuntimeEstimate:
     # allocator's run bounded by the GPU (its behaviour near the limit included), else the
     # same run unbounded: never capped where the GPU runs out.
     device_total_bytes: int
-    counts: str  # what runtime_peak_bytes includes and leaves out, in words
     notes: tuple[str, ...] = ()
     # Scratch the runtime takes while a kernel runs (onnxruntime CPU: Conv's im2col buffer);
-    # shown with the context on the "context + workspaces" line, part of runtime_peak_bytes.
+    # one part of the device total with the context (DevicePart.CONTEXT, on a CPU runtime
+    # DevicePart.SCRATCH), part of runtime_peak_bytes.
     workspace_bytes: int = 0
-    # how the report labels context_bytes + workspace_bytes
-    workspace_label: str = "context + workspaces"
+    # torch-cuda: its caching allocator's segments and the cuBLAS workspaces inside it (in
+    # runtime_peak_bytes and context_bytes)
+    caching_allocator: CachingAllocatorFacts | None = None
+    largest_scratch: LargestScratch | None = None  # torch-cpu
     workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.

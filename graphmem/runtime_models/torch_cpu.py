@@ -21,10 +21,14 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.core.units import format_bytes
 from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.memory_model import build_memory_model, live_profile, plan_dims, size_at
-from graphmem.runtime_models.base import Runtime, RuntimeContext, RuntimeEstimate
+from graphmem.runtime_models.base import (
+    LargestScratch,
+    Runtime,
+    RuntimeContext,
+    RuntimeEstimate,
+)
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -226,12 +230,6 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
     its own node (the peak may move to a node whose scratch is large)."""
     peak = cpu_peak(context.graph, context.dims.bound, context.sizes)
     tensors = peak.tensors_bytes - context.resident_bytes
-    notes = (f"peak while {peak.node} runs: its scratch {format_bytes(peak.scratch_bytes)};"
-             f" the largest kernel scratch is {format_bytes(peak.largest_scratch_bytes)}"
-             f" ({peak.largest_scratch_node})",
-             "kernels' scratch: oneDNN's blocked copies in convolutions and their backward,"
-             " batch norm backward's temporary (graphmem/runtime_models/torch_cpu.py);"
-             " oneDNN's scratchpads and the allocator's own memory not modelled")
     return RuntimeEstimate(
         runtime=Runtime.TORCH_CPU,
         tensors_at_peak_bytes=tensors,
@@ -239,12 +237,8 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
         context_bytes=0,
         runtime_peak_bytes=peak.peak_bytes - context.resident_bytes,
         device_total_bytes=peak.peak_bytes,
-        counts=("bytes allocated on the CPU above the residents (parameters, buffers,"
-                " optimizer state, inputs), kernels' scratch included: the allocator's peak"
-                " `graphmem verify` measures"),
-        notes=notes if context.notes else (),
         workspace_bytes=peak.scratch_bytes,
-        workspace_label="kernels' scratch",
         workspace_node=peak.node,
+        largest_scratch=LargestScratch(peak.largest_scratch_node, peak.largest_scratch_bytes),
         resident_bytes=context.resident_bytes,
     )
