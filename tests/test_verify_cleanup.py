@@ -91,3 +91,56 @@ def test_a_child_killed_by_a_signal_leaves_nothing(tmp_path: Path, scratch: Path
     with pytest.raises(GraphmemError, match="ended with signal SIGKILL"):
         run_onnx(_model(tmp_path), INPUTS, threads=1)
     assert list(scratch.iterdir()) == []
+
+
+_RUN_FOREVER = """
+import sys
+from pathlib import Path
+from graphmem.verify.runners.onnxruntime_runner import InputSpec, RunLimits, run_onnx
+run_onnx(Path(sys.argv[1]), (InputSpec("x", (2, 8), "float32"),), limits=RunLimits(300))
+"""
+
+
+def test_sigterm_kills_the_child_and_removes_the_folder(tmp_path: Path) -> None:
+    """`kill PID` of a verify whose model loops without end: the child is killed and the run
+    folder removed, as on Ctrl-C (Python's default for SIGTERM would leave both behind)."""
+    import os
+    import signal
+    import time
+
+    import onnx
+
+    from tests.hostile_models import loop_forever
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    onnx.save(loop_forever(), tmp_path / "model.onnx")
+    process = subprocess.Popen([sys.executable, "-c", _RUN_FOREVER, str(tmp_path / "model.onnx")],
+                               env={**os.environ, "TMPDIR": str(scratch)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(scratch.glob("graphmem-verify-*/*")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the run folder holds the request once the child is started
+    (folder,) = scratch.glob("graphmem-verify-*")
+    time.sleep(1.0)  # the child is running the Loop
+    children = _processes_naming(folder)
+    assert children, "the child is not running"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err  # the script does not catch it; graphmem's main does
+    assert not list(scratch.iterdir())
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()
+                and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+
+
+def _processes_naming(folder: Path) -> list[int]:
+    """The processes whose command line names `folder` (verify's child)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if entry.name.isdigit() and str(folder) in command:
+            found.append(int(entry.name))
+    return found

@@ -26,6 +26,7 @@ How it measures (onnxruntime 1.31, checked by experiment; see README "Check the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -33,7 +34,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,12 +268,32 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
         "inputs": [[s.name, list(s.shape), s.dtype, s.high] for s in inputs],
         "device_used": device_used, "arena_extend": arena_extend,
     }
-    with tempfile.TemporaryDirectory(prefix="graphmem-verify-") as folder:
+    with _terminate_as_interrupt(), tempfile.TemporaryDirectory(
+            prefix="graphmem-verify-") as folder:
         events, used = _bounded_run(Path(folder), request, limits or RunLimits(), path)
     nodes = _measured_nodes(events, PROVIDERS[provider], path)
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
                        optimization=optimization, threads=threads, nodes=nodes,
                        notes=tuple(notes), device_used_bytes=used)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While the child runs, SIGTERM ends verify as Ctrl-C does (exit 2, "interrupted"): the
+    child is killed and the run folder removed, where Python's default for SIGTERM would end
+    the process at once and leave both behind. Only the main thread can take a signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
@@ -300,9 +322,11 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit_child)
     try:
         code = child.wait(limits.time_s)
-    except subprocess.TimeoutExpired:
+    except BaseException as stopped:  # the time limit, Ctrl-C, SIGTERM: the child goes too
         child.kill()
         child.wait()
+        if not isinstance(stopped, subprocess.TimeoutExpired):
+            raise
         raise GraphmemError(
             f"onnxruntime ran {path} for more than verify's time limit of {limits.time_s:g} s"
             " and was stopped (a Loop that never ends, or a model too slow for this machine):"
