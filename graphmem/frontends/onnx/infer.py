@@ -104,7 +104,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     on dims that are numbers folded (fold.py), slices along known axes given the dims they keep
     (`_kept_slice_dims`), positions, rotary slices and what they broadcast against given the
     lengths onnxruntime's rules compute (seq_dims.py), reshapes whose -1 divides out exactly
-    (repeat_dims.py); the first pass where none applies."""
+    (repeat_dims.py; once more on this pass's types); the first pass where none applies."""
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
     seq = SeqDims(model.graph, _types_of(first.graph))
@@ -113,10 +113,15 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     slices.extend(reshape_dims(model.graph, first.graph))
     if not refolded and not slices:
         return first
-    copy = _without_value_info(model)
-    copy.graph.value_info.extend(for_onnx_pass(model.graph, slices))
-    second = _onnx_inference(copy, [])
-    return second if second is not None else first
+    given = for_onnx_pass(model.graph, slices)
+    second = _onnx_inference(_without_value_info(model, given), [])
+    if second is None:
+        return first
+    # a Reshape whose input only this pass typed (a grouped-query repeat of a rotary output)
+    reshaped = reshape_dims(model.graph, second.graph)
+    third = _onnx_inference(_without_value_info(model, given + reshaped), []) if reshaped \
+        else None
+    return third if third is not None else second
 
 
 def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
@@ -263,12 +268,15 @@ def _splittable(model: onnx.ModelProto) -> bool:
     return True
 
 
-def _without_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy with no declared value infos: onnxruntime's rules ignore them, and the part
-    onnx calls known must be what inference derives, not what an exporter wrote."""
+def _without_value_info(model: onnx.ModelProto,
+                        given: Iterable[onnx.ValueInfoProto] = ()) -> onnx.ModelProto:
+    """A copy with no declared value infos (onnxruntime's rules ignore them, and the part
+    onnx calls known must be what inference derives, not what an exporter wrote) but
+    `given`, graphmem's own types for onnx's next pass."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     copy.graph.ClearField("value_info")
+    copy.graph.value_info.extend(given)
     return copy
 
 

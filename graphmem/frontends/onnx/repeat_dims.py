@@ -12,7 +12,8 @@ onnxruntime's rules at about 80 us a node. Two structural facts give onnx the sh
   graph keeps its Tile (`expand_tiles`, restored as fold.py's folded nodes are);
 - a Reshape with a constant target: 0 copies the input's dim (allowzero unset), a positive
   entry is itself, and the -1 is the input's size over the rest where that quotient is a number
-  or a single dim of the input, each dim name an atom (`reshape_dims`, for the second pass).
+  or a single dim of the input, each dim name an atom (`reshape_dims`, for the second pass;
+  a third where only the second typed a Reshape's input: the repeat of a rotary output).
 
 These are the shapes onnxruntime's rules compute for the same nodes (the quotient is sympy's
 exact division); anything else is left to the engines.
