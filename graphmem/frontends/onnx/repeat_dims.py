@@ -36,12 +36,18 @@ def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
     """Turn each Tile of `model` whose repeated axes an Unsqueeze just added into an Expand by
     the same repeats, in place; returns the Tiles by their output's name (for restore)."""
     graph = model.graph
+    tiles = [node for node in graph.node if node.op_type == "Tile"
+             and node.domain in ("", "ai.onnx") and len(node.input) == 2]
+    if not tiles:
+        return {}
     producer = {name: node for node in graph.node for name in node.output}
-    constants = _int_constants(graph)
+    # only the repeats and the Unsqueeze axes are read (a decoder has thousands of others)
+    sources = [producer.get(tile.input[0]) for tile in tiles]
+    wanted = {tile.input[1] for tile in tiles}
+    wanted.update(name for source in sources if source is not None for name in source.input[1:])
+    constants = _int_constants(graph, wanted)
     replaced: dict[str, onnx.NodeProto] = {}
-    for node in graph.node:
-        if node.op_type != "Tile" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
-            continue
+    for node in tiles:
         repeats = constants.get(node.input[1])
         added = _unsqueezed_axes(producer.get(node.input[0]), constants)
         if repeats is None or added is None or any(r < 1 for r in repeats):
