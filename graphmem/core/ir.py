@@ -115,6 +115,9 @@ class Value:
     # mutated, so the cache holds while `shape` and `dtype` are the same objects.
     _nbytes_cache: tuple[Shape | None, DType, SymInt | None] | None = field(
         default=None, repr=False)
+    # (shape, numel) of the last `numel` call, on the same terms: the costs pass asks each
+    # value's element count about five times (100,000 calls at 22,000 nodes)
+    _numel_cache: tuple[Shape | None, SymInt | None] | None = field(default=None, repr=False)
 
     @property
     def storage(self) -> Value:
@@ -130,9 +133,15 @@ class Value:
 
     @property
     def numel(self) -> SymInt | None:
-        if self.shape is None or any(d is None for d in self.shape):
-            return None
-        return product(d for d in self.shape if d is not None)
+        cache = self._numel_cache
+        if cache is not None and cache[0] is self.shape:
+            return cache[1]
+        shape = self.shape
+        numel = None
+        if shape is not None and all(d is not None for d in shape):
+            numel = product(d for d in shape if d is not None)
+        self._numel_cache = (shape, numel)
+        return numel
 
     @property
     def nbytes(self) -> SymInt | None:
