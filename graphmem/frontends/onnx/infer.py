@@ -50,6 +50,7 @@ from graphmem.frontends.onnx.seq_dims import (
 )
 from graphmem.frontends.onnx.value_types import (
     MAX_VALUE_ELEMENTS,
+    constant_tensor,
     fully_known,
     fully_known_names,
     initializer_types,
@@ -191,7 +192,7 @@ def _constant_ints(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, list[i
     tensors = [(t.name, t) for t in graph.initializer if t.name in wanted]
     tensors.extend((n.output[0], t) for n in graph.node
                    if n.output and n.output[0] in wanted
-                   and (t := _constant_tensor(n)) is not None)
+                   and (t := constant_tensor(n)) is not None)
     for name, tensor in tensors:
         if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
                 and len(tensor.dims) == 1 and tensor.dims[0] <= MAX_VALUE_ELEMENTS \
@@ -349,11 +350,11 @@ def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
     part.graph.name = graph.name
     # Constant nodes go in as initializers: the rules read their values either way, and an
     # initializer costs the engine nothing per node
-    part.graph.node.extend(n for n in nodes if _constant_tensor(n) is None)
+    part.graph.node.extend(n for n in nodes if constant_tensor(n) is None)
     part.graph.input.extend(inputs)
     part.graph.initializer.extend(t for name, t in initializers.items() if name in used)
     for node in nodes:
-        tensor = _constant_tensor(node)
+        tensor = constant_tensor(node)
         if tensor is not None:
             initializer = part.graph.initializer.add()
             initializer.CopyFrom(tensor)
@@ -364,15 +365,6 @@ def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
     part.graph.value_info.extend(static_value_infos(types, part.graph.node))
     part.metadata_props.add(key=STATIC_TYPES_KEY, value=STATIC_TYPES_TOKEN)
     return part
-
-
-def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
-    """The tensor of a Constant node holding one (`value`), else None."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
-        return None
-    if len(node.attribute) == 1 and node.attribute[0].name == "value":
-        return node.attribute[0].t
-    return None
 
 
 def _copy_outputs(target: onnx.GraphProto, source: onnx.GraphProto) -> None:

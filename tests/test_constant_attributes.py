@@ -1,0 +1,55 @@
+"""Constant nodes written with `value_ints` (the dynamo exporter's unoptimized slice bounds)
+reach onnxruntime's rules as the tensors the spec defines: its Constant rule reads `value`
+alone, and without the values the rules stopped on the whole model (graphmem/frontends/onnx/
+value_types.py `constant_tensor`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.frontends.onnx.importer import import_onnx
+from graphmem.frontends.onnx.value_types import constant_tensor
+
+
+def test_list_and_scalar_attributes_are_the_spec_tensors() -> None:
+    ints = helper.make_node("Constant", [], ["a"], value_ints=[3, -1])
+    one = helper.make_node("Constant", [], ["b"], value_float=0.5)
+    tensor = constant_tensor(ints)
+    assert tensor is not None and numpy_helper.to_array(tensor).tolist() == [3, -1]
+    assert numpy_helper.to_array(tensor).dtype == np.int64
+    scalar = constant_tensor(one)
+    assert scalar is not None and numpy_helper.to_array(scalar).shape == ()  # a 0-d float
+    assert constant_tensor(helper.make_node("Constant", [], ["c"], value_string="x")) \
+        is None
+
+
+def test_a_reshape_target_built_from_value_ints_is_followed(tmp_path: Path) -> None:
+    # x [batch, seq, 8] viewed as [batch, seq, 2, 4] as the dynamo exporter writes `view`:
+    # each dim Squeezed out of Shape, Reshaped to [1] by a value_ints [-1], concatenated with
+    # value_ints [2, 4]; onnx propagates no values through Reshape, so the rules compute the
+    # target, and they need the Constants' values
+    def dim(axis: int) -> list[onnx.NodeProto]:
+        return [helper.make_node("Shape", ["x"], [f"s{axis}"], start=axis, end=axis + 1),
+                helper.make_node("Squeeze", [f"s{axis}"], [f"d{axis}"]),
+                helper.make_node("Reshape", [f"d{axis}", "minus_one"], [f"r{axis}"])]
+
+    nodes = [helper.make_node("Constant", [], ["minus_one"], value_ints=[-1]),
+             *dim(0), *dim(1),
+             helper.make_node("Constant", [], ["tail"], value_ints=[2, 4]),
+             helper.make_node("Concat", ["r0", "r1", "tail"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["viewed"]),
+             helper.make_node("Relu", ["viewed"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    imported = import_onnx(path)
+    assert not imported.warnings, imported.warnings
+    assert "onnxruntime" in imported.shape_inference  # the rules ran, and finished
+    assert repr(imported.graph.values["y"].shape) == \
+        "(SymInt(batch), SymInt(seq), SymInt(2), SymInt(4))"
