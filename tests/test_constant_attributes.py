@@ -1,7 +1,8 @@
-"""Constant nodes written with `value_ints` (the dynamo exporter's unoptimized slice bounds)
-reach onnxruntime's rules as the tensors the spec defines: its Constant rule reads `value`
-alone, and without the values the rules stopped on the whole model (graphmem/frontends/onnx/
-value_types.py `constant_tensor`)."""
+"""A dynamo export before onnxscript's optimizer: Constant nodes written with `value_ints`
+reach onnxruntime's rules as the tensors the spec defines (its Constant rule reads `value`
+alone, and without the values the rules stopped on the whole model: graphmem/frontends/onnx/
+value_types.py `constant_tensor`), and a dim made a vector by `Reshape(d, [-1])` is followed by
+onnx's own inference as the Unsqueeze it is (scalar_reshapes.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem.frontends.onnx import infer, scalar_reshapes
 from graphmem.frontends.onnx.importer import import_onnx
 from graphmem.frontends.onnx.value_types import constant_tensor
 
@@ -27,7 +30,7 @@ def test_list_and_scalar_attributes_are_the_spec_tensors() -> None:
         is None
 
 
-def test_a_reshape_target_built_from_value_ints_is_followed(tmp_path: Path) -> None:
+def _view_model(path: Path) -> Path:
     # x [batch, seq, 8] viewed as [batch, seq, 2, 4] as the dynamo exporter writes `view`:
     # each dim Squeezed out of Shape, Reshaped to [1] by a value_ints [-1], concatenated with
     # value_ints [2, 4]; onnx propagates no values through Reshape, so the rules compute the
@@ -46,10 +49,27 @@ def test_a_reshape_target_built_from_value_ints_is_followed(tmp_path: Path) -> N
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    imported = import_onnx(path)
+    return path
+
+
+VIEWED = "(SymInt(batch), SymInt(seq), SymInt(2), SymInt(4))"
+
+
+def test_a_reshape_target_built_from_value_ints_is_followed_by_the_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(infer, "unsqueeze_scalar_reshapes", lambda graph, types: {})
+    imported = import_onnx(_view_model(tmp_path / "m.onnx"))
     assert not imported.warnings, imported.warnings
     assert "onnxruntime" in imported.shape_inference  # the rules ran, and finished
-    assert repr(imported.graph.values["y"].shape) == \
-        "(SymInt(batch), SymInt(seq), SymInt(2), SymInt(4))"
+    assert repr(imported.graph.values["y"].shape) == VIEWED
+
+
+def test_a_dim_reshaped_to_a_vector_is_followed_by_onnx_alone(tmp_path: Path) -> None:
+    imported = import_onnx(_view_model(tmp_path / "m.onnx"))
+    assert imported.shape_inference == "onnx shape inference"  # no rules, the same shapes
+    assert repr(imported.graph.values["y"].shape) == VIEWED
+    # the graph keeps its Reshapes, and gains no initializer for the Unsqueeze's axes
+    assert [n.op_type for n in imported.graph.nodes].count("Reshape") == 3
+    assert [n.op_type for n in imported.graph.nodes].count("Unsqueeze") == 0
+    assert scalar_reshapes.AXES not in imported.graph.values

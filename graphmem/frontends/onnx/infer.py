@@ -41,6 +41,7 @@ from graphmem.frontends.onnx.ort_engine import (
     sympy_for_engine,
 )
 from graphmem.frontends.onnx.repeat_dims import reshape_dims
+from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
     SeqDims,
     for_onnx_pass,
@@ -108,21 +109,25 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     (repeat_dims.py; once more on this pass's types); the first pass where none applies."""
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
-    seq = SeqDims(model.graph, _types_of(first.graph))
+    types = _types_of(first.graph)
+    seq = SeqDims(model.graph, types)
     slices = _kept_slice_dims(model.graph, first.graph, seq)
     slices.extend(sequence_dims(model.graph, first.graph, seq))
     slices.extend(reshape_dims(model.graph, first.graph))
-    if not refolded and not slices:
+    copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
+    scalars = unsqueeze_scalar_reshapes(copy.graph, types)  # scalar_reshapes.py
+    if not refolded and not slices and not scalars:
         return first
-    given = for_onnx_pass(model.graph, slices)
-    second = _onnx_inference(_without_value_info(model, given), [])
+    folded.update(scalars)
+    second = _onnx_inference(copy, [])
     if second is None:
         return first
     # a Reshape whose input only this pass typed (a grouped-query repeat of a rotary output)
     reshaped = reshape_dims(model.graph, second.graph)
-    third = _onnx_inference(_without_value_info(model, given + reshaped), []) if reshaped \
-        else None
-    return third if third is not None else second
+    if reshaped:
+        copy.graph.value_info.extend(reshaped)
+        second = _onnx_inference(copy, []) or second
+    return second
 
 
 def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:

@@ -26,7 +26,7 @@ from collections import Counter
 import onnx
 from onnx import helper, numpy_helper
 
-from graphmem.frontends.onnx.value_types import fully_known
+from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
 
 Dim = int | str
 _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
@@ -45,7 +45,7 @@ def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
     sources = [producer.get(tile.input[0]) for tile in tiles]
     wanted = {tile.input[1] for tile in tiles}
     wanted.update(name for source in sources if source is not None for name in source.input[1:])
-    constants = _int_constants(graph, wanted)
+    constants = int_constants(graph, wanted)
     replaced: dict[str, onnx.NodeProto] = {}
     for node in tiles:
         repeats = constants.get(node.input[1])
@@ -78,7 +78,7 @@ def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> list[onnx
              and fully_known(types.get(n.input[0]))]
     if not nodes:
         return []
-    constants = _int_constants(graph, {n.input[1] for n in nodes})
+    constants = int_constants(graph, {n.input[1] for n in nodes})
     typed = []
     for node in nodes:
         source, target = types[node.input[0]], constants.get(node.input[1])
@@ -132,14 +132,14 @@ def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
     return number, names
 
 
-def _int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
+def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
                    ) -> dict[str, list[int]]:
     """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given)."""
     tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
-    tensors.extend((n.output[0], a.t) for n in graph.node
+    tensors.extend((n.output[0], t) for n in graph.node
                    if n.op_type == "Constant" and n.output
                    and (wanted is None or n.output[0] in wanted)
-                   for a in n.attribute if a.name == "value")
+                   and (t := constant_tensor(n)) is not None)  # value or value_ints
     values: dict[str, list[int]] = {}
     for name, tensor in tensors:
         if tensor.data_type == onnx.TensorProto.INT64 and len(tensor.dims) == 1 \
