@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.frontends.onnx import infer, scalar_reshapes
 from graphmem.frontends.onnx.importer import import_onnx
+from graphmem.frontends.onnx.seq_dims import SeqDims
 from graphmem.frontends.onnx.value_types import constant_tensor
 
 
@@ -73,3 +74,21 @@ def test_a_dim_reshaped_to_a_vector_is_followed_by_onnx_alone(tmp_path: Path) ->
     assert [n.op_type for n in imported.graph.nodes].count("Reshape") == 3
     assert [n.op_type for n in imported.graph.nodes].count("Unsqueeze") == 0
     assert scalar_reshapes.AXES not in imported.graph.values
+
+
+def test_a_rotary_slice_ending_at_a_reshaped_dim_is_the_rules_min() -> None:
+    # cos[:seq] as the dynamo exporter writes it: ends = Reshape(Cast(Squeeze(Shape(ids,
+    # start=1, end=2))), value_ints [-1]), starts value_ints [0]: Min(4096, seq), as the rules
+    nodes = [helper.make_node("Shape", ["ids"], ["s"], start=1, end=2),
+             helper.make_node("Squeeze", ["s"], ["d"]),
+             helper.make_node("Cast", ["d"], ["c"], to=TensorProto.INT64),
+             helper.make_node("Constant", [], ["minus_one"], value_ints=[-1]),
+             helper.make_node("Reshape", ["c", "minus_one"], ["end"]),
+             helper.make_node("Constant", [], ["zero"], value_ints=[0]),
+             helper.make_node("Slice", ["table", "zero", "end", "zero"], ["cut"])]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])
+    graph = helper.make_graph(nodes, "g", [ids], [], [numpy_helper.from_array(
+        np.zeros((4096, 8), np.float32), "table")])
+    assert SeqDims(graph, {"ids": ids}).slice_dim(graph.node[-1], 4096) == "Min(4096, seq)"
+    graph.node[4].input[1] = "zero"  # a Reshape to [0] is no vector of the one value
+    assert SeqDims(graph, {"ids": ids}).slice_dim(graph.node[-1], 4096) is None
