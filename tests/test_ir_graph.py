@@ -190,3 +190,15 @@ def test_check_names_each_broken_invariant(corrupt: Callable[[Graph], None],
     corrupt(graph)
     with pytest.raises(GraphCheckError, match=re.escape(message)):
         graph.check()
+
+
+def test_a_values_element_count_follows_its_shape_when_replaced() -> None:
+    # numel and nbytes are remembered per shape object: a new shape gives new counts
+    value = Value("x", DType.FLOAT16, (SymInt.symbol("batch"), SymInt.const(3)), Role.INPUT)
+    first = value.numel
+    assert value.numel is first and str(first) == "3*batch"
+    assert value.nbytes is not None and value.nbytes.bind({"batch": 2}) == 12  # 2*3 * 2 B
+    value.shape = (SymInt.const(4), SymInt.const(5))
+    assert value.numel == 20 and value.nbytes == 40  # 4*5 elements * 2 B
+    value.shape = (SymInt.const(4), None)
+    assert value.numel is None and value.nbytes is None

@@ -3,6 +3,8 @@ follows it (graphmem/frontends/onnx/repeat_dims.py), with the shapes onnxruntime
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +98,28 @@ def test_only_a_tile_of_axes_just_added_becomes_an_expand() -> None:
 def test_the_minus_one_divides_out_exactly(top: list[int | str], bottom: list[int | str],
                                            quotient: int | str | None) -> None:
     assert _divided(top, bottom) == quotient
+
+
+def test_a_repeat_of_a_rotary_output_is_typed_by_onnx_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # benchmarks/helper_llama.py's decoder: k = rotary(k) * cos[:seq] ..., repeated by Tile;
+    # the Reshape's input is typed only by the second pass (the rotary slice's dim), so its
+    # -1 is divided out for a third: onnx types the whole graph, the engines load not at all
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import helper_llama  # benchmarks/ is not a package: found through sys.path
+
+    path = helper_llama.write(tmp_path / "decoder.onnx", replace(
+        helper_llama.WIDTHS, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128,
+        vocab=100, max_positions=64))
+    typed = import_onnx(path)
+    with monkeypatch.context() as patch:  # the same import, the repeats left to the engines
+        patch.setattr(infer, "reshape_dims", lambda graph, inferred: [])
+        untyped = import_onnx(path)
+    assert typed.shape_inference == "onnx shape inference"
+    assert _ort_nodes(untyped) > 0
+    assert _shapes(typed) == _shapes(untyped)
+    # [batch, 2, 2, seq, 16] -> Reshape [0, 4, -1, 16]: -1 = 2*2*seq*16 / (4*16) = seq
+    repeats = [n for n in typed.graph.nodes if n.op_type == "Reshape"
+               and n.inputs[0].producer is not None and n.inputs[0].producer.op_type == "Tile"]
+    assert repeats and {repr(n.outputs[0].shape) for n in repeats} == \
+        {"(SymInt(batch), SymInt(4), SymInt(seq), SymInt(16))"}

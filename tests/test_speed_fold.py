@@ -82,3 +82,27 @@ def test_only_the_constants_a_foldable_node_reads_are_decoded(
     assert list(replaced) == ["u"] and sorted(decoded) == ["c0", "c1"]
     folded = numpy_helper.to_array(model.graph.node[3].attribute[0].t)
     assert folded.tolist() == [[0]]  # c0 = [0] unsqueezed at axis c1 = 1
+
+
+def test_only_the_initializers_a_foldable_node_reads_are_decoded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a hand-written decoder holds its small constants as initializers (axes, reshape
+    # targets): thousands, most read by no foldable node, and the folding runs twice
+    decoded: list[str] = []
+    to_array = numpy_helper.to_array
+
+    def counted(tensor: onnx.TensorProto, *args: object) -> np.ndarray:
+        decoded.append(tensor.name)
+        return to_array(tensor, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fold.numpy_helper, "to_array", counted)
+    initializers = [numpy_helper.from_array(np.array([i], I64), f"i{i}") for i in range(3)]
+    nodes = [helper.make_node("Unsqueeze", ["i0", "i1"], ["u"]),  # reads i0, i1
+             helper.make_node("Reshape", ["x", "i2"], ["y"])]  # i2: read by no foldable node
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, [2])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    replaced = fold.fold_constants(model)
+    assert list(replaced) == ["u"] and sorted(decoded) == ["i0", "i1"]
+    folded = numpy_helper.to_array(model.graph.node[0].attribute[0].t)
+    assert folded.tolist() == [[0]]  # i0 = [0] unsqueezed at axis i1 = 1

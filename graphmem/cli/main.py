@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from graphmem.cli.commands import COMMAND_TABLE, summary
-from graphmem.core.collector import freeze_start_up_objects
+from graphmem.core.collector import freeze_before_exit, freeze_start_up_objects
 from graphmem.core.progress import Reporter, reporting
 from graphmem.core.version import __version__
 from graphmem.errors import GraphmemError
@@ -97,7 +97,9 @@ def _progress_reporter() -> Reporter | None:
 def run_command() -> int:
     """The `graphmem` console script (pyproject.toml): one command, then the process ends."""
     freeze_start_up_objects()
-    return main()
+    code = main()
+    freeze_before_exit()  # the command is over: its objects need no last collection
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,3 +34,12 @@ def freeze_start_up_objects() -> None:
     later full collection walks them again: 2 to 3% of a 22,000-node command's CPU. Only for
     a process that runs one command (the console script): a library caller's heap is its own."""
     gc.freeze()
+
+
+def freeze_before_exit() -> None:
+    """Every object the command left moved out of the collector's generations before the
+    process ends: the interpreter's shutdown runs a full collection, which would walk the
+    whole analysis (about 225,000 objects at 22,000 nodes: 0.3 to 0.4 CPU s of the command)
+    only to find it all still referenced. Exit handlers still run; the memory goes back with
+    the process. Only for the console script's one-command process."""
+    gc.freeze()

@@ -110,12 +110,13 @@ def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -
 
 
 class _KnownValues:
-    """Values known so far, by name: the small initializers at once, a Constant node's value
-    only when a foldable node reads it (a decoder has thousands of Constant nodes that no
-    foldable node reads; decoding each was most of the folding time)."""
+    """Values known so far, by name: a small initializer's or a Constant node's value decoded
+    only when a foldable node reads it (a decoder has thousands of each that no foldable node
+    reads; decoding every one was most of the folding time, and folding runs twice)."""
 
     def __init__(self, graph: onnx.GraphProto) -> None:
-        self.values = _constant_values(graph)
+        self.values: dict[str, np.ndarray] = {}
+        self.initializers = {tensor.name: tensor for tensor in graph.initializer}
         self.constants: dict[str, onnx.NodeProto] = {}
         # decoded values by the Constant's attribute bytes: a decoder's layers hold the same
         # few (axes [0], [1]...) thousands of times
@@ -127,6 +128,7 @@ class _KnownValues:
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
         self.constants.pop(name, None)
+        self.initializers.pop(name, None)
         self.values[name] = value
 
     def get(self, name: str) -> np.ndarray | None:
@@ -134,7 +136,11 @@ class _KnownValues:
         if node is not None:  # decoded now; a value it cannot give leaves what was known
             value = self._decode(node)
             if value is not None:
+                self.initializers.pop(name, None)
                 self.values[name] = value
+        tensor = self.initializers.pop(name, None)
+        if tensor is not None and _small_known(tensor):
+            self.values[name] = numpy_helper.to_array(tensor)
         return self.values.get(name)
 
     def _decode(self, node: onnx.NodeProto) -> np.ndarray | None:

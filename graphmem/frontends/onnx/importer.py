@@ -26,6 +26,7 @@ from graphmem.frontends.onnx.read import (
     read_model,
 )
 from graphmem.frontends.onnx.repeat_dims import expand_tiles
+from graphmem.frontends.onnx.scalar_reshapes import drop_axes
 from graphmem.frontends.onnx.shape_gaps import fill_shape_gaps
 from graphmem.frontends.onnx.value_types import write_misread_defaults
 
@@ -75,6 +76,7 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
     inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)
+    drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)
     graph = build_graph(inferred, path.stem, dim_names)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:

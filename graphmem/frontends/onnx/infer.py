@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, numpy_helper
+from onnx import AttributeProto
 
 from graphmem.errors import first_line
 from graphmem.frontends.onnx.fold import refold_constants
+from graphmem.frontends.onnx.kept_slices import kept_slice_dims
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
     STATIC_TYPES_TOKEN,
@@ -41,18 +42,16 @@ from graphmem.frontends.onnx.ort_engine import (
     sympy_for_engine,
 )
 from graphmem.frontends.onnx.repeat_dims import reshape_dims
+from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
     SeqDims,
     for_onnx_pass,
     is_expression,
-    kept_dims,
     sequence_dims,
 )
 from graphmem.frontends.onnx.value_types import (
-    MAX_VALUE_ELEMENTS,
-    fully_known,
+    constant_tensor,
     fully_known_names,
-    initializer_types,
     known_dims,
     small_value,
     typed_by_onnx,
@@ -102,26 +101,37 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
                  folded: dict[str, onnx.NodeProto]) -> onnx.ModelProto:
     """onnx's inference again where the first pass's dims let more be known: shape arithmetic
     on dims that are numbers folded (fold.py), slices along known axes given the dims they keep
-    (`_kept_slice_dims`), positions, rotary slices and what they broadcast against given the
+    (kept_slices.py), positions, rotary slices and what they broadcast against given the
     lengths onnxruntime's rules compute (seq_dims.py), reshapes whose -1 divides out exactly
-    (repeat_dims.py); the first pass where none applies."""
+    (repeat_dims.py; once more on this pass's types); the first pass where none applies."""
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
     # each rule below types the outputs of one op: none present (10^5 Adds), no table built
     ops = {node.op_type for node in model.graph.node}
+    types = _types_of(first.graph) if ops & {"Slice", "Range", "Reshape"} else {}
     slices: list[onnx.ValueInfoProto] = []
     if ops & {"Slice", "Range"}:
-        seq = SeqDims(model.graph, _types_of(first.graph))
-        slices.extend(_kept_slice_dims(model.graph, first.graph, seq))
+        seq = SeqDims(model.graph, types)
+        slices.extend(kept_slice_dims(model.graph, first.graph, seq))
         slices.extend(sequence_dims(model.graph, first.graph, seq))
     if "Reshape" in ops:
         slices.extend(reshape_dims(model.graph, first.graph))
-    if not refolded and not slices:
+    elif not refolded and not slices:
         return first
-    copy = _without_value_info(model)
-    copy.graph.value_info.extend(for_onnx_pass(model.graph, slices))
+    copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
+    scalars = unsqueeze_scalar_reshapes(copy.graph, types)  # scalar_reshapes.py
+    if not refolded and not slices and not scalars:
+        return first
+    folded.update(scalars)
     second = _onnx_inference(copy, [])
-    return second if second is not None else first
+    if second is None:
+        return first
+    # a Reshape whose input only this pass typed (a grouped-query repeat of a rotary output)
+    reshaped = reshape_dims(model.graph, second.graph)
+    if reshaped:
+        copy.graph.value_info.extend(reshaped)
+        second = _onnx_inference(copy, []) or second
+    return second
 
 
 def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
@@ -139,70 +149,6 @@ def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
 
 def _types_of(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
     return {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}
-
-
-def _kept_slice_dims(model_graph: onnx.GraphProto, inferred: onnx.GraphProto,
-                     seq: SeqDims) -> list[onnx.ValueInfoProto]:
-    """For each Slice whose output onnx left unknown, with constant `axes` and an input of
-    known rank (a value, or an initializer: a table written as one): its output typed with the
-    input's dims on the axes it does not slice, the sliced ones unknown. onnx's Slice rule gives
-    up on every dim when an end is computed (`table[:seq]`), and on all that follows; a rotary
-    table's `table[:seq]` gets its sliced dim too (`SeqDims.slice_dim`)."""
-    types = _types_of(inferred)
-    slices = [node for node in model_graph.node
-              if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
-              and len(node.input) >= 4 and not fully_known(types.get(node.output[0]))]
-    if not slices:
-        return []
-    types.update(initializer_types(model_graph, {node.input[0] for node in slices}))
-    # only the axes of these slices are read: a decoder has thousands of other constants
-    constants = _constant_ints(model_graph, {node.input[3] for node in slices})
-    result = []
-    for node in slices:
-        source = types.get(node.input[0])
-        axes = constants.get(node.input[3])
-        if source is None or axes is None:
-            continue
-        kept = kept_dims(source, axes)
-        if kept is not None:
-            result.append(kept)
-            kept.name = node.output[0]
-            _sliced_dim(kept, node, source, axes, seq)
-    return result
-
-
-def _sliced_dim(kept: onnx.ValueInfoProto, node: onnx.NodeProto,
-                source: onnx.ValueInfoProto, axes: list[int], seq: SeqDims) -> None:
-    """The one sliced axis of literal length named as onnxruntime's rules name it, where
-    they do so by a rule seq_dims.py follows."""
-    dims = source.type.tensor_type.shape.dim
-    if len(axes) != 1:
-        return
-    axis = axes[0] % len(dims)  # in range: kept_dims checked it
-    if not dims[axis].HasField("dim_value"):
-        return
-    name = seq.slice_dim(node, dims[axis].dim_value)
-    if name is not None:
-        kept.type.tensor_type.shape.dim[axis].dim_param = name
-
-
-def _constant_ints(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, list[int]]:
-    """The `wanted` values that are 1-D integer Constant nodes or initializers with their
-    values inline (after folding: the axes of a slice are always one)."""
-    values: dict[str, list[int]] = {}
-    tensors = [(t.name, t) for t in graph.initializer if t.name in wanted]
-    tensors.extend((n.output[0], t) for n in graph.node
-                   if n.output and n.output[0] in wanted
-                   and (t := _constant_tensor(n)) is not None)
-    for name, tensor in tensors:
-        if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
-                and len(tensor.dims) == 1 and tensor.dims[0] <= MAX_VALUE_ELEMENTS \
-                and tensor.data_location != onnx.TensorProto.EXTERNAL:
-            try:
-                values[name] = [int(v) for v in numpy_helper.to_array(tensor).flat]
-            except ValueError:  # data of the wrong size: the engines will say so
-                continue
-    return values
 
 
 def _engine_name(ort_nodes: int) -> str:
@@ -270,12 +216,15 @@ def _splittable(model: onnx.ModelProto) -> bool:
     return True
 
 
-def _without_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy with no declared value infos: onnxruntime's rules ignore them, and the part
-    onnx calls known must be what inference derives, not what an exporter wrote."""
+def _without_value_info(model: onnx.ModelProto,
+                        given: Iterable[onnx.ValueInfoProto] = ()) -> onnx.ModelProto:
+    """A copy with no declared value infos (onnxruntime's rules ignore them, and the part
+    onnx calls known must be what inference derives, not what an exporter wrote) but
+    `given`, graphmem's own types for onnx's next pass."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     copy.graph.ClearField("value_info")
+    copy.graph.value_info.extend(given)
     return copy
 
 
@@ -348,11 +297,11 @@ def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
     part.graph.name = graph.name
     # Constant nodes go in as initializers: the rules read their values either way, and an
     # initializer costs the engine nothing per node
-    part.graph.node.extend(n for n in nodes if _constant_tensor(n) is None)
+    part.graph.node.extend(n for n in nodes if constant_tensor(n) is None)
     part.graph.input.extend(inputs)
     part.graph.initializer.extend(t for name, t in initializers.items() if name in used)
     for node in nodes:
-        tensor = _constant_tensor(node)
+        tensor = constant_tensor(node)
         if tensor is not None:
             initializer = part.graph.initializer.add()
             initializer.CopyFrom(tensor)
@@ -363,15 +312,6 @@ def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
     part.graph.value_info.extend(static_value_infos(types, part.graph.node))
     part.metadata_props.add(key=STATIC_TYPES_KEY, value=STATIC_TYPES_TOKEN)
     return part
-
-
-def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
-    """The tensor of a Constant node holding one (`value`), else None."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
-        return None
-    if len(node.attribute) == 1 and node.attribute[0].name == "value":
-        return node.attribute[0].t
-    return None
 
 
 def _copy_outputs(target: onnx.GraphProto, source: onnx.GraphProto) -> None:

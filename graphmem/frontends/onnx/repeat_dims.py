@@ -12,7 +12,8 @@ onnxruntime's rules at about 80 us a node. Two structural facts give onnx the sh
   graph keeps its Tile (`expand_tiles`, restored as fold.py's folded nodes are);
 - a Reshape with a constant target: 0 copies the input's dim (allowzero unset), a positive
   entry is itself, and the -1 is the input's size over the rest where that quotient is a number
-  or a single dim of the input, each dim name an atom (`reshape_dims`, for the second pass).
+  or a single dim of the input, each dim name an atom (`reshape_dims`, for the second pass;
+  a third where only the second typed a Reshape's input: the repeat of a rotary output).
 
 These are the shapes onnxruntime's rules compute for the same nodes (the quotient is sympy's
 exact division); anything else is left to the engines.
@@ -25,7 +26,7 @@ from collections import Counter
 import onnx
 from onnx import helper, numpy_helper
 
-from graphmem.frontends.onnx.value_types import fully_known
+from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
 
 Dim = int | str
 _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
@@ -35,12 +36,18 @@ def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
     """Turn each Tile of `model` whose repeated axes an Unsqueeze just added into an Expand by
     the same repeats, in place; returns the Tiles by their output's name (for restore)."""
     graph = model.graph
+    tiles = [node for node in graph.node if node.op_type == "Tile"
+             and node.domain in ("", "ai.onnx") and len(node.input) == 2]
+    if not tiles:
+        return {}
     producer = {name: node for node in graph.node for name in node.output}
-    constants = _int_constants(graph)
+    # only the repeats and the Unsqueeze axes are read (a decoder has thousands of others)
+    sources = [producer.get(tile.input[0]) for tile in tiles]
+    wanted = {tile.input[1] for tile in tiles}
+    wanted.update(name for source in sources if source is not None for name in source.input[1:])
+    constants = int_constants(graph, wanted)
     replaced: dict[str, onnx.NodeProto] = {}
-    for node in graph.node:
-        if node.op_type != "Tile" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
-            continue
+    for node in tiles:
         repeats = constants.get(node.input[1])
         added = _unsqueezed_axes(producer.get(node.input[0]), constants)
         if repeats is None or added is None or any(r < 1 for r in repeats):
@@ -71,7 +78,7 @@ def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> list[onnx
              and fully_known(types.get(n.input[0]))]
     if not nodes:
         return []
-    constants = _int_constants(graph, {n.input[1] for n in nodes})
+    constants = int_constants(graph, {n.input[1] for n in nodes})
     typed = []
     for node in nodes:
         source, target = types[node.input[0]], constants.get(node.input[1])
@@ -125,14 +132,14 @@ def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
     return number, names
 
 
-def _int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
+def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
                    ) -> dict[str, list[int]]:
     """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given)."""
     tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
-    tensors.extend((n.output[0], a.t) for n in graph.node
+    tensors.extend((n.output[0], t) for n in graph.node
                    if n.op_type == "Constant" and n.output
                    and (wanted is None or n.output[0] in wanted)
-                   for a in n.attribute if a.name == "value")
+                   and (t := constant_tensor(n)) is not None)  # value or value_ints
     values: dict[str, list[int]] = {}
     for name, tensor in tensors:
         if tensor.data_type == onnx.TensorProto.INT64 and len(tensor.dims) == 1 \

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 import onnx
 from onnx import numpy_helper
 
-from graphmem.frontends.onnx.value_types import dim_known
+from graphmem.frontends.onnx.value_types import constant_tensor, dim_known
 
 # Ops whose rules pass a value on (`_pass_on_sympy_data`) from Gather(Shape(x), i) to an end
 # or a limit (Identity's rule passes only the type: the rules name its output afresh)
@@ -78,8 +78,8 @@ class SeqDims:
         Shape(x, start=i, end=i + 1), through pass-through ops. However a graph writes it (an
         exporter's Gather, a hand-written Slice), the rules compute the same symbol."""
         node = self._producer.get(name)
-        while node is not None and node.domain in ("", "ai.onnx") \
-                and node.op_type in _PASS_THROUGH and node.input:
+        while node is not None and node.domain in ("", "ai.onnx") and node.input \
+                and (node.op_type in _PASS_THROUGH or self._vector_of_one(node)):
             if node.op_type == "Cast" and not _casts_to_integer(node):
                 return None
             node = self._producer.get(node.input[0])
@@ -97,6 +97,12 @@ class SeqDims:
         else:
             return None
         return None if index is None else self._shape_element(node.input[0], index[0])
+
+    def _vector_of_one(self, node: onnx.NodeProto) -> bool:
+        """A Reshape to [-1] or [1] (the dynamo exporter's scalar dim made a vector): its one
+        value is its input's."""
+        return node.op_type == "Reshape" and len(node.input) == 2 \
+            and self.constant(node.input[1]) in ([-1], [1])
 
     def _shape_element(self, name: str, index: int) -> str | None:
         """The declared dim that element `index` of the shape vector `name` is, if any."""
@@ -123,9 +129,8 @@ class SeqDims:
         `scalar` False of a one-element vector) as a list, else None."""
         tensor = self._initializers.get(name)
         node = self._producer.get(name)
-        if tensor is None and node is not None and node.op_type == "Constant" \
-                and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            tensor = node.attribute[0].t
+        if tensor is None and node is not None:
+            tensor = constant_tensor(node)  # value, or value_ints as the dynamo exporter writes
         if tensor is None or tensor.data_type not in _INTEGER_TYPES \
                 or len(tensor.dims) > (0 if scalar else 1) \
                 or (tensor.dims and tensor.dims[0] != 1) \

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 
 import onnx
+from onnx import TensorProto, helper
 
 # A tensor with at most this many elements may be a shape vector or a scalar whose value
 # onnxruntime's rules read (fold.py's bound for the same tensors).
@@ -120,3 +121,27 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
     known = fully_known_names((*graph.value_info, *graph.output))
     return all(node.op_type == "Constant" or all(name in known for name in node.output if name)
                for node in graph.node)
+
+
+def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The tensor of a Constant node (`value`, or `value_int(s)`, `value_float(s)` as the
+    spec defines them: onnxruntime's rule reads `value` alone, and a dynamo export's slice
+    bounds are `value_ints`), else None."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    if len(node.attribute) != 1:
+        return None
+    attribute = node.attribute[0]
+    if attribute.name == "value":
+        return attribute.t
+    kind = _LISTED_CONSTANTS.get(attribute.name)
+    if kind is None:
+        return None
+    values = helper.get_attribute_value(attribute)
+    return helper.make_tensor("", kind, [len(values)] if isinstance(values, list) else [],
+                              values if isinstance(values, list) else [values])
+
+
+# Constant's list and scalar attributes: an int64 or float tensor, 1-D for a list
+_LISTED_CONSTANTS = {"value_int": TensorProto.INT64, "value_ints": TensorProto.INT64,
+                     "value_float": TensorProto.FLOAT, "value_floats": TensorProto.FLOAT}

@@ -1,0 +1,82 @@
+"""Slices onnx's inference gives up on: a Slice whose end is computed (`table[:seq]`) comes
+out with no dims at all, and so does all that follows. Where its `axes` are constant and its
+input's rank known, its output keeps the input's dims on the axes it does not slice, and a
+rotary table's sliced axis is named as onnxruntime's rules name it (seq_dims.py), for onnx's
+second pass (infer.py)."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import numpy_helper
+
+from graphmem.frontends.onnx.seq_dims import SeqDims, kept_dims
+from graphmem.frontends.onnx.value_types import (
+    MAX_VALUE_ELEMENTS,
+    constant_tensor,
+    fully_known,
+    initializer_types,
+)
+
+
+def kept_slice_dims(model_graph: onnx.GraphProto, inferred: onnx.GraphProto,
+                     seq: SeqDims) -> list[onnx.ValueInfoProto]:
+    """For each Slice whose output onnx left unknown, with constant `axes` and an input of
+    known rank (a value, or an initializer: a table written as one): its output typed with the
+    input's dims on the axes it does not slice, the sliced ones unknown. onnx's Slice rule gives
+    up on every dim when an end is computed (`table[:seq]`), and on all that follows; a rotary
+    table's `table[:seq]` gets its sliced dim too (`SeqDims.slice_dim`)."""
+    types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
+    slices = [node for node in model_graph.node
+              if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
+              and len(node.input) >= 4 and not fully_known(types.get(node.output[0]))]
+    if not slices:
+        return []
+    types.update(initializer_types(model_graph, {node.input[0] for node in slices}))
+    # only the axes of these slices are read: a decoder has thousands of other constants
+    constants = _constant_ints(model_graph, {node.input[3] for node in slices})
+    result = []
+    for node in slices:
+        source = types.get(node.input[0])
+        axes = constants.get(node.input[3])
+        if source is None or axes is None:
+            continue
+        kept = kept_dims(source, axes)
+        if kept is not None:
+            result.append(kept)
+            kept.name = node.output[0]
+            _sliced_dim(kept, node, source, axes, seq)
+    return result
+
+
+def _sliced_dim(kept: onnx.ValueInfoProto, node: onnx.NodeProto,
+                source: onnx.ValueInfoProto, axes: list[int], seq: SeqDims) -> None:
+    """The one sliced axis of literal length named as onnxruntime's rules name it, where
+    they do so by a rule seq_dims.py follows."""
+    dims = source.type.tensor_type.shape.dim
+    if len(axes) != 1:
+        return
+    axis = axes[0] % len(dims)  # in range: kept_dims checked it
+    if not dims[axis].HasField("dim_value"):
+        return
+    name = seq.slice_dim(node, dims[axis].dim_value)
+    if name is not None:
+        kept.type.tensor_type.shape.dim[axis].dim_param = name
+
+
+def _constant_ints(graph: onnx.GraphProto, wanted: set[str]) -> dict[str, list[int]]:
+    """The `wanted` values that are 1-D integer Constant nodes or initializers with their
+    values inline (after folding: the axes of a slice are always one)."""
+    values: dict[str, list[int]] = {}
+    tensors = [(t.name, t) for t in graph.initializer if t.name in wanted]
+    tensors.extend((n.output[0], t) for n in graph.node
+                   if n.output and n.output[0] in wanted
+                   and (t := constant_tensor(n)) is not None)
+    for name, tensor in tensors:
+        if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
+                and len(tensor.dims) == 1 and tensor.dims[0] <= MAX_VALUE_ELEMENTS \
+                and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                values[name] = [int(v) for v in numpy_helper.to_array(tensor).flat]
+            except ValueError:  # data of the wrong size: the engines will say so
+                continue
+    return values
