@@ -66,9 +66,55 @@ def test_convolution_forward_of_an_image_reads_it_plain() -> None:
 
 def test_convolution_forward_pads_channels_to_the_block() -> None:
     # 8x24x8x8 -> 24 channels 1x1: X = Y = 8*24*64*4 = 49,152; blocked, 24 -> 32 channels:
-    # Xb = Yb = 65,536; W = 24*24*4 = 2,304. Peak Xb + W + Yb = 133,376; less Y = 84,224
+    # Xb = Yb = 65,536; W padded in both dims 32*32*4 = 4,096; 24 is not a multiple of 16:
+    # the bias padded, 32*4, + 128 = 256. Peak 256 + Xb + W + Yb = 135,424; less Y = 86,272
+    # (measured 86,272: +256, +65,536, +4,096, +65,536, -4,096, -65,536, -256, +49,152)
     made = conv(tensor("x", 8, 24, 8, 8), tensor("w", 24, 24, 1, 1), tensor("y", 8, 24, 8, 8))
-    assert scratch_bytes(made, {}) == 84_224
+    assert scratch_bytes(made, {}) == 86_272
+
+
+# Below oneDNN's 16-channel block: each working is a row of `python benchmarks/cpu_scratch.py
+# --toy --raw` (2 threads) or benchmarks/results/cpu_scratch.md
+
+def test_pointwise_forward_reorders_a_few_channels_to_the_block() -> None:
+    # 2x8x16x16 -> 8 channels, 1x1: the source reordered to 16 channels, Xb = 2*16*16*16*4 =
+    # 32,768 (a 3x3 kernel reads it plain); W padded to 16x16x1x1: 1,024; Yb = 32,768, Y =
+    # 16,384; 8 output channels: the padded bias 16*4 + 128 = 192. Peak 192 + Xb + W + Yb =
+    # 66,752; less Y = 50,368 (measured 50,368)
+    made = conv(tensor("x", 2, 8, 16, 16), tensor("w", 8, 8, 1, 1), tensor("y", 2, 8, 16, 16))
+    assert scratch_bytes(made, {}) == 50_368
+
+
+@pytest.mark.parametrize(("threads", "expected"), [(1, 278_656), (2, 286_848)])
+def test_strided_pointwise_copies_one_subsampled_image_per_thread(
+        threads: int, expected: int) -> None:
+    # 8x32x16x16 -> 64 channels, 1x1 stride 2: S = threads * 32*8*8*4 + 128 (8,320 at one
+    # thread, 16,512 at two), Xb = 262,144, W = 8,192, Yb = Y = 131,072. Peak S + Xb + W + Yb,
+    # less Y: 8,320 + 262,144 + 8,192 = 278,656 and 286,848 (measured 278,656 and 286,848,
+    # whatever the batch: 2x8x32x32 at one thread copies 16*16*16*4 + 128 + 192)
+    made = conv(tensor("x", 8, 32, 16, 16), tensor("w", 64, 32, 1, 1),
+                tensor("y", 8, 64, 8, 8), stride=2)
+    assert scratch_bytes(made, {}, threads) == expected
+
+
+def test_backward_data_pads_the_weights_in_both_dims() -> None:
+    # 2x3x16x16 -> 8 channels, 3x3 (forward reads the image plain): input phase GYb =
+    # 2*16*16*16*4 = 32,768, Wd = 16*16*9*4 = 9,216 (the forward's: 16*3*9*4 = 1,728), GXb =
+    # 32,768: 74,752. Weight phase GX 6,144 + GYb + GW 1,728 = 40,640. Outputs GX + GW 864 +
+    # GB 32 = 7,040: 74,752 - 7,040 = 67,712 (measured 67,712)
+    made = backward(tensor("gy", 2, 8, 16, 16), tensor("x", 2, 3, 16, 16),
+                    tensor("w", 8, 3, 3, 3))
+    assert scratch_bytes(made, {}) == 67_712
+
+
+def test_strided_backward_data_is_plain_beside_a_scratchpad() -> None:
+    # 2x8x16x16 -> 8 channels, 3x3 stride 2: GY = 2*8*8*8*4 = 4,096 and GX = 16,384 plain, W'
+    # = 8*16*9*4 = 4,608, oneDNN's scratchpad 61,488: 86,576. Outputs GX + GW 2,304 + GB 32 =
+    # 18,720: 86,576 - 18,720 = 67,856 (measured 67,856; the scratchpad is 61,488 B at 16x16
+    # inputs of 2 to 32 channels, more at larger ones: the least measured is modelled)
+    made = backward(tensor("gy", 2, 8, 8, 8), tensor("x", 2, 8, 16, 16),
+                    tensor("w", 8, 8, 3, 3), stride=2)
+    assert scratch_bytes(made, {}) == 67_856
 
 
 def test_convolution_backward_dense() -> None:

@@ -13,7 +13,6 @@ A new runtime is one class here and one entry in MODELS.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -29,6 +28,7 @@ from graphmem.runtime_models.base import (
     RuntimeContext,
     RuntimeEstimate,
     RuntimeModel,
+    default_threads,
 )
 from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
 from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
@@ -173,14 +173,6 @@ def model_of(runtime: str) -> RuntimeModel:
 def estimate(runtime: str, context: RuntimeContext) -> RuntimeEstimate:
     """`runtime`'s estimate for the analysed graph of `context` (every dim bound)."""
     return model_of(runtime).estimate(context)
-
-
-def default_threads() -> int:
-    """onnxruntime's default intra-op pool: one thread per core this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _sizes(context: RuntimeContext) -> Mapping[str, SymInt | None]:
