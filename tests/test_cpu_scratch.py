@@ -251,3 +251,26 @@ def test_analyze_shows_the_scratch_as_its_own_line() -> None:
     console = Console(record=True, width=100)
     print_runtime(analysis, console)
     assert "kernels' scratch" in console.export_text()
+
+
+@pytest.mark.parametrize(("threads", "kernel", "expected"), [
+    # 2x16x8x8 -> 8 channels 3x3, channels-last: Y = 2*8*8*8*4 = 4,096 (returned); the
+    # scratchpad 4,096 + 4,120 per thread (8,216 at one, 12,336 at two) and the weights padded
+    # to 16 output channels, 16*16*9*4 = 9,216: 17,432 and 21,552 (measured 17,432, 21,552)
+    (1, 3, 17_432), (2, 3, 21_552),
+    # 1x1: at one thread neither (measured 0); at two 12,336 + 16*16*4 = 13,360 (measured
+    # 13,360 for 16 -> 2 channels; 16 -> 8 here pads the same)
+    (1, 1, 0), (2, 1, 13_360)])
+def test_channels_last_forward_scratchpad_per_thread(threads: int, kernel: int,
+                                                      expected: int) -> None:
+    made = conv(tensor("x", 2, 16, 8, 8), tensor("w", 8, 16, kernel, kernel),
+                tensor("y", 2, 8, 8, 8), channels_last=1)
+    assert scratch_bytes(made, {}, threads) == expected
+
+
+def test_channels_last_depthwise_forward_copies_its_weights() -> None:
+    # 8 channels 3x3 depthwise, channels-last: the weights with channels padded to 16,
+    # 16*9*4 = 576 (measured 576; 64 channels 7x7: 64*49*4 = 12,544, measured 12,544)
+    made = conv(tensor("x", 2, 8, 8, 8), tensor("w", 8, 1, 3, 3), tensor("y", 2, 8, 8, 8),
+                groups=8, channels_last=1)
+    assert scratch_bytes(made, {}, 2) == 576

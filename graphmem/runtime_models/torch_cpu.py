@@ -54,6 +54,13 @@ Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel cal
 # at least 61,488 B (exactly that at 16x16 inputs of 2 to 32 channels, batch 2 and 8; 94,256
 # and 127,024 at larger ones: the least measured is taken).
 ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured)
+# A channels-last dense forward takes a scratchpad of 4,096 B + 4,120 B per thread (8,216 B at
+# one thread, 12,336 at two, whatever the batch, channels, image or kernel: 2 to 64 channels,
+# 1x1 to 3x3, batch 2 and 8) and its weights padded to 16 output channels; a 1x1 kernel at one
+# thread neither (another oneDNN kernel). A channels-last depthwise one copies its weights,
+# channels padded to 16 (8 channels 3x3: 16 * 9 * 4 = 576 B).
+CHANNELS_LAST_SCRATCHPAD_BYTES = 4_096
+CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES = 4_120
 STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES = 61_488
 
 
@@ -70,6 +77,7 @@ class Conv:
     # where the input is read plain, both channel dims where it is blocked
     blocked_weight_bytes: int
     data_weight_bytes: int  # the weights as backward-data holds them: both dims padded
+    output_padded_weight_bytes: int  # output channels padded (channels-last forward)
     strided_data_weight_bytes: int  # ... and a strided one: input channels padded
     plain_input: bool  # a kxk kernel (k > 1) on fewer than 16 input channels reads NCHW
     depthwise: bool
@@ -109,6 +117,7 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         blocked_output_bytes=y_bytes * _padded(c_out) // c_out,
         blocked_weight_bytes=w_bytes * _padded(c_out) // c_out if plain_input else both,
         data_weight_bytes=both,
+        output_padded_weight_bytes=w_bytes * _padded(c_out) // c_out,
         strided_data_weight_bytes=w_bytes * _padded(c_in) // c_in if dense else w_bytes,
         plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
         dense=dense, kernel_area=kernel_area, strided=any(s > 1 for s in stride),
@@ -139,13 +148,25 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     assert x is not None and w is not None
     c = _conv(node, x, w, node.outputs[0], dims)
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
-        return [c.output_bytes]
+        return _channels_last_forward(c, threads)
     xb = 0 if c.plain_input else c.blocked_input_bytes
     odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes else 0
     copy = (threads * c.subsampled_image_bytes + ONEDNN_EXTRA_BYTES
             if c.dense and c.strided and c.kernel_area == 1 else 0)
     return [odd, copy, xb, c.blocked_weight_bytes, c.blocked_output_bytes,
             -c.blocked_weight_bytes, -xb, -copy, -odd, c.output_bytes, -c.blocked_output_bytes]
+
+
+def _channels_last_forward(c: Conv, threads: int) -> Allocations:
+    """[+Y, +P, +W', -W', -P]: P the scratchpad (dense only), W' the weights padded to 16
+    output channels; [+Y] for a 1x1 kernel at one thread."""
+    w = c.output_padded_weight_bytes
+    if c.depthwise:
+        return [c.output_bytes, w, -w]
+    if not c.dense or (c.kernel_area == 1 and threads == 1):
+        return [c.output_bytes]
+    pad = CHANNELS_LAST_SCRATCHPAD_BYTES + CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES * threads
+    return [c.output_bytes, pad, w, -w, -pad]
 
 
 def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
