@@ -11,8 +11,8 @@ Each rule below is the kernel's own sequence of allocations and frees (+bytes / 
 order), as measured with `python benchmarks/cpu_scratch.py --raw` (torch 2.13, oneDNN 3.12,
 AVX-512, fp32; benchmarks/results/cpu_scratch.md). Its scratch is the running peak of that
 sequence less what the kernel returns. oneDNN's own scratchpads (tens of KiB) and the
-bf16 paths' other layouts are not modelled, but for the one measured constant below 16
-channels (a strided backward-data's).
+bf16 paths' other layouts are not modelled, but for the measured constant ones (a strided
+backward-data's, a channels-last forward's).
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel cal
 # subsampled source, blocked, one image per thread, plus 128 B (oneDNN's reduce-to-unit-stride
 # copy: 16 -> 16 channels, 8x8 out, fp32, 2 threads: 2 * 16 * 8 * 8 * 4 + 128 = 8,320; 32 -> 64
 # channels at 1 thread: 32 * 8 * 8 * 4 + 128 = 8,320, at 2: 16,512, whatever the batch); a
-# strided dense backward-data computes the input gradient plain with a scratchpad of
-# at least 61,488 B (exactly that at 16x16 inputs of 2 to 32 channels, batch 2 and 8; 94,256
-# and 127,024 at larger ones: the least measured is taken).
+# strided dense backward-data computes the input gradient plain with a scratchpad of at least
+# 12,288 B + 24,600 B per thread (exactly that at 16x16 inputs of 2 to 32 channels, batch 2 and
+# 8: 36,888 B at one thread, 61,488 at two; 94,256 and 127,024 at two threads for larger
+# inputs: the least measured is taken).
 ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured)
 # A channels-last dense forward takes a scratchpad of 4,096 B + 4,120 B per thread (8,216 B at
 # one thread, 12,336 at two, whatever the batch, channels, image or kernel: 2 to 64 channels,
@@ -61,7 +62,8 @@ ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured
 # channels padded to 16 (8 channels 3x3: 16 * 9 * 4 = 576 B).
 CHANNELS_LAST_SCRATCHPAD_BYTES = 4_096
 CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES = 4_120
-STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES = 61_488
+STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES = 12_288
+STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES = 24_600
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,11 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     grad_input, grad_weight = bool(mask[0]), bool(mask[1])
     if c.channels_last:
         return _channels_last_backward(c, w, grad_input, grad_weight)
-    steps: Allocations = _input_gradient(c) if grad_input else []
+    steps: Allocations = _input_gradient(c, threads) if grad_input else []
+    # a permuted or sliced output gradient is made contiguous first, held to the end
+    # (measured: the U-Net's classifier 1x1, gy a permute of log_softmax's gradient, 81,920 B)
+    copy = c.output_bytes if _strided_view(gy) else 0
+    steps = [copy, *steps]
     if grad_weight:
         gw = c.weight_bytes
         if c.depthwise and c.kernel_area > 9:
@@ -204,15 +210,37 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
             accumulate = _fp32_copy(gw, w)  # bf16 / fp16: the gradient accumulated in fp32
             steps += [c.blocked_output_bytes, xb, gwb, accumulate, -accumulate,
                       -c.blocked_output_bytes, -xb, gw, -gwb]
-    return steps
+    return [*steps, -copy]
 
 
-def _input_gradient(c: Conv) -> Allocations:
+def _strided_view(value: Value) -> bool:
+    """Whether `value` is a view whose elements are not contiguous: a permute that reorders
+    its input's dims, or a slice of a dim with a dim of more than one element before it
+    (shapes compared at their symbolic sizes)."""
+    maker = value.producer
+    if value.alias_of is None or maker is None or not maker.inputs:
+        return False
+    source = maker.inputs[0]
+    if source is None or source.shape is None or value.shape is None:
+        return False
+    before, after = list(source.shape), list(value.shape)
+    if maker.op_type in ("aten.permute.default", "aten.transpose.int"):
+        kept = [d for d in before if d != 1]
+        return kept != [d for d in after if d != 1]
+    if maker.op_type == "aten.slice.Tensor" and len(before) == len(after):
+        cut = next((i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b != a),
+                   None)
+        return cut is not None and any(d != 1 for d in before[:cut])
+    return False
+
+
+def _input_gradient(c: Conv, threads: int) -> Allocations:
     if c.strided and not c.depthwise:
         # measured at 2 to 64 channels (and an image's 3 -> 64, 7x7 s2): plain, no reorders
         gy, gx = c.output_bytes, c.input_bytes
         weight = c.strided_data_weight_bytes
-        pad = STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
+        pad = (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
+               + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
         return [gy, weight, gx, pad, -pad, -weight, -gy, gx, gx, -gx, -gx]
     return [c.blocked_output_bytes, c.data_weight_bytes, c.blocked_input_bytes,
             -c.data_weight_bytes, -c.blocked_output_bytes, c.input_bytes,
