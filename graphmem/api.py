@@ -291,10 +291,11 @@ def check_model(model: str | Path | None = None, *, gpu: str | None = None,
     memory budget reads its most-loaded rank. `report.passed` is the exit code's answer;
     `report.models[0].results` each budget's verdict. `engine` ("vllm", "sglang", "trtllm")
     serves the model for min_sequences."""
+    from graphmem.frontends.torch.spec import model_label
     from graphmem.gate import budgets as parse
     from graphmem.gate import sequences
     from graphmem.gate.budgets_file import load_budgets_file
-    from graphmem.gate.check import CheckSpec, model_label, run_check
+    from graphmem.gate.check import CheckSpec, run_check
     from graphmem.gate.margin import parse_margin
     from graphmem.options.check_entry import request_builder
 

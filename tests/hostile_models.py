@@ -226,6 +226,16 @@ def wide_if(count: int) -> onnx.ModelProto:
     return model(nodes, [info("x"), _cond()], [info(f"t{count - 1}", None)])
 
 
+def wide_attributes(count: int) -> onnx.ModelProto:
+    """One node of an op outside ai.onnx (no rule: an unknown op) carrying `count` integer
+    attributes."""
+    node = helper.make_node("Wide", ["x"], ["y"], domain="hostile.ops",
+                            **{f"a{i}": i for i in range(count)})
+    built = model([node], [info("x")], [info("y", None)])
+    built.opset_import.append(helper.make_opsetid("hostile.ops", 1))
+    return built
+
+
 # ----- 12: control flow verify runs -------------------------------------------------------------
 def _loop_body(extra: Sequence[onnx.NodeProto] = (), carried: bool = True
                ) -> onnx.GraphProto:
@@ -292,6 +302,7 @@ BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
     "split-outputs": wide_split,
     "inputs": wide_inputs,
     "if-arms": wide_if,
+    "attributes": wide_attributes,
     "loop-trips": loop_trips,
     "loop-forever": loop_forever,
     "loop-growing-scan": loop_growing_scan,

@@ -191,6 +191,6 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(tmp_path: Path) -> None:
     ("samples/resnet50.onnx", "resnet50"),
 ])
 def test_default_report_names_do_not_collide(model: str, stem: str) -> None:
-    from graphmem.cli.analyze import _report_stem
+    from graphmem.frontends.torch.spec import model_label
 
-    assert _report_stem(model) == stem  # the report is ./<stem>.graphmem.html
+    assert model_label(model) == stem  # the report is ./<stem>.graphmem.html

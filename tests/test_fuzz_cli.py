@@ -36,6 +36,7 @@ import pytest
 
 from graphmem.cli.main import main
 from tests.fuzz_corpus import MARKER, Case, Run, all_groups, unique
+from tests.helpers import fuzz_limits
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +125,7 @@ def _child(argv: tuple[str, ...], sender: Connection) -> None:
 
 def _run_isolated(argv: tuple[str, ...], timeout_s: float,
                   capfd: pytest.CaptureFixture[str]) -> Outcome:
+    timeout_s = fuzz_limits.case_limit_s(timeout_s)
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(argv, sender), daemon=True)
@@ -151,7 +153,9 @@ def _run_isolated(argv: tuple[str, ...], timeout_s: float,
 
 def _how_it_died(exitcode: int | None, hung: bool, timeout_s: float) -> str:
     if hung:
-        return f"hung: no exit after {timeout_s:g} s"
+        return (f"hung: no exit after {timeout_s:.1f} s (the case's limit times this session's"
+                f" load factor {fuzz_limits.load_factor():.1f}, at most"
+                f" {fuzz_limits.CEILING_S:g} s)")
     if exitcode is not None and exitcode < 0:
         return f"killed by signal {signal.Signals(-exitcode).name}"
     return f"the process exited {exitcode} from inside main"
@@ -450,3 +454,13 @@ def warm_torch(tmp_path_factory: pytest.TempPathFactory) -> None:
 def test_broken_pytorch_file(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                              capfd: pytest.CaptureFixture[str], warm_torch: None) -> None:
     check_case(case, tmp_path, monkeypatch, capfd)
+
+
+def test_a_case_that_never_ends_is_still_hung(monkeypatch: pytest.MonkeyPatch,
+                                              capfd: pytest.CaptureFixture[str]) -> None:
+    """The load-scaled limit (tests/helpers/fuzz_limits.py) still ends a case that never
+    does, and says so."""
+    monkeypatch.setattr(fuzz_limits, "load_factor", lambda: 2.0)
+    monkeypatch.setitem(globals(), "main", lambda argv: signal.pause())
+    outcome = _run_isolated(("analyze",), 0.25, capfd)  # killed after 0.25 s x 2
+    assert str(outcome.code).startswith("hung: no exit after 0.5 s")

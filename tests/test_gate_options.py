@@ -156,3 +156,23 @@ def test_a_pytorch_spec_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
                             "2x3x32x32", "--max-params", "100M"], capsys)
     assert code == 0, out
     assert out.startswith("small.build_convnet (tests/torch_models/small.py:build_convnet)")
+
+
+def test_spec_options_are_relative_to_the_budgets_file(folder: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path_factory: pytest.TempPathFactory
+                                                       ) -> None:
+    # loss = "losses.py:loss" beside the file, as path = "tiny-llama" is: the check run
+    # from another folder reads the same file (a module name stays a module name)
+    from graphmem.gate.check import check_request
+
+    path = budgets(folder, '[[model]]\npath = "tiny-llama"\ngpu = "h100"\ntrain = true\n'
+                   'inputs = ["1x16:int64"]\nloss = "losses.py:loss"\n'
+                   '[[model]]\npath = "tiny-llama"\nname = "by-module"\ngpu = "h100"\n'
+                   'train = true\ninputs = ["1x16:int64"]\nloss = "my_losses:loss"\n')
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    by_file, by_module = load_budgets_file(path, BUILDER)
+    assert by_file.options["loss"] == str(folder / "losses.py:loss")
+    assert by_module.options["loss"] == "my_losses:loss"
+    request = check_request(by_file, BUILDER)
+    assert request.training is not None and request.training.loss == str(folder / "losses.py:loss")

@@ -4,7 +4,8 @@ behind (HOME and TMPDIR are empty folders of the case, checked after).
 
 Each case runs `python -m graphmem` in a child process of its own folder under a 4 GB address
 space limit (so a regression fails the test, not the machine), its peak RSS read from
-wait4. The models come from tests/hostile_models.py, one builder per cause.
+wait4 (tests/helpers/hostile_run.py, whose broken_promises is the contract). The models come
+from tests/hostile_models.py, one builder per cause.
 """
 
 from __future__ import annotations
@@ -30,34 +31,9 @@ from graphmem.frontends.onnx.limits import (
     session_outputs_refusal,
 )
 from tests import hostile_models as hostile
-from tests.helpers.hostile_run import Outcome, run_cli
+from tests.helpers.hostile_run import broken_promises, run_cli
 
-LIMIT_S = 60.0
-RSS_LIMIT_BYTES = 2**30
 MODEL = "model.onnx"
-
-
-def broken_promises(outcome: Outcome, allowed: frozenset[int] = frozenset({0, 1, 2}),
-                    outputs: tuple[str, ...] = ()) -> list[str]:
-    """What the outcome breaks of the contract (module docstring), one line each."""
-    problems = []
-    if outcome.code not in allowed:
-        problems.append(f"exit {outcome.code} (allowed {sorted(allowed)})")
-    text = outcome.out + outcome.err
-    if "Traceback" in text or "internal error" in text:
-        problems.append("a traceback or internal error: " + text[-500:])
-    if outcome.code == 2:
-        lines = outcome.err.strip().splitlines()
-        if len(lines) != 1 or not lines[0].startswith("graphmem: error: "):
-            problems.append(f"not one error line: {outcome.err[-500:]!r}")
-    if outcome.seconds > LIMIT_S:
-        problems.append(f"took {outcome.seconds:.1f} s")
-    if outcome.max_rss_bytes > RSS_LIMIT_BYTES:
-        problems.append(f"peak RSS {outcome.max_rss_bytes / 2**20:,.0f} MiB")
-    stray = [p for p in outcome.left_behind if p not in outputs]
-    if stray:
-        problems.append(f"left behind: {stray}")
-    return problems
 
 
 def _save(folder: Path, model: onnx.ModelProto | bytes) -> Path:
@@ -209,7 +185,7 @@ def test_forty_million_unknown_fields(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("build", "count"), [
     ("outputs", 10**4), ("functions", 3 * 10**3), ("sum-inputs", 10**4),
     ("concat-inputs", 10**4), ("split-outputs", 10**4), ("inputs", 10**4),
-    ("if-arms", 2 * 10**3)])
+    ("if-arms", 2 * 10**3), ("attributes", 10**5)])
 def test_wide_graphs_analyse_within_the_contract(tmp_path: Path, build: str,
                                                  count: int) -> None:
     _save(tmp_path, hostile.BUILDERS[build](count))

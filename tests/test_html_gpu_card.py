@@ -32,8 +32,9 @@ def test_the_verdict_reads_the_device_total_and_its_parts() -> None:
     rows = card_rows(render_html(analysis))
     total = format_bytes(runtime.device_total_bytes)
     assert rows["= ort-cuda device total"] == total
-    # tensors at peak, weights + inputs, allocator overhead, context + workspaces add up to it
-    assert rows["context + workspaces"] == format_bytes(runtime.context_bytes)
+    # activations at its peak, weights + inputs, allocator overhead, CUDA context + workspaces
+    # add up to it
+    assert rows["CUDA context + workspaces"] == format_bytes(runtime.context_bytes)
     assert rows["allocator overhead"] == format_bytes(runtime.allocator_overhead_bytes)
     assert rows["live-tensor peak"] == format_bytes(int(analysis.peak_bytes))  # a reference
     assert rows["capacity"] == format_bytes(analysis.fit.capacity_bytes)

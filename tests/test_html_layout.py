@@ -235,14 +235,13 @@ def test_runtime_bar_names_only_the_segments_wide_enough(training: Analysis) -> 
     # 14 MiB of 1 GiB is 1.4% of the bar: its name was cut to "ten" and overlapped the next
     runtime = RuntimeEstimate(
         runtime="torch-cuda", tensors_at_peak_bytes=14 * MIB, allocator_overhead_bytes=4 * MIB,
-        context_bytes=711 * MIB, runtime_peak_bytes=18 * MIB, device_total_bytes=729 * MIB,
-        counts="tensors")
+        context_bytes=711 * MIB, runtime_peak_bytes=18 * MIB, device_total_bytes=729 * MIB)
     fit = replace(training.fit, capacity_bytes=1024 * MIB)
     page = render_html(replace(training, runtime=runtime, fit=fit))
     check_page(page)
     bar = page[page.index('class="runtime-bar"'): page.index('class="compact gpu-lines"',
                                                                page.index('id="runtime"'))]
-    assert '<span class="rt-text">context + workspaces</span>' in bar  # 711/1024 = 69%
+    assert '<span class="rt-text">CUDA context + workspaces</span>' in bar  # 711/1024 = 69%
     assert '<span class="rt-text">tensors at peak</span>' not in bar
     assert '<span class="rt-text">allocator overhead</span>' not in bar
     assert 'title="tensors at peak: 14.0 MiB"' in bar  # still named on hover and in the table

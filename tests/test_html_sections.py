@@ -109,8 +109,7 @@ def _with_optional_results(analysis: Analysis) -> Analysis:
     )
     runtime = RuntimeEstimate(
         runtime="torch-cuda", tensors_at_peak_bytes=peak, allocator_overhead_bytes=2 * MIB,
-        context_bytes=500 * MIB, runtime_peak_bytes=peak, device_total_bytes=peak + 502 * MIB,
-        counts="tensors the caching allocator holds")
+        context_bytes=500 * MIB, runtime_peak_bytes=peak, device_total_bytes=peak + 502 * MIB)
     return replace(analysis, suggestions=suggestions, runtime=runtime)
 
 
@@ -125,7 +124,7 @@ def test_optional_sections_render_from_their_results(inference: Analysis) -> Non
     curve = page[page.index('id="checkpoint-chart-title"'): page.index('id="checkpoint-table"')]
     assert curve.count("<circle") == 3 and "block, down" in curve
     runtime = section(page, "runtime")
-    for label in ("tensors at peak", "allocator overhead", "context + workspaces"):
+    for label in ("tensors at peak", "allocator overhead", "CUDA context + workspaces"):
         assert label in runtime
     # the capacity is the T4's (inference.fit): 15.0 GiB
     assert "500.0 MiB" in runtime and "15.0 GiB" in runtime and "fits" in runtime

@@ -71,8 +71,27 @@ def test_the_weights_bytes_are_left_out(tmp_path: Path) -> None:
     assert parsed.metadata_props[0].value == "the graph"
 
 
-@pytest.mark.parametrize("model", [_weighted_model(typed=True), _weighted_model(rows=16)],
-                         ids=["typed data", "small weights"])
+def test_typed_data_is_left_out_as_raw_data_is(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # w's 65,536 floats in float_data (packed: 256 KiB), not raw_data: a hostile file's
+    # int64_data of zero bytes is 8 bytes an entry once parsed (issue 26)
+    path = tmp_path / "m.onnx"
+    onnx.save(_weighted_model(typed=True), path)
+    data = read_lean_model_bytes(path)
+    assert data is not None and len(data) < path.stat().st_size - 256 * 256 * 4 + 16
+    lean, whole = _read_both(path, monkeypatch)
+    assert lean == whole and not lean.graph.initializer[0].float_data
+
+
+def test_typed_data_of_the_wrong_count_keeps_its_bytes(tmp_path: Path) -> None:
+    model = _weighted_model(typed=True)
+    model.graph.initializer[0].float_data.append(2.0)  # 65,537 entries for 65,536 elements
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert read_lean_model_bytes(path) == path.read_bytes()  # validate_graph names it
+
+
+@pytest.mark.parametrize("model", [_weighted_model(rows=16)], ids=["small weights"])
 def test_tensors_it_does_not_strip_keep_their_bytes(model: onnx.ModelProto,
                                                      tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"

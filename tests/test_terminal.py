@@ -14,7 +14,7 @@ from rich.console import Console
 import graphmem
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
-from graphmem.passes.fit import FitPart
+from graphmem.passes.fit import DevicePart, FitPart
 from graphmem.report.terminal.formulas import count_text, peak_text, size_text
 from graphmem.report.terminal.summary import VERBOSE_HINT, print_summary, summary_text
 from tests.helpers.cli import Run
@@ -184,7 +184,7 @@ def test_cli_verbose_flag(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_gpu_block_names_the_verdicts_basis(cnn: graphmem.Result) -> None:
     # under --serve the verdict is the serving plan's (graphmem/distributed/serving.py)
     assert cnn.fit is not None
-    parts = (FitPart("weights", "weights (per GPU)", SymInt.const(3 << 30)),)
+    parts = (FitPart(DevicePart.WEIGHTS, SymInt.const(3 << 30)),)
     fit = replace(cnn.fit, runtime=None, basis="serving plan: one 8,192-token sequence",
                   parts=parts)
     text = render(replace(cnn, fit=fit))

@@ -27,7 +27,7 @@ from graphmem.cli.inputs import (
 )
 from graphmem.cli.option_flags import add_options, namespace_keywords
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file
+from graphmem.frontends.torch.spec import hf_config_file, model_label
 from graphmem.options import request_from_flags
 from graphmem.pipeline import run as pipeline
 from graphmem.pipeline.request import Request
@@ -91,23 +91,9 @@ def _outputs(args: argparse.Namespace) -> tuple[OutputFile | None, OutputFile | 
     if args.no_html and args.html is not None:
         raise GraphmemError(f"--html {args.html} and --no-html contradict: give one of them")
     json_out = output_file("--json", args.json, stdout_ok=True)
-    default_html = f"{_report_stem(args.model)}.graphmem.html"
+    default_html = f"{model_label(args.model)}.graphmem.html"
     html_text = None if args.no_html else default_html if args.html is None else args.html
     return json_out, output_file("--html", html_text)
-
-
-def _report_stem(model: str) -> str:
-    """What the default report is named after: a PyTorch spec by its file or module and its
-    function (`nets/model.py:build` -> `model.build`: two models built by `build()` must not
-    write one report), a config by its folder, a file by its stem."""
-    if is_model_spec(model):
-        location, _, function = model.rpartition(":")
-        where = Path(location).stem if location.endswith(".py") else location.rpartition(".")[2]
-        return f"{where}.{function}" if where else function
-    config = hf_config_file(model)
-    if config is not None and config.name == HF_CONFIG_NAME:  # name it by its folder
-        return config.resolve().parent.name or "config"
-    return Path(model).stem
 
 
 def _config_file(model: str) -> list[tuple[str, Path]]:

@@ -200,8 +200,9 @@ def _model_inputs(spec: CheckSpec, outputs: list[OutputFile]) -> list[tuple[str,
 
 
 def _specs(args: argparse.Namespace) -> list[CheckSpec]:
+    from graphmem.frontends.torch.spec import model_label
     from graphmem.gate.budgets_file import load_budgets_file
-    from graphmem.gate.check import CheckSpec, model_label
+    from graphmem.gate.check import CheckSpec
 
     if args.budgets is not None:
         given = [f"--{o.replace('_', '-')}" for o in _MODEL_OPTIONS if getattr(args, o)]

@@ -111,9 +111,10 @@ class Value:
     # The node after which the framework drops its last reference (eager PyTorch keeps a
     # tensor while a Python variable holds it, past its last use); None: at its last use.
     held_until: Node | None = None
-    # (shape, dtype, nbytes) of the last `nbytes` call: shapes are tuples, replaced, never
-    # mutated, so the cache holds while `shape` and `dtype` are the same objects.
-    _nbytes_cache: tuple[Shape | None, DType, SymInt | None] | None = field(
+    # (shape, dtype, nbytes, numel) of the last `nbytes` or `numel` call: shapes are tuples,
+    # replaced, never mutated, so the cache holds while `shape` and `dtype` are the same
+    # objects (cost rules and passes ask each value's numel several times).
+    _nbytes_cache: tuple[Shape | None, DType, SymInt | None, SymInt | None] | None = field(
         default=None, repr=False)
 
     @property
@@ -130,22 +131,25 @@ class Value:
 
     @property
     def numel(self) -> SymInt | None:
-        if self.shape is None or any(d is None for d in self.shape):
-            return None
-        return product(d for d in self.shape if d is not None)
+        return self._sizes()[3]
 
     @property
     def nbytes(self) -> SymInt | None:
         """Exact size in bytes; None when the shape or the element size is unknown."""
+        return self._sizes()[2]
+
+    def _sizes(self) -> tuple[Shape | None, DType, SymInt | None, SymInt | None]:
         cache = self._nbytes_cache
         if cache is not None and cache[0] is self.shape and cache[1] is self.dtype:
-            return cache[2]
-        numel = self.numel
+            return cache
+        numel = None
+        if self.shape is not None and all(d is not None for d in self.shape):
+            numel = product(d for d in self.shape if d is not None)
         size = None
         if numel is not None and self.dtype.has_known_size:
-            size = numel.scaled(self.dtype.bits, 8)
-        self._nbytes_cache = (self.shape, self.dtype, size)
-        return size
+            size = _bytes_of(numel, self.dtype.bits)
+        cache = self._nbytes_cache = (self.shape, self.dtype, size, numel)
+        return cache
 
     def shape_text(self, dims: Mapping[str, int] | None = None) -> str:
         """`[batch, 3, 224, 224]`, or `[8, 3, 224, 224]` with batch bound; `?` where unknown."""
@@ -164,6 +168,21 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value({self.name} {self.dtype.label}{self.shape_text()} {self.role})"
+
+
+def _bytes_of(numel: SymInt, bits: int) -> SymInt:
+    """numel * bits / 8, one SymInt per distinct (numel, bits): values of one shape share it,
+    so their sizes hash and compare as one object (product() shares the numels)."""
+    key = (numel, bits)
+    size = _BYTES_OF.get(key)
+    if size is None:
+        if len(_BYTES_OF) >= _MAX_SHAPE_TEXTS:
+            _BYTES_OF.clear()
+        size = _BYTES_OF[key] = numel.scaled(bits, 8)
+    return size
+
+
+_BYTES_OF: dict[tuple[SymInt, int], SymInt] = {}
 
 
 AttributeValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]

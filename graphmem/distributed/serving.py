@@ -52,7 +52,7 @@ from graphmem.errors import GraphmemError
 from graphmem.ops import traits_of
 from graphmem.ops.traits import Contraction
 from graphmem.passes.dims import DimBinding, value_bytes
-from graphmem.passes.fit import FitPart, GpuFit, with_error_band
+from graphmem.passes.fit import DevicePart, FitPart, GpuFit, KvPool, with_error_band
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.params import stored_bytes
 
@@ -298,13 +298,12 @@ def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
     graphs = plan.reserve.cuda_graph_bytes if plan.reserve is not None else 0
     required = (plan.weights_bytes + plan.activation_bytes + graphs + plan.cuda_context_bytes
                 + pool_bytes)
-    kv_label = (f"KV cache, {plan.num_blocks:,} blocks" if fits
-                else f"KV cache, one sequence of {plan.context:,} tokens")
-    parts = (FitPart("weights", "weights (per GPU)", SymInt.const(plan.weights_bytes)),
-             FitPart("step", "step activation peak", SymInt.const(plan.activation_bytes)),
-             *((FitPart("cuda_graphs", "CUDA graphs", SymInt.const(graphs)),) if graphs else ()),
-             FitPart("context", "CUDA context", SymInt.const(plan.cuda_context_bytes)),
-             FitPart("kv_cache", kv_label, SymInt.const(pool_bytes)))
+    pool = KvPool(plan.num_blocks if fits else None, plan.context)
+    parts = (FitPart(DevicePart.WEIGHTS, SymInt.const(plan.weights_bytes)),
+             FitPart(DevicePart.STEP, SymInt.const(plan.activation_bytes)),
+             *((FitPart(DevicePart.CUDA_GRAPHS, SymInt.const(graphs)),) if graphs else ()),
+             FitPart(DevicePart.CONTEXT, SymInt.const(plan.cuda_context_bytes)),
+             FitPart(DevicePart.KV_CACHE, SymInt.const(pool_bytes), pool))
     # what sits outside the engine's budget (vLLM's context; SGLang's step and context)
     # raises the limit as much as the need: over = reserved + a sequence - the budget
     inside = one_sequence_bytes(plan) - plan.sequence_bytes + pool_bytes
@@ -314,7 +313,7 @@ def serving_fit(fit: GpuFit, plan: ServingReport) -> GpuFit:
     return with_error_band(replace(
         fit, required_bytes=SymInt.const(required),
         utilization=required / plan.capacity_bytes if plan.capacity_bytes else float("inf"),
-        fits=fits, parts=parts, runtime=None, failure="", caveat="",
+        fits=fits, parts=parts, runtime=None, failure="", caveat=None,
         out_of_memory=None, limit_bytes=limit,
         basis=(f"serving plan: {ENGINE_VERSIONS[plan.engine]}'s budget,"
                f" {plan.memory_fraction:g} of the GPU, holds at least one"

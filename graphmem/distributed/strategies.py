@@ -19,9 +19,11 @@ from fractions import Fraction
 from math import ceil
 
 from graphmem.core.conventions import Strategy, closed
+from graphmem.core.symbolic import SymInt
 from graphmem.distributed.model_states import ParameterInfo, Part, TrainingProfile
 from graphmem.distributed.parallel import ParallelLayout
 from graphmem.errors import GraphmemError
+from graphmem.passes.fit import DevicePart, FitPart, Split
 from graphmem.passes.modules import module_at_depth
 
 # distributed-optimizer: Megatron-LM's (--use-distributed-optimizer): optimizer state and
@@ -125,27 +127,24 @@ class StrategyFit:
         return self.data_parallel * (self.model_parallel or self.tensor_parallel)
 
 
-def per_gpu_parts(rank: PerRankMemory) -> tuple[tuple[str, str, int], ...]:
-    """(key, label, bytes) of a rank's tensors, each labelled with how it is split."""
+def per_gpu_parts(rank: PerRankMemory) -> tuple[FitPart, ...]:
+    """A rank's tensors, each kind of the model state with how it is split."""
     config = rank.config
     shard = _Shards.of(config)
-    tp = f", tensor parallel / {config.tensor_parallel}" if config.tensor_parallel > 1 else ""
 
-    def split(parts: int) -> str:
-        return f"sharded / {parts}{tp}" if parts > 1 else f"whole{tp}"
+    def split(part: DevicePart, size: int, shards: int) -> FitPart:
+        return FitPart(part, SymInt.const(size), Split(shards, config.tensor_parallel))
 
-    ring = ((("ring_attention", "ring attention K/V blocks (context parallel)",
-              rank.ring_attention_bytes),) if rank.ring_attention_bytes else ())
+    ring = ((FitPart(DevicePart.RING_ATTENTION, SymInt.const(rank.ring_attention_bytes)),)
+            if rank.ring_attention_bytes else ())
     return (
-        ("parameters", f"parameters ({split(shard.parameters)})", rank.parameters_bytes),
-        ("gradients", f"gradients ({split(shard.gradients)})", rank.gradients_bytes),
-        ("optimizer_state", f"optimizer state ({split(shard.optimizer)})",
-         rank.optimizer_state_bytes),
-        ("temporaries", f"optimizer temporaries ({split(shard.optimizer)})",
-         rank.temporaries_bytes),
-        ("activations", "activations (this rank's micro-batch)", rank.activations_bytes),
-        ("gathered", "gathered parameters", rank.gathered_bytes),
-        ("buckets", "communication buckets", rank.buckets_bytes),
+        split(DevicePart.PARAMETERS, rank.parameters_bytes, shard.parameters),
+        split(DevicePart.GRADIENTS, rank.gradients_bytes, shard.gradients),
+        split(DevicePart.OPTIMIZER_STATE, rank.optimizer_state_bytes, shard.optimizer),
+        split(DevicePart.TEMPORARIES, rank.temporaries_bytes, shard.optimizer),
+        FitPart(DevicePart.ACTIVATIONS, SymInt.const(rank.activations_bytes)),
+        FitPart(DevicePart.GATHERED, SymInt.const(rank.gathered_bytes)),
+        FitPart(DevicePart.BUCKETS, SymInt.const(rank.buckets_bytes)),
         *ring,
     )
 

@@ -86,6 +86,8 @@ _BUDGET_KEYS = {
 _SETTING_KEYS = {"gpu", "batch", "dims", "cuda_reserve", "fail_on_unsupported", "context"}
 _DEFAULT_KEYS = _SETTING_KEYS | set(_BUDGET_KEYS)
 _MODEL_ONLY_KEYS = {"path", "name", "baseline"}
+# options that name a Python file's function (`FILE.py:FN`): read relative to the file too
+_SPEC_OPTIONS = ("loss", "example_inputs")
 _MODEL_KEYS = _DEFAULT_KEYS | _MODEL_ONLY_KEYS
 
 
@@ -310,6 +312,9 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
     folder = file.path.parent
     options = {key: value for key, value in merged.items()
                if key in file.options and key not in _MODEL_KEYS and value is not None}
+    for key in _SPEC_OPTIONS:  # `FILE.py:FN` is relative to this file, as path is
+        if isinstance(options.get(key), str):
+            options[key] = str(_model_path(folder, options[key]))
     count = merged.get("min_sequences")
     context, options = serving_context(count, _serving_context(merged), options)
     budgets = Budgets(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.spec import HF_CONFIG_NAME, hf_config_file, is_model_spec
+from graphmem.frontends.torch.spec import is_model_spec
 from graphmem.gate.baseline import load_baseline
 from graphmem.gate.budgets import (
     BudgetResult,
@@ -142,17 +142,3 @@ def check_model(spec: CheckSpec, request: Request | None = None) -> ModelCheck:
     numbers = numbers_of(analysis)
     results = evaluate(numbers, budgets)
     return ModelCheck(spec, analysis, numbers, results, time.perf_counter() - started)
-
-
-def model_label(model: str) -> str:
-    """How reports name a model by default: a spec by its file or module and function
-    (`nets/model.py:build` -> `model.build`), a Hugging Face config.json by its folder, a
-    file by its stem."""
-    if is_model_spec(model):
-        location, _, function = model.rpartition(":")
-        where = Path(location).stem if location.endswith(".py") else location.rpartition(".")[2]
-        return f"{where}.{function}" if where else function
-    config = hf_config_file(model)
-    if config is not None and config.name == HF_CONFIG_NAME:
-        return config.resolve().parent.name or "config"
-    return Path(model).stem

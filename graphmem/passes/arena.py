@@ -217,7 +217,7 @@ class _OccupancyIndex:
         node = first + self.size
         while node:
             union = starting[node]
-            if union is not None and _covers(union, offset, end):
+            if union is not None and union[-1] > offset and _covers(union, offset, end):
                 break  # every union above this one holds it already
             starting[node] = _joined(union, offset, end)
             node >>= 1
@@ -251,6 +251,13 @@ def _joined(union: list[int] | None, offset: int, end: int) -> list[int]:
     """`union` (a boundary list, see `_OccupancyIndex`) with [offset, end) joined in."""
     if union is None:
         return [offset, end]
+    top = union[-1]
+    if top <= offset:  # at or above the highest run (placements mostly climb): no search
+        if top == offset:
+            union[-1] = end
+        else:
+            union += (offset, end)
+        return union
     low = bisect_left(union, offset)  # odd: `offset` falls in (or at the end of) a run
     high = bisect_right(union, end, low)  # odd: `end` falls in (or at the start of) a run
     union[low:high] = ([] if low & 1 else [offset]) + ([] if high & 1 else [end])

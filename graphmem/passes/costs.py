@@ -98,8 +98,8 @@ def _node_cost(node: Node, dims: Mapping[str, int]) -> NodeCost:
         output_shapes=tuple(v.shape_text(dims) for v in node.outputs),
         macs=op_cost.macs.bind(dims),
         flops=op_cost.flops.bind(dims),
-        bytes_read=_total_bytes(inputs).bind(dims),
-        bytes_written=_total_bytes([v for v in node.outputs if v.alias_of is None]).bind(dims),
+        bytes_read=_total_bytes(inputs, dims),
+        bytes_written=_total_bytes([v for v in node.outputs if v.alias_of is None], dims),
         param_count=_param_count(inputs),
         status=status,
         note=note,
@@ -175,7 +175,8 @@ def _distinct(values: list[Value]) -> list[Value]:
     return list(dict.fromkeys(values))
 
 
-def _total_bytes(values: list[Value]) -> SymInt:
-    # one sum of the known sizes (a polynomial per addition otherwise; 25,000 calls at 80 layers)
-    sizes = [size for value in values if (size := value.nbytes) is not None]
+def _total_bytes(values: list[Value], dims: Mapping[str, int]) -> SymInt:
+    # one sum of the known sizes (a polynomial per addition otherwise; 25,000 calls at 80 layers),
+    # each bound first (binding is cached per size, and bound sizes add as numbers)
+    sizes = [size.bind(dims) for value in values if (size := value.nbytes) is not None]
     return sizes[0] if len(sizes) == 1 else sum_sizes(sizes)  # most nodes: one output

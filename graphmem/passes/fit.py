@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from fractions import Fraction
 from functools import cache
 from importlib import resources
@@ -34,15 +35,86 @@ class CudaReserve:
     source: str
 
 
+class DevicePart(StrEnum):
+    """What one part of a device total is: its code (the key of the JSON's `gpu.parts`); the
+    words for it are graphmem/report/words.py's, shared by every report."""
+
+    # a runtime model's device total (graphmem/pipeline/device_total.py runtime_parts)
+    TENSORS = "tensors"  # the tensors the runtime holds at its peak
+    RUNTIME_WEIGHTS = "runtime_weights"  # weights the runtime copied into its pool
+    RESIDENT = "resident"  # weights and inputs held outside the runtime's pool
+    ALLOCATOR = "allocator"  # rounding, cached segments or regions beyond the tensors
+    CONTEXT = "context"  # the CUDA context and the libraries' workspaces
+    SCRATCH = "scratch"  # a CPU runtime: the running kernel's scratch (im2col, oneDNN copies)
+    # no runtime model (dims free): graphmem's live-tensor peak + the context
+    LIVE_PEAK = "live_peak"
+    # a distributed job's rank (graphmem/distributed/strategies.py per_gpu_parts)
+    PARAMETERS = "parameters"
+    GRADIENTS = "gradients"
+    OPTIMIZER_STATE = "optimizer_state"
+    TEMPORARIES = "temporaries"
+    ACTIVATIONS = "activations"  # the rank's micro-batch
+    GATHERED = "gathered"
+    BUCKETS = "buckets"
+    RING_ATTENTION = "ring_attention"
+    NCCL = "nccl"
+    # a serving plan (graphmem/distributed/serving.py)
+    WEIGHTS = "weights"
+    STEP = "step"
+    CUDA_GRAPHS = "cuda_graphs"
+    KV_CACHE = "kv_cache"
+
+
+@dataclass(frozen=True)
+class WeightsApart:
+    """TENSORS where the runtime keeps the weights on lines of their own: its tensors at the
+    peak are the activations and outputs alone."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """A rank's share of a tensor kind: sharded over `shards` ranks (1: whole), and tensor
+    parallel over `tensor_parallel` GPUs."""
+
+    shards: int
+    tensor_parallel: int
+
+
+@dataclass(frozen=True)
+class KvPool:
+    """The serving plan's KV cache: the engine's pool of `blocks` (None: no sequence fits, the
+    part is one sequence of `tokens`)."""
+
+    blocks: int | None
+    tokens: int
+
+
+PartDetail = WeightsApart | Split | KvPool
+
+
 @dataclass(frozen=True)
 class FitPart:
-    """One labelled part of the number the verdict compares with the capacity."""
+    """One part of the number the verdict compares with the capacity: its code, its size, and
+    the numbers that name it beyond the code (`detail`)."""
 
-    # tensors | runtime_weights | resident | allocator | context | live_peak; serving:
-    # weights | step | kv_cache; a distributed job: its per-GPU parts
-    key: str
-    label: str
+    part: DevicePart
     size_bytes: SymInt
+    detail: PartDetail | None = None
+
+    @property
+    def key(self) -> str:
+        """The part's code as the JSON names it."""
+        return str(self.part)
+
+
+class Caveat(StrEnum):
+    """Which way a verdict's number may be wrong: its code (the JSON's `gpu.caveat_code`); the
+    words are graphmem/report/words.py's."""
+
+    ORT_CUDA_MODEL = "ort_cuda_model"  # a model, cuDNN's convolution workspaces left out
+    TORCH_CUDA_WORKSPACES = "torch_cuda_workspaces"  # cuDNN and kernels' temporaries left out
+    LIVE_PEAK = "live_peak"  # the live-tensor peak leaves out the allocator: a floor
+    PER_RANK_PLAN = "per_rank_plan"  # the distributed plan's tensors, one GPU's allocator
 
 
 @dataclass(frozen=True)
@@ -84,7 +156,7 @@ class GpuFit:
     runtime: str | None = None  # the runtime model the device total is from
     parts: tuple[FitPart, ...] = ()
     failure: str = ""  # the allocation the runtime could not make (does not fit)
-    caveat: str = ""  # which way the number may be wrong
+    caveat: Caveat | None = None  # which way the number may be wrong
     # where the runtime's allocator, bounded by the GPU, first fails (does not fit, where
     # the runtime model knows it); required_bytes is the demand all the same
     out_of_memory: OutOfMemoryAt | None = None
@@ -145,20 +217,20 @@ def default_cuda_reserve(architecture: str) -> CudaReserve:
 
 
 def fit_on_gpu(gpu: GpuSpec, required_bytes: SymInt, reserve: CudaReserve | None = None,
-               caveat: str = "") -> GpuFit:
+               caveat: Caveat | None = None) -> GpuFit:
     """The verdict on the live-tensor peak `required_bytes` plus the CUDA context: the basis
     where no runtime model gives a device total."""
     reserve = reserve or default_cuda_reserve(gpu.architecture)
     context = SymInt.const(reserve.bytes)
-    parts = (FitPart("live_peak", "live-tensor peak", required_bytes),
-             FitPart("context", "CUDA context + workspaces", context))
+    parts = (FitPart(DevicePart.LIVE_PEAK, required_bytes),
+             FitPart(DevicePart.CONTEXT, context))
     return _verdict(gpu, reserve, required_bytes + context, required_bytes, LIVE_PEAK_BASIS,
                     None, parts, "", caveat)
 
 
 def fit_on_device_total(gpu: GpuSpec, reserve: CudaReserve, device_total_bytes: int,
                         live_peak_bytes: SymInt, runtime: str, parts: tuple[FitPart, ...],
-                        failure: str = "", caveat: str = "",
+                        failure: str = "", caveat: Caveat | None = None,
                         out_of_memory: OutOfMemoryAt | None = None) -> GpuFit:
     """The verdict on a runtime model's device total (the demand: what the run holds on a
     GPU large enough, where this one does not hold it)."""
@@ -169,7 +241,7 @@ def fit_on_device_total(gpu: GpuSpec, reserve: CudaReserve, device_total_bytes: 
 
 def fit_on_parts(gpu: GpuSpec, reserve: CudaReserve, parts: tuple[FitPart, ...],
                  live_peak_bytes: SymInt, basis: str, runtime: str | None,
-                 caveat: str = "") -> GpuFit:
+                 caveat: Caveat | None = None) -> GpuFit:
     """The verdict on the sum of `parts` (a distributed job's per-GPU device total, each
     sharded part, bucket, allocator and context labelled)."""
     required = sum((part.size_bytes for part in parts), SymInt())
@@ -178,7 +250,7 @@ def fit_on_parts(gpu: GpuSpec, reserve: CudaReserve, parts: tuple[FitPart, ...],
 
 def _verdict(gpu: GpuSpec, reserve: CudaReserve, required: SymInt, live_peak: SymInt,
              basis: str, runtime: str | None, parts: tuple[FitPart, ...], failure: str,
-             caveat: str) -> GpuFit:
+             caveat: Caveat | None) -> GpuFit:
     capacity = gpu.capacity_bytes
     utilization = fits = None
     if required.is_constant:

@@ -172,4 +172,9 @@ def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTens
         )
         for t in live
     ]
-    return tuple(sorted(tensors, key=lambda t: (-t.nbytes.evaluate(probe), t.name)))
+    return tuple(sorted(tensors, key=lambda t: (-_at_probe(t.nbytes, probe), t.name)))
+
+
+def _at_probe(size: SymInt, probe: Mapping[str, int]) -> int:
+    # a bound graph's sizes are numbers: nothing to evaluate (10^5 outputs live at the peak)
+    return int(size) if size.is_constant else size.evaluate(probe)

@@ -71,12 +71,13 @@ def group_by_module(graph: Graph, costs: CostReport, liveness: LivenessResult,
     for value in graph.values_with_role(Role.PARAMETER):
         key = module_at_depth(_owner_module(value), depth)
         params[key] = params.get(key, 0) + int(value.numel or 0)
-    at_peak: dict[str, SymInt] = {}
+    live: dict[str, list[SymInt]] = {}  # summed at once (10^5 outputs live at the peak)
     modules_by_node = {node.name: node.module_path for node in graph.nodes}
     for tensor in liveness.live_at_peak:
         if tensor.producer is not None:
             key = module_at_depth(modules_by_node.get(tensor.producer, ""), depth)
-            at_peak[key] = at_peak.get(key, SymInt()) + tensor.nbytes
+            live.setdefault(key, []).append(tensor.nbytes)
+    at_peak = {key: sum_sizes(sizes) for key, sizes in live.items()}
     keys = list(order) + [k for k in params if k not in order]
     rows = tuple(
         ModuleRow(key, params.get(key, 0), macs.get(key, SymInt()), flops.get(key, SymInt()),

@@ -208,13 +208,15 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
             frees[users[0]] += sizes[buffer]
     version = [0] * n
     ready_at = [0] * n
-    heap: list[tuple[tuple[int, ...], int, int]] = []
+    # entries are the key's items then (node, version), one flat tuple: comparing nested
+    # tuples compares the keys twice (equality, then order), and the heap compares per level
+    heap: list[tuple[int, ...]] = []
     heappush, heappop = heapq.heappush, heapq.heappop
 
     def push(node: int) -> None:
         version[node] += 1
         entry = key(alloc[node] - frees[node], alloc[node], node, ready_at[node])
-        heappush(heap, (entry, node, version[node]))
+        heappush(heap, (*entry, node, version[node]))
 
     for node in range(n):
         if waiting[node] == 0:
@@ -222,7 +224,7 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
     order: list[int] = []
     done = [False] * n
     while heap:
-        _, node, stamp = heappop(heap)
+        *_, node, stamp = heappop(heap)
         if done[node] or stamp != version[node]:
             continue
         done[node] = True

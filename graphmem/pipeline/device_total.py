@@ -23,15 +23,19 @@ from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding, SizeTable
 from graphmem.passes.fit import (
+    Caveat,
     CudaReserve,
+    DevicePart,
     FitPart,
     GpuFit,
+    WeightsApart,
     default_cuda_reserve,
     fit_on_device_total,
     with_error_band,
 )
 from graphmem.runtime_models.base import (
     AUTO_OPTIMIZE_INITIALIZER_BYTES,
+    Runtime,
     RuntimeContext,
     RuntimeEstimate,
 )
@@ -44,13 +48,8 @@ if TYPE_CHECKING:
 Reanalyze = Callable[[dict[str, int]], "Analysis"]
 
 # which way each runtime model's device total may be wrong, as the verdict states it
-CAVEATS = {
-    "ort-cuda": "a model of onnxruntime's CUDA provider, not a measurement; cuDNN's"
-                " convolution workspaces are not modelled: the real total may be higher",
-    "torch-cuda": "cuDNN workspaces and kernels' temporary buffers are not modelled: the real"
-                  " total may be higher (a few MiB; ResNet-18 training measured up to 10%"
-                  " above on an H100)",
-}
+CAVEATS = {Runtime.ORT_CUDA: Caveat.ORT_CUDA_MODEL,
+           Runtime.TORCH_CUDA: Caveat.TORCH_CUDA_WORKSPACES}
 
 
 @dataclass(frozen=True)
@@ -102,12 +101,13 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      residents: SymInt | None = None,
                      sizes: Mapping[str, SymInt | None] | None = None,
                      notes: bool = True,
-                     ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
-                     ) -> RuntimeEstimate:
+                     ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO,
+                     optimize_max_bytes: int | None = None) -> RuntimeEstimate:
     """`runtime`'s estimate for `analysis` at `dims` (default: its own, every dim bound);
     `capacity_bytes` bounds a CUDA runtime's allocator as the GPU does. `ort_optimization`
     (ort-cpu): the session's graph optimization level; None: "all" for models with up to
-    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above. `residents`:
+    AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above (an asked level:
+    up to `optimize_max_bytes`, None: 2 GiB). `residents`:
     `resident_formula(analysis.graph)`, where the caller keeps it for many dims; `sizes`: the
     graph's value sizes at `dims` (`value_bytes`), where the caller has them; `notes` False:
     the caller reads the numbers alone (the model may leave its notes out)."""
@@ -118,7 +118,8 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
         cuda_reserve_bytes=cuda_reserve_bytes, threads=threads,
         ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
         auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes,
-        sizes=sizes, notes=notes, ort_arena_extend=ort_arena_extend)
+        sizes=sizes, notes=notes, ort_arena_extend=ort_arena_extend,
+        optimize_max_bytes=optimize_max_bytes)
     return estimate(runtime, context)
 
 
@@ -153,21 +154,23 @@ def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | N
 
 
 def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
-    """The labelled lines that add up to the estimate's device total."""
+    """The parts that add up to the estimate's device total (the runtime's weight pool and
+    the residents only where the runtime model has them)."""
     # where the runtime keeps the weights apart (onnxruntime), its tensors at the peak are
-    # the activations and outputs alone: say so, next to graphmem's own live-tensor peak
-    apart = estimate.resident_bytes or estimate.runtime_weights_bytes
-    rows = (
-        ("tensors", "activations at its peak" if apart else "tensors at peak",
-         estimate.tensors_at_peak_bytes),
-        ("runtime_weights", "weights in the runtime's pool", estimate.runtime_weights_bytes),
-        ("resident", "weights + inputs", estimate.resident_bytes),
-        ("allocator", "allocator overhead", estimate.allocator_overhead_bytes),
-        ("context", estimate.workspace_label,
-         estimate.context_bytes + estimate.workspace_bytes),
+    # the activations and outputs alone
+    apart = WeightsApart() if estimate.resident_bytes or estimate.runtime_weights_bytes else None
+    context = DevicePart.SCRATCH if Runtime(estimate.runtime).on_cpu else DevicePart.CONTEXT
+    return (
+        FitPart(DevicePart.TENSORS, SymInt.const(estimate.tensors_at_peak_bytes), apart),
+        *_present(DevicePart.RUNTIME_WEIGHTS, estimate.runtime_weights_bytes),
+        *_present(DevicePart.RESIDENT, estimate.resident_bytes),
+        FitPart(DevicePart.ALLOCATOR, SymInt.const(estimate.allocator_overhead_bytes)),
+        FitPart(context, SymInt.const(estimate.context_bytes + estimate.workspace_bytes)),
     )
-    return tuple(FitPart(key, label, SymInt.const(size)) for key, label, size in rows
-                 if size or key not in ("runtime_weights", "resident"))
+
+
+def _present(part: DevicePart, size: int) -> tuple[FitPart, ...]:
+    return (FitPart(part, SymInt.const(size)),) if size else ()
 
 
 def device_fit(analysis: Analysis, estimate: RuntimeEstimate, model: DeviceModel) -> GpuFit:
@@ -175,7 +178,7 @@ def device_fit(analysis: Analysis, estimate: RuntimeEstimate, model: DeviceModel
     fit = fit_on_device_total(model.gpu, model.reserve, estimate.device_total_bytes,
                               analysis.liveness.peak_bytes, estimate.runtime,
                               runtime_parts(estimate), estimate.failure,
-                              CAVEATS.get(estimate.runtime, ""), estimate.out_of_memory)
+                              CAVEATS.get(Runtime(estimate.runtime)), estimate.out_of_memory)
     path = runtime_band_path(estimate.runtime, analysis.mode == "training")
     return fit if path is None else with_error_band(fit, error_band(path))
 

@@ -67,12 +67,14 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
 def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
                      cuda_reserve_bytes: int | None = None, threads: int | None = None,
                      ort_optimization: str | None = None,
-                     arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
-                     ) -> RuntimeEstimate:
+                     arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO,
+                     optimize_max_bytes: int | None = None) -> RuntimeEstimate:
     """`runtime`'s estimate for `analysis` (every dim bound), unbounded by any GPU's memory.
     `ort_optimization` (ort-cpu): the session's graph optimization level; None: "all" for
     models with up to AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above.
-    `arena_extend`: how onnxruntime's arena grows (ort-cpu, ort-cuda)."""
+    `arena_extend`: how onnxruntime's arena grows (ort-cpu, ort-cuda). `optimize_max_bytes`:
+    an asked level's bound on the optimizing session's tensors (None: 2 GiB)."""
     return device_total.runtime_estimate(
         analysis, runtime, gpu, cuda_reserve_bytes, threads, ort_optimization,
-        auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES, ort_arena_extend=arena_extend)
+        auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES, ort_arena_extend=arena_extend,
+        optimize_max_bytes=optimize_max_bytes)

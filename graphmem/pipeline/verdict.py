@@ -25,7 +25,14 @@ from graphmem.distributed.attach import most_loaded_rank
 from graphmem.distributed.strategies import per_gpu_parts
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding
-from graphmem.passes.fit import FitPart, fit_on_gpu, fit_on_parts, with_error_band
+from graphmem.passes.fit import (
+    Caveat,
+    DevicePart,
+    FitPart,
+    fit_on_gpu,
+    fit_on_parts,
+    with_error_band,
+)
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch
 from graphmem.passes.sweep import SweepResult, with_device_totals
 from graphmem.pipeline.analysis import Analysis
@@ -44,11 +51,6 @@ from graphmem.runtime_models.select import check_runtime
 
 Probe = Callable[[str, int], int]  # dim, value -> a distributed job's per-GPU device total
 
-LIVE_PEAK_CAVEAT = ("the live-tensor peak leaves out what the runtime's allocator adds"
-                    " (rounding, cached segments or regions): the device needs more; bind"
-                    " every dim for the runtime model's device total")
-
-
 def with_verdict(analysis: Analysis, request: Request, gpu: GpuSpec) -> Analysis:
     """`analysis` with the GPU's runtime model, its verdict, and max batch and sweep on it."""
     options = request.runtime or RuntimeOptions()
@@ -66,7 +68,7 @@ def with_device_fit(analysis: Analysis, model: DeviceModel) -> Analysis:
     free dims, the verdict on the live-tensor peak + context (a formula) and a note."""
     if analysis.dims.free:
         fit = fit_on_gpu(model.gpu, analysis.liveness.peak_bytes, model.reserve,
-                         LIVE_PEAK_CAVEAT)
+                         Caveat.LIVE_PEAK)
         free = ", ".join(analysis.dims.free)
         note = (f"the {model.runtime} device total on the {model.gpu.name} is a number at bound"
                 f" dims (free: {free}): the largest batch is searched on it, batch by batch,"
@@ -121,23 +123,20 @@ def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None 
         # rank's allocator
         allocator = runtime_estimate(analysis, fit.runtime, fit.gpu,
                                      cuda_reserve_bytes).allocator_overhead_bytes
-    context = sum(int(p.size_bytes) for p in fit.parts if p.key == "context")
+    context = sum(int(p.size_bytes) for p in fit.parts if p.part is DevicePart.CONTEXT)
     report = replace(report, allocator_bytes=allocator, context_bytes=context)
     config = report.per_rank.config
     basis = f"{config.strategy} per-GPU device total"
     if report.plan is not None:
         basis += f" of the most-loaded rank (pipeline stage {report.plan.most_loaded.stage})"
-    parts = (*(FitPart(key, label, SymInt.const(size))
-               for key, label, size in per_gpu_parts(report.per_rank)),
-             FitPart("allocator", "allocator overhead (single-GPU step's)",
-                     SymInt.const(allocator)),
-             FitPart("context", "context + workspaces", SymInt.const(context)),
-             *((FitPart("nccl", "NCCL buffers (estimate, a floor)",
-                        SymInt.const(report.nccl_bytes)),) if report.nccl_bytes else ()))
-    caveat = ("the distributed plan's tensors per rank (graphmem/distributed/strategies.py);"
-              " the allocator overhead is the single-GPU step's")
+    parts = (*per_gpu_parts(report.per_rank),
+             FitPart(DevicePart.ALLOCATOR, SymInt.const(allocator)),
+             FitPart(DevicePart.CONTEXT, SymInt.const(context)),
+             *((FitPart(DevicePart.NCCL, SymInt.const(report.nccl_bytes)),)
+               if report.nccl_bytes else ()))
     verdict = with_error_band(fit_on_parts(fit.gpu, fit.reserve, parts, fit.live_peak_bytes,
-                                           basis, fit.runtime, caveat), error_band("per-rank"))
+                                           basis, fit.runtime, Caveat.PER_RANK_PLAN),
+                              error_band("per-rank"))
     analysis = replace(analysis, fit=verdict, distributed=report)
     probe = _distributed_probe(analysis, context + report.nccl_bytes, fit.runtime,
                                cuda_reserve_bytes)

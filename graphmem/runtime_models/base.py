@@ -34,15 +34,28 @@ class Runtime(StrEnum):
     TORCH_CUDA = "torch-cuda"  # eager PyTorch and its CUDA caching allocator
     TORCH_CPU = "torch-cpu"  # eager PyTorch on the CPU, kernels' scratch included
 
+    @property
+    def on_cpu(self) -> bool:
+        """No CUDA context: what the device total adds to the tensors is kernels' scratch."""
+        return self in (Runtime.ORT_CPU, Runtime.TORCH_CPU)
+
 
 RUNTIMES: tuple[str, ...] = tuple(r.value for r in Runtime)
 # onnxruntime's graph optimization levels (GraphOptimizationLevel)
 ORT_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
 # Without an optimization level graphmem models onnxruntime's default ("all", what `graphmem
 # verify` runs too), but builds the optimizing session (synthetic weights of the model's size
-# in memory: graphmem never reads weights) only for models up to this size; above it, the
-# graph as written is planned and the note says how to ask for the optimized one.
-AUTO_OPTIMIZE_INITIALIZER_BYTES = 256 << 20
+# in memory: graphmem never reads weights) only for models whose tensors (initializers,
+# Constant values, tensor attributes, in bodies and functions, sparse ones dense) come to at
+# most this; above it, the graph as written is planned and the note says how to ask for the
+# optimized one. The session costs about 4x those bytes at its peak (the copy's bytes, then
+# onnxruntime's parse, initializers and folding: 200 MB of Constant took the whole command to
+# 845 MiB; 248 MiB of int64 as a Constant's value_ints, 1,074 MiB): the bound keeps the
+# optimized plan, 25% and more nearer the measured peak, for the models people bring
+# (ResNet-50's 97.4 MiB, ResNet-101's 170 MiB, EfficientNets, ViT-S) while any file stays
+# under the hostile-input contract's 1 GiB, and a file declaring more (a sparse 2 GB one) is
+# planned as written in under 300 MiB (issue 26).
+AUTO_OPTIMIZE_INITIALIZER_BYTES = 192 << 20
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,9 @@ class RuntimeContext:
     ort_arena_extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO
     ort_source: OrtGraphSource | None = None  # ONNX models only
     auto_optimize_max_bytes: int = AUTO_OPTIMIZE_INITIALIZER_BYTES
+    # the same bound where a level is asked for (verify: a quarter of its memory limit);
+    # None: ort_optimized.MAX_INITIALIZER_BYTES
+    optimize_max_bytes: int | None = None
     # the GPU's memory (what the driver reports where known): the CUDA runtimes' allocators
     # are bounded by it, as on the device (None: unbounded)
     capacity_bytes: int | None = None
@@ -77,6 +93,34 @@ class RuntimeContext:
 
 
 @dataclass(frozen=True)
+class CachingAllocatorFacts:
+    """torch-cuda: what PyTorch's caching allocator held over the replay, and what the CUDA
+    context and the libraries' workspaces are (graphmem/report/words.py words them)."""
+
+    segment_count: int
+    small_segment_count: int  # segments of 2 MiB (the small pool's)
+    reserved_peak_bytes: int
+    released_segment_count: int  # cached segments freed near the GPU's limit
+    context_bytes: int  # outside the allocator
+    context_source: str
+    workspaces: tuple[tuple[str, int], ...]  # (name, bytes) inside the allocator
+    workspace_source: str
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(size for _, size in self.workspaces)
+
+
+@dataclass(frozen=True)
+class LargestScratch:
+    """torch-cpu: the kernel with the largest scratch of the step, wherever the peak is
+    (graphmem/report/words.py words it with the peak's own node and scratch)."""
+
+    node: str
+    bytes: int
+
+
+@dataclass(frozen=True)
 class RuntimeEstimate:
     runtime: Runtime
     tensors_at_peak_bytes: int  # bytes of the tensors the runtime holds at its peak
@@ -88,13 +132,15 @@ class RuntimeEstimate:
     # allocator's run bounded by the GPU (its behaviour near the limit included), else the
     # same run unbounded: never capped where the GPU runs out.
     device_total_bytes: int
-    counts: str  # what runtime_peak_bytes includes and leaves out, in words
     notes: tuple[str, ...] = ()
     # Scratch the runtime takes while a kernel runs (onnxruntime CPU: Conv's im2col buffer);
-    # shown with the context on the "context + workspaces" line, part of runtime_peak_bytes.
+    # one part of the device total with the context (DevicePart.CONTEXT, on a CPU runtime
+    # DevicePart.SCRATCH), part of runtime_peak_bytes.
     workspace_bytes: int = 0
-    # how the report labels context_bytes + workspace_bytes
-    workspace_label: str = "context + workspaces"
+    # torch-cuda: its caching allocator's segments and the cuBLAS workspaces inside it (in
+    # runtime_peak_bytes and context_bytes)
+    caching_allocator: CachingAllocatorFacts | None = None
+    largest_scratch: LargestScratch | None = None  # torch-cpu
     workspace_node: str | None = None  # the node whose scratch workspace_bytes is, where one
     # Weights and inputs the runtime holds outside the pool runtime_peak_bytes counts
     # (onnxruntime CPU: initializers and the caller's inputs); part of device_total_bytes.

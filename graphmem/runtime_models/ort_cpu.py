@@ -423,7 +423,6 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
         context_bytes=0,
         runtime_peak_bytes=peak,
         device_total_bytes=peak + resident_bytes,
-        counts=ORT_CPU_COUNTS,
         notes=notes,
         workspace_bytes=0 if at_creation else timeline.scratch_bytes,
         resident_bytes=resident_bytes,
@@ -431,15 +430,6 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
         runtime_weights_bytes=weights,
     )
 
-
-ORT_CPU_COUNTS = (
-    "onnxruntime's CPU arena over one run of the graph it runs (optimized at the chosen"
-    " level, ORT_ENABLE_ALL by default; see the notes), as its profiler's"
-    " mem_in_use_peak counts it: the weights it holds from session creation (MatMul/Gemm"
-    " weights prepacked for MLAS, initializers of 127 bytes or less), every buffer its"
-    " allocation plan holds at the peak (graph outputs, buffers kept for later same-shape"
-    " reuse) rounded by the arena, and the kernel's scratch; not the caller's inputs, not the"
-    " initializers it uses in place")
 
 
 def buffer_live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:

@@ -31,11 +31,6 @@ from graphmem.runtime_models.ort_cpu import (
 )
 from graphmem.runtime_models.ort_kernels import KernelScratch
 
-ORT_CUDA_COUNTS = (
-    "onnxruntime's CUDA arena in use at its peak during one run (same plan as on CPU); the"
-    " device total adds the arena's unused region space, the initializers and inputs on the"
-    " GPU and the CUDA context")
-
 
 def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
                       plan_shapes: Mapping[str, PlanShape | None] | None,
@@ -77,7 +72,6 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
         context_bytes=context_bytes,
         runtime_peak_bytes=timeline.peak_bytes,
         device_total_bytes=timeline.held_bytes + resident_bytes + context_bytes,
-        counts=ORT_CUDA_COUNTS,
         notes=(failure, *notes) if failure else notes,
         resident_bytes=resident_bytes,
         arena_held_bytes=timeline.held_bytes,

@@ -224,7 +224,7 @@ def _optimized(context: RuntimeContext) -> tuple[OptimizedOrtGraph | None, str]:
     hint = "" if asked else (
         " (--ort-optimization all plans onnxruntime's optimized graph anyway: it builds a"
         " session holding synthetic weights of the model's size)")
-    limit = None if asked else context.auto_optimize_max_bytes
+    limit = context.optimize_max_bytes if asked else context.auto_optimize_max_bytes
     optimized = context.ort_source.optimized(level, context.dims.bound, limit, hint)
     if isinstance(optimized, str):
         return None, optimized

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.core.units import format_bytes
 from graphmem.passes.dims import DimBinding, value_bytes
 from graphmem.passes.memory_model import build_memory_model, live_profile, plan_dims, size_at
 from graphmem.runtime_models.base import (
+    LargestScratch,
     Runtime,
     RuntimeContext,
     RuntimeEstimate,
@@ -331,12 +331,6 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
     peak = cpu_peak(context.graph, context.dims.bound, context.sizes,
                     context.threads or default_threads())
     tensors = peak.tensors_bytes - context.resident_bytes
-    notes = (f"peak while {peak.node} runs: its scratch {format_bytes(peak.scratch_bytes)};"
-             f" the largest kernel scratch is {format_bytes(peak.largest_scratch_bytes)}"
-             f" ({peak.largest_scratch_node})",
-             "kernels' scratch: oneDNN's blocked copies in convolutions and their backward,"
-             " batch norm backward's temporary (graphmem/runtime_models/torch_cpu.py);"
-             " oneDNN's scratchpads and the allocator's own memory not modelled")
     return RuntimeEstimate(
         runtime=Runtime.TORCH_CPU,
         tensors_at_peak_bytes=tensors,
@@ -344,12 +338,8 @@ def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
         context_bytes=0,
         runtime_peak_bytes=peak.peak_bytes - context.resident_bytes,
         device_total_bytes=peak.peak_bytes,
-        counts=("bytes allocated on the CPU above the residents (parameters, buffers,"
-                " optimizer state, inputs), kernels' scratch included: the allocator's peak"
-                " `graphmem verify` measures"),
-        notes=notes if context.notes else (),
         workspace_bytes=peak.scratch_bytes,
-        workspace_label="kernels' scratch",
         workspace_node=peak.node,
+        largest_scratch=LargestScratch(peak.largest_scratch_node, peak.largest_scratch_bytes),
         resident_bytes=context.resident_bytes,
     )

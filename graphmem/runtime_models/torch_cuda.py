@@ -29,11 +29,10 @@ from graphmem.passes.memory_model import (
     size_at,
     step_events,
 )
-from graphmem.runtime_models.base import Runtime, RuntimeEstimate
+from graphmem.runtime_models.base import CachingAllocatorFacts, Runtime, RuntimeEstimate
 from graphmem.runtime_models.cuda_allocator import (
     AllocatorEvent,
     AllocatorFailure,
-    AllocatorResult,
     simulate_caching_allocator,
 )
 
@@ -184,20 +183,14 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
         oom = _failed_at(analysis.graph, result.failure, segments or 0)
         result = simulate_caching_allocator(events)
     tensors = result.requested_peak_bytes - workspace_bytes
-    named = ", ".join(f"{w.name} {w.nbytes:,} B" for w in workspaces) or "none"
     failure = "" if oom is None else _failure_text(oom, segments or 0)
-    notes = (
-        f"caching allocator: {result.segment_count} segments"
-        f" ({result.small_segment_count} of 2 MiB), reserved peak"
-        f" {result.reserved_peak_bytes:,} B",
-        f"context + workspaces: {overhead.context_bytes:,} B outside the allocator"
-        f" ({overhead.context_source}); inside it: {named}"
-        f" ({overhead.workspace_source})",
-        "not modelled: cuDNN workspaces and kernels' temporary buffers (allocated and"
-        " freed inside one op; a few MiB for convolutions on the H100): the device total"
-        " may be low by them",
-        *_released_note(result),
-    )
+    facts = CachingAllocatorFacts(
+        segment_count=result.segment_count, small_segment_count=result.small_segment_count,
+        reserved_peak_bytes=result.reserved_peak_bytes,
+        released_segment_count=result.released_segment_count,
+        context_bytes=overhead.context_bytes, context_source=overhead.context_source,
+        workspaces=tuple((w.name, w.nbytes) for w in workspaces),
+        workspace_source=overhead.workspace_source)
     return RuntimeEstimate(
         runtime=Runtime.TORCH_CUDA,
         tensors_at_peak_bytes=tensors,
@@ -205,24 +198,13 @@ def torch_cuda_estimate(analysis: StepGraph, gpu: GpuSpec,
         context_bytes=overhead.context_bytes + workspace_bytes,
         runtime_peak_bytes=result.allocated_peak_bytes,
         device_total_bytes=result.reserved_peak_bytes + overhead.context_bytes,
-        counts=("torch.cuda.max_memory_allocated: blocks in use (512-byte rounding, whole"
-                " blocks where not split), parameters, optimizer state, inputs and the"
-                f" cuBLAS workspaces ({workspace_bytes:,} B) included; the allocator's cached"
-                " free blocks and the CUDA context left out"),
-        notes=(failure, *notes) if failure else notes,
+        notes=(failure,) if failure else (),
+        caching_allocator=facts,
         capacity_bytes=capacity_bytes,
         satisfied=None if capacity_bytes is None else oom is None,
         failure=failure,
         out_of_memory=oom,
     )
-
-
-def _released_note(result: AllocatorResult) -> tuple[str, ...]:
-    if not result.released_segment_count:
-        return ()
-    return (f"near the GPU's limit the allocator freed {result.released_segment_count} cached"
-            " segments to make room (release_cached_blocks), as PyTorch does before an"
-            " out-of-memory error",)
 
 
 def _failed_at(graph: Graph, failure: AllocatorFailure, segments_bytes: int) -> OutOfMemoryAt:

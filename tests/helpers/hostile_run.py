@@ -36,6 +36,7 @@ class Outcome:
     seconds: float
     max_rss_bytes: int
     left_behind: tuple[str, ...]
+    cpu_seconds: float = 0.0  # user + system CPU of the process (wait4's rusage)
 
 
 def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
@@ -81,6 +82,33 @@ def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
         peak_file.unlink()
     left = [str(p.relative_to(folder)) for p in folder.rglob("*")
             if p.parent != folder or p.name not in before]
-    return Outcome(code, *texts, seconds, peak_bytes, tuple(sorted(left)))
+    return Outcome(code, *texts, seconds, peak_bytes, tuple(sorted(left)),
+                   usage.ru_utime + usage.ru_stime)
 
 
+RSS_LIMIT_BYTES = 2**30
+
+
+def broken_promises(outcome: Outcome, allowed: frozenset[int] = frozenset({0, 1, 2}),
+                    outputs: tuple[str, ...] = ()) -> list[str]:
+    """What the outcome breaks of the hostile-input contract, one line each: exit in
+    `allowed`, an error as one line, no traceback, done within LIMIT_S, peak RSS under
+    RSS_LIMIT_BYTES, nothing left behind but `outputs`."""
+    problems = []
+    if outcome.code not in allowed:
+        problems.append(f"exit {outcome.code} (allowed {sorted(allowed)})")
+    text = outcome.out + outcome.err
+    if "Traceback" in text or "internal error" in text:
+        problems.append("a traceback or internal error: " + text[-500:])
+    if outcome.code == 2:
+        lines = outcome.err.strip().splitlines()
+        if len(lines) != 1 or not lines[0].startswith("graphmem: error: "):
+            problems.append(f"not one error line: {outcome.err[-500:]!r}")
+    if outcome.seconds > LIMIT_S:
+        problems.append(f"took {outcome.seconds:.1f} s")
+    if outcome.max_rss_bytes > RSS_LIMIT_BYTES:
+        problems.append(f"peak RSS {outcome.max_rss_bytes / 2**20:,.0f} MiB")
+    stray = [p for p in outcome.left_behind if p not in outputs]
+    if stray:
+        problems.append(f"left behind: {stray}")
+    return problems

@@ -9,7 +9,10 @@ protobuf wire format is walked on a memory map instead, by ONNX's own schema, in
 field above KEEP_BYTES (ModelProto.graph -> GraphProto.node -> NodeProto.attribute ->
 AttributeProto.g -> ... , functions too), and the bytes handed to protobuf are the file less
 the bulk: a tensor's `raw_data` (initializers of the main graph and of bodies, Constant values,
-tensor attributes), doc strings and fields ONNX does not define. The pages left out are never
+tensor attributes), doc strings and fields ONNX does not define. A Constant node's
+`value_floats`, `value_ints` or `value_strings` above KEEP_BYTES becomes the `value` tensor of
+the same dtype and count without its data (what read.py makes of a parsed one: onnxruntime turns
+either into the same initializer). The pages left out are never
 touched, so they never count in the process's memory.
 
 Only what read.py would drop is left out, and only when nothing is lost by leaving it out: a
@@ -27,12 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+import numpy as np
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
-from onnx import ModelProto, TensorProto
+from onnx import AttributeProto, ModelProto, NodeProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
-from graphmem.frontends.onnx.untrusted import check_regular_file
+from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.untrusted import check_regular_file, has_data_of_size, quoted
 
 if TYPE_CHECKING:  # protobuf's C implementation (upb) has its own descriptor classes
     from google._upb._message import Descriptor as UpbDescriptor
@@ -45,15 +50,22 @@ _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 9, 14
 # fields read before giving up (the file is then parsed whole): a 70B decoder's walk reads
 # about 10**5, forty million two-byte fields in one node would take a minute of Python
 MAX_WALKED_FIELDS = 2_000_000
-_TYPED_DATA_FIELDS = frozenset({4, 5, 6, 7, 10, 11})  # float, int32, string, int64, double, uint64
+# a tensor's typed data fields (float, int32, string, int64, double, uint64), how each entry is
+# written when packed (strings: one field each)
+_FIXED32_ENTRIES, _FIXED64_ENTRIES, _VARINT_ENTRIES, _BYTES_ENTRIES = 4, 8, 0, -1
+_TYPED_DATA_FIELDS = {4: _FIXED32_ENTRIES, 5: _VARINT_ENTRIES, 6: _BYTES_ENTRIES,
+                      7: _VARINT_ENTRIES, 10: _FIXED64_ENTRIES, 11: _VARINT_ENTRIES}
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
-# bytes per element of the dtypes weights are stored in; any other dtype keeps its bytes
-_ITEM_BYTES: dict[int, int] = {
-    TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2,
-    TensorProto.DOUBLE: 8, TensorProto.INT8: 1, TensorProto.UINT8: 1, TensorProto.INT16: 2,
-    TensorProto.UINT16: 2, TensorProto.INT32: 4, TensorProto.UINT32: 4, TensorProto.INT64: 8,
-    TensorProto.UINT64: 8, TensorProto.BOOL: 1,
-}
+_NODE_NAME, _NODE_OP_TYPE, _NODE_DOMAIN, _ATTRIBUTE_NAME = 3, 4, 7, 1
+# entries of one list attribute (floats, ints, strings) of an op other than Constant, whose
+# lists become a data-less tensor: graphmem reads attributes into Python, 30-odd bytes an entry
+MAX_ATTRIBUTE_ENTRIES = 2**22
+# a Constant's list attributes: field number, its name, the tensor dtype it makes, entries
+_CONSTANT_LISTS = {7: ("value_floats", TensorProto.FLOAT, _FIXED32_ENTRIES),
+                   8: ("value_ints", TensorProto.INT64, _VARINT_ENTRIES),
+                   9: ("value_strings", TensorProto.STRING, _BYTES_ENTRIES)}
+_ATTRIBUTE_TYPE = 20
+_CHUNK_BYTES = 1 << 20  # packed varints are counted a chunk at a time, read with pread
 
 
 class _WireError(ValueError):
@@ -68,9 +80,9 @@ def read_lean_model_bytes(path: Path, keep_tensors: bool = False) -> bytes | Non
     with os.fdopen(descriptor, "rb") as file:
         check_regular_file(path, os.fstat(file.fileno()))
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            walk = _Walk(view, file.fileno(), keep_tensors)
             try:
-                return b"".join(_Walk(view, keep_tensors).message(ModelProto.DESCRIPTOR, 0,
-                                                                  len(view))[0])
+                return b"".join(walk.message(ModelProto.DESCRIPTOR, 0, len(view))[0])
             except (_WireError, IndexError, DecodeError):
                 return None
 
@@ -82,24 +94,31 @@ class _Walk:
     as one piece. A small known field is copied whole: it cannot hold bulk. At most
     MAX_WALKED_FIELDS fields are read (beyond: the caller parses the file whole)."""
 
-    def __init__(self, view: mmap.mmap, keep_tensors: bool) -> None:
+    def __init__(self, view: mmap.mmap, descriptor: int, keep_tensors: bool) -> None:
         self.view = view
+        self.descriptor = descriptor  # the file's, for pread
         self.keep_tensors = keep_tensors
         self.fields_left = MAX_WALKED_FIELDS
+
+    def _fields(self, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """_fields of view[start:end], each counted against MAX_WALKED_FIELDS."""
+        for field in _fields(self.view, start, end):
+            self.fields_left -= 1
+            if self.fields_left < 0:
+                raise _WireError("too many fields to walk")
+            yield field
 
     def message(self, descriptor: MessageDescriptor, start: int, end: int
                 ) -> tuple[list[bytes], bool]:
         """The message's lean pieces, and whether anything was left out."""
         view, pieces = self.view, []
         kept_from, changed = start, False
-        for number, wire, field_start, value_start, field_end in _fields(view, start, end):
-            self.fields_left -= 1
-            if self.fields_left < 0:
-                raise _WireError("too many fields to walk")
+        for number, wire, field_start, value_start, field_end in self._fields(start, end):
             known = number in descriptor.fields_by_number
             if known and field_end - value_start <= KEEP_BYTES:
                 continue
-            replacement = self._lean_field(descriptor, number, wire, value_start, field_end)
+            replacement = self._lean_field(descriptor, number, wire, value_start, field_end,
+                                           (start, end))
             if replacement is None:
                 continue
             if kept_from < field_start:
@@ -111,8 +130,9 @@ class _Walk:
         return pieces, changed
 
     def _lean_field(self, descriptor: MessageDescriptor, number: int, wire: int, start: int,
-                    end: int) -> bytes | None:
-        """A large field's replacement (b"": left out), or None: keep it as written."""
+                    end: int, outer: tuple[int, int]) -> bytes | None:
+        """A large field's replacement (b"": left out), or None: keep it as written. `outer`:
+        the bounds of the message holding it."""
         field = descriptor.fields_by_number.get(number)
         if field is None or field.name == "doc_string":
             return b""  # unknown to ONNX, or prose: never read
@@ -120,53 +140,142 @@ class _Walk:
                 or field.message_type is None):
             return None
         if field.message_type is TensorProto.DESCRIPTOR:
-            lean = None if self.keep_tensors else _lean_tensor(self.view, start, end)
+            lean = None if self.keep_tensors else self._lean_tensor(start, end)
             if lean is None:
                 return None
         else:
-            pieces, changed = self.message(field.message_type, start, end)
-            if not changed:
+            node = outer if descriptor is NodeProto.DESCRIPTOR else None
+            lean = self._lean_message(field.message_type, start, end, node)
+            if lean is None:
                 return None
-            lean = b"".join(pieces)
         return _tag(number, _LENGTH) + _varint(len(lean)) + lean
 
+    def _lean_message(self, descriptor: MessageDescriptor, start: int, end: int,
+                      node: tuple[int, int] | None) -> bytes | None:
+        """A message field's lean bytes, or None where nothing was left out. `node`: the
+        bounds of the node holding it, where it is an attribute."""
+        if descriptor is AttributeProto.DESCRIPTOR and node is not None \
+                and not self.keep_tensors:
+            name, op_type, domain = self._node_names(*node)
+            if op_type == b"Constant" and domain in (b"", b"ai.onnx"):
+                lean = self._constant_list(start, end)
+                if lean is not None:
+                    return lean
+            else:
+                self._check_list(start, end, name, op_type)
+        pieces, changed = self.message(descriptor, start, end)
+        return b"".join(pieces) if changed else None
 
-def _lean_tensor(view: mmap.mmap, start: int, end: int) -> bytes | None:
-    """The tensor's bytes without its raw_data, where leaving it out loses nothing (module
-    docstring); None: keep the tensor as written."""
-    rest: list[bytes] = []
-    raw_bytes = None
-    has_location = False
-    for number, wire, field_start, value_start, field_end in _fields(view, start, end):
-        if number in _TYPED_DATA_FIELDS:
-            return None
-        if number == _TENSOR_RAW_DATA:
-            if wire != _LENGTH or raw_bytes is not None:  # protobuf's last-one-wins: keep
+    def _node_names(self, start: int, end: int) -> tuple[bytes, bytes, bytes]:
+        """The name, op type and domain of the node in view[start:end]."""
+        names = {_NODE_NAME: b"", _NODE_OP_TYPE: b"", _NODE_DOMAIN: b""}
+        for number, _, _, value_start, field_end in self._fields(start, end):
+            if number in names:
+                names[number] = self.view[value_start:field_end]
+        return names[_NODE_NAME], names[_NODE_OP_TYPE], names[_NODE_DOMAIN]
+
+    def _check_list(self, start: int, end: int, node: bytes, op_type: bytes) -> None:
+        """Refuse a list attribute (floats, ints, strings) of more than
+        MAX_ATTRIBUTE_ENTRIES entries on a node other than a Constant: graphmem reads every
+        attribute into Python (a 2 GB hole of packed floats took 3.5 GB at 200 MB)."""
+        name, count = b"", 0
+        for number, wire, _, value_start, field_end in self._fields(start, end):
+            if number == _ATTRIBUTE_NAME:
+                name = self.view[value_start:field_end]
+            elif number in _CONSTANT_LISTS:
+                count += self._entries(_CONSTANT_LISTS[number][2], wire, value_start,
+                                       field_end)
+        if count > MAX_ATTRIBUTE_ENTRIES:
+            op = quoted(op_type.decode(errors="backslashreplace"))
+            label = f"a {op} node" if not node else (
+                f"node {quoted(node.decode(errors='backslashreplace'))} ({op})")
+            raise GraphmemError(
+                f"{label}: attribute {quoted(name.decode(errors='backslashreplace'))} holds"
+                f" {count:,} values, above graphmem's limit of"
+                f" {MAX_ATTRIBUTE_ENTRIES:,} for an attribute (it reads every attribute):"
+                " store large values in an initializer")
+
+    def _constant_list(self, start: int, end: int) -> bytes | None:
+        """A Constant's `value_floats`, `value_ints` or `value_strings` attribute in
+        view[start:end], above KEEP_BYTES, as a `value` attribute holding a tensor of its dtype
+        and count without data; None: keep it as written (another attribute, or not as the
+        standard writes it)."""
+        name, lists, count, held = b"", set(), 0, 0
+        for number, wire, _, value_start, field_end in self._fields(start, end):
+            if number == _ATTRIBUTE_NAME:
+                name = self.view[value_start:field_end]
+            elif number in _CONSTANT_LISTS:
+                lists.add(number)
+                count += self._entries(_CONSTANT_LISTS[number][2], wire, value_start,
+                                       field_end)
+                held += field_end - value_start
+            elif number != _ATTRIBUTE_TYPE:
                 return None
-            raw_bytes = field_end - value_start
+        if len(lists) != 1 or held <= KEEP_BYTES:
+            return None
+        list_name, dtype, _ = _CONSTANT_LISTS[lists.pop()]
+        if name != list_name.encode():
+            return None
+        tensor = TensorProto(dims=[count], data_type=dtype, data_location=TensorProto.DEFAULT)
+        return AttributeProto(name="value", type=AttributeProto.TENSOR,
+                              t=tensor).SerializeToString()
+
+    def _entries(self, written: int, wire: int, start: int, end: int) -> int:
+        """How many numbers or strings one field of a repeated field holds: `written`, the
+        bytes of a packed fixed-size number, or _VARINT_ENTRIES, or _BYTES_ENTRIES."""
+        if written == _BYTES_ENTRIES or wire != _LENGTH:
+            return 1  # a string, or one number written unpacked
+        if written != _VARINT_ENTRIES:
+            if (end - start) % written:
+                raise _WireError("packed numbers of a length not a multiple of their size")
+            return (end - start) // written
+        # packed varints: one ends at each byte below 0x80 (read in chunks: never mapped)
+        if end > start and self.view[end - 1] >= 0x80:
+            raise _WireError("packed varints end inside a number")
+        count = 0
+        for offset in range(start, end, _CHUNK_BYTES):
+            chunk = os.pread(self.descriptor, min(_CHUNK_BYTES, end - offset), offset)
+            count += int(np.count_nonzero(np.frombuffer(chunk, np.uint8) < 0x80))
+        return count
+
+    def _lean_tensor(self, start: int, end: int) -> bytes | None:
+        """The tensor's bytes without its data (raw_data, or one typed field such as
+        int64_data), where leaving it out loses nothing (module docstring); None: keep the
+        tensor as written."""
+        rest: list[bytes] = []
+        raw_bytes: int | None = None
+        typed: dict[int, int] = {}  # typed data field -> its entries
+        typed_bytes = 0
+        has_location = False
+        for number, wire, field_start, value_start, field_end in self._fields(start, end):
+            if number in _TYPED_DATA_FIELDS:
+                typed[number] = typed.get(number, 0) + self._entries(
+                    _TYPED_DATA_FIELDS[number], wire, value_start, field_end)
+                typed_bytes += field_end - value_start
+            elif number == _TENSOR_RAW_DATA:
+                if wire != _LENGTH or raw_bytes is not None:  # protobuf's last-one-wins: keep
+                    return None
+                raw_bytes = field_end - value_start
+            else:
+                has_location = has_location or number == _TENSOR_DATA_LOCATION
+                rest.append(self.view[field_start:field_end])
+        if (raw_bytes is None) == (not typed) or len(typed) > 1 \
+                or max(raw_bytes or 0, typed_bytes) <= KEEP_BYTES:
+            return None  # no data, both kinds, or small: as written
+        if not has_location:  # as read.py's clear_tensor_data leaves it: data_location DEFAULT
+            rest.append(_tag(_TENSOR_DATA_LOCATION, _VARINT) + _varint(TensorProto.DEFAULT))
+        lean = b"".join(rest)
+        tensor = TensorProto.FromString(lean)
+        if uses_external_data(tensor):
+            return lean
+        if raw_bytes is not None:
+            held, field = raw_bytes, "raw_data"
         else:
-            has_location = has_location or number == _TENSOR_DATA_LOCATION
-            rest.append(view[field_start:field_end])
-    if raw_bytes is None or raw_bytes <= KEEP_BYTES:
-        return None
-    if not has_location:  # as read.py's clear_tensor_data leaves it: data_location DEFAULT
-        rest.append(_tag(_TENSOR_DATA_LOCATION, _VARINT) + _varint(TensorProto.DEFAULT))
-    lean = b"".join(rest)
-    tensor = TensorProto.FromString(lean)
-    if not uses_external_data(tensor) and raw_bytes != _expected_bytes(tensor):
-        return None  # validate_graph names the mismatch, as for any other file
-    return lean
-
-
-def _expected_bytes(tensor: TensorProto) -> int | None:
-    """The raw_data bytes the tensor's dims and dtype need; None for other dtypes."""
-    item_bytes = _ITEM_BYTES.get(tensor.data_type)
-    if item_bytes is None or any(d < 0 for d in tensor.dims):
-        return None
-    count = 1
-    for dim in tensor.dims:
-        count *= dim
-    return count * item_bytes
+            (number, held), = typed.items()
+            field = TensorProto.DESCRIPTOR.fields_by_number[number].name
+        if not has_data_of_size(tensor, field, held):
+            return None  # validate_graph names the mismatch, as for any other file
+        return lean
 
 
 def _fields(view: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:

@@ -66,7 +66,7 @@ def check_nesting(model: onnx.ModelProto) -> None:
             " the square of their count: 16,000 took 5 s an inference): fold the control flow away"
             " (onnxruntime's optimizer or onnx-simplifier with the inputs fixed) or split the"
             " model")
-    functions = {_function_key(f): f for f in model.functions}
+    functions = {function_key(f): f for f in model.functions}
     if not functions:
         return  # bodies alone: bounded by protobuf's own nesting limit
     calls = {key: _calls(function.node, functions) for key, function in functions.items()}
@@ -92,7 +92,7 @@ def _body_count(scopes: Iterable[Iterable[onnx.NodeProto]]) -> int:
     return count
 
 
-def _function_key(function: onnx.FunctionProto) -> FunctionKey:
+def function_key(function: onnx.FunctionProto) -> FunctionKey:
     return function.domain, function.name, getattr(function, "overload", "")
 
 
@@ -141,6 +141,31 @@ def _heights(calls: dict[FunctionKey, list[tuple[int, FunctionKey]]]) -> dict[Fu
             heights[key] = max((level + 1 + heights[callee] for level, callee in callees),
                                default=0)
     return heights
+
+
+def inlined_counts(model: onnx.ModelProto) -> dict[FunctionKey, int]:
+    """How many copies of each local function onnxruntime's inlining makes: its calls from the
+    main graph, plus its calls from each function times that function's copies (the call
+    graph has no cycle: check_nesting refused one). Functions never called: 0."""
+    functions = {function_key(f): f for f in model.functions}
+    callees = {key: [callee for _, callee in _calls(f.node, functions)]
+               for key, f in functions.items()}
+    callers = dict.fromkeys(functions, 0)
+    for called in callees.values():
+        for callee in called:
+            callers[callee] += 1
+    counts = dict.fromkeys(functions, 0)
+    for _, callee in _calls(model.graph.node, functions):
+        counts[callee] += 1
+    ready = [key for key, number in callers.items() if number == 0]
+    while ready:  # callers before callees (Kahn's order): a function's count is final
+        key = ready.pop()
+        for callee in callees[key]:
+            counts[callee] += counts[key]
+            callers[callee] -= 1
+            if callers[callee] == 0:
+                ready.append(callee)
+    return counts
 
 
 # ----- what onnxruntime's optimizer would build ------------------------------------------------

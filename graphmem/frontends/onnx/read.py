@@ -16,6 +16,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from graphmem.errors import GraphmemError, first_line
+from graphmem.frontends.onnx.dense_forms import densify
 from graphmem.frontends.onnx.lean_read import KEEP_BYTES, read_lean_model_bytes
 from graphmem.frontends.onnx.limits import check_nesting
 from graphmem.frontends.onnx.model_text import parse_model
@@ -35,7 +36,7 @@ from graphmem.frontends.onnx.untrusted import (
 _KEEP_INITIALIZER_BYTES = KEEP_BYTES
 # Files from this size on are read without their large weights' bytes (lean_read.py): the
 # memory of an analysis does not grow with weights held inside the file.
-LEAN_READ_FROM_BYTES = 32 * 2**20
+LEAN_READ_FROM_BYTES = 2**20
 
 
 def read_model(path: Path) -> onnx.ModelProto:
@@ -99,7 +100,9 @@ def _check_path(path: Path) -> None:
 
 def _drop_large_payloads(model: onnx.ModelProto) -> None:
     """Large tensors become data-less (unknown-valued), raw or typed data alike: initializers
-    of the main graph and of bodies, Constant values, tensor attributes, in functions too."""
+    of the main graph and of bodies, Constant values, tensor attributes, in functions too;
+    sparse tensors and large Constant lists first become dense ones (dense_forms.py)."""
+    densify(model, _KEEP_INITIALIZER_BYTES)
     for _, tensor in model_tensors(model):
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
             clear_tensor_data(tensor)

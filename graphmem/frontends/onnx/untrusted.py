@@ -165,6 +165,14 @@ def _node_tensors(node: onnx.NodeProto) -> Iterator[tuple[str, TensorProto]]:
             yield from _attribute_tensors(label, attribute)
 
 
+def own_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:
+    """The tensors of the node's attributes (sparse ones as values and indices), not those of
+    its bodies."""
+    for attribute in node.attribute:
+        if attribute.type in _TENSOR_ATTRIBUTES:
+            yield from (tensor for _, tensor in _attribute_tensors("", attribute))
+
+
 _TENSOR_ATTRIBUTES = frozenset({AttributeProto.TENSOR, AttributeProto.TENSORS,
                                 AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS})
 
@@ -272,6 +280,18 @@ def has_inline_data(tensor: TensorProto) -> bool:
         return False
     held = _held_data(tensor)
     return held is not None and held == _expected_data(tensor, raw=tensor.HasField("raw_data"))
+
+
+def has_data_of_size(tensor: TensorProto, field: str, held: int) -> bool:
+    """True when `held` (bytes of raw_data, or entries of a typed field) in `field` is exactly
+    the data the tensor's dims and dtype need, in the field its dtype stores data in: what
+    has_inline_data finds of the tensor holding that data, found without holding it."""
+    if tensor.data_type not in KNOWN_ELEMENT_TYPES or any(d < 0 for d in tensor.dims):
+        return False
+    raw = field == "raw_data"
+    if not raw and field != helper.tensor_dtype_to_field(tensor.data_type):
+        return False
+    return held == _expected_data(tensor, raw=raw)
 
 
 def raw_data_bytes(tensor: TensorProto) -> int:

@@ -107,11 +107,16 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
     same input types, and write the same types; their module (and sympy) need not load."""
     declared = {d.dim_param for v in declared_inputs for d in v.type.tensor_type.shape.dim
                 if d.WhichOneof("value") == "dim_param"}
+    judged: set[bytes] = set()  # the outputs' distinct types (10^5 outputs: a few types)
     for output in graph.output:
+        key = output.type.SerializeToString()
+        if key in judged:
+            continue
         if not fully_known(output) or any(
                 d.WhichOneof("value") != "dim_value" and d.dim_param not in declared
                 for d in output.type.tensor_type.shape.dim):
             return False
+        judged.add(key)
     known = fully_known_names((*graph.value_info, *graph.output))
     return all(node.op_type == "Constant" or all(name in known for name in node.output if name)
                for node in graph.node)

@@ -60,3 +60,18 @@ def _mode(text: str) -> int | None:
         return os.stat(text).st_mode
     except (OSError, ValueError):
         return None
+
+
+def model_label(model: str) -> str:
+    """How reports name a model by default (and analyze its default report): a spec by its
+    file or module and function (`nets/model.py:build` -> `model.build`: two models built by
+    `build()` must not write one report), a Hugging Face config.json by its folder, a file by
+    its stem."""
+    if is_model_spec(model):
+        location, _, function = model.rpartition(":")
+        where = Path(location).stem if location.endswith(".py") else location.rpartition(".")[2]
+        return f"{where}.{function}" if where else function
+    config = hf_config_file(model)
+    if config is not None and config.name == HF_CONFIG_NAME:
+        return config.resolve().parent.name or "config"
+    return Path(model).stem

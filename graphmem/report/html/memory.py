@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Role, Value
 from graphmem.core.safe_text import printable, printable_text
-from graphmem.core.symbolic import SymInt
+from graphmem.core.symbolic import sum_sizes
 from graphmem.core.units import format_bytes
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import TOP, ModuleReport
@@ -73,10 +73,9 @@ def live_table(liveness: LivenessResult, graph: Graph | None = None) -> LiveTabl
                    for t in tensors[:MAX_LIVE_ROWS]),
         shown=MAX_LIVE_SHOWN,
         hidden=len(rest),
-        hidden_bytes=bytes_quantity(sum((t.nbytes for t in rest), start=SymInt())) if rest
-        else None,
+        hidden_bytes=bytes_quantity(sum_sizes(t.nbytes for t in rest)) if rest else None,
         activations=len(made),
-        activation_bytes=bytes_quantity(sum((t.nbytes for t in made), start=SymInt())),
+        activation_bytes=bytes_quantity(sum_sizes(t.nbytes for t in made)),
         residents=len(residents),
         resident_total=bytes_quantity(liveness.resident_bytes),
     )
@@ -195,17 +194,18 @@ def timeline(
     probe_note: str,
 ) -> TimelineChart:
     live = analysis.liveness
-    sizes = [bytes_quantity(v) for v in live.live_bytes_per_step]
+    steps = live.live_bytes_per_step
 
     def describe(step: int) -> str:
-        node, size = live.order[step], sizes[step]
+        # the chart describes the few steps it draws a target for, not each of 10^5
+        node, size = live.order[step], bytes_quantity(steps[step])
         value = f"{size.text} (= {format_bytes(size.probe)} at {probe_note})" if (
             size.is_formula) else size.text
         return f"step {step} · {printable(node)} ({op_of[node]}) · live {value}"
 
-    stacked = by_role is not None and len(by_role.bytes_per_step) == len(sizes)
+    stacked = by_role is not None and len(by_role.bytes_per_step) == len(steps)
     return timeline_chart(
-        [q.probe for q in sizes],
+        [probe(size) for size in steps],
         resident_bytes=probe(live.resident_bytes),
         peak_step=live.peak_step,
         usable_bytes=gpu.usable.probe if gpu else None,

@@ -18,7 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from graphmem.core.safe_text import printable, printable_text
-from graphmem.core.symbolic import SymInt
+from graphmem.core.symbolic import sum_sizes
 from graphmem.passes.costs import CostReport, CostStatus, NodeCost, qualified_op
 from graphmem.passes.roofline import NodeTime, RooflineResult
 from graphmem.report.html.quantity import (
@@ -182,8 +182,8 @@ def op_table(costs: CostReport) -> OpTable:
             counted.setdefault(op, []).append(cost)
         else:
             not_counted[f"{op} ({cost.status.value.replace('_', ' ')})"] += 1
-    totals = {op: (count_quantity(sum((n.macs for n in group), SymInt())),
-                   count_quantity(sum((n.flops for n in group), SymInt()), "FLOP"), len(group))
+    totals = {op: (count_quantity(sum_sizes(n.macs for n in group)),
+                   count_quantity(sum_sizes(n.flops for n in group), "FLOP"), len(group))
               for op, group in counted.items()}
     all_flops = sum(flops.probe for _, flops, _ in totals.values())
     rows = [OpShare(op, count, macs, flops, percent(flops.probe, all_flops))

@@ -42,6 +42,8 @@ def as_symint(value: SymInt | int) -> SymInt:
 def probe(value: SymInt | int) -> int:
     """`value` with every free dim at PROBE_DIM_VALUE."""
     value = as_symint(value)
+    if value.is_constant:  # most sizes of a bound graph: nothing to evaluate
+        return int(value)
     return value.evaluate(dict.fromkeys(value.free_symbols(), PROBE_DIM_VALUE))
 
 

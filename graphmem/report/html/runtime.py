@@ -7,13 +7,15 @@ from dataclasses import dataclass
 
 from graphmem.core.safe_text import printable_text
 from graphmem.passes.fit import GpuFit
+from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
+from graphmem.report.words import counts_text, part_label, runtime_notes
 from graphmem.runtime_models.base import RuntimeEstimate
 
 
 @dataclass(frozen=True)
 class RuntimePart:
-    key: str  # css class
+    key: str  # css class: the part's code
     label: str
     size: Quantity
     percent: float  # of the bar's scale: max(capacity, total)
@@ -35,30 +37,22 @@ class RuntimeView:
 def runtime_view(estimate: RuntimeEstimate | None, fit: GpuFit | None) -> RuntimeView | None:
     if estimate is None:
         return None
-    parts = [
-        ("tensors", "tensors at peak", estimate.tensors_at_peak_bytes),
-        ("runtime-weights", "weights in the runtime's pool", estimate.runtime_weights_bytes),
-        ("resident", "weights + inputs", estimate.resident_bytes),
-        ("allocator", "allocator overhead", estimate.allocator_overhead_bytes),
-        ("context", "context + workspaces", estimate.context_bytes + estimate.workspace_bytes),
-    ]
-    # the runtime's weight pool and the residents line exist only in some runtime models
-    present = [(k, label, size) for k, label, size in parts
-               if size > 0 or k not in ("runtime-weights", "resident")]
     capacity = fit.capacity_bytes if fit else None
     total = estimate.device_total_bytes
     scale = max(total, capacity or 0, 1)
     return RuntimeView(
         name=str(estimate.runtime),
-        parts=tuple(RuntimePart(k, label, bytes_quantity(size), _clamped(size, scale))
-                    for k, label, size in present),
+        parts=tuple(RuntimePart(part.key.replace("_", "-"), part_label(part),
+                                bytes_quantity(part.size_bytes),
+                                _clamped(int(part.size_bytes), scale))
+                    for part in runtime_parts(estimate)),
         total=bytes_quantity(total),
         capacity=None if capacity is None else bytes_quantity(capacity),
         capacity_percent=0.0 if capacity is None else _clamped(capacity, scale),
         fits=None if capacity is None else total <= capacity,
-        counts=printable_text(estimate.counts),
+        counts=counts_text(estimate),
         peak=bytes_quantity(estimate.runtime_peak_bytes),
-        notes=tuple(map(printable_text, estimate.notes)),
+        notes=tuple(map(printable_text, runtime_notes(estimate))),
     )
 
 

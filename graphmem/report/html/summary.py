@@ -14,7 +14,7 @@ from graphmem.core.peak_formula import Formula
 from graphmem.core.safe_text import dims_text, printable, printable_text
 from graphmem.core.units import format_bytes, format_rate
 from graphmem.passes.costs import CostStatus
-from graphmem.passes.fit import GpuFit
+from graphmem.passes.fit import DevicePart, GpuFit
 from graphmem.passes.max_batch import MaxBatchResult
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import runtime_parts
@@ -29,6 +29,7 @@ from graphmem.report.html.quantity import (
 )
 from graphmem.report.out_of_memory import out_of_memory_text
 from graphmem.report.precision import precision_warnings
+from graphmem.report.words import caveat_text, part_label
 from graphmem.runtime_models.base import RuntimeEstimate
 
 
@@ -215,8 +216,9 @@ def gpu_view(fit: GpuFit, at_max: RuntimeEstimate | None = None,
              max_batch: MaxBatchResult | None = None) -> GpuView:
     capacity, usable = bytes_quantity(fit.capacity_bytes), bytes_quantity(fit.usable_bytes)
     required = bytes_quantity(fit.required_bytes)
-    parts = tuple((part.label, bytes_quantity(part.size_bytes)) for part in fit.parts)
-    context = sum(probe(part.size_bytes) for part in fit.parts if part.key == "context")
+    parts = tuple((part_label(part), bytes_quantity(part.size_bytes)) for part in fit.parts)
+    context = sum(probe(part.size_bytes) for part in fit.parts
+                  if part.part is DevicePart.CONTEXT)
     reserve_percent = min(percent(context, capacity.probe), 100.0)
     peak_percent = 0.0
     if not required.is_formula:
@@ -243,7 +245,7 @@ def gpu_view(fit: GpuFit, at_max: RuntimeEstimate | None = None,
         live_peak=bytes_quantity(fit.live_peak_bytes),
         failure=printable_text(out_of_memory_text(fit.out_of_memory) if fit.out_of_memory
                                else fit.failure),
-        caveat=printable_text(fit.caveat),
+        caveat=caveat_text(fit.caveat),
         error_band=printable_text(band_text(fit.error_band)) if fit.error_band else "",
         tight=printable_text(tight_text(fit)),
         **_at_max_fields(at_max, max_batch),
@@ -258,7 +260,7 @@ def _at_max_fields(at_max: RuntimeEstimate | None, max_batch: MaxBatchResult | N
         "at_max_dims": f"{printable(max_batch.batch_dim or '')}={max_batch.max_batch:,}",
         "at_max_basis": printable_text(max_batch.basis),
         "at_max_total": bytes_quantity(at_max.device_total_bytes),
-        "at_max_parts": tuple((part.label, bytes_quantity(part.size_bytes))
+        "at_max_parts": tuple((part_label(part), bytes_quantity(part.size_bytes))
                               for part in runtime_parts(at_max)),
     }
 

@@ -33,6 +33,7 @@ from graphmem.report.json.runtime import runtime_memory
 from graphmem.report.json.serving import serving_memory
 from graphmem.report.json.suggestions import suggestions_json
 from graphmem.report.out_of_memory import out_of_memory_json
+from graphmem.report.words import caveat_text
 
 __all__ = ["ANALYSIS_KEYS", "DIMS_KEYS", "ROLE_KEYS", "SCHEMA_VERSION", "quantity", "to_dict",
            "to_json_text", "write_json"]
@@ -214,7 +215,8 @@ def _gpu(fit: GpuFit) -> dict[str, Any]:
         "verdict": fit.verdict,
         "tight": fit.tight,
         "error_band": band_json(fit),
-        "caveat": fit.caveat,
+        "caveat": caveat_text(fit.caveat),  # the words of caveat_code
+        "caveat_code": fit.caveat,
         "source": fit.gpu.source,
     }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graphmem.report.out_of_memory import out_of_memory_json
+from graphmem.report.words import counts_text, runtime_notes
 from graphmem.runtime_models.base import RuntimeEstimate
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def runtime_json(estimate: RuntimeEstimate, capacity_bytes: int | None) -> dict[
     return {
         "name": estimate.runtime,
         "runtime_peak_bytes": estimate.runtime_peak_bytes,
-        "counts": estimate.counts,
+        "counts": counts_text(estimate),  # words
         **device_total_parts(estimate),
         "context_workspaces_bytes": estimate.context_bytes + estimate.workspace_bytes,
         "total_device_bytes": estimate.device_total_bytes,
@@ -53,5 +54,5 @@ def runtime_json(estimate: RuntimeEstimate, capacity_bytes: int | None) -> dict[
         "satisfied": estimate.satisfied,
         "failure": estimate.failure or None,
         "out_of_memory": out_of_memory_json(estimate.out_of_memory),
-        "notes": list(estimate.notes),
+        "notes": list(runtime_notes(estimate)),
     }

@@ -4,19 +4,22 @@ liveness, the module report, the suggestions); nothing is recomputed here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.table import Table
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun, format_bytes
-from graphmem.passes.fit import LIVE_PEAK_BASIS, GpuFit
+from graphmem.passes.fit import LIVE_PEAK_BASIS, DevicePart, FitPart, GpuFit
 from graphmem.passes.max_batch import MaxBatchResult
 from graphmem.passes.modules import TOP
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.error_band import range_text, tight_text
 from graphmem.report.terminal.formulas import peak_text, probe_value, size_text
+from graphmem.report.words import part_label, runtime_name
 
 ROLES_SHOWN = 5
 MODULES_SHOWN = 3  # the answer stays within 20 lines (tests/test_terminal_samples.py)
@@ -24,8 +27,6 @@ LABEL_CHARS = 40  # the label column of the memory block: with the sizes, within
 CELL_CHARS = 40  # a size longer than this gets its own line
 CLOSE_SHARE = 0.9  # a device total above this share of the GPU is "close": say what to change
 _ROLE_WORDS = {key: key.replace("_", " ") for key in ROLE_KEYS.values()}
-_RUNTIMES = {"ort-cuda": "onnxruntime", "torch-cuda": "PyTorch", "ort-cpu": "onnxruntime CPU",
-             "torch-cpu": "PyTorch CPU"}
 
 
 # ----- the verdict ---------------------------------------------------------------------------
@@ -103,23 +104,27 @@ def memory_table(analysis: Analysis) -> Table:
     if fit is not None and at_max is not None and batch is not None and batch.max_batch:
         # the batch free: the device total at the largest batch, the number the verdict
         # line reads ("up to batch=N (X of Y there)"), with its parts
-        runtime = _RUNTIMES.get(at_max.runtime, at_max.runtime)
+        runtime = runtime_name(at_max.runtime)
         _group(table, f"on the GPU at {markup(batch.batch_dim)}={batch.max_batch:,}"
                f" ({runtime})", SymInt.const(at_max.device_total_bytes),
-               [(part.label, part.size_bytes) for part in runtime_parts(at_max)])
+               _labelled(runtime_parts(at_max)))
     elif fit is not None:  # the live peak is the next group: not repeated as a part
         _group(table, f"on the GPU ({_basis(fit)})", fit.required_bytes,
-               [(part.label, part.size_bytes) for part in fit.parts if part.key != "live_peak"])
+               _labelled(p for p in fit.parts if p.part is not DevicePart.LIVE_PEAK))
         if fit.error_band is not None and _band_matters(fit):
             table.add_row("  error band", range_text(fit.error_band))
     elif estimate is not None:  # no GPU: what the runtime on this machine holds (ort-cpu)
-        runtime = _RUNTIMES.get(estimate.runtime, estimate.runtime)
+        runtime = runtime_name(estimate.runtime)
         _group(table, f"in the process ({runtime} model)",
                SymInt.const(estimate.device_total_bytes),
-               [(part.label, part.size_bytes) for part in runtime_parts(estimate)])
+               _labelled(runtime_parts(estimate)))
     _roles(table, analysis)
     _modules(table, analysis)
     return table
+
+
+def _labelled(parts: Iterable[FitPart]) -> list[tuple[str, SymInt]]:
+    return [(part_label(part), part.size_bytes) for part in parts]
 
 
 def _band_matters(fit: GpuFit) -> bool:
@@ -136,7 +141,7 @@ def _band_matters(fit: GpuFit) -> bool:
 def _basis(fit: GpuFit) -> str:
     """What the verdict's number is, in a few words: `onnxruntime model`, `serving plan`."""
     if fit.runtime is not None:
-        return f"{_RUNTIMES.get(fit.runtime, fit.runtime)} model"
+        return f"{runtime_name(fit.runtime)} model"
     if fit.basis == LIVE_PEAK_BASIS:
         return "live peak + context"
     return markup(fit.basis.partition(":")[0])

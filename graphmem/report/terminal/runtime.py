@@ -9,34 +9,44 @@ from rich.table import Table
 
 from graphmem.core.safe_text import markup_text
 from graphmem.core.units import format_bytes
+from graphmem.passes.fit import DevicePart
+from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.out_of_memory import out_of_memory_text
+from graphmem.report.words import caveat_text, part_label, runtime_title
+from graphmem.runtime_models.base import Runtime
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
 
-_LABELS = {
-    "ort-cpu": "onnxruntime CPU",
-    "ort-cuda": "onnxruntime CUDA (model, not measured)",
-    "torch-cuda": "PyTorch CUDA caching allocator",
-    "torch-cpu": "PyTorch CPU",
+# per runtime: what each line is, in a few words (the parts' labels: graphmem/report/words.py)
+_PEAK = {
+    Runtime.ORT_CPU: "mem_in_use_peak",
+    Runtime.ORT_CUDA: "arena in use at its peak",
+    Runtime.TORCH_CUDA: "torch.cuda.max_memory_allocated",
+    Runtime.TORCH_CPU: "allocator's peak above the residents",
 }
-
-
-# per runtime: what each line is, in a few words
-_EXPLAIN = {
-    "ort-cpu": ("mem_in_use_peak", "buffers its plan holds at the peak",
-                "the file's initializers, the inputs", "arena rounding, chunks handed out whole",
-                "kernel scratch (im2col, Where)", "= process tensor memory"),
-    "ort-cuda": ("arena in use at its peak", "buffers its plan holds at the peak",
-                 "initializers and inputs", "rounding, unused region space",
-                 "CUDA context", "= device total (nvidia-smi)"),
-    "torch-cuda": ("torch.cuda.max_memory_allocated", "graphmem's live tensors",
-                   "", "segments less tensors and workspaces",
-                   "CUDA context, cuBLAS workspaces", "= device total (nvidia-smi)"),
-    "torch-cpu": ("allocator's peak above the residents", "graphmem's live tensors",
-                  "parameters, buffers, optimizer state, inputs", "",
-                  "the running kernel's scratch (oneDNN copies)", "= process tensor memory"),
+_TOTAL = {Runtime.ORT_CPU: "= process tensor memory", Runtime.TORCH_CPU: "= process tensor memory"}
+_EXPLAIN: dict[Runtime, dict[DevicePart, str]] = {
+    Runtime.ORT_CPU: {
+        DevicePart.TENSORS: "buffers its plan holds at the peak",
+        DevicePart.RESIDENT: "the file's initializers, the inputs",
+        DevicePart.ALLOCATOR: "arena rounding, chunks handed out whole",
+        DevicePart.SCRATCH: "kernel scratch (im2col, Where)"},
+    Runtime.ORT_CUDA: {
+        DevicePart.TENSORS: "buffers its plan holds at the peak",
+        DevicePart.RESIDENT: "initializers and inputs",
+        DevicePart.ALLOCATOR: "rounding, unused region space",
+        DevicePart.CONTEXT: "CUDA context"},
+    Runtime.TORCH_CUDA: {
+        DevicePart.TENSORS: "graphmem's live tensors",
+        DevicePart.ALLOCATOR: "segments less tensors and workspaces",
+        DevicePart.CONTEXT: "CUDA context, cuBLAS workspaces"},
+    Runtime.TORCH_CPU: {
+        DevicePart.TENSORS: "graphmem's live tensors",
+        DevicePart.RESIDENT: "parameters, buffers, optimizer state, inputs",
+        DevicePart.SCRATCH: "the running kernel's scratch (oneDNN copies)"},
 }
+_WEIGHTS_POOL = "prepacked MatMul/Gemm weights, small initializers"
 
 
 def print_runtime(analysis: Analysis, console: Console) -> None:
@@ -46,24 +56,20 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
         if note:
             console.print(f"[yellow]runtime:[/] {markup_text(note)}")
         return
-    peak, tensors, resident, overhead, context, total = _EXPLAIN.get(
-        estimate.runtime, ("",) * 5 + ("= device total",))
-    table = Table(title=f"runtime: {_LABELS.get(estimate.runtime, estimate.runtime)}",
+    runtime = Runtime(estimate.runtime)
+    explain = _EXPLAIN[runtime]
+    table = Table(title=f"runtime: {runtime_title(runtime)}",
                   show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column()
-    table.add_row("runtime peak", format_bytes(estimate.runtime_peak_bytes), peak)
-    table.add_row("tensors at peak", format_bytes(estimate.tensors_at_peak_bytes), tensors)
-    if estimate.runtime_weights_bytes:
-        table.add_row("+ weights in the arena", format_bytes(estimate.runtime_weights_bytes),
-                      "prepacked MatMul/Gemm weights, small initializers")
-    if estimate.resident_bytes:
-        table.add_row("+ weights and inputs", format_bytes(estimate.resident_bytes), resident)
-    table.add_row("+ allocator overhead", format_bytes(estimate.allocator_overhead_bytes),
-                  overhead)
-    table.add_row(f"+ {estimate.workspace_label}",
-                  format_bytes(estimate.context_bytes + estimate.workspace_bytes), context)
+    table.add_row("runtime peak", format_bytes(estimate.runtime_peak_bytes), _PEAK[runtime])
+    for index, part in enumerate(runtime_parts(estimate)):
+        why = _WEIGHTS_POOL if part.part is DevicePart.RUNTIME_WEIGHTS else explain.get(
+            part.part, "")
+        table.add_row(("+ " if index else "") + part_label(part),
+                      format_bytes(int(part.size_bytes)), why)
+    total = _TOTAL.get(runtime, "= device total (nvidia-smi)")
     if estimate.satisfied is False:  # the GPU runs out: the total is what the run would need
         total = "= device total (demand)"
     table.add_row(total, format_bytes(estimate.device_total_bytes), _capacity(analysis))
@@ -73,8 +79,9 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
     elif estimate.failure:
         console.print(f"[red]{markup_text(estimate.failure)}[/]")
     fit = analysis.fit
-    if fit is not None and fit.runtime == estimate.runtime and fit.caveat:
-        console.print(f"[dim]verdict on this device total; {markup_text(fit.caveat)}[/]")
+    if fit is not None and fit.runtime == estimate.runtime and fit.caveat is not None:
+        caveat = markup_text(caveat_text(fit.caveat))
+        console.print(f"[dim]verdict on this device total; {caveat}[/]")
 
 
 def _capacity(analysis: Analysis) -> str:

@@ -7,7 +7,9 @@ imports them for running. The result is a typed `MeasuredRun`.
 How it measures (onnxruntime 1.31, checked by experiment; see README "Check the numbers"):
 - one `InferenceSession.run` with `SessionOptions.enable_profiling`, in a child process under
   a time and memory limit (ort_child.py), the profile written to a temporary folder (never
-  the user's) and deleted after reading, whatever became of the child;
+  the user's) and deleted after reading, whatever became of the child; the child reads the
+  model file itself (`runnable_bytes`), so the weights are held only under its limit and no
+  copy of the model is written;
 - every node event (`"cat": "Node"`, name `<node>_kernel_time`) carries the memory statistics
   of the execution provider's arena after the kernel ran: `mem_bytes_in_use`, `mem_in_use_peak`
   (the arena's high-water mark since the session was created, never reset between runs: so
@@ -24,6 +26,7 @@ How it measures (onnxruntime 1.31, checked by experiment; see README "Check the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -31,7 +34,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,8 +77,9 @@ OPTIMIZATION_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 _KERNEL_SUFFIX = "_kernel_time"
-# what the run's temporary folder holds for ort_child.py, and what it writes back
-REQUEST_FILE, RESULT_FILE, MODEL_FILE = "request.json", "result.json", "model.onnx"
+# what the run's temporary folder holds for ort_child.py, and what it writes back (the model is
+# read by the child from the user's file: runnable_bytes)
+REQUEST_FILE, RESULT_FILE = "request.json", "result.json"
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ class MeasuredRun:
 def check_external_data(path: Path, model: onnx.ModelProto | None = None) -> tuple[Path, ...]:
     """Every external data file the model references is a regular file inside the model's
     folder (onnx_untrusted.safe_data_file), exists and is long enough; returns the files."""
-    model = model if model is not None else _load_proto(path)
+    model = model if model is not None else _load_proto(path, weights=False)
     files: list[Path] = []
     for label, tensor in external_tensors(model):
         data_file = safe_data_file(path, label, tensor)
@@ -220,6 +225,15 @@ class RunLimits:
             return self.memory_bytes
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
 
+    @property
+    def child_bytes(self) -> int:
+        """The child's address space: the limit, or the one this process runs under where
+        lower (it binds the child too)."""
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard == resource.RLIM_INFINITY:
+            return self.address_space_bytes
+        return min(self.address_space_bytes, hard)
+
 
 def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
              optimization: str = "disabled", threads: int | None = None,
@@ -231,7 +245,7 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
     `device_used` (a GPU run): the device's used memory, read in the child after the run with
     the session still alive, is `device_used_bytes`. `arena_extend`: the arena's extend
     strategy, "next-power-of-two" (onnxruntime's default) or "same-as-requested"."""
-    model = _load_proto(path)
+    model = _load_proto(path, weights=False)
     data_files = check_external_data(path, model)
     check_loop_trips(model)
     too_wide = session_outputs_refusal(model)
@@ -245,22 +259,41 @@ def run_onnx(path: Path, inputs: Sequence[InputSpec], provider: str = "cpu",
         # A newer onnx stamps a newer IR version than onnxruntime reads; the graph is the same.
         notes.append(f"the model's IR version {model.ir_version} was lowered to {supported}"
                      f" (the highest onnxruntime {ort.__version__} reads) for the run")
-        model.ir_version = supported
+    del model
     request = {
-        "label": str(path), "optimization": optimization, "threads": threads, "seed": seed,
+        "label": str(path), "model": str(path.resolve()), "ir_version": supported,
+        "optimization": optimization, "threads": threads, "seed": seed,
         "provider": provider, "providers": _providers(provider),
         "data_folder": str(path.parent.resolve()) if data_files else None,
         "inputs": [[s.name, list(s.shape), s.dtype, s.high] for s in inputs],
         "device_used": device_used, "arena_extend": arena_extend,
     }
-    with tempfile.TemporaryDirectory(prefix="graphmem-verify-") as folder:
-        (Path(folder) / MODEL_FILE).write_bytes(model.SerializeToString())
-        del model
+    with _terminate_as_interrupt(), tempfile.TemporaryDirectory(
+            prefix="graphmem-verify-") as folder:
         events, used = _bounded_run(Path(folder), request, limits or RunLimits(), path)
     nodes = _measured_nodes(events, PROVIDERS[provider], path)
     return MeasuredRun(ort_version=ort.__version__, provider=PROVIDERS[provider],
                        optimization=optimization, threads=threads, nodes=nodes,
                        notes=tuple(notes), device_used_bytes=used)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While the child runs, SIGTERM ends verify as Ctrl-C does (exit 2, "interrupted"): the
+    child is killed and the run folder removed, where Python's default for SIGTERM would end
+    the process at once and leave both behind. Only the main thread can take a signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
@@ -269,10 +302,7 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
     read (None unless asked), or one error line: what the child reported, or how it ended
     (killed past the time limit, out of memory, crashed)."""
     (folder / REQUEST_FILE).write_text(json.dumps(request))
-    memory = limits.address_space_bytes
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    if hard != resource.RLIM_INFINITY:  # a limit this process runs under binds the child too
-        memory = min(memory, hard)
+    memory = limits.child_bytes
 
     # CUDA reserves virtual address space far beyond what it uses (a context fails to start
     # under an address-space limit): a GPU run is bounded by its time limit only
@@ -292,9 +322,11 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit_child)
     try:
         code = child.wait(limits.time_s)
-    except subprocess.TimeoutExpired:
+    except BaseException as stopped:  # the time limit, Ctrl-C, SIGTERM: the child goes too
         child.kill()
         child.wait()
+        if not isinstance(stopped, subprocess.TimeoutExpired):
+            raise
         raise GraphmemError(
             f"onnxruntime ran {path} for more than verify's time limit of {limits.time_s:g} s"
             " and was stopped (a Loop that never ends, or a model too slow for this machine):"
@@ -303,7 +335,7 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
     result = json.loads(result_file.read_text()) if result_file.is_file() else {}
     if "error" in result:
         error = str(result["error"])
-        if "alloc" in error.lower():
+        if "alloc" in error.lower() or "out of memory" in error:
             error += f" (verify's memory limit is {format_bytes(memory)}: --memory-limit)"
         raise GraphmemError(error)
     if code != 0 or "profile" not in result:
@@ -423,18 +455,22 @@ def _shape(entry: dict[str, list[int]]) -> tuple[int, ...]:
 # ----- helpers -----------------------------------------------------------------------------
 
 
-def _load_proto(path: Path) -> onnx.ModelProto:
+def _load_proto(path: Path, weights: bool = True) -> onnx.ModelProto:
     """The model file's protobuf, its external references kept (checked before a run), the
-    graph validated (onnx_untrusted.py)."""
+    graph validated (onnx_untrusted.py). `weights`: False reads it as analyze does, every
+    tensor above 64 KiB without its bytes (lean_read.py), for the checks before a run."""
     # a large file without its doc strings and unknown fields (its weights kept: they run)
     try:
-        data = read_lean_model_bytes(path, keep_tensors=True) if (
-            path.stat().st_size >= LEAN_READ_FROM_BYTES) else None
+        data = read_lean_model_bytes(path, keep_tensors=weights) if (
+            not weights or path.stat().st_size >= LEAN_READ_FROM_BYTES) else None
     except OSError:  # read_model_bytes says what is wrong with the file
         data = None
     try:
         model = parse_model(data if data is not None else read_model_bytes(path))
     except Exception as error:  # noqa: BLE001 - protobuf and onnx raise several types
+        if isinstance(error, MemoryError) or "alloc failed" in str(error):
+            raise GraphmemError(f"reading '{path}' with its weights ran out of memory"
+                                f" ({first_line(error) or type(error).__name__})") from None
         raise GraphmemError(f"'{path}' is not a valid ONNX model ({first_line(error)})"
                             ) from None
     del data
@@ -444,3 +480,12 @@ def _load_proto(path: Path) -> onnx.ModelProto:
     return model
 
 
+def runnable_bytes(path: Path, ir_version: int | None) -> bytes:
+    """What ort_child.py hands onnxruntime: the model file read again in the child (its
+    weights, without doc strings and unknown fields), checked as before the run, its IR
+    version lowered to `ir_version` where given. Read in the child, under its memory limit:
+    the parent never holds the weights, and no copy of the model is written anywhere."""
+    model = _load_proto(path)
+    if ir_version is not None and model.ir_version > ir_version:
+        model.ir_version = ir_version
+    return model.SerializeToString()

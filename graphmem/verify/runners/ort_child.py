@@ -4,9 +4,10 @@ starts it): `python -m graphmem.verify.runners.ort_child FOLDER`.
 A model is untrusted, and running it can crash onnxruntime (a segmentation fault in native
 code), loop without end (a Loop whose condition stays true) or allocate without bound (a scan
 output that grows each iteration). So the run happens here, in a child process the caller
-starts with an address-space limit and kills past its time limit; the caller's temporary
-FOLDER (the model's bytes, the request, the profile, the result) is removed by the caller on
-every path, whatever became of this process.
+starts with an address-space limit and kills past its time limit. It reads the model file
+itself (its path is in the request), so the weights are only ever held here, under the limit;
+the caller's temporary FOLDER (the request, the profile, the result) is removed by the caller
+on every path, whatever became of this process.
 
 FOLDER/request.json says what to run; FOLDER/result.json gets {"profile": PATH} or
 {"error": MESSAGE}, MESSAGE one line for the user.
@@ -21,16 +22,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphmem.errors import first_line
+from graphmem.errors import GraphmemError, first_line
 from graphmem.frontends.onnx.ort_import import ort
 from graphmem.frontends.onnx.ort_session import quiet_onnxruntime
 from graphmem.verify.runners.onnxruntime_runner import (
-    MODEL_FILE,
     OPTIMIZATION_LEVELS,
     REQUEST_FILE,
     RESULT_FILE,
     InputSpec,
     random_feeds,
+    runnable_bytes,
 )
 
 
@@ -67,8 +68,13 @@ def _run(folder: Path, request: dict[str, Any], result: dict[str, Any]) -> str:
     ort.set_default_logger_severity(4)  # a provider that fails to load logs before we can tell
     providers = _arena_providers(request, options)
     try:
-        session = ort.InferenceSession((folder / MODEL_FILE).read_bytes(), options,
-                                       providers=providers)
+        source = runnable_bytes(Path(request["model"]), request["ir_version"])
+    except GraphmemError as error:  # out of memory, or the file changed since the checks
+        raise _RunError(str(error)) from None
+    except MemoryError:
+        raise _RunError(f"reading {label} with its weights ran out of memory") from None
+    try:
+        session = ort.InferenceSession(source, options, providers=providers)
     except Exception as error:  # noqa: BLE001 - onnxruntime raises its own types
         raise _RunError(f"onnxruntime {ort.__version__} could not load {label}"
                         f" ({first_line(error)})") from None
