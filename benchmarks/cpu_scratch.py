@@ -130,7 +130,7 @@ def predicted(row: tuple[int, ...], kernel: str, dtype: torch.dtype) -> int | No
             node.add_output(made)
     else:
         return None
-    return scratch_bytes(node, {})
+    return scratch_bytes(node, {}, torch.get_num_threads())
 
 
 def main() -> None:

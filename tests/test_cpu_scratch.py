@@ -66,9 +66,74 @@ def test_convolution_forward_of_an_image_reads_it_plain() -> None:
 
 def test_convolution_forward_pads_channels_to_the_block() -> None:
     # 8x24x8x8 -> 24 channels 1x1: X = Y = 8*24*64*4 = 49,152; blocked, 24 -> 32 channels:
-    # Xb = Yb = 65,536; W = 24*24*4 = 2,304. Peak Xb + W + Yb = 133,376; less Y = 84,224
+    # Xb = Yb = 65,536; W padded in both dims 32*32*4 = 4,096; 24 is not a multiple of 16:
+    # the bias padded, 32*4, + 128 = 256. Peak 256 + Xb + W + Yb = 135,424; less Y = 86,272
+    # (measured 86,272: +256, +65,536, +4,096, +65,536, -4,096, -65,536, -256, +49,152)
     made = conv(tensor("x", 8, 24, 8, 8), tensor("w", 24, 24, 1, 1), tensor("y", 8, 24, 8, 8))
-    assert scratch_bytes(made, {}) == 84_224
+    assert scratch_bytes(made, {}) == 86_272
+
+
+# Below oneDNN's 16-channel block: each working is a row of `python benchmarks/cpu_scratch.py
+# --toy --raw` (2 threads) or benchmarks/results/cpu_scratch.md
+
+def test_pointwise_forward_reorders_a_few_channels_to_the_block() -> None:
+    # 2x8x16x16 -> 8 channels, 1x1: the source reordered to 16 channels, Xb = 2*16*16*16*4 =
+    # 32,768 (a 3x3 kernel reads it plain); W padded to 16x16x1x1: 1,024; Yb = 32,768, Y =
+    # 16,384; 8 output channels: the padded bias 16*4 + 128 = 192. Peak 192 + Xb + W + Yb =
+    # 66,752; less Y = 50,368 (measured 50,368)
+    made = conv(tensor("x", 2, 8, 16, 16), tensor("w", 8, 8, 1, 1), tensor("y", 2, 8, 16, 16))
+    assert scratch_bytes(made, {}) == 50_368
+
+
+@pytest.mark.parametrize(("threads", "expected"), [(1, 278_656), (2, 286_848)])
+def test_strided_pointwise_copies_one_subsampled_image_per_thread(
+        threads: int, expected: int) -> None:
+    # 8x32x16x16 -> 64 channels, 1x1 stride 2: S = threads * 32*8*8*4 + 128 (8,320 at one
+    # thread, 16,512 at two), Xb = 262,144, W = 8,192, Yb = Y = 131,072. Peak S + Xb + W + Yb,
+    # less Y: 8,320 + 262,144 + 8,192 = 278,656 and 286,848 (measured 278,656 and 286,848,
+    # whatever the batch: 2x8x32x32 at one thread copies 16*16*16*4 + 128 + 192)
+    made = conv(tensor("x", 8, 32, 16, 16), tensor("w", 64, 32, 1, 1),
+                tensor("y", 8, 64, 8, 8), stride=2)
+    assert scratch_bytes(made, {}, threads) == expected
+
+
+def test_backward_data_pads_the_weights_in_both_dims() -> None:
+    # 2x3x16x16 -> 8 channels, 3x3 (forward reads the image plain): input phase GYb =
+    # 2*16*16*16*4 = 32,768, Wd = 16*16*9*4 = 9,216 (the forward's: 16*3*9*4 = 1,728), GXb =
+    # 32,768: 74,752. Weight phase GX 6,144 + GYb + GW 1,728 = 40,640. Outputs GX + GW 864 +
+    # GB 32 = 7,040: 74,752 - 7,040 = 67,712 (measured 67,712)
+    made = backward(tensor("gy", 2, 8, 16, 16), tensor("x", 2, 3, 16, 16),
+                    tensor("w", 8, 3, 3, 3))
+    assert scratch_bytes(made, {}) == 67_712
+
+
+@pytest.mark.parametrize(("threads", "expected"), [(1, 43_256), (2, 67_856)])
+def test_strided_backward_data_is_plain_beside_a_scratchpad(threads: int,
+                                                            expected: int) -> None:
+    # 2x8x16x16 -> 8 channels, 3x3 stride 2: GY = 2*8*8*8*4 = 4,096 and GX = 16,384 plain, W'
+    # = 8*16*9*4 = 4,608, oneDNN's scratchpad 12,288 + 24,600 per thread (36,888 at one
+    # thread, 61,488 at two): GY + W' + GX + P = 61,976 and 86,576. Outputs GX + GW 2,304 +
+    # GB 32 = 18,720: 43,256 and 67,856 (measured 43,256 at one thread, 67,856 at two; the
+    # scratchpad is that at 16x16 inputs of 2 to 32 channels, more at larger ones: the least
+    # measured is modelled)
+    made = backward(tensor("gy", 2, 8, 8, 8), tensor("x", 2, 8, 16, 16),
+                    tensor("w", 8, 8, 3, 3), stride=2)
+    assert scratch_bytes(made, {}, threads) == expected
+
+
+def test_a_permuted_output_gradient_is_made_contiguous() -> None:
+    # the U-Net's classifier, 2x16x32x32 -> 10 channels 1x1, gy a permute of a [2, 32, 32, 10]
+    # gradient (log_softmax's over the channels): copied contiguous first, GY = 2*10*32*32*4 =
+    # 81,920, held to the end. Weight phase: GY + GX 131,072 + GYb (10 -> 16 channels)
+    # 131,072 + Xb 131,072 + GWb 16*16*4 = 1,024: 476,160; less the outputs GX + GW 640 + GB
+    # 40 = 131,752: 344,408 (measured 366,336: backward-weights' scratchpad, 21,888 B, and a
+    # second bias gradient, 40 B, not modelled)
+    source = tensor("g", 2, 32, 32, 10)
+    gy = tensor("gy", 2, 10, 32, 32)
+    node("aten.permute.default", [source], [gy])
+    gy.alias_of = source
+    made = backward(gy, tensor("x", 2, 16, 32, 32), tensor("w", 10, 16, 1, 1))
+    assert scratch_bytes(made, {}) == 344_408
 
 
 def test_convolution_backward_dense() -> None:
@@ -205,3 +270,26 @@ def test_analyze_shows_the_scratch_as_its_own_line() -> None:
     console = Console(record=True, width=100)
     print_runtime(analysis, console)
     assert "kernels' scratch" in console.export_text()
+
+
+@pytest.mark.parametrize(("threads", "kernel", "expected"), [
+    # 2x16x8x8 -> 8 channels 3x3, channels-last: Y = 2*8*8*8*4 = 4,096 (returned); the
+    # scratchpad 4,096 + 4,120 per thread (8,216 at one, 12,336 at two) and the weights padded
+    # to 16 output channels, 16*16*9*4 = 9,216: 17,432 and 21,552 (measured 17,432, 21,552)
+    (1, 3, 17_432), (2, 3, 21_552),
+    # 1x1: at one thread neither (measured 0); at two 12,336 + 16*16*4 = 13,360 (measured
+    # 13,360 for 16 -> 2 channels; 16 -> 8 here pads the same)
+    (1, 1, 0), (2, 1, 13_360)])
+def test_channels_last_forward_scratchpad_per_thread(threads: int, kernel: int,
+                                                      expected: int) -> None:
+    made = conv(tensor("x", 2, 16, 8, 8), tensor("w", 8, 16, kernel, kernel),
+                tensor("y", 2, 8, 8, 8), channels_last=1)
+    assert scratch_bytes(made, {}, threads) == expected
+
+
+def test_channels_last_depthwise_forward_copies_its_weights() -> None:
+    # 8 channels 3x3 depthwise, channels-last: the weights with channels padded to 16,
+    # 16*9*4 = 576 (measured 576; 64 channels 7x7: 64*49*4 = 12,544, measured 12,544)
+    made = conv(tensor("x", 2, 8, 8, 8), tensor("w", 8, 1, 3, 3), tensor("y", 2, 8, 8, 8),
+                groups=8, channels_last=1)
+    assert scratch_bytes(made, {}, 2) == 576

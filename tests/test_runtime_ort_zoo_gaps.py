@@ -16,7 +16,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem.core.ir import DType, Graph, Node, Role, Value
+from graphmem.core.symbolic import SymInt
 from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
+from graphmem.runtime_models.data_bounds import data_bounds
 from tests.helpers.ort import measure_all
 
 F32 = TensorProto.FLOAT
@@ -104,3 +107,54 @@ def test_conv_transpose_prepacks_its_filter_and_takes_a_column_buffer(tmp_path: 
     onnx.save(model, path)
     predicted, measured = measure_all(path, None, "disabled")
     assert predicted == measured == 4096 + 32768 + 16384, (predicted, measured)
+
+
+def _routed(tmp_path: Path, threshold: float) -> Path:
+    # x [1024] fp32 and a table [1024, 64] fp32 (the caller's); m = x > threshold [1024] bool;
+    # i = NonZero(m) [1, n] int64, n known only at run time, at most 1,024 (m's elements);
+    # g = Gather(table, Squeeze(i)) [n, 64]; y = ReduceSum(-g): an expert's routed tokens
+    nodes = [helper.make_node("Greater", ["x", "t"], ["m"]),
+             helper.make_node("NonZero", ["m"], ["i"]),
+             helper.make_node("Squeeze", ["i", "ax"], ["s"]),
+             helper.make_node("Gather", ["table", "s"], ["g"], axis=0),
+             helper.make_node("Neg", ["g"], ["h"]),
+             helper.make_node("ReduceSum", ["h"], ["y"], keepdims=0)]
+    inputs = [helper.make_tensor_value_info("x", F32, [1024]),
+              helper.make_tensor_value_info("table", F32, [1024, 64])]
+    constants = [numpy_helper.from_array(np.array(threshold, np.float32), "t"),
+                 _ints([0], "ax")]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(
+        "y", F32, [])], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "routed.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_a_nonzero_output_is_bounded_by_its_inputs_elements() -> None:
+    # NonZero of a [2, 32] mask -> [2, n]: n at most 2 * 32 = 64
+    mask = Value("m", DType.BOOL, (SymInt.const(2), SymInt.const(32)), Role.ACTIVATION)
+    node = Node("nz", "NonZero", [mask], [])
+    node.add_output(Value("i", DType.INT64, (SymInt.const(2), SymInt.symbol("n")),
+                          Role.ACTIVATION))
+    graph = Graph("g", [], {}, [mask], [])
+    graph.add_node(node)
+    bounds = data_bounds(graph, {})
+    assert bounds.bound == {"n": 64}
+    assert "upper bound" in bounds.note() and "n=64" in bounds.note()
+    assert data_bounds(graph, {"n": 5}).bound == {}  # a dim the user bound stays theirs
+
+
+@pytest.mark.ort
+@pytest.mark.slow
+@pytest.mark.parametrize(("threshold", "exact"), [(-1e30, True), (0.0, False)])
+def test_nonzero_sized_tensors_are_planned_at_their_bound(
+        tmp_path: Path, threshold: float, exact: bool) -> None:
+    # every element nonzero (threshold -1e30): n = 1,024, g and h [1024, 64] fp32, 256 KiB
+    # each: the bound is what runs. About half nonzero (randn > 0): n near 512, onnxruntime
+    # takes less and graphmem's plan (at n = 1,024) is an upper bound
+    path = _routed(tmp_path, threshold)
+    predicted, measured = measure_all(path, None, "disabled")
+    assert predicted >= measured, (predicted, measured)
+    assert (predicted == measured) is exact, (predicted, measured)

@@ -128,8 +128,9 @@ GENERAL: tuple[Option, ...] = (
             " kNextPowerOfTwo; same-as-requested: kSameAsRequested)",
             choices=tuple(str(e) for e in ArenaExtend),
             cli_default=str(ArenaExtend.NEXT_POWER_OF_TWO)),
-    _option("threads", "runtime", "ort-cpu: onnxruntime's intra-op threads (default: one per"
-            " core)", parse=int, metavar="N"),
+    _option("threads", "runtime", "ort-cpu: onnxruntime's intra-op threads; torch-cpu:"
+            " PyTorch's (oneDNN keeps some scratch per thread); default: one per core",
+            parse=int, metavar="N"),
     _option("sweep", "sweep", "peak, fit, latency and throughput at each value of a dim, e.g."
             " batch=1,2,4,...,256 (ONNX models)", metavar="DIM=VALUES"),
 )

@@ -19,6 +19,7 @@ from graphmem.pipeline.request import Request
 from graphmem.pipeline.verdict import with_verdict
 from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaExtend
+from graphmem.runtime_models.data_bounds import data_bounds
 from graphmem.runtime_models.select import check_runtime, default_runtime
 
 __all__ = ["AUTO_OPTIMIZE_INITIALIZER_BYTES", "runtime_estimate", "with_runtime",
@@ -50,9 +51,13 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
     """The analysis with `runtime` set; unchanged when no runtime applies or dims are free."""
     if runtime is None:
         return analysis
-    if analysis.dims.free:
+    free = analysis.dims.free
+    if runtime == "ort-cpu":  # it plans NonZero's sizes at their bound (data_bounds.py)
+        data_sized = data_bounds(analysis.graph, analysis.dims.bound).bound
+        free = tuple(dim for dim in free if dim not in data_sized)
+    if free:
         return dataclasses.replace(analysis, runtime_note=(
-            f"--runtime {runtime} needs every dim bound (free: {', '.join(analysis.dims.free)});"
+            f"--runtime {runtime} needs every dim bound (free: {', '.join(free)});"
             " bind them with --batch/--dim"))
     result = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
                               ort_optimization, arena_extend)

@@ -145,8 +145,9 @@ def _scratch_notes(estimate: RuntimeEstimate, largest: LargestScratch) -> tuple[
         f" {format_bytes(estimate.workspace_bytes)}; the largest kernel scratch is"
         f" {format_bytes(largest.bytes)} ({largest.node})",
         "kernels' scratch: oneDNN's blocked copies in convolutions and their backward, batch"
-        " norm backward's temporary (graphmem/runtime_models/torch_cpu.py); oneDNN's"
-        " scratchpads and the allocator's own memory not modelled",
+        " norm backward's temporary, the scratchpads of a strided input gradient and of a"
+        " channels-last forward (graphmem/runtime_models/torch_cpu.py); other oneDNN"
+        " scratchpads (a weight gradient's) and the allocator's own memory not modelled",
     )
 
 

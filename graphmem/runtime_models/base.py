@@ -13,6 +13,7 @@ here reads a file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -184,3 +185,12 @@ class RuntimeModel(Protocol):
         """One clear GraphmemError line for an input this runtime cannot model."""
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate: ...
+
+
+def default_threads() -> int:
+    """onnxruntime's default intra-op pool: one thread per core this process may use (PyTorch's
+    too where each core runs one thread)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

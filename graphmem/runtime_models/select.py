@@ -13,7 +13,6 @@ A new runtime is one class here and one entry in MODELS.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -29,7 +28,9 @@ from graphmem.runtime_models.base import (
     RuntimeContext,
     RuntimeEstimate,
     RuntimeModel,
+    default_threads,
 )
+from graphmem.runtime_models.data_bounds import data_bounds
 from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
 from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
 from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
@@ -81,20 +82,26 @@ class OrtCpu(_Model):
         weights, the graph as written above."""
         threads = context.threads or default_threads()
         optimized, note = _optimized(context)
+        written = data_bounds(context.graph, context.dims.bound)
+        context = _bounded(context, written.bound)  # NonZero's sizes at their bound
         if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
             graph = optimized.graph
+            bounds = data_bounds(graph, context.dims.bound)
+            dims = _bounded(context, bounds.bound).dims
             # a tensor whose shape the optimized graph's inference lost: the same tensor
             # of the graph as written, else an estimate (ort_sizes.py), never 0 B silently
-            fill = fill_unknown_sizes(graph, value_bytes(graph, context.dims),
-                                      lambda: _sizes(context))
-            return ort_cpu_estimate(graph, fill.sizes, threads, context.dims.bound,
+            fill = fill_unknown_sizes(graph, value_bytes(graph, dims), lambda: _sizes(context))
+            return ort_cpu_estimate(graph, fill.sizes, threads, dims.bound,
                                     optimized.plan_shapes, context.resident_bytes,
-                                    order=graph.nodes, graph_note=_joined(note, fill.note()),
+                                    order=graph.nodes, graph_note=_joined(
+                                        note, fill.note(),
+                                        (bounds if bounds.bound else written).note()),
                                     extend=context.ort_arena_extend)
         fill = fill_unknown_sizes(context.graph, _sizes(context))
         return ort_cpu_estimate(context.graph, fill.sizes, threads,
                                 context.dims.bound, _plan_shapes(context),
-                                context.resident_bytes, graph_note=_joined(note, fill.note()),
+                                context.resident_bytes,
+                                graph_note=_joined(note, fill.note(), written.note()),
                                 extend=context.ort_arena_extend)
 
 
@@ -175,14 +182,6 @@ def estimate(runtime: str, context: RuntimeContext) -> RuntimeEstimate:
     return model_of(runtime).estimate(context)
 
 
-def default_threads() -> int:
-    """onnxruntime's default intra-op pool: one thread per core this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _sizes(context: RuntimeContext) -> Mapping[str, SymInt | None]:
     """The analysed graph's value sizes at the context's dims: the caller's, else bound here."""
     if context.sizes is not None:
@@ -199,6 +198,16 @@ def _plan_shapes(context: RuntimeContext) -> Mapping[str, PlanShape | None] | No
     not a copy: the plan made from it is kept per graph and mapping (graph_cache.py)."""
     source = context.ort_source
     return None if source is None else source.plan_shapes()
+
+
+def _bounded(context: RuntimeContext, bound: Mapping[str, int]) -> RuntimeContext:
+    """`context` with `bound` dims bound too (its sizes found again where any is new)."""
+    if not bound:
+        return context
+    dims = context.dims
+    bound_dims = replace(dims, bound={**dims.bound, **bound},
+                         free=tuple(d for d in dims.free if d not in bound))
+    return replace(context, dims=bound_dims, sizes=None)
 
 
 def _optimized(context: RuntimeContext) -> tuple[OptimizedOrtGraph | None, str]:

@@ -11,7 +11,8 @@ Each rule below is the kernel's own sequence of allocations and frees (+bytes / 
 order), as measured with `python benchmarks/cpu_scratch.py --raw` (torch 2.13, oneDNN 3.12,
 AVX-512, fp32; benchmarks/results/cpu_scratch.md). Its scratch is the running peak of that
 sequence less what the kernel returns. oneDNN's own scratchpads (tens of KiB) and the
-bf16 paths' other layouts are not modelled.
+bf16 paths' other layouts are not modelled, but for the measured constant ones (a strided
+backward-data's, a channels-last forward's).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from graphmem.runtime_models.base import (
     Runtime,
     RuntimeContext,
     RuntimeEstimate,
+    default_threads,
 )
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
@@ -41,6 +43,29 @@ Dims = Mapping[str, int]
 Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel call, in order
 
 
+# Measured below oneDNN's block (benchmarks/results/cpu_scratch.md, "Below oneDNN's 16-channel
+# block"): a forward whose output channels are not a multiple of 16 takes a bias padded to the
+# block + 128 B while it runs (2, 4 or 8 channels fp32: 16 * 4 + 128 = 192; 24: 32 * 4 + 128 =
+# 256), whatever the kernel or stride; a strided 1x1 forward copies its
+# subsampled source, blocked, one image per thread, plus 128 B (oneDNN's reduce-to-unit-stride
+# copy: 16 -> 16 channels, 8x8 out, fp32, 2 threads: 2 * 16 * 8 * 8 * 4 + 128 = 8,320; 32 -> 64
+# channels at 1 thread: 32 * 8 * 8 * 4 + 128 = 8,320, at 2: 16,512, whatever the batch); a
+# strided dense backward-data computes the input gradient plain with a scratchpad of at least
+# 12,288 B + 24,600 B per thread (exactly that at 16x16 inputs of 2 to 32 channels, batch 2 and
+# 8: 36,888 B at one thread, 61,488 at two; 94,256 and 127,024 at two threads for larger
+# inputs: the least measured is taken).
+ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured)
+# A channels-last dense forward takes a scratchpad of 4,096 B + 4,120 B per thread (8,216 B at
+# one thread, 12,336 at two, whatever the batch, channels, image or kernel: 2 to 64 channels,
+# 1x1 to 3x3, batch 2 and 8) and its weights padded to 16 output channels; a 1x1 kernel at one
+# thread neither (another oneDNN kernel). A channels-last depthwise one copies its weights,
+# channels padded to 16 (8 channels 3x3: 16 * 9 * 4 = 576 B).
+CHANNELS_LAST_SCRATCHPAD_BYTES = 4_096
+CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES = 4_120
+STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES = 12_288
+STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES = 24_600
+
+
 @dataclass(frozen=True)
 class Conv:
     """A convolution's operands in bytes at bound dims, plain and in oneDNN's blocked layout."""
@@ -50,12 +75,20 @@ class Conv:
     weight_bytes: int
     blocked_input_bytes: int  # channels padded to BLOCK
     blocked_output_bytes: int
-    blocked_weight_bytes: int  # input channels padded where the input is kept plain
-    plain_input: bool  # a few input channels (an image): oneDNN reads NCHW directly
+    # the weights as the forward and the weight gradient hold them: output channels padded
+    # where the input is read plain, both channel dims where it is blocked
+    blocked_weight_bytes: int
+    data_weight_bytes: int  # the weights as backward-data holds them: both dims padded
+    output_padded_weight_bytes: int  # output channels padded (channels-last forward)
+    strided_data_weight_bytes: int  # ... and a strided one: input channels padded
+    plain_input: bool  # a kxk kernel (k > 1) on fewer than 16 input channels reads NCHW
     depthwise: bool
+    dense: bool  # groups == 1
     kernel_area: int
     strided: bool
     channels_last: bool
+    padded_bias_bytes: int  # where output channels are not a multiple of BLOCK (dense)
+    subsampled_image_bytes: int  # one image of the strided 1x1's source, subsampled, blocked
 
 
 def _padded(channels: int) -> int:
@@ -70,56 +103,85 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
     """Operands of a 2-D convolution `x` (N, Cin, H, W) * `w` (Cout, Cin/g, kh, kw) -> `y`."""
     groups = node.attr_int("groups", 1)
     assert x.shape is not None and w.shape is not None, node.describe()  # _is_conv2d's
+    assert y.shape is not None, node.describe()
     c_in, c_out = size_at(x.shape[1], dims), size_at(w.shape[0], dims)
     kernel_area = size_at(w.shape[2], dims) * size_at(w.shape[3], dims)
     x_bytes, y_bytes, w_bytes = _bytes(x, dims), _bytes(y, dims), _bytes(w, dims)
-    plain_input = groups == 1 and c_in < BLOCK
+    dense = groups == 1
+    plain_input = dense and c_in < BLOCK and kernel_area > 1
+    both = w_bytes * _padded(c_in) * _padded(c_out) // (c_in * c_out) if dense else w_bytes
     stride = node.attr_ints("stride", (1,))
+    out_area = size_at(y.shape[2], dims) * size_at(y.shape[3], dims)
+    item = x.dtype.bits // 8 if x.dtype.has_known_size else 4
     return Conv(
         input_bytes=x_bytes, output_bytes=y_bytes, weight_bytes=w_bytes,
         blocked_input_bytes=x_bytes * _padded(c_in) // c_in,
         blocked_output_bytes=y_bytes * _padded(c_out) // c_out,
-        blocked_weight_bytes=w_bytes * _padded(c_in) // c_in if plain_input else w_bytes,
+        blocked_weight_bytes=w_bytes * _padded(c_out) // c_out if plain_input else both,
+        data_weight_bytes=both,
+        output_padded_weight_bytes=w_bytes * _padded(c_out) // c_out,
+        strided_data_weight_bytes=w_bytes * _padded(c_in) // c_in if dense else w_bytes,
         plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
-        kernel_area=kernel_area, strided=any(s > 1 for s in stride),
-        channels_last=bool(node.attributes.get("channels_last", 0)))
+        dense=dense, kernel_area=kernel_area, strided=any(s > 1 for s in stride),
+        channels_last=bool(node.attributes.get("channels_last", 0)),
+        padded_bias_bytes=_padded(c_out) * item if dense and c_out % BLOCK else 0,
+        subsampled_image_bytes=_padded(c_in) * out_area * item)
 
 
 def _is_conv2d(node: Node) -> bool:
     inputs = node.inputs
     return (not node.attributes.get("transposed", 0) and len(inputs) >= 2
             and all(v is not None and v.shape is not None and len(v.shape) == 4
-                    for v in inputs[:2]))
+                    for v in inputs[:2]) and bool(node.outputs))
 
 
-def convolution(node: Node, dims: Dims) -> Allocations:
+def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     """aten.convolution (x, w, b) -> y, NCHW: x and w reordered to blocked copies, y computed
     blocked, then copied out plain.
-        [+Xb, +Wb, +Yb, -Wb, -Xb, +Y, -Yb]   (an image's few channels: no +Xb / -Xb)
+        [+O, +S, +Xb, +Wb, +Yb, -Wb, -Xb, -S, -O, +Y, -Yb]
+    Xb: none where a kxk kernel reads fewer than 16 channels plain (a 1x1 kernel reorders
+    them); O: the bias padded to 16 + 128 B where Cout is not a multiple of 16; S: a strided
+    1x1's subsampled source, one blocked image per thread + 128 B.
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32: Xb = Y = Yb = 524,288, Wb = 9,216:
     peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504)."""
-    if not _is_conv2d(node) or not node.outputs:
+    if not _is_conv2d(node):
         return []
     x, w = node.inputs[0], node.inputs[1]
     assert x is not None and w is not None
     c = _conv(node, x, w, node.outputs[0], dims)
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
-        return [c.output_bytes]
+        return _channels_last_forward(c, threads)
     xb = 0 if c.plain_input else c.blocked_input_bytes
-    return [xb, c.weight_bytes, c.blocked_output_bytes, -c.weight_bytes, -xb,
-            c.output_bytes, -c.blocked_output_bytes]
+    odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes else 0
+    copy = (threads * c.subsampled_image_bytes + ONEDNN_EXTRA_BYTES
+            if c.dense and c.strided and c.kernel_area == 1 else 0)
+    return [odd, copy, xb, c.blocked_weight_bytes, c.blocked_output_bytes,
+            -c.blocked_weight_bytes, -xb, -copy, -odd, c.output_bytes, -c.blocked_output_bytes]
 
 
-def convolution_backward(node: Node, dims: Dims) -> Allocations:
+def _channels_last_forward(c: Conv, threads: int) -> Allocations:
+    """[+Y, +P, +W', -W', -P]: P the scratchpad (dense only), W' the weights padded to 16
+    output channels; [+Y] for a 1x1 kernel at one thread."""
+    w = c.output_padded_weight_bytes
+    if c.depthwise:
+        return [c.output_bytes, w, -w]
+    if not c.dense or (c.kernel_area == 1 and threads == 1):
+        return [c.output_bytes]
+    pad = CHANNELS_LAST_SCRATCHPAD_BYTES + CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES * threads
+    return [c.output_bytes, pad, w, -w, -pad]
+
+
+def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     """aten.convolution_backward (gy, x, w) -> (gx, gw, gb), as output_mask asks.
 
-    Input gradient, NCHW: [+GYb, +Wb, +GXb, -Wb, -GYb, +GX, -GXb]; a strided dense one copies
-    GX once more on the way out ([+GX, +GX, -GX, -GXb]). Weight gradient, NCHW: [+GYb, +Xb,
-    +GWb, +F, -F, -GYb, -Xb, +GW, -GWb], F a 16-bit gradient's fp32 accumulator (an image's
-    input read plain: no Xb; a depthwise kernel larger than 3x3: computed on the plain
-    tensors, no copies). Channels-last: no reorders; a depthwise weight gradient (kernel >
-    3x3) takes 256 weight-sized slices (and in 16 bits as many fp32 ones), then copies
-    itself out ([+GX, +slices, +F, -F, +GW, +GW, -GW, -slices]).
+    Input gradient, NCHW: [+GYb, +Wd, +GXb, -Wd, -GYb, +GX, -GXb] (Wd: both channel dims
+    padded); strided (not depthwise): computed plain beside oneDNN's scratchpad P, then copied
+    out twice: [+GY, +W', +GX, +P, -P, -W', -GY, +GX, +GX, -GX, -GX] (W': input channels
+    padded). Weight gradient, NCHW: [+GYb, +Xb, +GWb, +F, -F, -GYb, -Xb, +GW, -GWb], F a
+    16-bit gradient's fp32 accumulator (an input read plain: no Xb; a depthwise kernel larger
+    than 3x3: computed on the plain tensors, no copies). Channels-last: no reorders; a
+    depthwise weight gradient (kernel > 3x3) takes 256 weight-sized slices (and in 16 bits as
+    many fp32 ones), then copies itself out ([+GX, +slices, +F, -F, +GW, +GW, -GW, -slices]).
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient): GYb = GXb = GX = Xb =
     524,288, W = 9,216: weight phase peak GX + GYb + Xb + GW = 1,582,080 + GB 64, less the
     outputs 533,568 -> 1,048,576 B (measured 1,078,528: oneDNN's scratchpad, 29,952 B, is
@@ -131,33 +193,70 @@ def convolution_backward(node: Node, dims: Dims) -> Allocations:
     c = _conv(node, x, w, gy, dims)
     mask = node.attr_ints("output_mask", (1, 1, 1))
     grad_input, grad_weight = bool(mask[0]), bool(mask[1])
-    gw = c.weight_bytes
     if c.channels_last:
-        blocked: Allocations = [c.input_bytes] if grad_input else []
-        if grad_weight:
-            slices = DEPTHWISE_WEIGHT_SLICES * gw if c.depthwise and c.kernel_area > 9 else 0
-            accumulate = _fp32_copy(slices, w)
-            # the slices, the fp32 scratchpad (bf16), the gradient, then its plain copy
-            blocked += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
-        return blocked
-    steps: Allocations = []
-    if grad_input:
-        # an image's strided input gradient is computed plain (measured 3 -> 64, 7x7 s2)
-        gxb = c.input_bytes if c.plain_input and c.strided else c.blocked_input_bytes
-        steps += [c.blocked_output_bytes, c.blocked_weight_bytes, gxb,
-                  -c.blocked_weight_bytes, -c.blocked_output_bytes, c.input_bytes]
-        if c.strided and not c.depthwise:
-            steps += [c.input_bytes, -c.input_bytes]
-        steps += [-gxb]
+        return _channels_last_backward(c, w, grad_input, grad_weight)
+    steps: Allocations = _input_gradient(c, threads) if grad_input else []
+    # a permuted or sliced output gradient is made contiguous first, held to the end
+    # (measured: the U-Net's classifier 1x1, gy a permute of log_softmax's gradient, 81,920 B)
+    copy = c.output_bytes if _strided_view(gy) else 0
+    steps = [copy, *steps]
     if grad_weight:
+        gw = c.weight_bytes
         if c.depthwise and c.kernel_area > 9:
             steps += [gw]
         else:
             xb = 0 if c.plain_input else c.blocked_input_bytes
+            gwb = c.blocked_weight_bytes
             accumulate = _fp32_copy(gw, w)  # bf16 / fp16: the gradient accumulated in fp32
-            steps += [c.blocked_output_bytes, xb, gw, accumulate, -accumulate,
-                      -c.blocked_output_bytes, -xb, gw, -gw]
-    return steps
+            steps += [c.blocked_output_bytes, xb, gwb, accumulate, -accumulate,
+                      -c.blocked_output_bytes, -xb, gw, -gwb]
+    return [*steps, -copy]
+
+
+def _strided_view(value: Value) -> bool:
+    """Whether `value` is a view whose elements are not contiguous: a permute that reorders
+    its input's dims, or a slice of a dim with a dim of more than one element before it
+    (shapes compared at their symbolic sizes)."""
+    maker = value.producer
+    if value.alias_of is None or maker is None or not maker.inputs:
+        return False
+    source = maker.inputs[0]
+    if source is None or source.shape is None or value.shape is None:
+        return False
+    before, after = list(source.shape), list(value.shape)
+    if maker.op_type in ("aten.permute.default", "aten.transpose.int"):
+        kept = [d for d in before if d != 1]
+        return kept != [d for d in after if d != 1]
+    if maker.op_type == "aten.slice.Tensor" and len(before) == len(after):
+        cut = next((i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b != a),
+                   None)
+        return cut is not None and any(d != 1 for d in before[:cut])
+    return False
+
+
+def _input_gradient(c: Conv, threads: int) -> Allocations:
+    if c.strided and not c.depthwise:
+        # measured at 2 to 64 channels (and an image's 3 -> 64, 7x7 s2): plain, no reorders
+        gy, gx = c.output_bytes, c.input_bytes
+        weight = c.strided_data_weight_bytes
+        pad = (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
+               + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
+        return [gy, weight, gx, pad, -pad, -weight, -gy, gx, gx, -gx, -gx]
+    return [c.blocked_output_bytes, c.data_weight_bytes, c.blocked_input_bytes,
+            -c.data_weight_bytes, -c.blocked_output_bytes, c.input_bytes,
+            -c.blocked_input_bytes]
+
+
+def _channels_last_backward(c: Conv, w: Value, grad_input: bool,
+                            grad_weight: bool) -> Allocations:
+    blocked: Allocations = [c.input_bytes] if grad_input else []
+    if grad_weight:
+        gw = c.weight_bytes
+        slices = DEPTHWISE_WEIGHT_SLICES * gw if c.depthwise and c.kernel_area > 9 else 0
+        accumulate = _fp32_copy(slices, w)
+        # the slices, the fp32 scratchpad (bf16), the gradient, then its plain copy
+        blocked += [slices, accumulate, -accumulate, gw, gw, -gw, -slices]
+    return blocked
 
 
 def _fp32_copy(nbytes: int, like: Value) -> int:
@@ -168,7 +267,7 @@ def _fp32_copy(nbytes: int, like: Value) -> int:
     return nbytes * 32 // bits if bits < 32 else 0
 
 
-def batch_norm_backward(node: Node, dims: Dims) -> Allocations:
+def batch_norm_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     """aten.native_batch_norm_backward (gy, x, ...) -> (gx, gw, gb): one temporary the size
     of x besides its outputs. e.g. x 8x64x32x32 fp32: [+GX 2,097,152, +256, +256,
     +2,097,152, -2,097,152] -> 2,097,152 B of scratch (measured 2,097,152)."""
@@ -177,20 +276,21 @@ def batch_norm_backward(node: Node, dims: Dims) -> Allocations:
     return [*made, _bytes(x, dims), -_bytes(x, dims)]
 
 
-RULES: dict[str, Callable[[Node, Dims], Allocations]] = {
+RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {
     "aten.convolution.default": convolution,
     "aten.convolution_backward.default": convolution_backward,
     "aten.native_batch_norm_backward.default": batch_norm_backward,
 }
 
 
-def scratch_bytes(node: Node, dims: Dims) -> int:
-    """How far the kernel's allocations rise above the tensors it returns while it runs."""
+def scratch_bytes(node: Node, dims: Dims, threads: int = 1) -> int:
+    """How far the kernel's allocations rise above the tensors it returns while it runs
+    (`threads`: PyTorch's intra-op threads; oneDNN keeps some copies per thread)."""
     rule = RULES.get(node.op_type)
     if rule is None:
         return 0
     live = peak = 0
-    for step in rule(node, dims):
+    for step in rule(node, dims, threads):
         live += step
         peak = max(peak, live)
     made = sum(_bytes(v, dims) for v in node.outputs if v.alias_of is None)
@@ -207,8 +307,8 @@ class CpuPeak:
     largest_scratch_node: str
 
 
-def cpu_peak(graph: Graph, dims: Dims,
-             sizes: Mapping[str, SymInt | None] | None = None) -> CpuPeak:
+def cpu_peak(graph: Graph, dims: Dims, sizes: Mapping[str, SymInt | None] | None = None,
+             threads: int = 1) -> CpuPeak:
     """The step in the model's order with every node's scratch added while it runs
     (`sizes`: the graph's value sizes at `dims`, where the caller has them)."""
     bound = plan_dims(graph, dims)
@@ -219,7 +319,7 @@ def cpu_peak(graph: Graph, dims: Dims,
     best = (-1, 0, 0, "")
     largest = (0, "")
     for node, live in zip(graph.nodes, during, strict=True):
-        extra = scratch_bytes(node, bound)
+        extra = scratch_bytes(node, bound, threads)
         largest = max(largest, (extra, node.name))
         best = max(best, (live + extra, live, extra, node.name))
     return CpuPeak(best[0], best[1], best[2], best[3], *largest)
@@ -228,7 +328,8 @@ def cpu_peak(graph: Graph, dims: Dims,
 def torch_cpu_estimate(context: RuntimeContext) -> RuntimeEstimate:
     """Eager PyTorch on the CPU: the live tensors' peak with each kernel's scratch added at
     its own node (the peak may move to a node whose scratch is large)."""
-    peak = cpu_peak(context.graph, context.dims.bound, context.sizes)
+    peak = cpu_peak(context.graph, context.dims.bound, context.sizes,
+                    context.threads or default_threads())
     tensors = peak.tensors_bytes - context.resident_bytes
     return RuntimeEstimate(
         runtime=Runtime.TORCH_CPU,

@@ -72,8 +72,9 @@ def flop_counter_macs(entry: ZooModel, train: bool) -> int:
 def check(entry: ZooModel, train: bool) -> ZooRow:
     specs = [parse_tensor_spec(text) for text in entry.inputs]
     # torch-cpu: the runtime `analyze` picks for a PyTorch model without --gpu
-    analysis = analyze_torch(built(entry), specs, train=train, optimizer="adamw",
-                             plan=False, suggest=False, runtime="torch-cpu")
+    analysis = analyze_torch(built(entry), specs, train=train,
+                             optimizer="adamw" if train else None, plan=False, suggest=False,
+                             runtime="torch-cpu")
     assert analysis.runtime is not None
     measured = measure_step(built(entry), specs, train, "adamw")
     model = built(entry)
