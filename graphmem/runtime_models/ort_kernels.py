@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.runtime_models.bfc_arena import ArenaEvent
+from graphmem.runtime_models.ort_einsum import einsum_temps
 
 # CPU kernels whose output 0 is a view of input 0 (KernelDefBuilder::Alias(0, 0)).
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -44,6 +46,32 @@ class KernelScratch:
 
     sizes_bytes: tuple[int, ...] = ()
     before_outputs: bool = False  # allocated before the kernel's outputs
+    # per allocation, the earlier ones freed right after it (Einsum's replaced operands);
+    # the rest are freed when the kernel returns
+    frees_after: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def held_bytes(self) -> int:
+        """The most of these held at once."""
+        held = peak = 0
+        for i, size in enumerate(self.sizes_bytes):
+            held += size
+            peak = max(peak, held)
+            if i < len(self.frees_after):
+                held -= sum(self.sizes_bytes[j] for j in self.frees_after[i])
+        return peak
+
+    def events(self, prefix: str) -> tuple[list[ArenaEvent], list[str]]:
+        """The allocations (keys `prefix` and the index), with the frees made between them,
+        and the keys freed when the kernel returns."""
+        events, held = [], []
+        for i, size in enumerate(self.sizes_bytes):
+            events.append(ArenaEvent(f"{prefix} {i}", size))
+            held.append(f"{prefix} {i}")
+            for j in self.frees_after[i] if i < len(self.frees_after) else ():
+                events.append(ArenaEvent(f"{prefix} {j}", None))
+                held.remove(f"{prefix} {j}")
+        return events, held
 
 
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
@@ -59,7 +87,22 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return where_scratch(node, bound)
     if node.op_type == "ConvTranspose":
         return conv_transpose_scratch(node, bound)
+    if node.op_type == "Einsum":
+        return einsum_scratch(node, bound)
     return KernelScratch()
+
+
+def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
+    """Einsum's transposes, partial sums and products, all before its output (ort_einsum.py)."""
+    shapes = [_ints(v, bound) for v in node.inputs]
+    out = node.outputs[0]
+    if any(s is None for s in shapes) or not out.dtype.has_known_size:
+        return KernelScratch()
+    temps = einsum_temps(node.attr_str("equation", ""), [s for s in shapes if s is not None],
+                         out.dtype.bits // 8)
+    if temps is None:
+        return KernelScratch()
+    return KernelScratch(tuple(temps.sizes_bytes), True, tuple(temps.frees_after))
 
 
 def conv_transpose_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
