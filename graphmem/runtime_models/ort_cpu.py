@@ -355,8 +355,7 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
         if not work.sizes_bytes:
             steps.append(outputs + ends[step])
             continue
-        temps, freed = work.events(f"scratch {step}")
-        kernel = temps + outputs if work.before_outputs else outputs + temps
+        kernel, freed = work.events(f"scratch {step}", outputs)
         steps.append(kernel + [ArenaEvent(k, None) for k in freed] + ends[step])
     return steps
 

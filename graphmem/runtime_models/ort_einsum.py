@@ -13,13 +13,16 @@ order they first appear (an ellipsis's dims first); then, in the kernel's order:
   "right-only" (a dim of 1 counts as absent), one seen for the last time is "reduced" (the
   summed labels only one of the pair has are summed out first, into a new tensor). The left
   operand is permuted to [shared, left-only, reduced, right-only], the right to [shared,
-  reduced, right-only, left-only]: a copy unless the permutation is the identity, or a
-  reshape of an intermediate (the dims above 1 keep their order); a MatMul result of
+  reduced, right-only, left-only]: a copy unless the permutation is the identity, or the
+  operand is a sum the pair made itself and its dims above 1 keep their order (then it is
+  reshaped; an input or the running result is copied even when only dims of 1 move); a
+  MatMul result of
   shared x left-only x right-only elements; between pairs that result is permuted back to
   the label order (a copy unless it is a reshape), and the pair's operands are freed when it
   returns (`PairwiseOperandProcess`);
 - after the last pair the result is transposed into the output's order when that differs
-  (a copy), then copied into the op's output, allocated last (`FinalizeOutput`).
+  (a copy) and copied into the op's output, allocated just before that transpose
+  (`FinalizeOutput`).
 Not modelled: repeated labels within one input (a diagonal): no temporaries are predicted
 for them.
 """
@@ -37,6 +40,7 @@ class EinsumTemps:
 
     sizes_bytes: list[int] = field(default_factory=list)
     frees_after: list[tuple[int, ...]] = field(default_factory=list)
+    outputs_at: int = 0  # how many are allocated before the op's output
 
     def take(self, size_bytes: int, replaces: int | None = None) -> int:
         """A new temporary; `replaces`: the one it supersedes, freed once it is made."""
@@ -81,9 +85,10 @@ def einsum_temps(equation: str, shapes: Sequence[Sequence[int]], element_bytes: 
         final = index == len(shapes) - 1
         current, result, order = _pair(temps, current, result, homogenized[index], reduce,
                                        final, element_bytes)
-    # FinalizeOutput: the candidate's labels the output keeps, in its order; a transposed
-    # copy when the output's order differs (no reshape shortcut here), then the output
+    # FinalizeOutput: the output first; the candidate's labels the output keeps, in its
+    # order; a transposed copy when the output's order differs (no reshape shortcut here)
     kept = [k for k in order if k in labels.output]
+    temps.outputs_at = len(temps.sizes_bytes)
     if [labels.output.index(k) for k in kept] != sorted(labels.output.index(k) for k in kept):
         temps.take(element_bytes * _product(labels.dims[k] for k in labels.output))
     return temps

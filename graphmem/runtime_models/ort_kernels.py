@@ -46,6 +46,7 @@ class KernelScratch:
 
     sizes_bytes: tuple[int, ...] = ()
     before_outputs: bool = False  # allocated before the kernel's outputs
+    outputs_at: int | None = None  # else: how many are allocated before the outputs
     # per allocation, the earlier ones freed right after it (Einsum's replaced operands);
     # the rest are freed when the kernel returns
     frees_after: tuple[tuple[int, ...], ...] = ()
@@ -61,17 +62,23 @@ class KernelScratch:
                 held -= sum(self.sizes_bytes[j] for j in self.frees_after[i])
         return peak
 
-    def events(self, prefix: str) -> tuple[list[ArenaEvent], list[str]]:
-        """The allocations (keys `prefix` and the index), with the frees made between them,
-        and the keys freed when the kernel returns."""
-        events, held = [], []
+    def events(self, prefix: str, outputs: Sequence[ArenaEvent]
+               ) -> tuple[list[ArenaEvent], list[str]]:
+        """The kernel's allocations: its scratch (keys `prefix` and the index) with the frees
+        made between them and its `outputs` in their place; the keys freed on return."""
+        at = self.outputs_at
+        at = at if at is not None else len(self.sizes_bytes) if self.before_outputs else 0
+        events: list[ArenaEvent] = []
+        held: list[str] = []
         for i, size in enumerate(self.sizes_bytes):
+            if i == at:
+                events.extend(outputs)
             events.append(ArenaEvent(f"{prefix} {i}", size))
             held.append(f"{prefix} {i}")
             for j in self.frees_after[i] if i < len(self.frees_after) else ():
                 events.append(ArenaEvent(f"{prefix} {j}", None))
                 held.remove(f"{prefix} {j}")
-        return events, held
+        return events + (list(outputs) if at >= len(self.sizes_bytes) else []), held
 
 
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
@@ -93,7 +100,8 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
 
 
 def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
-    """Einsum's transposes, partial sums and products, all before its output (ort_einsum.py)."""
+    """Einsum's transposes, partial sums and products; its output is allocated before the
+    final transpose (ort_einsum.py)."""
     shapes = [_ints(v, bound) for v in node.inputs]
     out = node.outputs[0]
     if any(s is None for s in shapes) or not out.dtype.has_known_size:
@@ -102,7 +110,8 @@ def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
                          out.dtype.bits // 8)
     if temps is None:
         return KernelScratch()
-    return KernelScratch(tuple(temps.sizes_bytes), True, tuple(temps.frees_after))
+    return KernelScratch(tuple(temps.sizes_bytes), outputs_at=temps.outputs_at,
+                         frees_after=tuple(temps.frees_after))
 
 
 def conv_transpose_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
