@@ -1,8 +1,9 @@
 """onnxruntime CPU's Einsum temporaries (graphmem/runtime_models/ort_einsum.py): worked out by
 hand from the kernel's steps, then checked to the byte against onnxruntime's measured
 `mem_in_use_peak` (one thread, tests/helpers/ort.py `measure_all`) on small graphs: batched
-matmul, transposed operands, a label only the first input has, three operands and the five
-equations of Mamba-2's chunked scan (its dynamo export, docs/zoo.md)."""
+matmul, transposed operands, a label only the first input has, one operand, three operands,
+broadcasting, an implicit output, an ellipsis and the five equations of Mamba-2's chunked
+scan (its dynamo export, docs/zoo.md)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,12 @@ CASES = {
     "three": ("ij,jk,kl->il", [(32, 64), (64, 48), (48, 16)]),
     "implicit": ("ij,jk", [(32, 64), (64, 16)]),
     "ellipsis": ("...ij,...jk->...ik", [(2, 4, 32, 64), (2, 4, 64, 16)]),
+    "one_transposed": ("ij->ji", [(64, 48)]),
+    "one_summed": ("ij->i", [(64, 48)]),
+    "outer": ("i,j->ij", [(64,), (48,)]),
+    "broadcast": ("bij,jk->bik", [(4, 32, 48), (48, 16)]),
+    "chain": ("bij,bjk,bkl->bil", [(4, 32, 48), (4, 48, 16), (4, 16, 24)]),
+    "mixed": ("ijk,ikl,jl->il", [(8, 16, 12), (8, 12, 20), (16, 20)]),
     "mamba2_scores": ("bclhn,bcshn->bclsh", [(2, 4, 8, 4, 16), (2, 4, 8, 4, 16)]),
     "mamba2_diagonal": ("bclsh,bcshp->bclhp", [(2, 4, 8, 8, 4), (2, 4, 8, 4, 16)]),
     "mamba2_states": ("bclhn,bclhp->bchpn", [(2, 4, 8, 4, 16), (2, 4, 8, 4, 16)]),
