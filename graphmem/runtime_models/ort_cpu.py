@@ -27,7 +27,8 @@ onnxruntime"):
   freed only at the end of the run.
 - Arena: the allocations and frees replayed through onnxruntime's BFC arena (bfc_arena.py:
   256-byte rounding, chunks handed out whole below twice the request, regions by its strategy).
-- Scratch: what Conv, Where and BiasGelu allocate while they run (ort_kernels.py).
+- Scratch: what Conv, Where, BiasGelu and Einsum allocate while they run (ort_kernels.py,
+  ort_einsum.py).
 
 Graph optimizations: the planner runs on whichever graph it is given. For the level a user's
 session runs (ORT_ENABLE_ALL by default) graphmem/frontends/onnx/ort_optimized.py asks onnxruntime
@@ -354,10 +355,8 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
         if not work.sizes_bytes:
             steps.append(outputs + ends[step])
             continue
-        temps = [ArenaEvent(f"scratch {step} {i}", size)
-                 for i, size in enumerate(work.sizes_bytes)]
-        kernel = temps + outputs if work.before_outputs else outputs + temps
-        steps.append(kernel + [ArenaEvent(e.key, None) for e in temps] + ends[step])
+        kernel, freed = work.events(f"scratch {step}", outputs)
+        steps.append(kernel + [ArenaEvent(k, None) for k in freed] + ends[step])
     return steps
 
 
@@ -371,7 +370,7 @@ def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
     step = result.peak_step
     held = [b for b in plan.buffers if b.first_step <= step <= b.last_step]
     tensors = sum(b.size_bytes for b in held)
-    scratch_bytes = sum(scratch[step].sizes_bytes) if scratch else 0
+    scratch_bytes = scratch[step].held_bytes if scratch else 0
     live = _live_at(held, step, live_spans)
     return OrtTimeline(step, result.peak_in_use_bytes, tensors,
                        result.peak_in_use_bytes - tensors - scratch_bytes, scratch_bytes, live,

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.runtime_models.bfc_arena import ArenaEvent
+from graphmem.runtime_models.ort_einsum import einsum_temps
 
 # CPU kernels whose output 0 is a view of input 0 (KernelDefBuilder::Alias(0, 0)).
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -44,6 +46,39 @@ class KernelScratch:
 
     sizes_bytes: tuple[int, ...] = ()
     before_outputs: bool = False  # allocated before the kernel's outputs
+    outputs_at: int | None = None  # else: how many are allocated before the outputs
+    # per allocation, the earlier ones freed right after it (Einsum's replaced operands);
+    # the rest are freed when the kernel returns
+    frees_after: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def held_bytes(self) -> int:
+        """The most of these held at once."""
+        held = peak = 0
+        for i, size in enumerate(self.sizes_bytes):
+            held += size
+            peak = max(peak, held)
+            if i < len(self.frees_after):
+                held -= sum(self.sizes_bytes[j] for j in self.frees_after[i])
+        return peak
+
+    def events(self, prefix: str, outputs: Sequence[ArenaEvent]
+               ) -> tuple[list[ArenaEvent], list[str]]:
+        """The kernel's allocations: its scratch (keys `prefix` and the index) with the frees
+        made between them and its `outputs` in their place; the keys freed on return."""
+        at = self.outputs_at
+        at = at if at is not None else len(self.sizes_bytes) if self.before_outputs else 0
+        events: list[ArenaEvent] = []
+        held: list[str] = []
+        for i, size in enumerate(self.sizes_bytes):
+            if i == at:
+                events.extend(outputs)
+            events.append(ArenaEvent(f"{prefix} {i}", size))
+            held.append(f"{prefix} {i}")
+            for j in self.frees_after[i] if i < len(self.frees_after) else ():
+                events.append(ArenaEvent(f"{prefix} {j}", None))
+                held.remove(f"{prefix} {j}")
+        return events + (list(outputs) if at >= len(self.sizes_bytes) else []), held
 
 
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
@@ -59,7 +94,24 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return where_scratch(node, bound)
     if node.op_type == "ConvTranspose":
         return conv_transpose_scratch(node, bound)
+    if node.op_type == "Einsum":
+        return einsum_scratch(node, bound)
     return KernelScratch()
+
+
+def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
+    """Einsum's transposes, partial sums and products; its output is allocated before the
+    final transpose (ort_einsum.py)."""
+    shapes = [_ints(v, bound) for v in node.inputs]
+    out = node.outputs[0]
+    if any(s is None for s in shapes) or not out.dtype.has_known_size:
+        return KernelScratch()
+    temps = einsum_temps(node.attr_str("equation", ""), [s for s in shapes if s is not None],
+                         out.dtype.bits // 8)
+    if temps is None:
+        return KernelScratch()
+    return KernelScratch(tuple(temps.sizes_bytes), outputs_at=temps.outputs_at,
+                         frees_after=tuple(temps.frees_after))
 
 
 def conv_transpose_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
