@@ -63,7 +63,7 @@ def test_contraction_flops_match_flop_counter_mode(model_class: type, spec: str,
                                                    train: bool) -> None:
     torch.manual_seed(0)
     model = model_class()
-    analysis = analyze_torch(model, [spec], train=train, optimizer="sgd",
+    analysis = analyze_torch(model, [spec], train=train, optimizer="sgd" if train else None,
                              loss=lambda out: out.float().pow(2).mean())
     ours = sum(int(n.flops) for n in analysis.costs.nodes
                if n.op_type.rsplit(".", 1)[0] in CONTRACTIONS)

@@ -104,7 +104,8 @@ def worst_routing_peak(name: str, train: bool) -> int:
 
     entry = next(entry for entry in ZOO if entry.name == name)
     analysis = analyze_torch(built(entry), [parse_tensor_spec(t) for t in entry.inputs],
-                             train=train, optimizer="adamw", plan=False, suggest=False,
+                             train=train, optimizer="adamw" if train else None, plan=False,
+                             suggest=False,
                              moe_routing="worst")
     return int(analysis.liveness.activation_peak_bytes)
 

@@ -44,6 +44,11 @@ class EngineAccumulations(TorchDispatchMode):
     held gradient) for each add whose held gradient eager could steal but for its last
     reference, which `steal` reads once the trace's lifetimes are known."""
 
+    # torch.cond (a higher-order op) reaches the mode too: it runs it like any op, so make_fx
+    # traces both branches (as trace.py's _EagerLifetimes does); without this the mode refused
+    # every training step of a model with a torch.cond
+    supports_higher_order_operators = True
+
     def __init__(self) -> None:
         super().__init__()
         self.candidates: list[tuple[str, str]] = []
