@@ -344,9 +344,12 @@ class Graph:
 
     def free_dims(self) -> frozenset[str]:
         """Names of every dynamic dim that appears in a value's shape."""
+        # values of one type share their shape tuple (the importers read each type once):
+        # each distinct tuple's dims are looked at once
+        shapes = {id(shape): shape for value in self.values.values() if (shape := value.shape)}
         names: set[str] = set()
-        for value in self.values.values():
-            for dim in value.shape or ():
+        for shape in shapes.values():
+            for dim in shape:
                 if dim is not None:
                     names |= dim.free_symbols()
         return frozenset(names)

@@ -14,6 +14,7 @@ Output elements are counted, so broadcasting ([b, s, d] + [d]) costs numel of th
 from __future__ import annotations
 
 from graphmem.core.ir import DType, Node, Shape
+from graphmem.core.symbolic import SymInt
 from graphmem.ops.registry import (
     BackwardRule,
     CostRule,
@@ -141,9 +142,22 @@ DOMAINS: dict[str, tuple[str, ...]] = {
 VARIADIC_OPS = ("Sum", "Max", "Min")
 
 
+_MAX_REMEMBERED_PRODUCTS = 4096
+
+
 def per_element_rule(flops_per_element: int) -> CostRule:
+    # a graph's outputs have a few distinct element counts (shared SymInts): each is
+    # multiplied once, not a new polynomial per node (10^5 Adds over [batch, 4])
+    products: dict[SymInt, SymInt] = {}
+
     def rule(node: Node) -> OpCost:
-        return OpCost.from_flops(output_numel(node) * flops_per_element)
+        numel = output_numel(node)
+        flops = products.get(numel)
+        if flops is None:
+            if len(products) >= _MAX_REMEMBERED_PRODUCTS:
+                products.clear()
+            flops = products[numel] = numel * flops_per_element
+        return OpCost.from_flops(flops)
 
     return rule
 

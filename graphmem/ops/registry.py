@@ -57,7 +57,7 @@ class OpCost:
 
     @staticmethod
     def from_flops(flops: SymInt) -> OpCost:
-        return OpCost(macs=SymInt(), flops=flops)
+        return OpCost(macs=SymInt.const(0), flops=flops)  # the shared zero: none built per node
 
     def __add__(self, other: OpCost) -> OpCost:
         note = "; ".join(n for n in (self.note, other.note) if n)

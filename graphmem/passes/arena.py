@@ -205,21 +205,36 @@ class _OccupancyIndex:
     def add(self, first: int, last: int, offset: int, end: int) -> None:
         covering, starting = self.covering, self.starting
         low, high = first + self.size, last + self.size + 1
+        # placements mostly climb and touch the run below them: `union[-1] == offset` extends
+        # that run in place, the one case handled here without a call to `_joined`
         while low < high:
             if low & 1:
-                covering[low] = _joined(covering[low], offset, end)
+                union = covering[low]
+                if union is not None and union[-1] == offset:
+                    union[-1] = end
+                else:
+                    covering[low] = _joined(union, offset, end)
                 low += 1
             if high & 1:
                 high -= 1
-                covering[high] = _joined(covering[high], offset, end)
+                union = covering[high]
+                if union is not None and union[-1] == offset:
+                    union[-1] = end
+                else:
+                    covering[high] = _joined(union, offset, end)
             low >>= 1
             high >>= 1
         node = first + self.size
         while node:
             union = starting[node]
-            if union is not None and union[-1] > offset and _covers(union, offset, end):
+            if union is None:
+                starting[node] = [offset, end]
+            elif (top := union[-1]) == offset:
+                union[-1] = end
+            elif top > offset and _covers(union, offset, end):
                 break  # every union above this one holds it already
-            starting[node] = _joined(union, offset, end)
+            else:
+                starting[node] = _joined(union, offset, end)
             node >>= 1
 
     def meeting(self, first: int, last: int) -> list[list[int]]:

@@ -49,8 +49,12 @@ def timeline_of(sweep: MemorySweep) -> RoleTimeline:
     start = [SymInt() for _ in STACK_ORDER]
     for value, size in zip(sweep.residents, sweep.resident_sizes, strict=True):
         start[group[value.role]] += size
-    steps = sweep.profile(start, [group[v.role] for v in sweep.storages])
-    shown = [i for i, role in enumerate(STACK_ORDER) if any(s[i] != 0 for s in steps)]
+    groups = [group[v.role] for v in sweep.storages]
+    steps = sweep.profile(start, groups)
+    # a role with no resident and no buffer stays at SymInt() at every step: only the roles
+    # that have some are searched for a step where they hold bytes
+    holding = {group[v.role] for v in sweep.residents}.union(groups)
+    shown = [i for i in sorted(holding) if any(s[i] != 0 for s in steps)]
     return RoleTimeline(roles=tuple(STACK_ORDER[i] for i in shown),
                         bytes_per_step=tuple(tuple(s[i] for i in shown) for s in steps))
 

@@ -64,13 +64,16 @@ def _shapes_through_shape_ops(model: onnx.ModelProto, named: frozenset[str]
     makes of a Shape and a constant: those values do not propagate). Each round turns such
     Shapes into constants and infers again, for the Shapes whose input that made known."""
     shapes = _inferred_shapes(model, named, data_prop=False)
+    shape_nodes = [node for node in model.graph.node if node.op_type == "Shape"]
+    if not shape_nodes:  # nothing to read as numbers (10^5 Adds): no rounds, no readers
+        return shapes
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
     done: dict[str, list[int]] = {}
     for _ in range(SHAPE_ROUNDS):
-        found = {node.output[0]: dims for node in model.graph.node
+        found = {node.output[0]: dims for node in shape_nodes
                  if node.output and node.output[0] not in done
                  and (dims := _shape_value(node, shapes)) is not None
                  and _feeds_an_unknown(readers.get(node.output[0], []), shapes)}
