@@ -104,6 +104,12 @@ def test_the_brief_command_line_and_its_outputs(llama: Path, tmp_path: Path,
     assert code == 1, out
     assert "per rank:" in out and "stage 0" in out and "stage 1" in out
     assert "FAIL  peak memory" in out
+    # the headline's memory is the rank's total, the one-GPU step's peak named as such
+    from graphmem.core.units import format_bytes
+
+    headline = " ".join(out.splitlines()[0].split())
+    assert (f"{format_bytes(per_rank['device_total_bytes'])} per GPU on the most-loaded rank"
+            " (the whole step on one GPU: peak") in headline
 
 
 def test_a_sliding_window_config_is_gated_on_its_windowed_kv(

@@ -55,9 +55,12 @@ def _headline(model: ModelCheck) -> str:
     numbers = model.numbers
     dims = markup_dims(numbers.dims, "fixed shapes")
     gpu = f" · {markup(numbers.gpu_name)}" if numbers.gpu_name else ""
-    parts = [f"peak {format_bytes(numbers.peak_bytes)}"
-             f" (activations {format_bytes(numbers.activation_peak_bytes)})",
-             f"{numbers.params:,} params", format_si(numbers.flops, "FLOP")]
+    peak = (f"peak {format_bytes(numbers.peak_bytes)}"
+            f" (activations {format_bytes(numbers.activation_peak_bytes)})")
+    if numbers.rank is not None:  # a job across GPUs: the rank's total is the memory answer
+        peak = (f"{format_bytes(numbers.rank.device_total_bytes)} per GPU on the most-loaded"
+                f" rank (the whole step on one GPU: {peak})")
+    parts = [peak, f"{numbers.params:,} params", format_si(numbers.flops, "FLOP")]
     if numbers.latency_s is not None:
         parts.append(f"latency >= {format_seconds(numbers.latency_s)} (roofline)")
     return (f"[bold]{markup(model.spec.label)}[/] ({markup_text(model.spec.model_path)})"
