@@ -121,7 +121,8 @@ def _checked_request(spec: CheckSpec, builder: RequestBuilder | None) -> Request
         request = builder.request(spec.model, options, **settings)
     elif set(options) - {"serve"}:
         raise GraphmemError(f"{spec.label}: options {sorted(options)} need the Python API's"
-                            " request builder: run_check(specs, RequestBuilder(build_request))")
+                            " request builder: run_check(specs, request_builder()) with"
+                            " request_builder from graphmem.options.check_entry")
     else:
         request = Request(spec.model, suggest=SuggestOptions(enabled=False),
                           serving=options.get("serve"), **settings)

@@ -31,9 +31,10 @@ _TOML_TYPES: tuple[tuple[type, str], ...] = (
 
 @dataclass(frozen=True)
 class RequestBuilder:
-    """`build(model, inputs, **keywords) -> Request` (graphmem.api.build_request) and each
-    keyword a check entry may give -> the TOML value types it accepts (empty: a Python
-    object, given through the API only): graphmem/options/check_entry.py makes it."""
+    """`build(model, keywords) -> Request` (graphmem.options.request_from_keywords, what
+    graphmem.api.build_request runs) and each keyword a check entry may give -> the TOML
+    value types it accepts (empty: a Python object, given through the API only):
+    graphmem/options/check_entry.py makes it."""
 
     build: Callable[..., Request]
     keywords: Mapping[str, tuple[type, ...]]
@@ -44,9 +45,7 @@ class RequestBuilder:
         if unknown:
             raise GraphmemError(f"{unknown[0]}: not an option of a check entry"
                                 f"{nearest(unknown[0], self.keywords)}")
-        keywords = dict(options)
-        inputs = keywords.pop("inputs", None)
-        return self.build(model, inputs, suggest=False, **settings, **keywords)
+        return self.build(model, {**options, **settings, "suggest": False})
 
 
 def nearest(name: str, known: Sequence[str] | Mapping[str, object]) -> str:

@@ -4,23 +4,17 @@ entry's kind, parser and default, and the function that builds the Request."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from graphmem.gate.options import CHECK_OWNED, RequestBuilder
 from graphmem.options import table
 from graphmem.options.table import OUTPUT, Kind, Option
-from graphmem.pipeline.request import Request
 
 
 def request_builder() -> RequestBuilder:
-    """`build_request(model, inputs, **keywords)` as graphmem.api's, and the keywords a check
-    entry may give."""
+    """The option table's Request builder (graphmem.api.build_request's) and the keywords a
+    check entry may give."""
     from graphmem.options import request_from_keywords
 
-    def build(model: object, inputs: object = None, **keywords: Any) -> Request:
-        return request_from_keywords(model, {**keywords, "inputs": inputs})
-
-    return RequestBuilder(build, entry_keywords())
+    return RequestBuilder(request_from_keywords, entry_keywords())
 
 
 def entry_keywords() -> dict[str, tuple[type, ...]]:
