@@ -118,7 +118,6 @@ def with_serving_answer(report: KvCacheReport) -> KvCacheReport:
 # e4m3 on CUDA; the per-tensor scales vLLM keeps beside them are a few bytes per layer)
 KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1,
                   "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")  # vLLM's --kv-cache-dtype
 
 
 def dtype_bytes(label: str) -> int:
