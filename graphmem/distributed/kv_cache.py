@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Value
@@ -27,8 +28,10 @@ from graphmem.core.kv_layers import (
     merge_groups,
 )
 from graphmem.core.symbolic import SymInt
-from graphmem.distributed.serving import ServingReport
 from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:  # the serving plan is imported where --serve asks for it
+    from graphmem.distributed.serving import ServingReport
 
 BATCH = "batch"
 CONTEXT = "context"
