@@ -66,7 +66,8 @@ def test_an_onnx_analysis_imports_no_torch(tmp_path: Path) -> None:
 NOT_ASKED_FOR = ("graphmem.gate", "graphmem.suggest", "graphmem.distributed.",
                  "graphmem.frontends.torch.finetune", "graphmem.frontends.torch.nf4",
                  "graphmem.frontends.torch.weight_layout", "graphmem.runtime_models.torch_",
-                 "graphmem.runtime_models.cuda_allocator", "graphmem.runtime_models.ort_cuda")
+                 "graphmem.runtime_models.cuda_allocator", "graphmem.runtime_models.ort_cuda",
+                 "graphmem.report.html.distributed", "graphmem.report.html.llm")
 # what every ONNX analysis reads: the option table's words, and the KV cache of a graph's
 # past inputs (found or not)
 ALWAYS = ["graphmem.distributed.attach", "graphmem.distributed.kv_cache",
