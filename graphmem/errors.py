@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 
 FIRST_LINE_CHARS = 300  # a library's message quoted in ours: its first line, shortened
@@ -28,6 +27,8 @@ def first_line(error: BaseException, limit: int = FIRST_LINE_CHARS) -> str:
 def quiet_logger(name: str, level: int) -> Iterator[None]:
     """Raise a library logger's level for a block: what it logs there is not the user's
     business (the error it raises, if any, is reported as one line)."""
+    import logging  # only the PyTorch front end quiets a library: not at every start
+
     logger = logging.getLogger(name)
     before = logger.level
     logger.setLevel(level)

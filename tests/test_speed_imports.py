@@ -25,9 +25,10 @@ FRAMEWORKS = ("torch", "transformers", "onnxruntime")
 HEAVY = (*FRAMEWORKS, "sympy", "jinja2", "onnx", "numpy", "rich", "accelerate", "scipy")
 
 
-def _modules_after(argv: list[str]) -> dict[str, object]:
-    """Run `graphmem <argv>` in a fresh interpreter; its exit code and which of HEAVY
-    (and their submodules) it imported, printed as JSON on the last line of stderr."""
+def _modules_after(argv: list[str], packages: tuple[str, ...] = HEAVY) -> dict[str, object]:
+    """Run `graphmem <argv>` in a fresh interpreter; its exit code and which of `packages`
+    (and their submodules; a dotted entry: every module it begins) it imported, printed as
+    JSON on the last line of stderr."""
     script = (
         "import json, sys\n"
         "from graphmem.cli.main import main\n"
@@ -35,8 +36,11 @@ def _modules_after(argv: list[str]) -> dict[str, object]:
         "    code = main(sys.argv[1:])\n"
         "except SystemExit as done:\n"
         "    code = done.code\n"
-        f"frameworks = {HEAVY!r}\n"
-        "found = sorted(m for m in sys.modules if m.split('.')[0] in frameworks)\n"
+        f"packages = {packages!r}\n"
+        # a dotted name is a prefix (graphmem.gate), else a top-level package (onnx)
+        "prefixes = tuple(p for p in packages if '.' in p)\n"
+        "found = sorted(m for m in sys.modules\n"
+        "               if m.split('.')[0] in packages or m.startswith(prefixes))\n"
         "print(json.dumps({'code': code, 'modules': found}), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True,
@@ -54,6 +58,32 @@ def test_an_onnx_analysis_imports_no_torch(tmp_path: Path) -> None:
     # onnx types every value of ResNet-50 with the input's own dim names: the rules (and
     # sympy) are not needed, and no dim is an expression; --no-html: no jinja2
     assert _packages(result) == ["numpy", "onnx", "rich"]
+
+
+# graphmem's own modules for what an analysis was not asked for: a training job across GPUs,
+# serving, fine-tuning, suggestions, budgets (`graphmem check`), the CUDA and PyTorch runtime
+# models. Imported, they were a third of a small model's command (their dataclasses alone).
+NOT_ASKED_FOR = ("graphmem.gate", "graphmem.suggest", "graphmem.distributed.",
+                 "graphmem.frontends.torch.finetune", "graphmem.frontends.torch.nf4",
+                 "graphmem.frontends.torch.weight_layout", "graphmem.runtime_models.torch_",
+                 "graphmem.runtime_models.cuda_allocator", "graphmem.runtime_models.ort_cuda",
+                 "graphmem.report.html.distributed", "graphmem.report.html.llm")
+# what every ONNX analysis reads: the option table's words, and the KV cache of a graph's
+# past inputs (found or not)
+ALWAYS = ["graphmem.distributed.attach", "graphmem.distributed.kv_cache",
+          "graphmem.distributed.vocabulary"]
+
+
+def test_an_onnx_analysis_imports_only_what_it_was_asked_for(tmp_path: Path) -> None:
+    sample = ROOT / "samples" / "tiny_cnn.onnx"
+    result = _modules_after(["analyze", str(sample), "--html", str(tmp_path / "r.html"),
+                             "--json", str(tmp_path / "r.json")], NOT_ASKED_FOR)
+    assert result["code"] == 0 and (tmp_path / "r.html").is_file()
+    assert result["modules"] == ALWAYS
+    # asked for, they load: a GPU's verdict is onnxruntime's CUDA model
+    result = _modules_after(["analyze", str(sample), "--gpu", "t4", "--no-html"],
+                            NOT_ASKED_FOR)
+    assert "graphmem.runtime_models.ort_cuda" in result["modules"]  # type: ignore[operator]
 
 
 def _packages(result: dict[str, object]) -> list[str]:

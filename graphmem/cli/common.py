@@ -18,9 +18,9 @@ from rich.console import Console
 from graphmem.cli.inputs import OutputFile, print_written, writing
 from graphmem.core.collector import collector_paused
 from graphmem.core.conventions import closed
+from graphmem.errors import SpecError
 from graphmem.frontends.torch.spec import is_model_spec
-from graphmem.gate.budgets import SpecError, parse_size
-from graphmem.options.text import dim_binding, dims_dict
+from graphmem.options.text import dim_binding, dims_dict, size_bytes
 
 __all__ = ["Output", "argtype", "dims_dict", "emit", "is_model_spec", "parse_dim_binding",
            "parse_size_bytes", "stderr_console", "word_choice"]
@@ -47,7 +47,7 @@ def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 # `512MiB`, `1.5GiB`, `800000000` -> bytes (finite, at most 4 EiB)
-parse_size_bytes = argtype(parse_size)
+parse_size_bytes = argtype(size_bytes)
 # `--dim batch=8` -> ("batch", 8)
 parse_dim_binding = argtype(dim_binding)
 

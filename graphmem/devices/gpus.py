@@ -7,11 +7,9 @@ loads, validates and looks them up. Rates are converted to SI base units here
 
 from __future__ import annotations
 
-import difflib
 import functools
 import itertools
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -203,6 +201,8 @@ def _suggestions(key: str, table: tuple[GpuSpec, ...]) -> list[str]:
     name_by_key = {gpu_key(spelling): spec.name for spec in table for spelling in _spellings(spec)}
     # short names need a lower bar: 't5' is one letter from 't4' (ratio 0.5)
     cutoff = 0.5 if len(key) <= 4 else 0.6
+    import difflib  # a mistyped GPU name only
+
     matches = difflib.get_close_matches(key, list(name_by_key), n=1, cutoff=cutoff)
     return [name_by_key[match] for match in matches]
 
@@ -215,6 +215,8 @@ def _has_key_prefix(spec: GpuSpec, prefix: str) -> bool:
 
 
 def _parse_table(text: str, origin: str) -> tuple[GpuSpec, ...]:
+    import tomllib  # the table is read where a GPU is named (a command without one reads none)
+
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

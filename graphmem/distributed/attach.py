@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from fractions import Fraction
 from math import ceil, prod
+from typing import TYPE_CHECKING
 
 from graphmem.core.ir import Graph, Phase, Role
 from graphmem.core.symbolic import SymInt
-from graphmem.distributed.comm_buffers import nccl_estimate
-from graphmem.distributed.experts import busiest_rank_factor, shard_experts
 from graphmem.distributed.kv_cache import (
     KvCacheReport,
     KvCacheShape,
@@ -25,17 +24,16 @@ from graphmem.distributed.kv_cache import (
     kv_cache_report,
     past_input_bytes,
 )
-from graphmem.distributed.model_states import TrainingProfile, profile_training
-from graphmem.distributed.ranks import DistributedReport, rank_plan
-from graphmem.distributed.stages import StageCut, cut_stages, find_layers
-from graphmem.distributed.strategies import (
-    DistributedConfig,
-    PerRankMemory,
-    fit_by_strategy,
-    per_rank_memory,
-)
 from graphmem.ops.registry import op_name
 from graphmem.passes.dims import DimBinding, value_bytes
+
+# every analysis asks for the KV cache (an ONNX graph's past inputs); the training job's
+# models are imported where a job is (--gpus, --strategy, ...)
+if TYPE_CHECKING:
+    from graphmem.distributed.model_states import TrainingProfile
+    from graphmem.distributed.ranks import DistributedReport
+    from graphmem.distributed.stages import StageCut
+    from graphmem.distributed.strategies import DistributedConfig, PerRankMemory
 
 
 def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig,
@@ -43,6 +41,11 @@ def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig
     """The per-rank memory of `config` (with model parallelism, every pipeline rank's and
     the most loaded), and with a GPU's usable bytes the smallest N for every strategy;
     `graph` is a training step."""
+    from graphmem.distributed.comm_buffers import nccl_estimate
+    from graphmem.distributed.model_states import profile_training
+    from graphmem.distributed.ranks import DistributedReport, rank_plan
+    from graphmem.distributed.strategies import fit_by_strategy, per_rank_memory
+
     config.check()
     sizes = value_bytes(graph, dims)
     profile = profile_training(graph, sizes)
@@ -63,6 +66,10 @@ def distributed_report(graph: Graph, dims: DimBinding, config: DistributedConfig
 def most_loaded_rank(graph: Graph, dims: DimBinding, config: DistributedConfig
                      ) -> PerRankMemory:
     """The per-GPU memory the verdict reads: the one rank, or the most-loaded pipeline rank."""
+    from graphmem.distributed.model_states import profile_training
+    from graphmem.distributed.ranks import rank_plan
+    from graphmem.distributed.strategies import per_rank_memory
+
     sizes = value_bytes(graph, dims)
     profile = profile_training(graph, sizes)
     if config.parallel.is_trivial:
@@ -78,6 +85,9 @@ def routed_sizes(graph: Graph, sizes: Mapping[str, SymInt | None], profile: Trai
     """With expert parallel: the sizes with every value the routed experts make scaled to
     the busiest expert-parallel rank's tokens (graphmem/distributed/experts.py
     `busiest_rank_factor`, from the router's top-k and --moe-routing), and that factor."""
+    from graphmem.distributed.experts import busiest_rank_factor, shard_experts
+    from graphmem.distributed.stages import find_layers
+
     layout = config.parallel
     layers = find_layers(p.module for p in profile.parameters)
     if layout.expert == 1 or layers is None:
@@ -116,6 +126,8 @@ def _router(graph: Graph, experts: int, dims: DimBinding) -> tuple[int, int] | N
 
 def _cut(graph: Graph, sizes: Mapping[str, SymInt | None], profile: TrainingProfile,
          config: DistributedConfig) -> StageCut:
+    from graphmem.distributed.stages import cut_stages
+
     layout = config.parallel
     flag = (f"--pipeline-parallel {layout.pipeline}" + (
         f" --virtual-stages {layout.virtual_stages}" if layout.virtual_stages > 1 else ""))

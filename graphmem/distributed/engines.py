@@ -33,9 +33,8 @@ import math
 from dataclasses import dataclass, replace
 
 from graphmem.core.kv_layers import CHUNKED, FULL, SLIDING, LayerGroup
+from graphmem.distributed.vocabulary import SGLANG, TRTLLM, VLLM
 
-VLLM, SGLANG, TRTLLM = "vllm", "sglang", "trtllm"
-ENGINES = (VLLM, SGLANG, TRTLLM)
 ENGINE_VERSIONS = {VLLM: "vLLM 0.33.0", SGLANG: "SGLang 0.5.2",
                    TRTLLM: "TensorRT-LLM PyTorch backend"}
 MIB, GIB = 1 << 20, 1 << 30

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Value
@@ -27,8 +28,10 @@ from graphmem.core.kv_layers import (
     merge_groups,
 )
 from graphmem.core.symbolic import SymInt
-from graphmem.distributed.serving import ServingReport
 from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:  # the serving plan is imported where --serve asks for it
+    from graphmem.distributed.serving import ServingReport
 
 BATCH = "batch"
 CONTEXT = "context"
@@ -118,7 +121,6 @@ def with_serving_answer(report: KvCacheReport) -> KvCacheReport:
 # e4m3 on CUDA; the per-tensor scales vLLM keeps beside them are a few bytes per layer)
 KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1,
                   "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")  # vLLM's --kv-cache-dtype
 
 
 def dtype_bytes(label: str) -> int:

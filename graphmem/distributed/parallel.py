@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
+from graphmem.distributed.vocabulary import SCHEDULES
 from graphmem.errors import GraphmemError
 
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
 MAX_DEGREE = 1 << 16  # any parallel degree above this is a typo
 
 

@@ -39,14 +39,18 @@ from graphmem.core.symbolic import SymInt
 from graphmem.devices.error_bands import error_band
 from graphmem.distributed.engines import (
     ENGINE_VERSIONS,
-    ENGINES,
-    TRTLLM,
-    VLLM,
     EngineReserve,
     EngineSetting,
     default_step_tokens,
     engine_groups,
     engine_reserve,
+)
+from graphmem.distributed.vocabulary import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    ENGINES,
+    TRTLLM,
+    VLLM,
 )
 from graphmem.errors import GraphmemError
 from graphmem.ops import traits_of
@@ -56,8 +60,6 @@ from graphmem.passes.fit import DevicePart, FitPart, GpuFit, KvPool, with_error_
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.params import stored_bytes
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (CacheConfig.block_size)
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 MAX_BLOCK_SIZE = 1 << 16
 MAX_GPUS = 1 << 16
 

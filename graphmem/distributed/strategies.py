@@ -22,6 +22,7 @@ from graphmem.core.conventions import Strategy, closed
 from graphmem.core.symbolic import SymInt
 from graphmem.distributed.model_states import ParameterInfo, Part, TrainingProfile
 from graphmem.distributed.parallel import ParallelLayout
+from graphmem.distributed.vocabulary import LAYOUTS
 from graphmem.errors import GraphmemError
 from graphmem.passes.fit import DevicePart, FitPart, Split
 from graphmem.passes.modules import module_at_depth
@@ -29,13 +30,6 @@ from graphmem.passes.modules import module_at_depth
 # distributed-optimizer: Megatron-LM's (--use-distributed-optimizer): optimizer state and
 # fp32 master weights sharded over the data-parallel ranks, gradients whole in its grad buffer
 STRATEGIES: tuple[str, ...] = tuple(s.value for s in Strategy)
-# traced: bytes as the graph holds them (torch autocast keeps fp32 parameters and gradients).
-# zero-paper: 2-byte parameters and gradients, an fp32 master copy in the optimizer (ZeRO paper).
-# deepspeed: zero-paper plus DeepSpeed's fp32 gradient partition (its estimators' 18 bytes).
-# megatron: 2-byte parameters, fp32 gradients (Megatron-LM's main_grad buffer), fp32 master +
-# Adam's two moments: 18 bytes, 6 + 12 / N with its distributed optimizer
-# (megatron/training/theoretical_memory_usage.py).
-LAYOUTS = ("traced", "zero-paper", "deepspeed", "megatron")
 HALF_BYTES = 2
 FP32_BYTES = 4
 MAX_DATA_PARALLEL = 1 << 20  # the fit search stops here

@@ -9,7 +9,7 @@ models a runtime, Python only when one is asked for or a GPU is given (`runtime_
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from graphmem.core.conventions import (
     DEFAULT_OPTIMIZER,
@@ -21,25 +21,10 @@ from graphmem.core.conventions import (
     closed,
 )
 from graphmem.core.routing import MoeRouting, parse_moe_routing
-from graphmem.distributed.engines import VLLM
-from graphmem.distributed.kv_cache import parse_kv_option
-from graphmem.distributed.parallel import ParallelLayout
-from graphmem.distributed.serving import ServingConfig
-from graphmem.distributed.strategies import DistributedConfig, ZeroSettings
-from graphmem.frontends.torch.finetune import (
-    FinetuneOptions,
-    LoraOptions,
-    QloraOptions,
-    parse_lora_spec,
-    parse_qlora_spec,
-)
-from graphmem.frontends.torch.weight_layout import WeightQuantOptions, parse_weights
-from graphmem.gate.budgets import MemoryLimit
 from graphmem.options.inputs import example_tuple
 from graphmem.options.refusals import kv_dtype, refuse_contradictions, wants_distributed
 from graphmem.options.text import dims_dict
 from graphmem.options.values import OptionValues
-from graphmem.passes.sweep import parse_sweep
 from graphmem.pipeline.request import (
     KvCacheOptions,
     Request,
@@ -49,6 +34,16 @@ from graphmem.pipeline.request import (
 )
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
+
+# Each part's modules are imported where its options are given (the distributed, serving,
+# fine-tuning and budget models are not needed by an analysis given none of them)
+if TYPE_CHECKING:
+    from graphmem.distributed.parallel import ParallelLayout
+    from graphmem.distributed.serving import ServingConfig
+    from graphmem.distributed.strategies import DistributedConfig
+    from graphmem.frontends.torch.finetune import FinetuneOptions
+    from graphmem.frontends.torch.weight_layout import WeightQuantOptions
+    from graphmem.gate.budgets import MemoryLimit
 
 
 def request_from_values(model: object, values: OptionValues) -> Request:
@@ -109,6 +104,8 @@ def runtime_options(values: OptionValues) -> RuntimeOptions | None:
 
 
 def parallel_layout(values: OptionValues) -> ParallelLayout:
+    from graphmem.distributed.parallel import ParallelLayout
+
     v = values.values
     if v["parallel"] is not None:
         return cast(ParallelLayout, v["parallel"])
@@ -127,6 +124,8 @@ def distributed_config(values: OptionValues) -> DistributedConfig | None:
     v = values.values
     if not wants_distributed(values):
         return None
+    from graphmem.distributed.strategies import DistributedConfig, ZeroSettings
+
     if v["distributed"] is not None:
         return cast(DistributedConfig, v["distributed"])
     bucket = v["reduce_bucket_size"]
@@ -150,6 +149,8 @@ def kv_cache_options(values: OptionValues) -> KvCacheOptions:
     if option == "auto":
         return KvCacheOptions(auto=True, dtype=dtype, max_context=limit)
     if isinstance(option, str):
+        from graphmem.distributed.kv_cache import parse_kv_option
+
         option = parse_kv_option(option)
     if isinstance(option, tuple):
         return KvCacheOptions(shape=option, dtype=dtype, max_context=limit)
@@ -161,10 +162,13 @@ def serving_config(values: OptionValues) -> ServingConfig | None:
     Python is taken as it is."""
     v = values.values
     serve = v["serve"]
+    if not serve:  # a ServingConfig is true
+        return None
+    from graphmem.distributed.serving import ServingConfig
+    from graphmem.distributed.vocabulary import VLLM
+
     if isinstance(serve, ServingConfig):
         return serve
-    if not serve:
-        return None
     engine = serve if isinstance(serve, str) else v["engine"]
     return ServingConfig(
         block_size=cast("int | None", v["block_size"]),
@@ -193,13 +197,28 @@ def _sweep(sweep: object, torch: bool) -> SweepRequest | None:
     if sweep is None or isinstance(sweep, SweepRequest):
         return sweep
     text = str(sweep)
-    return SweepRequest(text, ()) if torch else SweepRequest(*parse_sweep(text))
+    if torch:
+        return SweepRequest(text, ())
+    from graphmem.passes.sweep import parse_sweep
+
+    return SweepRequest(*parse_sweep(text))
 
 
 def finetune_options(lora: object, qlora: object,
                      gradient_checkpointing: bool) -> FinetuneOptions | None:
     """lora/qlora as options: text as on the command line ("" their defaults), True, or the
     options object; qlora implies lora."""
+    if not (isinstance(lora, str) or lora or isinstance(qlora, str) or qlora
+            or gradient_checkpointing):
+        return None
+    from graphmem.frontends.torch.finetune import (
+        FinetuneOptions,
+        LoraOptions,
+        QloraOptions,
+        parse_lora_spec,
+        parse_qlora_spec,
+    )
+
     lora_options = parse_lora_spec(lora) if isinstance(lora, str) else (
         LoraOptions() if lora is True else cast("LoraOptions | None", lora or None))
     qlora_options = parse_qlora_spec(qlora) if isinstance(qlora, str) else (
@@ -212,8 +231,11 @@ def finetune_options(lora: object, qlora: object,
 
 
 def _weights(weights: object) -> WeightQuantOptions | None:
-    return parse_weights(weights) if isinstance(weights, str) else cast(
-        "WeightQuantOptions | None", weights)
+    if not isinstance(weights, str):
+        return cast("WeightQuantOptions | None", weights)
+    from graphmem.frontends.torch.weight_layout import parse_weights
+
+    return parse_weights(weights)
 
 
 def _routing(routing: object) -> MoeRouting:

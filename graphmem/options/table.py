@@ -18,13 +18,15 @@ from typing import Any
 
 from graphmem.core.conventions import DEFAULT_OPTIMIZER, Amp, Optimizer, Strategy
 from graphmem.core.routing import BALANCED
-from graphmem.distributed.engines import ENGINES
-from graphmem.distributed.kv_cache import KV_CACHE_DTYPES
-from graphmem.distributed.parallel import SCHEDULES
-from graphmem.distributed.serving import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
-from graphmem.distributed.strategies import LAYOUTS
-from graphmem.gate.budgets import parse_memory_limit, parse_size
-from graphmem.options.text import dim_binding
+from graphmem.distributed.vocabulary import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    ENGINES,
+    KV_CACHE_DTYPES,
+    LAYOUTS,
+    SCHEDULES,
+)
+from graphmem.options.text import dim_binding, memory_limit, size_bytes
 from graphmem.runtime_models.base import ORT_OPTIMIZATION_LEVELS, Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 
@@ -112,7 +114,7 @@ GENERAL: tuple[Option, ...] = (
             default=False),
     _option("cuda_reserve_bytes", "cuda_reserve_bytes", "non-tensor CUDA memory to assume"
             " (default: measured per GPU generation: docs/runtime-models.md)",
-            "--cuda-reserve", parse=parse_size, metavar="SIZE"),
+            "--cuda-reserve", parse=size_bytes, metavar="SIZE"),
     _option("module_depth", "module_depth", "group FLOPs, parameters and peak memory by"
             " module path at depth N", "--depth", parse=int, default=2, metavar="N"),
     _option("runtime", "runtime", "model what this runtime holds (default: ort-cuda for ONNX"
@@ -209,7 +211,7 @@ SUGGEST: tuple[Option, ...] = (
             kind=_SWITCH, cli_default=False),  # Python: None, only a step over its budget
     _option("memory_budget", "suggest", "the peak to aim at: a size (12GiB) or a share of the"
             " --gpu's usable memory (80%); default: the GPU's usable memory. Implies"
-            " --suggest", group=Group.SUGGEST, parse=parse_memory_limit, metavar="LIMIT"),
+            " --suggest", group=Group.SUGGEST, parse=memory_limit, metavar="LIMIT"),
 )
 
 TORCH: tuple[Option, ...] = (

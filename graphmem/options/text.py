@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from graphmem.errors import GraphmemError, SpecError
+
+if TYPE_CHECKING:
+    from graphmem.gate.budgets import MemoryLimit
 
 
 def dim_binding(text: str) -> tuple[str, int]:
@@ -25,3 +29,19 @@ def dims_dict(bindings: Iterable[tuple[str, int]]) -> dict[str, int]:
             raise GraphmemError(f"--dim {name} is given twice ({dims[name]} and {value})")
         dims[name] = value
     return dims
+
+
+# The budgets' grammar of sizes (graphmem/gate/budgets.py), imported when a size is given: a
+# command given none imports no gate module (and through them no serving model).
+def size_bytes(text: str | int) -> int:
+    """`12GiB`, `1.5 GB`, `800000000` (bytes) -> bytes."""
+    from graphmem.gate.budgets import parse_size
+
+    return parse_size(text)
+
+
+def memory_limit(text: str | int) -> MemoryLimit:
+    """`90%` (of the GPU's memory) or a size with its unit (`12GiB`)."""
+    from graphmem.gate.budgets import parse_memory_limit
+
+    return parse_memory_limit(text)

@@ -4,7 +4,6 @@ an option: the command line by its flag (`--optimizer adam`), Python by its keyw
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -82,6 +81,8 @@ def python_keywords() -> tuple[str, ...]:
 
 
 def _nearest(keyword: str, known: tuple[str, ...]) -> str:
+    import difflib  # a mistyped keyword only
+
     close = difflib.get_close_matches(keyword, known, n=1, cutoff=0.5)
     return f": did you mean {close[0]!r}?" if close else ""
 

@@ -14,7 +14,9 @@ peak is exactly the peak `analyze_liveness` gives for it):
 2. Exact search for small graphs (<= EXACT_MAX_NODES nodes): a bottleneck shortest path over
    the sets of nodes already run (down-sets of the DAG: the memory live after a set does not
    depend on the order that ran it), best-first by the peak so far, pruned at the best peak
-   known. It proves the optimum, or gives up after EXACT_MAX_STATES states.
+   known. It proves the optimum, or gives up after EXACT_MAX_STATES states. Nodes that can
+   only add memory and that nothing waits for (an exporter's copies of weights) run last,
+   outside the search (passes/exact_schedule.py).
 3. For larger graphs, windowed exact search around the peak (`refine_around_peak`): the
    nodes of a window of consecutive steps at the peak are re-ordered optimally by the same
    search, everything else held fixed; repeated while the peak window improves. This finds
@@ -36,12 +38,12 @@ from typing import TYPE_CHECKING
 
 from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
+from graphmem.passes.exact_schedule import EXACT_MAX_STATES, exact_order, refine_around_peak
 from graphmem.passes.liveness import LivenessResult
 from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
     is_topological,
-    live_profile,
     order_peak,
     plan_dims,
     symbolic_order_peak,
@@ -51,7 +53,6 @@ if TYPE_CHECKING:  # networkx takes 0.1 s to import: loaded where a model needs 
     import networkx as nx
 
 EXACT_MAX_NODES = 20
-EXACT_MAX_STATES = 50_000
 MOVED_SHOWN = 8
 
 
@@ -245,170 +246,6 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
     if len(order) != n:
         raise ValueError("the graph has a cycle: no topological order exists")
     return tuple(order)
-
-
-# ----- exact search ---------------------------------------------------------------------------
-
-
-def exact_order(model: MemoryModel, upper_bound: int,
-                max_states: int = EXACT_MAX_STATES) -> tuple[tuple[int, ...] | None, int] | None:
-    """(order, peak) of minimum peak; None when the state budget runs out.
-
-    States are the sets of nodes run so far (bitmasks); the cost of reaching a set is the
-    peak so far; live memory after a set is the same for every order that ran it. A set is
-    expanded once, at its smallest cost (Dijkstra on the bottleneck cost, which is monotone).
-    Paths whose peak reaches `upper_bound` (a peak some known order achieves) are pruned; when
-    nothing beats it, the answer is (None, upper_bound): that known order is optimal.
-    """
-    n = model.node_count
-    full = (1 << n) - 1
-    pred_mask = [sum(1 << p for p in preds) for preds in model.predecessors]
-    user_mask = [sum(1 << u for u in users) for users in model.users]
-    alloc = model.alloc_bytes
-    releases = [[(user_mask[b], model.buffer_bytes[b]) for b in model.uses[node]
-                 if not model.pinned[b]] for node in range(n)]
-    start_live = model.resident_bytes
-    best_cost = {0: start_live}
-    parent: dict[int, tuple[int, int]] = {}
-    live_after = {0: start_live}
-    heap = [(start_live, 0)]
-    expanded = 0
-    while heap:
-        cost, state = heapq.heappop(heap)
-        if cost > best_cost.get(state, cost):
-            continue
-        if state == full:
-            return _unwind(parent, full), cost
-        expanded += 1
-        if expanded > max_states:
-            return None
-        live = live_after[state]
-        for node in range(n):
-            bit = 1 << node
-            if state & bit or pred_mask[node] & ~state:
-                continue
-            during = live + alloc[node]
-            new_cost = max(cost, during)
-            if new_cost >= upper_bound:
-                continue
-            after_state = state | bit
-            if new_cost < best_cost.get(after_state, upper_bound):
-                best_cost[after_state] = new_cost
-                parent[after_state] = (state, node)
-                freed = sum(size for users, size in releases[node]
-                            if users & ~after_state == 0)
-                live_after[after_state] = during - freed
-                heapq.heappush(heap, (new_cost, after_state))
-    return None, upper_bound
-
-
-def _unwind(parent: dict[int, tuple[int, int]], state: int) -> tuple[int, ...]:
-    order: list[int] = []
-    while state:
-        state, node = parent[state]
-        order.append(node)
-    return tuple(reversed(order))
-
-
-# ----- exact re-ordering of windows around the peak -------------------------------------------
-
-WINDOW_NODES = 16
-WINDOW_MAX_STATES = 4_000
-WINDOW_ROUNDS = 200
-
-
-def refine_around_peak(model: MemoryModel, order: Sequence[int],
-                       window: int = WINDOW_NODES, rounds: int = WINDOW_ROUNDS,
-                       max_states: int = WINDOW_MAX_STATES) -> tuple[tuple[int, ...], int]:
-    """Re-order windows of `window` consecutive steps around the peak, each optimally.
-
-    Only the nodes inside a window move, so every step outside it keeps its live total: a
-    window re-ordered to a lower local peak never raises the global one. Each round takes the
-    current peak step, tries the windows centred on it, ending at it and starting at it, and
-    keeps the first the exact search improves; it stops when none improves (or after
-    `rounds`). This is what catches fork-join blocks (Inception branches, U-Net skips) where
-    one step's greedy choice cannot see that a branch should run first.
-    """
-    current = list(order)
-    during, live_after = live_profile(model, current)
-    position = [0] * model.node_count
-    for step, node in enumerate(current):
-        position[node] = step
-    for _ in range(rounds):
-        peak_step = during.index(max(during))
-        for start in _window_starts(peak_step, len(current), window):
-            end = min(start + window, len(current))
-            entry_live = live_after[start - 1] if start else model.resident_bytes
-            local = _window_model(model, current, start, end, entry_live, position)
-            found = exact_order(local, max(during[start:end]), max_states)
-            if found is None or found[0] is None:
-                continue
-            nodes = current[start:end]
-            current[start:end] = [nodes[i] for i in found[0]]
-            for step in range(start, end):
-                position[current[step]] = step
-            # only the window's steps change: the rest keep their live totals
-            during[start:end], live_after[start:end] = live_profile(local, found[0])
-            break
-        else:
-            break
-    return tuple(current), max(during)
-
-
-def _window_starts(peak_step: int, steps: int, window: int) -> list[int]:
-    last = max(steps - window, 0)
-    starts = (peak_step - window // 2, peak_step - window + 1, peak_step)
-    return list(dict.fromkeys(min(max(start, 0), last) for start in starts))
-
-
-def _window_model(model: MemoryModel, order: list[int], start: int, end: int,
-                  entry_live: int, position: list[int]) -> MemoryModel:
-    """The steps start..end-1 as a small MemoryModel; everything else is fixed context.
-
-    Its floor is the memory live on entry. A buffer made inside that is read after the window
-    (or is a graph output) never frees inside it; one made before whose last users are all
-    inside frees when they have run (it is part of the floor, allocated by no window node).
-    """
-    nodes = order[start:end]
-    local = {node: i for i, node in enumerate(nodes)}
-    buffer_ids: dict[int, int] = {}
-    sizes: list[int] = []
-    users: list[tuple[int, ...]] = []
-    pinned: list[bool] = []
-    allocates: list[list[int]] = [[] for _ in nodes]
-    uses: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        for buffer in model.uses[node]:
-            if buffer in buffer_ids:
-                uses[i].append(buffer_ids[buffer])
-                continue
-            made_inside = model.producer[buffer] in local
-            if not made_inside and position[model.producer[buffer]] >= end:
-                continue  # a holder running before the buffer exists: nothing to free here
-            stays = model.pinned[buffer] or any(position[u] >= end for u in model.users[buffer])
-            if stays and not made_inside:
-                continue  # live across the whole window: part of the floor
-            buffer_ids[buffer] = len(sizes)
-            sizes.append(model.buffer_bytes[buffer])
-            users.append(tuple(local[u] for u in model.users[buffer] if u in local))
-            pinned.append(stays)
-            if made_inside:
-                allocates[local[model.producer[buffer]]].append(buffer_ids[buffer])
-            uses[i].append(buffer_ids[buffer])
-    return MemoryModel(
-        node_names=tuple(model.node_names[n] for n in nodes),
-        resident_bytes=entry_live,
-        buffer_names=tuple(model.buffer_names[b] for b in buffer_ids),
-        buffer_bytes=tuple(sizes),
-        producer=tuple(users[b][0] if users[b] else 0 for b in range(len(sizes))),
-        users=tuple(users),
-        pinned=tuple(pinned),
-        allocates=tuple(tuple(a) for a in allocates),
-        uses=tuple(tuple(u) for u in uses),
-        predecessors=tuple(tuple(local[p] for p in model.predecessors[n] if p in local)
-                           for n in nodes),
-        dims=model.dims,
-    )
 
 
 # ----- what moved -----------------------------------------------------------------------------

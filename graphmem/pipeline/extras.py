@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from graphmem.distributed.attach import (
     distributed_report,
@@ -27,20 +28,13 @@ from graphmem.distributed.kv_cache import (
     find_past_inputs,
     with_position_limit,
 )
-from graphmem.distributed.serving import (
-    CacheShape,
-    ServingConfig,
-    ServingInputs,
-    StepPeak,
-    decoder_steps,
-    plan_serving,
-    step_activation_bytes,
-    weights_per_rank,
-)
-from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import KvCacheOptions, Request
+
+if TYPE_CHECKING:  # a training job's and a serving plan's models: imported where asked for
+    from graphmem.distributed.serving import ServingConfig, StepPeak
+    from graphmem.distributed.strategies import DistributedConfig
 
 
 def with_distributed(analysis: Analysis, config: DistributedConfig) -> Analysis:
@@ -131,6 +125,13 @@ def _position_limit(request: Request, options: KvCacheOptions) -> tuple[int | No
 def with_serving(analysis: Analysis, config: ServingConfig, position_limit: int | None = None,
                  limit_source: str = "") -> Analysis:
     """The paged KV cache on the analysis's GPU (graphmem/distributed/serving.py)."""
+    from graphmem.distributed.serving import (
+        CacheShape,
+        ServingInputs,
+        plan_serving,
+        weights_per_rank,
+    )
+
     config.check()
     kv, fit = analysis.kv_cache, analysis.fit
     if fit is None:
@@ -201,6 +202,8 @@ def _serving_context(config: ServingConfig, limit: int | None, source: str) -> i
 def _steps(analysis: Analysis, config: ServingConfig) -> tuple[StepPeak, ...]:
     """The prefill and decode steps of an ONNX decoder-with-past whose dims are symbolic,
     else the analysed step as it is (a PyTorch trace at --input 1xN is a prefill of N)."""
+    from graphmem.distributed.serving import StepPeak, decoder_steps, step_activation_bytes
+
     graph, bound = analysis.graph, analysis.dims.bound
     past = find_past_inputs(graph) if analysis.model.source_format == "onnx" else None
     names = decoder_dim_names(graph, past) if past is not None else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.core.conventions import (
     MAX_DIM_VALUE,
@@ -26,24 +26,21 @@ from graphmem.core.conventions import (
     closed,
 )
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
-from graphmem.devices.gpus import find_gpu
-from graphmem.distributed.attach import dtype_bytes
-from graphmem.distributed.serving import ServingConfig
-from graphmem.distributed.strategies import DistributedConfig
 from graphmem.errors import GraphmemError
-from graphmem.frontends.torch.finetune import (
-    FinetuneOptions,
-    LoraOptions,
-    QloraOptions,
-)
-from graphmem.frontends.torch.nf4 import BLOCKSIZES
 from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
-from graphmem.frontends.torch.weight_layout import INT4_GROUP_SIZES, WeightQuantOptions
 from graphmem.passes.dims import check_dim_value
 from graphmem.pipeline.imports import ModelImports
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
+
+# the options' own modules are imported where the option is given: an analysis asking for no
+# distributed job, serving, fine-tuning or GPU imports none of them
+if TYPE_CHECKING:
+    from graphmem.distributed.serving import ServingConfig
+    from graphmem.distributed.strategies import DistributedConfig
+    from graphmem.frontends.torch.finetune import FinetuneOptions, LoraOptions, QloraOptions
+    from graphmem.frontends.torch.weight_layout import WeightQuantOptions
 
 # ZeRO's reduce buffer holds this many elements of up to 8 bytes: its bytes stay below 2**62
 MAX_BUCKET_ELEMENTS = 1 << 58
@@ -181,6 +178,8 @@ def check_request(request: Request) -> None:
     else:
         _check_onnx(request)
     if request.gpu is not None:
+        from graphmem.devices.gpus import find_gpu
+
         find_gpu(request.gpu)  # a typo fails before the model is read
     if request.runtime is not None:
         _check_runtime(request)
@@ -269,6 +268,8 @@ def _check_lora(lora: LoraOptions) -> None:
 
 
 def _check_qlora(qlora: QloraOptions) -> None:
+    from graphmem.frontends.torch.nf4 import BLOCKSIZES
+
     if qlora.compute_dtype not in ("bfloat16", "float16", "float32"):
         raise GraphmemError(f"--qlora compute={qlora.compute_dtype}: choose bf16, fp16 or"
                             " fp32")
@@ -280,6 +281,8 @@ def _check_qlora(qlora: QloraOptions) -> None:
 def _check_weights(request: Request) -> None:
     if request.weights is None:
         return
+    from graphmem.frontends.torch.weight_layout import INT4_GROUP_SIZES
+
     if request.finetune is not None and request.finetune.qlora is not None:
         raise GraphmemError("--weights and --qlora both quantize the Linear layers: give one")
     if request.finetune is not None and request.finetune.lora is not None:
@@ -354,6 +357,8 @@ def _check_kv_cache(request: Request) -> None:
                 raise GraphmemError(f"--kv-cache {text}: {value} is implausibly large"
                                     f" (the limit is {MAX_DIM_VALUE}); check the numbers")
     if options.dtype is not None:
+        from graphmem.distributed.attach import dtype_bytes
+
         dtype_bytes(options.dtype)
     _check_range("--max-context", options.max_context, 1, MAX_DIM_VALUE)
 

@@ -24,12 +24,8 @@ from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
 from graphmem.devices.gpus import GpuSpec, find_gpu, other_variants
-from graphmem.distributed.engines import default_step_tokens
-from graphmem.distributed.kv_cache import with_serving_answer
-from graphmem.distributed.serving import serving_fit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
-from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
 from graphmem.passes.costs import compute_costs
 from graphmem.passes.dims import (
     DimBinding,
@@ -55,6 +51,7 @@ from graphmem.pipeline.verdict import with_distributed_verdict as with_verdict_d
 
 if TYPE_CHECKING:  # an ONNX model's file (a PyTorch command imports no onnx)
     from graphmem.frontends.onnx.runtime_inputs import OnnxFile
+    from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
 
 
 def analyze(request: Request) -> Analysis:
@@ -90,6 +87,9 @@ def _with_serving_verdict(analysis: Analysis) -> Analysis:
     kv, fit = analysis.kv_cache, analysis.fit
     if kv is None or kv.serving is None or fit is None:
         return analysis
+    from graphmem.distributed.kv_cache import with_serving_answer
+    from graphmem.distributed.serving import serving_fit
+
     return replace(analysis, fit=serving_fit(fit, kv.serving), kv_cache=with_serving_answer(kv))
 
 
@@ -150,6 +150,7 @@ def _serving_step(request: Request, module: object, batch: int | None, seq: int 
     """Under --serve with no shape given, the step vLLM profiles at start: one prompt of
     max_num_batched_tokens tokens (--max-batched-tokens, else its default on the GPU; at
     most the model's positions), and the note that says so; else the shape as given."""
+    from graphmem.distributed.engines import default_step_tokens
     from graphmem.frontends.torch.hf_config import max_positions
 
     serving = request.serving

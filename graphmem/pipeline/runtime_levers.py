@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from graphmem.core.units import format_bytes
 from graphmem.pipeline.analysis import Analysis, size_of
@@ -19,7 +20,9 @@ from graphmem.pipeline.device_total import gpu_runtime
 from graphmem.pipeline.request import Request, RuntimeOptions, SuggestOptions
 from graphmem.runtime_models.base import Runtime
 from graphmem.runtime_models.bfc_arena import ArenaExtend
-from graphmem.suggest.cards import RuntimeLever
+
+if TYPE_CHECKING:  # the suggestion cards: imported where suggestions were made
+    from graphmem.suggest.cards import RuntimeLever
 
 Analyze = Callable[[Request], Analysis]
 
@@ -62,6 +65,8 @@ def runtime_levers(analysis: Analysis, request: Request, analyze: Analyze
 
 
 def _lever(base: Analysis, changed: Analysis) -> RuntimeLever:
+    from graphmem.suggest.cards import RuntimeLever
+
     return RuntimeLever(
         option=ARENA_BY_REQUEST, setting=ARENA_SETTING,
         device_total_bytes=_device_total(changed), base_device_total_bytes=_device_total(base),

@@ -21,8 +21,6 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES
 from graphmem.devices.error_bands import error_band
 from graphmem.devices.gpus import GpuSpec
-from graphmem.distributed.attach import most_loaded_rank
-from graphmem.distributed.strategies import per_gpu_parts
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import (
@@ -129,6 +127,8 @@ def with_distributed_verdict(analysis: Analysis, cuda_reserve_bytes: int | None 
     basis = f"{config.strategy} per-GPU device total"
     if report.plan is not None:
         basis += f" of the most-loaded rank (pipeline stage {report.plan.most_loaded.stage})"
+    from graphmem.distributed.strategies import per_gpu_parts  # a job was asked for
+
     parts = (*per_gpu_parts(report.per_rank),
              FitPart(DevicePart.ALLOCATOR, SymInt.const(allocator)),
              FitPart(DevicePart.CONTEXT, SymInt.const(context)),
@@ -151,6 +151,8 @@ def _distributed_probe(analysis: Analysis, context_bytes: int, runtime: str | No
     (its runtime model unbounded by the GPU, as the verdict reads it), the context and
     NCCL's buffers (`context_bytes` holds both: neither grows with a dim)."""
     assert analysis.distributed is not None and analysis.fit is not None
+    from graphmem.distributed.attach import most_loaded_rank  # a job was asked for
+
     config = analysis.distributed.per_rank.config
     gpu = analysis.fit.gpu
 

@@ -18,13 +18,19 @@ GiB here are 2**30 bytes, as all three print them (SGLang calls them GB).
 
 from __future__ import annotations
 
-from graphmem.distributed.engines import ENGINE_VERSIONS, SGLANG, TRTLLM
-from graphmem.distributed.serving import ServingReport
+from typing import TYPE_CHECKING
+
+from graphmem.distributed.vocabulary import SGLANG, TRTLLM
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.serving import ServingReport
 
 GIB = float(1 << 30)
 
 
 def engine_name(plan: ServingReport) -> str:
+    from graphmem.distributed.engines import ENGINE_VERSIONS
+
     return ENGINE_VERSIONS[plan.engine]
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from graphmem.distributed.parallel import ParallelLayout
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.parallel import ParallelLayout
 
 
 def layout_text(layout: ParallelLayout) -> str:

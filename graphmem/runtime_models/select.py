@@ -8,7 +8,8 @@ Each model has the same signature (graphmem/runtime_models/base.py `RuntimeModel
   (graphmem/runtime_models/torch_cuda.py);
 - torch-cpu: eager PyTorch on the CPU, each kernel's scratch added while it runs
   (graphmem/runtime_models/torch_cpu.py).
-A new runtime is one class here and one entry in MODELS.
+A new runtime is one class here and one entry in MODELS; each model's module is imported
+when its estimate is first asked for (an ONNX command on the CPU imports no CUDA model).
 """
 
 from __future__ import annotations
@@ -32,10 +33,7 @@ from graphmem.runtime_models.base import (
 )
 from graphmem.runtime_models.data_bounds import data_bounds
 from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
-from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
 from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
-from graphmem.runtime_models.torch_cpu import torch_cpu_estimate
-from graphmem.runtime_models.torch_cuda import cuda_overhead, torch_cuda_estimate
 
 
 class _Model:
@@ -110,6 +108,9 @@ class OrtCuda(_Model):
     onnx_only = inference_only = needs_gpu = True
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
+        from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
+        from graphmem.runtime_models.torch_cuda import cuda_overhead
+
         gpu = self.gpu(context)
         overhead = cuda_overhead(gpu.architecture, context.cuda_reserve_bytes)
         graph = context.graph
@@ -128,6 +129,8 @@ class TorchCuda(_Model):
     needs_gpu = True
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
+        from graphmem.runtime_models.torch_cuda import torch_cuda_estimate
+
         return torch_cuda_estimate(context, self.gpu(context), context.cuda_reserve_bytes,
                                    context.capacity_bytes)
 
@@ -144,6 +147,8 @@ class TorchCpu(_Model):
                                 " the model fits that GPU: drop --runtime torch-cpu (or --gpu)")
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
+        from graphmem.runtime_models.torch_cpu import torch_cpu_estimate
+
         return torch_cpu_estimate(context)
 
 

@@ -16,7 +16,6 @@ Graphs with control flow or functions, whose bodies read outer values, are infer
 from __future__ import annotations
 
 import importlib.util
-import logging
 import warnings as py_warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -388,6 +387,8 @@ def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> on
     directory when a shape stays unknown; graphmem must not write into the user's folders,
     so the same steps are driven here and incomplete shapes are kept as unknown.
     """
+    import logging  # only where onnxruntime's rules run
+
     symbolic_shape_infer = _symbolic_shape_infer_module()
     logging.getLogger(symbolic_shape_infer.__name__).setLevel(logging.ERROR)
     engine = symbolic_shape_infer.SymbolicShapeInference(

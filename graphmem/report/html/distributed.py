@@ -4,15 +4,18 @@ graphmem/distributed (DistributedReport, KvCacheReport)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.core.units import format_bytes
-from graphmem.distributed.kv_cache import KvCacheReport
-from graphmem.distributed.ranks import DistributedReport, RankPlan
-from graphmem.distributed.strategies import StrategyFit
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
 from graphmem.report.kv_layers import is_plain, per_token_formula, state_note
 from graphmem.report.parallel_text import layout_text
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.kv_cache import KvCacheReport
+    from graphmem.distributed.ranks import DistributedReport, RankPlan
+    from graphmem.distributed.strategies import StrategyFit
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",

@@ -7,14 +7,17 @@ gives under `model.finetune` and `memory.serving`, and the terminal prints
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from graphmem.core.safe_text import printable
 from graphmem.core.units import count_noun, format_bytes
-from graphmem.distributed.serving import ServingReport, one_sequence_bytes
-from graphmem.frontends.torch.finetune import FinetuneReport
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.engine_log import block_name, engine_name, log_lines, share_name
 from graphmem.report.kv_layers import is_plain
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.serving import ServingReport
+    from graphmem.frontends.torch.finetune import FinetuneReport
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ def _layer_group_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
 
 def _verdict(plan: ServingReport) -> str:
     """The same verdict as the analysis's fit under --serve (serving.py `serving_fit`)."""
+    from graphmem.distributed.serving import one_sequence_bytes
+
     if plan.max_sequences >= 1:
         return f"fits: {plan.total_sequences:,} sequences of {plan.context:,} tokens at once"
     return (f"does not fit: one {plan.context:,}-token sequence needs"

@@ -4,10 +4,15 @@ view.py maps the Analysis's typed results to a ReportView; the templates only la
 the order a reader asks: does it fit (by how much, the largest batch), where the memory goes
 (by module, by role), the largest tensors live at the peak, then the timeline, what to change,
 the runtime, compute, every node and how it is all computed.
+
+The templates are compiled once, not at every run: compiled/ holds each as the Python module
+jinja2's compiler makes of it with this page's settings (template_modules.py writes them),
+used where they are this jinja2's compilation of these very sources (`_loader`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from graphmem.pipeline.analysis import Analysis
 from graphmem.report.html.view import build_view
 
 _TEMPLATE = "report.html.j2"
+COMPILED_DIR = Path(__file__).resolve().parent / "compiled"
 
 
 def templates_dir() -> Path:
@@ -48,8 +54,35 @@ def write_html(analysis: Analysis, path: Path) -> None:
 
 @cache
 def _environment(folder: Path) -> jinja2.Environment:
+    return report_environment(_loader(folder))
+
+
+def _loader(folder: Path) -> jinja2.BaseLoader:
+    """The templates as compiled modules (COMPILED_DIR) where they were compiled by this
+    jinja2 from `folder`'s sources as they are now; else the sources, compiled as used."""
+    try:
+        from graphmem.report.html import compiled
+    except ImportError:  # not generated: the sources serve
+        return jinja2.FileSystemLoader(folder)
+    if jinja2.__version__ == compiled.JINJA2_VERSION \
+            and sources_digest(folder) == compiled.SOURCES_SHA256:
+        return jinja2.ModuleLoader(COMPILED_DIR)
+    return jinja2.FileSystemLoader(folder)
+
+
+def sources_digest(folder: Path) -> str:
+    """SHA-256 over every template file's path and bytes under `folder` (0.5 ms)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def report_environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
+    """The report's jinja2 settings: the compiled modules are made and run under these."""
     environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(folder),
+        loader=loader,
         autoescape=True,  # every template here is HTML (or SVG inside it)
         finalize=_inert,
         undefined=jinja2.StrictUndefined,

@@ -8,6 +8,7 @@ not compute (None in its result) is shown as a dash, never as 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from graphmem.core.safe_text import SNIPPET_MAX_CHARS, printable, printable_text
 from graphmem.core.units import format_si
@@ -20,7 +21,9 @@ from graphmem.report.html.quantity import (
     format_time,
     percent,
 )
-from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphmem.core.conventions import ROLE_KEYS
+from graphmem.core.json_schema import SCHEMA_VERSION
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.core.symbolic import SymInt
 from graphmem.core.version import __version__
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.html.charts import TimelineChart
-from graphmem.report.html.distributed import KvCacheView, PerGpuView, kv_cache_view, per_gpu_view
-from graphmem.report.html.llm import LlmView, llm_view
 from graphmem.report.html.memory import (
     LiveTable,
     ModuleBreakdown,
@@ -56,7 +56,11 @@ from graphmem.report.html.summary import (
     headline_facts,
     summary,
 )
-from graphmem.report.json.report import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # sections of a training job, a KV cache, fine-tuning or serving: their
+    # modules are loaded where the analysis has one (`_llm_views`)
+    from graphmem.report.html.distributed import KvCacheView, PerGpuView
+    from graphmem.report.html.llm import LlmView
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ def build_view(analysis: Analysis) -> ReportView:
     top = summary(analysis, op_of)
     holes = gaps(analysis)
     probe_note = ", ".join(f"{printable(name)}={PROBE_DIM_VALUE}" for name in free)
+    per_gpu, kv_cache, llm = _llm_views(analysis)
     return ReportView(
         title=printable(Path(analysis.model.path).name or analysis.model.name),
         model=_model_view(analysis),
@@ -146,10 +151,20 @@ def build_view(analysis: Analysis) -> ReportView:
         checkpoint_curve=checkpoint_curve(analysis.suggestions),
         sweep=sweep_view(analysis.sweep, analysis.fit.usable_bytes if analysis.fit else None,
                          analysis.max_batch.max_batch if analysis.max_batch else None),
-        per_gpu=per_gpu_view(analysis.distributed),
-        kv_cache=kv_cache_view(analysis.kv_cache),
-        llm=llm_view(analysis),
+        per_gpu=per_gpu, kv_cache=kv_cache, llm=llm,
     )
+
+
+def _llm_views(analysis: Analysis
+               ) -> tuple[PerGpuView | None, KvCacheView | None, LlmView | None]:
+    """The per-GPU, KV-cache and fine-tuning/serving sections (None: not in the analysis)."""
+    if analysis.distributed is None and analysis.kv_cache is None and analysis.finetune is None:
+        return None, None, None  # serving needs a KV cache
+    from graphmem.report.html.distributed import kv_cache_view, per_gpu_view
+    from graphmem.report.html.llm import llm_view
+
+    return (per_gpu_view(analysis.distributed), kv_cache_view(analysis.kv_cache),
+            llm_view(analysis))
 
 
 def role_steps_and_phases(

@@ -8,14 +8,16 @@ rank), `memory.ranks` (one row per pipeline rank, with model parallelism),
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.core.symbolic import SymInt
-from graphmem.distributed.kv_cache import KvCacheReport
-from graphmem.distributed.parallel import ParallelLayout
-from graphmem.distributed.ranks import DistributedReport, RankPlan
-from graphmem.distributed.strategies import PerRankMemory, StrategyFit
 from graphmem.pipeline.analysis import Analysis
+
+if TYPE_CHECKING:  # written where the analysis has them: their modules are loaded then
+    from graphmem.distributed.kv_cache import KvCacheReport
+    from graphmem.distributed.parallel import ParallelLayout
+    from graphmem.distributed.ranks import DistributedReport, RankPlan
+    from graphmem.distributed.strategies import PerRankMemory, StrategyFit
 
 
 def _quantity(value: SymInt) -> int | str:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from graphmem.frontends.torch.finetune import (
-    FinetuneReport,
-    HfSummary,
-    LoraSummary,
-    MoeSummary,
-    Nf4Summary,
-    ParamCounts,
-)
-from graphmem.frontends.torch.nf4 import Nf4Bytes
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # written where the analysis has them: their modules are loaded then
+    from graphmem.frontends.torch.finetune import (
+        FinetuneReport,
+        HfSummary,
+        LoraSummary,
+        MoeSummary,
+        Nf4Summary,
+        ParamCounts,
+    )
+    from graphmem.frontends.torch.nf4 import Nf4Bytes
     from graphmem.pipeline.analysis import Analysis
 
 

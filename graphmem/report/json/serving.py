@@ -6,11 +6,13 @@ Every number is an integer (bytes, tokens, blocks, sequences) per GPU of one rep
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from graphmem.distributed.serving import ServingReport
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.engine_log import engine_name, log_lines
+
+if TYPE_CHECKING:  # written where the analysis has them: their modules are loaded then
+    from graphmem.distributed.serving import ServingReport
 
 
 def serving_memory(analysis: Analysis) -> dict[str, Any]:

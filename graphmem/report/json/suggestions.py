@@ -3,11 +3,13 @@ aim at (`suggestion_budget`) and the checkpointing trade-off (`checkpoint_curve`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.pipeline.analysis import Analysis
-from graphmem.suggest.cards import RuntimeLever, Suggestion
-from graphmem.suggest.search import PlanOutcome
+
+if TYPE_CHECKING:  # written where the analysis has them: their modules are loaded then
+    from graphmem.suggest.cards import RuntimeLever, Suggestion
+    from graphmem.suggest.search import PlanOutcome
 
 
 def suggestions_json(analysis: Analysis) -> dict[str, Any]:

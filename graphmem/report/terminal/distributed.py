@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from graphmem.core.conventions import ZERO_STAGES
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.units import format_bytes, format_bytes_sym
-from graphmem.distributed.kv_cache import KvCacheReport
-from graphmem.distributed.ranks import DistributedReport
-from graphmem.distributed.strategies import PerRankMemory
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.kv_layers import is_plain, per_token_formula, state_note
 from graphmem.report.terminal.ranks import layout_text, ranks_table
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.kv_cache import KvCacheReport
+    from graphmem.distributed.ranks import DistributedReport
+    from graphmem.distributed.strategies import PerRankMemory
 
 _LAYOUT_TEXT = {
     "traced": "model states as traced",

@@ -8,16 +8,20 @@ Each block is at most 8 lines of at most 80 columns.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 
 from graphmem.core.safe_text import markup
 from graphmem.core.units import count_noun, format_bytes, format_si
-from graphmem.distributed.engines import SGLANG, TRTLLM
-from graphmem.distributed.serving import ServingReport, one_sequence_bytes
-from graphmem.frontends.torch.finetune import FinetuneReport
+from graphmem.distributed.vocabulary import SGLANG, TRTLLM
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.engine_log import engine_name, log_lines
 from graphmem.report.kv_layers import group_text, is_plain
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.serving import ServingReport
+    from graphmem.frontends.torch.finetune import FinetuneReport
 
 
 def print_llm(analysis: Analysis, console: Console) -> None:
@@ -124,6 +128,8 @@ def _layer_group_lines(plan: ServingReport) -> list[str]:
 
 def serving_verdict(plan: ServingReport) -> str:
     """The verdict under --serve (the same as the analysis's fit: serving.py `serving_fit`)."""
+    from graphmem.distributed.serving import one_sequence_bytes
+
     if plan.max_sequences >= 1:
         return (f"  [green]fits[/]: {plan.total_sequences:,} sequences of {plan.context:,}"
                 f" tokens at once ({plan.blocks_per_sequence:,} blocks each)")

@@ -3,11 +3,15 @@ marked (graphmem/distributed/ranks.py computes it)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from graphmem.core.units import format_bytes
-from graphmem.distributed.ranks import RankPlan, RankRow
 from graphmem.report.parallel_text import layout_text
+
+if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
+    from graphmem.distributed.ranks import RankPlan, RankRow
 
 __all__ = ["layout_text", "ranks_table"]
 

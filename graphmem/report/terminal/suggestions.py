@@ -4,6 +4,7 @@ of the ones that save memory, and what could not be suggested."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -11,7 +12,9 @@ from rich.table import Table
 from graphmem.core.safe_text import SNIPPET_MAX_CHARS, markup_text
 from graphmem.core.units import format_bytes, format_si
 from graphmem.report.terminal.plan import format_seconds
-from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
+
+if TYPE_CHECKING:  # rendered where suggestions were made: their module is loaded then
+    from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
 
 _TARGETS_SHOWN = 4
 _ZERO_INPLACE_SHOWN = 3  # in-place candidates that save nothing at the peak, listed by name
