@@ -10,11 +10,12 @@ more of Python each, so lean_read.py measures the whole run here, on the file re
   bytes below 0x80, its one-byte tag and its number's last byte, so the fields are the pairs
   of such bytes, each pair's first byte the tag right after the previous pair;
 - a fixed32 or fixed64 field: every 5th or 9th byte is the tag;
-- a length-delimited field (tag, a length of one or two bytes, that many bytes): each byte
-  that could start a field points at where the next would start, and list ranking (pointer
-  doubling) counts the fields from the chunk's first, and sums their lengths, in log2(chunk)
-  passes. A field of 16 KiB or more (a length of three bytes or more) ends the run: the walk
-  looks at it itself (it may hold bulk).
+- a length-delimited field (tag, a length of one or two bytes, that many bytes): hopped one
+  at a time where they are long; where they are tiny, each byte that could start a field
+  points at where the next would start, and list ranking (pointer doubling) counts the
+  fields from the chunk's first, and sums their lengths, in log2(chunk) passes. A field of
+  16 KiB or more (a length of three bytes or more) ends the run: the walk looks at it itself
+  (it may hold bulk).
 
 Only a one-byte tag (field numbers 1-15: every data field of ONNX's schema) makes a run.
 """
@@ -29,6 +30,9 @@ import numpy as np
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _CHUNK_BYTES = 1 << 20
 _LENGTH_CHUNK_BYTES = 1 << 16  # pointer doubling holds a few arrays of this many int32
+# length-delimited fields are hopped in Python (a microsecond each) unless this many average
+# under this many bytes: ranking costs about 50 ns a byte of the chunk
+_HOPPED_FIELDS, _SMALL_FIELD_BYTES = 32, 48
 _FIXED_BYTES = {_FIXED32: 4, _FIXED64: 8}
 
 
@@ -96,26 +100,59 @@ def _varint_run(descriptor: int, start: int, end: int, tag: int) -> Run:
 def _length_run(descriptor: int, start: int, end: int, tag: int) -> Run:
     count, value_bytes, position = 0, 0, start
     while position < end:
-        data = _read(descriptor, position, end, _LENGTH_CHUNK_BYTES).astype(np.int32)
-        size = len(data)
-        hops, lengths, leads = _hops(data, tag)
-        jump, steps, summed = hops, leads.astype(np.int32), np.where(leads, lengths, 0)
-        while hops[jump[0]] != jump[0]:  # list ranking: jump[i] is 2**k hops on from i
-            steps, summed, jump = steps + steps[jump], summed + summed[jump], jump[jump]
-        last = int(jump[0])  # the first field on the chain that leads to none in this chunk
-        count, value_bytes = count + int(steps[0]), value_bytes + int(summed[0])
-        length = _field_bytes(data, last) if data[last] == tag else 0
-        if length and last + length == size:  # it ends with the chunk: count it, read on
-            count, value_bytes = count + 1, value_bytes + int(lengths[last])
-            position += size
-        elif last > 0 and position + size < end:  # it may end past the chunk: read on there
-            position += last
+        raw = os.pread(descriptor, min(_LENGTH_CHUNK_BYTES, end - position), position)
+        hops, held, offset, small = _hop(raw, tag)
+        if small:  # tiny fields: ranked with numpy from where the hops stopped
+            ranked, ranked_held, last = _rank(
+                np.frombuffer(raw, np.uint8)[offset:].astype(np.int32), tag)
+            hops, held, offset = hops + ranked, held + ranked_held, offset + last
+        count, value_bytes = count + hops, value_bytes + held
+        # raw[offset:] starts with a field that is not the run's, or does not end in raw
+        length = _field_bytes(raw, offset) if offset < len(raw) and raw[offset] == tag else 0
+        if offset == len(raw) or (length and offset + length == len(raw)):
+            if offset < len(raw):  # it ends with the chunk: count it
+                count += 1
+                value_bytes += length - _header_bytes(raw, offset)
+            position += len(raw)
+        elif offset > 0 and position + len(raw) < end:  # it may end past the chunk: read on
+            position += offset
         else:
-            return Run(count, position + last, value_bytes)
+            return Run(count, position + offset, value_bytes)
     return Run(count, position, value_bytes)
 
 
-def _field_bytes(data: np.ndarray, at: int) -> int:
+def _hop(raw: bytes, tag: int) -> tuple[int, int, int, bool]:
+    """Fields of the run hopped one at a time from raw's start while they end inside it:
+    how many, their values' bytes, where the hops stopped, and whether they stopped because
+    the fields are tiny (_HOPPED_FIELDS of them in under _SMALL_FIELD_BYTES each on average:
+    numpy ranks the rest faster)."""
+    size, offset, hops, held = len(raw), 0, 0, 0
+    while offset < size and raw[offset] == tag:
+        if hops == _HOPPED_FIELDS and offset < _HOPPED_FIELDS * _SMALL_FIELD_BYTES:
+            return hops, held, offset, True
+        length = _field_bytes(raw, offset)
+        if not length or offset + length > size:
+            break
+        hops, held = hops + 1, held + length - _header_bytes(raw, offset)
+        offset += length
+    return hops, held, offset, False
+
+
+def _rank(data: np.ndarray, tag: int) -> tuple[int, int, int]:
+    """List ranking from data[0]: the fields that lead to another inside data, their values'
+    bytes, and the first field that does not."""
+    hops, lengths, leads = _hops(data, tag)
+    jump, steps, summed = hops, leads.astype(np.int32), np.where(leads, lengths, 0)
+    while hops[jump[0]] != jump[0]:  # jump[i] is 2**k hops on from i (or the chain's end)
+        steps, summed, jump = steps + steps[jump], summed + summed[jump], jump[jump]
+    return int(steps[0]), int(summed[0]), int(jump[0])
+
+
+def _header_bytes(data: bytes | np.ndarray, at: int) -> int:
+    return 2 if data[at + 1] < 0x80 else 3
+
+
+def _field_bytes(data: bytes | np.ndarray, at: int) -> int:
     """The bytes of the field at data[at] (its one-byte tag, a length of one or two bytes and
     its value), or 0 where its length is longer or not inside the data."""
     size = len(data)
