@@ -67,7 +67,7 @@ from graphmem.frontends.onnx.untrusted import (
     tensor_numel,
     validate_graph,
 )
-from graphmem.verify.runners.ort_guard import start_guard, stop_group
+from graphmem.verify.runners.ort_spawn import start_guard, stop_group
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {

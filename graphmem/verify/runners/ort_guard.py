@@ -4,12 +4,13 @@ process of its own (ort_child.py) and removes the run folder if verify dies firs
 A verify ended by SIGKILL (the OOM killer, `kill -9`, a CI runner's timeout) runs no code of
 its own: the child it started would run on (a Loop that never ends runs forever) and the run
 folder would stay in the temporary folder. So the child is two processes:
-- this *guard*, started by verify (`start_guard`) as the leader of a process group of its own,
-  holding the read end of a pipe whose write end only verify holds: the pipe reads as ended
-  the moment verify is gone, however it went, even before the guard looked (no race). It forks
-  the *runner* and waits for the first of two things: the runner ends (the guard then ends
-  as the runner did, its exit status or its signal, for verify to read), or the pipe ends
-  (verify is gone: the guard kills the runner, waits for it and removes the run folder);
+- this *guard*, started by verify (ort_spawn.start_guard) as the leader of a process group
+  of its own, holding the read end of a pipe whose write end only verify holds: the pipe
+  reads as ended the moment verify is gone, however it went, even before the guard looked
+  (no race). It forks the *runner* and waits for the first of two things: the runner ends
+  (the guard then ends as the runner did, its exit status or its signal, for verify to
+  read), or the pipe ends (verify is gone: the guard kills the runner, waits for it and
+  removes the run folder);
 - the *runner* asks Linux to kill it when the guard dies (prctl PR_SET_PDEATHSIG), then checks
   that its parent is still the guard that forked it (had the guard died in between, the signal
   would never come), and runs the model (ort_child.main). Its TMPDIR is the run folder, so the
@@ -27,41 +28,11 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _POLL_S = 0.05  # where pidfd_open is missing: how often the guard looks at the runner
-
-
-def start_guard(folder: Path, env: Mapping[str, str],
-                limit_child: Callable[[], None]) -> tuple[subprocess.Popen[bytes], int]:
-    """The guard started on `folder` (its process group its own), and the write end of its
-    pipe, which the caller keeps open while the guard may run and closes after."""
-    life_read, life_write = os.pipe()
-    try:
-        guard = subprocess.Popen(
-            [sys.executable, "-m", "graphmem.verify.runners.ort_guard", str(folder),
-             str(life_read)], cwd=folder, env={**env, "TMPDIR": str(folder)},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=limit_child, pass_fds=(life_read,), start_new_session=True)
-    except BaseException:
-        os.close(life_write)
-        raise
-    finally:
-        os.close(life_read)
-    return guard, life_write
-
-
-def stop_group(guard: subprocess.Popen[bytes]) -> None:
-    """Kill the guard and the runner at once (the guard leads their process group), and reap
-    the guard."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(guard.pid, signal.SIGKILL)
-    guard.kill()  # where the group is gone, or was never made (a test's stand-in)
-    guard.wait()
 
 
 def main(folder: Path, life: int) -> int:
