@@ -6,12 +6,17 @@ folder (4 GB address-space limit; a run past --limit seconds is stopped and show
     python benchmarks/hostile_scaling.py [--counts 1000,10000,100000] [--limit 120]
                                          [--only outputs,functions]
     python benchmarks/hostile_scaling.py --carriers [--bulk-bytes 2000000000]
+    python benchmarks/hostile_scaling.py --unpacked [--counts 1000000,40000000]
 
 `--carriers`: instead, where bulk hides and what a file declares (tests/hostile_carriers.py):
 each bulk carrier written as a sparse file of --bulk-bytes, and again at 31 MiB (just under
 the optimizing session's budget), each declared carrier at 10^12 elements; `analyze` and
 `verify --memory-limit 3GiB` of each, with the CPU seconds of the process (its children
 included) and its own peak RSS (not its children's: verify's run is bounded by its limit).
+
+`--unpacked`: bulk written for real as runs of small fields of one tag (tests/hostile_unpacked.py:
+a tensor's int64_data or float_data one field a number, a Constant's value_ints, 40 million
+empty nodes...), each at each count, `analyze` with the default options.
 
 Columns: wall seconds of the whole process, its CPU seconds (user + system, from wait4: the
 machines this runs on are shared, and under load wall time is a multiple of CPU time; compare
@@ -30,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import hostile_carriers as carriers
 from tests import hostile_models as hostile
+from tests import hostile_unpacked as unpacked
 from tests.helpers.hostile_run import Outcome, run_cli
 
 # what each count means, and the builder (the depth and the constant's elements scale too)
@@ -56,9 +62,12 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated builders")
     parser.add_argument("--carriers", action="store_true", help="the bulk and declared rows")
     parser.add_argument("--bulk-bytes", type=int, default=2_000_000_000)
+    parser.add_argument("--unpacked", action="store_true", help="runs of small fields")
     args = parser.parse_args()
     if args.carriers:
         return carrier_rows(args.bulk_bytes, args.limit)
+    if args.unpacked:
+        return unpacked_rows([int(c) for c in args.counts.split(",")], args.limit)
     counts = [int(c) for c in args.counts.split(",")]
     names = [n for n in COUNTS if not args.only or n in args.only.split(",")]
     print("| model | count | seconds | CPU s | peak RSS | exit |")
@@ -108,6 +117,21 @@ def _carrier_row(name: str, size: int, command: str, limit_s: float, sparse: boo
     what = f"{size:,} bytes (sparse)" if sparse else f"{size:.0e} elements"
     return (f"| {name} | {what} | {command} | {outcome.cpu_seconds:.1f} |"
             f" {outcome.max_rss_bytes / 2**20:,.0f} MiB | {_ended(outcome)} |")
+
+
+def unpacked_rows(counts: list[int], limit_s: float) -> int:
+    """One row per run of small fields and count (module docstring)."""
+    print("| run | fields | file | CPU s | peak RSS | exit |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name in unpacked.UNPACKED:
+        for count in counts:
+            with tempfile.TemporaryDirectory(prefix="graphmem-bench-") as folder:
+                size = unpacked.write_unpacked(Path(folder) / "model.onnx", name, count)
+                outcome = run_cli(Path(folder), "analyze", "model.onnx", "--batch", "2",
+                                  limit_s=limit_s)
+            print(f"| {name} | {count:,} | {size / 1e6:,.0f} MB | {outcome.cpu_seconds:.1f} |"
+                  f" {outcome.max_rss_bytes / 2**20:,.0f} MiB | {_ended(outcome)} |", flush=True)
+    return 0
 
 
 def _ended(outcome: Outcome) -> str:

@@ -25,6 +25,7 @@ from tests.helpers.llm_configs import TINY_LLAMA
 from tests.onnx_builders import mlp_model
 
 SECRET = b"the user's key\n"
+TINY_TORCH = "import torch\n\ndef build():\n    return torch.nn.Linear(4, 2)\n"
 
 
 def _symlink(target: Path, link: Path) -> None:
@@ -52,6 +53,7 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (downloaded / "hf").mkdir(parents=True)
     onnx.save(mlp_model(), downloaded / "model.onnx")
     (downloaded / "hf" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    (downloaded / "net.py").write_text(TINY_TORCH)
     monkeypatch.chdir(downloaded)
     return downloaded
 
@@ -77,6 +79,12 @@ DEFAULT_PATHS = {
     "analyze hf folder": ("hf.graphmem.html", ["analyze", "hf", "--input", "1x8:int64"]),
     "analyze hf config": ("hf.graphmem.html", ["analyze", "hf/config.json", "--input",
                                                 "1x8:int64"]),
+    "analyze --suggest": ("model.graphmem.html", ["analyze", "model.onnx", "--batch", "2",
+                                                   "--suggest"]),
+    "analyze --gpus": ("model.graphmem.html", ["analyze", "model.onnx", "--batch", "2",
+                                                "--train", "--gpus", "2"]),
+    "analyze pytorch": ("net.build.graphmem.html", ["analyze", "net.py:build", "--input",
+                                                  "2x4"]),
 }
 
 
@@ -96,6 +104,14 @@ EXPLICIT_OUTPUTS = {
     "check --junit": ["check", "model.onnx", "--batch", "2", "--max-params", "1M", "--junit"],
     "check hf --junit": ["check", "hf", "--gpu", "t4", "--junit"],
     "verify --json": ["verify", "model.onnx", "--batch", "2", "--json"],
+    "analyze --train --json": ["analyze", "model.onnx", "--batch", "2", "--train",
+                               "--no-html", "--json"],
+    "analyze --sweep --json": ["analyze", "model.onnx", "--sweep", "batch=1,2", "--no-html",
+                               "--json"],
+    "analyze hf --json": ["analyze", "hf", "--input", "1x8:int64", "--no-html", "--json"],
+    "analyze pytorch --html": ["analyze", "net.py:build", "--input", "2x4", "--html"],
+    "check hf --json": ["check", "hf", "--gpu", "t4", "--json"],
+    "verify pytorch --json": ["verify", "net.py:build", "--input", "2x4", "--json"],
 }
 
 

@@ -13,6 +13,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT_S = 60.0
+# a decoy beside every model: it must stay as it is and appear in no output
+SECRET_FILE, SECRET_TOKEN = "secret.txt", "AKIA-graphmem-decoy-7f3a9c"
+SECRET_TEXT = f"API_KEY={SECRET_TOKEN}\n"
+_SCANNED_BYTES = 64 * 2**20  # files the run made, read for the token up to this size
 _ADDRESS_SPACE_BYTES = 4 * 10**9
 _PEAK_FILE = ".peak_rss_kib"
 # `python -m graphmem ARGV` under the address-space limit, its own peak RSS (VmHWM) written at
@@ -37,6 +41,7 @@ class Outcome:
     max_rss_bytes: int
     left_behind: tuple[str, ...]
     cpu_seconds: float = 0.0  # user + system CPU of the process (wait4's rusage)
+    leaked: tuple[str, ...] = ()  # where the decoy secret was changed or shown
 
 
 def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
@@ -44,7 +49,9 @@ def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
     home, temp = folder / "home", folder / "tmp"
     home.mkdir()
     temp.mkdir()
-    before = {p.name for p in folder.iterdir()}
+    secret = SECRET_TEXT
+    (folder / SECRET_FILE).write_text(secret)
+    before = {p.relative_to(folder) for p in folder.rglob("*")}
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}
     env.pop("XDG_CACHE_HOME", None)
     out_path, err_path = home.parent / ".out", home.parent / ".err"
@@ -81,9 +88,26 @@ def run_cli(folder: Path, *argv: str, limit_s: float = LIMIT_S) -> Outcome:
         peak_bytes = int(peak_file.read_text()) * 1024
         peak_file.unlink()
     left = [str(p.relative_to(folder)) for p in folder.rglob("*")
-            if p.parent != folder or p.name not in before]
+            if p.relative_to(folder) not in before]
     return Outcome(code, *texts, seconds, peak_bytes, tuple(sorted(left)),
-                   usage.ru_utime + usage.ru_stime)
+                   usage.ru_utime + usage.ru_stime, _leaked(folder, secret, texts, left))
+
+
+def _leaked(folder: Path, secret: str, texts: tuple[str, str], made: list[str]
+            ) -> tuple[str, ...]:
+    """Where the decoy secret was changed, or its token shown: stdout, stderr, a file the run
+    made (or any file below the folder's top: the outputs, home, temp)."""
+    decoy = folder / SECRET_FILE
+    found = [] if decoy.is_file() and not decoy.is_symlink() and decoy.read_text() == secret \
+        else [f"{SECRET_FILE} changed"]
+    found += [name for name, text in zip(("stdout", "stderr"), texts, strict=True)
+              if SECRET_TOKEN in text]
+    for name in made:
+        path = folder / name
+        if path.is_file() and not path.is_symlink() and path.stat().st_size <= _SCANNED_BYTES \
+                and SECRET_TOKEN.encode() in path.read_bytes():
+            found.append(name)
+    return tuple(found)
 
 
 RSS_LIMIT_BYTES = 2**30
@@ -93,7 +117,8 @@ def broken_promises(outcome: Outcome, allowed: frozenset[int] = frozenset({0, 1,
                     outputs: tuple[str, ...] = ()) -> list[str]:
     """What the outcome breaks of the hostile-input contract, one line each: exit in
     `allowed`, an error as one line, no traceback, done within LIMIT_S, peak RSS under
-    RSS_LIMIT_BYTES, nothing left behind but `outputs`."""
+    RSS_LIMIT_BYTES, nothing left behind but `outputs`, the decoy secret unchanged and
+    shown nowhere."""
     problems = []
     if outcome.code not in allowed:
         problems.append(f"exit {outcome.code} (allowed {sorted(allowed)})")
@@ -111,4 +136,6 @@ def broken_promises(outcome: Outcome, allowed: frozenset[int] = frozenset({0, 1,
     stray = [p for p in outcome.left_behind if p not in outputs]
     if stray:
         problems.append(f"left behind: {stray}")
+    if outcome.leaked:
+        problems.append(f"the decoy secret leaked: {list(outcome.leaked)}")
     return problems

@@ -15,6 +15,13 @@ the same dtype and count without its data (what read.py makes of a parsed one: o
 either into the same initializer). The pages left out are never
 touched, so they never count in the process's memory.
 
+Fields of one tag written one after another (a tensor's `int64_data` one field a number, a
+Constant's `value_ints` as proto2 writes it, 40 million empty nodes) are measured as one run by
+lean_runs.py, not walked a field at a time: a run of data is left out as above, one of a field
+ONNX does not define dropped, and one kept as written refused past MAX_ATTRIBUTE_ENTRIES
+entries (protobuf would hold each), so a real 80 MB file of two-byte fields is never parsed
+whole.
+
 Only what read.py would drop is left out, and only when nothing is lost by leaving it out: a
 tensor whose `raw_data` is above KEEP_BYTES, holding no typed data besides, with exactly the
 bytes its dims and dtype need (or external data, which is cut off anyway). Any other tensor
@@ -28,7 +35,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 import numpy as np
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -37,6 +44,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
 from graphmem.errors import GraphmemError
+from graphmem.frontends.onnx.lean_runs import Run, measure_run
 from graphmem.frontends.onnx.untrusted import check_regular_file, has_data_of_size, quoted
 
 if TYPE_CHECKING:  # protobuf's C implementation (upb) has its own descriptor classes
@@ -48,8 +56,12 @@ MessageDescriptor: TypeAlias = "Descriptor | UpbDescriptor"
 KEEP_BYTES = 64 * 1024  # read.py's _KEEP_INITIALIZER_BYTES: larger payloads are dropped
 _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 9, 14
 # fields read before giving up (the file is then parsed whole): a 70B decoder's walk reads
-# about 10**5, forty million two-byte fields in one node would take a minute of Python
+# about 10**5; a run of fields of one tag (lean_runs.py) counts as one
 MAX_WALKED_FIELDS = 2_000_000
+# a run is measured by lean_runs.py once this many small fields of one tag came in a row; each
+# time one is not found, twice as many (a file cannot make the walk measure in vain often)
+_RUN_AFTER = 16
+_RUN_FIELD_BYTES = 1 << 14  # a field this long or longer ends a run (lean_runs.py)
 # a tensor's typed data fields (float, int32, string, int64, double, uint64), how each entry is
 # written when packed (strings: one field each)
 _FIXED32_ENTRIES, _FIXED64_ENTRIES, _VARINT_ENTRIES, _BYTES_ENTRIES = 4, 8, 0, -1
@@ -58,7 +70,9 @@ _TYPED_DATA_FIELDS = {4: _FIXED32_ENTRIES, 5: _VARINT_ENTRIES, 6: _BYTES_ENTRIES
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _NODE_NAME, _NODE_OP_TYPE, _NODE_DOMAIN, _ATTRIBUTE_NAME = 3, 4, 7, 1
 # entries of one list attribute (floats, ints, strings) of an op other than Constant, whose
-# lists become a data-less tensor: graphmem reads attributes into Python, 30-odd bytes an entry
+# lists become a data-less tensor: graphmem reads attributes into Python, 30-odd bytes an entry;
+# and of any field kept (not left out) written as a run of one tag (a tensor's dims, a graph's
+# nodes): protobuf would hold each entry
 MAX_ATTRIBUTE_ENTRIES = 2**22
 # a Constant's list attributes: field number, its name, the tensor dtype it makes, entries
 _CONSTANT_LISTS = {7: ("value_floats", TensorProto.FLOAT, _FIXED32_ENTRIES),
@@ -70,6 +84,25 @@ _CHUNK_BYTES = 1 << 20  # packed varints are counted a chunk at a time, read wit
 
 class _WireError(ValueError):
     """Not the wire format this reader follows: the caller parses the file whole."""
+
+
+class Field(NamedTuple):
+    """A field in the file, or a run of fields of one tag (`repeats` of them: lean_runs.py)."""
+
+    number: int
+    wire: int
+    start: int
+    value_start: int  # a run's: its start
+    end: int
+    repeats: int = 1
+    value_bytes: int = 0  # the bytes of its value, or of its fields' values
+
+    @staticmethod
+    def of_run(key: int, start: int, run: Run) -> Field:
+        wire, count = key & 7, run.count
+        held = {_VARINT: run.end - start - count, _FIXED32: 4 * count,
+                _FIXED64: 8 * count}.get(wire, run.value_bytes)
+        return Field(key >> 3, wire, start, start, run.end, count, held)
 
 
 def read_lean_model_bytes(path: Path, keep_tensors: bool = False) -> bytes | None:
@@ -99,33 +132,64 @@ class _Walk:
         self.descriptor = descriptor  # the file's, for pread
         self.keep_tensors = keep_tensors
         self.fields_left = MAX_WALKED_FIELDS
+        self.run_after = _RUN_AFTER
 
-    def _fields(self, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
-        """_fields of view[start:end], each counted against MAX_WALKED_FIELDS."""
-        for field in _fields(self.view, start, end):
+    def _fields(self, start: int, end: int) -> Iterator[Field]:
+        """The fields of view[start:end], each counted against MAX_WALKED_FIELDS; a run of
+        small fields of one one-byte tag as one Field, measured by lean_runs.py."""
+        view, position, same, previous = self.view, start, 0, -1
+        while position < end:
             self.fields_left -= 1
             if self.fields_left < 0:
                 raise _WireError("too many fields to walk")
-            yield field
+            key = view[position]
+            same = same + 1 if key == previous else 0
+            if same >= self.run_after:
+                same, run = 0, measure_run(self.descriptor, position, end, key, key & 7)
+                if run is None or run.count < self.run_after:
+                    self.run_after *= 2  # measured in vain: look less often
+                if run is not None:
+                    yield Field.of_run(key, position, run)
+                    position, previous = run.end, -1
+                    continue
+            number, wire, value_start, field_end = _field_at(view, position, end)
+            previous = key if key < 0x80 and field_end - value_start < _RUN_FIELD_BYTES else -1
+            yield Field(number, wire, position, value_start, field_end, 1,
+                        field_end - value_start)
+            position = field_end
+
+    def _check_run(self, descriptor: MessageDescriptor, field: Field) -> None:
+        """Refuse a run kept as written (protobuf would hold each entry) above
+        MAX_ATTRIBUTE_ENTRIES."""
+        if field.repeats > MAX_ATTRIBUTE_ENTRIES:
+            name = descriptor.fields_by_number[field.number].name
+            raise GraphmemError(
+                f"the model's {descriptor.name}.{name} is written {field.repeats:,} times in a"
+                f" row, above graphmem's limit of {MAX_ATTRIBUTE_ENTRIES:,} (a broken or"
+                " hostile file): re-export it")
 
     def message(self, descriptor: MessageDescriptor, start: int, end: int
                 ) -> tuple[list[bytes], bool]:
         """The message's lean pieces, and whether anything was left out."""
         view, pieces = self.view, []
         kept_from, changed = start, False
-        for number, wire, field_start, value_start, field_end in self._fields(start, end):
-            known = number in descriptor.fields_by_number
-            if known and field_end - value_start <= KEEP_BYTES:
+        for field in self._fields(start, end):
+            known = field.number in descriptor.fields_by_number
+            if known and field.repeats > 1:
+                self._check_run(descriptor, field)
                 continue
-            replacement = self._lean_field(descriptor, number, wire, value_start, field_end,
-                                           (start, end))
+            if known and field.value_bytes <= KEEP_BYTES:
+                continue
+            replacement = b"" if field.repeats > 1 else self._lean_field(
+                descriptor, field.number, field.wire, field.value_start, field.end,
+                (start, end))
             if replacement is None:
                 continue
-            if kept_from < field_start:
-                pieces.append(view[kept_from:field_start])
+            if kept_from < field.start:
+                pieces.append(view[kept_from:field.start])
             if replacement:
                 pieces.append(replacement)
-            kept_from, changed = field_end, True
+            kept_from, changed = field.end, True
         pieces.append(view[kept_from:end])
         return pieces, changed
 
@@ -169,9 +233,11 @@ class _Walk:
     def _node_names(self, start: int, end: int) -> tuple[bytes, bytes, bytes]:
         """The name, op type and domain of the node in view[start:end]."""
         names = {_NODE_NAME: b"", _NODE_OP_TYPE: b"", _NODE_DOMAIN: b""}
-        for number, _, _, value_start, field_end in self._fields(start, end):
-            if number in names:
-                names[number] = self.view[value_start:field_end]
+        for field in self._fields(start, end):
+            if field.number in names:
+                if field.repeats > 1:
+                    raise _WireError("a node's name written again and again")
+                names[field.number] = self.view[field.value_start:field.end]
         return names[_NODE_NAME], names[_NODE_OP_TYPE], names[_NODE_DOMAIN]
 
     def _check_list(self, start: int, end: int, node: bytes, op_type: bytes) -> None:
@@ -179,12 +245,11 @@ class _Walk:
         MAX_ATTRIBUTE_ENTRIES entries on a node other than a Constant: graphmem reads every
         attribute into Python (a 2 GB hole of packed floats took 3.5 GB at 200 MB)."""
         name, count = b"", 0
-        for number, wire, _, value_start, field_end in self._fields(start, end):
-            if number == _ATTRIBUTE_NAME:
-                name = self.view[value_start:field_end]
-            elif number in _CONSTANT_LISTS:
-                count += self._entries(_CONSTANT_LISTS[number][2], wire, value_start,
-                                       field_end)
+        for field in self._fields(start, end):
+            if field.number == _ATTRIBUTE_NAME and field.repeats == 1:
+                name = self.view[field.value_start:field.end]
+            elif field.number in _CONSTANT_LISTS:
+                count += self._entries(_CONSTANT_LISTS[field.number][2], field)
         if count > MAX_ATTRIBUTE_ENTRIES:
             op = quoted(op_type.decode(errors="backslashreplace"))
             label = f"a {op} node" if not node else (
@@ -201,15 +266,14 @@ class _Walk:
         and count without data; None: keep it as written (another attribute, or not as the
         standard writes it)."""
         name, lists, count, held = b"", set(), 0, 0
-        for number, wire, _, value_start, field_end in self._fields(start, end):
-            if number == _ATTRIBUTE_NAME:
-                name = self.view[value_start:field_end]
-            elif number in _CONSTANT_LISTS:
-                lists.add(number)
-                count += self._entries(_CONSTANT_LISTS[number][2], wire, value_start,
-                                       field_end)
-                held += field_end - value_start
-            elif number != _ATTRIBUTE_TYPE:
+        for field in self._fields(start, end):
+            if field.number == _ATTRIBUTE_NAME and field.repeats == 1:
+                name = self.view[field.value_start:field.end]
+            elif field.number in _CONSTANT_LISTS:
+                lists.add(field.number)
+                count += self._entries(_CONSTANT_LISTS[field.number][2], field)
+                held += field.end - field.start  # as written: ByteSize, as in dense_forms
+            elif field.number != _ATTRIBUTE_TYPE:
                 return None
         if len(lists) != 1 or held <= KEEP_BYTES:
             return None
@@ -220,23 +284,26 @@ class _Walk:
         return AttributeProto(name="value", type=AttributeProto.TENSOR,
                               t=tensor).SerializeToString()
 
-    def _entries(self, written: int, wire: int, start: int, end: int) -> int:
-        """How many numbers or strings one field of a repeated field holds: `written`, the
-        bytes of a packed fixed-size number, or _VARINT_ENTRIES, or _BYTES_ENTRIES."""
-        if written == _BYTES_ENTRIES or wire != _LENGTH:
-            return 1  # a string, or one number written unpacked
+    def _entries(self, written: int, field: Field) -> int:
+        """How many numbers or strings a field (or run) of a repeated field holds: `written`,
+        the bytes of a packed fixed-size number, or _VARINT_ENTRIES, or _BYTES_ENTRIES. A
+        run of packed fields is counted as a whole (its tags and lengths, one varint each,
+        taken off)."""
+        if written == _BYTES_ENTRIES or field.wire != _LENGTH:
+            return field.repeats  # strings, or numbers written unpacked
         if written != _VARINT_ENTRIES:
-            if (end - start) % written:
+            if field.value_bytes % written:
                 raise _WireError("packed numbers of a length not a multiple of their size")
-            return (end - start) // written
+            return field.value_bytes // written
         # packed varints: one ends at each byte below 0x80 (read in chunks: never mapped)
+        start, end = field.value_start, field.end
         if end > start and self.view[end - 1] >= 0x80:
             raise _WireError("packed varints end inside a number")
         count = 0
         for offset in range(start, end, _CHUNK_BYTES):
             chunk = os.pread(self.descriptor, min(_CHUNK_BYTES, end - offset), offset)
             count += int(np.count_nonzero(np.frombuffer(chunk, np.uint8) < 0x80))
-        return count
+        return count - 2 * field.repeats if field.repeats > 1 else count
 
     def _lean_tensor(self, start: int, end: int) -> bytes | None:
         """The tensor's bytes without its data (raw_data, or one typed field such as
@@ -245,23 +312,27 @@ class _Walk:
         rest: list[bytes] = []
         raw_bytes: int | None = None
         typed: dict[int, int] = {}  # typed data field -> its entries
-        typed_bytes = 0
+        typed_bytes, longest = 0, 0
         has_location = False
-        for number, wire, field_start, value_start, field_end in self._fields(start, end):
+        for field in self._fields(start, end):
+            number = field.number
             if number in _TYPED_DATA_FIELDS:
                 typed[number] = typed.get(number, 0) + self._entries(
-                    _TYPED_DATA_FIELDS[number], wire, value_start, field_end)
-                typed_bytes += field_end - value_start
+                    _TYPED_DATA_FIELDS[number], field)
+                typed_bytes += field.end - field.start  # as written, tags included
+                longest = max(longest, field.repeats)
             elif number == _TENSOR_RAW_DATA:
-                if wire != _LENGTH or raw_bytes is not None:  # protobuf's last-one-wins: keep
-                    return None
-                raw_bytes = field_end - value_start
+                if field.wire != _LENGTH or raw_bytes is not None or field.repeats > 1:
+                    return None  # protobuf's last-one-wins: keep as written
+                raw_bytes = field.value_bytes
             else:
                 has_location = has_location or number == _TENSOR_DATA_LOCATION
-                rest.append(self.view[field_start:field_end])
+                self._check_run(TensorProto.DESCRIPTOR, field)
+                rest.append(self.view[field.start:field.end])
         if (raw_bytes is None) == (not typed) or len(typed) > 1 \
                 or max(raw_bytes or 0, typed_bytes) <= KEEP_BYTES:
-            return None  # no data, both kinds, or small: as written
+            self._kept_whole(typed, longest)  # no data, both kinds, or small
+            return None
         if not has_location:  # as read.py's clear_tensor_data leaves it: data_location DEFAULT
             rest.append(_tag(_TENSOR_DATA_LOCATION, _VARINT) + _varint(TensorProto.DEFAULT))
         lean = b"".join(rest)
@@ -269,39 +340,43 @@ class _Walk:
         if uses_external_data(tensor):
             return lean
         if raw_bytes is not None:
-            held, field = raw_bytes, "raw_data"
+            held, name = raw_bytes, "raw_data"
         else:
             (number, held), = typed.items()
-            field = TensorProto.DESCRIPTOR.fields_by_number[number].name
-        if not has_data_of_size(tensor, field, held):
-            return None  # validate_graph names the mismatch, as for any other file
+            name = TensorProto.DESCRIPTOR.fields_by_number[number].name
+        if not has_data_of_size(tensor, name, held):
+            self._kept_whole(typed, longest)  # validate_graph names the mismatch
+            return None
         return lean
 
+    def _kept_whole(self, typed: dict[int, int], longest: int) -> None:
+        """A tensor kept as written: refused where a run of its typed data is above
+        _check_run's limit (protobuf would hold each entry)."""
+        for number in typed:
+            self._check_run(TensorProto.DESCRIPTOR, Field(number, 0, 0, 0, 0, longest))
 
-def _fields(view: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """(number, wire type, field start, value start, field end) of each field in
-    view[start:end]; a length-delimited value is skipped, never read."""
-    position = start
-    while position < end:
-        key, value_start = _read_varint(view, position)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _WireError("field number 0")
-        if wire == _VARINT:
-            _, field_end = _read_varint(view, value_start)
-        elif wire == _FIXED64:
-            field_end = value_start + 8
-        elif wire == _FIXED32:
-            field_end = value_start + 4
-        elif wire == _LENGTH:
-            length, value_start = _read_varint(view, value_start)
-            field_end = value_start + length
-        else:  # groups: not written by any ONNX exporter
-            raise _WireError(f"wire type {wire}")
-        if field_end > end:
-            raise _WireError("a field runs past its message")
-        yield number, wire, position, value_start, field_end
-        position = field_end
+
+def _field_at(view: mmap.mmap, position: int, end: int) -> tuple[int, int, int, int]:
+    """(number, wire type, value start, field end) of the field at view[position], within
+    view[:end]; a length-delimited value is skipped, never read."""
+    key, value_start = _read_varint(view, position)
+    number, wire = key >> 3, key & 7
+    if number == 0:
+        raise _WireError("field number 0")
+    if wire == _VARINT:
+        _, field_end = _read_varint(view, value_start)
+    elif wire == _FIXED64:
+        field_end = value_start + 8
+    elif wire == _FIXED32:
+        field_end = value_start + 4
+    elif wire == _LENGTH:
+        length, value_start = _read_varint(view, value_start)
+        field_end = value_start + length
+    else:  # groups: not written by any ONNX exporter
+        raise _WireError(f"wire type {wire}")
+    if field_end > end:
+        raise _WireError("a field runs past its message")
+    return number, wire, value_start, field_end
 
 
 def _read_varint(view: mmap.mmap, position: int) -> tuple[int, int]:

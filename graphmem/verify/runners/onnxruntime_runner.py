@@ -32,7 +32,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -68,6 +67,7 @@ from graphmem.frontends.onnx.untrusted import (
     tensor_numel,
     validate_graph,
 )
+from graphmem.verify.runners.ort_spawn import start_guard, stop_group
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {
@@ -316,21 +316,21 @@ def _bounded_run(folder: Path, request: dict[str, Any], limits: RunLimits,
     # the child imports this very graphmem (cwd is the folder: nothing of the user's on its path)
     package_root = str(Path(__file__).resolve().parents[3])
     paths = [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
-    child = subprocess.Popen(
-        [sys.executable, "-m", "graphmem.verify.runners.ort_child", str(folder)], cwd=folder,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)}, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit_child)
+    # the child (ort_guard.py) dies with this process, even by SIGKILL, and takes the folder
+    child, alive = start_guard(folder, {**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+                               limit_child)
     try:
         code = child.wait(limits.time_s)
     except BaseException as stopped:  # the time limit, Ctrl-C, SIGTERM: the child goes too
-        child.kill()
-        child.wait()
+        stop_group(child)
         if not isinstance(stopped, subprocess.TimeoutExpired):
             raise
         raise GraphmemError(
             f"onnxruntime ran {path} for more than verify's time limit of {limits.time_s:g} s"
             " and was stopped (a Loop that never ends, or a model too slow for this machine):"
             " raise --time-limit, or lower --batch/--dim") from None
+    finally:
+        os.close(alive)
     result_file = folder / RESULT_FILE
     result = json.loads(result_file.read_text()) if result_file.is_file() else {}
     if "error" in result:

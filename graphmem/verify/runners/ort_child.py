@@ -1,5 +1,5 @@
-"""The process that runs a model on onnxruntime for `graphmem verify` (onnxruntime_runner.py
-starts it): `python -m graphmem.verify.runners.ort_child FOLDER`.
+"""The process that runs a model on onnxruntime for `graphmem verify`: ort_guard.py forks it
+(onnxruntime_runner.py starts the guard) and calls `main(FOLDER)`.
 
 A model is untrusted, and running it can crash onnxruntime (a segmentation fault in native
 code), loop without end (a Loop whose condition stays true) or allocate without bound (a scan
@@ -7,7 +7,7 @@ output that grows each iteration). So the run happens here, in a child process t
 starts with an address-space limit and kills past its time limit. It reads the model file
 itself (its path is in the request), so the weights are only ever held here, under the limit;
 the caller's temporary FOLDER (the request, the profile, the result) is removed by the caller
-on every path, whatever became of this process.
+on every path, whatever became of this process, and by the guard if the caller dies first.
 
 FOLDER/request.json says what to run; FOLDER/result.json gets {"profile": PATH} or
 {"error": MESSAGE}, MESSAGE one line for the user.
