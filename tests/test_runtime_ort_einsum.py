@@ -92,6 +92,10 @@ CASES = {
     "broadcast": ("bij,jk->bik", [(4, 32, 48), (48, 16)]),
     "chain": ("bij,bjk,bkl->bil", [(4, 32, 48), (4, 48, 16), (4, 16, 24)]),
     "mixed": ("ijk,ikl,jl->il", [(8, 16, 12), (8, 12, 20), (16, 20)]),
+    # attention scores, heads inside (the CUDA provider's general processor:
+    # tests/test_ort_cuda_einsum.py) and outside (its fast path; on CPU the processor)
+    "scores_heads_inside": ("bthd,bshd->bhts", [(2, 16, 8, 64), (2, 32, 8, 64)]),
+    "scores_heads_outside": ("bhtd,bhsd->bhts", [(2, 8, 16, 64), (2, 8, 32, 64)]),
     "mamba2_scores": ("bclhn,bcshn->bclsh", [(2, 4, 8, 4, 16), (2, 4, 8, 4, 16)]),
     "mamba2_diagonal": ("bclsh,bcshp->bclhp", [(2, 4, 8, 8, 4), (2, 4, 8, 4, 16)]),
     "mamba2_states": ("bclhn,bclhp->bchpn", [(2, 4, 8, 4, 16), (2, 4, 8, 4, 16)]),
@@ -100,7 +104,7 @@ CASES = {
 }
 
 
-def _einsum_graph(tmp_path: Path, name: str) -> Path:
+def einsum_graph(tmp_path: Path, name: str) -> Path:
     # each input through Neg (a tensor of the plan, not the caller's), Einsum, Neg
     equation, shapes = CASES[name]
     names = [f"x{i}" for i in range(len(shapes))]
@@ -127,7 +131,7 @@ def test_einsum_temporaries_match_onnxruntime(tmp_path: Path, name: str) -> None
     equation, shapes = CASES[name]
     temps = einsum_temps(equation, shapes, 4)
     assert temps is not None and temps.sizes_bytes, name
-    predicted, measured = measure_all(_einsum_graph(tmp_path, name), None, "disabled")
+    predicted, measured = measure_all(einsum_graph(tmp_path, name), None, "disabled")
     assert predicted == measured, (name, predicted, measured)
 
 

@@ -118,7 +118,8 @@ class OrtCuda(_Model):
                                      context.resident_bytes, overhead.context_bytes,
                                      overhead.context_source, context.capacity_bytes,
                                      with_notes=context.notes,
-                                     extend=context.ort_arena_extend)
+                                     extend=context.ort_arena_extend,
+                                     bound=context.dims.bound)
         note = fill.note() if context.notes else ""
         return replace(estimate, notes=(note, *estimate.notes)) if note else estimate
 
