@@ -15,7 +15,7 @@ from graphmem.core.ir import DType, Node, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.runtime_models.ort_cuda_einsum import cuda_kernel_scratch, fast_path
 from graphmem.runtime_models.ort_kernels import einsum_scratch
-from tests.test_runtime_ort_einsum import einsum_graph
+from tests.helpers.einsum import einsum_graph
 
 
 @pytest.mark.parametrize(("equation", "shapes", "kind"), [
@@ -79,18 +79,19 @@ def test_the_fast_path_takes_nothing() -> None:
     assert cuda_kernel_scratch(node, {}).sizes_bytes == ()
 
 
-@pytest.mark.parametrize(("name", "temporaries"), [
+@pytest.mark.parametrize(("equation", "shapes", "temporaries"), [
     # the general path: the temporaries above, 360,448 B, held with the Einsum's inputs (the
     # Neg outputs, 65,536 + 131,072 B) and output (32,768 B): 589,824
-    ("scores_heads_inside", 360_448),
+    ("bthd,bshd->bhts", [(2, 16, 8, 64), (2, 32, 8, 64)], 360_448),
     # the same scores with the heads outside: the fast path, nothing but the tensors
-    ("scores_heads_outside", 0),
+    ("bhtd,bhsd->bhts", [(2, 8, 16, 64), (2, 8, 32, 64)], 0),
 ])
-def test_ort_cuda_holds_the_temporaries_at_the_einsum(tmp_path: Path, name: str,
-                                                      temporaries: int) -> None:
+def test_ort_cuda_holds_the_temporaries_at_the_einsum(
+        tmp_path: Path, equation: str, shapes: list[tuple[int, ...]], temporaries: int) -> None:
     import graphmem
 
-    result = graphmem.analyze_onnx(einsum_graph(tmp_path, name), gpu="t4", runtime="ort-cuda")
+    path = einsum_graph(tmp_path, "scores", equation, shapes)
+    result = graphmem.analyze_onnx(path, gpu="t4", runtime="ort-cuda")
     assert result.runtime is not None
     tensors = 65_536 + 131_072 + 32_768
     assert result.runtime.tensors_at_peak_bytes == tensors

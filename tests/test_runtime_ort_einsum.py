@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from graphmem.runtime_models.bfc_arena import ArenaEvent
 from graphmem.runtime_models.ort_einsum import einsum_temps
 from graphmem.runtime_models.ort_kernels import KernelScratch
+from tests.helpers.einsum import einsum_graph
 from tests.helpers.ort import measure_all
 
 
@@ -104,24 +103,6 @@ CASES = {
 }
 
 
-def einsum_graph(tmp_path: Path, name: str) -> Path:
-    # each input through Neg (a tensor of the plan, not the caller's), Einsum, Neg
-    equation, shapes = CASES[name]
-    names = [f"x{i}" for i in range(len(shapes))]
-    nodes = [helper.make_node("Neg", [x], [f"n{x}"]) for x in names]
-    nodes += [helper.make_node("Einsum", [f"n{x}" for x in names], ["e"], equation=equation),
-              helper.make_node("Neg", ["e"], ["y"])]
-    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(s))
-              for x, s in zip(names, shapes, strict=True)]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(
-        "y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / f"{name}.onnx"
-    onnx.save(onnx.shape_inference.infer_shapes(model), path)
-    return path
-
-
 @pytest.mark.ort
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
@@ -131,7 +112,7 @@ def test_einsum_temporaries_match_onnxruntime(tmp_path: Path, name: str) -> None
     equation, shapes = CASES[name]
     temps = einsum_temps(equation, shapes, 4)
     assert temps is not None and temps.sizes_bytes, name
-    predicted, measured = measure_all(einsum_graph(tmp_path, name), None, "disabled")
+    predicted, measured = measure_all(einsum_graph(tmp_path, name, *CASES[name]), None, "disabled")
     assert predicted == measured, (name, predicted, measured)
 
 

@@ -52,15 +52,21 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
     if runtime is None:
         return analysis
     free = analysis.dims.free
-    if runtime == "ort-cpu":  # it plans NonZero's sizes at their bound (data_bounds.py)
-        data_sized = data_bounds(analysis.graph, analysis.dims.bound).bound
-        free = tuple(dim for dim in free if dim not in data_sized)
+    routing = ""
+    if runtime == "ort-cpu":  # it sizes NonZero's outputs itself (data_bounds.py)
+        data_sized = data_bounds(analysis.graph, analysis.dims.bound, analysis.moe_routing)
+        free = tuple(dim for dim in free if dim not in data_sized.bound)
+        routing = data_sized.warning()
     if free:
         return dataclasses.replace(analysis, runtime_note=(
             f"--runtime {runtime} needs every dim bound (free: {', '.join(free)});"
             " bind them with --batch/--dim"))
     result = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
                               ort_optimization, arena_extend)
+    if routing and routing not in analysis.model.warnings:  # stated as the torch side does
+        model = dataclasses.replace(analysis.model,
+                                    warnings=(*analysis.model.warnings, routing))
+        analysis = dataclasses.replace(analysis, model=model)
     return dataclasses.replace(analysis, runtime=result)
 
 

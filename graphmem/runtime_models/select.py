@@ -82,11 +82,11 @@ class OrtCpu(_Model):
         weights, the graph as written above."""
         threads = context.threads or default_threads()
         optimized, note = _optimized(context)
-        written = data_bounds(context.graph, context.dims.bound)
+        written = data_bounds(context.graph, context.dims.bound, context.moe_routing)
         context = _bounded(context, written.bound)  # NonZero's sizes at their bound
         if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
             graph = optimized.graph
-            bounds = data_bounds(graph, context.dims.bound)
+            bounds = data_bounds(graph, context.dims.bound, context.moe_routing)
             dims = _bounded(context, bounds.bound).dims
             # a tensor whose shape the optimized graph's inference lost: the same tensor
             # of the graph as written, else an estimate (ort_sizes.py), never 0 B silently

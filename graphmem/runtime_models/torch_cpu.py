@@ -211,12 +211,12 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     steps = [copy, *steps]
     if grad_weight:
         gw = c.weight_bytes
+        # the bias gradient as oneDNN computes it, copied out like the weights' (GBo)
+        gb = _bytes(node.outputs[-1], dims) if mask[2] else 0
         if c.depthwise and c.kernel_area > 9:
             steps += [gw]
         elif c.dense and _fp32(x):  # oneDNN's kernels as read from its sources
             p = plan(_shape(node, x, w, gy, dims, threads))
-            # the bias gradient as oneDNN computes it, copied out like the weights' (GBo)
-            gb = _bytes(node.outputs[-1], dims) if mask[2] else 0
             steps += [p.output_grad_bytes, p.source_bytes, p.weight_bytes, p.scratchpad_bytes,
                       gb, -p.scratchpad_bytes, -p.output_grad_bytes, -p.source_bytes, gw,
                       -p.weight_bytes, -gb]
@@ -224,8 +224,8 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
             xb = 0 if c.plain_input else c.blocked_input_bytes
             gwb = c.blocked_weight_bytes
             accumulate = _fp32_copy(gw, w)  # bf16 / fp16: the gradient accumulated in fp32
-            steps += [c.blocked_output_bytes, xb, gwb, accumulate, -accumulate,
-                      -c.blocked_output_bytes, -xb, gw, -gwb]
+            steps += [c.blocked_output_bytes, xb, gwb, accumulate, gb, -accumulate,
+                      -c.blocked_output_bytes, -xb, gw, -gwb, -gb]
     return [*steps, -copy]
 
 
