@@ -62,6 +62,9 @@ ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured
 # 1x1 to 3x3, batch 2 and 8) and its weights padded to 16 output channels; a 1x1 kernel at one
 # thread neither (another oneDNN kernel). A channels-last depthwise one copies its weights,
 # channels padded to 16 (8 channels 3x3: 16 * 9 * 4 = 576 B).
+# (oneDNN's source explains both: a brgemm convolution books per thread its batch elements, 40
+# B each, as many as a page holds rounded up, 103 = 4,120 B, page-aligned: + 4,096 B;
+# jit_brgemm_conv_utils.cpp `adjusted_batch_size`, `key_brgemm_primitive_batch`)
 CHANNELS_LAST_SCRATCHPAD_BYTES = 4_096
 CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES = 4_120
 STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES = 12_288
