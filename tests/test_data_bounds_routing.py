@@ -6,10 +6,15 @@ peak over several input seeds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from graphmem.core.ir import DType, Graph, Node, Role, Value
 from graphmem.core.routing import MoeRouting, parse_moe_routing
 from graphmem.core.symbolic import SymInt
 from graphmem.runtime_models.data_bounds import data_bounds
+from tests.helpers.moe_onnx import moe_model
 
 TOKENS, EXPERTS, TOP_K = 6, 4, 2
 
@@ -95,3 +100,44 @@ def test_the_warning_states_the_router_and_the_policy() -> None:
     assert warning.startswith("mixture-of-experts routing is data: 4 experts' token lists")
     assert "top-2 of 4 over 6 tokens" in warning and "worst" in warning
     assert data_bounds(Graph("g", [], {}, [], []), {}).warning() == ""
+
+
+def test_onnx_runtime_models_size_the_experts_by_the_policy(tmp_path: Path) -> None:
+    # 64 tokens x top-2 of 4 experts; per expert its tokens [n, 16] gathered, [n, 256] up and
+    # Relu'd (fp32): balanced n = 32, worst n = 64. The ort-cpu and ort-cuda peaks grow with n
+    # and the warning names the policy
+    import graphmem
+
+    path = moe_model(tmp_path / "moe.onnx")
+    for runtime, extra in (("ort-cpu", {"threads": 1}), ("ort-cuda", {"gpu": "t4"})):
+        peaks = {}
+        for routing in ("balanced", "worst"):
+            result = graphmem.analyze_onnx(path, runtime=runtime, moe_routing=routing,
+                                           **extra)
+            assert result.runtime is not None, result.runtime_note
+            peaks[routing] = result.runtime.runtime_peak_bytes
+            assert any(f"assumed {routing}" in w for w in result.model.warnings)
+        # at least the [n, 256] up-projection's 32 more rows: 32 * 256 * 4 = 32,768 B
+        assert peaks["worst"] >= peaks["balanced"] + 32_768, (runtime, peaks)
+
+
+@pytest.mark.ort
+@pytest.mark.slow
+def test_balanced_and_worst_bracket_onnxruntime_over_seeds(tmp_path: Path) -> None:
+    # the router follows the data: over five input seeds onnxruntime's peak lies between
+    # graphmem's balanced and worst predictions (ORT_DISABLE_ALL, one thread)
+    from graphmem.api import analyze_onnx
+    from graphmem.pipeline.runtime import runtime_estimate
+    from graphmem.verify.onnx_run import input_specs
+    from graphmem.verify.runners.onnxruntime_runner import run_onnx
+
+    path = moe_model(tmp_path / "moe.onnx")
+    predicted = {}
+    for routing in ("balanced", "worst"):
+        analysis = analyze_onnx(path, plan=False, moe_routing=routing)
+        predicted[routing] = runtime_estimate(analysis, "ort-cpu", None, threads=1,
+                                              ort_optimization="disabled").runtime_peak_bytes
+    runs = [run_onnx(path, input_specs(analysis), "cpu", "disabled", 1, seed=seed).peak_bytes
+            for seed in range(5)]
+    assert predicted["balanced"] <= min(runs) and max(runs) <= predicted["worst"], (
+        predicted, runs)

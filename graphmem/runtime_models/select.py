@@ -113,6 +113,8 @@ class OrtCuda(_Model):
         gpu = self.gpu(context)
         overhead = cuda_overhead(gpu.architecture, context.cuda_reserve_bytes)
         graph = context.graph
+        bounds = data_bounds(graph, context.dims.bound, context.moe_routing)
+        context = _bounded(context, bounds.bound)  # NonZero's sizes: a router's, or the bound
         fill = fill_unknown_sizes(graph, _sizes(context))  # never 0 B silently (ort_sizes.py)
         estimate = ort_cuda_estimate(graph, fill.sizes, _plan_shapes(context),
                                      context.resident_bytes, overhead.context_bytes,
@@ -120,8 +122,8 @@ class OrtCuda(_Model):
                                      with_notes=context.notes,
                                      extend=context.ort_arena_extend,
                                      bound=context.dims.bound)
-        note = fill.note() if context.notes else ""
-        return replace(estimate, notes=(note, *estimate.notes)) if note else estimate
+        notes = tuple(n for n in (fill.note(), bounds.note()) if n) if context.notes else ()
+        return replace(estimate, notes=(*notes, *estimate.notes)) if notes else estimate
 
 
 class TorchCuda(_Model):
