@@ -11,6 +11,7 @@ import pytest
 
 from graphmem.core.ir import DType, Node, Role, Value
 from graphmem.core.symbolic import SymInt
+from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan, reducer_bytes
 from graphmem.runtime_models.torch_cpu import scratch_bytes
 
@@ -171,3 +172,26 @@ def test_weight_gradient_kernels_as_run(threads: int) -> None:
             assert held == expected, (mb, ic, oc, size, kernel, stride, call.allocations)
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("shape", "threads", "expected"), [
+    # (ih, oh, k, stride, padding, Cout): three page alignments 12,288 + per thread the batch
+    # elements 4,120 + the mask page 4,096 + the output gradient's copy with its overflow,
+    # rounded up to 4,096 floats. 16 -> 8 rows, 3x3 s2 p1: 9 x 9 x 16 = 1,296 -> 16,384 B:
+    # 36,888 at one thread, 61,488 at two (measured both); 64 channels: 81 x 64 = 5,184 ->
+    # 8,192 floats: 94,256; a 32x32 input, 17 x 17 x 16 = 4,624 -> 94,256, x 32 channels ->
+    # 12,288 floats: 127,024; an image's 7x7 s2 p3, 64 -> 32 rows, 35 x 35 x 64 = 78,400 ->
+    # 81,920 floats: 12,288 + 2 x (4,120 + 4,096 + 327,680) = 684,080 (all measured)
+    ((16, 8, 3, 2, 1, 8), 1, 36_888),
+    ((16, 8, 3, 2, 1, 8), 2, 61_488),
+    ((16, 8, 3, 2, 1, 64), 2, 94_256),
+    ((32, 16, 3, 2, 1, 16), 2, 94_256),
+    ((32, 16, 3, 2, 1, 32), 2, 127_024),
+    ((64, 32, 7, 2, 3, 64), 2, 684_080),
+    ((16, 8, 1, 2, 0, 8), 2, 61_488),
+])
+def test_strided_backward_data_scratchpad(shape: tuple[int, ...], threads: int,
+                                          expected: int) -> None:
+    size, out, kernel, stride, padding, channels = shape
+    assert strided_data_scratchpad(size, size, out, out, kernel, kernel, (stride, stride),
+                                   (padding, padding), channels, threads) == expected

@@ -32,6 +32,7 @@ from graphmem.runtime_models.base import (
     RuntimeEstimate,
     default_threads,
 )
+from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
@@ -52,10 +53,10 @@ Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel cal
 # subsampled source, blocked, one image per thread, plus 128 B (oneDNN's reduce-to-unit-stride
 # copy: 16 -> 16 channels, 8x8 out, fp32, 2 threads: 2 * 16 * 8 * 8 * 4 + 128 = 8,320; 32 -> 64
 # channels at 1 thread: 32 * 8 * 8 * 4 + 128 = 8,320, at 2: 16,512, whatever the batch); a
-# strided dense backward-data computes the input gradient plain with a scratchpad of at least
-# 12,288 B + 24,600 B per thread (exactly that at 16x16 inputs of 2 to 32 channels, batch 2 and
-# 8: 36,888 B at one thread, 61,488 at two; 94,256 and 127,024 at two threads for larger
-# inputs: the least measured is taken).
+# strided dense backward-data computes the input gradient plain beside oneDNN's scratchpad
+# (graphmem/runtime_models/onednn_brgemm.py, from its source: 12,288 B + 24,600 B per thread
+# at 16x16 inputs of 2 to 32 channels; 94,256, 127,024 and 684,080 at two threads for larger
+# ones); where the padding is not known, or the convolution is grouped, the least measured.
 ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured)
 # A channels-last dense forward takes a scratchpad of 4,096 B + 4,120 B per thread (8,216 B at
 # one thread, 12,336 at two, whatever the batch, channels, image or kernel: 2 to 64 channels,
@@ -207,7 +208,8 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
         return _native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
     if c.channels_last:
         return _channels_last_backward(c, w, grad_input, grad_weight)
-    steps: Allocations = _input_gradient(c, threads) if grad_input else []
+    steps: Allocations = _input_gradient(c, _strided_data_pad(node, x, gy, dims, threads)
+                                         ) if grad_input else []
     # a permuted or sliced output gradient is made contiguous first, held to the end
     # (measured: the U-Net's classifier 1x1, gy a permute of log_softmax's gradient, 81,920 B)
     copy = c.output_bytes if _strided_view(gy) else 0
@@ -302,13 +304,27 @@ def _strided_view(value: Value) -> bool:
     return False
 
 
-def _input_gradient(c: Conv, threads: int) -> Allocations:
+def _strided_data_pad(node: Node, x: Value, gy: Value, dims: Dims, threads: int) -> int:
+    """A strided backward-data's scratchpad: oneDNN's booking where the padding is known
+    and the convolution dense (graphmem/runtime_models/onednn_brgemm.py), else the least
+    measured, 12,288 B + 24,600 B per thread."""
+    padding, stride = node.attr_ints("padding", ()), node.attr_ints("stride", (1,))
+    if not padding or node.attr_int("groups", 1) != 1:
+        return (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
+                + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
+    (_, _, ih, iw), (_, oc, oh, ow) = _sizes(x, dims), _sizes(gy, dims)
+    w = node.inputs[2]
+    assert w is not None  # convolution_backward's
+    (_, _, kh, kw) = _sizes(w, dims)
+    return strided_data_scratchpad(ih, iw, oh, ow, kh, kw, (stride[0], stride[-1]),
+                                   (padding[0], padding[-1]), oc, threads)
+
+
+def _input_gradient(c: Conv, pad: int) -> Allocations:
     if c.strided and not c.depthwise:
         # measured at 2 to 64 channels (and an image's 3 -> 64, 7x7 s2): plain, no reorders
         gy, gx = c.output_bytes, c.input_bytes
         weight = c.strided_data_weight_bytes
-        pad = (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
-               + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
         return [gy, weight, gx, pad, -pad, -weight, -gy, gx, gx, -gx, -gx]
     return [c.blocked_output_bytes, c.data_weight_bytes, c.blocked_input_bytes,
             -c.data_weight_bytes, -c.blocked_output_bytes, c.input_bytes,
