@@ -22,6 +22,7 @@ plus its alignment), a padded bias, and a strided 1x1's reduce-to-unit-stride co
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 AVX512_BLOCK = 16  # floats per zmm register: the avx512 kernels' channel block
@@ -81,6 +82,7 @@ def _barriers(count: int) -> int:
     return _book(count * BARRIER, BARRIER)
 
 
+@functools.lru_cache(maxsize=4096)  # a model repeats its shapes; a batch search its models
 def plan(shape: ConvShape) -> WeightGradPlan:
     """The kernel oneDNN picks for `shape` and what it holds (see the module's docstring)."""
     if shape.kh == shape.kw == 1 and _unit_stride_reducible(shape):
