@@ -117,8 +117,8 @@ def predicted(row: tuple[int, ...], kernel: str, dtype: torch.dtype) -> int | No
 
     x, y = value("x", batch, c_in, size, size), value("y", batch, c_out, out, out)
     w = value("w", c_out, c_in // groups, kernel_size, kernel_size)
-    attributes = {"stride": (stride, stride), "groups": groups, "transposed": 0,
-                  "channels_last": 0}
+    attributes = {"stride": (stride, stride), "padding": (kernel_size // 2, kernel_size // 2),
+                  "groups": groups, "transposed": 0, "channels_last": 0}
     if kernel == "aten::convolution":
         node = Node("conv", "aten.convolution.default", [x, w], [], attributes=attributes)
         node.add_output(y)

@@ -588,7 +588,35 @@ def onnx_cases(folder: Path, campaign: Campaign) -> list[OnnxCase]:
             continue
         exporter = "dynamo" if ZOO[name].hf else "TorchScript"
         cases.append(OnnxCase(f"{name} (exported, {exporter})", path))
+    for name, equation in EINSUMS:
+        if wanted(name, campaign.only):
+            cases.append(OnnxCase(name, einsum_model(folder / f"{name}.onnx", equation)))
     return cases
+
+
+# The CUDA provider's Einsum, read from its source (graphmem/runtime_models/ort_cuda_einsum.py):
+# attention scores with the heads inside take the general processor's temporaries, with the
+# heads outside the fast path's batched GEMM on views (none)
+EINSUMS = (("einsum-general", "bthd,bshd->bhts"), ("einsum-fast-path", "bhtd,bhsd->bhts"))
+
+
+def einsum_model(path: Path, equation: str) -> Path:
+    """Neg of each [batch, 128, 8, 64] input (a tensor of the plan), the Einsum, a Neg."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Neg", [f"x{i}"], [f"n{i}"]) for i in range(2)]
+    nodes += [helper.make_node("Einsum", ["n0", "n1"], ["e"], equation=equation),
+              helper.make_node("Neg", ["e"], ["y"])]
+    dims: list[Any] = ["batch", 128, 8, 64] if equation.startswith("bt") else [
+        "batch", 8, 128, 64]
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, dims) for i in range(2)]
+    graph = helper.make_graph(nodes, "einsum", inputs, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(onnx.shape_inference.infer_shapes(model), path)
+    return path
 
 
 def export_zoo_model(name: str, path: Path) -> None:

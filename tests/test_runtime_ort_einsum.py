@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from graphmem.runtime_models.bfc_arena import ArenaEvent
 from graphmem.runtime_models.ort_einsum import einsum_temps
 from graphmem.runtime_models.ort_kernels import KernelScratch
+from tests.helpers.einsum import einsum_graph
 from tests.helpers.ort import measure_all
 
 
@@ -92,30 +91,16 @@ CASES = {
     "broadcast": ("bij,jk->bik", [(4, 32, 48), (48, 16)]),
     "chain": ("bij,bjk,bkl->bil", [(4, 32, 48), (4, 48, 16), (4, 16, 24)]),
     "mixed": ("ijk,ikl,jl->il", [(8, 16, 12), (8, 12, 20), (16, 20)]),
+    # attention scores, heads inside (the CUDA provider's general processor:
+    # tests/test_ort_cuda_einsum.py) and outside (its fast path; on CPU the processor)
+    "scores_heads_inside": ("bthd,bshd->bhts", [(2, 16, 8, 64), (2, 32, 8, 64)]),
+    "scores_heads_outside": ("bhtd,bhsd->bhts", [(2, 8, 16, 64), (2, 8, 32, 64)]),
     "mamba2_scores": ("bclhn,bcshn->bclsh", [(2, 4, 8, 4, 16), (2, 4, 8, 4, 16)]),
     "mamba2_diagonal": ("bclsh,bcshp->bclhp", [(2, 4, 8, 8, 4), (2, 4, 8, 4, 16)]),
     "mamba2_states": ("bclhn,bclhp->bchpn", [(2, 4, 8, 4, 16), (2, 4, 8, 4, 16)]),
     "mamba2_chunks": ("bzch,bzhpn->bchpn", [(2, 5, 4, 4), (2, 5, 4, 16, 16)]),
     "mamba2_off_diagonal": ("bclhn,bchpn->bclhp", [(2, 4, 8, 4, 16), (2, 4, 4, 16, 16)]),
 }
-
-
-def _einsum_graph(tmp_path: Path, name: str) -> Path:
-    # each input through Neg (a tensor of the plan, not the caller's), Einsum, Neg
-    equation, shapes = CASES[name]
-    names = [f"x{i}" for i in range(len(shapes))]
-    nodes = [helper.make_node("Neg", [x], [f"n{x}"]) for x in names]
-    nodes += [helper.make_node("Einsum", [f"n{x}" for x in names], ["e"], equation=equation),
-              helper.make_node("Neg", ["e"], ["y"])]
-    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(s))
-              for x, s in zip(names, shapes, strict=True)]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(
-        "y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / f"{name}.onnx"
-    onnx.save(onnx.shape_inference.infer_shapes(model), path)
-    return path
 
 
 @pytest.mark.ort
@@ -127,7 +112,7 @@ def test_einsum_temporaries_match_onnxruntime(tmp_path: Path, name: str) -> None
     equation, shapes = CASES[name]
     temps = einsum_temps(equation, shapes, 4)
     assert temps is not None and temps.sizes_bytes, name
-    predicted, measured = measure_all(_einsum_graph(tmp_path, name), None, "disabled")
+    predicted, measured = measure_all(einsum_graph(tmp_path, name, *CASES[name]), None, "disabled")
     assert predicted == measured, (name, predicted, measured)
 
 

@@ -27,10 +27,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 ROUTING = ("routing is data: balanced routing predicted, a real router's choice measured "
            "(test_balanced_and_worst_routing_bracket_the_real_step checks the bracket)")
-TOY_CHANNELS = ("oneDNN below its 16-channel block, what graphmem/runtime_models/torch_cpu.py "
-                "does not model: backward-weights' scratchpads (21,888 B in the classifier's "
-                "1x1 backward at the peak; 12 to 30 KiB, absent for some shapes: no constant) "
-                "and a ConvTranspose's blocked copies; -2.25%")
 # (architecture, step) -> why its peak is off by more than 2% (docs/zoo.md has the numbers)
 TENSOR_GAPS: dict[tuple[str, str], str] = {
     ("mixtral", "inference"): ROUTING,
@@ -43,9 +39,7 @@ TENSOR_GAPS: dict[tuple[str, str], str] = {
 }
 # (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
 # than 2% (the live tensors are right: 0.00% for each)
-ALLOCATOR_GAPS: dict[tuple[str, str], str] = {
-    ("tiny_unet", "training"): TOY_CHANNELS,
-}
+ALLOCATOR_GAPS: dict[tuple[str, str], str] = {}
 
 
 @functools.cache

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from graphmem.core.conventions import ROLE_KEYS, Amp, Optimizer, TrainingOptions
 from graphmem.core.ir import Graph
 from graphmem.core.peak_formula import Formula
+from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.kernel_choice import KernelChoice
 from graphmem.passes.costs import CostReport
@@ -133,6 +134,9 @@ class Analysis:
     # a PyTorch model: the transformers model built from a config, LoRA/QLoRA, MoE routing
     # and the checkpointed layers (graphmem/frontends/torch/peft.py); None otherwise
     finetune: FinetuneReport | None = None
+    # --moe-routing: the ONNX runtime models size a router's NonZero outputs by it
+    # (graphmem/runtime_models/data_bounds.py); the torch front end traces with it
+    moe_routing: MoeRouting = DEFAULT_ROUTING
 
     @property
     def peak_bytes(self) -> int | Formula:

@@ -119,7 +119,7 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
         ort_optimization=ort_optimization, ort_source=analysis.runtime_inputs,
         auto_optimize_max_bytes=auto_optimize_max_bytes, capacity_bytes=capacity_bytes,
         sizes=sizes, notes=notes, ort_arena_extend=ort_arena_extend,
-        optimize_max_bytes=optimize_max_bytes)
+        optimize_max_bytes=optimize_max_bytes, moe_routing=analysis.moe_routing)
     return estimate(runtime, context)
 
 

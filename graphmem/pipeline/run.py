@@ -67,7 +67,8 @@ def analyze(request: Request) -> Analysis:
                               request.cuda_reserve_bytes, _training_info(request, imported),
                               request.module_depth, request.sweep, request.plan,
                               rerun=_dims_rerun(request))
-    analysis = replace(analysis, runtime_inputs=imported.runtime_inputs)
+    analysis = replace(analysis, runtime_inputs=imported.runtime_inputs,
+                       moe_routing=request.moe_routing)
     analysis = _with_finetune(analysis, finetune)
     analysis = _with_weight_quant(analysis, request)
     with stage("suggestions"):

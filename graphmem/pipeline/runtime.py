@@ -16,7 +16,7 @@ from graphmem.devices.gpus import GpuSpec
 from graphmem.pipeline import device_total
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request
-from graphmem.pipeline.verdict import with_verdict
+from graphmem.pipeline.verdict import with_routing_warning, with_verdict
 from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.data_bounds import data_bounds
@@ -52,7 +52,7 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
     if runtime is None:
         return analysis
     free = analysis.dims.free
-    if runtime == "ort-cpu":  # it plans NonZero's sizes at their bound (data_bounds.py)
+    if runtime in ("ort-cpu", "ort-cuda"):  # they size NonZero's outputs (data_bounds.py)
         data_sized = data_bounds(analysis.graph, analysis.dims.bound).bound
         free = tuple(dim for dim in free if dim not in data_sized)
     if free:
@@ -61,6 +61,8 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
             " bind them with --batch/--dim"))
     result = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
                               ort_optimization, arena_extend)
+    if runtime in ("ort-cpu", "ort-cuda"):
+        analysis = with_routing_warning(analysis)
     return dataclasses.replace(analysis, runtime=result)
 
 

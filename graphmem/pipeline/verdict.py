@@ -45,6 +45,7 @@ from graphmem.pipeline.device_total import (
 from graphmem.pipeline.planning import solve_on_device
 from graphmem.pipeline.request import Request, RuntimeOptions
 from graphmem.runtime_models.base import RuntimeEstimate
+from graphmem.runtime_models.data_bounds import data_bounds
 from graphmem.runtime_models.select import check_runtime
 
 Probe = Callable[[str, int], int]  # dim, value -> a distributed job's per-GPU device total
@@ -64,10 +65,12 @@ def with_verdict(analysis: Analysis, request: Request, gpu: GpuSpec) -> Analysis
 def with_device_fit(analysis: Analysis, model: DeviceModel) -> Analysis:
     """The runtime model at the analysis's dims and the verdict on its device total; with
     free dims, the verdict on the live-tensor peak + context (a formula) and a note."""
-    if analysis.dims.free:
+    data_sized = data_bounds(analysis.graph, analysis.dims.bound).bound  # onnxruntime's own
+    unbound = [dim for dim in analysis.dims.free if dim not in data_sized]
+    if unbound:
         fit = fit_on_gpu(model.gpu, analysis.liveness.peak_bytes, model.reserve,
                          Caveat.LIVE_PEAK)
-        free = ", ".join(analysis.dims.free)
+        free = ", ".join(unbound)
         note = (f"the {model.runtime} device total on the {model.gpu.name} is a number at bound"
                 f" dims (free: {free}): the largest batch is searched on it, batch by batch,"
                 " and its parts at that batch are shown; the formula is the live-tensor peak"
@@ -75,7 +78,19 @@ def with_device_fit(analysis: Analysis, model: DeviceModel) -> Analysis:
                 " one number")
         return replace(analysis, fit=fit, runtime_note=note)
     estimate = device_estimate(analysis, model)
+    analysis = with_routing_warning(analysis)
     return replace(analysis, runtime=estimate, fit=device_fit(analysis, estimate, model))
+
+
+def with_routing_warning(analysis: Analysis) -> Analysis:
+    """An ONNX mixture of experts' router sizes NonZero outputs by --moe-routing
+    (runtime_models/data_bounds.py): the outputs warn what was assumed, as the torch front
+    end's router does."""
+    warning = data_bounds(analysis.graph, analysis.dims.bound, analysis.moe_routing).warning()
+    if not warning or warning in analysis.model.warnings:
+        return analysis
+    model = replace(analysis.model, warnings=(*analysis.model.warnings, warning))
+    return replace(analysis, model=model)
 
 
 def device_max_batch(analysis: Analysis, model: DeviceModel

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from graphmem.core.ir import Graph
 from graphmem.core.ort_view import OrtGraphSource
+from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.passes.dims import DimBinding
@@ -86,6 +87,8 @@ class RuntimeContext:
     # False: only the estimate's numbers are read (a largest-batch search's probes), so the
     # models skip writing their notes
     notes: bool = True
+    # --moe-routing: a mixture of experts' router's NonZero sizes (ONNX, data_bounds.py)
+    moe_routing: MoeRouting = DEFAULT_ROUTING
 
     @property
     def mode(self) -> str:

@@ -1,7 +1,9 @@
 """onnxruntime with the CUDA execution provider: the CPU model's plan on a GPU's BFC arena.
 
 A documented model, not a measurement (no onnxruntime-gpu here to check it): the same
-allocation plan as on CPU (graphmem/runtime_models/ort_cpu.py), replayed through the CUDA
+allocation plan as on CPU (graphmem/runtime_models/ort_cpu.py), with Einsum's temporaries as
+the CUDA provider's source takes them (graphmem/runtime_models/ort_cuda_einsum.py), replayed
+through the CUDA
 provider's arena, a BFCArena too (graphmem/runtime_models/bfc_arena.py), bounded by the GPU:
 the device holds the CUDA context, the initializers and inputs (copied to the GPU at session
 creation, outside the arena's regions), and what is left is the arena's to extend into, with
@@ -29,7 +31,7 @@ from graphmem.runtime_models.ort_cpu import (
     plan_notes,
     plan_ort_buffers,
 )
-from graphmem.runtime_models.ort_kernels import KernelScratch
+from graphmem.runtime_models.ort_cuda_einsum import cuda_kernel_scratch
 
 
 def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
@@ -37,15 +39,17 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
                       resident_bytes: int, context_bytes: int, context_source: str,
                       capacity_bytes: int | None = None,
                       with_notes: bool = True,
-                      extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> RuntimeEstimate:
+                      extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO,
+                      bound: Mapping[str, int] | None = None) -> RuntimeEstimate:
     """One run on the CUDA provider; `capacity_bytes` (the GPU's memory) bounds the arena:
     it gets what the context and the initializers and inputs leave. Where the bounded run
     fails, the numbers are the unbounded run's (the demand) and `out_of_memory` says where
     the bounded one stopped. `with_notes` False: the notes are left out (a probe reads the
     numbers alone), a failure's own line excepted. `extend`: the arena's extend strategy (the
-    provider option `arena_extend_strategy`)."""
+    provider option `arena_extend_strategy`). `bound`: the dims, for the kernels' temporaries
+    (Einsum's: graphmem/runtime_models/ort_cuda_einsum.py)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
-    scratch = [KernelScratch()] * len(plan.order)
+    scratch = [cuda_kernel_scratch(node, bound or {}) for node in plan.order]
     spans = buffer_live_spans(plan)
     free = None if capacity_bytes is None else capacity_bytes - context_bytes - resident_bytes
     oom: OutOfMemoryAt | None = None
@@ -115,8 +119,9 @@ def _model_notes(context_source: str) -> tuple[str, ...]:
         "a model, not a measurement: onnxruntime-gpu was not available to check it",
         "planned the graph as written (the CUDA provider's graph optimizations are not"
         " modelled)",
-        "cuDNN's convolution workspace (taken from the arena by the algorithm cuDNN picks) is"
-        " not modelled: the device total may be low by it",
+        "cuDNN's convolution and reduction workspaces (taken from the arena by the algorithm"
+        " cuDNN picks) are not modelled: the device total may be low by them; Einsum's"
+        " temporaries are read from onnxruntime's CUDA source, not measured",
         "cudaMalloc's 2 MiB granularity is not modelled: within 2 MiB per arena region of the"
         " capacity, 'fits' may be optimistic",
         f"context: {context_source}",

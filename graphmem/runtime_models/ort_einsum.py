@@ -54,7 +54,7 @@ class EinsumTemps:
 
 
 @dataclass(frozen=True)
-class _Labels:
+class Labels:
     inputs: list[list[int]]  # per input, its label per dim
     output: list[int]
     dims: list[int]  # per label, its size (the largest: 1 broadcasts)
@@ -65,7 +65,7 @@ def einsum_temps(equation: str, shapes: Sequence[Sequence[int]], element_bytes: 
                  ) -> EinsumTemps | None:
     """The temporaries of Einsum(equation) on inputs of `shapes`; None where not modelled
     (a diagonal, or an equation that does not fit the shapes)."""
-    labels = _parse(equation.replace(" ", ""), shapes)
+    labels = parse_labels(equation, shapes)
     if labels is None:
         return None
     temps = EinsumTemps()
@@ -159,8 +159,12 @@ def _homogenize(term: Sequence[int], shape: Sequence[int], count: int) -> list[i
     return dims
 
 
-def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> _Labels | None:
-    lhs, arrow, rhs = equation.partition("->")
+def parse_labels(equation: str, shapes: Sequence[Sequence[int]],
+                 repeats: bool = False) -> Labels | None:
+    """The equation's labels, numbered in the order they first appear (an ellipsis's dims
+    first); None where it does not fit the shapes, or a label repeats within an input (a
+    diagonal) unless `repeats`."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
     if len(terms) != len(shapes) or not all(shapes):
         return None
@@ -176,7 +180,7 @@ def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> _Labels | None:
         own = len(shape) - len(head) - len(tail) if dots else 0
         labels = ([letters[c] for c in head] + list(range(ellipsis - own, ellipsis))
                   + [letters[c] for c in tail])
-        if len(labels) != len(shape) or len(set(labels)) != len(labels):
+        if len(labels) != len(shape) or (len(set(labels)) != len(labels) and not repeats):
             return None  # the shapes do not fit, or a diagonal
         inputs.append(labels)
     if not arrow:  # implicit: the letters seen once, in alphabetical order
@@ -196,7 +200,7 @@ def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> _Labels | None:
             last[label] = index
     for label in output:
         last[label] = -1
-    return _Labels(inputs, output, dims, last)
+    return Labels(inputs, output, dims, last)
 
 
 def _product(values: Iterable[int]) -> int:

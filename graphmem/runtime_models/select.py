@@ -80,11 +80,11 @@ class OrtCpu(_Model):
         weights, the graph as written above."""
         threads = context.threads or default_threads()
         optimized, note = _optimized(context)
-        written = data_bounds(context.graph, context.dims.bound)
+        written = data_bounds(context.graph, context.dims.bound, context.moe_routing)
         context = _bounded(context, written.bound)  # NonZero's sizes at their bound
         if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
             graph = optimized.graph
-            bounds = data_bounds(graph, context.dims.bound)
+            bounds = data_bounds(graph, context.dims.bound, context.moe_routing)
             dims = _bounded(context, bounds.bound).dims
             # a tensor whose shape the optimized graph's inference lost: the same tensor
             # of the graph as written, else an estimate (ort_sizes.py), never 0 B silently
@@ -114,14 +114,17 @@ class OrtCuda(_Model):
         gpu = self.gpu(context)
         overhead = cuda_overhead(gpu.architecture, context.cuda_reserve_bytes)
         graph = context.graph
+        bounds = data_bounds(graph, context.dims.bound, context.moe_routing)
+        context = _bounded(context, bounds.bound)  # NonZero's sizes: a router's, or the bound
         fill = fill_unknown_sizes(graph, _sizes(context))  # never 0 B silently (ort_sizes.py)
         estimate = ort_cuda_estimate(graph, fill.sizes, _plan_shapes(context),
                                      context.resident_bytes, overhead.context_bytes,
                                      overhead.context_source, context.capacity_bytes,
                                      with_notes=context.notes,
-                                     extend=context.ort_arena_extend)
-        note = fill.note() if context.notes else ""
-        return replace(estimate, notes=(note, *estimate.notes)) if note else estimate
+                                     extend=context.ort_arena_extend,
+                                     bound=context.dims.bound)
+        notes = tuple(n for n in (fill.note(), bounds.note()) if n) if context.notes else ()
+        return replace(estimate, notes=(*notes, *estimate.notes)) if notes else estimate
 
 
 class TorchCuda(_Model):

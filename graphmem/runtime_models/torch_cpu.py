@@ -12,7 +12,8 @@ order), as measured with `python benchmarks/cpu_scratch.py --raw` (torch 2.13, o
 AVX-512, fp32; benchmarks/results/cpu_scratch.md). Its scratch is the running peak of that
 sequence less what the kernel returns. oneDNN's own scratchpads (tens of KiB) and the
 bf16 paths' other layouts are not modelled, but for the measured constant ones (a strided
-backward-data's, a channels-last forward's).
+backward-data's, a channels-last forward's) and the fp32 weight gradient's, read from
+oneDNN's sources (graphmem/runtime_models/onednn_weight_grad.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from graphmem.runtime_models.base import (
     RuntimeEstimate,
     default_threads,
 )
+from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
+from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -50,16 +53,19 @@ Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel cal
 # subsampled source, blocked, one image per thread, plus 128 B (oneDNN's reduce-to-unit-stride
 # copy: 16 -> 16 channels, 8x8 out, fp32, 2 threads: 2 * 16 * 8 * 8 * 4 + 128 = 8,320; 32 -> 64
 # channels at 1 thread: 32 * 8 * 8 * 4 + 128 = 8,320, at 2: 16,512, whatever the batch); a
-# strided dense backward-data computes the input gradient plain with a scratchpad of at least
-# 12,288 B + 24,600 B per thread (exactly that at 16x16 inputs of 2 to 32 channels, batch 2 and
-# 8: 36,888 B at one thread, 61,488 at two; 94,256 and 127,024 at two threads for larger
-# inputs: the least measured is taken).
+# strided dense backward-data computes the input gradient plain beside oneDNN's scratchpad
+# (graphmem/runtime_models/onednn_brgemm.py, from its source: 12,288 B + 24,600 B per thread
+# at 16x16 inputs of 2 to 32 channels; 94,256, 127,024 and 684,080 at two threads for larger
+# ones); where the padding is not known, or the convolution is grouped, the least measured.
 ONEDNN_EXTRA_BYTES = 128  # beside a padded bias and a subsampled copy (measured)
 # A channels-last dense forward takes a scratchpad of 4,096 B + 4,120 B per thread (8,216 B at
 # one thread, 12,336 at two, whatever the batch, channels, image or kernel: 2 to 64 channels,
 # 1x1 to 3x3, batch 2 and 8) and its weights padded to 16 output channels; a 1x1 kernel at one
 # thread neither (another oneDNN kernel). A channels-last depthwise one copies its weights,
 # channels padded to 16 (8 channels 3x3: 16 * 9 * 4 = 576 B).
+# (oneDNN's source explains both: a brgemm convolution books per thread its batch elements, 40
+# B each, as many as a page holds rounded up, 103 = 4,120 B, page-aligned: + 4,096 B;
+# jit_brgemm_conv_utils.cpp `adjusted_batch_size`, `key_brgemm_primitive_batch`)
 CHANNELS_LAST_SCRATCHPAD_BYTES = 4_096
 CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES = 4_120
 STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES = 12_288
@@ -149,6 +155,8 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     x, w = node.inputs[0], node.inputs[1]
     assert x is not None and w is not None
     c = _conv(node, x, w, node.outputs[0], dims)
+    if not _uses_onednn(node, x, w, dims, threads):
+        return _native(node, x, w, node.outputs[0], dims, [c.output_bytes])
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
         return _channels_last_forward(c, threads)
     xb = 0 if c.plain_input else c.blocked_input_bytes
@@ -177,15 +185,18 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     Input gradient, NCHW: [+GYb, +Wd, +GXb, -Wd, -GYb, +GX, -GXb] (Wd: both channel dims
     padded); strided (not depthwise): computed plain beside oneDNN's scratchpad P, then copied
     out twice: [+GY, +W', +GX, +P, -P, -W', -GY, +GX, +GX, -GX, -GX] (W': input channels
-    padded). Weight gradient, NCHW: [+GYb, +Xb, +GWb, +F, -F, -GYb, -Xb, +GW, -GWb], F a
-    16-bit gradient's fp32 accumulator (an input read plain: no Xb; a depthwise kernel larger
-    than 3x3: computed on the plain tensors, no copies). Channels-last: no reorders; a
-    depthwise weight gradient (kernel > 3x3) takes 256 weight-sized slices (and in 16 bits as
-    many fp32 ones), then copies itself out ([+GX, +slices, +F, -F, +GW, +GW, -GW, -slices]).
-    e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient): GYb = GXb = GX = Xb =
-    524,288, W = 9,216: weight phase peak GX + GYb + Xb + GW = 1,582,080 + GB 64, less the
-    outputs 533,568 -> 1,048,576 B (measured 1,078,528: oneDNN's scratchpad, 29,952 B, is
-    not modelled)."""
+    padded). Weight gradient, fp32 dense NCHW: [+GYb, +Xb, +GWb, +P, +GBo, -P, -GYb, -Xb, +GW,
+    -GWb, -GBo], the layouts and oneDNN's scratchpad P of the kernel it picks
+    (graphmem/runtime_models/onednn_weight_grad.py), GBo the bias gradient as computed;
+    otherwise [+GYb, +Xb, +GWb, +F, -F, -GYb, -Xb, +GW, -GWb], F a 16-bit gradient's fp32
+    accumulator (an input read plain: no Xb; a depthwise kernel larger than 3x3: computed on
+    the plain tensors, no copies). Channels-last: no reorders; a depthwise weight gradient
+    (kernel > 3x3) takes 256 weight-sized slices (and in 16 bits as many fp32 ones), then
+    copies itself out ([+GX, +slices, +F, -F, +GW, +GW, -GW, -slices]). Where PyTorch runs
+    the convolution itself (_uses_onednn), its column buffer.
+    e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient), 2 threads: GYb = GXb =
+    GX = Xb = 524,288, GWb = 9,216, P = 29,952, GBo = 64: weight phase peak 1,612,096, less
+    the outputs 533,568 -> 1,078,528 B (measured 1,078,528)."""
     if not _is_conv2d(node) or len(node.inputs) < 3:
         return []
     gy, x, w = node.inputs[0], node.inputs[1], node.inputs[2]
@@ -193,24 +204,83 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     c = _conv(node, x, w, gy, dims)
     mask = node.attr_ints("output_mask", (1, 1, 1))
     grad_input, grad_weight = bool(mask[0]), bool(mask[1])
+    if not _uses_onednn(node, x, w, dims, threads):
+        return _native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
     if c.channels_last:
         return _channels_last_backward(c, w, grad_input, grad_weight)
-    steps: Allocations = _input_gradient(c, threads) if grad_input else []
+    steps: Allocations = _input_gradient(c, _strided_data_pad(node, x, gy, dims, threads)
+                                         ) if grad_input else []
     # a permuted or sliced output gradient is made contiguous first, held to the end
     # (measured: the U-Net's classifier 1x1, gy a permute of log_softmax's gradient, 81,920 B)
     copy = c.output_bytes if _strided_view(gy) else 0
     steps = [copy, *steps]
     if grad_weight:
         gw = c.weight_bytes
+        # the bias gradient as oneDNN computes it, copied out like the weights' (GBo)
+        gb = _bytes(node.outputs[-1], dims) if mask[2] else 0
         if c.depthwise and c.kernel_area > 9:
             steps += [gw]
+        elif c.dense and _fp32(x):  # oneDNN's kernels as read from its sources
+            p = plan(_shape(node, x, w, gy, dims, threads))
+            steps += [p.output_grad_bytes, p.source_bytes, p.weight_bytes, p.scratchpad_bytes,
+                      gb, -p.scratchpad_bytes, -p.output_grad_bytes, -p.source_bytes, gw,
+                      -p.weight_bytes, -gb]
         else:
             xb = 0 if c.plain_input else c.blocked_input_bytes
             gwb = c.blocked_weight_bytes
             accumulate = _fp32_copy(gw, w)  # bf16 / fp16: the gradient accumulated in fp32
-            steps += [c.blocked_output_bytes, xb, gwb, accumulate, -accumulate,
-                      -c.blocked_output_bytes, -xb, gw, -gwb]
+            steps += [c.blocked_output_bytes, xb, gwb, accumulate, gb, -accumulate,
+                      -c.blocked_output_bytes, -xb, gw, -gwb, -gb]
     return [*steps, -copy]
+
+
+def _fp32(value: Value) -> bool:
+    return value.dtype.has_known_size and value.dtype.bits == 32 and value.dtype.is_float
+
+
+def _sizes(value: Value, dims: Dims) -> list[int]:
+    assert value.shape is not None  # _is_conv2d's
+    return [size_at(d, dims) for d in value.shape]
+
+
+def _shape(node: Node, x: Value, w: Value, gy: Value, dims: Dims, threads: int) -> ConvShape:
+    """A dense convolution's weight gradient, in what oneDNN's kernels read (the bias
+    gradient: output_mask's third)."""
+    (mb, ic, ih, iw), (oc, _, kh, kw) = _sizes(x, dims), _sizes(w, dims)
+    (_, _, oh, ow), stride = _sizes(gy, dims), node.attr_ints("stride", (1,))
+    mask = node.attr_ints("output_mask", (1, 1, 1))
+    return ConvShape(mb, ic, oc, ih, iw, oh, ow, kh, kw, stride[0], stride[-1],
+                     bool(mask[2]), threads)
+
+
+def _uses_onednn(node: Node, x: Value, w: Value, dims: Dims, threads: int) -> bool:
+    """PyTorch's choice (aten/src/ATen/native/Convolution.cpp ConvParams::use_mkldnn) for a
+    CPU fp32 convolution: oneDNN unless a 1x1 kernel, unstrided, on fewer than 16 images at
+    one thread ('THNN is faster when single-threaded'), or a dense kernel of at most 3 wide or
+    high on one image of at most 20,480 elements; 16-bit inputs always take oneDNN."""
+    if not _fp32(x):
+        return True
+    (mb, *_), (_, _, kh, kw) = _sizes(x, dims), _sizes(w, dims)
+    strided = any(s > 1 for s in node.attr_ints("stride", (1,)))
+    pointwise = kh == kw == 1
+    if not (strided or mb >= 16 or not pointwise or threads > 1):
+        return False
+    return (node.attr_int("groups", 1) > 1 or (kh > 3 and kw > 3) or mb > 1
+            or _bytes(x, dims) // 4 > 20_480)
+
+
+def _native(node: Node, x: Value, w: Value, y: Value, dims: Dims,
+            made: Allocations) -> Allocations:
+    """PyTorch's own slow_conv2d (forward, or backward with y the output gradient): the
+    outputs, then the input unfolded to columns (N x Cin*kh*kw x OH*OW; none for a 1x1
+    kernel, unstrided: measured 1x8x16x16 -> 8, 3x3, fp32: 8 * 9 * 256 * 4 = 73,728 B in
+    each)."""
+    (mb, ic, _, _), (_, _, kh, kw), (_, _, oh, ow) = (_sizes(x, dims), _sizes(w, dims),
+                                                      _sizes(y, dims))
+    strided = any(s > 1 for s in node.attr_ints("stride", (1,)))
+    item = x.dtype.bits // 8
+    columns = 0 if kh == kw == 1 and not strided else mb * ic * kh * kw * oh * ow * item
+    return [*made, columns, -columns]
 
 
 def _strided_view(value: Value) -> bool:
@@ -234,13 +304,27 @@ def _strided_view(value: Value) -> bool:
     return False
 
 
-def _input_gradient(c: Conv, threads: int) -> Allocations:
+def _strided_data_pad(node: Node, x: Value, gy: Value, dims: Dims, threads: int) -> int:
+    """A strided backward-data's scratchpad: oneDNN's booking where the padding is known
+    and the convolution dense (graphmem/runtime_models/onednn_brgemm.py), else the least
+    measured, 12,288 B + 24,600 B per thread."""
+    padding, stride = node.attr_ints("padding", ()), node.attr_ints("stride", (1,))
+    if not padding or node.attr_int("groups", 1) != 1:
+        return (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
+                + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
+    (_, _, ih, iw), (_, oc, oh, ow) = _sizes(x, dims), _sizes(gy, dims)
+    w = node.inputs[2]
+    assert w is not None  # convolution_backward's
+    (_, _, kh, kw) = _sizes(w, dims)
+    return strided_data_scratchpad(ih, iw, oh, ow, kh, kw, (stride[0], stride[-1]),
+                                   (padding[0], padding[-1]), oc, threads)
+
+
+def _input_gradient(c: Conv, pad: int) -> Allocations:
     if c.strided and not c.depthwise:
         # measured at 2 to 64 channels (and an image's 3 -> 64, 7x7 s2): plain, no reorders
         gy, gx = c.output_bytes, c.input_bytes
         weight = c.strided_data_weight_bytes
-        pad = (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
-               + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
         return [gy, weight, gx, pad, -pad, -weight, -gy, gx, gx, -gx, -gx]
     return [c.blocked_output_bytes, c.data_weight_bytes, c.blocked_input_bytes,
             -c.data_weight_bytes, -c.blocked_output_bytes, c.input_bytes,

@@ -20,8 +20,8 @@ _CONVOLUTIONS = {"aten.convolution.default": 0, "aten.convolution_backward.defau
 
 
 def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
-    """stride, groups, transposed, output_mask (backward) and whether the input is
-    channels-last, for a traced convolution; {} for every other op."""
+    """stride, padding, groups, transposed, output_mask (backward) and whether the input
+    is channels-last, for a traced convolution; {} for every other op."""
     target = str(fx_node.target)
     if target not in _CONVOLUTIONS:
         return {}
@@ -30,11 +30,12 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     found: dict[str, AttributeValue] = {"channels_last": int(_channels_last(layout))}
     if target == "aten.convolution.default":  # (input, weight, bias, stride, padding,
         # dilation, transposed, output_padding, groups)
-        found.update(stride=_ints(args[3]), transposed=int(bool(args[6])),
-                     groups=int(args[8]))  # type: ignore[arg-type]
+        found.update(stride=_ints(args[3]), padding=_ints(args[4]),
+                     transposed=int(bool(args[6])), groups=int(args[8]))  # type: ignore[arg-type]
     else:  # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
         # transposed, output_padding, groups, output_mask)
-        found.update(stride=_ints(args[4]), transposed=int(bool(args[7])),
+        found.update(stride=_ints(args[4]), padding=_ints(args[5]),
+                     transposed=int(bool(args[7])),
                      groups=int(args[9]),  # type: ignore[arg-type]
                      output_mask=tuple(int(bool(b)) for b in args[10]))  # type: ignore[union-attr]
     return found
