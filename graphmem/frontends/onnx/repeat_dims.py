@@ -23,10 +23,12 @@ exact division); anything else is left to the engines.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import onnx
 from onnx import helper, numpy_helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.shape_vectors import Dim, ShapeVectors
 from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
 
@@ -71,16 +73,19 @@ def _unsqueezed_axes(node: onnx.NodeProto | None,
     return set(axes) if axes is not None and all(a >= 0 for a in axes) else None
 
 
-def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
+                 index: GraphIndex | None = None) -> list[onnx.ValueInfoProto]:
     """Each Reshape output onnx left unknown whose input it typed, typed by the rule above."""
     types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
-    nodes = [n for n in graph.node if n.op_type == "Reshape" and n.domain in ("", "ai.onnx")
+    index = index or GraphIndex(graph)
+    nodes = [n for n in index.nodes("Reshape") if n.domain in ("", "ai.onnx")
              and len(n.input) == 2 and not fully_known(types.get(n.output[0]))
              and fully_known(types.get(n.input[0]))]
     if not nodes:
         return []
-    constants = int_constants(graph, {n.input[1] for n in nodes})
-    vectors = ShapeVectors(graph, types)  # a target computed from shapes (shape_vectors.py)
+    constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer)
+    # a target computed from shapes (shape_vectors.py)
+    vectors = ShapeVectors(graph, types, index.producer)
     typed = []
     for node in nodes:
         source = types[node.input[0]]
@@ -138,11 +143,14 @@ def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
     return number, names
 
 
-def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
-                   ) -> dict[str, list[int]]:
-    """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given)."""
+def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None,
+                  producer: Mapping[str, onnx.NodeProto] | None = None) -> dict[str, list[int]]:
+    """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given; their
+    Constant nodes found through `producer`, the graph's, where given)."""
     tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
-    tensors.extend((n.output[0], t) for n in graph.node
+    nodes = graph.node if wanted is None or producer is None else [
+        node for name in wanted if (node := producer.get(name)) is not None]
+    tensors.extend((n.output[0], t) for n in nodes
                    if n.op_type == "Constant" and n.output
                    and (wanted is None or n.output[0] in wanted)
                    and (t := constant_tensor(n)) is not None)  # value or value_ints

@@ -38,9 +38,10 @@ class ShapeVectors:
     """Reads shape vectors of `graph` (the nodes inference runs on) with the dims of `types`
     (onnx's inference of it); each value read once."""
 
-    def __init__(self, graph: onnx.GraphProto,
-                 types: Mapping[str, onnx.ValueInfoProto]) -> None:
-        self._producer = {name: node for node in graph.node for name in node.output}
+    def __init__(self, graph: onnx.GraphProto, types: Mapping[str, onnx.ValueInfoProto],
+                 producer: Mapping[str, onnx.NodeProto] | None = None) -> None:
+        self._producer = producer if producer is not None else {
+            name: node for node in graph.node for name in node.output}
         self._initializers = {t.name: t for t in graph.initializer}
         self._types = types
         self._read: dict[str, Vector | None] = {}
