@@ -108,9 +108,11 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     refolded = refold_constants(model, _static_dims(first.graph))
     folded.update(refolded)
     # each rule below types the outputs of one op: none present (10^5 Adds), no table built
-    index = GraphIndex(model.graph)  # the rules' one walk over the nodes (graph_index.py)
-    ops = index.by_op.keys()
-    types = _types_of(first.graph) if ops & {"Slice", "Range", "Reshape"} else {}
+    ops = {node.op_type for node in model.graph.node}
+    typed_ops = ops & {"Slice", "Range", "Reshape"}
+    types = _types_of(first.graph) if typed_ops else {}
+    # the rules' one walk over the nodes (graph_index.py)
+    index = GraphIndex(model.graph if typed_ops else onnx.GraphProto())
     slices: list[onnx.ValueInfoProto] = []
     if ops & {"Slice", "Range"}:
         seq = SeqDims(model.graph, types, index.producer)
