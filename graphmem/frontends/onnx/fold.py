@@ -104,6 +104,8 @@ def _make_constant(node: onnx.NodeProto, value: np.ndarray) -> None:
 def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -> None:
     """Put the model's own nodes back in place of the Constant nodes fold_constants made (and
     of the nodes others changed for inference: repeat_dims.py's Expands), by output name."""
+    if not replaced:  # nothing folded (10^5 Adds of inputs): no walk
+        return
     for node in model.graph.node:
         if node.output and node.output[0] in replaced:
             node.CopyFrom(replaced[node.output[0]])

@@ -214,6 +214,8 @@ def _splittable(model: onnx.ModelProto) -> bool:
     if model.functions:
         return False
     for node in model.graph.node:  # plain loops: a decoder has tens of thousands of nodes
+        if not node.attribute:
+            continue
         for attribute in node.attribute:
             if attribute.type in _GRAPH_KINDS:
                 return False

@@ -90,6 +90,7 @@ def known_dims(info: onnx.ValueInfoProto) -> int:
 # n/2 + 1 bins), onnx 1.23's rule takes 0 and doubles the output. Written out, the value is
 # the same and both engines size the output right.
 _MISREAD_DEFAULTS: dict[str, tuple[str, int]] = {"STFT": ("onesided", 1)}
+MISREAD_OPS = frozenset(_MISREAD_DEFAULTS)
 
 
 def write_misread_defaults(graph: onnx.GraphProto) -> None:
