@@ -16,6 +16,7 @@ from graphmem.core.symbolic import SymInt, parse_size
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
 from graphmem.frontends.onnx.fold import default_opset
+from graphmem.frontends.onnx.read import NAME_SCOPES
 from graphmem.frontends.onnx.untrusted import subgraphs
 from graphmem.ops.control_flow import (
     BODY_SCRATCH_SUFFIX,
@@ -222,31 +223,11 @@ def module_path_of(proto: onnx.NodeProto) -> str:
     Other producers: ''.
     """
     for prop in proto.metadata_props:
-        if prop.key == _NAME_SCOPES:
+        if prop.key == NAME_SCOPES:
             return _path_from_name_scopes(prop.value)
     if not proto.name.startswith("/"):
         return ""
     return _path_from_scopes(proto.name.rpartition("/")[0])
-
-
-_NAME_SCOPES = "pkg.torch.onnx.name_scopes"
-
-
-def keep_only_name_scopes(graph: onnx.GraphProto) -> None:
-    """Drop what no step of the import reads from the main graph's nodes, in place: their doc
-    strings and every metadata entry but the dynamo exporter's name scopes (module_path_of).
-    The dynamo exporter writes each node's stack trace, fx node and class hierarchy: 13.6 of
-    the 19.5 MB a 22,000-node export's graph holds, which every copy and every pass of onnx's
-    inference would serialize and parse again (the file as read keeps them)."""
-    for node in graph.node:
-        if node.doc_string:
-            node.ClearField("doc_string")
-        if not node.metadata_props:
-            continue
-        scopes = [p.value for p in node.metadata_props if p.key == _NAME_SCOPES]
-        node.ClearField("metadata_props")
-        if scopes:
-            node.metadata_props.add(key=_NAME_SCOPES, value=scopes[0])
 
 
 @lru_cache(maxsize=4096)  # the nodes of one module share their scopes: a few per layer

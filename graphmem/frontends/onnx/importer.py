@@ -16,7 +16,7 @@ import onnx
 
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
-from graphmem.frontends.onnx.build import build_graph, keep_only_name_scopes, module_path_of
+from graphmem.frontends.onnx.build import build_graph, module_path_of
 from graphmem.frontends.onnx.fold import fold_constants, restore_nodes
 from graphmem.frontends.onnx.infer import infer_shapes
 from graphmem.frontends.onnx.read import (
@@ -66,7 +66,6 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     read = read_model(path) if source is None else source
     model = onnx.ModelProto()
     model.CopyFrom(read)  # the steps below rename dims and fold in place
-    keep_only_name_scopes(model.graph)  # what inference and its copies never read (build.py)
     warnings: list[str] = []
     name_dynamic_input_dims(model.graph)
     if input_dims:
