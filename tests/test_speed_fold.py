@@ -106,3 +106,35 @@ def test_only_the_initializers_a_foldable_node_reads_are_decoded(
     assert list(replaced) == ["u"] and sorted(decoded) == ["i0", "i1"]
     folded = numpy_helper.to_array(model.graph.node[0].attribute[0].t)
     assert folded.tolist() == [[0]]  # i0 = [0] unsqueezed at axis i1 = 1
+
+
+def test_the_reference_runtime_runs_once_per_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a decoder's layers fold the same Reshape/Concat of the same constants once per layer:
+    # the reference runtime's result is remembered by op, attributes, opset and input values
+    runs: list[str] = []
+    reference = fold._run_reference
+
+    def counted(node: onnx.NodeProto, known: dict[str, np.ndarray], opset: int
+                ) -> list[np.ndarray]:
+        runs.append(node.output[0])
+        return reference(node, known, opset)
+
+    monkeypatch.setattr(fold, "_run_reference", counted)
+    monkeypatch.setattr(fold, "_REFERENCE_RESULTS", {})
+    initializers = [numpy_helper.from_array(np.array(v, I64), n) for n, v in
+                    (("a", [2, 3]), ("b", [4]), ("c", [5]), ("flat", [-1]))]
+    nodes = [helper.make_node("Concat", ["a", "b"], [f"same{i}"], axis=0) for i in range(3)]
+    nodes += [helper.make_node("Concat", ["a", "c"], ["other"], axis=0),  # another value
+              helper.make_node("Concat", ["b", "a"], ["swapped"], axis=0),  # another order
+              helper.make_node("Reshape", ["a", "flat"], ["reshaped"])]  # another op
+    nodes.append(helper.make_node("Relu", ["x"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, [2])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    replaced = fold.fold_constants(model)
+    assert sorted(replaced) == ["other", "reshaped", "same0", "same1", "same2", "swapped"]
+    assert runs == ["same0", "other", "swapped", "reshaped"]
+    values = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist()
+              for n in model.graph.node if n.op_type == "Constant"}
+    assert values == {"same0": [2, 3, 4], "same1": [2, 3, 4], "same2": [2, 3, 4],
+                      "other": [2, 3, 5], "swapped": [4, 2, 3], "reshaped": [2, 3]}

@@ -16,6 +16,7 @@ from graphmem.core.symbolic import SymInt, parse_size
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
 from graphmem.frontends.onnx.fold import default_opset
+from graphmem.frontends.onnx.read import NAME_SCOPES
 from graphmem.frontends.onnx.untrusted import subgraphs
 from graphmem.ops.control_flow import (
     BODY_SCRATCH_SUFFIX,
@@ -50,6 +51,7 @@ _DTYPES: dict[int, DType] = {
 }
 
 _CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+_ONNX_DOMAINS = frozenset({"", "ai.onnx"})
 # BatchNormalization inputs 3 and 4 are running statistics: buffers, not parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
@@ -123,23 +125,29 @@ class _ShapeReader:
     def __init__(self, dim_names: Mapping[str, str]) -> None:
         self.dim_names = dim_names
         self.parsed: dict[str, SymInt | None] = {}
-        # a decoder's layers repeat a few hundred distinct types: each is read once, keyed
-        # by its serialized bytes (one C call instead of a Python walk over its dims)
+        # a decoder's layers repeat a few hundred distinct types (10^5 hostile outputs: one):
+        # each is read once, keyed by its serialized bytes (one C call instead of a Python
+        # walk over its dims)
         self.types: dict[bytes, tuple[DType, Shape | None]] = {}
 
     def value(self, info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
-        if info is None or not info.type.HasField("tensor_type"):
-            return Value(name or (info.name if info else ""), DType.UNKNOWN, None, role)
-        tensor_type = info.type.tensor_type
-        key = tensor_type.SerializeToString()
+        if info is None:
+            return Value(name, DType.UNKNOWN, None, role)
+        type_proto = info.type
+        key = type_proto.SerializeToString()
         known = self.types.get(key)
         if known is None:
-            dtype = _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN)
-            shape = None
-            if tensor_type.HasField("shape"):
-                shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
-            known = self.types[key] = (dtype, shape)
+            known = self.types[key] = self._read(type_proto)
         return Value(info.name, known[0], known[1], role)
+
+    def _read(self, type_proto: onnx.TypeProto) -> tuple[DType, Shape | None]:
+        if not type_proto.HasField("tensor_type"):
+            return DType.UNKNOWN, None
+        tensor_type = type_proto.tensor_type
+        shape = None
+        if tensor_type.HasField("shape"):
+            shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
+        return _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN), shape
 
     def dim(self, dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
         if dim.HasField("dim_value") and dim.dim_value >= 0:
@@ -162,32 +170,46 @@ def _add_nodes(
     values = graph.values
     used_names: set[str] = set()
     trips: TripCounter | None = None  # made at the first Loop/Scan: most graphs have none
-    for index, proto in enumerate(proto_graph.node):
+    for index, proto in enumerate(proto_graph.node):  # 10^5 nodes: kept to plain steps
         op_type, domain = proto.op_type, proto.domain
-        if op_type == "Constant" and domain in ("", "ai.onnx"):
+        onnx_domain = domain in _ONNX_DOMAINS
+        if op_type == "Constant" and onnx_domain:
             continue
-        name = _unique_name(proto.name or f"{op_type}_{index}", used_names)
-        control_flow = op_type in _CONTROL_FLOW_OPS and domain in ("", "ai.onnx")
-        attributes, has_subgraph = _attributes(proto)
+        name = proto.name or f"{op_type}_{index}"
+        if name in used_names:
+            name = _unique_name(name, used_names)
+        else:
+            used_names.add(name)
+        control_flow = op_type in _CONTROL_FLOW_OPS and onnx_domain
+        attributes, has_subgraph = _attributes(proto) if proto.attribute else ({}, False)
         node = (ControlFlowNode if control_flow else Node)(
-            name=name,
-            op_type=op_type,
-            inputs=[_lookup_input(values, n, name) if n else None for n in proto.input],
-            outputs=[],
-            attributes=attributes,
-            domain=domain,
-            module_path=module_path_of(proto),
+            name, op_type, _inputs_of(values, proto, name), [], attributes, domain,
+            module_path_of(proto),
             phase=Phase.NONE,  # an exported graph is inference (training: training/expand.py)
         )
-        if op_type in _CONTROL_FLOW_OPS or has_subgraph:
+        if control_flow or has_subgraph:
             _attach_subgraphs(node, proto, values)
+        outputs = node.outputs
         for output_name in proto.output:
             if output_name:
-                node.add_output(_output_value(output_name, values, value_infos, reader))
+                value = values[output_name] = reader.value(
+                    value_infos.get(output_name), Role.ACTIVATION, output_name)
+                outputs.append(value)  # a new value: graph.add_node makes node its producer
         if isinstance(node, ControlFlowNode):
             trips = trips or TripCounter(proto_graph, values, graph.opset)
             _build_bodies(node, proto, graph, reader, trips)
         graph.add_node(node)
+
+
+def _inputs_of(values: dict[str, Value], proto: onnx.NodeProto,
+               node_name: str) -> list[Value | None]:
+    try:
+        return [values[n] if n else None for n in proto.input]
+    except KeyError as missing:
+        raise GraphmemError(
+            f"node {node_name} reads '{missing.args[0]}' before any node produces it: the graph"
+            " is not topologically sorted or is broken; re-export it or run onnx.checker on it"
+        ) from None
 
 
 def module_path_of(proto: onnx.NodeProto) -> str:
@@ -201,7 +223,7 @@ def module_path_of(proto: onnx.NodeProto) -> str:
     Other producers: ''.
     """
     for prop in proto.metadata_props:
-        if prop.key == "pkg.torch.onnx.name_scopes":
+        if prop.key == NAME_SCOPES:
             return _path_from_name_scopes(prop.value)
     if not proto.name.startswith("/"):
         return ""
@@ -219,6 +241,7 @@ def _path_from_scopes(scopes: str) -> str:
     return f"{parent}.{previous}" if parent and previous else parent or previous
 
 
+@lru_cache(maxsize=4096)  # a few per layer, as above
 def _path_from_name_scopes(text: str) -> str:
     scopes = [s.strip().strip("'\"") for s in text.strip("[]").split(",")]
     modules = [s for s in scopes[:-1] if s and not s.startswith("_")]
@@ -232,22 +255,6 @@ def _unique_name(name: str, used: set[str]) -> str:
         candidate = f"{name}#{suffix}"
     used.add(candidate)
     return candidate
-
-
-def _lookup_input(values: dict[str, Value], name: str, node_name: str) -> Value:
-    if name not in values:  # not topologically sorted, or a dangling reference
-        raise GraphmemError(
-            f"node {node_name} reads '{name}' before any node produces it: the graph is not"
-            " topologically sorted or is broken; re-export it or run onnx.checker on it"
-        )
-    return values[name]
-
-
-def _output_value(name: str, values: dict[str, Value],
-                  infos: dict[str, onnx.ValueInfoProto], reader: _ShapeReader) -> Value:
-    value = reader.value(infos.get(name), Role.ACTIVATION, name)
-    values[name] = value
-    return value
 
 
 def _attributes(proto: onnx.NodeProto) -> tuple[dict[str, AttributeValue], bool]:

@@ -28,7 +28,7 @@ from graphmem.frontends.onnx.read import (
 from graphmem.frontends.onnx.repeat_dims import expand_tiles
 from graphmem.frontends.onnx.scalar_reshapes import drop_axes
 from graphmem.frontends.onnx.shape_gaps import fill_shape_gaps
-from graphmem.frontends.onnx.value_types import write_misread_defaults
+from graphmem.frontends.onnx.value_types import MISREAD_OPS, write_misread_defaults
 
 __all__ = ["OnnxImport", "import_onnx", "load_onnx", "module_path_of", "read_model"]
 
@@ -71,9 +71,12 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     if input_dims:
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph)  # inference sees safe names only
+    op_types = {node.op_type for node in model.graph.node}  # the steps below skip if none
     folded = fold_constants(model)  # inference sees literal shape values (fold.py)
-    folded.update(expand_tiles(model))  # ... and a Tile of added axes as Expand (repeat_dims)
-    write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
+    if "Tile" in op_types:  # ... and a Tile of added axes as Expand (repeat_dims)
+        folded.update(expand_tiles(model))
+    if op_types & MISREAD_OPS:
+        write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
     inferred, engine = infer_shapes(model, warnings, dim_names, folded)
     restore_nodes(inferred, folded)
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)

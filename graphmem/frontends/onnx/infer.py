@@ -30,6 +30,7 @@ from onnx import AttributeProto
 
 from graphmem.errors import first_line
 from graphmem.frontends.onnx.fold import refold_constants
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.kept_slices import kept_slice_dims
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
@@ -107,14 +108,17 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     folded.update(refolded)
     # each rule below types the outputs of one op: none present (10^5 Adds), no table built
     ops = {node.op_type for node in model.graph.node}
-    types = _types_of(first.graph) if ops & {"Slice", "Range", "Reshape"} else {}
+    typed_ops = ops & {"Slice", "Range", "Reshape"}
+    types = _types_of(first.graph) if typed_ops else {}
+    # the rules' one walk over the nodes (graph_index.py)
+    index = GraphIndex(model.graph if typed_ops else onnx.GraphProto())
     slices: list[onnx.ValueInfoProto] = []
     if ops & {"Slice", "Range"}:
-        seq = SeqDims(model.graph, types)
-        slices.extend(kept_slice_dims(model.graph, first.graph, seq))
+        seq = SeqDims(model.graph, types, index.producer)
+        slices.extend(kept_slice_dims(model.graph, first.graph, seq, index))
         slices.extend(sequence_dims(model.graph, first.graph, seq))
     if "Reshape" in ops:
-        slices.extend(reshape_dims(model.graph, first.graph))
+        slices.extend(reshape_dims(model.graph, first.graph, index))
     elif not refolded and not slices:
         return first
     copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
@@ -126,7 +130,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     if second is None:
         return first
     # a Reshape whose input only this pass typed (a grouped-query repeat of a rotary output)
-    reshaped = reshape_dims(model.graph, second.graph)
+    reshaped = reshape_dims(model.graph, second.graph, index)
     if reshaped:
         copy.graph.value_info.extend(reshaped)
         second = _onnx_inference(copy, []) or second
@@ -209,6 +213,8 @@ def _splittable(model: onnx.ModelProto) -> bool:
     if model.functions:
         return False
     for node in model.graph.node:  # plain loops: a decoder has tens of thousands of nodes
+        if not node.attribute:
+            continue
         for attribute in node.attribute:
             if attribute.type in _GRAPH_KINDS:
                 return False

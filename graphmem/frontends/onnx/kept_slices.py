@@ -9,6 +9,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.seq_dims import SeqDims, kept_dims
 from graphmem.frontends.onnx.value_types import (
     MAX_VALUE_ELEMENTS,
@@ -19,14 +20,15 @@ from graphmem.frontends.onnx.value_types import (
 
 
 def kept_slice_dims(model_graph: onnx.GraphProto, inferred: onnx.GraphProto,
-                     seq: SeqDims) -> list[onnx.ValueInfoProto]:
+                    seq: SeqDims, index: GraphIndex | None = None) -> list[onnx.ValueInfoProto]:
     """For each Slice whose output onnx left unknown, with constant `axes` and an input of
     known rank (a value, or an initializer: a table written as one): its output typed with the
     input's dims on the axes it does not slice, the sliced ones unknown. onnx's Slice rule gives
     up on every dim when an end is computed (`table[:seq]`), and on all that follows; a rotary
     table's `table[:seq]` gets its sliced dim too (`SeqDims.slice_dim`)."""
     types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
-    slices = [node for node in model_graph.node
+    nodes = model_graph.node if index is None else index.nodes("Slice")
+    slices = [node for node in nodes
               if node.op_type == "Slice" and node.domain in ("", "ai.onnx")
               and len(node.input) >= 4 and not fully_known(types.get(node.output[0]))]
     if not slices:

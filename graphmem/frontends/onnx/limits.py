@@ -86,6 +86,8 @@ def _body_count(scopes: Iterable[Iterable[onnx.NodeProto]]) -> int:
     count, pending = 0, list(scopes)
     while pending:
         for node in pending.pop():
+            if not node.attribute:  # only an attribute holds a body: most nodes have none
+                continue
             bodies = subgraphs(node)
             count += len(bodies)
             pending.extend(body.node for body in bodies)
@@ -106,7 +108,7 @@ def _calls(nodes: Iterable[onnx.NodeProto], functions: dict[FunctionKey, onnx.Fu
         key = (node.domain, node.op_type, getattr(node, "overload", ""))
         if key in functions:
             found.append((level, key))
-        for body in subgraphs(node):
+        for body in subgraphs(node) if node.attribute else ():
             found.extend(_calls(body.node, functions, level + 1))
     return found
 

@@ -10,10 +10,11 @@ onnxruntime's rules at about 80 us a node. Two structural facts give onnx the sh
 - a Tile whose every repeated axis was added by the Unsqueeze before it (size 1) is an Expand
   by the same repeats, which onnx follows; the copy inference runs on has the Expand, and the
   graph keeps its Tile (`expand_tiles`, restored as fold.py's folded nodes are);
-- a Reshape with a constant target: 0 copies the input's dim (allowzero unset), a positive
-  entry is itself, and the -1 is the input's size over the rest where that quotient is a number
-  or a single dim of the input, each dim name an atom (`reshape_dims`, for the second pass;
-  a third where only the second typed a Reshape's input: the repeat of a rotary output).
+- a Reshape with a constant target, or one computed from shapes (shape_vectors.py): 0 copies
+  the input's dim (allowzero unset), a positive entry is itself, a dim read from a shape is
+  that dim, and the -1 is the input's size over the rest where that quotient is a number or a
+  single dim of the input, each dim name an atom (`reshape_dims`, for the second pass; a
+  third where only the second typed a Reshape's input: the repeat of a rotary output).
 
 These are the shapes onnxruntime's rules compute for the same nodes (the quotient is sympy's
 exact division); anything else is left to the engines.
@@ -22,13 +23,15 @@ exact division); anything else is left to the engines.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import onnx
 from onnx import helper, numpy_helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
+from graphmem.frontends.onnx.shape_vectors import Dim, ShapeVectors
 from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
 
-Dim = int | str
 _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
 
 
@@ -70,18 +73,24 @@ def _unsqueezed_axes(node: onnx.NodeProto | None,
     return set(axes) if axes is not None and all(a >= 0 for a in axes) else None
 
 
-def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
+                 index: GraphIndex | None = None) -> list[onnx.ValueInfoProto]:
     """Each Reshape output onnx left unknown whose input it typed, typed by the rule above."""
     types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
-    nodes = [n for n in graph.node if n.op_type == "Reshape" and n.domain in ("", "ai.onnx")
+    index = index or GraphIndex(graph)
+    nodes = [n for n in index.nodes("Reshape") if n.domain in ("", "ai.onnx")
              and len(n.input) == 2 and not fully_known(types.get(n.output[0]))
              and fully_known(types.get(n.input[0]))]
     if not nodes:
         return []
-    constants = int_constants(graph, {n.input[1] for n in nodes})
+    constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer)
+    # a target computed from shapes (shape_vectors.py)
+    vectors = ShapeVectors(graph, types, index.producer)
     typed = []
     for node in nodes:
-        source, target = types[node.input[0]], constants.get(node.input[1])
+        source = types[node.input[0]]
+        numbers = constants.get(node.input[1])
+        target = list[Dim](numbers) if numbers is not None else vectors.target(node.input[1])
         dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
                 for d in source.type.tensor_type.shape.dim]
         shape = _reshaped(node, dims, target) if target is not None else None
@@ -91,12 +100,14 @@ def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> list[onnx
     return typed
 
 
-def _reshaped(node: onnx.NodeProto, dims: list[Dim], target: list[int]) -> list[Dim] | None:
+def _reshaped(node: onnx.NodeProto, dims: list[Dim], target: list[Dim]) -> list[Dim] | None:
     if any(a.name == "allowzero" and a.i for a in node.attribute) or target.count(-1) != 1:
         return None
     shape: list[Dim] = []
     for axis, entry in enumerate(target):
-        if entry == 0 and axis < len(dims):
+        if isinstance(entry, str):  # a dim read from a shape: the rules' symbol for it
+            shape.append(entry)
+        elif entry == 0 and axis < len(dims):
             shape.append(dims[axis])
         elif entry > 0 or entry == -1:
             shape.append(entry)
@@ -132,11 +143,14 @@ def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
     return number, names
 
 
-def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None
-                   ) -> dict[str, list[int]]:
-    """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given)."""
+def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None,
+                  producer: Mapping[str, onnx.NodeProto] | None = None) -> dict[str, list[int]]:
+    """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given; their
+    Constant nodes found through `producer`, the graph's, where given)."""
     tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
-    tensors.extend((n.output[0], t) for n in graph.node
+    nodes = graph.node if wanted is None or producer is None else [
+        node for name in wanted if (node := producer.get(name)) is not None]
+    tensors.extend((n.output[0], t) for n in nodes
                    if n.op_type == "Constant" and n.output
                    and (wanted is None or n.output[0] in wanted)
                    and (t := constant_tensor(n)) is not None)  # value or value_ints

@@ -47,9 +47,10 @@ _INTEGER_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 class SeqDims:
     """Reads the graph's constants and scalar chains for `sequence_dims` and the slices."""
 
-    def __init__(self, graph: onnx.GraphProto,
-                 types: Mapping[str, onnx.ValueInfoProto]) -> None:
-        self._producer = {name: node for node in graph.node for name in node.output}
+    def __init__(self, graph: onnx.GraphProto, types: Mapping[str, onnx.ValueInfoProto],
+                 producer: Mapping[str, onnx.NodeProto] | None = None) -> None:
+        self._producer = producer if producer is not None else {
+            name: node for node in graph.node for name in node.output}
         self._initializers = {t.name: t for t in graph.initializer}
         self._types = types
         self._declared = {d.dim_param for v in graph.input

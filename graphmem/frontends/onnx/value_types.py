@@ -90,6 +90,7 @@ def known_dims(info: onnx.ValueInfoProto) -> int:
 # n/2 + 1 bins), onnx 1.23's rule takes 0 and doubles the output. Written out, the value is
 # the same and both engines size the output right.
 _MISREAD_DEFAULTS: dict[str, tuple[str, int]] = {"STFT": ("onesided", 1)}
+MISREAD_OPS = frozenset(_MISREAD_DEFAULTS)
 
 
 def write_misread_defaults(graph: onnx.GraphProto) -> None:
@@ -106,8 +107,14 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
     fully known, and every graph output's dims numbers or the declared inputs' dim names. The
     rules would then run on the outputs' producers alone (infer.py `unknown_part`), from the
     same input types, and write the same types; their module (and sympy) need not load."""
-    declared = {d.dim_param for v in declared_inputs for d in v.type.tensor_type.shape.dim
-                if d.WhichOneof("value") == "dim_param"}
+    declared: set[str] = set()
+    read: set[bytes] = set()  # the inputs' distinct types (10^5 inputs: a few types)
+    for value in declared_inputs:
+        key = value.type.SerializeToString()
+        if key not in read:
+            read.add(key)
+            declared.update(d.dim_param for d in value.type.tensor_type.shape.dim
+                            if d.WhichOneof("value") == "dim_param")
     judged: set[bytes] = set()  # the outputs' distinct types (10^5 outputs: a few types)
     for output in graph.output:
         key = output.type.SerializeToString()
@@ -119,8 +126,11 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
             return False
         judged.add(key)
     known = fully_known_names((*graph.value_info, *graph.output))
-    return all(node.op_type == "Constant" or all(name in known for name in node.output if name)
-               for node in graph.node)
+    made: list[str] = []
+    for node in graph.node:
+        if node.op_type != "Constant":
+            made.extend(node.output)
+    return known.issuperset(name for name in made if name)
 
 
 def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
