@@ -337,8 +337,11 @@ def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceMod
     if guess.max_batch is None or guess.batch_dim is None:
         return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
     probe = probe or DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
-    return find_max_batch(guess.batch_dim, device.capacity_bytes, _device_line(guess, probe),
-                          probe.total, start=guess.max_batch, basis=device.basis)
+    line = _device_line(guess, probe)
+    # the line's own run at the guess bounds the search too (graphmem/passes/max_batch.py)
+    known = {guess.max_batch: probe.total(guess.max_batch)} if line is not None else None
+    return find_max_batch(guess.batch_dim, device.capacity_bytes, line, probe.total,
+                          start=guess.max_batch, basis=device.basis, known=known)
 
 
 def _device_line(guess: MaxBatchResult, probe: DeviceTotalProbe) -> Callable[[int], int] | None:
