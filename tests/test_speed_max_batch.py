@@ -4,8 +4,10 @@ the same answer as the plain gallop, in fewer runs where the start is far off.""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
-from graphmem.passes.max_batch import _largest_fitting, find_max_batch
+from graphmem.passes.max_batch import MaxBatchResult, _largest_fitting, find_max_batch
+from graphmem.pipeline.planning import _device_line
 
 
 def test_known_bounds_keep_the_answer() -> None:
@@ -73,3 +75,37 @@ def test_random_monotone_totals_agree_with_the_plain_search() -> None:
                                  known={seed: total(seed)})
         assert bounded.max_batch == plain.max_batch
         assert bounded.peak_at_next_bytes == plain.peak_at_next_bytes
+
+
+class _Totals:
+    """A DeviceTotalProbe's `total` on a given function: each batch run once, as there."""
+
+    def __init__(self, total: Callable[[int], int]) -> None:
+        self.function, self.runs = total, list[int]()
+
+    def total(self, batch: int) -> int:
+        if batch not in self.runs:
+            self.runs.append(batch)
+        return self.function(batch)
+
+
+def test_the_line_through_two_runs_starts_near_a_staircase_answer() -> None:
+    # the onnx.helper decoder's device totals (in MB, rounded): 35,000 at batch 1, 69,500 up
+    # to 16, 104,000 from 17, 105,000 from 22; the GPU holds 85,900, so 16 fits, 17 does not
+    def total(batch: int) -> int:
+        return 35_000 if batch == 1 else 69_500 if batch <= 16 else 104_000 if batch < 22 \
+            else 105_000
+
+    guess = MaxBatchResult("batch", 24, None, 85_900, 84_355, 86_536, 2)  # the live peak's
+    # the live peak's slope (2,181 per batch) from 105,000 at 24 crosses 85,900 at 15.2:
+    # 24, then 15 16 18 17 (5 runs)
+    line = _device_line(guess, _Totals(total))  # type: ignore[arg-type]
+    assert line is not None and line(15) <= 85_900 < line(16)
+    # through (1, 35,000) too: slope (105,000 - 35,000) / 23 = 3,043 a batch, crossing
+    # 85,900 at 1 + 50,900 / 3,043 = 17.7: 24, then 17 16 (3 runs)
+    probe = _Totals(total)
+    line = _device_line(guess, probe, (1, 35_000))  # type: ignore[arg-type]
+    assert line is not None and line(17) <= 85_900 < line(18)
+    result = find_max_batch("batch", 85_900, line, probe.total, start=24,
+                            known={24: probe.total(24)})
+    assert result.max_batch == 16 and probe.runs == [24, 17, 16]
