@@ -69,15 +69,16 @@ def test_max_batch_fits_and_one_more_does_not(relu_path: Path) -> None:
 
 def test_the_device_search_is_the_same_answer_from_its_line(
         relu_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the device-total search starts where the line through its first probe (with the live
-    # peak's slope) crosses the capacity; without the line it gallops from the live-peak
+    # the device-total search starts where the line through its first probe (and the
+    # analysed batch's run, or with the live peak's slope) crosses the capacity; without the
+    # line it gallops from the live-peak
     # answer: the same answer, checked by the same exact probes (how many depends on how
     # straight the device total is: here onnxruntime's arena doubles its regions, 22 with the
     # line and 20 without; on a 22,337-node decoder, 5 and 8)
     from graphmem.pipeline import planning
 
     lined = analyze_onnx(relu_path, gpu="t4", batch=8).max_batch
-    monkeypatch.setattr(planning, "_device_line", lambda guess, probe: None)
+    monkeypatch.setattr(planning, "_device_line", lambda *line_from: None)
     walked = analyze_onnx(relu_path, gpu="t4", batch=8).max_batch
     assert lined is not None and walked is not None
     assert (lined.max_batch, lined.peak_at_max_bytes, lined.peak_at_next_bytes) == (

@@ -6,7 +6,7 @@ An op with no rule is not zero: it is listed in `unsupported_ops` and its node i
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -60,7 +60,8 @@ def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport
 
 
 def _graph_costs(graph: Graph, dims: Mapping[str, int]) -> CostReport:
-    nodes = tuple(_node_cost(node, dims) for node in graph.nodes)
+    shared: dict[Hashable, NodeCost] = {}
+    nodes = tuple(_shared_node_cost(node, dims, shared) for node in graph.nodes)
     unsupported = Counter(qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
     return CostReport(
         nodes=nodes,
@@ -83,6 +84,49 @@ def qualified_op(cost: NodeCost) -> str:
     if cost.domain in ("", "ai.onnx") or cost.op_type.startswith(f"{cost.domain}."):
         return cost.op_type
     return f"{cost.domain}.{cost.op_type}"
+
+
+def _shared_node_cost(node: Node, dims: Mapping[str, int],
+                      shared: dict[Hashable, NodeCost]) -> NodeCost:
+    """`_node_cost`, computed once per signature (a decoder repeats a few hundred node kinds
+    over its layers): nodes of one signature differ in name and module path alone."""
+    key = _signature(node)
+    if key is None:
+        return _node_cost(node, dims)
+    cost = shared.get(key)
+    if cost is None:
+        cost = _node_cost(node, dims)
+        if cost.status is not CostStatus.OK:
+            return cost  # an unknown shape's note names its node
+        shared[key] = cost
+    return NodeCost(node.name, cost.op_type, cost.domain, node.module_path, cost.output_shapes,
+                    cost.macs, cost.flops, cost.bytes_read, cost.bytes_written,
+                    cost.param_count, cost.status, cost.note)
+
+
+def _signature(node: Node) -> Hashable | None:
+    """What a standard op's cost reads: its op, attributes, and each tensor's shape, dtype,
+    role, whether it is a view and which inputs are the same tensor (bytes count it once).
+    None where the cost may read more: other domains (a training op follows the graph), a
+    backward node (its forward), imported costs, bodies."""
+    if (node.domain not in _STANDARD_DOMAINS or node.origin is not None or node.needs_grad
+            or node.subgraph_node_count or node.imported_cost is not None
+            or isinstance(node, ControlFlowNode)):
+        return None
+    first: dict[int, int] = {}
+    inputs = tuple(None if v is None else (v.shape, v.dtype, v.role, v.alias_of is None,
+                                           first.setdefault(id(v), index))
+                   for index, v in enumerate(node.inputs))
+    outputs = tuple((v.shape, v.dtype, v.alias_of is None) for v in node.outputs)
+    key = (node.op_type, tuple(node.attributes.items()), inputs, outputs)
+    try:
+        hash(key)
+    except TypeError:  # an attribute of an unhashable kind: costed on its own
+        return None
+    return key
+
+
+_STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def _node_cost(node: Node, dims: Mapping[str, int]) -> NodeCost:

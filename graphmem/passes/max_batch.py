@@ -15,7 +15,7 @@ checks hold.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from graphmem.core.conventions import MAX_DIM_VALUE
@@ -42,13 +42,16 @@ def not_solved(batch_dim: str | None, limit_bytes: int, reason: str,
 
 def find_max_batch(batch_dim: str, limit_bytes: int, estimate: PeakAt | None, exact: PeakAt,
                    limit: int = MAX_DIM_VALUE, start: int | None = None,
-                   basis: str = "live-tensor peak") -> MaxBatchResult:
+                   basis: str = "live-tensor peak",
+                   known: Mapping[int, int] | None = None) -> MaxBatchResult:
     """Largest batch b <= limit with exact(b) <= limit_bytes, using `estimate` as a guide
-    (or starting at `start`, an earlier answer).
+    (or starting at `start`, an earlier answer). `known`: exact(b) at batches the caller
+    already computed (counted as probes): the search stays between the largest that fits
+    and the smallest that does not.
 
     Without either the search gallops up from batch 1 on `exact` alone.
     """
-    memo: dict[int, int] = {}
+    memo: dict[int, int] = dict(known or {})
 
     def peak(batch: int) -> int:
         if batch not in memo:
@@ -63,7 +66,10 @@ def find_max_batch(batch_dim: str, limit_bytes: int, estimate: PeakAt | None, ex
         guess = _largest_fitting(lambda b: b == 0 or estimate(b) <= limit_bytes, 0, limit)
         if guess == limit and estimate(1) == estimate(limit):
             guess = 1  # the estimate does not depend on batch: start the bound search at 1
-    best = _largest_fitting(fits, guess, limit)
+    fitting = [b for b, peak_bytes in memo.items() if peak_bytes <= limit_bytes]
+    failing = [b for b, peak_bytes in memo.items() if peak_bytes > limit_bytes]
+    best = _largest_fitting(fits, guess, limit, max(fitting, default=None),
+                            min(failing, default=None))
     reason = None
     if best == 0:
         reason = f"even {batch_dim}=1 does not fit"
@@ -81,22 +87,32 @@ def find_max_batch(batch_dim: str, limit_bytes: int, estimate: PeakAt | None, ex
     )
 
 
-def _largest_fitting(fits: Callable[[int], bool], start: int, limit: int) -> int:
-    """The largest b in [0, limit] with fits(b), for fits true up to some b and false after.
+def _largest_fitting(fits: Callable[[int], bool], start: int, limit: int,
+                     fitting: int | None = None, failing: int | None = None) -> int:
+    """The largest b in [0, limit] with fits(b), for fits true up to some b and false after;
+    `fitting` and `failing`: batches already known to fit and not to (or None).
 
     Gallops from `start` (up if it fits, else down) and bisects, so it costs
-    O(log |answer - start|) calls: two when `start` is the answer.
+    O(log |answer - start|) calls: two when `start` is the answer. Where a known batch
+    already bounds the answer on the side the gallop heads to, the gallop takes two steps
+    (the start off by one or two) and then bisects between what is known: the doubling is
+    there to find such a bound, and a start far off (a device total that grows in steps, not
+    on the line that guessed the start) would otherwise spend a probe per doubling.
     """
+    low_bound = 0 if fitting is None else fitting
+    high_bound = limit + 1 if failing is None else failing
+    start = min(max(start, low_bound), high_bound - 1)
     if fits(start):
-        low, step = start, 1
-        while low + step <= limit and fits(low + step):
+        low, step, free = start, 1, failing is None
+        while low + step < high_bound and (free or step <= _BOUNDED_STEPS) and fits(low + step):
             low, step = low + step, step * 2
-        high = min(low + step, limit + 1)  # fails (or is past the limit)
+        high = min(low + step, high_bound) if free or step <= _BOUNDED_STEPS else high_bound
     else:
-        high, step = start, 1
-        while high - step >= 1 and not fits(high - step):
+        high, step, free = start, 1, fitting is None
+        while (high - step > low_bound and (free or step <= _BOUNDED_STEPS)
+               and not fits(high - step)):
             high, step = high - step, step * 2
-        low = max(high - step, 0)  # fits (0 always does)
+        low = max(high - step, low_bound) if free or step <= _BOUNDED_STEPS else low_bound
     while high - low > 1:
         middle = (low + high) // 2
         if fits(middle):
@@ -104,3 +120,6 @@ def _largest_fitting(fits: Callable[[int], bool], start: int, limit: int) -> int
         else:
             high = middle
     return low
+
+
+_BOUNDED_STEPS = 2  # gallop steps (1, then 2) taken where a known batch bounds the answer

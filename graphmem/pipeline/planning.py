@@ -324,31 +324,43 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
 
 def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceModel,
                     reanalyze: Reanalyze | None = None,
-                    probe: DeviceTotalProbe | None = None) -> MaxBatchResult:
+                    probe: DeviceTotalProbe | None = None,
+                    seen: tuple[int, int] | None = None) -> MaxBatchResult:
     """The largest batch whose device total (`device`'s runtime model, re-run at each batch
     probed) fits the GPU's capacity, starting from `guess`, the live-peak answer. `probe`:
-    the caller's, to read the estimates it made afterwards.
+    the caller's, to read the estimates it made afterwards; `seen`: (batch, device total)
+    of a run of the same model the caller already made (the analysed batch's verdict).
 
     The device total is the live peak plus what the runtime adds (weights in its pool,
     allocator rounding), which changes little from one batch to the next: from the device
-    total at the guess, a line with the live peak's slope there (`peak_at_next_bytes` -
-    `peak_at_max_bytes`) says where the answer is, and the search checks it there (each check
-    a run of the runtime model; find_max_batch gallops on from a wrong guess)."""
+    total at the guess, a line says where the answer is, and the search checks it there
+    (each check a run of the runtime model; find_max_batch gallops on from a wrong guess).
+    The line runs through the device totals at the guess and at `seen` where both are known:
+    onnxruntime's arena grows in doubling regions, so the total climbs in steps whose average
+    slope the live peak's own slope at the guess (the line otherwise) can miss by far."""
     if guess.max_batch is None or guess.batch_dim is None:
         return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
     probe = probe or DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
-    return find_max_batch(guess.batch_dim, device.capacity_bytes, _device_line(guess, probe),
-                          probe.total, start=guess.max_batch, basis=device.basis)
+    line = _device_line(guess, probe, seen)
+    # the line's own run at the guess bounds the search too (graphmem/passes/max_batch.py)
+    known = {guess.max_batch: probe.total(guess.max_batch)} if line is not None else None
+    return find_max_batch(guess.batch_dim, device.capacity_bytes, line, probe.total,
+                          start=guess.max_batch, basis=device.basis, known=known)
 
 
-def _device_line(guess: MaxBatchResult, probe: DeviceTotalProbe) -> Callable[[int], int] | None:
-    """The device total at the guess, continued with the live peak's slope there (None where
-    the live peak does not grow with the batch there)."""
+def _device_line(guess: MaxBatchResult, probe: DeviceTotalProbe,
+                 seen: tuple[int, int] | None = None) -> Callable[[int], int] | None:
+    """The device total at the guess, continued through `seen` where it is another batch
+    with a smaller total, else with the live peak's slope there (None where the live peak
+    does not grow with the batch there)."""
     start, at, after = guess.max_batch, guess.peak_at_max_bytes, guess.peak_at_next_bytes
     if not start or at is None or after is None or after <= at:
         return None
-    total, slope = probe.total(start), after - at
-    return lambda batch: total + (batch - start) * slope
+    total = probe.total(start)
+    rise, run = after - at, 1
+    if seen is not None and seen[0] != start and (total - seen[1]) * (start - seen[0]) > 0:
+        rise, run = total - seen[1], start - seen[0]  # the secant: both totals real runs
+    return lambda batch: total + (batch - start) * rise // run
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,11 @@ def device_max_batch(analysis: Analysis, model: DeviceModel
     if guess.max_batch is None or guess.batch_dim is None:
         return solve_on_device(analysis, guess, model, analysis.reanalyze), None
     probe = DeviceTotalProbe(analysis, guess.batch_dim, model, analysis.reanalyze)
-    result = solve_on_device(analysis, guess, model, analysis.reanalyze, probe)
+    runtime, batch = analysis.runtime, analysis.dims.bound.get(guess.batch_dim)
+    seen = None  # the analysed batch's own run, a second point of the search's line
+    if runtime is not None and batch is not None:
+        seen = (batch, runtime.device_total_bytes)
+    result = solve_on_device(analysis, guess, model, analysis.reanalyze, probe, seen)
     free = guess.batch_dim in analysis.dims.free
     at_max = probe.estimate(result.max_batch) if free and result.max_batch else None
     return result, at_max

@@ -363,10 +363,13 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
 def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
                  live_spans: Mapping[str, list[tuple[int, int]]] | None = None,
                  device_free_bytes: int | None = None,
-                 extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> OrtTimeline:
+                 extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO,
+                 events: Sequence[Sequence[ArenaEvent]] | None = None) -> OrtTimeline:
     """Replay the plan through onnxruntime's arena (extended by `extend`); split its peak into
-    labelled parts. `device_free_bytes` bounds the arena's regions (a GPU's memory left)."""
-    result = replay(arena_events(plan, scratch), device_free_bytes, extend)
+    labelled parts. `device_free_bytes` bounds the arena's regions (a GPU's memory left);
+    `events`: `arena_events(plan, scratch)`, where the caller replays them more than once."""
+    events = arena_events(plan, scratch) if events is None else events
+    result = replay(events, device_free_bytes, extend)
     step = result.peak_step
     held = [b for b in plan.buffers if b.first_step <= step <= b.last_step]
     tensors = sum(b.size_bytes for b in held)

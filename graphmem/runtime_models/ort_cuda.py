@@ -26,6 +26,7 @@ from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
     PlanShape,
+    arena_events,
     buffer_live_spans,
     ort_timeline,
     plan_notes,
@@ -54,16 +55,17 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
     free = None if capacity_bytes is None else capacity_bytes - context_bytes - resident_bytes
     oom: OutOfMemoryAt | None = None
     timeline = None
+    events = arena_events(plan, scratch)  # replayed twice where the bounded run fails
     if free is not None and free < 0:
         oom = _weights_do_not_fit(plan, resident_bytes, free + resident_bytes)
     elif free is not None:
-        bounded = ort_timeline(plan, scratch, spans, device_free_bytes=free, extend=extend)
+        bounded = ort_timeline(plan, scratch, spans, free, extend, events)
         if bounded.failure is None:
             timeline = bounded
         else:
             oom = _failed_at(plan, bounded.failure)
     if timeline is None:  # unbounded: not bounded, or the demand where the GPU ran out
-        timeline = ort_timeline(plan, scratch, spans, extend=extend)
+        timeline = ort_timeline(plan, scratch, spans, extend=extend, events=events)
     notes: tuple[str, ...] = ()
     if with_notes:
         notes = plan_notes(plan, timeline, sizes, plan_shapes is None)

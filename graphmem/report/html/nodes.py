@@ -97,7 +97,8 @@ def node_table(costs: CostReport, roofline: RooflineResult | None,
     rows = [node_row(step, cost, time, phase) for step, (cost, time, phase)
             in nodes[:MAX_NODE_ROWS]]
     # the rest only as data: no NodeRow (and its Quantities) for tens of thousands of nodes
-    rest = [node_data(step, cost, time, phase) for step, (cost, time, phase)
+    shared = _SharedFields()
+    rest = [node_data(step, cost, time, phase, shared) for step, (cost, time, phase)
             in nodes[MAX_NODE_ROWS:]]
     return NodeTable(
         rows=tuple(rows),
@@ -129,20 +130,42 @@ def node_row(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "") 
     )
 
 
-def node_data(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "") -> list[Any]:
-    """`node_row(...).data()`, without the row: the script's fields of one node."""
+def node_data(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "",
+              shared: _SharedFields | None = None) -> list[Any]:
+    """`node_row(...).data()`, without the row: the script's fields of one node; `shared`
+    keeps the fields nodes of one kind repeat (a decoder's layers), made once each."""
+    kind = (shared or _SharedFields()).of(cost)
+    return [step, printable(cost.name), kind[0], printable(cost.module_path), phase, kind[1],
+            cost.param_count, *kind[2:8],
+            time.est_time_s if time else None, format_time(time.est_time_s) if time else "",
+            time.bound if time else "", kind[8], kind[9]]
+
+
+class _SharedFields:
+    """The fields of a node row that depend on its op, shapes and costs alone (the op and
+    shapes as shown, each quantity's number and text, the status and note), per kind."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    def of(self, cost: NodeCost) -> tuple[Any, ...]:
+        key = (cost.op_type, cost.domain, cost.output_shapes, cost.status, cost.note,
+               cost.macs, cost.flops, cost.bytes_written)
+        fields = self.kinds.get(key)
+        if fields is None:
+            fields = self.kinds[key] = _kind_fields(cost)
+        return fields
+
+
+def _kind_fields(cost: NodeCost) -> tuple[Any, ...]:
     counted = cost.status is CostStatus.OK
     macs = count_quantity(cost.macs) if counted else None
     flops = count_quantity(cost.flops, "FLOP") if counted else None
     written = bytes_quantity(cost.bytes_written)
-    return [step, printable(cost.name), printable(qualified_op(cost)),
-            printable(cost.module_path), phase,
-            printable_text(", ".join(cost.output_shapes)), cost.param_count,
+    return (printable(qualified_op(cost)), printable_text(", ".join(cost.output_shapes)),
             macs.probe if macs else -1, macs.text if macs else "not counted",
             flops.probe if flops else -1, flops.text if flops else "not counted",
-            written.probe, written.text,
-            time.est_time_s if time else None, format_time(time.est_time_s) if time else "",
-            time.bound if time else "", cost.status.value, printable_text(cost.note)]
+            written.probe, written.text, cost.status.value, printable_text(cost.note))
 
 
 def script_json(value: Any) -> Markup:
