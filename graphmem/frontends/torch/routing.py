@@ -30,6 +30,7 @@ op on values that are not known still fails as fake tensors do.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -154,6 +155,9 @@ class RoutedValues:
         return self.values.get(item)
 
     def _real_arguments(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        for item in args:  # most ops take a tensor of unknown value first: no flattening
+            if isinstance(item, FakeTensor) and self.values.get(item) is None:
+                return None
         leaves, spec = tree_flatten((args, kwargs))
         real = []
         for leaf in leaves:  # most ops read a tensor of unknown value: stop at the first
@@ -248,13 +252,17 @@ def _selection(func: Any, args: tuple, kwargs: dict) -> tuple[int | None, int, i
 def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensor arguments the op writes (its schema's `Tensor(a!)`)."""
     found = []
-    for i, argument in enumerate(func._schema.arguments):
-        info = argument.alias_info
-        if info is None or not info.is_write:
-            continue
-        item = args[i] if i < len(args) else kwargs.get(argument.name)
+    for i, name in _written_arguments(func):
+        item = args[i] if i < len(args) else kwargs.get(name)
         found += [t for t in tree_leaves(item) if isinstance(t, torch.Tensor)]
     return found
+
+
+@functools.cache
+def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each argument the op's schema marks written, read once per op."""
+    return tuple((i, argument.name) for i, argument in enumerate(func._schema.arguments)
+                 if argument.alias_info is not None and argument.alias_info.is_write)
 
 
 def _run(func: Any, args: Any, kwargs: Any) -> Any:
