@@ -1,9 +1,12 @@
 """The PyTorch trace's speed-ups change no answer (issue 17, graphmem/frontends/torch/trace.py).
 
-Three things make a trace cheaper: no full (oldest-generation) cyclic collection while it
-runs, no TorchFunctionMetadataMode under every torch call, and the eager-lifetime mode
-returning at once from the device queries C++ code makes. Each test compares the trace with
-the slow path (all three undone) or checks the one thing that changed. The conversion to
+Five things make a trace cheaper: no full (oldest-generation) cyclic collection while it
+runs, no TorchFunctionMetadataMode under every torch call, the eager lifetimes returning at
+once from the device queries C++ code makes, graphmem's three observers (routing, gradient
+sums, lifetimes) as one dispatch mode instead of three stacked ones (observed.py), and the
+GraphModule's Python code made only when asked for. Each test compares the trace with the
+slow path (all five undone: the three observers stacked as three modes again, in the order
+they had) or checks the one thing that changed. The conversion to
 graphmem's IR reads each op's schema once and walks node arguments without pytree: compared
 with the per-node schema walk and pytree on every node of a step; it runs with the cyclic
 collector paused, as the ONNX importer's build does (graphmem/core/collector.py).
@@ -20,13 +23,16 @@ import pytest
 import torch
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_leaves
 
 from graphmem.core.conventions import Amp, TrainingOptions
 from graphmem.devices.gpus import find_gpu
-from graphmem.frontends.torch import fx_convert, import_step, trace
+from graphmem.frontends.torch import fx_convert, import_step, observed, trace
+from graphmem.frontends.torch.accumulation import EngineAccumulations
 from graphmem.frontends.torch.import_step import tensor_specs
 from graphmem.frontends.torch.kernel_choice import cuda_target
+from graphmem.frontends.torch.routing import RoutedValues
 from graphmem.frontends.torch.trace import TracedStep, trace_model
 from tests.models import TinyCNN, tiny_gpt, tiny_llama
 
@@ -45,8 +51,48 @@ def default_collector(collector_on: None) -> Iterator[None]:
 
 def _slow_path(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(trace, "_MAKE_FX_OPTIONS", {})
-    patch.setattr(trace, "_DEVICE_QUERY", object())  # matches no op
+    patch.setattr(observed, "_DEVICE_QUERY", object())  # matches no op
     patch.setattr(trace, "_young_collections_only", contextlib.nullcontext)
+    patch.setattr(trace, "_observed", _stacked_modes)
+    patch.setattr(trace, "_lazy_graph_module", contextlib.nullcontext)
+
+
+class _OneObserver(TorchDispatchMode):
+    """One observer as a dispatch mode of its own, as each was before observed.py."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, handle: Callable[..., Any]) -> None:
+        super().__init__()
+        self.handle = handle
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return self.handle(func, args, kwargs)
+
+
+def _run_then(note: Callable[[Any, Any, Any, Any], None]) -> Callable[..., Any]:
+    def handle(func: Any, args: Any, kwargs: Any) -> Any:
+        out = func(*args, **(kwargs or {}))
+        note(func, args, kwargs, out)
+        return out
+
+    return handle
+
+
+def _stacked_modes(step: Callable[..., Any], lifetimes: observed.EagerLifetimes,
+                   routed: RoutedValues, kernels: Any, sums: EngineAccumulations
+                   ) -> Callable[..., Any]:
+    """The three observers as three modes, lifetimes innermost and routing outermost."""
+    def run(*args: Any) -> Any:
+        with (_OneObserver(_run_then(lambda func, _, __, out: lifetimes.seen(func, out))),
+              _OneObserver(_run_then(sums.seen)), _OneObserver(routed.dispatch),
+              kernels if kernels is not None else contextlib.nullcontext()):
+            try:
+                return step(*args)
+            finally:
+                sums.close()
+
+    return run
 
 
 def _described(value: Any) -> Any:
@@ -65,6 +111,46 @@ def _signature(traced: TracedStep) -> tuple[Any, ...]:
     return nodes, traced.released_after, traced.kernels, traced.leaf_roles
 
 
+class Routed(nn.Module):
+    """The routing's paths other than a plain op: a top-2 choice, `nonzero` and `x[mask]` in
+    static form, and `item()` read for a branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router, self.expert = nn.Linear(8, 4), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, chosen = torch.topk(self.router(x), 2, dim=-1)
+        picked = (chosen == 1).any(-1)  # the tokens that chose expert 1
+        if picked.nonzero().shape[0] == 0 or chosen.max().item() > 3:
+            return x
+        return self.expert(x[picked]).sum() + x.sum()
+
+
+class SliceReads(nn.Module):
+    """A state read slice by slice: its slices' gradients summed by the engine, in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = torch.tanh(self.fc(x))  # [4, 8, 16]
+        return sum((state[i] * 3).mean() for i in range(4))
+
+
+class Branches(nn.Module):
+    """torch.cond, a higher-order op, through the observers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide, self.narrow = nn.Linear(16, 16), nn.Linear(16, 16, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.mean() > 0, lambda x: torch.relu(self.wide(x)),
+                          lambda x: self.narrow(x), (x,))
+
+
 CASES: dict[str, tuple[Callable[[], nn.Module], str, TrainingOptions | None, Any]] = {
     "gpt, bf16 step on an H100": (tiny_gpt, "2x64:int64", TrainingOptions("adamw", Amp.BF16),
                                   H100),
@@ -72,6 +158,9 @@ CASES: dict[str, tuple[Callable[[], nn.Module], str, TrainingOptions | None, Any
         tiny_llama, "2x64:int64", TrainingOptions("adam", Amp.FP16), A100),
     "cnn, sgd step on the CPU": (TinyCNN, "4x3x32x32", TrainingOptions("sgd"), None),
     "gpt, inference on an H100": (tiny_gpt, "2x64:int64", None, H100),
+    "routed, sgd step": (Routed, "12x8", TrainingOptions("sgd"), None),
+    "slice reads, sgd step": (SliceReads, "4x8x16", TrainingOptions("sgd"), None),
+    "torch.cond, inference": (Branches, "4x16", None, None),
 }
 
 
@@ -148,15 +237,17 @@ def test_a_tensor_only_a_cycle_holds_is_still_released_during_the_trace(
 
 
 class ModeStack(nn.Module):
-    """Notes the torch function modes active while its forward is traced."""
+    """Notes the torch function modes and dispatch modes active while its forward is traced."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(8, 8)
         self.modes: list[str] = []
+        self.dispatch_modes: list[str] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.modes = [type(mode).__name__ for mode in _get_current_function_mode_stack()]
+        self.dispatch_modes = [type(mode).__name__ for mode in _get_current_dispatch_mode_stack()]
         return self.fc(x)
 
 
@@ -220,3 +311,25 @@ def test_the_conversion_runs_with_the_collector_paused(
     import_step.import_torch(Recording(), ["2x8"], "recording")
     assert seen == [False]
     assert gc.isenabled()
+
+
+def test_graphmems_observers_are_one_dispatch_mode_above_make_fxs() -> None:
+    """Each Python dispatch mode costs every op a re-dispatch: graphmem adds one above
+    make_fx's proxy mode, not one per observer."""
+    model = ModeStack()
+    trace_model(model, tensor_specs(["2x8"]), TrainingOptions(), H100)
+    proxy = model.dispatch_modes.index("ProxyTorchDispatchMode")
+    assert model.dispatch_modes[proxy + 1:] == ["ObservedOps"]
+
+
+def test_the_traced_code_is_made_when_asked_for_and_holds_the_stolen_sums() -> None:
+    """The GraphModule's code is not written during the trace (torch's _LazyGraphModule),
+    and when read it is the graph's as `steal` left it: 4 slice gradients of the state, 3
+    sums by the engine, all in place into the first (as test_torch_grad_accumulation's scan)."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    traced = trace_model(SliceReads(), tensor_specs(["4x8x16"]), TrainingOptions("sgd"))
+    module = traced.graph_module
+    assert isinstance(module, _LazyGraphModule) and module._needs_recompile()
+    assert module.code.count("torch.ops.aten.add_.Tensor(") == 3
+    assert not module._needs_recompile()  # made once, on the read

@@ -34,23 +34,17 @@ from typing import Any
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
-from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 
 
-class EngineAccumulations(TorchDispatchMode):
+class EngineAccumulations:
     """The adds autograd's engine makes to sum gradients, as fx node names: (the sum, the
     held gradient) for each add whose held gradient eager could steal but for its last
-    reference, which `steal` reads once the trace's lifetimes are known."""
-
-    # torch.cond (a higher-order op) reaches the mode too: it runs it like any op, so make_fx
-    # traces both branches (as trace.py's _EagerLifetimes does); without this the mode refused
-    # every training step of a model with a torch.cond
-    supports_higher_order_operators = True
+    reference, which `steal` reads once the trace's lifetimes are known. The trace's dispatch
+    mode (observed.py) shows it every op with `seen`, and calls `close` when the trace ends."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.candidates: list[tuple[str, str]] = []
         self._finished: Any = None  # the backward node whose own ops are done
 
@@ -73,19 +67,17 @@ class EngineAccumulations(TorchDispatchMode):
     def _node_done(self, *_: Any) -> None:
         self._finished = torch._C._current_autograd_node()
 
-    def __exit__(self, *args: Any) -> Any:
+    def close(self) -> None:
         self._finished = None  # no backward node kept alive past the trace
-        return super().__exit__(*args)
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+    def seen(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """`func` has just run on `args` and made `out`."""
         if (func is aten.add.Tensor and not kwargs and self._finished is not None
                 and torch._C._current_autograd_node() is self._finished
                 and _stealable_layout(args[0], args[1]) and not torch.is_grad_enabled()):
             names = (_fx_name(out), _fx_name(args[0]))
             if names[0] is not None and names[1] is not None:
                 self.candidates.append((names[0], names[1]))
-        return out
 
 
 def _stealable_layout(held: Any, new: Any) -> bool:

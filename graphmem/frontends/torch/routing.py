@@ -6,7 +6,8 @@ code after it reads the choice: the per-expert loop of transformers' eager exper
 expert's tokens with `torch.where`; the grouped-matmul experts sort it and count tokens per
 expert with `histc`. Fake tensors carry no values, so each of those is an error there.
 
-`RoutedValues` is a TorchDispatchMode that gives such tensors values, by op semantics:
+`RoutedValues` gives such tensors values, by op semantics (it observes every op of a trace
+from trace.py's one dispatch mode, observed.py):
 - a choice: the indices of a `topk` (or `argmax`, `max.dim`) over values the trace does not
   know are made by the routing policy (graphmem/core/routing.py): balanced by default, each
   token's choices distinct, each expert receiving the policy's number of tokens;
@@ -29,13 +30,14 @@ op on values that are not known still fails as fake tensors do.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._ops import HigherOrderOperator
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -105,21 +107,30 @@ _STATIC_FORMS: dict[Any, Callable[[RoutedValues, tuple, dict], torch.Tensor | No
 }
 
 
-class RoutedValues(TorchDispatchMode):
-    """The values of routing choices and of what follows from them (module docstring)."""
+class RoutedValues:
+    """The values of routing choices and of what follows from them (module docstring).
 
-    # torch.cond reaches the mode too: it runs as any op (make_fx traces both branches);
-    # without this the mode refused every model with a torch.cond
-    supports_higher_order_operators = True
+    The trace's dispatch mode (observed.py) hands it each op: a `plain` op it runs itself and
+    then gives to `follow`; any other to `dispatch`, which calls the op (or its static form)
+    through the observers below this one."""
 
     def __init__(self, routing: MoeRouting) -> None:
-        super().__init__()
         self.routing = routing
         self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> CPU value
         # (tokens, experts, top_k) of each choice the policy made
         self.choices: list[tuple[int, int, int]] = []
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    @staticmethod
+    def plain(func: Any) -> bool:
+        """An op `dispatch` would run as it is and then `follow`: no higher-order op (torch.cond,
+        whose branches' ops come through one by one), no data-dependent output, no static form."""
+        if isinstance(func, HigherOrderOperator):
+            return False
+        tags = getattr(func, "tags", ())
+        return torch.Tag.data_dependent_output not in tags and (
+            torch.Tag.dynamic_output_shape not in tags or func not in _STATIC_FORMS)
+
+    def dispatch(self, func: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if isinstance(func, HigherOrderOperator):  # its branches' ops come through one by one
             return func(*args, **kwargs)
@@ -131,7 +142,7 @@ class RoutedValues(TorchDispatchMode):
         out = static(self, args, kwargs) if static is not None else None
         if out is None:
             out = func(*args, **kwargs)
-        self._follow(func, args, kwargs, out)
+        self.follow(func, args, kwargs, out)
         return out
 
     # ----- values ---------------------------------------------------------------------------
@@ -144,14 +155,19 @@ class RoutedValues(TorchDispatchMode):
         return self.values.get(item)
 
     def _real_arguments(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        for item in args:  # most ops take a tensor of unknown value first: no flattening
+            if isinstance(item, FakeTensor) and self.values.get(item) is None:
+                return None
         leaves, spec = tree_flatten((args, kwargs))
-        real = [self._value(leaf) for leaf in leaves]
-        if any(r is None and isinstance(leaf, torch.Tensor) for r, leaf in zip(real, leaves,
-                                                                                 strict=True)):
-            return None
+        real = []
+        for leaf in leaves:  # most ops read a tensor of unknown value: stop at the first
+            value = self._value(leaf)
+            if value is None and isinstance(leaf, torch.Tensor):
+                return None
+            real.append(value)
         return tree_unflatten(real, spec)
 
-    def _follow(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+    def follow(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         if not outputs:
             return
@@ -236,13 +252,17 @@ def _selection(func: Any, args: tuple, kwargs: dict) -> tuple[int | None, int, i
 def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensor arguments the op writes (its schema's `Tensor(a!)`)."""
     found = []
-    for i, argument in enumerate(func._schema.arguments):
-        info = argument.alias_info
-        if info is None or not info.is_write:
-            continue
-        item = args[i] if i < len(args) else kwargs.get(argument.name)
+    for i, name in _written_arguments(func):
+        item = args[i] if i < len(args) else kwargs.get(name)
         found += [t for t in tree_leaves(item) if isinstance(t, torch.Tensor)]
     return found
+
+
+@functools.cache
+def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each argument the op's schema marks written, read once per op."""
+    return tuple((i, argument.name) for i, argument in enumerate(func._schema.arguments)
+                 if argument.alias_info is not None and argument.alias_info.is_write)
 
 
 def _run(func: Any, args: Any, kwargs: Any) -> Any:

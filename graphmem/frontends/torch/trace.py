@@ -20,7 +20,6 @@ import contextlib
 import gc
 import inspect
 import logging
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +29,7 @@ import torch.fx.traceback as fx_traceback
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from graphmem.core.conventions import STATE_SLOTS, Amp, TrainingOptions
 from graphmem.core.ir import Role
@@ -44,6 +41,7 @@ from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
 from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
+from graphmem.frontends.torch.observed import EagerLifetimes, ObservedOps
 from graphmem.frontends.torch.recompute import modes_follow_modules, parameters_held
 from graphmem.frontends.torch.routing import RoutedValues
 from graphmem.frontends.torch.train_step import (
@@ -62,9 +60,6 @@ __all__ = ["AMP_DTYPES", "MODULE_KEY", "PHASE_KEY", "TracedStep", "cross_entropy
            "module_scope_guard", "tensors_in", "trace_model"]
 PHASE_KEY = "graphmem_phase"
 MODULE_KEY = "graphmem_module"
-# C++ code's device checks on fake tensors (the autograd engine's, foreach's grouping): most
-# of the ops the modes see, none of them makes a tensor
-_DEVICE_QUERY = torch.ops.prim.device.default
 _NO_FULL_COLLECTION = 2**30  # a full-collection threshold no trace reaches
 # No TorchFunctionMetadataMode (where make_fx can turn it off): a Python layer under every
 # torch call, ~8% of a trace, that notes each call for node.meta["torch_fn"], which make_fx's
@@ -88,38 +83,6 @@ class TracedStep:
     notes: list[str] = field(default_factory=list)
     # the CUDA kernels a trace for a GPU assumed (cuda_kernels.py); () for a CPU trace
     kernels: tuple[KernelChoice, ...] = ()
-
-
-class _EagerLifetimes(TorchDispatchMode):
-    """Notes when the Python object of each op's output dies (when eager frees it)."""
-
-    # torch.cond (a higher-order op) reaches the mode too: it runs it like any op, so make_fx
-    # traces both branches (graphmem/frontends/torch/control_flow.py)
-    supports_higher_order_operators = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.released_after: dict[str, str] = {}
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if func is _DEVICE_QUERY:
-            return out
-        proxy_mode = get_proxy_mode()
-        if proxy_mode is None:
-            return out
-        for tensor in (out,) if isinstance(out, torch.Tensor) else tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
-                slot = get_proxy_slot(tensor, proxy_mode.tracer, None)
-                if slot is not None:
-                    weakref.finalize(tensor, self._released, slot.proxy.node.name,
-                                     proxy_mode.tracer.graph)
-        return out
-
-    def _released(self, name: str, graph: torch.fx.Graph) -> None:
-        last = next(iter(reversed(graph.nodes)), None)
-        if last is not None:
-            self.released_after[name] = last.name
 
 
 def trace_model(
@@ -160,7 +123,7 @@ def trace_model(
     step = (_training_step(model, params, buffers, train, scaled, inputs, no_gradient, sums)
             if train else _inference_step(model, params, buffers, inputs))
     model.train(train is not None)
-    lifetimes = _EagerLifetimes()
+    lifetimes = EagerLifetimes()
     routed = RoutedValues(routing)
     kernels = CudaKernels(cuda) if cuda is not None else None
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
@@ -207,11 +170,13 @@ def _kernels_of(kernels: CudaKernels | None, train: TrainingOptions | None,
     return counted(found)
 
 
-def _observed(step: Callable[..., Any], lifetimes: _EagerLifetimes, routed: RoutedValues,
+def _observed(step: Callable[..., Any], lifetimes: EagerLifetimes, routed: RoutedValues,
               kernels: CudaKernels | None, sums: EngineAccumulations) -> Callable[..., Any]:
-    # `routed` above `lifetimes`: an op it traces in a static form is noted like any other
+    # one dispatch mode for the three observers (observed.py): `routed` above `lifetimes`, so
+    # an op it traces in a static form is noted like any other
     def run(*args: Any) -> Any:
-        with lifetimes, sums, routed, kernels if kernels is not None else contextlib.nullcontext():
+        with (ObservedOps(routed, sums, lifetimes),
+              kernels if kernels is not None else contextlib.nullcontext()):
             return step(*args)
 
     return run
@@ -235,7 +200,7 @@ def _fake_like(tensor: torch.Tensor, requires_grad: bool = False) -> torch.Tenso
 
 def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     try:
-        with _quiet_fake_tensor_log():
+        with _quiet_fake_tensor_log(), _lazy_graph_module():
             return make_fx(step, tracing_mode="fake", **_MAKE_FX_OPTIONS)(*args)
     except GraphmemError:
         raise
@@ -244,6 +209,19 @@ def _make_fx(step: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
             f"tracing the model failed: {type(error).__name__}: {first_line(error)}; "
             + _tracing_hint(error)
         ) from error  # the cause is shown with --debug
+
+
+def _lazy_graph_module() -> contextlib.AbstractContextManager[None]:
+    """The traced GraphModule's Python code made when first asked for (`.code`, a call,
+    printing), not at once: graphmem reads the graph's nodes and never runs the module, and
+    writing and compiling the code of a Llama-3-8B training step (28,000 nodes) took about
+    0.5 CPU s, twice (make_fx, then `steal`'s recompile). torch's `_LazyGraphModule`, as its
+    compiler uses it; a torch without it makes the code at once, as before."""
+    try:
+        from torch.fx._lazy_graph_module import _use_lazy_graph_module
+    except ImportError:  # pragma: no cover - torch releases before 2.3
+        return contextlib.nullcontext()
+    return _use_lazy_graph_module(True)
 
 
 def _tracing_hint(error: Exception) -> str:
