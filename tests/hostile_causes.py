@@ -34,9 +34,6 @@ class Cause:
     codes: frozenset[int] = RAN
     outputs: tuple[str, ...] = ()
     says: str = ""
-    # the command builds a PyTorch model: torch makes $TMPDIR/torchinductor_<user> (an empty
-    # folder) while it traces, which graphmem does not redirect yet (test_hostile_causes.py)
-    torch: bool = False
 
 
 def _mlp(folder: Path) -> None:
@@ -142,18 +139,17 @@ CAUSES: dict[str, Cause] = {
     "1 default report is a dangling link": Cause(1, _report_link(_dangling), REFUSED,
                                                  says="link"),
     "2 check's junit links to the config": Cause(2, _config_link, REFUSED,
-                                                 says="the model's config", torch=True),
+                                                 says="the model's config"),
     "3 layers null (analyze)": Cause(3, _bad_config("analyze", num_hidden_layers=None),
-                                     REFUSED, says="num_hidden_layers", torch=True),
+                                     REFUSED, says="num_hidden_layers"),
     "3 heads zero (check)": Cause(3, _bad_config("check", num_attention_heads=0), REFUSED,
-                                  says="num_attention_heads is 0", torch=True),
+                                  says="num_attention_heads is 0"),
     "4 abstract architecture": Cause(4, _bad_config("analyze",
                                                     architectures=["PreTrainedModel"]),
-                                     REFUSED, says="concrete class", torch=True),
-    "5 verify of a folder": Cause(5, _verify_folder, REFUSED, torch=True),
+                                     REFUSED, says="concrete class"),
+    "5 verify of a folder": Cause(5, _verify_folder, REFUSED),
     "6 nested 20,000 layers": Cause(6, _nested_config, REFUSED,
-                                    says="text_config.num_hidden_layers is 20,000",
-                                    torch=True),
+                                    says="text_config.num_hidden_layers is 20,000"),
     "7 invalid UTF-8 (analyze)": Cause(7, _invalid_utf8(["analyze", "--html", "out.html"]),
                                        outputs=("out.html",)),
     "7 invalid UTF-8 (check)": Cause(7, _invalid_utf8(["check", "--max-params", "1G",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from graphmem.cli.commands import COMMAND_TABLE, summary
 from graphmem.core.collector import freeze_before_exit, freeze_start_up_objects
 from graphmem.core.progress import Reporter, reporting
+from graphmem.core.scratch import private_folder_for
 from graphmem.core.version import __version__
 from graphmem.errors import GraphmemError
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_OK = 0
+TORCH_CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # torch._inductor.runtime.cache_dir_utils
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
@@ -114,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # emoji=False: a model's names are shown as written (':warning:' stays text)
     stdout = Console(highlight=False, emoji=False)
     try:
-        with reporting(_progress_reporter()):
+        # torch makes `$TMPDIR/torchinductor_<user>` when its compiler's modules load, which
+        # tracing a PyTorch model does: the command's own folder instead, gone at its end
+        with reporting(_progress_reporter()), private_folder_for(TORCH_CACHE_VARIABLE):
             return COMMANDS[args.command].run(args, stdout)
     except GraphmemError as error:
         return _usage_error(error, argv)

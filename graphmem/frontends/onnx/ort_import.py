@@ -10,11 +10,12 @@ is removed as soon as the import is done. Every graphmem module takes onnxruntim
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import tempfile
 from types import ModuleType
+
+from graphmem.core.scratch import remove_tree
 
 _REDIRECTED = ("XDG_CACHE_HOME", "TMPDIR")
 
@@ -34,24 +35,8 @@ def _import_onnxruntime() -> ModuleType:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        _remove(scratch)
+        remove_tree(scratch)
     return onnxruntime
-
-
-def _remove(folder: str) -> None:
-    """The scratch folder and what onnxruntime wrote in it, by full paths (shutil.rmtree
-    opens each entry by its bare name relative to its folder: a watcher of the files a run
-    opens, tests/test_files_opened.py, would see `Microsoft` in the current folder)."""
-    for root, folders, files in os.walk(folder, topdown=False):
-        for name in files:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(root, name))
-        for name in folders:
-            path = os.path.join(root, name)
-            with contextlib.suppress(OSError):
-                os.unlink(path) if os.path.islink(path) else os.rmdir(path)
-    with contextlib.suppress(OSError):
-        os.rmdir(folder)
 
 
 ort = _import_onnxruntime()
