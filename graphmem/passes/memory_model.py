@@ -12,10 +12,11 @@ Conventions (graphmem/passes/liveness.py states them in the report):
 - graph outputs are never freed; residents (inputs, parameters, buffers, constants) are a
   constant floor under every step.
 
-For an order, `step_events` finds every buffer's last use in one reverse walk over the steps
-(as torch.fx's interpreter does): walking back from the end, the first step that meets a
-buffer is its last use. `live_profile` (integers) and `symbolic_profile` (polynomials in the
-free dims, optionally split into groups such as roles) sweep those events forward.
+For an order, `step_events` (graphmem/passes/sweep_events.py) finds every buffer's last use
+in one reverse walk over the steps (as torch.fx's interpreter does): walking back from the
+end, the first step that meets a buffer is its last use. `live_profile` (integers) and
+`symbolic_profile` (polynomials in the free dims, optionally split into groups such as roles)
+sweep those events forward.
 
 `MemoryModel` is the integer form the schedulers and the arena planner search on. Its
 dependencies are the data edges, plus order edges that keep a node which makes a view or an
@@ -31,13 +32,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
 
-from graphmem.core.dim_name import Coefficient, Monomial
 from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
 from graphmem.core.symbolic import SymInt, symint_max
 from graphmem.passes.order_edges import node_predecessors
+from graphmem.passes.sweep_events import StepEvents as StepEvents  # re-exported: the sweeps'
+from graphmem.passes.sweep_events import size_terms, symbolic_profile  # users import them here
+from graphmem.passes.sweep_events import step_events as step_events
 
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to
 # pick one peak step among candidates that depend on free dims).
@@ -143,41 +145,6 @@ def storage_of(value: Value, aliases: Aliases | None = None) -> Value:
 
 
 # ----- the events and the sweeps ---------------------------------------------------------------
-class BufferUses(Protocol):
-    @property
-    def uses(self) -> tuple[tuple[int, ...], ...]: ...
-
-    @property
-    def pinned(self) -> tuple[bool, ...]: ...
-
-
-@dataclass(frozen=True)
-class StepEvents:
-    """What an order frees: each step allocates what its node makes, then frees these."""
-
-    order: tuple[int, ...]  # the node run at each step
-    frees: tuple[tuple[int, ...], ...]  # step -> buffers freed after it (their last use)
-    last_step: tuple[int, ...]  # buffer -> the step of its last use (the end if pinned)
-
-
-def step_events(model: BufferUses, order: Sequence[int]) -> StepEvents:
-    """The frees of running `order` (node indices), from one reverse walk of last uses."""
-    order = tuple(order)
-    pinned, uses = model.pinned, model.uses
-    end = len(order) - 1
-    last_step = [end if keep else -1 for keep in pinned]
-    frees: list[tuple[int, ...]] = [()] * len(order)
-    for step in range(end, -1, -1):
-        freed = []
-        for buffer in uses[order[step]]:
-            if last_step[buffer] < 0:
-                last_step[buffer] = step
-                freed.append(buffer)
-        if freed:
-            frees[step] = tuple(freed)
-    return StepEvents(order, tuple(frees), tuple(last_step))
-
-
 def live_profile(model: MemoryModel, order: Sequence[int],
                  events: StepEvents | None = None) -> tuple[list[int], list[int]]:
     """Live bytes (residents included) during each step of `order` and after it (`events`:
@@ -194,66 +161,6 @@ def live_profile(model: MemoryModel, order: Sequence[int],
             live -= sizes[buffer]
         after.append(live)
     return during, after
-
-
-Terms = tuple[tuple[Monomial, Coefficient], ...]
-
-
-def symbolic_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
-                     events: StepEvents, start: Sequence[SymInt],
-                     groups: Sequence[int] | None = None) -> list[tuple[SymInt, ...]]:
-    """Live bytes during each step as polynomials, one per group (`groups`: buffer -> its
-    group, e.g. a role; None: one group), each starting from `start[group]`."""
-    if groups is None and len(start) == 1 and start[0].is_constant \
-            and all(_is_constant(terms) for terms in sizes):
-        return _constant_profile(allocates, sizes, events, start[0])
-    live = [dict(s.terms()) for s in start]
-    # a step changes one or two groups: the others keep their SymInt from the step before
-    current = list(start)
-    changed: set[int] = set()
-    steps: list[tuple[SymInt, ...]] = []
-    for node, freed in zip(events.order, events.frees, strict=True):
-        for buffer in allocates[node]:
-            index = groups[buffer] if groups is not None else 0
-            group = live[index]
-            changed.add(index)
-            for monomial, coefficient in sizes[buffer]:
-                group[monomial] = group.get(monomial, 0) + coefficient
-        for index in changed:
-            current[index] = SymInt(live[index])
-        changed.clear()
-        steps.append(tuple(current))
-        for buffer in freed:
-            index = groups[buffer] if groups is not None else 0
-            group = live[index]
-            changed.add(index)
-            for monomial, coefficient in sizes[buffer]:
-                group[monomial] -= coefficient
-    return steps
-
-
-def _is_constant(terms: Terms) -> bool:
-    return not terms or (len(terms) == 1 and terms[0][0] == ())
-
-
-def _constant_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],
-                      events: StepEvents, start: SymInt) -> list[tuple[SymInt, ...]]:
-    """`symbolic_profile` of one group where every size is a number (a bound graph): the
-    totals are swept as numbers, not polynomials."""
-    numbers = [terms[0][1] if terms else 0 for terms in sizes]
-    live = start.constant_term
-    steps: list[tuple[SymInt, ...]] = []
-    for node, freed in zip(events.order, events.frees, strict=True):
-        for buffer in allocates[node]:
-            live += numbers[buffer]
-        steps.append((SymInt.const(live),))
-        for buffer in freed:
-            live -= numbers[buffer]
-    return steps
-
-
-def size_terms(size: SymInt | None) -> Terms:
-    return tuple((size or SymInt()).terms().items())
 
 
 @dataclass(frozen=True)

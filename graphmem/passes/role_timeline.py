@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from graphmem.core.ir import Graph, Node, Phase, Role
 from graphmem.core.symbolic import SymInt
@@ -56,7 +57,14 @@ def timeline_of(sweep: MemorySweep) -> RoleTimeline:
     holding = {group[v.role] for v in sweep.residents}.union(groups)
     shown = [i for i in sorted(holding) if any(s[i] != 0 for s in steps)]
     return RoleTimeline(roles=tuple(STACK_ORDER[i] for i in shown),
-                        bytes_per_step=tuple(tuple(s[i] for i in shown) for s in steps))
+                        bytes_per_step=_columns(steps, shown))
+
+
+def _columns(rows: list[tuple[SymInt, ...]], shown: list[int]) -> tuple[tuple[SymInt, ...], ...]:
+    """The `shown` columns of each row (itemgetter: no generator per row of 10^5 steps)."""
+    if len(shown) < 2:
+        return tuple(tuple(row[i] for i in shown) for row in rows)
+    return tuple(map(itemgetter(*shown), rows))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ it; graphmem/api.py's `Result` adds to_dict/to_json/to_html for Python users.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -134,6 +134,9 @@ class Analysis:
     # a PyTorch model: the transformers model built from a config, LoRA/QLoRA, MoE routing
     # and the checkpointed layers (graphmem/frontends/torch/peft.py); None otherwise
     finetune: FinetuneReport | None = None
+    # every value's size at `dims` (passes/dims.py value_bytes), as the passes bound them: the
+    # runtime models at these dims read them rather than bind the graph again (read-only)
+    sizes: Mapping[str, SymInt | None] | None = field(default=None, repr=False, compare=False)
     # --moe-routing: the ONNX runtime models size a router's NonZero outputs by it
     # (graphmem/runtime_models/data_bounds.py); the torch front end traces with it
     moe_routing: MoeRouting = DEFAULT_ROUTING

@@ -112,6 +112,8 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
     graph's value sizes at `dims` (`value_bytes`), where the caller has them; `notes` False:
     the caller reads the numbers alone (the model may leave its notes out)."""
     dims = dims or analysis.dims
+    if sizes is None and dims is analysis.dims:
+        sizes = analysis.sizes  # bound by the passes at these dims (None: bound by the model)
     context = RuntimeContext(
         graph=analysis.graph, dims=dims, training=analysis.mode == "training",
         resident_bytes=_resident_bytes(analysis, dims, residents), gpu=gpu,

@@ -377,6 +377,7 @@ def run_passes(
         graph=graph,
         training=training,
         modules=group_by_module(graph, costs, liveness, module_depth),
+        sizes=sizes,
     )
     return with_plans(analysis, gpu_spec, sweep, sizes, rerun) if plan else analysis
 

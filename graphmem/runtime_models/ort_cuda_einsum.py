@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from graphmem.core.ir import Node
 from graphmem.runtime_models.ort_einsum import Labels, parse_labels
 from graphmem.runtime_models.ort_kernels import (
+    NO_SCRATCH,
     KernelScratch,
     _ints,  # the CPU kernels' bound shapes
     einsum_scratch,
@@ -44,7 +45,7 @@ def cuda_kernel_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
     """What the node's CUDA kernel takes from the arena while it runs, at the bound dims:
     Einsum's temporaries (none on the fast path); no other kernel's is modelled."""
     if node.op_type != "Einsum" or node.domain not in ("", "ai.onnx"):
-        return KernelScratch()
+        return NO_SCRATCH
     shapes = [_ints(value, bound) for value in node.inputs]
     if all(shape is not None for shape in shapes) and fast_path(
             node.attr_str("equation", ""), [s for s in shapes if s is not None]):

@@ -81,12 +81,17 @@ class KernelScratch:
         return events + (list(outputs) if at >= len(self.sizes_bytes) else []), held
 
 
+# the scratch of a kernel that takes none: one shared instance (frozen), as most of a graph's
+# nodes, probed at every batch a largest-batch search tries, have none
+NO_SCRATCH = KernelScratch()
+
+
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
     """What the node's CPU kernel takes from the arena while it runs, at the bound dims."""
     if node.domain == "com.microsoft":
         return contrib_scratch(node, threads, bound)
     if node.domain not in ("", "ai.onnx"):
-        return KernelScratch()
+        return NO_SCRATCH
     if node.op_type == "Conv":
         size = conv_scratch_bytes(node, threads, bound)
         return KernelScratch((size,) if size else ())
@@ -96,7 +101,7 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return conv_transpose_scratch(node, bound)
     if node.op_type == "Einsum":
         return einsum_scratch(node, bound)
-    return KernelScratch()
+    return NO_SCRATCH
 
 
 def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
