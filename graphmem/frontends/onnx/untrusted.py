@@ -350,14 +350,16 @@ def validate_graph(model: onnx.ModelProto) -> None:
     _validate(_ModelWalk(model))
 
 
-def strip_and_validate(model: onnx.ModelProto) -> None:
+def strip_and_validate(model: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
     """strip_external_data, then validate_graph, on one walk over the model's nodes (a
-    decoder has tens of thousands; each walk over their attributes took 0.02 s)."""
+    decoder has tens of thousands; each walk over their attributes took 0.02 s). Returns the
+    tensors that walk found, as model_tensors lists them (read.py reuses them)."""
     walk = _ModelWalk(model)
     for _, tensor in walk.tensors:
         if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
             clear_tensor_data(tensor)
     _validate(walk)
+    return walk.tensors
 
 
 def _validate(walk: _ModelWalk) -> None:
