@@ -200,14 +200,32 @@ def test_other_divisions_go_to_the_reference_runtime(feeds: dict[str, np.ndarray
 
 
 @pytest.mark.parametrize("name", ["g", ""])
-def test_the_constant_node_is_onnxs_helpers(name: str) -> None:
-    value = np.array([[1, 2, 3]], I64)
-    node = helper.make_node("Gather", ["a", "b"], ["out", "extra"], name=name, axis=0,
-                            doc_string="gone")
-    fold._make_constant(node, value)
+@pytest.mark.parametrize("value", [np.array([[1, 2, 3]], I64), np.array(2.5, np.float32),
+                                   np.array([True, False]), np.array(["a", "bc"], object)])
+def test_the_constant_node_is_onnxs_helpers(name: str, value: np.ndarray) -> None:
+    """Made twice from one table of tensors (the second from the table, strings never):
+    each time what onnx's helpers make."""
+    tensors: dict[tuple[str, tuple[int, ...], bytes], onnx.TensorProto] = {}
     expected = helper.make_node("Constant", [], ["out"], name=name,
                                 value=numpy_helper.from_array(value))
-    assert node.SerializeToString() == expected.SerializeToString()
+    for _ in range(2):
+        node = helper.make_node("Gather", ["a", "b"], ["out", "extra"], name=name, axis=0,
+                                doc_string="gone")
+        fold._make_constant(node, value, tensors)
+        assert node.SerializeToString() == expected.SerializeToString()
+    assert len(tensors) == (0 if value.dtype == object else 1)
+
+
+def test_constants_of_the_same_bytes_keep_their_own_dtype_and_shape() -> None:
+    """[1, 2] int32 and [[1], [2]] int32 and int64 1 (8 bytes, as [1, 0] int32 on a little-endian
+    machine) share bytes, not tensors."""
+    tensors: dict[tuple[str, tuple[int, ...], bytes], onnx.TensorProto] = {}
+    for value in (np.array([1, 2], np.int32), np.array([[1], [2]], np.int32),
+                  np.array([1, 0], np.int32), np.array(1, np.int64)):
+        node = helper.make_node("Add", ["a", "b"], ["out"])
+        fold._make_constant(node, value, tensors)
+        assert node.attribute[0].t == numpy_helper.from_array(value)
+    assert len(tensors) == 4
 
 
 # ----- reading: one walk strips and validates ---------------------------------------------------

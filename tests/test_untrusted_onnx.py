@@ -392,3 +392,20 @@ def test_graphs_nothing_runs_in_and_stray_function_references_are_one_line(
     code, _, err = run_cli(["analyze", str(save(_graph([softmax]), tmp_path / "r.onnx")),
                             "--no-html"], capsys)
     one_error(code, err, "attribute 'axis' of Softmax node 's'", "'missing'", "outside")
+
+
+@pytest.mark.parametrize("elem_type, refused", [(99, "element type 99"), (1, "rank 70")])
+def test_a_value_type_is_refused_at_its_first_value(elem_type: int, refused: str) -> None:
+    """Types are checked once per distinct type: the error still names the first value of
+    the bad type, in inputs, outputs, value_info order, after good values of other types
+    (MAX_RANK is 64)."""
+    good = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])
+    bad_dims = [1] * (70 if refused.startswith("rank") else 2)
+    bad = [helper.make_tensor_value_info(name, elem_type, bad_dims) for name in ("o", "v")]
+    graph = helper.make_graph([helper.make_node("Relu", ["a"], ["o"])], "g", [good],
+                              [bad[0]], value_info=[bad[1]])
+    with pytest.raises(GraphmemError, match=f"value 'o' has {refused}"):
+        validate_graph(helper.make_model(graph))
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("o", TensorProto.FLOAT, [2]))
+    with pytest.raises(GraphmemError, match=f"value 'v' has {refused}"):
+        validate_graph(helper.make_model(graph))

@@ -25,21 +25,26 @@ _LISTS = {"value_floats": ("floats", TensorProto.FLOAT),
           "value_strings": ("strings", TensorProto.STRING)}
 
 
-def densify(model: onnx.ModelProto, keep_bytes: int) -> None:
+def densify(model: onnx.ModelProto, keep_bytes: int) -> bool:
     """Sparse initializers and Constant `sparse_value`s, in every scope, as dense tensors
     without data; Constant list attributes above `keep_bytes` as `value` tensors without
-    data. In place."""
-    for graph in _graphs(model):
-        for sparse in graph.sparse_initializer:
-            graph.initializer.append(_dense(sparse))
-        graph.ClearField("sparse_initializer")
-    for node in _nodes(model):
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") \
-                and len(node.attribute) == 1:
-            _densify_constant(node, keep_bytes)
+    data. In place; True where anything changed (a decoder: nothing)."""
+    changed = False
+    graphs = list(_graphs(model))  # one walk over the bodies, for both steps
+    for graph in graphs:
+        if graph.sparse_initializer:
+            changed = True
+            graph.initializer.extend(_dense(sparse) for sparse in graph.sparse_initializer)
+            graph.ClearField("sparse_initializer")
+    for nodes in (*(graph.node for graph in graphs), *(f.node for f in model.functions)):
+        for node in nodes:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") \
+                    and len(node.attribute) == 1:
+                changed = _densify_constant(node, keep_bytes) or changed
+    return changed
 
 
-def _densify_constant(node: onnx.NodeProto, keep_bytes: int) -> None:
+def _densify_constant(node: onnx.NodeProto, keep_bytes: int) -> bool:
     attribute = node.attribute[0]
     if attribute.type == AttributeProto.SPARSE_TENSOR and attribute.name == "sparse_value":
         tensor = _dense(attribute.sparse_tensor)
@@ -47,9 +52,10 @@ def _densify_constant(node: onnx.NodeProto, keep_bytes: int) -> None:
         field, dtype = _LISTS[attribute.name]
         tensor = TensorProto(dims=[len(getattr(attribute, field))], data_type=dtype)
     else:
-        return
+        return False
     node.ClearField("attribute")
     node.attribute.append(AttributeProto(name="value", type=AttributeProto.TENSOR, t=tensor))
+    return True
 
 
 def _dense(sparse: onnx.SparseTensorProto) -> TensorProto:
@@ -68,11 +74,6 @@ def _graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
     while pending:
         graph = pending.pop()
         yield graph
-        pending.extend(body for node in graph.node for body in subgraphs(node))
-
-
-def _nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
-    for graph in _graphs(model):
-        yield from graph.node
-    for function in model.functions:
-        yield from function.node
+        # a node without attributes has no body (most of a decoder's)
+        pending.extend(body for node in graph.node if node.attribute
+                       for body in subgraphs(node))

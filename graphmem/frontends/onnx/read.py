@@ -62,9 +62,9 @@ def read_model(path: Path) -> onnx.ModelProto:
     if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
         raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
                             " memory to analyze; pass the exported model itself")
-    strip_and_validate(model)  # external data cut off, then the graph checked
+    tensors = strip_and_validate(model)  # external data cut off, then the graph checked
     check_nesting(model)  # before any engine recurses through it (limits.py)
-    _drop_large_payloads(model)
+    _drop_large_payloads(model, tensors)
     keep_only_name_scopes(model.graph)
     return model
 
@@ -120,12 +120,16 @@ def _check_path(path: Path) -> None:
     check_regular_file(path, path.stat())
 
 
-def _drop_large_payloads(model: onnx.ModelProto) -> None:
+def _drop_large_payloads(model: onnx.ModelProto,
+                         tensors: list[tuple[str, onnx.TensorProto]]) -> None:
     """Large tensors become data-less (unknown-valued), raw or typed data alike: initializers
     of the main graph and of bodies, Constant values, tensor attributes, in functions too;
-    sparse tensors and large Constant lists first become dense ones (dense_forms.py)."""
-    densify(model, _KEEP_INITIALIZER_BYTES)
-    for _, tensor in model_tensors(model):
+    sparse tensors and large Constant lists first become dense ones (dense_forms.py).
+    `tensors`: model_tensors(model) as validation's walk found them, walked again only where
+    densify changed the model."""
+    if densify(model, _KEEP_INITIALIZER_BYTES):
+        tensors = list(model_tensors(model))
+    for _, tensor in tensors:
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
             clear_tensor_data(tensor)
 

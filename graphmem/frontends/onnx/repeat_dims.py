@@ -33,22 +33,31 @@ from graphmem.frontends.onnx.shape_vectors import Dim, ShapeVectors
 from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
 
 _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
+_TILE_PRODUCERS = frozenset({"Unsqueeze", "Constant"})
 
 
 def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
     """Turn each Tile of `model` whose repeated axes an Unsqueeze just added into an Expand by
     the same repeats, in place; returns the Tiles by their output's name (for restore)."""
     graph = model.graph
-    tiles = [node for node in graph.node if node.op_type == "Tile"
-             and node.domain in ("", "ai.onnx") and len(node.input) == 2]
+    tiles: list[onnx.NodeProto] = []
+    # the only producers read: Unsqueezes (_unsqueezed_axes) and the Constants of repeats and
+    # axes (int_constants), found on the same walk
+    producer: dict[str, onnx.NodeProto] = {}
+    for node in graph.node:
+        op_type = node.op_type
+        if op_type == "Tile":
+            if node.domain in ("", "ai.onnx") and len(node.input) == 2:
+                tiles.append(node)
+        elif op_type in _TILE_PRODUCERS and node.output and node.output[0]:
+            producer[node.output[0]] = node
     if not tiles:
         return {}
-    producer = {name: node for node in graph.node for name in node.output}
     # only the repeats and the Unsqueeze axes are read (a decoder has thousands of others)
     sources = [producer.get(tile.input[0]) for tile in tiles]
     wanted = {tile.input[1] for tile in tiles}
     wanted.update(name for source in sources if source is not None for name in source.input[1:])
-    constants = int_constants(graph, wanted)
+    constants = int_constants(graph, wanted, producer)
     replaced: dict[str, onnx.NodeProto] = {}
     for node in tiles:
         repeats = constants.get(node.input[1])

@@ -350,14 +350,16 @@ def validate_graph(model: onnx.ModelProto) -> None:
     _validate(_ModelWalk(model))
 
 
-def strip_and_validate(model: onnx.ModelProto) -> None:
+def strip_and_validate(model: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
     """strip_external_data, then validate_graph, on one walk over the model's nodes (a
-    decoder has tens of thousands; each walk over their attributes took 0.02 s)."""
+    decoder has tens of thousands; each walk over their attributes took 0.02 s). Returns the
+    tensors that walk found, as model_tensors lists them (read.py reuses them)."""
     walk = _ModelWalk(model)
     for _, tensor in walk.tensors:
         if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
             clear_tensor_data(tensor)
     _validate(walk)
+    return walk.tensors
 
 
 def _validate(walk: _ModelWalk) -> None:
@@ -450,18 +452,27 @@ def _check_dims(label: str, dims: list[int]) -> None:
 
 def _check_value_infos(graph: onnx.GraphProto) -> None:
     """Declared inputs, outputs and value_info: an element type ONNX defines (0: not said),
-    a rank within MAX_RANK."""
+    a rank within MAX_RANK. Each distinct type (by its bytes) checked once, at its first
+    value: the one an error names (10^5 inputs of one type: one check)."""
+    checked: set[bytes] = set()
     for info in (*graph.input, *graph.output, *graph.value_info):
-        if not info.type.HasField("tensor_type"):
-            continue
-        tensor_type = info.type.tensor_type
-        label = f"value {quoted(info.name)}"
-        if tensor_type.elem_type and tensor_type.elem_type not in KNOWN_ELEMENT_TYPES:
-            raise GraphmemError(f"{label} has element type {tensor_type.elem_type}, which ONNX"
-                                f" does not define: {_FIX}")
-        if tensor_type.HasField("shape") and len(tensor_type.shape.dim) > MAX_RANK:
-            raise GraphmemError(f"{label} has rank {len(tensor_type.shape.dim)}, above the"
-                                f" limit of {MAX_RANK}: {_FIX}")
+        key = info.type.SerializeToString()
+        if key not in checked:
+            checked.add(key)
+            _check_value_type(info)
+
+
+def _check_value_type(info: onnx.ValueInfoProto) -> None:
+    if not info.type.HasField("tensor_type"):
+        return
+    tensor_type = info.type.tensor_type
+    label = f"value {quoted(info.name)}"
+    if tensor_type.elem_type and tensor_type.elem_type not in KNOWN_ELEMENT_TYPES:
+        raise GraphmemError(f"{label} has element type {tensor_type.elem_type}, which ONNX"
+                            f" does not define: {_FIX}")
+    if tensor_type.HasField("shape") and len(tensor_type.shape.dim) > MAX_RANK:
+        raise GraphmemError(f"{label} has rank {len(tensor_type.shape.dim)}, above the"
+                            f" limit of {MAX_RANK}: {_FIX}")
 
 
 def _check_single_producers(graph: onnx.GraphProto) -> None:
