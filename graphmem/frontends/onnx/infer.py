@@ -114,7 +114,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     index = GraphIndex(model.graph if typed_ops else onnx.GraphProto())
     slices: list[onnx.ValueInfoProto] = []
     if ops & {"Slice", "Range"}:
-        seq = SeqDims(model.graph, types, index.producer)
+        seq = SeqDims(model.graph, types, index)
         slices.extend(kept_slice_dims(model.graph, first.graph, seq, index))
         slices.extend(sequence_dims(model.graph, first.graph, seq))
     if "Reshape" in ops:

@@ -94,7 +94,7 @@ def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
         return []
     constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer)
     # a target computed from shapes (shape_vectors.py)
-    vectors = ShapeVectors(graph, types, index.producer)
+    vectors = ShapeVectors(graph, types, index)
     typed = []
     for node in nodes:
         source = types[node.input[0]]

@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 import onnx
 from onnx import numpy_helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.value_types import constant_tensor, dim_known
 
 # Ops whose rules pass a value on (`_pass_on_sympy_data`) from Gather(Shape(x), i) to an end
@@ -48,10 +49,10 @@ class SeqDims:
     """Reads the graph's constants and scalar chains for `sequence_dims` and the slices."""
 
     def __init__(self, graph: onnx.GraphProto, types: Mapping[str, onnx.ValueInfoProto],
-                 producer: Mapping[str, onnx.NodeProto] | None = None) -> None:
-        self._producer = producer if producer is not None else {
-            name: node for node in graph.node for name in node.output}
-        self._initializers = {t.name: t for t in graph.initializer}
+                 index: GraphIndex | None = None) -> None:
+        index = index or GraphIndex(graph)  # the callers' one walk, else one of its own
+        self._producer = index.producer
+        self._initializers = index.initializer
         self._types = types
         self._declared = {d.dim_param for v in graph.input
                           for d in v.type.tensor_type.shape.dim if d.dim_param}

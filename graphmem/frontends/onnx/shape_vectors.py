@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import onnx
 from onnx import numpy_helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.seq_dims import is_expression
 from graphmem.frontends.onnx.value_types import constant_tensor, dim_known
 
@@ -39,10 +40,10 @@ class ShapeVectors:
     (onnx's inference of it); each value read once."""
 
     def __init__(self, graph: onnx.GraphProto, types: Mapping[str, onnx.ValueInfoProto],
-                 producer: Mapping[str, onnx.NodeProto] | None = None) -> None:
-        self._producer = producer if producer is not None else {
-            name: node for node in graph.node for name in node.output}
-        self._initializers = {t.name: t for t in graph.initializer}
+                 index: GraphIndex | None = None) -> None:
+        index = index or GraphIndex(graph)  # the callers' one walk, else one of its own
+        self._producer = index.producer
+        self._initializers = index.initializer
         self._types = types
         self._read: dict[str, Vector | None] = {}
 
