@@ -16,7 +16,7 @@ from tests.hostile_causes import CAUSES
 pytestmark = [pytest.mark.slow, pytest.mark.ort]
 # what torch makes while tracing unless told otherwise (torch._inductor's cache_dir(), on
 # importing its compiler bisector and dynamo's package cache); the CLI points it at a private
-# folder it removes (graphmem/core/scratch.py private_folder_for)
+# folder it removes (graphmem/core/scratch.py PrivateFolders)
 TORCH_CACHE = "tmp/torchinductor_"
 
 

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from graphmem.cli.commands import COMMAND_TABLE, summary
 from graphmem.core.collector import freeze_before_exit, freeze_start_up_objects
 from graphmem.core.progress import Reporter, reporting
-from graphmem.core.scratch import private_folder_for
+from graphmem.core.scratch import PRIVATE_FOLDERS, TORCH_CACHE_VARIABLE
 from graphmem.core.version import __version__
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_OK = 0
-TORCH_CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # torch._inductor.runtime.cache_dir_utils
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
@@ -105,20 +105,34 @@ def run_command() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # libraries' caches go to folders of the command's own, gone at its end (core/scratch.py);
+    # from the start: parsing the command line may load the PyTorch front end already
+    with PRIVATE_FOLDERS.command():
+        return _run(argv)
+
+
+def _claim_torch_caches(model: object) -> None:
+    """A command on a PyTorch model (a spec, a Hugging Face config) gives torch's caches a
+    private folder before anything loads torch; a budgets file's models get theirs when
+    their analysis starts (pipeline/run.py `analyze`)."""
+    if isinstance(model, str) and (is_model_spec(model) or is_hf_config(model)):
+        PRIVATE_FOLDERS.claim(TORCH_CACHE_VARIABLE)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         words = [w for w in (sys.argv[1:] if argv is None else argv) if w != "--debug"]
         # --help and --version exit here (SystemExit 0); usage errors are GraphmemError
         args = build_parser(words).parse_args(words)
     except GraphmemError as error:
         return _usage_error(error, argv)
+    _claim_torch_caches(getattr(args, "model", None))
     from rich.console import Console
 
     # emoji=False: a model's names are shown as written (':warning:' stays text)
     stdout = Console(highlight=False, emoji=False)
     try:
-        # torch makes `$TMPDIR/torchinductor_<user>` when its compiler's modules load, which
-        # tracing a PyTorch model does: the command's own folder instead, gone at its end
-        with reporting(_progress_reporter()), private_folder_for(TORCH_CACHE_VARIABLE):
+        with reporting(_progress_reporter()):
             return COMMANDS[args.command].run(args, stdout)
     except GraphmemError as error:
         return _usage_error(error, argv)

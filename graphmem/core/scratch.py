@@ -30,18 +30,42 @@ def remove_tree(folder: str) -> None:
         os.rmdir(folder)
 
 
-@contextlib.contextmanager
-def private_folder_for(variable: str) -> Iterator[None]:
-    """While the block runs, the environment variable names a fresh private folder (mode
-    0700, made by mkdtemp), removed with its contents afterwards; a variable the user set is
-    left as it is (their caches stay where they put them)."""
-    if os.environ.get(variable):
-        yield
-        return
-    folder = tempfile.mkdtemp(prefix="graphmem-")
-    os.environ[variable] = folder
-    try:
-        yield
-    finally:
-        os.environ.pop(variable, None)
-        remove_tree(folder)
+class PrivateFolders:
+    """Folders made on first need for libraries' caches while a command of the command line
+    runs, each removed with its contents when the command ends. Made only where a library
+    that writes one is loaded (a command on an ONNX model makes none, so a SIGKILL, which
+    no cleanup survives, leaves nothing of graphmem's behind); outside a command (the Python
+    API, in the caller's process) nothing is redirected."""
+
+    def __init__(self) -> None:
+        self._active = False
+        self._made: dict[str, str] = {}  # variable -> folder
+
+    def claim(self, variable: str) -> None:
+        """Within a command, the environment variable names a fresh private folder (mode
+        0700, made by mkdtemp); a variable the user set is left as it is (their caches stay
+        where they put them)."""
+        if not self._active or variable in self._made or os.environ.get(variable):
+            return
+        folder = tempfile.mkdtemp(prefix="graphmem-")
+        os.environ[variable] = folder
+        self._made[variable] = folder
+
+    @contextlib.contextmanager
+    def command(self) -> Iterator[None]:
+        """The block a command runs in; the folders claimed in it go when it ends."""
+        self._active = True
+        try:
+            yield
+        finally:
+            self._active = False
+            for variable, folder in self._made.items():
+                os.environ.pop(variable, None)
+                remove_tree(folder)
+            self._made.clear()
+
+
+PRIVATE_FOLDERS = PrivateFolders()
+# torch makes `$TMPDIR/torchinductor_<user>` (its compile caches' root) when its compiler's
+# modules load, which tracing a model and loading transformers' models do
+TORCH_CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # torch._inductor.runtime.cache_dir_utils

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
+from graphmem.core.scratch import PRIVATE_FOLDERS, TORCH_CACHE_VARIABLE
 from graphmem.devices.gpus import GpuSpec, find_gpu, other_variants
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
@@ -56,6 +57,8 @@ if TYPE_CHECKING:  # an ONNX model's file (a PyTorch command imports no onnx)
 
 def analyze(request: Request) -> Analysis:
     """The whole analysis `request` asks for; a GraphmemError names what is wrong."""
+    if request.is_torch:  # before torch or transformers loads (core/scratch.py)
+        PRIVATE_FOLDERS.claim(TORCH_CACHE_VARIABLE)
     request.check()
     request = resolve(request)
     gpu = find_gpu(request.gpu) if request.gpu else None

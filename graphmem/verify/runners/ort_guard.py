@@ -26,10 +26,11 @@ import contextlib
 import ctypes
 import os
 import select
-import shutil
 import signal
 import sys
 from pathlib import Path
+
+from graphmem.core.scratch import remove_tree
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _POLL_S = 0.05  # where pidfd_open is missing: how often the guard looks at the runner
@@ -80,7 +81,7 @@ def _watch(folder: Path, life: int, runner: int) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner, signal.SIGKILL)
             os.waitpid(runner, 0)
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(str(folder))
             return 1
         done, status = os.waitpid(runner, os.WNOHANG)
         if done:
