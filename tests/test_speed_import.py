@@ -19,11 +19,8 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx import fold, infer, ort_engine, ort_plan_shapes
 from graphmem.frontends.onnx.build import module_path_of
 from graphmem.frontends.onnx.read import alias_dim_params, name_dynamic_input_dims, read_model
-from graphmem.frontends.onnx.untrusted import (
-    strip_and_validate,
-    strip_external_data,
-    validate_graph,
-)
+from graphmem.frontends.onnx.untrusted import strip_external_data
+from graphmem.frontends.onnx.validation import strip_and_validate, validate_graph
 from tests.helpers.onnx_counters import count_one_node_calls, record_decoded_constants
 from tests.helpers.untrusted import external
 

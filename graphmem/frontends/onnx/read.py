@@ -27,9 +27,9 @@ from graphmem.frontends.onnx.untrusted import (
     external_tensors,
     model_tensors,
     read_model_bytes,
-    strip_and_validate,
     subgraphs,
 )
+from graphmem.frontends.onnx.validation import strip_and_validate
 
 # Initializer payloads above this size are dropped after loading: only dims and dtype matter,
 # and shape inference copies the model.
