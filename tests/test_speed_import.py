@@ -17,13 +17,14 @@ from onnx.reference import ReferenceEvaluator
 
 from graphmem.core.ir import DType, Node, Role, Value
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx import fold, infer, ort_engine, ort_plan_shapes
+from graphmem.frontends.onnx import dense_forms, fold, infer, limits, ort_engine, ort_plan_shapes
 from graphmem.frontends.onnx.build import module_path_of
 from graphmem.frontends.onnx.importer import import_onnx
 from graphmem.frontends.onnx.read import alias_dim_params, name_dynamic_input_dims, read_model
 from graphmem.frontends.onnx.untrusted import strip_external_data
 from graphmem.frontends.onnx.validation import strip_and_validate, validate_graph
 from graphmem.ops.control_flow import ControlFlowNode
+from tests import hostile_models as hostile
 from tests.helpers.onnx_counters import count_one_node_calls, record_decoded_constants
 from tests.helpers.untrusted import external
 
@@ -362,3 +363,34 @@ def test_nodes_and_values_hold_no_instance_dict() -> None:
     node = Node("n", "Relu", [value], [])
     for item in (value, node, ControlFlowNode("c", "If", [], [])):
         assert not hasattr(item, "__dict__")
+
+
+def _compact_models() -> list[onnx.ModelProto]:
+    """Models with and without what dense_forms.py expands and with bodies and functions."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.ones(1, np.float32), "s"),
+                                       numpy_helper.from_array(np.zeros(1, I64), "i"), [2])
+    plain = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    listed = helper.make_graph([helper.make_node("Constant", [], ["c"], value_ints=[1, 2]),
+                                helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    with_sparse = helper.make_graph([helper.make_node("Add", ["x", "s"], ["y"])], "g", [x],
+                                    [y], sparse_initializer=[sparse])
+    return [helper.make_model(g) for g in (plain, listed, with_sparse)] + [
+        hostile.wide_if(3), hostile.nested_functions(3), helper.make_model(
+            helper.make_graph([helper.make_node("If", ["b"], ["y"], then_branch=listed,
+                                                else_branch=plain)], "g",
+                              [helper.make_tensor_value_info("b", TensorProto.BOOL, [])], [y]))]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_validations_walk_counts_what_the_later_walks_would(index: int) -> None:
+    # the bodies check_nesting would count, and dense only where densify changes nothing
+    model = _compact_models()[index]
+    walked = strip_and_validate(model)
+    assert walked.bodies in (None, limits._body_count(
+        [model.graph.node, *(f.node for f in model.functions)]))
+    assert walked.bodies is not None or model.functions
+    assert walked.dense == (index in (0, 3))  # a Relu, and If arms of Relus
+    changed = dense_forms.densify(model, 0)  # every list above 0 bytes is expanded
+    assert not (walked.dense and changed)

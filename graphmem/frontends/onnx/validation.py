@@ -10,6 +10,7 @@ model is copied or inferred: a graph of 10**6 empty nodes is refused at its read
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import onnx
 from onnx import AttributeProto, TensorProto, helper
@@ -43,16 +44,29 @@ def validate_graph(model: onnx.ModelProto) -> None:
     _validate(_ModelWalk(model))
 
 
-def strip_and_validate(model: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
+def strip_and_validate(model: onnx.ModelProto) -> Walked:
     """strip_external_data, then validate_graph, on one walk over the model's nodes (a
-    decoder has tens of thousands; each walk over their attributes took 0.02 s). Returns the
-    tensors that walk found, as model_tensors lists them (read.py reuses them)."""
+    decoder has tens of thousands; each walk over their attributes took 0.02 s). Returns what
+    that walk found, for read.py's later steps not to walk the nodes again."""
     walk = _ModelWalk(model)
     for _, tensor in walk.tensors:
         if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
             clear_tensor_data(tensor)
     _validate(walk)
-    return walk.tensors
+    alone = not model.functions and not model.training_info  # the walk saw every scope
+    return Walked(walk.tensors, len(walk.graphs) - 1 if alone else None,
+                  alone and not walk.compact)
+
+
+class Walked(NamedTuple):
+    """What validation's walk found: the tensors as model_tensors lists them, with their
+    labels; how many control-flow bodies the model has (None: not counted, the model has
+    functions or training graphs); whether no tensor is in a compact form dense_forms.py
+    expands (no sparse tensor, no Constant list attribute; False: not known)."""
+
+    tensors: list[tuple[str, TensorProto]]
+    bodies: int | None
+    dense: bool
 
 
 def _validate(walk: _ModelWalk) -> None:
@@ -85,6 +99,7 @@ class _ModelWalk:
         self.graphs: list[tuple[onnx.GraphProto,
                                 tuple[onnx.NodeProto, AttributeProto] | None]] = []
         self.main = model.graph
+        self.compact = False  # a sparse tensor or a Constant list attribute seen
         self._graph(model.graph)
         for function in model.functions:
             for node in function.node:
@@ -101,6 +116,7 @@ class _ModelWalk:
         tensors = self.tensors
         tensors.extend((f"initializer {quoted(t.name)}", t) for t in graph.initializer)
         for sparse in graph.sparse_initializer:
+            self.compact = True
             tensors.extend(sparse_tensors(f"sparse initializer {quoted(sparse.values.name)}",
                                            sparse))
         for node in graph.node:
@@ -108,6 +124,8 @@ class _ModelWalk:
                 if reference is None and attribute.ref_attr_name:
                     reference = (node, attribute)
                 kind = attribute.type
+                if attribute.name in _COMPACT_NAMES:  # of any type, on any op: looked at
+                    self.compact = True
                 if kind == AttributeProto.GRAPH:
                     self._graph(attribute.g)
                 elif kind == AttributeProto.GRAPHS:
@@ -117,6 +135,10 @@ class _ModelWalk:
                     label = f"attribute {quoted(attribute.name)} of {node_label(node)}"
                     tensors.extend(attribute_tensors(label, attribute))
         self.graphs[index] = (graph, reference)
+
+
+# the attributes dense_forms.py expands (a Constant's sparse_value and list attributes)
+_COMPACT_NAMES = frozenset({"sparse_value", "value_floats", "value_ints", "value_strings"})
 
 
 def _check_tensor(label: str, tensor: TensorProto) -> None:
