@@ -46,6 +46,8 @@ COUNTS = {
     "concat-inputs": "inputs of one Concat",
     "split-outputs": "outputs of one Split",
     "inputs": "graph inputs, each added by a node of its own",
+    "relu-chain": "Relu nodes in a chain",
+    "identity-chain": "Identity nodes in a chain",
     "if-arms": "If nodes in a chain (two arms each)",
     "attributes": "attributes of one node",
     "nested-functions": "function calls nested",

@@ -206,6 +206,16 @@ def wide_split(count: int) -> onnx.ModelProto:
     return model([node], [info("x", ("batch", count))], outputs)
 
 
+def chain(op_type: str) -> Callable[[int], onnx.ModelProto]:
+    """A builder of `count` nodes of `op_type` in a chain (a valid graph as long as it has
+    nodes: one Value and one Node each in graphmem's IR)."""
+    def build(count: int) -> onnx.ModelProto:
+        names = ["x", *(f"t{i}" for i in range(count - 1)), "y"]
+        nodes = [helper.make_node(op_type, [names[i]], [names[i + 1]]) for i in range(count)]
+        return model(nodes, [info("x")], [info("y", None)])
+    return build
+
+
 def wide_inputs(count: int) -> onnx.ModelProto:
     """`count` graph inputs, each added to the running sum by a node of its own."""
     nodes = [helper.make_node("Add", ["x0" if i == 1 else f"s{i - 1}", f"x{i}"], [f"s{i}"])
@@ -301,6 +311,8 @@ BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
     "concat-inputs": wide_concat,
     "split-outputs": wide_split,
     "inputs": wide_inputs,
+    "relu-chain": chain("Relu"),
+    "identity-chain": chain("Identity"),
     "if-arms": wide_if,
     "attributes": wide_attributes,
     "loop-trips": loop_trips,

@@ -15,7 +15,7 @@ import pytest
 from onnx import AttributeProto, TensorProto
 
 from graphmem.errors import GraphmemError
-from graphmem.frontends.onnx import lean_read
+from graphmem.frontends.onnx import lean_read, lean_runs
 from graphmem.frontends.onnx.lean_read import (
     KEEP_BYTES,
     MAX_ATTRIBUTE_ENTRIES,
@@ -72,6 +72,26 @@ def test_a_run_is_measured_as_read_field_by_field(wire: int) -> None:
         assert (measured.count, measured.end) == (count, len(run))
         if wire == 2:
             assert measured.value_bytes == held
+
+
+def test_a_run_of_tiny_fields_is_ranked_as_read_field_by_field(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # fields of 2 to 4 bytes (empty nodes, one-letter names) are ranked with numpy, longer
+    # ones hopped (lean_runs._hop); both give the count, end and held bytes of a field-by-field
+    # reading: 70,000 fields of values of 0-2 bytes, then the run's end (another tag's field)
+    ranked: list[int] = []
+    rank = lean_runs._rank
+    monkeypatch.setattr(lean_runs, "_rank", lambda data, tag: ranked.append(1) or rank(data, tag))
+    rng = random.Random(7)
+    lengths = [rng.choice([0, 0, 1, 2]) for _ in range(70_000)]
+    run = b"".join(b"\x0a" + bytes([n]) + bytes([0x0a]) * n for n in lengths)
+    after = b"\x12\x00"
+    with tempfile.TemporaryFile() as file:
+        file.write(run + after)
+        file.flush()
+        measured = measure_run(file.fileno(), 0, len(run + after), 0x0a, 2)
+    assert measured == Run(70_000, len(run), sum(lengths))
+    assert ranked  # the tiny fields took the ranking path
 
 
 def test_a_field_of_16_kib_or_more_ends_a_run() -> None:

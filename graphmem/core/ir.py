@@ -93,7 +93,7 @@ _SHAPE_TEXTS: dict[tuple[Shape, tuple[tuple[str, int], ...]], str] = {}
 _MAX_SHAPE_TEXTS = 1 << 14
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Value:
     """A tensor: its type, shape, role and the nodes that make and use it."""
 
@@ -196,7 +196,7 @@ class ImportedCost:
     flops: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """One operator application. Missing optional inputs are None."""
 
@@ -204,6 +204,7 @@ class Node:
     op_type: str
     inputs: list[Value | None]
     outputs: list[Value]
+    # replaced, never changed in place: an importer shares one dict among equal attributes
     attributes: dict[str, AttributeValue] = field(default_factory=dict)
     domain: str = ""
     module_path: str = ""  # e.g. "layer3.1.conv2" where the importer knows it

@@ -22,7 +22,7 @@ BODY_SCRATCH_SUFFIX = "::body_scratch"
 BRANCH_OPS = frozenset({"If", "cond"})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ControlFlowNode(Node):
     """A node that runs subgraphs: If / torch.cond (one of two branches), Loop and Scan (a
     body per step)."""

@@ -49,16 +49,18 @@ _FIX = "re-export the model with its functions inlined (onnx.inliner.inline_loca
 FunctionKey = tuple[str, str, str]  # domain, name, overload
 
 
-def check_nesting(model: onnx.ModelProto) -> None:
+def check_nesting(model: onnx.ModelProto, bodies: int | None = None) -> None:
     """Refuse a model with more than MAX_LOCAL_FUNCTIONS functions, whose functions call
     themselves, or whose function calls and bodies nest more than MAX_NESTING_DEPTH deep
-    (module docstring)."""
+    (module docstring). `bodies`: the model's control-flow bodies where an earlier walk
+    counted them (validation.py), else counted here."""
     if len(model.functions) > MAX_LOCAL_FUNCTIONS:
         raise GraphmemError(
             f"the model has {len(model.functions):,} local functions, above graphmem's limit of"
             f" {MAX_LOCAL_FUNCTIONS:,} (onnx's shape inference grows with the square of their"
             f" count: 6,000 took 6 s): {_FIX}")
-    bodies = _body_count([model.graph.node, *(f.node for f in model.functions)])
+    if bodies is None:
+        bodies = _body_count([model.graph.node, *(f.node for f in model.functions)])
     if bodies > MAX_BODIES:
         raise GraphmemError(
             f"the model has {bodies:,} control-flow bodies (If arms, Loop and Scan bodies),"

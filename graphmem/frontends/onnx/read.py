@@ -27,9 +27,9 @@ from graphmem.frontends.onnx.untrusted import (
     external_tensors,
     model_tensors,
     read_model_bytes,
-    strip_and_validate,
     subgraphs,
 )
+from graphmem.frontends.onnx.validation import Walked, strip_and_validate
 
 # Initializer payloads above this size are dropped after loading: only dims and dtype matter,
 # and shape inference copies the model.
@@ -62,9 +62,9 @@ def read_model(path: Path) -> onnx.ModelProto:
     if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
         raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
                             " memory to analyze; pass the exported model itself")
-    tensors = strip_and_validate(model)  # external data cut off, then the graph checked
-    check_nesting(model)  # before any engine recurses through it (limits.py)
-    _drop_large_payloads(model, tensors)
+    walked = strip_and_validate(model)  # external data cut off, then the graph checked
+    check_nesting(model, walked.bodies)  # before any engine recurses through it (limits.py)
+    _drop_large_payloads(model, walked)
     keep_only_name_scopes(model.graph)
     return model
 
@@ -120,14 +120,14 @@ def _check_path(path: Path) -> None:
     check_regular_file(path, path.stat())
 
 
-def _drop_large_payloads(model: onnx.ModelProto,
-                         tensors: list[tuple[str, onnx.TensorProto]]) -> None:
+def _drop_large_payloads(model: onnx.ModelProto, walked: Walked) -> None:
     """Large tensors become data-less (unknown-valued), raw or typed data alike: initializers
     of the main graph and of bodies, Constant values, tensor attributes, in functions too;
-    sparse tensors and large Constant lists first become dense ones (dense_forms.py).
-    `tensors`: model_tensors(model) as validation's walk found them, walked again only where
-    densify changed the model."""
-    if densify(model, _KEEP_INITIALIZER_BYTES):
+    sparse tensors and large Constant lists first become dense ones (dense_forms.py, not
+    walked where validation's walk saw none). `walked`: the tensors as validation's walk
+    found them, walked again only where densify changed the model."""
+    tensors = walked.tensors
+    if not walked.dense and densify(model, _KEEP_INITIALIZER_BYTES):
         tensors = list(model_tensors(model))
     for _, tensor in tensors:
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:

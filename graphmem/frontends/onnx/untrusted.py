@@ -9,9 +9,8 @@ its dims and dtype and has no value ("unknown-valued": known shape, unknown valu
 all analysis needs. Only `graphmem verify` loads weights, each data file checked first
 (`safe_data_file`: a regular file inside the model's folder).
 
-Broken graphs are refused with one line naming the tensor (`validate_graph`), before any engine
-trips over them: a tensor written twice, inline data of the wrong size, an element type ONNX
-does not define, an absurd rank, negative dims or sizes beyond 2**63 bytes.
+Broken graphs are refused with one line naming the tensor (validation.py `validate_graph`,
+on the helpers below), before any engine trips over them.
 
 Only this module and the other importers touch protobuf.
 """
@@ -51,7 +50,6 @@ _TYPED_PER_ELEMENT: dict[int, tuple[int, int]] = {
 PACKED_TYPES = frozenset(_PACKED_BITS)
 KNOWN_ELEMENT_TYPES = frozenset(v for v in TensorProto.DataType.values()
                                 if v != TensorProto.UNDEFINED)
-_FIX = "the model file is broken; re-export it"
 # onnxruntime reads a tensor whose location holds this tag from a raw memory address
 _ORT_MEMORY_LOCATION = "_ORT_MEM_ADDR_"
 
@@ -126,7 +124,7 @@ def model_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, TensorProto]]:
     yield from graph_tensors(model.graph)
     for function in model.functions:
         for node in function.node:
-            yield from _node_tensors(node)
+            yield from node_tensors(node)
     for info in model.training_info:
         yield from graph_tensors(info.initialization)
         yield from graph_tensors(info.algorithm)
@@ -136,9 +134,9 @@ def graph_tensors(graph: onnx.GraphProto) -> Iterator[tuple[str, TensorProto]]:
     for tensor in graph.initializer:
         yield f"initializer {quoted(tensor.name)}", tensor
     for sparse in graph.sparse_initializer:
-        yield from _sparse_tensors(f"sparse initializer {quoted(sparse.values.name)}", sparse)
+        yield from sparse_tensors(f"sparse initializer {quoted(sparse.values.name)}", sparse)
     for node in graph.node:
-        yield from _node_tensors(node)
+        yield from node_tensors(node)
 
 
 def subgraphs(proto: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -152,45 +150,45 @@ def subgraphs(proto: onnx.NodeProto) -> list[onnx.GraphProto]:
     return graphs
 
 
-def _node_tensors(node: onnx.NodeProto) -> Iterator[tuple[str, TensorProto]]:
+def node_tensors(node: onnx.NodeProto) -> Iterator[tuple[str, TensorProto]]:
     for attribute in node.attribute:  # in attribute order: bodies and tensors as written
         if attribute.type == AttributeProto.GRAPH:
             yield from graph_tensors(attribute.g)
         elif attribute.type == AttributeProto.GRAPHS:
             for body in attribute.graphs:
                 yield from graph_tensors(body)
-        elif attribute.type in _TENSOR_ATTRIBUTES:
+        elif attribute.type in TENSOR_ATTRIBUTES:
             # labelled here only: most nodes carry no tensor, and a 70B graph has 59k nodes
             label = f"attribute {quoted(attribute.name)} of {node_label(node)}"
-            yield from _attribute_tensors(label, attribute)
+            yield from attribute_tensors(label, attribute)
 
 
 def own_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:
     """The tensors of the node's attributes (sparse ones as values and indices), not those of
     its bodies."""
     for attribute in node.attribute:
-        if attribute.type in _TENSOR_ATTRIBUTES:
-            yield from (tensor for _, tensor in _attribute_tensors("", attribute))
+        if attribute.type in TENSOR_ATTRIBUTES:
+            yield from (tensor for _, tensor in attribute_tensors("", attribute))
 
 
-_TENSOR_ATTRIBUTES = frozenset({AttributeProto.TENSOR, AttributeProto.TENSORS,
+TENSOR_ATTRIBUTES = frozenset({AttributeProto.TENSOR, AttributeProto.TENSORS,
                                 AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS})
 
 
-def _attribute_tensors(label: str, attribute: AttributeProto
+def attribute_tensors(label: str, attribute: AttributeProto
                        ) -> Iterator[tuple[str, TensorProto]]:
     if attribute.type == AttributeProto.TENSOR:
         yield label, attribute.t
     elif attribute.type == AttributeProto.TENSORS:
         yield from ((label, t) for t in attribute.tensors)
     elif attribute.type == AttributeProto.SPARSE_TENSOR:
-        yield from _sparse_tensors(label, attribute.sparse_tensor)
+        yield from sparse_tensors(label, attribute.sparse_tensor)
     else:
         for sparse in attribute.sparse_tensors:
-            yield from _sparse_tensors(label, sparse)
+            yield from sparse_tensors(label, sparse)
 
 
-def _sparse_tensors(label: str, sparse: onnx.SparseTensorProto
+def sparse_tensors(label: str, sparse: onnx.SparseTensorProto
                     ) -> Iterator[tuple[str, TensorProto]]:
     yield f"{label} (values)", sparse.values
     yield f"{label} (indices)", sparse.indices
@@ -278,8 +276,8 @@ def has_inline_data(tensor: TensorProto) -> bool:
         return False
     if tensor.data_type not in KNOWN_ELEMENT_TYPES or any(d < 0 for d in tensor.dims):
         return False
-    held = _held_data(tensor)
-    return held is not None and held == _expected_data(tensor, raw=tensor.HasField("raw_data"))
+    held = held_data(tensor)
+    return held is not None and held == expected_data(tensor, raw=tensor.HasField("raw_data"))
 
 
 def has_data_of_size(tensor: TensorProto, field: str, held: int) -> bool:
@@ -291,12 +289,12 @@ def has_data_of_size(tensor: TensorProto, field: str, held: int) -> bool:
     raw = field == "raw_data"
     if not raw and field != helper.tensor_dtype_to_field(tensor.data_type):
         return False
-    return held == _expected_data(tensor, raw=raw)
+    return held == expected_data(tensor, raw=raw)
 
 
 def raw_data_bytes(tensor: TensorProto) -> int:
     """The length raw_data has for the tensor's dims and dtype (not for strings)."""
-    return _expected_data(tensor, raw=True)
+    return expected_data(tensor, raw=True)
 
 
 # what onnxruntime's tensor holds for each element of a string tensor: a std::string (32 bytes
@@ -314,7 +312,7 @@ def tensor_bytes(tensor: TensorProto) -> int:
     return raw_data_bytes(tensor)
 
 
-def _held_data(tensor: TensorProto) -> int | None:
+def held_data(tensor: TensorProto) -> int | None:
     """Bytes of raw_data, or entries of the typed field the dtype stores in; None: no data."""
     if tensor.HasField("raw_data"):
         return len(tensor.raw_data)
@@ -323,175 +321,22 @@ def _held_data(tensor: TensorProto) -> int | None:
     return entries if entries or tensor_numel(tensor) == 0 else None
 
 
-def _expected_data(tensor: TensorProto, raw: bool) -> int:
+def expected_data(tensor: TensorProto, raw: bool) -> int:
     numel = tensor_numel(tensor)
     if tensor.data_type == TensorProto.STRING:
         return -1 if raw else numel  # strings live in string_data only
     if not raw:
         entries, elements = _TYPED_PER_ELEMENT.get(tensor.data_type, (1, 1))
         return -(-numel * entries // elements)  # exact integers: dims go up to 2**63
-    return -(-numel * _element_bits(tensor.data_type) // 8)
+    return -(-numel * element_bits(tensor.data_type) // 8)
 
 
-def _element_bits(data_type: int) -> int:
+def element_bits(data_type: int) -> int:
     if data_type in _PACKED_BITS:
         return _PACKED_BITS[data_type]
     return 8 * helper.tensor_dtype_to_np_dtype(data_type).itemsize
 
 
-def _dtype_name(data_type: int) -> str:
+def dtype_name(data_type: int) -> str:
     return TensorProto.DataType.Name(data_type).lower() if (
         data_type in KNOWN_ELEMENT_TYPES) else str(data_type)
-
-
-# ----- validation --------------------------------------------------------------------------
-def validate_graph(model: onnx.ModelProto) -> None:
-    """Refuse, with one line naming the tensor or node, what would break graphmem's engines."""
-    _validate(_ModelWalk(model))
-
-
-def strip_and_validate(model: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
-    """strip_external_data, then validate_graph, on one walk over the model's nodes (a
-    decoder has tens of thousands; each walk over their attributes took 0.02 s). Returns the
-    tensors that walk found, as model_tensors lists them (read.py reuses them)."""
-    walk = _ModelWalk(model)
-    for _, tensor in walk.tensors:
-        if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
-            clear_tensor_data(tensor)
-    _validate(walk)
-    return walk.tensors
-
-
-def _validate(walk: _ModelWalk) -> None:
-    """The checks in validate_graph's order: every tensor, then graph by graph its value
-    infos, its single producers and its attribute references."""
-    for label, tensor in walk.tensors:
-        _check_tensor(label, tensor)
-    for graph, reference in walk.graphs:
-        _check_value_infos(graph)
-        _check_single_producers(graph)
-        if reference is not None:
-            node, attribute = reference
-            raise GraphmemError(
-                f"attribute {quoted(attribute.name)} of {node_label(node)} refers to a"
-                f" function attribute ({quoted(attribute.ref_attr_name)}) outside any"
-                f" function: {_FIX}")
-
-
-class _ModelWalk:
-    """What validation reads, found in one walk over the nodes: the tensors in model_tensors'
-    order, with their labels, and every graph (the main one, then each body before the bodies
-    inside it), each with its first node attribute that refers to a function attribute
-    (`ref_attr_name`: a graph has none)."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self.tensors: list[tuple[str, TensorProto]] = []
-        self.graphs: list[tuple[onnx.GraphProto,
-                                tuple[onnx.NodeProto, AttributeProto] | None]] = []
-        self._graph(model.graph)
-        for function in model.functions:
-            for node in function.node:
-                self.tensors.extend(_node_tensors(node))
-        for info in model.training_info:
-            self.tensors.extend(graph_tensors(info.initialization))
-            self.tensors.extend(graph_tensors(info.algorithm))
-
-    def _graph(self, graph: onnx.GraphProto) -> None:
-        """graph_tensors' walk, recording each graph before its bodies."""
-        index = len(self.graphs)
-        self.graphs.append((graph, None))
-        reference = None
-        tensors = self.tensors
-        tensors.extend((f"initializer {quoted(t.name)}", t) for t in graph.initializer)
-        for sparse in graph.sparse_initializer:
-            tensors.extend(_sparse_tensors(f"sparse initializer {quoted(sparse.values.name)}",
-                                           sparse))
-        for node in graph.node:
-            for attribute in node.attribute:
-                if reference is None and attribute.ref_attr_name:
-                    reference = (node, attribute)
-                kind = attribute.type
-                if kind == AttributeProto.GRAPH:
-                    self._graph(attribute.g)
-                elif kind == AttributeProto.GRAPHS:
-                    for body in attribute.graphs:
-                        self._graph(body)
-                elif kind in _TENSOR_ATTRIBUTES:
-                    label = f"attribute {quoted(attribute.name)} of {node_label(node)}"
-                    tensors.extend(_attribute_tensors(label, attribute))
-        self.graphs[index] = (graph, reference)
-
-
-def _check_tensor(label: str, tensor: TensorProto) -> None:
-    if tensor.data_type not in KNOWN_ELEMENT_TYPES:
-        raise GraphmemError(f"{label} has element type {tensor.data_type}, which ONNX does not"
-                            f" define: {_FIX}")
-    dims = [int(d) for d in tensor.dims]
-    _check_dims(label, dims)
-    size_bytes = math.prod(dims) * _element_bits(tensor.data_type) // 8
-    if size_bytes >= MAX_TENSOR_BYTES:
-        raise GraphmemError(f"{label} of dims {dims} would take {size_bytes:,} bytes, beyond"
-                            f" 2**63: {_FIX}")
-    held = None if uses_external_data(tensor) else _held_data(tensor)
-    raw = tensor.HasField("raw_data")
-    if held is not None and held != _expected_data(tensor, raw):
-        what = "bytes of raw_data" if raw else (
-            f"entries of {helper.tensor_dtype_to_field(tensor.data_type)}")
-        raise GraphmemError(f"{label} holds {held:,} {what}, but dims {dims} of"
-                            f" {_dtype_name(tensor.data_type)} need"
-                            f" {max(_expected_data(tensor, raw), 0):,}: {_FIX}")
-
-
-def _check_dims(label: str, dims: list[int]) -> None:
-    if len(dims) > MAX_RANK:
-        raise GraphmemError(f"{label} has rank {len(dims)}, above the limit of {MAX_RANK}:"
-                            f" {_FIX}")
-    if any(d < 0 for d in dims):
-        raise GraphmemError(f"{label} has a negative dim in {dims}: {_FIX}")
-
-
-def _check_value_infos(graph: onnx.GraphProto) -> None:
-    """Declared inputs, outputs and value_info: an element type ONNX defines (0: not said),
-    a rank within MAX_RANK. Each distinct type (by its bytes) checked once, at its first
-    value: the one an error names (10^5 inputs of one type: one check)."""
-    checked: set[bytes] = set()
-    for info in (*graph.input, *graph.output, *graph.value_info):
-        key = info.type.SerializeToString()
-        if key not in checked:
-            checked.add(key)
-            _check_value_type(info)
-
-
-def _check_value_type(info: onnx.ValueInfoProto) -> None:
-    if not info.type.HasField("tensor_type"):
-        return
-    tensor_type = info.type.tensor_type
-    label = f"value {quoted(info.name)}"
-    if tensor_type.elem_type and tensor_type.elem_type not in KNOWN_ELEMENT_TYPES:
-        raise GraphmemError(f"{label} has element type {tensor_type.elem_type}, which ONNX"
-                            f" does not define: {_FIX}")
-    if tensor_type.HasField("shape") and len(tensor_type.shape.dim) > MAX_RANK:
-        raise GraphmemError(f"{label} has rank {len(tensor_type.shape.dim)}, above the"
-                            f" limit of {MAX_RANK}: {_FIX}")
-
-
-def _check_single_producers(graph: onnx.GraphProto) -> None:
-    """Each tensor has one definition: one initializer, or one node output, or a graph input
-    (an initializer may be listed among the inputs too, as IR < 4 requires)."""
-    # the definition: a phrase, or the node writing it (labelled only for an error)
-    defined: dict[str, str | onnx.NodeProto] = {i.name: "a graph input" for i in graph.input}
-    for tensor in graph.initializer:
-        if defined.get(tensor.name, "a graph input") != "a graph input":
-            raise GraphmemError(f"initializer {quoted(tensor.name)} is defined twice: {_FIX}")
-        defined[tensor.name] = "an initializer"
-    for node in graph.node:
-        for name in node.output:
-            if not name:
-                continue  # an optional output left out
-            if name in defined:
-                before = defined[name]
-                already = (before if isinstance(before, str)
-                           else f"written by {node_label(before)}")
-                raise GraphmemError(f"tensor {quoted(name)} is written by {node_label(node)}"
-                                    f" but is already {already}: {_FIX}")
-            defined[name] = node

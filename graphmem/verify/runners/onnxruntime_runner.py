@@ -65,8 +65,8 @@ from graphmem.frontends.onnx.untrusted import (
     read_model_bytes,
     safe_data_file,
     tensor_numel,
-    validate_graph,
 )
+from graphmem.frontends.onnx.validation import validate_graph
 from graphmem.verify.runners.ort_spawn import start_guard, stop_group
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
