@@ -51,6 +51,7 @@ def test_worst_holds_more_than_balanced_in_every_number(tmp_path: Path) -> None:
             >= balanced.runtime.tensors_at_peak_bytes + 32_768)
 
 
+@pytest.mark.slow  # a search of 30-odd bound analyses and three more: 1.5 s
 def test_the_largest_batch_is_the_verdict_at_that_batch(tmp_path: Path) -> None:
     # tokens is the batch axis; the counts follow it (B tokens x 2 / 4 each). A reserve that
     # leaves 64 MiB of the T4 stops the search below the dim limit: the device total it
@@ -94,3 +95,17 @@ def test_a_graph_with_no_router_keeps_its_binding(tmp_path: Path) -> None:
     assert result.dims.routed == () and len(result.dims.free) == EXPERTS  # free, as before
     assert bind_routed(result.graph, result.dims, parse_moe_routing("worst")) is result.dims
     assert not any("mixture-of-experts" in w for w in result.model.warnings)
+
+
+@pytest.mark.ort
+def test_verify_runs_a_routed_graph(tmp_path: Path) -> None:
+    # `graphmem verify` sizes the per-node comparison at the analysis's dims: with the
+    # counts left free it failed with an internal error ("size 74064 + 2048*NonZero_12_o0__d1
+    # depends on unbound dims"); now it runs at the routed counts (64 x 2 / 4 = 32 each)
+    from graphmem.api import verify_model
+    from graphmem.verify.onnx_run import Verification
+
+    result = verify_model(moe_model(tmp_path / "moe.onnx"), threads=1, optimized_run=False)
+    assert isinstance(result, Verification)
+    assert list(result.dims.values()) == [TOKENS * TOP_K // EXPERTS] * EXPERTS
+    assert result.predicted_activation_peak_bytes > 0 and result.nodes
