@@ -68,6 +68,17 @@ def test_a_bias_makes_the_output_apart_where_the_kernel_cannot_add_it() -> None:
     assert scratch_bytes(deconv((2, 16, 16, 8, 8, 3, 1, 1, 0), bias=True), {}, 1) == 25_728
 
 
+def test_the_weights_are_padded_to_onednns_block() -> None:
+    # 2x64x4x4 -> 40 channels, 4x4 s2 (10x10): W' pads Cout to oneDNN's block of 32 (above 16
+    # channels): 64 x 64 x 16 x 4 = 262,144 (measured; to 16 it would be 48: 196,608).
+    # S = 12,288 + 4,120 + 4,096 + (4 + 1 + 1)^2 x 64 -> 4,096 floats 16,384 + 128 = 37,016,
+    # X = 8,192, Y = 2 x 40 x 100 x 4 = 32,000: 339,352 - Y = 307,352 (measured); 80
+    # channels pad to 96: 64 x 96 x 16 x 4 = 393,216, Y = 2 x 80 x 8 x 8 x 4 = 40,960:
+    # 37,016 + 8,192 + 393,216 + 40,960 - 40,960 = 438,424 (measured)
+    assert scratch_bytes(deconv((2, 64, 40, 4, 4, 4, 2, 0, 0)), {}, 1) == 307_352
+    assert scratch_bytes(deconv((2, 64, 80, 4, 4, 4, 2, 1, 0)), {}, 1) == 438_424
+
+
 def test_one_small_image_is_unfolded_by_pytorch() -> None:
     # batch 1, a 3x3 kernel, 1,024 input elements: slow_conv_transpose2d, columns of
     # Cout x 3 x 3 by 8 x 8: 16 x 9 x 64 x 4 = 36,864 (measured)

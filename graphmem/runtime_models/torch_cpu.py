@@ -86,7 +86,7 @@ class Conv:
     blocked_weight_bytes: int
     data_weight_bytes: int  # the weights as backward-data holds them: both dims padded
     output_padded_weight_bytes: int  # output channels padded (channels-last forward)
-    strided_data_weight_bytes: int  # ... and a strided one: input channels padded
+    strided_data_weight_bytes: int  # ... and a strided one: input channels padded (_strided)
     plain_input: bool  # a kxk kernel (k > 1) on fewer than 16 input channels reads NCHW
     depthwise: bool
     dense: bool  # groups == 1
@@ -99,6 +99,14 @@ class Conv:
 
 def _padded(channels: int) -> int:
     return -(-channels // BLOCK) * BLOCK
+
+
+def _strided_padded(channels: int) -> int:
+    """The input channels a strided backward-data's weights are padded to: oneDNN's brgemm
+    block, 16 up to 16 channels, 32 above (measured from 8 to 208 channels, 1 and 2 threads,
+    a ConvTranspose2d's forward alike: 24 -> 32, 40 and 48 -> 64, 80 -> 96, 208 -> 224)."""
+    block = BLOCK if channels <= BLOCK else 2 * BLOCK
+    return -(-channels // block) * block
 
 
 def _bytes(value: Value | None, dims: Dims) -> int:
@@ -126,7 +134,8 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         blocked_weight_bytes=w_bytes * _padded(c_out) // c_out if plain_input else both,
         data_weight_bytes=both,
         output_padded_weight_bytes=w_bytes * _padded(c_out) // c_out,
-        strided_data_weight_bytes=w_bytes * _padded(c_in) // c_in if dense else w_bytes,
+        strided_data_weight_bytes=(w_bytes * _strided_padded(c_in) // c_in if dense
+                                   else w_bytes),
         plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
         dense=dense, kernel_area=kernel_area, strided=any(s > 1 for s in stride),
         channels_last=bool(node.attributes.get("channels_last", 0)),

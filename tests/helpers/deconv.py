@@ -49,6 +49,9 @@ GRID: list[Row] = [
     (2, 16, 16, 8, 8, 4, 1, 1, 0), (1, 16, 16, 8, 8, 4, 2, 1, 0), (1, 16, 16, 40, 40, 3, 2, 1, 1),
     (1, 16, 64, 8, 32, 3, 2, 0, 0), (1, 16, 16, 8, 8, 3, 1, 1, 0),
 ]
+# the weights' output channels padded to oneDNN's block of 32 above 16 channels
+GRID += [(2, 64, 40, 4, 4, 4, 2, 0, 0), (2, 64, 80, 4, 4, 4, 2, 1, 0),
+         (2, 16, 48, 8, 8, 3, 2, 0, 0)]
 # with a bias: the output made apart where unstrided or the width uneven (and not otherwise)
 BIASED: list[Row] = [
     (2, 16, 16, 8, 8, 3, 2, 0, 0), (2, 16, 16, 8, 8, 3, 2, 1, 1), (2, 16, 64, 8, 32, 3, 2, 0, 0),
