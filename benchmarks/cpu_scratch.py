@@ -7,9 +7,11 @@ each outermost aten kernel with scratch, the bytes it returned and its scratch (
 running sum of its allocations rose above them: graphmem/verify/runners/torch_runner.py
 `kernel_scratch`), next to graphmem's rule for it (graphmem/runtime_models/torch_cpu.py).
 `--raw` lists every allocation inside those kernels; `--toy` runs the grid below oneDNN's
-16-channel block (2 to 16 channels) instead. `--models` runs whole training steps
-(`graphmem verify` on the CPU) and prints graphmem's activation peak and its torch-cpu peak
-(kernels' scratch included) against the allocator's measured peak. Results:
+16-channel block (2 to 16 channels) instead; `--transposed` the forward of ConvTranspose2d
+layers (tests/helpers/deconv.py's grid: widths the stride divides and not, one small image).
+`--models` runs whole training steps (`graphmem verify` on the CPU) and prints graphmem's
+activation peak and its torch-cpu peak (kernels' scratch included) against the allocator's
+measured peak. Results:
 benchmarks/results/cpu_scratch.md.
 """
 
@@ -133,15 +135,38 @@ def predicted(row: tuple[int, ...], kernel: str, dtype: torch.dtype) -> int | No
     return scratch_bytes(node, {}, torch.get_num_threads())
 
 
+def transposed(raw: bool) -> None:
+    """ConvTranspose2d forwards (fp32, no grad): measured scratch against graphmem's rule."""
+    from tests.helpers.deconv import BIASED, GRID, deconv, measured
+
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, float32")
+    print("| N | Cin | Cout | HxW | k | s | p | out pad | bias | net B | scratch B |"
+          " graphmem B |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row, bias in [*((row, False) for row in GRID), *((row, True) for row in BIASED)]:
+        call = measured(row, bias)
+        n, c_in, c_out, h, w, kernel, stride, padding, extra = row
+        print(f"| {n} | {c_in} | {c_out} | {h}x{w} | {kernel} | {stride} | {padding} | {extra} |"
+              f" {'yes' if bias else 'no'} | {call.net_bytes:,} | {call.scratch_bytes:,} |"
+              f" {scratch_bytes(deconv(row, bias), {}, threads):,} |")
+        if raw:
+            print(f"|   raw: {', '.join(f'{size:+,}' for size in call.allocations)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--raw", action="store_true")
     parser.add_argument("--models", action="store_true")
     parser.add_argument("--toy", action="store_true", help="the 2..16-channel grid")
+    parser.add_argument("--transposed", action="store_true", help="ConvTranspose2d forwards")
     args = parser.parse_args()
     if args.models:
         models()
+        return
+    if args.transposed:
+        transposed(args.raw)
         return
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")

@@ -194,4 +194,5 @@ def test_strided_backward_data_scratchpad(shape: tuple[int, ...], threads: int,
                                           expected: int) -> None:
     size, out, kernel, stride, padding, channels = shape
     assert strided_data_scratchpad(size, size, out, out, kernel, kernel, (stride, stride),
-                                   (padding, padding), channels, threads) == expected
+                                   (padding, padding), channels, threads,
+                                   in_channels=8) == expected

@@ -10,7 +10,8 @@ policy says that number, per expert, for `tokens` rows each choosing `top_k` of 
   each expert receives at most ceil(F x tokens x top_k / experts) tokens, filled in order.
   capacity=1 is balanced; F >= experts / top_k is worst.
 
-The torch front end lays the choices out (graphmem/frontends/torch/routing.py).
+The torch front end lays the choices out (graphmem/frontends/torch/routing.py); on an ONNX
+graph the passes bind each expert's token count by it (graphmem/passes/routed_dims.py).
 """
 
 from __future__ import annotations
@@ -83,3 +84,18 @@ def expert_loads(routing: MoeRouting, tokens: int, experts: int, top_k: int) -> 
     full, rest = divmod(choices, cap) if cap else (0, 0)
     return [cap] * full + [rest] * (rest > 0) + [0] * (experts - full - (rest > 0))
 
+
+
+@dataclass(frozen=True)
+class RoutedDim:
+    """One expert's token count in a graph: a dim the data sizes (an exported expert loop's
+    NonZero over the router's one-hot choices), bound by the policy (graphmem/passes/
+    routed_dims.py finds them)."""
+
+    dim: str  # the dim the count is (NonZero's output [2, dim])
+    router: str  # the router's TopK node
+    expert: int  # which of the router's experts (the router's i-th NonZero in graph order)
+    tokens: int
+    experts: int
+    top_k: int
+    size: int  # the expert's tokens under the policy

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph
+from graphmem.core.routing import RoutedDim
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES, format_bytes
 from graphmem.errors import GraphmemError
@@ -24,13 +25,26 @@ from graphmem.errors import GraphmemError
 
 @dataclass(frozen=True)
 class DimBinding:
-    """Values given to dynamic dims, and the dims left free (totals are formulas in them)."""
+    """Values given to dynamic dims, and the dims left free (totals are formulas in them).
+
+    `bound` is every dim with a value, what every size reads: those given (--batch/--dim)
+    and a mixture of experts' token counts, which follow them (`routed`, bound by
+    --moe-routing: graphmem/passes/routed_dims.py). A re-run at other dims gives `given`."""
 
     bound: dict[str, int]
     free: tuple[str, ...]
     batch_dim: str | None  # the dim `--batch` names, when the graph has one
     # where batch_dim is None: why (the batch fixed in the file, or no batch axis)
     batch_note: str = ""
+    routed: tuple[RoutedDim, ...] = ()
+
+    @property
+    def given(self) -> dict[str, int]:
+        """The dims given, without the routed counts that follow from them."""
+        if not self.routed:
+            return self.bound
+        routed = {r.dim for r in self.routed}
+        return {name: value for name, value in self.bound.items() if name not in routed}
 
 
 # Dim names that say "batch", compared without case, `_`, `-`, `.` or spaces ("batch_size",

@@ -33,6 +33,7 @@ from graphmem.passes.fit import (
     fit_on_device_total,
     with_error_band,
 )
+from graphmem.passes.routed_dims import bind_routed
 from graphmem.runtime_models.base import (
     AUTO_OPTIMIZE_INITIALIZER_BYTES,
     Runtime,
@@ -199,7 +200,8 @@ class DeviceTotalProbe:
         self.dim = dim
         self.model = model
         self.reanalyze = reanalyze
-        self.others = {k: v for k, v in analysis.dims.bound.items() if k != dim}
+        # the dims given: a mixture of experts' routed counts follow them (run.py `_routed`)
+        self.others = {k: v for k, v in analysis.dims.given.items() if k != dim}
         self.estimate = cache(self._estimate)
         self.runs = 0
         # made once: every probe on the same graph binds the same formulas
@@ -217,8 +219,10 @@ class DeviceTotalProbe:
             if self.reanalyze is not None:
                 return device_estimate(self.reanalyze(bound), self.model, notes=False)
             free = tuple(d for d in self.analysis.dims.free if d != self.dim)
-            binding = DimBinding(bound=bound, free=free, batch_dim=self.analysis.dims.batch_dim)
-            sizes = self.table.bound(bound) if self.table is not None else None
+            binding = bind_routed(self.analysis.graph, DimBinding(
+                bound=bound, free=free, batch_dim=self.analysis.dims.batch_dim),
+                self.analysis.moe_routing)
+            sizes = self.table.bound(binding.bound) if self.table is not None else None
             return device_estimate(self.analysis, self.model, binding, self.residents, sizes,
                                    notes=False)
         except GraphmemError:

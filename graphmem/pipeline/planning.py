@@ -204,7 +204,8 @@ class DimProbe:
         if at hand."""
         self.dim = dim
         self.graph = analysis.graph
-        self.others = {k: v for k, v in analysis.dims.bound.items() if k != dim}
+        # the dims given: a mixture of experts' routed counts follow them (run.py `_routed`)
+        self.others = {k: v for k, v in analysis.dims.given.items() if k != dim}
         self.batch_dim = analysis.dims.batch_dim
         self.reanalyze = reanalyze
         free = dim in analysis.dims.free

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
+from graphmem.core.routing import MoeRouting
 from graphmem.core.scratch import PRIVATE_FOLDERS, TORCH_CACHE_VARIABLE
 from graphmem.devices.gpus import GpuSpec, find_gpu, other_variants
 from graphmem.errors import GraphmemError
@@ -39,6 +40,7 @@ from graphmem.passes.fit import CudaReserve, fit_on_gpu
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import group_by_module
 from graphmem.passes.params import PackedWeights, count_params, with_packed_weights
+from graphmem.passes.routed_dims import bind_routed, routing_warning
 from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
 from graphmem.pipeline.device_total import Reanalyze
 from graphmem.pipeline.extras import with_distributed_request, with_kv_request
@@ -236,13 +238,27 @@ def import_model(request: Request) -> tuple[ImportedModel, DimBinding]:
     binding = bind_dims(imported.graph, request.batch, request.dims)
     if binding.bound and not sizes_follow_dims(imported.graph):
         imported = _with_dims_fixed(source, imported, binding)
-    if request.training is None:
-        return imported, binding
-    from graphmem.training.onnx_step import onnx_training_step  # an inference: not imported
+        # the dims left free are the kept graph's (a re-inference names its own)
+        binding = replace(binding, free=tuple(sorted(imported.graph.free_dims()
+                                                     - binding.bound.keys())))
+    if request.training is not None:
+        from graphmem.training.onnx_step import onnx_training_step  # an inference: not imported
 
-    step = onnx_training_step(imported.graph, binding, request.training)
-    return replace(imported, graph=step.graph, warnings=(*imported.warnings, *step.warnings),
-                   micro_batch=step.micro_batch), binding
+        step = onnx_training_step(imported.graph, binding, request.training)
+        imported = replace(imported, graph=step.graph, micro_batch=step.micro_batch,
+                           warnings=(*imported.warnings, *step.warnings))
+    return _routed(imported, binding, request.moe_routing)
+
+
+def _routed(imported: ImportedModel, binding: DimBinding, routing: MoeRouting
+            ) -> tuple[ImportedModel, DimBinding]:
+    """A mixture of experts' token counts bound by --moe-routing, for every pass and runtime
+    model alike (graphmem/passes/routed_dims.py), and the warning that says so."""
+    binding = bind_routed(imported.graph, binding, routing)
+    warning = routing_warning(binding.routed, routing)
+    if not warning:
+        return imported, binding
+    return replace(imported, warnings=(*imported.warnings, warning)), binding
 
 
 def _with_dims_fixed(source: OnnxFile, imported: ImportedModel, binding: DimBinding

@@ -16,7 +16,7 @@ from graphmem.devices.gpus import GpuSpec
 from graphmem.pipeline import device_total
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request
-from graphmem.pipeline.verdict import with_routing_warning, with_verdict
+from graphmem.pipeline.verdict import with_verdict
 from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.data_bounds import data_bounds
@@ -61,8 +61,6 @@ def with_runtime(analysis: Analysis, runtime: str | None, gpu: GpuSpec | None,
             " bind them with --batch/--dim"))
     result = runtime_estimate(analysis, runtime, gpu, cuda_reserve_bytes, threads,
                               ort_optimization, arena_extend)
-    if runtime in ("ort-cpu", "ort-cuda"):
-        analysis = with_routing_warning(analysis)
     return dataclasses.replace(analysis, runtime=result)
 
 

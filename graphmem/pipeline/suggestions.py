@@ -73,7 +73,7 @@ def _at_batch(request: Request, base: Analysis, batch: int) -> Request:
         return replace(request, inputs=tuple(with_batch(request.inputs, batch)))
     batch_dim = base.dims.batch_dim
     assert batch_dim is not None  # the driver asks only where the analysis has a batch
-    return replace(request, batch=None, dims={**base.dims.bound, batch_dim: batch})
+    return replace(request, batch=None, dims={**base.dims.given, batch_dim: batch})
 
 
 def _can_pool(request: Request, path: str, positions: int) -> bool:

@@ -32,6 +32,7 @@ from graphmem.passes.fit import (
     with_error_band,
 )
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch
+from graphmem.passes.routed_dims import bind_routed
 from graphmem.passes.sweep import SweepResult, with_device_totals
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import (
@@ -78,19 +79,7 @@ def with_device_fit(analysis: Analysis, model: DeviceModel) -> Analysis:
                 " one number")
         return replace(analysis, fit=fit, runtime_note=note)
     estimate = device_estimate(analysis, model)
-    analysis = with_routing_warning(analysis)
     return replace(analysis, runtime=estimate, fit=device_fit(analysis, estimate, model))
-
-
-def with_routing_warning(analysis: Analysis) -> Analysis:
-    """An ONNX mixture of experts' router sizes NonZero outputs by --moe-routing
-    (runtime_models/data_bounds.py): the outputs warn what was assumed, as the torch front
-    end's router does."""
-    warning = data_bounds(analysis.graph, analysis.dims.bound, analysis.moe_routing).warning()
-    if not warning or warning in analysis.model.warnings:
-        return analysis
-    model = replace(analysis.model, warnings=(*analysis.model.warnings, warning))
-    return replace(analysis, model=model)
 
 
 def device_max_batch(analysis: Analysis, model: DeviceModel
@@ -176,16 +165,16 @@ def _distributed_probe(analysis: Analysis, context_bytes: int, runtime: str | No
     gpu = analysis.fit.gpu
 
     def total(dim: str, value: int) -> int:
-        bound = {**analysis.dims.bound, dim: value}
+        bound = {**analysis.dims.given, dim: value}  # the routed counts follow
         try:
             bound_analysis = analysis
             if analysis.reanalyze is not None:
                 bound_analysis = analysis.reanalyze(bound)
                 dims = bound_analysis.dims
             else:
-                dims = DimBinding(bound=bound,
-                                  free=tuple(d for d in analysis.dims.free if d != dim),
-                                  batch_dim=analysis.dims.batch_dim)
+                dims = bind_routed(analysis.graph, DimBinding(
+                    bound=bound, free=tuple(d for d in analysis.dims.free if d != dim),
+                    batch_dim=analysis.dims.batch_dim), analysis.moe_routing)
             graph = bound_analysis.graph
             rank = most_loaded_rank(graph, dims, config)
             allocator = 0

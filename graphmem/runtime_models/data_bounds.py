@@ -5,18 +5,13 @@ known only at run time (shape inference names it: `NonZero_21_o0__d1`) and is at
 input's element count. The runtime models plan such a dim at that bound, every element
 nonzero, instead of at the probe value graphmem gives an unbound dim, and the notes say so.
 
-An exported mixture-of-experts layer (transformers' eager experts) sizes each expert's token
-list this way: the router's TopK picks top_k of E experts per token, OneHot over the experts
-marks them, and per expert a NonZero lists the (slot, token) pairs that chose it; every tensor
-gathered by it follows. Where the graph shows that structure (the NonZero's input reached from
-a OneHot of a TopK's indices through data movement alone: Cast, Gather, Transpose, Squeeze,
-Unsqueeze, Reshape, Slice, Identity), the count is the expert's load under `--moe-routing`
-(graphmem/core/routing.py: balanced by default, tokens x top_k spread evenly; capacity=F),
-the i-th such NonZero of a router its expert i. `worst` is the bound over every routing:
-each expert at every token (a token picks an expert once), since the order onnxruntime runs
-the experts in may hold several experts' lists at once. The element count (top_k x tokens
-each, the bound before) overstated onnxruntime's peak by 13 to 31% on the zoo's Mixtral- and
-Qwen2-MoE-style exports (docs/zoo.md, tests/test_zoo_onnx.py).
+A mixture of experts' per-expert token lists are NonZero counts too: the dims binding sizes
+them by `--moe-routing` (graphmem/passes/routed_dims.py), and the runtime models read that
+binding (`routed`: the counts it sized), so their tensors are the live-tensor peak's. On a
+graph the binding did not see (onnxruntime's optimized graph) the same rule finds them.
+The element count (top_k x tokens each, the bound before) overstated onnxruntime's peak by
+13 to 31% on the zoo's Mixtral- and Qwen2-MoE-style exports (docs/zoo.md,
+tests/test_zoo_onnx.py).
 """
 
 from __future__ import annotations
@@ -24,13 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from graphmem.core.ir import Graph, Node
-from graphmem.core.routing import DEFAULT_ROUTING, WORST, MoeRouting, expert_loads
-
-DATA_SIZED_OPS = ("NonZero",)
-# ops that move or select data without changing which elements are nonzero
-DATA_MOVES = frozenset({"Cast", "Gather", "Transpose", "Squeeze", "Unsqueeze", "Reshape",
-                        "Slice", "Identity"})
+from graphmem.core.ir import Graph
+from graphmem.core.routing import DEFAULT_ROUTING, WORST, MoeRouting, RoutedDim
+from graphmem.passes.routed_dims import (
+    DATA_SIZED_OPS,
+    count_dim,
+    nonzero_count,
+    routed_dims,
+    routing_warning,
+)
 
 
 @dataclass(frozen=True)
@@ -39,27 +36,19 @@ class DataBounds:
 
     bound: dict[str, int]
     nodes: tuple[str, ...]
-    routed: tuple[str, ...] = ()  # of `nodes`, those sized by a router's choice
+    routed: tuple[RoutedDim, ...] = ()  # the counts a router sizes (bound here or before)
     routing: MoeRouting = DEFAULT_ROUTING
-    routers: tuple[tuple[int, int, int], ...] = ()  # (tokens, experts, top_k) of each router
 
     def warning(self) -> str:
         """The routing assumed, for the outputs' warnings; empty where no router sizes any."""
-        if not self.routed:
-            return ""
-        what = ", ".join(f"top-{k} of {e} over {t} tokens" for t, e, k in sorted(set(
-            self.routers)))
-        policy = ("worst: each expert at every token" if self.routing.kind == WORST
-                  else self.routing.describe())
-        return (f"mixture-of-experts routing is data: {len(self.routed)} experts' token lists"
-                f" (NonZero; {what}) assumed {policy} (--moe-routing"
-                " balanced|worst|capacity=F)")
+        return routing_warning(self.routed, self.routing)
 
     def note(self) -> str:
         """One line for the estimate's notes; empty where the graph has no data-sized dim."""
-        if not self.bound:
+        if not self.bound and not self.routed:
             return ""
-        at_bound = {dim: size for dim, size in self.bound.items() if dim not in self.routed}
+        routed = {r.dim for r in self.routed}
+        at_bound = {dim: size for dim, size in self.bound.items() if dim not in routed}
         parts = []
         if self.routed:
             count = len(self.routed)
@@ -78,95 +67,40 @@ class DataBounds:
 
 
 def data_bounds(graph: Graph, dims: Mapping[str, int],
-                routing: MoeRouting = DEFAULT_ROUTING) -> DataBounds:
+                routing: MoeRouting = DEFAULT_ROUTING,
+                routed: tuple[RoutedDim, ...] = ()) -> DataBounds:
     """The size of every free dim a NonZero output alone introduces, at `dims`: an expert's
-    load under `routing` where a router sizes it, else the element count of its input, e.g.
-    a [2, 32] mask -> at most 64 indices."""
-    bound: dict[str, int] = {}
+    load under `routing` where a router sizes it (passes/routed_dims.py), else the element
+    count of its input, e.g. a [2, 32] mask -> at most 64 indices. `routed`: the counts the
+    dims binding already sized (`DimBinding.routed`), reported with those found here."""
+    found = routed_dims(graph, dims, routing)
+    bound = {r.dim: r.size for r in found}
     nodes: list[str] = []
-    routed: list[str] = []
-    experts_seen: dict[str, int] = {}  # per router (its TopK), the NonZeros met so far
-    routers: dict[str, tuple[int, int, int]] = {}
+    present: set[str] = set()  # every NonZero count of this graph, bound or not
     for node in graph.nodes:
-        dim_and_size = _nonzero_bound(node, dims) if node.op_type in DATA_SIZED_OPS else None
-        if dim_and_size is None or dim_and_size[0] in dims:
+        count = nonzero_count(node, dims) if node.op_type in DATA_SIZED_OPS else None
+        if count is not None:
+            present.add(count[0])
+        if count is None or count[0] in dims:
             continue
-        dim, size = dim_and_size
-        router = _router(node, dims)
-        if router is not None and size % router.top_k == 0:
-            expert = experts_seen.get(router.name, 0)
-            experts_seen[router.name] = expert + 1
-            tokens = size // router.top_k
-            loads = expert_loads(routing, tokens, router.experts, router.top_k)
-            if routing.kind == WORST:  # any expert may take every token, and the experts'
-                loads = [tokens] * router.experts  # lists may be live together
-            if expert < len(loads):
-                size = loads[expert]
-                routed.append(dim)
-                routers[router.name] = (tokens, router.experts, router.top_k)
-        bound[dim] = size
+        bound.setdefault(*count)
         nodes.append(node.name)
-    return DataBounds(bound, tuple(nodes), tuple(routed), routing, tuple(routers.values()))
+    every = (*(r for r in routed if r.dim in present), *found)
+    return DataBounds(bound, tuple(nodes), every, routing)
 
 
-@dataclass(frozen=True)
-class _Router:
-    name: str  # its TopK node
-    experts: int
-    top_k: int
-
-
-def _router(nonzero: Node, dims: Mapping[str, int]) -> _Router | None:
-    """The TopK whose indices, one-hot over the experts, the NonZero's input is made of by
-    data movement alone; None where the input is anything else (a sum, a comparison)."""
-    value = nonzero.inputs[0] if nonzero.inputs else None
-    while value is not None and value.producer is not None:
-        maker = value.producer
-        if maker.op_type == "OneHot":
-            indices = maker.inputs[0] if maker.inputs else None
-            topk = indices.producer if indices is not None else None
-            if topk is None or topk.op_type != "TopK" or indices is not topk.outputs[1]:
-                return None
-            return _topk_router(topk, dims)
-        if maker.op_type not in DATA_MOVES:
-            return None
-        value = maker.inputs[0] if maker.inputs else None
-    return None
-
-
-def _topk_router(topk: Node, dims: Mapping[str, int]) -> _Router | None:
-    """(experts, top_k): the TopK's input and indices along its axis."""
-    scores, chosen = topk.inputs[0], topk.outputs[1]
-    if scores is None or scores.shape is None or chosen.shape is None:
-        return None
-    axis = topk.attr_int("axis", -1)
-    sizes = []
-    for shape in (scores.shape, chosen.shape):
-        dim = shape[axis] if -len(shape) <= axis < len(shape) else None
-        size = dim.bind(dims) if dim is not None else None
-        if size is None or not size.is_constant:
-            return None
-        sizes.append(int(size))
-    experts, top_k = sizes
-    return _Router(topk.name, experts, top_k) if 0 < top_k <= experts else None
-
-
-def _nonzero_bound(node: Node, dims: Mapping[str, int]) -> tuple[str, int] | None:
-    """(n, the input's element count) for NonZero x -> [rank(x), n], n a lone symbol."""
-    x = node.inputs[0] if node.inputs else None
-    out = node.outputs[0] if node.outputs else None
-    if x is None or x.shape is None or out is None or out.shape is None or len(out.shape) != 2:
-        return None
-    count = out.shape[1]
-    if count is None:
-        return None
-    names = count.free_symbols()
-    if len(names) != 1 or count != count.symbol(next(iter(names))):
-        return None
-    elements = 1
-    for dim in x.shape:
-        size = dim.bind(dims) if dim is not None else None
-        if size is None or not size.is_constant:
-            return None
-        elements *= int(size)
-    return next(iter(names)), elements
+def carried_counts(graph: Graph, written: Graph) -> dict[str, str]:
+    """{a NonZero count of `graph`: the count of the same tensor in `written`} where they
+    differ: onnxruntime's optimized graph keeps the tensors' names, but its shape inference
+    names its own dims (and its order of the experts is its own), so the sizes the dims
+    binding gave the graph as written are carried by tensor, not found again."""
+    carried: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op_type not in DATA_SIZED_OPS or not node.outputs:
+            continue
+        same = written.values.get(node.outputs[0].name)
+        ours = count_dim(node.outputs[0])
+        theirs = count_dim(same) if same is not None else None
+        if ours is not None and theirs is not None and ours != theirs:
+            carried[ours] = theirs
+    return carried

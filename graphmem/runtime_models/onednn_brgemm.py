@@ -13,6 +13,14 @@ It books three entries, each per thread and page-aligned (+4,096 B each):
 e.g. 2x8x16x16, 3x3 stride 2 padding 1 -> 8x8: ohp = owp = 8 + 0 + 1 = 9, 81 x 16 = 1,296
 floats -> 4,096 = 16,384 B; per thread 4,120 + 16,384 + 4,096 = 24,600, with the three
 alignments 12,288 + 24,600 per thread (measured 36,888 at one thread, 61,488 at two).
+
+An input width the stride does not divide (`has_uneven_iw`: 17 at stride 2) runs the
+transposing path (`exec_trans`), which books a fourth entry, page-aligned: per thread the
+input gradient's row block, iw_block x stride_w x Cin floats rounded up to 4,096 of them
+(`out_buffer_size`, `key_conv_brgemm_out_buffer`), iw_block the width rounded up to the
+stride (the whole row: every grid measured, up to 129 wide). e.g. 2x16x17x17 -> 16
+channels, 3x3 stride 2 padding 1: 18 x 2 x 16 = 576 -> 4,096 floats = 16,384 B: 4,096 +
+16,384 more at one thread (measured 57,368 = 36,888 + 20,480).
 """
 
 from __future__ import annotations
@@ -25,14 +33,24 @@ FLOAT = 4
 
 def strided_data_scratchpad(ih: int, iw: int, oh: int, ow: int, kh: int, kw: int,
                             stride: tuple[int, int], padding: tuple[int, int],
-                            out_channels: int, threads: int) -> int:
-    """The scratchpad of a strided backward-data (input ih x iw, output gradient oh x ow,
-    kernel kh x kw, `stride` and `padding` (top, left) in (h, w)), in bytes."""
+                            out_channels: int, threads: int, *, in_channels: int) -> int:
+    """The scratchpad of a strided backward-data (input ih x iw of `in_channels`, output
+    gradient oh x ow of `out_channels`, kernel kh x kw, `stride` and `padding` (top, left)
+    in (h, w)), in bytes."""
     rows = oh + _overflow(kh, ih, oh, stride[0], padding[0])
     cols = ow + _overflow(kw, iw, ow, stride[1], padding[1])
     channels = -(-out_channels // BLOCK) * BLOCK
     copy = -(-rows * cols * channels // PAGE) * PAGE * FLOAT
-    return 3 * PAGE + threads * (BATCH_BYTES + copy + PAGE)
+    return 3 * PAGE + threads * (BATCH_BYTES + copy + PAGE) + _uneven_rows(
+        iw, stride[1], in_channels, threads)
+
+
+def _uneven_rows(iw: int, stride: int, in_channels: int, threads: int) -> int:
+    """The transposing path's row buffer where the stride does not divide the width."""
+    if iw % stride == 0:
+        return 0
+    row = -(-iw // stride) * stride * stride * in_channels
+    return PAGE + threads * -(-row // PAGE) * PAGE * FLOAT
 
 
 def _overflow(kernel: int, size: int, out: int, stride: int, pad: int) -> int:

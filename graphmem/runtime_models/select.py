@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from graphmem.core.conventions import closed
+from graphmem.core.ir import Graph
 from graphmem.core.ort_view import OptimizedOrtGraph
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
@@ -31,7 +32,7 @@ from graphmem.runtime_models.base import (
     RuntimeModel,
     default_threads,
 )
-from graphmem.runtime_models.data_bounds import data_bounds
+from graphmem.runtime_models.data_bounds import DataBounds, carried_counts, data_bounds
 from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
 from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
 
@@ -80,12 +81,13 @@ class OrtCpu(_Model):
         weights, the graph as written above."""
         threads = context.threads or default_threads()
         optimized, note = _optimized(context)
-        written = data_bounds(context.graph, context.dims.bound, context.moe_routing)
+        written = _data_bounds(context.graph, context)
         context = _bounded(context, written.bound)  # NonZero's sizes at their bound
         if optimized is not None:  # the graph onnxruntime runs, in the order it runs it
             graph = optimized.graph
-            bounds = data_bounds(graph, context.dims.bound, context.moe_routing)
-            dims = _bounded(context, bounds.bound).dims
+            on_graph = _carried(graph, context)  # the same binding, by tensor
+            bounds = _data_bounds(graph, on_graph)
+            dims = _bounded(on_graph, bounds.bound).dims
             # a tensor whose shape the optimized graph's inference lost: the same tensor
             # of the graph as written, else an estimate (ort_sizes.py), never 0 B silently
             fill = fill_unknown_sizes(graph, value_bytes(graph, dims), lambda: _sizes(context))
@@ -114,7 +116,7 @@ class OrtCuda(_Model):
         gpu = self.gpu(context)
         overhead = cuda_overhead(gpu.architecture, context.cuda_reserve_bytes)
         graph = context.graph
-        bounds = data_bounds(graph, context.dims.bound, context.moe_routing)
+        bounds = _data_bounds(graph, context)
         context = _bounded(context, bounds.bound)  # NonZero's sizes: a router's, or the bound
         fill = fill_unknown_sizes(graph, _sizes(context))  # never 0 B silently (ort_sizes.py)
         estimate = ort_cuda_estimate(graph, fill.sizes, _plan_shapes(context),
@@ -195,6 +197,25 @@ def _sizes(context: RuntimeContext) -> Mapping[str, SymInt | None]:
     if context.sizes is not None:
         return context.sizes
     return value_bytes(context.graph, context.dims)
+
+
+def _data_bounds(graph: Graph, context: RuntimeContext) -> DataBounds:
+    """`graph`'s data-sized dims at the context's dims: a router's token counts as the dims
+    binding sized them (passes/routed_dims.py), the rest at their bound."""
+    dims = context.dims
+    return data_bounds(graph, dims.bound, context.moe_routing, dims.routed)
+
+
+def _carried(graph: Graph, context: RuntimeContext) -> RuntimeContext:
+    """`context` on onnxruntime's optimized `graph`: each data-sized count that is a tensor
+    of the graph as written takes that tensor's value (a router's or the user's)."""
+    dims = context.dims
+    carried = {ours: theirs for ours, theirs in carried_counts(graph, context.graph).items()
+               if theirs in dims.bound}
+    named = {theirs: ours for ours, theirs in carried.items()}
+    routed = tuple(replace(r, dim=named.get(r.dim, r.dim)) for r in dims.routed)
+    context = _bounded(context, {ours: dims.bound[theirs] for ours, theirs in carried.items()})
+    return replace(context, dims=replace(context.dims, routed=routed))
 
 
 def _joined(*notes: str) -> str:

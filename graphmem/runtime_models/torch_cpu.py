@@ -86,7 +86,7 @@ class Conv:
     blocked_weight_bytes: int
     data_weight_bytes: int  # the weights as backward-data holds them: both dims padded
     output_padded_weight_bytes: int  # output channels padded (channels-last forward)
-    strided_data_weight_bytes: int  # ... and a strided one: input channels padded
+    strided_data_weight_bytes: int  # ... and a strided one: input channels padded (_strided)
     plain_input: bool  # a kxk kernel (k > 1) on fewer than 16 input channels reads NCHW
     depthwise: bool
     dense: bool  # groups == 1
@@ -99,6 +99,14 @@ class Conv:
 
 def _padded(channels: int) -> int:
     return -(-channels // BLOCK) * BLOCK
+
+
+def _strided_padded(channels: int) -> int:
+    """The input channels a strided backward-data's weights are padded to: oneDNN's brgemm
+    block, 16 up to 16 channels, 32 above (measured from 8 to 208 channels, 1 and 2 threads,
+    a ConvTranspose2d's forward alike: 24 -> 32, 40 and 48 -> 64, 80 -> 96, 208 -> 224)."""
+    block = BLOCK if channels <= BLOCK else 2 * BLOCK
+    return -(-channels // block) * block
 
 
 def _bytes(value: Value | None, dims: Dims) -> int:
@@ -126,7 +134,8 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         blocked_weight_bytes=w_bytes * _padded(c_out) // c_out if plain_input else both,
         data_weight_bytes=both,
         output_padded_weight_bytes=w_bytes * _padded(c_out) // c_out,
-        strided_data_weight_bytes=w_bytes * _padded(c_in) // c_in if dense else w_bytes,
+        strided_data_weight_bytes=(w_bytes * _strided_padded(c_in) // c_in if dense
+                                   else w_bytes),
         plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
         dense=dense, kernel_area=kernel_area, strided=any(s > 1 for s in stride),
         channels_last=bool(node.attributes.get("channels_last", 0)),
@@ -134,9 +143,9 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         subsampled_image_bytes=_padded(c_in) * out_area * item)
 
 
-def _is_conv2d(node: Node) -> bool:
+def _is_conv2d(node: Node, transposed: bool = False) -> bool:
     inputs = node.inputs
-    return (not node.attributes.get("transposed", 0) and len(inputs) >= 2
+    return (bool(node.attributes.get("transposed", 0)) == transposed and len(inputs) >= 2
             and all(v is not None and v.shape is not None and len(v.shape) == 4
                     for v in inputs[:2]) and bool(node.outputs))
 
@@ -150,6 +159,8 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     1x1's subsampled source, one blocked image per thread + 128 B.
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32: Xb = Y = Yb = 524,288, Wb = 9,216:
     peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504)."""
+    if _is_conv2d(node, transposed=True):
+        return transposed_convolution(node, dims, threads)
     if not _is_conv2d(node):
         return []
     x, w = node.inputs[0], node.inputs[1]
@@ -165,6 +176,39 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
             if c.dense and c.strided and c.kernel_area == 1 else 0)
     return [odd, copy, xb, c.blocked_weight_bytes, c.blocked_output_bytes,
             -c.blocked_weight_bytes, -xb, -copy, -odd, c.output_bytes, -c.blocked_output_bytes]
+
+
+def transposed_convolution(node: Node, dims: Dims, threads: int) -> Allocations:
+    """aten.convolution, transposed (x (N, Cin, H, W), w (Cin, Cout, kh, kw) -> y), NCHW,
+    dense: oneDNN runs the reverse convolution's backward-data (y -> x, read backward), with
+    its copies and scratchpad (`_input_gradient`, onednn_brgemm.py) and 128 B more where
+    strided (the deconvolution's own registry entry): [+S, +X, +W', +Y, -W', -X, -S, +Y,
+    +Y', -Y, -Y''] (the peak of [+X, +W', +Y, +S, ...]), unstrided [+B, +Xb, +Wd, +Yb, -Wd,
+    -Xb, -B, +Y, -Yb], B the output made apart where a bias is added (in S where strided);
+    where PyTorch runs it itself (_uses_onednn), slow_conv_transpose2d's columns, Cout x kh
+    x kw by H x W per image.
+    e.g. 2x16x8x8 -> 16 channels, 3x3 stride 2, 17x17 (a width the stride does not divide),
+    one thread: S = 36,888 + 20,480 + 128 = 57,496, X = 8,192, W' = 9,216, Y = 36,992:
+    peak 111,896 - Y = 74,904 B of scratch (measured 74,904)."""
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    assert x is not None and w is not None  # _is_conv2d's
+    if not _uses_onednn(node, x, w, dims, threads):
+        (_, _, ih, iw), (_, c_out, kh, kw) = _sizes(x, dims), _sizes(w, dims)
+        columns = 0 if kh == kw == 1 else c_out * kh * kw * ih * iw * x.dtype.bits // 8
+        return [_bytes(y, dims), columns, -columns]
+    if node.attr_int("groups", 1) != 1 or node.attributes.get("channels_last", 0):
+        return []  # not measured
+    c = _conv(node, y, w, x, dims)  # the reverse convolution: y -> x
+    # with a bias, unstrided or over a width the stride does not divide, the output is made
+    # in a buffer of its own first, + 128 B (measured, whatever the threads)
+    uneven = _sizes(y, dims)[3] % node.attr_ints("stride", (1,))[-1] != 0
+    biased = len(node.inputs) > 2 and node.inputs[2] is not None
+    made = c.input_bytes + ONEDNN_EXTRA_BYTES if biased and (uneven or not c.strided) else 0
+    if not c.strided:
+        xb, wd, yb = c.blocked_output_bytes, c.data_weight_bytes, c.blocked_input_bytes
+        return [made, xb, wd, yb, -wd, -xb, -made, c.input_bytes, -yb]
+    pad = _strided_data_pad(node, y, x, w, dims, threads) + ONEDNN_EXTRA_BYTES + made
+    return _input_gradient(c, pad)
 
 
 def _channels_last_forward(c: Conv, threads: int) -> Allocations:
@@ -208,7 +252,7 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
         return _native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
     if c.channels_last:
         return _channels_last_backward(c, w, grad_input, grad_weight)
-    steps: Allocations = _input_gradient(c, _strided_data_pad(node, x, gy, dims, threads)
+    steps: Allocations = _input_gradient(c, _strided_data_pad(node, x, gy, w, dims, threads)
                                          ) if grad_input else []
     # a permuted or sliced output gradient is made contiguous first, held to the end
     # (measured: the U-Net's classifier 1x1, gy a permute of log_softmax's gradient, 81,920 B)
@@ -304,20 +348,20 @@ def _strided_view(value: Value) -> bool:
     return False
 
 
-def _strided_data_pad(node: Node, x: Value, gy: Value, dims: Dims, threads: int) -> int:
-    """A strided backward-data's scratchpad: oneDNN's booking where the padding is known
-    and the convolution dense (graphmem/runtime_models/onednn_brgemm.py), else the least
-    measured, 12,288 B + 24,600 B per thread."""
+def _strided_data_pad(node: Node, x: Value, gy: Value, w: Value, dims: Dims,
+                      threads: int) -> int:
+    """A strided backward-data's scratchpad (x the convolution's input, gy its output): oneDNN's
+    booking where the padding is known and the convolution dense
+    (graphmem/runtime_models/onednn_brgemm.py), else the least measured, 12,288 B + 24,600 B
+    per thread."""
     padding, stride = node.attr_ints("padding", ()), node.attr_ints("stride", (1,))
     if not padding or node.attr_int("groups", 1) != 1:
         return (STRIDED_BACKWARD_DATA_SCRATCHPAD_BYTES
                 + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
-    (_, _, ih, iw), (_, oc, oh, ow) = _sizes(x, dims), _sizes(gy, dims)
-    w = node.inputs[2]
-    assert w is not None  # convolution_backward's
+    (_, ic, ih, iw), (_, oc, oh, ow) = _sizes(x, dims), _sizes(gy, dims)
     (_, _, kh, kw) = _sizes(w, dims)
     return strided_data_scratchpad(ih, iw, oh, ow, kh, kw, (stride[0], stride[-1]),
-                                   (padding[0], padding[-1]), oc, threads)
+                                   (padding[0], padding[-1]), oc, threads, in_channels=ic)
 
 
 def _input_gradient(c: Conv, pad: int) -> Allocations:

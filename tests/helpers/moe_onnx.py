@@ -1,19 +1,26 @@
 """A mixture-of-experts layer as an exporter writes transformers' eager experts: the router's
 TopK, OneHot over the experts, per expert a Gather of its mask, NonZero, the tokens gathered
-and one up-projection (tests/test_data_bounds_routing.py)."""
+and one up-projection (tests/test_data_bounds_routing.py, tests/test_routed_dims.py); and how
+those tests compare an analysis under a routing policy with one whose counts were given by
+hand (`by_hand`, `numbers`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem.api import Result, analyze_onnx
+
 TOKENS, HIDDEN, EXPERTS, TOP_K, WIDTH = 64, 16, 4, 2, 256
 
 
-def moe_model(path: Path) -> Path:
+def moe_model(path: Path, tokens: int | str = TOKENS) -> Path:
+    """The layer over `tokens` rows (a name: a dynamic dim, the batch axis)."""
     rng = np.random.default_rng(0)
 
     def const(name: str, array: np.ndarray) -> onnx.TensorProto:
@@ -41,9 +48,34 @@ def moe_model(path: Path) -> Path:
         sums.append(f"s{e}")
     nodes.append(helper.make_node("Sum", sums, ["y"]))
     graph = helper.make_graph(nodes, "moe", [helper.make_tensor_value_info(
-        "h", TensorProto.FLOAT, [TOKENS, HIDDEN])], [helper.make_tensor_value_info(
+        "h", TensorProto.FLOAT, [tokens, HIDDEN])], [helper.make_tensor_value_info(
             "y", TensorProto.FLOAT, [])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
     return path
+
+
+# the JSON sections that hold numbers (the warnings, notes and dims differ: one was assumed,
+# the other given)
+NUMBERS = ("params", "flops", "memory", "gpu", "nodes")
+
+
+def numbers(result: Result, sections: Sequence[str] = NUMBERS) -> dict[str, Any]:
+    data = result.to_dict()
+    return {key: _without_notes(data[key]) for key in sections}
+
+
+def _without_notes(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _without_notes(v) for k, v in data.items() if k != "notes"}
+    if isinstance(data, list):
+        return [_without_notes(item) for item in data]
+    return data
+
+
+def by_hand(path: Path, result: Result, loads: Sequence[int], **options: Any) -> Result:
+    """The same model with the i-th routed count given as loads[i] (--dim NAME=load)."""
+    routed = result.dims.routed
+    dims = {**result.dims.given, **{r.dim: load for r, load in zip(routed, loads, strict=True)}}
+    return analyze_onnx(path, dims=dims, gpu="t4", **options)

@@ -1,0 +1,98 @@
+"""One answer for the zoo's mixtures of experts exported to ONNX (Mixtral, Qwen2-MoE: 2 layers,
+top-2 of 4 experts, toy widths; the TorchScript exporter the zoo uses): the experts' token
+counts are bound once by --moe-routing (graphmem/passes/routed_dims.py) and the live-tensor
+peak, the FLOPs, the ort-cuda and ort-cpu runtime models (as written and onnxruntime's
+optimized graph), the verdict and the largest batch all read them; each agrees with the same
+analysis where the counts were given by hand at the loads the policy gives
+(tests/test_routed_dims.py does the same on a one-layer graph)."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from graphmem.api import Result, analyze_onnx
+from graphmem.pipeline.runtime import runtime_estimate
+from tests.helpers.moe_onnx import by_hand, numbers
+from tests.zoo_models import ZOO
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.ort]
+
+MOE = ("mixtral", "qwen2_moe")
+EXPERTS, TOP_K, TOKENS = 4, 2, 2 * 16  # the zoo's configs; input_ids 2x16: 32 tokens
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("moe_onnx")
+
+
+@functools.cache
+def exported(name: str, folder: Path, dynamic: bool) -> Path:
+    """The zoo model at input_ids 2x16, its batch axis dynamic where asked."""
+    import torch
+
+    from tests.helpers.zoo import built
+    from tests.helpers.zoo_onnx import FirstTensor
+
+    path = folder / f"{name}{'.dynamic' if dynamic else ''}.onnx"
+    torch.manual_seed(0)
+    model = FirstTensor(built(next(entry for entry in ZOO if entry.name == name))).eval()
+    ids = torch.randint(0, 128, (2, 16))
+    axes = {"input_ids": {0: "batch"}} if dynamic else None
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notices
+        torch.onnx.export(model, (ids,), str(path), dynamo=False, opset_version=18,
+                          input_names=["input_ids"], output_names=["out"],
+                          dynamic_axes=axes, external_data=False)
+    return path
+
+
+def ort_cpu_peaks(result: Result) -> list[int]:
+    return [runtime_estimate(result, "ort-cpu", None, threads=1,
+                             ort_optimization=level).runtime_peak_bytes
+            for level in ("disabled", "all")]
+
+
+@pytest.mark.parametrize(("routing", "load"), [
+    ("balanced", TOKENS * TOP_K // EXPERTS),  # 32 tokens x top-2 over 4 experts: 16 each
+    ("worst", TOKENS)])  # every expert at every token: 32 each
+@pytest.mark.parametrize("name", MOE)
+def test_every_number_reads_the_routed_counts(folder: Path, name: str, routing: str,
+                                              load: int) -> None:
+    path = exported(name, folder, False)
+    routed = analyze_onnx(path, moe_routing=routing, gpu="t4")
+    # 2 layers x 4 experts, each its router's i-th NonZero
+    assert [(r.expert, r.size) for r in routed.dims.routed] == [
+        (e, load) for _ in range(2) for e in range(EXPERTS)]
+    assert routed.liveness.peak_bytes.is_constant
+    given = by_hand(path, routed, [load] * EXPERTS * 2)
+    assert numbers(routed) == numbers(given)
+    assert ort_cpu_peaks(routed) == ort_cpu_peaks(given)
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_the_largest_batch_is_the_verdict_at_that_batch(folder: Path, name: str) -> None:
+    # batch dynamic: the counts follow it (batch x 16 tokens x 2 / 4 each)
+    path = exported(name, folder, True)
+    found = analyze_onnx(path, batch=2, gpu="t4").max_batch
+    assert found is not None and found.max_batch, found
+    batch = found.max_batch
+    at_max, at_next = (analyze_onnx(path, batch=b, gpu="t4") for b in (batch, batch + 1))
+    base, extra = divmod(batch * 16 * TOP_K, EXPERTS)
+    loads = [base + (e < extra) for e in range(EXPERTS)] * 2
+    assert [r.size for r in at_max.dims.routed] == loads
+    assert at_max.fit is not None and at_next.fit is not None
+    assert (int(at_max.fit.required_bytes), int(at_next.fit.required_bytes)) == (
+        found.peak_at_max_bytes, found.peak_at_next_bytes)
+    assert at_max.fit.fits and not at_next.fit.fits
+    # (counts by hand cannot be compared here: shapes are inferred again at a bound batch,
+    # and the dims of that inference are not the file's to give; the static export's test
+    # above compares them)
+    assert at_max.liveness.peak_bytes.is_constant
+    assert at_max.fit.live_peak_bytes == at_max.liveness.peak_bytes
