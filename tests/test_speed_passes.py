@@ -224,6 +224,10 @@ def test_node_table_data_is_every_rows_data(name: str, request: pytest.FixtureRe
             in enumerate(zip(analysis.costs.nodes, times, phases, strict=True))]
     assert len(table.rows) == 3 < table.total == len(rows)
     assert json.loads(str(table.data)) == json.loads(str(nodes.script_json(rows)))
+    # each op's text made once per op: the same names as made per node
+    assert nodes.op_names(analysis.costs) == {cost.name: row.op for cost, row in zip(
+        analysis.costs.nodes, (nodes.node_row(0, c, None) for c in analysis.costs.nodes),
+        strict=True)}
 
 
 @pytest.mark.parametrize("name", ANALYSES)
