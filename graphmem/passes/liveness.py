@@ -42,9 +42,8 @@ from graphmem.passes.role_timeline import (
 )
 
 
-class LiveTensor(NamedTuple):
-    """One tensor live at the peak (a named tuple: 10^5 graph inputs are live at once)."""
-
+@dataclass(frozen=True)
+class LiveTensor:
     name: str
     nbytes: SymInt
     role: Role
