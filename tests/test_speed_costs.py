@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphmem import analyze_onnx
-from graphmem.passes.costs import _node_cost, _signature, compute_costs
+from graphmem.passes.costs import _node_cost, _Shared, _signature, compute_costs
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -25,8 +25,13 @@ def test_shared_costs_are_each_nodes_own(name: str, batch: int | None) -> None:
     own = tuple(_node_cost(node, binding.bound) for node in graph.nodes)
     assert shared == own
     # the sharing is real: fewer signatures than nodes
-    signatures = {key for node in graph.nodes if (key := _signature(node)) is not None}
+    numbers = _Shared()
+    signatures = {key for node in graph.nodes if (key := _signature(node, numbers)) is not None}
     assert len(signatures) < len(graph.nodes)
+    # equal shapes in separate tuples get one number: the sharing does not hang on identity
+    shapes = [v.shape for v in graph.values.values()]
+    assert len(numbers.shape_numbers) == len({numbers.shape(s) for s in shapes}) \
+        == len(set(shapes)) < len({id(s) for s in shapes})
 
 
 def test_alike_nodes_that_differ_where_the_cost_reads(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from graphmem import analyze_onnx
 from graphmem.core.evaluate import evaluate
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node
+from graphmem.core.ir import RESIDENT_ROLES
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES
 from graphmem.devices.gpus import find_gpu
@@ -39,6 +39,7 @@ from graphmem.runtime_models.ort_cpu import (
     plan_ort_buffers,
 )
 from graphmem.runtime_models.ort_kernels import KernelScratch, kernel_scratch
+from tests.helpers.ort_reference import plain_order
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -223,29 +224,10 @@ def test_node_table_data_is_every_rows_data(name: str, request: pytest.FixtureRe
             in enumerate(zip(analysis.costs.nodes, times, phases, strict=True))]
     assert len(table.rows) == 3 < table.total == len(rows)
     assert json.loads(str(table.data)) == json.loads(str(nodes.script_json(rows)))
-
-
-def _plain_order(graph: Graph) -> list[Node]:
-    """onnxruntime's order as first written: each node's producers sorted by their index."""
-    index = {id(node): i for i, node in enumerate(graph.nodes)}
-    stack = [(n, False) for n in graph.nodes if not any(v.consumers for v in n.outputs)]
-    visited: set[int] = set()
-    order: list[Node] = []
-    while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            order.append(node)
-            continue
-        if id(node) in visited:
-            continue
-        visited.add(id(node))
-        stack.append((node, True))
-        producers = {id(v.producer): v.producer for v in node.present_inputs
-                     if v.producer is not None}
-        for producer in sorted(producers.values(), key=lambda n: index[id(n)]):
-            if id(producer) not in visited:
-                stack.append((producer, False))
-    return order
+    # each op's text made once per op: the same names as made per node
+    assert nodes.op_names(analysis.costs) == {cost.name: row.op for cost, row in zip(
+        analysis.costs.nodes, (nodes.node_row(0, c, None) for c in analysis.costs.nodes),
+        strict=True)}
 
 
 @pytest.mark.parametrize("name", ANALYSES)
@@ -253,5 +235,5 @@ def test_ort_order_is_the_reverse_dfs_with_sorted_producers(
         name: str, request: pytest.FixtureRequest) -> None:
     analysis: Analysis = request.getfixturevalue(name)
     order = ort_execution_order(analysis.graph)
-    assert order == _plain_order(analysis.graph)
+    assert order == plain_order(analysis.graph)
     assert len(order) == len(analysis.graph.nodes)

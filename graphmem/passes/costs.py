@@ -60,7 +60,7 @@ def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport
 
 
 def _graph_costs(graph: Graph, dims: Mapping[str, int]) -> CostReport:
-    shared: dict[Hashable, NodeCost] = {}
+    shared = _Shared()
     nodes = tuple(_shared_node_cost(node, dims, shared) for node in graph.nodes)
     unsupported = Counter(qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
     return CostReport(
@@ -86,44 +86,62 @@ def qualified_op(cost: NodeCost) -> str:
     return f"{cost.domain}.{cost.op_type}"
 
 
-def _shared_node_cost(node: Node, dims: Mapping[str, int],
-                      shared: dict[Hashable, NodeCost]) -> NodeCost:
+class _Shared:
+    """The costs made so far by signature, and a number for each shape: a decoder's values
+    hold a few dozen distinct shapes in thousands of tuples, and a signature of numbers
+    hashes without calling each dim's `__hash__` (the numbers stand for equal shapes only
+    within one pass, whose values keep every tuple alive)."""
+
+    def __init__(self) -> None:
+        self.costs: dict[Hashable, NodeCost] = {}
+        self.shape_numbers: dict[Hashable, int] = {}  # a shape -> its number
+        self.tuple_numbers: dict[int, int] = {}  # id of a shape tuple -> its shape's number
+
+    def shape(self, shape: tuple[SymInt | None, ...] | None) -> int:
+        number = self.tuple_numbers.get(id(shape))
+        if number is None:
+            numbers = self.shape_numbers
+            number = self.tuple_numbers[id(shape)] = numbers.setdefault(shape, len(numbers))
+        return number
+
+
+def _shared_node_cost(node: Node, dims: Mapping[str, int], shared: _Shared) -> NodeCost:
     """`_node_cost`, computed once per signature (a decoder repeats a few hundred node kinds
     over its layers): nodes of one signature differ in name and module path alone."""
-    key = _signature(node)
+    key = _signature(node, shared)
     if key is None:
         return _node_cost(node, dims)
-    cost = shared.get(key)
+    try:
+        cost = shared.costs.get(key)
+    except TypeError:  # an attribute of an unhashable kind: costed on its own
+        return _node_cost(node, dims)
     if cost is None:
         cost = _node_cost(node, dims)
         if cost.status is not CostStatus.OK:
             return cost  # an unknown shape's note names its node
-        shared[key] = cost
+        shared.costs[key] = cost
     return NodeCost(node.name, cost.op_type, cost.domain, node.module_path, cost.output_shapes,
                     cost.macs, cost.flops, cost.bytes_read, cost.bytes_written,
                     cost.param_count, cost.status, cost.note)
 
 
-def _signature(node: Node) -> Hashable | None:
+def _signature(node: Node, shared: _Shared) -> Hashable | None:
     """What a standard op's cost reads: its op, attributes, and each tensor's shape, dtype,
     role, whether it is a view and which inputs are the same tensor (bytes count it once).
     None where the cost may read more: other domains (a training op follows the graph), a
-    backward node (its forward), imported costs, bodies."""
+    backward node (its forward), imported costs, bodies. Dtypes and roles by identity (enum
+    members are singletons), shapes by number (`_Shared.shape`)."""
     if (node.domain not in _STANDARD_DOMAINS or node.origin is not None or node.needs_grad
             or node.subgraph_node_count or node.imported_cost is not None
             or isinstance(node, ControlFlowNode)):
         return None
     first: dict[int, int] = {}
-    inputs = tuple(None if v is None else (v.shape, v.dtype, v.role, v.alias_of is None,
-                                           first.setdefault(id(v), index))
+    shape = shared.shape
+    inputs = tuple(None if v is None else (shape(v.shape), id(v.dtype), id(v.role),
+                                           v.alias_of is None, first.setdefault(id(v), index))
                    for index, v in enumerate(node.inputs))
-    outputs = tuple((v.shape, v.dtype, v.alias_of is None) for v in node.outputs)
-    key = (node.op_type, tuple(node.attributes.items()), inputs, outputs)
-    try:
-        hash(key)
-    except TypeError:  # an attribute of an unhashable kind: costed on its own
-        return None
-    return key
+    outputs = tuple((shape(v.shape), id(v.dtype), v.alias_of is None) for v in node.outputs)
+    return node.op_type, tuple(node.attributes.items()), inputs, outputs
 
 
 _STANDARD_DOMAINS = ("", "ai.onnx")

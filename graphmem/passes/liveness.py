@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt, sum_sizes, symint_max
@@ -31,7 +32,14 @@ from graphmem.passes.memory_model import (
     find_buffers,
     sweep_buffers,
 )
-from graphmem.passes.role_timeline import PhaseSpan, RoleTimeline, phase_spans, timeline_of
+from graphmem.passes.role_timeline import (
+    PhaseSpan,
+    RoleNumbers,
+    RoleTimeline,
+    phase_spans,
+    timeline_numbers,
+    timeline_of,
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,13 @@ class LivenessResult:
         if self.sweep is None:
             raise ValueError("this liveness result was built without its sweep")
         return timeline_of(self.sweep)
+
+    @cached_property
+    def role_numbers(self) -> RoleNumbers | None:
+        """`role_timeline` in integers where every size is one (a bound graph), else None."""
+        if self.sweep is None:
+            raise ValueError("this liveness result was built without its sweep")
+        return timeline_numbers(self.sweep)
 
 
 def analyze_liveness(
@@ -121,14 +136,19 @@ def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
     touches, sizes = buffers.touches, sweep.buffer_sizes
+    if resident_bytes.is_constant and all(size.is_constant for size in sizes):
+        # a bound graph: the working sets as numbers, the first largest (as `_choose_peak`)
+        numbers = [size.constant_term for size in sizes]  # exact: a 4-bit tensor's halves
+        totals = [sum(map(numbers.__getitem__, touches[node])) for node in sweep.events.order]
+        step = totals.index(max(totals))
+        return resident_bytes + SymInt.const(totals[step]), step
     working_sets = [resident_bytes + sum_sizes(map(sizes.__getitem__, touches[node]))
                     for node in sweep.events.order]
     step, _ = _choose_peak(working_sets)
     return working_sets[step], step
 
 
-@dataclass(frozen=True)
-class _Live:
+class _Live(NamedTuple):
     """A tensor live at the peak: its storage, size and the node that keeps it."""
 
     value: Value
@@ -160,18 +180,13 @@ def _by_role(live: list[_Live]) -> dict[Role, SymInt]:
 
 def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTensor, ...]:
     probe = {name: PROBE_DIM_VALUE for t in live for name in t.nbytes.free_symbols()}
-    tensors = [
-        LiveTensor(
-            name=t.value.name,
-            nbytes=t.nbytes,
-            role=t.value.role,
-            dtype=t.value.dtype.label,
-            shape=t.value.shape_text(dims),
-            producer=t.value.producer.name if t.value.producer else None,
-            last_consumer=t.keeper.name if t.keeper is not None else None,
-        )
-        for t in live
-    ]
+    tensors = []
+    for value, nbytes, keeper in live:  # positional: 10^5 graph inputs are live at once
+        producer = value.producer
+        tensors.append(LiveTensor(value.name, nbytes, value.role, value.dtype.label,
+                                  value.shape_text(dims),
+                                  producer.name if producer is not None else None,
+                                  keeper.name if keeper is not None else None))
     return tuple(sorted(tensors, key=lambda t: (-_at_probe(t.nbytes, probe), t.name)))
 
 

@@ -94,7 +94,8 @@ def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
                 made.append(len(producer))
                 producer.append(i)
         allocates.append(tuple(made))
-    uses, touches = _uses(nodes, buffer_of, aliases)
+    plain = None if aliases else _plain_touches(nodes, buffer_of)
+    uses, touches = (plain, plain) if plain is not None else _uses(nodes, buffer_of, aliases)
     pinned = [False] * len(producer)
     for value in graph.outputs:
         buffer = buffer_of.get(storage_of(value, aliases))
@@ -128,6 +129,28 @@ def _uses(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int],
                 uses[holder][buffer] = None
         touches.append(tuple(touched))
     return tuple(tuple(u) for u in uses), tuple(touches)
+
+
+def _plain_touches(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int]
+                   ) -> IndexLists | None:
+    """node -> buffers it reads or writes, where no value it touches is a view or held past
+    its last use: then what a node keeps alive is what it touches (`_uses` gives both the
+    same). None where some value is (a traced PyTorch graph): `_uses` follows them."""
+    get = buffer_of.get
+    touches = []
+    for node in nodes:
+        touched: dict[int, None] = {}
+        for group in (node.inputs, node.outputs):
+            for value in group:
+                if value is None:
+                    continue
+                if value.alias_of is not None or value.held_until is not None:
+                    return None
+                buffer = get(value)
+                if buffer is not None:
+                    touched[buffer] = None
+        touches.append(tuple(touched))
+    return tuple(touches)
 
 
 def _base(value: Value, aliases: Aliases | None) -> Value | None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import TypeVar
 
 from graphmem.core.ir import Graph, Node, Phase, Role
 from graphmem.core.symbolic import SymInt
 from graphmem.passes.memory_model import MemorySweep, find_buffers, sweep_buffers
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,40 @@ def timeline_of(sweep: MemorySweep) -> RoleTimeline:
                         bytes_per_step=_columns(steps, shown))
 
 
-def _columns(rows: list[tuple[SymInt, ...]], shown: list[int]) -> tuple[tuple[SymInt, ...], ...]:
+def timeline_numbers(sweep: MemorySweep) -> RoleNumbers | None:
+    """`timeline_of(sweep)` as integers, swept as integers, where every size is an integer
+    (a bound graph; None otherwise): the chart draws numbers, and 10^5 steps of roles made
+    SymInts only to be turned back into numbers."""
+    sizes = (*sweep.resident_sizes, *sweep.buffer_sizes)
+    if not all(type(size.constant_term) is int and size.is_constant for size in sizes):
+        return None
+    group = {role: index for index, role in enumerate(STACK_ORDER)}
+    live = [0] * len(STACK_ORDER)
+    for value, size in zip(sweep.residents, sweep.resident_sizes, strict=True):
+        live[group[value.role]] += int(size)
+    groups = [group[v.role] for v in sweep.storages]
+    numbers = [int(size) for size in sweep.buffer_sizes]
+    allocates, events = sweep.allocates, sweep.events
+    rows: list[tuple[int, ...]] = []
+    for node, freed in zip(events.order, events.frees, strict=True):
+        for buffer in allocates[node]:
+            live[groups[buffer]] += numbers[buffer]
+        rows.append(tuple(live))
+        for buffer in freed:
+            live[groups[buffer]] -= numbers[buffer]
+    shown = [i for i in range(len(STACK_ORDER)) if any(map(itemgetter(i), rows))]
+    return RoleNumbers(tuple(STACK_ORDER[i] for i in shown), _columns(rows, shown))
+
+
+@dataclass(frozen=True)
+class RoleNumbers:
+    """A bound graph's role timeline in bytes (`timeline_numbers`)."""
+
+    roles: tuple[Role, ...]
+    bytes_per_step: tuple[tuple[int, ...], ...]  # [step][index in roles]
+
+
+def _columns(rows: Sequence[tuple[T, ...]], shown: list[int]) -> tuple[tuple[T, ...], ...]:
     """The `shown` columns of each row (itemgetter: no generator per row of 10^5 steps)."""
     if len(shown) < 2:
         return tuple(tuple(row[i] for i in shown) for row in rows)

@@ -35,6 +35,9 @@ session runs (ORT_ENABLE_ALL by default) graphmem/frontends/onnx/ort_optimized.p
 for the optimized graph (saved with `optimized_model_filepath`), whose node list is the order
 the optimized session runs; contrib kernels that write in place are in ort_kernels.py.
 
+The order and the plan are walked over value numbers in ort_plan.py (made once per graph and
+plan shapes, graph_cache.py); this module sizes the plan's buffers and replays them.
+
 Not modelled: the memory pattern of later runs with the same shapes (one pre-planned block), and
 the parallel executor.
 """
@@ -45,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.ort_view import PlanShape
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
@@ -53,15 +56,14 @@ from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaExtend, ArenaFailure, replay
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
-    ALIAS_OPS,
-    CONTRIB_INPLACE_INPUT,
-    INPLACE_OPS,
     KernelScratch,
     arena_weights_bytes,
     creation_peak_note,
     kernel_scratch,
     session_creation_peak_bytes,
 )
+from graphmem.runtime_models.ort_plan import make_layout as _make_layout
+from graphmem.runtime_models.ort_plan import ort_execution_order as ort_execution_order
 
 
 class OrtBuffer(NamedTuple):
@@ -85,7 +87,7 @@ class OrtPlan:
     alias_count: int  # outputs that are views of their input (Alias)
     reused_count: int  # outputs placed in a freed buffer of the same shape
     # per buffer owner, the steps a tensor in it is still to be read (shared: read-only)
-    live_spans: dict[str, list[tuple[int, int]]] | None = None
+    live_spans: dict[str, list[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
@@ -100,172 +102,7 @@ class OrtTimeline:
     failure: ArenaFailure | None = None  # bounded by a device: the allocation it could not back
 
 
-# ----- order ----------------------------------------------------------------------------------
-
-
-def ort_execution_order(graph: Graph) -> list[Node]:
-    """onnxruntime's default order: post-order of a reverse DFS from the leaf nodes."""
-    nodes = graph.nodes
-    index = {id(node): i for i, node in enumerate(nodes)}
-    stack: list[tuple[Node, bool]] = [(n, False) for n in nodes if _is_leaf(n)]
-    visited: set[int] = set()
-    order: list[Node] = []
-    while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            order.append(node)
-            continue
-        if id(node) in visited:
-            continue
-        visited.add(id(node))
-        stack.append((node, True))
-        # pushed in ascending index: the highest index is popped, so visited, first
-        for position in sorted({index[id(value.producer)] for value in node.inputs
-                                if value is not None and value.producer is not None}):
-            producer = nodes[position]
-            if id(producer) not in visited:
-                stack.append((producer, False))
-    return order
-
-
-def _is_leaf(node: Node) -> bool:
-    return not any(value.consumers for value in node.outputs)
-
-
 # ----- plan -----------------------------------------------------------------------------------
-
-
-def plan_shape_from_ir(value: Value) -> PlanShape | None:
-    """Fallback when the file's own shapes are not at hand: graphmem's shape, where a dim is a
-    number or a bare dim name; any other formula counts as a dim onnxruntime cannot name."""
-    if value.shape is None:
-        return None
-    return tuple(_plan_dim(d) for d in value.shape)
-
-
-def _plan_dim(dim: SymInt | None) -> int | str | None:
-    if dim is None:
-        return None
-    if dim.is_constant:
-        return int(dim)
-    terms = dim.terms()
-    if len(terms) == 1:
-        ((monomial, coefficient),) = terms.items()
-        if coefficient == 1 and len(monomial) == 1 and monomial[0][1] == 1:
-            return str(monomial[0][0])
-    return None
-
-
-class _Planner:
-    """onnxruntime's single-stream reuse plan, replayed on graphmem's IR."""
-
-    def __init__(self, graph: Graph, order: Sequence[Node],
-                 plan_shapes: Mapping[str, PlanShape | None]) -> None:
-        self.graph = graph
-        self.order = order
-        self.shapes = plan_shapes
-        self.outputs = {id(v) for v in graph.outputs}
-        self.owner: dict[int, Value] = {}  # id(value) -> the value whose buffer it uses
-        self.use_count: dict[int, int] = {}
-        # the free list, by (element bits, shape): FindReusableTensor takes the most recently
-        # freed buffer whose shape equals the output's; a shape with an unnamed dim equals none
-        self.free: dict[tuple[int, PlanShape], list[Value]] = {}
-        self.counts = {"inplace": 0, "alias": 0, "reused": 0}
-        self._count_uses()
-
-    def _count_uses(self) -> None:
-        # ComputeReuseCount: +1 per consumer input slot, +1 for being defined, +1 for a graph
-        # input, initializer or graph output (so those are never freed or written over).
-        for value in self.graph.values.values():
-            resident = value.producer is None
-            self.use_count[id(value)] = 1 if resident or id(value) in self.outputs else 0
-            self.owner[id(value)] = value
-        for node in self.order:
-            for value in node.present_inputs:
-                self.use_count[id(value)] += 1
-            for value in node.outputs:
-                self.use_count[id(value)] += 1
-
-    def run(self) -> None:
-        for node in self.order:
-            for position, value in enumerate(node.outputs):
-                self._place(node, position, value)
-            for value in [*node.present_inputs, *node.outputs]:
-                self._release(value)
-
-    def _place(self, node: Node, position: int, value: Value) -> None:
-        if id(value) in self.outputs:
-            return  # kAllocateOutput: its own buffer
-        source = self._reusable_input(node, position, value)
-        if source is not None:
-            self._reuse(source, value)
-            return
-        freed = self._reusable_free_buffer(value)
-        if freed is not None:
-            self.counts["reused"] += 1
-            self._reuse(freed, value)
-
-    def _reusable_input(self, node: Node, position: int, value: Value) -> Value | None:
-        if position != 0 or not node.inputs:
-            return None
-        contrib = CONTRIB_INPLACE_INPUT.get((node.domain, node.op_type))
-        if contrib is not None:
-            return self._inplace_source(node.input(contrib), value)
-        if node.domain not in ("", "ai.onnx"):
-            return None
-        source = node.inputs[0]
-        if source is None:
-            return None
-        if node.op_type in ALIAS_OPS:
-            self.counts["alias"] += 1
-            return source
-        if node.op_type in INPLACE_OPS:
-            return self._inplace_source(source, value)
-        return None
-
-    def _inplace_source(self, source: Value | None, value: Value) -> Value | None:
-        """MayInplace: the input's buffer, when this is its last use and the sizes match."""
-        if source is None:
-            return None
-        owner = self.owner[id(source)]
-        if self.use_count[id(owner)] == 1 and self._same_size(source, value):
-            self.counts["inplace"] += 1
-            return source
-        return None
-
-    def _reusable_free_buffer(self, value: Value) -> Value | None:
-        key = self._free_key(value)
-        if key is None or not key[1]:  # unknown, or a scalar: FindReusableTensor skips both
-            return None
-        stack = self.free.get(key)
-        return stack.pop() if stack else None
-
-    def _free_key(self, value: Value) -> tuple[int, PlanShape] | None:
-        shape = self.shapes.get(value.name)
-        if shape is None or None in shape or not value.dtype.has_known_size:
-            return None
-        return value.dtype.bits, shape
-
-    def _reuse(self, source: Value, value: Value) -> None:
-        owner = self.owner[id(source)]
-        self.owner[id(value)] = owner
-        self.use_count[id(owner)] += self.use_count[id(value)]
-
-    def _release(self, value: Value) -> None:
-        owner = self.owner[id(value)]
-        self.use_count[id(owner)] -= 1
-        if self.use_count[id(owner)] == 0:
-            key = self._free_key(owner)
-            if key is not None:
-                self.free.setdefault(key, []).append(owner)
-
-    def _same_size(self, left: Value, right: Value) -> bool:
-        a, b = self.shapes.get(left.name), self.shapes.get(right.name)
-        if a is None or b is None or len(a) != len(b):
-            return False
-        if left.dtype.bits != right.dtype.bits or not left.dtype.has_known_size:
-            return False
-        return all(x is not None and x == y for x, y in zip(a, b, strict=True))
 
 
 def plan_ort_buffers(graph: Graph, sizes: Mapping[str, SymInt | None],
@@ -280,58 +117,8 @@ def plan_ort_buffers(graph: Graph, sizes: Mapping[str, SymInt | None],
                    live_spans=layout.live_spans)
 
 
-@dataclass(frozen=True)
-class _PlanLayout:
-    """The part of a plan the bound dims do not change (onnxruntime plans by its own shapes):
-    made once per graph and plan shapes, so a max-batch search re-sizes, never re-plans."""
-
-    order: tuple[Node, ...]
-    buffers: tuple[tuple[Value, int, int, str], ...]  # owner, first step, last step, kind
-    storage: dict[str, str]
-    counts: tuple[int, int, int]  # in place, alias, reused
-    live_spans: dict[str, list[tuple[int, int]]]
-
-
-def _make_layout(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
-                 order: Sequence[Node] | None) -> _PlanLayout:
-    order = tuple(order) if order is not None else tuple(ort_execution_order(graph))
-    if plan_shapes is None:
-        plan_shapes = {name: plan_shape_from_ir(v) for name, v in graph.values.items()}
-    planner = _Planner(graph, order, plan_shapes)
-    planner.run()
-    storage = {v.name: planner.owner[id(v)].name for v in graph.values.values()}
-    counts = planner.counts
-    return _PlanLayout(order, _buffer_steps(order, planner.owner, planner.outputs), storage,
-                       (counts["inplace"], counts["alias"], counts["reused"]),
-                       _live_spans(order, storage))
-
-
 def _size_bytes(size: SymInt | None) -> int:
     return int(size) if size is not None and size.is_constant else 0
-
-
-def _buffer_steps(order: Sequence[Node], owner: Mapping[int, Value], outputs: set[int]
-                  ) -> tuple[tuple[Value, int, int, str], ...]:
-    """Each buffer from its first tensor's step to the last read of any tensor placed in it;
-    a graph output, or a buffer nothing reads, is held to the end of the run."""
-    step_of = {id(node): step for step, node in enumerate(order)}
-    end = len(order) - 1
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for step, node in enumerate(order):
-        for value in node.outputs:
-            first.setdefault(id(owner[id(value)]), step)
-        for value in node.present_inputs:
-            last[id(owner[id(value)])] = step  # steps ascend: the latest read is the last
-    buffers = []
-    for key, step in first.items():
-        buffer = owner.get(key)
-        if buffer is None or buffer.producer is None or id(buffer.producer) not in step_of:
-            continue
-        held_to_end = key in outputs or key not in last
-        buffers.append((buffer, step, end if held_to_end else last[key],
-                        "output" if key in outputs else "planned"))
-    return tuple(buffers)
 
 
 # ----- timeline -------------------------------------------------------------------------------
@@ -437,22 +224,7 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
 def buffer_live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
     """Per buffer owner: the steps during which some tensor placed in it is still to be read
     (the rest of the buffer's life is held for a later tensor of the same shape)."""
-    if plan.live_spans is not None:
-        return plan.live_spans
-    return _live_spans(plan.order, plan.storage)
-
-
-def _live_spans(order: Sequence[Node], storage: Mapping[str, str]
-                ) -> dict[str, list[tuple[int, int]]]:
-    step_of = {id(node): step for step, node in enumerate(order)}
-    end = len(order) - 1
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for start, node in enumerate(order):
-        for value in node.outputs:
-            reads = [step_of[id(n)] for n in value.consumers if id(n) in step_of]
-            last = end if value.role is Role.OUTPUT else max(reads, default=start)
-            spans.setdefault(storage[value.name], []).append((start, last))
-    return spans
+    return plan.live_spans
 
 
 def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt | None],

@@ -39,8 +39,16 @@ DATA_FIELDS = ("step", "name", "op", "module", "phase", "shapes", "params", "mac
 
 
 def op_names(costs: CostReport) -> dict[str, str]:
-    """Node name -> the op as shown: `Conv`, or `com.microsoft.FusedGemm` outside ai.onnx."""
-    return {cost.name: printable(qualified_op(cost)) for cost in costs.nodes}
+    """Node name -> the op as shown: `Conv`, or `com.microsoft.FusedGemm` outside ai.onnx
+    (each op's text made once: 10^5 nodes are a handful of ops)."""
+    shown: dict[tuple[str, str], str] = {}
+    names: dict[str, str] = {}
+    for cost in costs.nodes:
+        op = shown.get((cost.domain, cost.op_type))
+        if op is None:
+            op = shown[(cost.domain, cost.op_type)] = printable(qualified_op(cost))
+        names[cost.name] = op
+    return names
 
 
 @dataclass(frozen=True)
@@ -134,8 +142,9 @@ def node_data(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "",
               shared: _SharedFields | None = None) -> list[Any]:
     """`node_row(...).data()`, without the row: the script's fields of one node; `shared`
     keeps the fields nodes of one kind repeat (a decoder's layers), made once each."""
-    kind = (shared or _SharedFields()).of(cost)
-    return [step, printable(cost.name), kind[0], printable(cost.module_path), phase, kind[1],
+    shared = shared or _SharedFields()
+    kind = shared.of(cost)
+    return [step, printable(cost.name), kind[0], shared.module(cost.module_path), phase, kind[1],
             cost.param_count, *kind[2:8],
             time.est_time_s if time else None, format_time(time.est_time_s) if time else "",
             time.bound if time else "", kind[8], kind[9]]
@@ -143,10 +152,18 @@ def node_data(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "",
 
 class _SharedFields:
     """The fields of a node row that depend on its op, shapes and costs alone (the op and
-    shapes as shown, each quantity's number and text, the status and note), per kind."""
+    shapes as shown, each quantity's number and text, the status and note), per kind; and
+    each module path as shown."""
 
     def __init__(self) -> None:
         self.kinds: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.modules: dict[str, str] = {}  # a module path -> as shown
+
+    def module(self, path: str) -> str:
+        shown = self.modules.get(path)
+        if shown is None:
+            shown = self.modules[path] = printable(path)
+        return shown
 
     def of(self, cost: NodeCost) -> tuple[Any, ...]:
         key = (cost.op_type, cost.domain, cost.output_shapes, cost.status, cost.note,

@@ -173,9 +173,13 @@ def role_steps_and_phases(
     """Live bytes per step by role (at the probe value), and the (phase, first step, last
     step) spans of a training step: views the liveness result carries."""
     live = analysis.liveness
-    by_role = live.role_timeline
-    steps = RoleSteps(tuple(ROLE_KEYS[r] for r in by_role.roles),
-                      tuple(tuple(map(_probe, step)) for step in by_role.bytes_per_step))
+    numbers = live.role_numbers  # a bound graph: already numbers
+    if numbers is not None:
+        steps = RoleSteps(tuple(ROLE_KEYS[r] for r in numbers.roles), numbers.bytes_per_step)
+    else:
+        by_role = live.role_timeline
+        steps = RoleSteps(tuple(ROLE_KEYS[r] for r in by_role.roles),
+                          tuple(tuple(map(_probe, step)) for step in by_role.bytes_per_step))
     return steps, tuple((str(s.phase), s.first_step, s.last_step) for s in live.phases)
 
 

@@ -170,11 +170,17 @@ def _live(tensor: LiveTensor) -> dict[str, Any]:
 
 def _node(cost: NodeCost, time: NodeTime | None) -> dict[str, Any]:
     """A node's row; the roofline's time and bound are null without a roofline."""
+    return {"name": cost.name, **_op_fields(cost), "module": cost.module_path,
+            **_kind_fields(cost), **_time_fields(time)}
+
+
+def _op_fields(cost: NodeCost) -> dict[str, Any]:
+    return {"op": cost.op_type, "domain": cost.domain}
+
+
+def _kind_fields(cost: NodeCost) -> dict[str, Any]:
+    """The fields nodes of one kind share (a decoder's layers repeat a few hundred kinds)."""
     return {
-        "name": cost.name,
-        "op": cost.op_type,
-        "domain": cost.domain,
-        "module": cost.module_path,
         "output_shapes": list(cost.output_shapes),
         "macs": quantity(cost.macs) if cost.status is CostStatus.OK else None,
         "flops": quantity(cost.flops) if cost.status is CostStatus.OK else None,
@@ -183,6 +189,11 @@ def _node(cost: NodeCost, time: NodeTime | None) -> dict[str, Any]:
         "params": cost.param_count,
         "status": cost.status.value,
         "note": cost.note,
+    }
+
+
+def _time_fields(time: NodeTime | None) -> dict[str, Any]:
+    return {
         "est_time_s": time.est_time_s if time else None,
         "bound": time.bound if time else None,
         "intensity_flops_per_byte": time.intensity_flops_per_byte if time else None,
@@ -232,6 +243,28 @@ class _NodeRows:
         times = self.roofline.nodes if self.roofline is not None else None
         for index, cost in enumerate(self.costs):
             yield _node(cost, None if times is None else times[index])
+
+    def texts(self) -> Iterator[str]:
+        """Each row as the C encoder writes `_node`'s dict, from its pieces: the op's and the
+        kind's fields encoded once per kind, the name and module (strings, escaped by the
+        encoder's own function) and the times per node."""
+        times = self.roofline.nodes if self.roofline is not None else None
+        ops: dict[tuple[str, str], str] = {}
+        kinds: dict[tuple[Any, ...], str] = {}
+        no_time = _ITEM(_time_fields(None))[1:-1]
+        text = json.encoder.encode_basestring_ascii
+        for index, cost in enumerate(self.costs):
+            op = ops.get((cost.op_type, cost.domain))
+            if op is None:
+                op = ops[(cost.op_type, cost.domain)] = _ITEM(_op_fields(cost))[1:-1]
+            key = (cost.output_shapes, cost.status, cost.macs, cost.flops, cost.bytes_read,
+                   cost.bytes_written, cost.param_count, cost.note)
+            kind = kinds.get(key)
+            if kind is None:
+                kind = kinds[key] = _ITEM(_kind_fields(cost))[1:-1]
+            time = no_time if times is None else _ITEM(_time_fields(times[index]))[1:-1]
+            yield ('{"name": ' + text(cost.name) + ", " + op + ', "module": '
+                   + text(cost.module_path) + ", " + kind + ", " + time + "}")
 
 
 def to_json_text(analysis: Analysis) -> str:
@@ -286,7 +319,17 @@ def _chunks(value: Any, depth: int) -> Iterator[str]:
             yield ("," if index else "") + pad + json.dumps(str(key)) + ": "
             yield from _chunks(item, depth + 1)
         yield "\n" + "  " * depth + "}"
-    elif isinstance(value, list | tuple | _NodeRows) and depth < PRETTY_DEPTH + 1:
+    elif isinstance(value, _NodeRows) and depth < PRETTY_DEPTH + 1:
+        rows = value.texts()
+        head = next(rows, None)
+        if head is None:
+            yield "[]"
+            return
+        yield "[" + pad + head
+        for row in rows:
+            yield "," + pad + row
+        yield "\n" + "  " * depth + "]"
+    elif isinstance(value, list | tuple) and depth < PRETTY_DEPTH + 1:
         items = iter(value)
         first = next(items, _EMPTY)
         if first is _EMPTY:

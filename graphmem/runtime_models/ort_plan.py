@@ -1,0 +1,240 @@
+"""onnxruntime's execution order and single-stream reuse plan, replayed over integers.
+
+The rules are ort_cpu.py's (its docstring gives them with their sources in onnxruntime): the
+order is `GraphViewer`'s reverse depth-first walk, the plan `ComputeSingleStreamReusePlan`
+(alias, MayInplace on a last use of the same size, else the most recently freed buffer of the
+same shape), the release `GenerateDeallocationPlan`'s. This module only holds the walk: every
+value of the graph is numbered once (`_Steps`), and the planner, the buffers' steps and their
+live spans run over lists of those numbers instead of looking each value up by its identity.
+A 10^5-node graph makes about a million such look-ups; the plan is the same buffer for buffer
+(tests/test_ort_plan.py checks it against the plain planner on random graphs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.core.ort_view import PlanShape
+from graphmem.core.symbolic import SymInt
+from graphmem.runtime_models.ort_kernels import ALIAS_OPS, CONTRIB_INPLACE_INPUT, INPLACE_OPS
+
+_NONE, _ALIAS, _INPLACE = 0, 1, 2  # what a node's first output may take from an input
+
+
+def ort_execution_order(graph: Graph) -> list[Node]:
+    """onnxruntime's default order: post-order of a reverse DFS from the leaf nodes."""
+    nodes = graph.nodes
+    index = {id(node): i for i, node in enumerate(nodes)}
+    # a node index to visit, or its complement (~i < 0) to emit it once its inputs are done
+    stack = [i for i, node in enumerate(nodes) if not any(v.consumers for v in node.outputs)]
+    visited = bytearray(len(nodes))
+    order: list[Node] = []
+    while stack:
+        item = stack.pop()
+        if item < 0:
+            order.append(nodes[~item])
+            continue
+        if visited[item]:
+            continue
+        visited[item] = 1
+        stack.append(~item)
+        # pushed in ascending index: the highest index is popped, so visited, first
+        for position in sorted({index[id(value.producer)] for value in nodes[item].inputs
+                                if value is not None and value.producer is not None}):
+            if not visited[position]:
+                stack.append(position)
+    return order
+
+
+def plan_shape_from_ir(value: Value) -> PlanShape | None:
+    """Fallback when the file's own shapes are not at hand: graphmem's shape, where a dim is a
+    number or a bare dim name; any other formula counts as a dim onnxruntime cannot name."""
+    if value.shape is None:
+        return None
+    return tuple(_plan_dim(d) for d in value.shape)
+
+
+def _plan_dim(dim: SymInt | None) -> int | str | None:
+    if dim is None:
+        return None
+    if dim.is_constant:
+        return int(dim)
+    terms = dim.terms()
+    if len(terms) == 1:
+        ((monomial, coefficient),) = terms.items()
+        if coefficient == 1 and len(monomial) == 1 and monomial[0][1] == 1:
+            return str(monomial[0][0])
+    return None
+
+
+@dataclass(frozen=True)
+class PlanLayout:
+    """The part of a plan the bound dims do not change (onnxruntime plans by its own shapes):
+    made once per graph and plan shapes, so a max-batch search re-sizes, never re-plans."""
+
+    order: tuple[Node, ...]
+    buffers: tuple[tuple[Value, int, int, str], ...]  # owner, first step, last step, kind
+    storage: dict[str, str]
+    counts: tuple[int, int, int]  # in place, alias, reused
+    live_spans: dict[str, list[tuple[int, int]]]
+
+
+def make_layout(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
+                order: Sequence[Node] | None) -> PlanLayout:
+    order = tuple(order) if order is not None else tuple(ort_execution_order(graph))
+    if plan_shapes is None:
+        plan_shapes = {name: plan_shape_from_ir(v) for name, v in graph.values.items()}
+    steps = _Steps(graph, order, plan_shapes)
+    owner, counts = _plan(steps)
+    values = steps.values
+    storage = {v.name: values[owner[i]].name for i, v in enumerate(values)}
+    return PlanLayout(order, _buffer_steps(steps, owner), storage, counts,
+                      _live_spans(steps, storage))
+
+
+class _Steps:
+    """The graph as numbers: values by their place in `graph.values`, each step's inputs
+    (present ones, repeats kept) and outputs, each value's free-list key."""
+
+    def __init__(self, graph: Graph, order: Sequence[Node],
+                 shapes: Mapping[str, PlanShape | None]) -> None:
+        values = self.values = list(graph.values.values())
+        number = {id(v): i for i, v in enumerate(values)}
+        self.inputs = [[number[id(v)] for v in node.inputs if v is not None] for node in order]
+        self.outputs = [[number[id(v)] for v in node.outputs] for node in order]
+        self.graph_outputs = {number[id(v)] for v in graph.outputs if id(v) in number}
+        self.resident = [v.producer is None for v in values]
+        self.source = [_first_output_source(node, number) for node in order]
+        self.key, self.reusable = _shape_keys(values, shapes)
+
+
+def _first_output_source(node: Node, number: Mapping[int, int]) -> tuple[int, int]:
+    """(how, input value number): what the node's first output may take over (_ALIAS: the
+    input's buffer always; _INPLACE: on the input's last use at the same size)."""
+    if not node.inputs:
+        return _NONE, -1
+    contrib = CONTRIB_INPLACE_INPUT.get((node.domain, node.op_type))
+    if contrib is not None:
+        source = node.input(contrib)
+        return (_INPLACE, number[id(source)]) if source is not None else (_NONE, -1)
+    if node.domain not in ("", "ai.onnx") or node.inputs[0] is None:
+        return _NONE, -1
+    if node.op_type in ALIAS_OPS:
+        return _ALIAS, number[id(node.inputs[0])]
+    if node.op_type in INPLACE_OPS:
+        return _INPLACE, number[id(node.inputs[0])]
+    return _NONE, -1
+
+
+def _shape_keys(values: Sequence[Value], shapes: Mapping[str, PlanShape | None]
+                ) -> tuple[list[int], list[bool]]:
+    """Per value, a number for its (element bits, shape), -1 where a dim is unknown or the
+    element size is (a shape with an unnamed dim equals none: `SameSize` and
+    `FindReusableTensor` both refuse it); and whether the free list may hold it (not a
+    scalar: FindReusableTensor skips those). Residents get -1: they are never placed, and
+    never freed (their use count starts at one), so no rule reads their key."""
+    numbers: dict[tuple[int, PlanShape], int] = {}
+    keys = [-1] * len(values)
+    reusable = [False] * len(values)
+    for number, value in enumerate(values):
+        if value.producer is None:
+            continue
+        shape = shapes.get(value.name)
+        bits = value.dtype.bits
+        if shape is None or None in shape or bits <= 0:
+            continue
+        keys[number] = numbers.setdefault((bits, shape), len(numbers))
+        reusable[number] = bool(shape)
+    return keys, reusable
+
+
+def _plan(steps: _Steps) -> tuple[list[int], tuple[int, int, int]]:
+    """Each value's buffer owner (a value number) and the (in place, alias, reused) counts."""
+    count = len(steps.values)
+    owner = list(range(count))
+    # ComputeReuseCount: +1 per consumer input slot, +1 for being defined, +1 for a graph
+    # input, initializer or graph output (so those are never freed or written over)
+    outputs = steps.graph_outputs
+    uses = [1 if resident else 0 for resident in steps.resident]
+    for value in outputs:
+        uses[value] = 1
+    for inputs, made in zip(steps.inputs, steps.outputs, strict=True):
+        for value in inputs:
+            uses[value] += 1
+        for value in made:
+            uses[value] += 1
+    key, reusable = steps.key, steps.reusable
+    free: dict[int, list[int]] = {}  # key -> freed owners, the most recently freed last
+    inplace = alias = reused = 0
+    for inputs, made, (how, source) in zip(steps.inputs, steps.outputs, steps.source,
+                                           strict=True):
+        for position, value in enumerate(made):
+            if value in outputs:
+                continue  # kAllocateOutput: its own buffer
+            taken = -1
+            if position == 0 and how == _ALIAS:
+                alias += 1
+                taken = owner[source]
+            elif position == 0 and how == _INPLACE and uses[owner[source]] == 1 \
+                    and key[source] >= 0 and key[source] == key[value]:
+                inplace += 1
+                taken = owner[source]
+            elif reusable[value] and (stack := free.get(key[value])):
+                reused += 1
+                taken = stack.pop()
+            if taken >= 0:
+                owner[value] = taken
+                uses[taken] += uses[value]
+        for group in (inputs, made):
+            for value in group:
+                held = owner[value]
+                uses[held] -= 1
+                if uses[held] == 0 and reusable[held]:
+                    free.setdefault(key[held], []).append(held)
+    return owner, (inplace, alias, reused)
+
+
+def _buffer_steps(steps: _Steps, owner: Sequence[int]) -> tuple[tuple[Value, int, int, str], ...]:
+    """Each buffer from its first tensor's step to the last read of any tensor placed in it;
+    a graph output, or a buffer nothing reads, is held to the end of the run."""
+    end = len(steps.outputs) - 1
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for step, (inputs, made) in enumerate(zip(steps.inputs, steps.outputs, strict=True)):
+        for value in made:
+            first.setdefault(owner[value], step)
+        for value in inputs:
+            last[owner[value]] = step  # steps ascend: the latest read is the last
+    values, outputs = steps.values, steps.graph_outputs
+    made_here = bytearray(len(values))  # made by a node of the order (not an input, a weight)
+    for made in steps.outputs:
+        for value in made:
+            made_here[value] = 1
+    buffers = []
+    for held, step in first.items():
+        if not made_here[held]:
+            continue  # a view of a graph input or initializer: not the run's to allocate
+        held_to_end = held in outputs or held not in last
+        buffers.append((values[held], step, end if held_to_end else last[held],
+                        "output" if held in outputs else "planned"))
+    return tuple(buffers)
+
+
+def _live_spans(steps: _Steps, storage: Mapping[str, str]) -> dict[str, list[tuple[int, int]]]:
+    """Per buffer owner: the steps during which some tensor placed in it is still to be read."""
+    end = len(steps.outputs) - 1
+    last_read = [-1] * len(steps.values)
+    for step, inputs in enumerate(steps.inputs):
+        for value in inputs:
+            last_read[value] = step
+    values = steps.values
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for start, made in enumerate(steps.outputs):
+        for number in made:
+            tensor = values[number]
+            read = last_read[number]
+            last = end if tensor.role is Role.OUTPUT else (read if read >= 0 else start)
+            spans.setdefault(storage[tensor.name], []).append((start, last))
+    return spans
