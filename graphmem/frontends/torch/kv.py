@@ -67,11 +67,22 @@ def _from_config(config: object) -> tuple[int, int, int, str] | None:
     hidden = getattr(config, "hidden_size", None)
     if not all(_positive(v) for v in (layers, heads, hidden)):
         return None
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or _falcon_kv_heads(config) or heads
     if isinstance(kv_heads, Sequence):  # per layer: the largest stands for the whole
         kv_heads = max(kv_heads)
     head_dim = getattr(config, "head_dim", None) or hidden // heads  # type: ignore[operator]
     return int(layers), int(kv_heads), int(head_dim), "model.config"  # type: ignore[arg-type]
+
+
+def _falcon_kv_heads(config: object) -> int | None:
+    """Falcon's spelling (transformers FalconAttention): `multi_query` caches one KV head
+    unless `new_decoder_architecture` (Falcon-40B's groups), which caches `num_kv_heads`;
+    `num_kv_heads` without `multi_query`. None where the config says neither."""
+    grouped = getattr(config, "num_kv_heads", None)
+    if getattr(config, "multi_query", None) is True and not getattr(
+            config, "new_decoder_architecture", False):
+        return 1
+    return grouped if _positive(grouped) else None
 
 
 def model_layer_groups(model: object) -> tuple[LayerGroup, ...]:
@@ -118,14 +129,22 @@ def _layer_group(config: object, kind: str, kv_heads: int, head_dim: int) -> Lay
 
 
 def _mamba_state_values(config: object, kind: str) -> int:
-    """A Mamba layer's state as vLLM keeps it: the convolution's last d_conv - 1 inputs and
-    the SSM state, each over the expanded channels (expand x hidden_size)."""
+    """A Mamba layer's state as vLLM keeps it (MambaStateShapeCalculator): the convolution's
+    last d_conv - 1 inputs and the SSM state, over the expanded channels (expand x
+    hidden_size). A Mamba-2 layer (`mamba_n_groups`: Bamba, Falcon-H1) convolves each
+    group's B and C projections too: conv channels expanded + 2 x groups x d_state
+    (mamba2_state_shape's conv_dim); its SSM state heads x head_dim x d_state is the
+    expanded channels x d_state again. Falcon-H1 may give the channels (`mamba_d_ssm`)."""
     names = ("mamba_expand", "mamba_d_conv", "mamba_d_state", "hidden_size")
     expand, conv, state, hidden = (getattr(config, name, None) for name in names)
     if not all(_positive(v) for v in (expand, conv, state, hidden)):
         raise GraphmemError(f"a {kind!r} layer: its state needs {', '.join(names)} in the"
                             " config; give the cache with --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
-    return expand * hidden * (conv - 1 + state)  # type: ignore[operator]
+    d_ssm = getattr(config, "mamba_d_ssm", None)
+    channels: int = d_ssm if _positive(d_ssm) else expand * hidden  # type: ignore[assignment,operator]
+    groups = getattr(config, "mamba_n_groups", None)
+    conv_channels = channels + (2 * groups * state if _positive(groups) else 0)  # type: ignore[operator]
+    return conv_channels * (conv - 1) + channels * state  # type: ignore[operator]
 
 
 def _positive(value: object) -> bool:
