@@ -65,3 +65,16 @@ def test_a_mamba_layer_is_one_convolution_input_below_transformers(name: str,
     # channels: 80 x 3 + 64 x 8 = 752 values, 3,008 B (was 704: the groups were missed)
     predicted, measured = both(name)
     assert measured - predicted == conv_channels * 4
+
+
+def test_a_model_of_states_only_is_refused_not_read_as_attention() -> None:
+    # Mamba-2's layer_types are all `linear_attention`: its mixers carry head_dim 8 and
+    # num_heads 8, which the module scan read as 2 full-attention layers (24,576 B at 24
+    # tokens; transformers keeps a 6,656 B state): now one line naming the layers and the fix
+    from graphmem.errors import GraphmemError
+    from graphmem.frontends.torch.kv import detect_kv_shape
+
+    model = built(next(entry for entry in ZOO if entry.name == "mamba2"))
+    with pytest.raises(GraphmemError, match=r"Mamba2ForCausalLM: its layers "
+                                            r"\(linear_attention\) keep a state"):
+        detect_kv_shape(model)

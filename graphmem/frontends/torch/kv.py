@@ -33,9 +33,11 @@ _HEAD_ATTRS = ("n_heads", "n_head", "num_heads", "num_attention_heads")
 
 def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
     """(layers, kv_heads, head_dim, how it was found), or a GraphmemError saying what to give."""
-    from_config = _from_config(text_config(model))
+    config = text_config(model)
+    from_config = _from_config(config)
     if from_config is not None:
         return from_config
+    _refuse_stateful_only(model, config)
     modules = model.modules() if isinstance(model, nn.Module) else ()
     shapes = [shape for module in modules if (shape := _attention_shape(module))]
     if not shapes:
@@ -48,6 +50,19 @@ def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
             f" {sorted(set(shapes))}; give --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
     heads, head_dim = shapes[0]
     return len(shapes), heads, head_dim, f"{len(shapes)} attention modules of the model"
+
+
+def _refuse_stateful_only(model: object, config: object) -> None:
+    """A config whose `layer_types` name no attention (Mamba-2: `linear_attention` only) has
+    no KV cache: its mixers' `head_dim` and `num_heads` are not attention heads, and read as
+    such sized a 2-layer Mamba-2 at 24,576 B where transformers keeps a 6,656 B state."""
+    types = getattr(config, "layer_types", None)
+    if (isinstance(types, Sequence) and not isinstance(types, str) and types
+            and not any(kind in _ATTENTION_TYPES for kind in types)):
+        raise GraphmemError(
+            f"{type(model).__name__}: its layers ({', '.join(sorted(set(map(str, types))))})"
+            " keep a state and no KV cache, which graphmem does not size yet; give a cache"
+            " shape with --kv-cache LAYERS,KV_HEADS,HEAD_DIM to plan one anyway")
 
 
 def text_config(model: object) -> object:
