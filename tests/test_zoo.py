@@ -69,7 +69,7 @@ def test_the_zoo_covers_every_family() -> None:
     families = {entry.family for entry in ZOO}
     assert families == {"decoder", "encoder", "encoder-decoder", "vision", "speech",
                         "multimodal", "moe", "ssm", "cnn"}
-    assert len(ZOO) >= 90
+    assert len(ZOO) >= 80
 
 
 @pytest.mark.parametrize(("name", "train"), cases())
@@ -119,7 +119,7 @@ MOE = [entry.name for entry in ZOO if entry.family == "moe"]
 def test_moe_peak_matches_the_step_routed_as_the_policy_routes(name: str, train: bool) -> None:
     # A real router's choice is data; graphmem assumes balanced routing. Run the real step
     # with every choice made as graphmem's policy makes it (tests/helpers/zoo_routing.py):
-    # what is left is graphmem's mechanism, within 2% (measured 0.00 to -0.01% on all eight,
+    # what is left is graphmem's mechanism, within 2% (measured 0.00 to -0.01% on all seven,
     # inference and training; Mixtral inference 64,672 B both, GPT-OSS training 549,392 B
     # predicted against 549,456 B)
     from tests.helpers.zoo import policy_routed_peak_bytes

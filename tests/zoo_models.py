@@ -271,7 +271,7 @@ FIRST_ROUND: list[ZooModel] = [
 ]
 # The second round: architectures chosen for mechanisms the first did not have (docs/zoo.md)
 SECOND_ROUND: list[ZooModel] = [
-    # mixtures of experts: latent attention, sinks, sparse mixers, fused experts
+    # mixtures of experts: latent attention, sinks, sparse mixers
     ZooModel("deepseek_v3", "moe", text("DeepseekV3Config", "DeepseekV3ForCausalLM",
                                         q_lora_rank=16, **MLA)),
     ZooModel("deepseek_v2", "moe", text("DeepseekV2Config", "DeepseekV2ForCausalLM",
@@ -283,25 +283,12 @@ SECOND_ROUND: list[ZooModel] = [
                                     head_dim=8, num_local_experts=4, sliding_window=8, **MOE)),
     ZooModel("phimoe", "moe", text("PhimoeConfig", "PhimoeForCausalLM", num_key_value_heads=2,
                                    num_local_experts=4, **MOE)),
-    # DBRX's config leaves rope_theta and clip_qkv unset where its attention reads them
-    ZooModel("dbrx", "moe", hf(
-        "DbrxConfig", "DbrxForCausalLM", d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
-        vocab_size=128, attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
-        ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2},
-        attn_implementation="eager", experts_implementation="eager")),
-    # decoders: sliding-window patterns, squared ReLU, multi-query, local attention
+    # decoders: a sliding-window pattern, multi-query
     ZooModel("gemma3", "decoder", text("Gemma3TextConfig", "Gemma3ForCausalLM",
                                        num_key_value_heads=2, head_dim=8, sliding_window=8,
                                        sliding_window_pattern=2)),
-    ZooModel("cohere2", "decoder", text("Cohere2Config", "Cohere2ForCausalLM",
-                                        num_key_value_heads=2, sliding_window=8)),
-    ZooModel("nemotron", "decoder", text("NemotronConfig", "NemotronForCausalLM",
-                                         num_key_value_heads=2)),
     ZooModel("gpt_bigcode", "decoder", text("GPTBigCodeConfig", "GPTBigCodeForCausalLM",
                                             n_inner=64)),
-    ZooModel("gpt_neo", "decoder", text("GPTNeoConfig", "GPTNeoForCausalLM",
-                                        attention_types=[[["global", "local"], 1]],
-                                        window_size=8)),
     # recurrent and hybrid: RG-LRU, Mamba-2 beside attention, short convolutions
     ZooModel("recurrent_gemma", "ssm", text(
         "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", num_key_value_heads=2,
@@ -318,7 +305,7 @@ SECOND_ROUND: list[ZooModel] = [
                                       mamba_n_heads=8, head_dim=8, mamba_d_ssm=64)),
     ZooModel("lfm2", "ssm", text("Lfm2Config", "Lfm2ForCausalLM", num_key_value_heads=2,
                                  layer_types=["conv", "full_attention"])),
-    # encoders: local and global attention, sliding chunks, block-sparse, pooling, two-stream
+    # encoders: local and global attention, sliding chunks, block-sparse, pooling
     ZooModel("modernbert", "encoder", text(
         "ModernBertConfig", "ModernBertForMaskedLM", global_attn_every_n_layers=2,
         local_attention=8, pad_token_id=0, eos_token_id=1, bos_token_id=2, cls_token_id=2,
@@ -331,18 +318,12 @@ SECOND_ROUND: list[ZooModel] = [
     ZooModel("funnel", "encoder", hf("FunnelConfig", "FunnelForMaskedLM", block_sizes=[1, 1],
                                      d_model=32, n_head=4, d_head=8, d_inner=64,
                                      vocab_size=128, num_decoder_layers=1)),
-    ZooModel("xlnet", "encoder", hf("XLNetConfig", "XLNetLMHeadModel", d_model=32, n_layer=2,
-                                    n_head=4, d_inner=64, vocab_size=128)),
-    # encoder-decoders: sliding-window encoders
-    ZooModel("led", "encoder-decoder", seq2seq(
-        "LEDConfig", "LEDForConditionalGeneration", **BART_LIKE,
-        max_encoder_position_embeddings=64, max_decoder_position_embeddings=64,
-        attention_window=4), (IDS, IDS)),
+    # encoder-decoders: transient-global attention
     ZooModel("longt5", "encoder-decoder", seq2seq(
         "LongT5Config", "LongT5ForConditionalGeneration", d_model=32, d_ff=64, num_layers=1,
         num_decoder_layers=1, num_heads=4, d_kv=8, vocab_size=128, local_radius=4,
         encoder_attention_type="transient-global", global_block_size=4), (IDS, IDS)),
-    # vision: masked pretraining, detection tokens, continuous position bias, hybrids
+    # vision: masked pretraining, detection tokens, continuous position bias
     ZooModel("vit_mae", "vision", hf(
         "ViTMAEConfig", "ViTMAEForPreTraining", **VIT_LIKE, decoder_hidden_size=32,
         decoder_num_hidden_layers=1, decoder_num_attention_heads=4,
@@ -354,22 +335,10 @@ SECOND_ROUND: list[ZooModel] = [
         "Swinv2Config", "Swinv2ForImageClassification", image_size=32, patch_size=4,
         embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=4,
         attn_implementation="eager"), (IMAGE,)),
-    ZooModel("levit", "vision", hf(
-        "LevitConfig", "LevitForImageClassification", image_size=32, hidden_sizes=[16, 32, 48],
-        num_attention_heads=[1, 2, 3], depths=[1, 1, 1], key_dim=[8, 8, 8], patch_size=16),
-        (IMAGE,)),
-    # speech: conformer blocks, a speech encoder with a text decoder
+    # speech: conformer blocks
     ZooModel("wav2vec2_conformer", "speech", hf(
         "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerForCTC", **AUDIO_LIKE,
         conv_depthwise_kernel_size=3, position_embeddings_type="relative"), ("2x400",)),
-    ZooModel("speecht5", "speech", seq2seq(
-        "SpeechT5Config", "SpeechT5ForSpeechToText", "input_values", hidden_size=32,
-        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
-        num_conv_pos_embedding_groups=4, mask_time_prob=0.0, encoder_layers=1,
-        decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, encoder_layerdrop=0.0,
-        decoder_layerdrop=0.0, max_speech_positions=64, max_text_positions=64),
-        ("2x400", IDS)),
     # multimodal: latent cross-attention over any input
     ZooModel("perceiver", "multimodal", wrapped(hf(
         "PerceiverConfig", "PerceiverForMaskedLM", num_latents=8, d_latents=32, d_model=32,
@@ -378,8 +347,41 @@ SECOND_ROUND: list[ZooModel] = [
         ("inputs",)), (IDS,)),
 ]
 # Measured once with the second round, every check passing (docs/zoo.md has their rows), and
-# left out of the suite for its time: near kin of rows above. benchmarks/zoo_table.py runs them
+# left out of the suite for its time (DBRX: fused experts, Cohere-2 and GPT-Neo: sliding and
+# local layers, Nemotron: squared ReLU, XLNet: two-stream attention, LED: a Longformer
+# encoder, LeViT, SpeechT5; then near kin of rows above). benchmarks/zoo_table.py runs them
 MEASURED_ONCE: list[ZooModel] = [
+    # DBRX's config leaves rope_theta and clip_qkv unset where its attention reads them
+    ZooModel("dbrx", "moe", hf(
+        "DbrxConfig", "DbrxForCausalLM", d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
+        vocab_size=128, attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2},
+        attn_implementation="eager", experts_implementation="eager")),
+    ZooModel("cohere2", "decoder", text("Cohere2Config", "Cohere2ForCausalLM",
+                                        num_key_value_heads=2, sliding_window=8)),
+    ZooModel("nemotron", "decoder", text("NemotronConfig", "NemotronForCausalLM",
+                                         num_key_value_heads=2)),
+    ZooModel("gpt_neo", "decoder", text("GPTNeoConfig", "GPTNeoForCausalLM",
+                                        attention_types=[[["global", "local"], 1]],
+                                        window_size=8)),
+    ZooModel("xlnet", "encoder", hf("XLNetConfig", "XLNetLMHeadModel", d_model=32, n_layer=2,
+                                    n_head=4, d_inner=64, vocab_size=128)),
+    ZooModel("led", "encoder-decoder", seq2seq(
+        "LEDConfig", "LEDForConditionalGeneration", **BART_LIKE,
+        max_encoder_position_embeddings=64, max_decoder_position_embeddings=64,
+        attention_window=4), (IDS, IDS)),
+    ZooModel("levit", "vision", hf(
+        "LevitConfig", "LevitForImageClassification", image_size=32, hidden_sizes=[16, 32, 48],
+        num_attention_heads=[1, 2, 3], depths=[1, 1, 1], key_dim=[8, 8, 8], patch_size=16),
+        (IMAGE,)),
+    ZooModel("speecht5", "speech", seq2seq(
+        "SpeechT5Config", "SpeechT5ForSpeechToText", "input_values", hidden_size=32,
+        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, mask_time_prob=0.0, encoder_layers=1,
+        decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0, max_speech_positions=64, max_text_positions=64),
+        ("2x400", IDS)),
     ZooModel("olmoe", "moe", text("OlmoeConfig", "OlmoeForCausalLM", num_experts=4, **MOE)),
     ZooModel("cohere", "decoder", text("CohereConfig", "CohereForCausalLM",
                                        num_key_value_heads=2)),
