@@ -102,3 +102,71 @@ def test_weight_norm_costs_its_norm_and_scale() -> None:
 def test_new_empty_strided_makes_bytes() -> None:
     flops = traced_flops(lambda x: x.new_empty_strided((2, 3), (3, 1)), torch.randn(2))
     assert flops["new_empty_strided"] == 0
+
+
+# ----- zoo6: the ops the second round of architectures found unpriced ------------------------
+def test_in_place_scatter_and_unsqueeze_cost_their_out_of_place_forms() -> None:
+    # DeepSeek-V3's group mask (scatter_ of a value), BigBird's block gathers (scatter_ of a
+    # source, unsqueeze_): no rule names them; aten's `inplace` tag leads to scatter (0:
+    # it moves bytes) and unsqueeze (a view: 0). A rule for the in-place form would win.
+    def step(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y.scatter_(1, index, 1.0).unsqueeze_(0)
+        return y
+
+    flops = traced_flops(step, torch.randn(2, 6), torch.zeros(2, 3, dtype=torch.int64))
+    assert flops["scatter_"] == flops["unsqueeze_"] == 0
+
+
+def test_an_in_place_op_with_arithmetic_keeps_its_forms_flops() -> None:
+    # scatter_add_ has its own rule (each source element added: 2 * 3 = 6); the in-place
+    # fallback only answers ops no rule names, so it never replaces a rule
+    def step(x: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return x.clone().scatter_add_(1, index, src)
+
+    flops = traced_flops(step, torch.randn(2, 6), torch.zeros(2, 3, dtype=torch.int64),
+                         torch.randn(2, 3))
+    assert flops["scatter_add_"] == 6
+
+
+def test_random_draws_make_bytes() -> None:
+    # PhiMoE's sparse mixer draws its jitter in training: uniform_, exponential_ (aten's
+    # nondeterministic_seeded tag), no arithmetic counted, as rand and randn
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x).uniform_() + torch.empty_like(x).exponential_()
+
+    flops = traced_flops(step, torch.randn(3, 4))
+    assert flops["uniform_"] == flops["exponential_"] == 0
+    assert flops["add"] == 12
+
+
+def test_any_and_all_compare_each_element() -> None:
+    # Longformer's and LED's padding checks: any / all over [3, 4] bools, 12 compares each
+    flops = traced_flops(lambda x: torch.stack([(x > 0).any(), (x > 0).all()]),
+                         torch.randn(3, 4))
+    assert flops["any"] == flops["all"] == 12
+
+
+def test_glu_is_a_sigmoid_and_a_multiply_per_output() -> None:
+    # glu([3, 8], dim=-1) -> [3, 4]: 12 outputs x (sigmoid 4 + multiply 1) = 60; backward
+    # per gradient element: sigmoid 4 + two multiplies' gradients 2 + sigmoid's backward 3
+    # = 9, 12 x 9 = 108 (the wav2vec2-Conformer's convolution module)
+    flops = traced_flops(gradient_of(lambda x: F.glu(x, dim=-1)), leaf(3, 8))
+    assert flops["glu"] == 60
+    assert flops["glu_backward"] == 108
+
+
+def test_bicubic_upsampling_is_five_four_tap_filters_per_output() -> None:
+    # [1, 2, 4, 4] -> [1, 2, 8, 8]: 128 outputs x 5 filters x 7 FLOPs = 4480, the ONNX Resize
+    # rule's cubic count; the backward the same taps per output gradient (YOLOS resizes its
+    # position embeddings bicubically)
+    flops = traced_flops(gradient_of(lambda x: F.interpolate(
+        x, scale_factor=2.0, mode="bicubic")), leaf(1, 2, 4, 4))
+    assert flops["upsample_bicubic2d"] == flops["upsample_bicubic2d_backward"] == 4480
+
+
+def test_polar_is_a_cosine_a_sine_and_two_multiplies() -> None:
+    # polar(abs [4, 3], angle [4, 3]): 12 x (cos 1 + sin 1 + 2 multiplies) = 48 (DeepSeek-V2's
+    # rotary frequencies as complex numbers)
+    flops = traced_flops(torch.polar, torch.rand(4, 3), torch.randn(4, 3))
+    assert flops["polar"] == 48

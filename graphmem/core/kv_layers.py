@@ -88,8 +88,9 @@ class LayerGroup:
         return 0 if self.kind == STATE else context
 
     def tokens_kept(self, context: int) -> int:
-        """Tokens a contiguous cache keeps (transformers' DynamicCache: a sliding layer
-        min(context, window), a chunked one min(context, chunk))."""
+        """Tokens a contiguous cache keeps while a step attends: a sliding layer
+        min(context, window), a chunked one min(context, chunk). transformers'
+        DynamicSlidingWindowLayer keeps window - 1 between steps (tests/test_zoo_kv.py)."""
         if self.kind in (SLIDING, CHUNKED):
             return min(self.window, context)
         return self.tokens_held(context, 0)

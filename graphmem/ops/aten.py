@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from graphmem.ops.elementwise import BACKWARD_TABLE, PRIMITIVE_FLOPS
+from graphmem.ops.elementwise import BACKWARD_TABLE, FLOPS_PER_ELEMENT, PRIMITIVE_FLOPS
 from graphmem.ops.movement import SCATTER_ADD_FLOPS
 from graphmem.ops.normalization import (
     AFFINE_FLOPS,
@@ -35,6 +35,7 @@ from graphmem.ops.normalization import (
 from graphmem.ops.pooling import (
     MAX_POOL_BACKWARD_FLOPS,
     WINDOW_ELEMENT_FLOPS,
+    cubic_flops,
     lerp_flops,
 )
 from graphmem.ops.reduction import FLOPS_PER_INPUT_ELEMENT, HISTOGRAM_FLOPS_PER_ELEMENT
@@ -111,6 +112,16 @@ class PerElement:
 
 
 _REDUCE = FLOPS_PER_INPUT_ELEMENT
+# glu(x, dim) -> a * sigmoid(b), x split in halves a, b along dim: per output element a
+# sigmoid and a multiply (4 + 1 = 5). glu_backward(grad, x, dim), per gradient element: the
+# sigmoid again, the multiply's two gradients (grad * s, grad * a) and the sigmoid's
+# backward (s * (1 - s) * grad_s): 4 + 2 * 1 + 3 = 9
+_SIGMOID = FLOPS_PER_ELEMENT["Sigmoid"]
+GLU_FLOPS = _SIGMOID + FLOPS_PER_ELEMENT["Mul"]
+GLU_BACKWARD_FLOPS = _SIGMOID + 2 * BACKWARD_TABLE["Mul"][1] + BACKWARD_TABLE["Sigmoid"][1]
+# polar(abs, angle) -> abs * cos(angle) + i * abs * sin(angle): per element a cosine, a sine
+# and two multiplies (1 + 1 + 2 = 4; DeepSeek-V2's rotary embedding as complex numbers)
+POLAR_FLOPS = FLOPS_PER_ELEMENT["Cos"] + FLOPS_PER_ELEMENT["Sin"] + 2 * FLOPS_PER_ELEMENT["Mul"]
 _AFFINE_NORMALIZE = NORMALIZE_FLOPS + 2 * AFFINE_FLOPS  # weight and bias: 7
 PER_ELEMENT: dict[str, PerElement] = {
     "sum": PerElement(_REDUCE["ReduceSum"]), "mean": PerElement(_REDUCE["ReduceMean"]),
@@ -119,6 +130,10 @@ PER_ELEMENT: dict[str, PerElement] = {
     "prod": PerElement(_REDUCE["ReduceProd"]), "argmax": PerElement(_REDUCE["ArgMax"]),
     "argmin": PerElement(_REDUCE["ArgMin"]), "cumsum": PerElement(_REDUCE["CumSum"]),
     "logsumexp": PerElement(_REDUCE["ReduceLogSumExp"]),
+    # any / all of a boolean tensor: a max / a min over it, one compare per element
+    "any": PerElement(_REDUCE["ReduceMax"]), "all": PerElement(_REDUCE["ReduceMin"]),
+    "glu_backward": PerElement(GLU_BACKWARD_FLOPS),
+    "polar": PerElement(POLAR_FLOPS),
     "norm": PerElement(_REDUCE["ReduceL2"]), "linalg_vector_norm": PerElement(_REDUCE["ReduceL2"]),
     "_adaptive_avg_pool2d": PerElement(_REDUCE["GlobalAveragePool"]),
     "adaptive_avg_pool3d": PerElement(_REDUCE["GlobalAveragePool"]),
@@ -187,12 +202,15 @@ PER_ELEMENT: dict[str, PerElement] = {
     "upsample_linear1d_backward": PerElement(lerp_flops(1)),
     "upsample_bilinear2d_backward": PerElement(lerp_flops(2)),
     "upsample_trilinear3d_backward": PerElement(lerp_flops(3)),
+    "upsample_bicubic2d_backward": PerElement(cubic_flops(2)),
 }
 # Interpolations, FLOPs per output element (the ONNX Resize rule's; nearest copies: 0):
-# upsample_bilinear2d [n, c, h, w] -> [n, c, H, W] is n * c * H * W * 3 lerps x 3 FLOPs
+# upsample_bilinear2d [n, c, h, w] -> [n, c, H, W] is n * c * H * W * 3 lerps x 3 FLOPs;
+# glu's too (its output is half its input)
 PER_OUTPUT_ELEMENT: dict[str, int] = {
     "upsample_linear1d": lerp_flops(1), "upsample_bilinear2d": lerp_flops(2),
-    "upsample_trilinear3d": lerp_flops(3),
+    "upsample_trilinear3d": lerp_flops(3), "upsample_bicubic2d": cubic_flops(2),
+    "glu": GLU_FLOPS,
 }
 # Window pools: per output element, this many FLOPs per window element (ONNX MaxPool's and
 # AveragePool's); kernel_size is argument 1, the spatial dims are in the name

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphmem import analyze_torch
@@ -54,19 +55,33 @@ def built(entry: ZooModel) -> torch.nn.Module:
 
 
 def flop_counter_macs(entry: ZooModel, train: bool) -> int:
-    """FlopCounterMode's MACs for the step's forward and backward (2 FLOPs per MAC)."""
+    """FlopCounterMode's MACs for the step's forward and backward (2 FLOPs per MAC), with
+    scaled-dot-product attention on its math backend: FlopCounterMode has no formula for the
+    CPU flash kernel, which a model calling `F.scaled_dot_product_attention` itself (the
+    wav2vec2-Conformer's relative attention, whatever `attn_implementation` says) would
+    run; the math backend's matmuls are what graphmem's attention formulas count."""
     model = built(entry).train(train)
     # inference: no parameter asks for a gradient (FlopCounterMode's module tracker hooks
     # autograd for any tensor that does, and fails on one a no_grad region made)
     model.requires_grad_(train)
     inputs = random_inputs([parse_tensor_spec(text) for text in entry.inputs], "cpu")
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
         if train:
             cross_entropy_loss(model(*inputs)).backward()
         else:
             with torch.no_grad():
                 model(*inputs)
     return counter.get_total_flops() // 2
+
+
+def policy_routed_peak_bytes(entry: ZooModel, train: bool) -> int:
+    """The live-tensor peak of a real step whose router chooses as graphmem's balanced
+    routing policy does (tests/helpers/zoo_routing.py)."""
+    from tests.helpers.zoo_routing import PolicyRouted
+
+    specs = [parse_tensor_spec(text) for text in entry.inputs]
+    measured = measure_step(PolicyRouted(built(entry)), specs, train, "adamw")
+    return measured.kernel_ends_peak_bytes or measured.peak_bytes
 
 
 def check(entry: ZooModel, train: bool) -> ZooRow:

@@ -13,7 +13,10 @@
   constants (imported there, never copied here): reductions, normalizations, softmax and the
   loss per element of an argument; interpolations per output element; window pools per
   window element; ops of aten's `pointwise` tag and foreach ops one FLOP per element;
-- views, copies, casts, factories and indexing: 0 FLOPs (they move bytes);
+- views, copies, casts, factories, random draws (aten's `nondeterministic_seeded` tag:
+  `uniform_`, `exponential_`, as `rand`) and indexing: 0 FLOPs (they move or make bytes);
+- an in-place op (`scatter_`, `unsqueeze_`, aten's `inplace` tag) no rule names: its
+  out-of-place form's cost (`scatter`, `unsqueeze`), the same math written into its input;
 - anything else: None, which the costs pass reports as unsupported.
 """
 
@@ -50,7 +53,23 @@ from graphmem.ops.linear import grouped_matmul_macs
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
-    target = fx_node.target
+    cost = _cost(fx_node, fx_node.target)
+    if cost is None and (functional := _out_of_place(fx_node.target)) is not None:
+        return _cost(fx_node, functional)
+    return cost
+
+
+def _out_of_place(target: Any) -> Any:
+    """`aten.scatter_.value` -> `aten.scatter.value`: the op an in-place one writes back
+    (same arguments, the first the tensor written), or None."""
+    packet = getattr(target, "overloadpacket", None)
+    if packet is None or torch.Tag.inplace not in getattr(target, "tags", ()):
+        return None
+    functional = getattr(torch.ops.aten, packet.__name__.removesuffix("_"), None)
+    return getattr(functional, target._overloadname, None) if functional is not None else None
+
+
+def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     packet = getattr(target, "overloadpacket", None)
     if packet is None:
         return None
@@ -80,7 +99,7 @@ def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
         windows = _numel_of_first_tensor(fx_node.args[:1]) * _window_size(
             fx_node, spatial_dims, argument=2)
         return ImportedCost(0, windows * WINDOW_POOL_BACKWARDS[name])
-    if name in NO_ARITHMETIC or _is_view(target):
+    if name in NO_ARITHMETIC or _is_view(target) or _is_random_draw(target):
         return ImportedCost(0, 0)
     if name.startswith(FOREACH_PREFIXES):  # one elementwise op over every tensor of the list
         tensors = _numel_of_tensors(fx_node.args[0] if fx_node.args else ())
@@ -141,6 +160,10 @@ def _window_size(fx_node: torch.fx.Node, spatial_dims: int, argument: int = 1) -
     # kernel_size [k] means k in every spatial dim
     kernel = list(cast("Sequence[int]", fx_node.args[argument]))  # aten's int[] kernel_size
     return kernel[0] ** spatial_dims if len(kernel) == 1 else math.prod(kernel)
+
+
+def _is_random_draw(target: Any) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(target, "tags", ())
 
 
 def _is_view(target: Any) -> bool:

@@ -33,9 +33,11 @@ _HEAD_ATTRS = ("n_heads", "n_head", "num_heads", "num_attention_heads")
 
 def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
     """(layers, kv_heads, head_dim, how it was found), or a GraphmemError saying what to give."""
-    from_config = _from_config(text_config(model))
+    config = text_config(model)
+    from_config = _from_config(config)
     if from_config is not None:
         return from_config
+    _refuse_stateful_only(model, config)
     modules = model.modules() if isinstance(model, nn.Module) else ()
     shapes = [shape for module in modules if (shape := _attention_shape(module))]
     if not shapes:
@@ -48,6 +50,19 @@ def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
             f" {sorted(set(shapes))}; give --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
     heads, head_dim = shapes[0]
     return len(shapes), heads, head_dim, f"{len(shapes)} attention modules of the model"
+
+
+def _refuse_stateful_only(model: object, config: object) -> None:
+    """A config whose `layer_types` name no attention (Mamba-2: `linear_attention` only) has
+    no KV cache: its mixers' `head_dim` and `num_heads` are not attention heads, and read as
+    such sized a 2-layer Mamba-2 at 24,576 B where transformers keeps a 6,656 B state."""
+    types = getattr(config, "layer_types", None)
+    if (isinstance(types, Sequence) and not isinstance(types, str) and types
+            and not any(kind in _ATTENTION_TYPES for kind in types)):
+        raise GraphmemError(
+            f"{type(model).__name__}: its layers ({', '.join(sorted(set(map(str, types))))})"
+            " keep a state and no KV cache, which graphmem does not size yet; give a cache"
+            " shape with --kv-cache LAYERS,KV_HEADS,HEAD_DIM to plan one anyway")
 
 
 def text_config(model: object) -> object:
@@ -67,11 +82,22 @@ def _from_config(config: object) -> tuple[int, int, int, str] | None:
     hidden = getattr(config, "hidden_size", None)
     if not all(_positive(v) for v in (layers, heads, hidden)):
         return None
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or _falcon_kv_heads(config) or heads
     if isinstance(kv_heads, Sequence):  # per layer: the largest stands for the whole
         kv_heads = max(kv_heads)
     head_dim = getattr(config, "head_dim", None) or hidden // heads  # type: ignore[operator]
     return int(layers), int(kv_heads), int(head_dim), "model.config"  # type: ignore[arg-type]
+
+
+def _falcon_kv_heads(config: object) -> int | None:
+    """Falcon's spelling (transformers FalconAttention): `multi_query` caches one KV head
+    unless `new_decoder_architecture` (Falcon-40B's groups), which caches `num_kv_heads`;
+    `num_kv_heads` without `multi_query`. None where the config says neither."""
+    grouped = getattr(config, "num_kv_heads", None)
+    if getattr(config, "multi_query", None) is True and not getattr(
+            config, "new_decoder_architecture", False):
+        return 1
+    return grouped if _positive(grouped) else None
 
 
 def model_layer_groups(model: object) -> tuple[LayerGroup, ...]:
@@ -118,14 +144,22 @@ def _layer_group(config: object, kind: str, kv_heads: int, head_dim: int) -> Lay
 
 
 def _mamba_state_values(config: object, kind: str) -> int:
-    """A Mamba layer's state as vLLM keeps it: the convolution's last d_conv - 1 inputs and
-    the SSM state, each over the expanded channels (expand x hidden_size)."""
+    """A Mamba layer's state as vLLM keeps it (MambaStateShapeCalculator): the convolution's
+    last d_conv - 1 inputs and the SSM state, over the expanded channels (expand x
+    hidden_size). A Mamba-2 layer (`mamba_n_groups`: Bamba, Falcon-H1) convolves each
+    group's B and C projections too: conv channels expanded + 2 x groups x d_state
+    (mamba2_state_shape's conv_dim); its SSM state heads x head_dim x d_state is the
+    expanded channels x d_state again. Falcon-H1 may give the channels (`mamba_d_ssm`)."""
     names = ("mamba_expand", "mamba_d_conv", "mamba_d_state", "hidden_size")
     expand, conv, state, hidden = (getattr(config, name, None) for name in names)
     if not all(_positive(v) for v in (expand, conv, state, hidden)):
         raise GraphmemError(f"a {kind!r} layer: its state needs {', '.join(names)} in the"
                             " config; give the cache with --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
-    return expand * hidden * (conv - 1 + state)  # type: ignore[operator]
+    d_ssm = getattr(config, "mamba_d_ssm", None)
+    channels: int = d_ssm if _positive(d_ssm) else expand * hidden  # type: ignore[assignment,operator]
+    groups = getattr(config, "mamba_n_groups", None)
+    conv_channels = channels + (2 * groups * state if _positive(groups) else 0)  # type: ignore[operator]
+    return conv_channels * (conv - 1) + channels * state  # type: ignore[operator]
 
 
 def _positive(value: object) -> bool:

@@ -1,0 +1,50 @@
+"""`module.to(...)` inside a traced forward that changes nothing: left as eager leaves it.
+
+Switch Transformers' router runs `self.classifier = self.classifier.to(self.dtype)` in its
+forward. In eager that converts nothing (each tensor already has the dtype: `Tensor.to`
+returns it). Under the trace the module's parameters are the fake tensors functional_call put
+there, and `Module._apply` swaps a fake parameter for its converted self
+(`torch.utils.swap_tensors`), which fails: "_apply(): Couldn't swap Linear.weight". While
+tracing, a `Module.to` whose device, dtype and memory format every tensor of the module
+already has returns the module, as eager ends up; any other conversion runs as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def unchanged_conversions() -> Iterator[None]:
+    original = nn.Module.to
+
+    def to(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if _changes_nothing(self, *args, **kwargs):
+            return self
+        return original(self, *args, **kwargs)
+
+    nn.Module.to = to  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.to = original  # type: ignore[method-assign]
+
+
+def _changes_nothing(module: nn.Module, *args: Any, **kwargs: Any) -> bool:
+    try:
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    except (TypeError, RuntimeError):  # not ours to judge: Module.to says what is wrong
+        return False
+    if memory_format is not None:
+        return False
+    tensors = [*module.parameters(), *module.buffers()]
+    # Module.to converts the dtype of floating and complex tensors only
+    return all((device is None or tensor.device == torch.device(device))
+               and (dtype is None or tensor.dtype == dtype
+                    or not (tensor.is_floating_point() or tensor.is_complex()))
+               for tensor in tensors)
