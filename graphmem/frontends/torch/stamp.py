@@ -175,7 +175,17 @@ def same_steps(a: TracedStep, b: TracedStep) -> bool:
         return False
     nodes_a, nodes_b = list(a.graph_module.graph.nodes), list(b.graph_module.graph.nodes)
     return len(nodes_a) == len(nodes_b) and all(
-        _same_node(x, y) for x, y in zip(nodes_a, nodes_b, strict=True))
+        _same_node(x, y) and (x.op != "get_attr" or _same_constant(
+            getattr(a.graph_module, str(x.target)), getattr(b.graph_module, str(y.target))))
+        for x, y in zip(nodes_a, nodes_b, strict=True))
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return type(a) is type(b)
+    if val_spec(a) != val_spec(b):
+        return False
+    return a.device.type == "meta" or bool(torch.equal(a, b))
 
 
 def _same_node(a: torch.fx.Node, b: torch.fx.Node) -> bool:

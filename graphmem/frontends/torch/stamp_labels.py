@@ -10,8 +10,9 @@ ops themselves):
   last anchor traced before it, an anchor being a parameter's gradient (found by its position
   in the optimizer's foreach lists) or a recomputed node; so a layer's backward block runs from
   its first parameter gradient to the next layer's;
-- an optimizer node by the position it unpacks from a foreach op's list (`getitem`), the
-  per-parameter step counters by their position in the list they are passed in.
+- a constant by the node that reads it, the optimizer's by it unpacks from a foreach op's list (`getitem`), the
+  its position in the list it is passed in (the per-parameter step counters); an optimizer
+  node by the position it unpacks from a foreach op's list (`getitem`).
 Every list the optimizer passes is over the trainable parameters in one order: `positions`.
 """
 
@@ -69,6 +70,9 @@ def labels_of(step: TracedStep, prefix: str) -> Labels:
             layer[node] = _optimizer_label(node, anchors, positions)
         else:
             layer[node] = _match(pattern, str(module)) if module is not None else None
+    for node in nodes:  # a constant a layer reads (not a step counter): that layer's
+        if node.op == "get_attr" and node not in anchors and node.users:
+            layer[node] = layer[next(iter(node.users))]
     return Labels(layer, positions)
 
 
