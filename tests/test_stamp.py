@@ -45,6 +45,10 @@ MODES: dict[str, dict[str, Any]] = {
     "adamw-bf16-checkpointed": {"train": True, "optimizer": "adamw", "amp": "bf16",
                                 "gradient_checkpointing": True},
 }
+# refused by the check, not by the plan: Mistral's sliding-window KV cache makes model-level
+# nodes (outside every layer) once per layer, so the 3-layer trace is not the 2-layer one with
+# one layer's blocks inserted; the whole model is traced
+REFUSED = {("mistral", "inference")}
 
 
 def _with_layers(config: dict[str, Any], count: int) -> dict[str, Any]:
@@ -79,8 +83,10 @@ def test_stamped_analysis_is_byte_identical(name: str, config: dict[str, Any], m
     whole, traced_whole = _analysed(model, MODES[mode], False, tmp_path, monkeypatch)
     stamped, traced_stamped = _analysed(model, MODES[mode], True, tmp_path, monkeypatch)
     assert set(traced_whole) == {layers}
-    # the probes (largest batch, suggestions) trace again: each at 2 and 3 layers only
-    assert traced_stamped and set(traced_stamped) == {2, 3}
+    if (name, mode) in REFUSED:  # traced at 2 and 3 layers, found different, traced whole
+        assert set(traced_stamped) == {2, 3, layers}
+    else:  # the probes (largest batch, suggestions) trace again: at 2 and 3 layers only
+        assert traced_stamped and set(traced_stamped) == {2, 3}
     assert stamped == whole
 
 

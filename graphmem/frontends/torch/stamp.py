@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -134,6 +135,7 @@ def _signature(layer: nn.Module) -> tuple[object, ...]:
 def _cut(found: Plan, count: int) -> Iterator[None]:
     """The model with its first `count` layers only, and its config saying so."""
     full = found.owner._modules[found.attribute]
+    assert isinstance(full, nn.ModuleList)
     saved = {key: getattr(found.config, key) for key in ("num_hidden_layers", *found.lists)}
     try:
         found.owner._modules[found.attribute] = nn.ModuleList(list(full)[:count])
@@ -151,8 +153,20 @@ def stamped(model: nn.Module, training: TrainingOptions | None,
             trace: Callable[[], TracedStep]) -> TracedStep | None:
     """The whole step built from traces at 2 and 3 layers, or None (not provably exact)."""
     found = plan(model, training)
-    if found is None:
+    if found is None or training in _REFUSED.get(model, ()):
         return None
+    made = _stamped(found, trace)
+    if made is None:  # the probes of this model (other batches) trace it whole at once
+        _REFUSED.setdefault(model, []).append(training)
+    return made
+
+
+# the models (and training options) whose check failed once: a shape does not change it
+_REFUSED: weakref.WeakKeyDictionary[nn.Module, list[TrainingOptions | None]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _stamped(found: Plan, trace: Callable[[], TracedStep]) -> TracedStep | None:
     with _cut(found, 2):
         two = trace()
     with _cut(found, 3):

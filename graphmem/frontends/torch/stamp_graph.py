@@ -120,8 +120,9 @@ class _Builder:
             pattern = self._spread_pattern(node, copy)
             args = self._map(node.args, node, copy, pattern)
             kwargs = self._map(node.kwargs, node, copy, pattern)
-            if _is_unpacking(node) and node.args[0] in self.spread:
-                args = (args[0], self.spread[node.args[0]][(node.args[1], copy)])
+            parent, index = node.args[0], node.args[-1]
+            if _is_unpacking(node) and parent in self.spread and isinstance(index, int):
+                args = (args[0], self.spread[parent][(index, copy)])  # type: ignore[index]
             made = self.graph.create_node(node.op, node.target, args, kwargs,
                                           name=_base(node.name))
             if pattern is not None:
@@ -278,8 +279,10 @@ def _correspondence(nodes: list[torch.fx.Node], layer: dict[torch.fx.Node, int |
 
 
 def _alike(a: torch.fx.Node, b: torch.fx.Node) -> bool:
-    return a.op == b.op and a.target == b.target and val_spec(a.meta.get("val")) == val_spec(
-        b.meta.get("val"))
+    """The same op on the same kind of tensor (leaves and constants are named by order)."""
+    named = a.op in ("placeholder", "get_attr")
+    same_val = val_spec(a.meta.get("val")) == val_spec(b.meta.get("val"))
+    return a.op == b.op and (named or a.target == b.target) and same_val
 
 
 def val_spec(val: Any) -> Any:
@@ -291,8 +294,8 @@ def val_spec(val: Any) -> Any:
 
 
 def _is_unpacking(node: torch.fx.Node) -> bool:
-    return (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
-            and isinstance(node.args[1], int))
+    return (node.op == "call_function" and node.target is operator.getitem
+            and isinstance(node.args[0], torch.fx.Node) and isinstance(node.args[1], int))
 
 
 def _base(name: str) -> str:

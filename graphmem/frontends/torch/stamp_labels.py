@@ -10,9 +10,9 @@ ops themselves):
   last anchor traced before it, an anchor being a parameter's gradient (found by its position
   in the optimizer's foreach lists) or a recomputed node; so a layer's backward block runs from
   its first parameter gradient to the next layer's;
-- a constant by the node that reads it, the optimizer's by it unpacks from a foreach op's list (`getitem`), the
-  its position in the list it is passed in (the per-parameter step counters); an optimizer
-  node by the position it unpacks from a foreach op's list (`getitem`).
+- a constant by the node that reads it, the optimizer's (the per-parameter step counters) by
+  its position in the list it is passed in; an optimizer node by the position it unpacks
+  from a foreach op's list (`getitem`).
 Every list the optimizer passes is over the trainable parameters in one order: `positions`.
 """
 
