@@ -72,10 +72,17 @@ def _analysed(config: dict[str, Any], options: dict[str, Any], on: bool, tmp_pat
     return path.read_bytes(), traced
 
 
-@pytest.mark.parametrize("layers", [4, 5])
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("name,config", [("llama", LLAMA), ("qwen2", QWEN2), ("gpt2", GPT2),
-                                         ("mistral", MISTRAL)])
+# the quick run (-m "not slow") keeps one case per model; the rest are marked slow
+QUICK = {("llama", "adamw-bf16", 4), ("qwen2", "inference", 4), ("gpt2", "sgd-fp32", 4),
+         ("mistral", "inference", 4)}
+MATRIX = [pytest.param(name, config, mode, layers,
+                       marks=() if (name, mode, layers) in QUICK else pytest.mark.slow)
+          for name, config in (("llama", LLAMA), ("qwen2", QWEN2), ("gpt2", GPT2),
+                               ("mistral", MISTRAL))
+          for mode in MODES for layers in (4, 5)]
+
+
+@pytest.mark.parametrize("name,config,mode,layers", MATRIX)
 def test_stamped_analysis_is_byte_identical(name: str, config: dict[str, Any], mode: str,
                                             layers: int, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,6 +94,22 @@ def test_stamped_analysis_is_byte_identical(name: str, config: dict[str, Any], m
         assert set(traced_stamped) == {2, 3, layers}
     else:  # the probes (largest batch, suggestions) trace again: at 2 and 3 layers only
         assert traced_stamped and set(traced_stamped) == {2, 3}
+    assert stamped == whole
+
+
+@pytest.mark.parametrize("options", [
+    # over its budget (peak 1.50 MiB): checkpoint plans and the batch search, each re-traced
+    pytest.param({"train": True, "optimizer": "adamw", "amp": "bf16", "suggest": True,
+                  "memory_budget": "1500KiB"}, marks=pytest.mark.slow),
+    {"train": True, "optimizer": "momentum", "amp": "fp16"},  # GradScaler's state and lists
+])
+def test_suggestions_and_loss_scaling_are_byte_identical(options: dict[str, Any],
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _with_layers(LLAMA, 4)
+    whole, _ = _analysed(model, options, False, tmp_path, monkeypatch)
+    stamped, traced = _analysed(model, options, True, tmp_path, monkeypatch)
+    assert 2 in traced and 3 in traced
     assert stamped == whole
 
 
