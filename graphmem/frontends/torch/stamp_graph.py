@@ -120,8 +120,8 @@ class _Builder:
             pattern = self._spread_pattern(node, copy)
             args = self._map(node.args, node, copy, pattern)
             kwargs = self._map(node.kwargs, node, copy, pattern)
-            parent, index = node.args[0], node.args[-1]
-            if _is_unpacking(node) and parent in self.spread and isinstance(index, int):
+            if _is_unpacking(node) and node.args[0] in self.spread:  # a foreach op's item
+                parent, index = node.args
                 args = (args[0], self.spread[parent][(index, copy)])  # type: ignore[index]
             made = self.graph.create_node(node.op, node.target, args, kwargs,
                                           name=_base(node.name))
@@ -295,7 +295,8 @@ def val_spec(val: Any) -> Any:
 
 def _is_unpacking(node: torch.fx.Node) -> bool:
     return (node.op == "call_function" and node.target is operator.getitem
-            and isinstance(node.args[0], torch.fx.Node) and isinstance(node.args[1], int))
+            and len(node.args) == 2 and isinstance(node.args[0], torch.fx.Node)
+            and isinstance(node.args[1], int))
 
 
 def _base(name: str) -> str:
