@@ -126,6 +126,21 @@ def test_layers_that_differ_are_traced_whole(name: str, config: dict[str, Any], 
     assert answer == whole
 
 
+def test_the_check_refuses_what_the_plan_let_through(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma-2's layers alternate sliding and global attention: with the plan's config and
+    module rules switched off, the 2-layer trace ends in a global layer and the 3-layer one
+    in a sliding layer, so the template does not give the 2-layer trace back: traced whole."""
+    monkeypatch.setattr(stamp, "_uniform_config", lambda config, layers: True)
+    monkeypatch.setattr(stamp, "_identical_layers", lambda layers: True)
+    model = _with_layers(GEMMA2, 4)
+    options = MODES["adamw-bf16"]
+    whole, _ = _analysed(model, options, False, tmp_path, monkeypatch)
+    answer, traced = _analysed(model, options, True, tmp_path, monkeypatch)
+    assert set(traced) == {2, 3, 4}  # tried, refused by the check, traced whole
+    assert answer == whole
+
+
 @pytest.mark.parametrize("train", [False, True])
 @pytest.mark.parametrize("layers", [4, 5])
 def test_the_stamped_graph_is_the_whole_trace_node_for_node(train: bool, layers: int) -> None:
