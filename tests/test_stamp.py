@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -193,3 +194,32 @@ def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert stamp.plan(module, None) is not None
     monkeypatch.setenv(stamp.ENV, "0")
     assert stamp.plan(module, None) is None
+
+
+def test_a_read_of_layer_0_itself_is_not_stamped_as_the_previous_layers() -> None:
+    """T5-like: every layer reading a tensor layer 0 made (not the previous layer's) looks the
+    same at 3 layers; the top layer tells them apart. Make the top layer read layer 0's node
+    where the middle reads layer 0's: past 3 layers that is refused."""
+    from graphmem.frontends.torch.stamp_graph import FIRST, MIDDLE, TOP, Template, _Builder
+    from graphmem.frontends.torch.stamp_graph import stamp as build
+    from graphmem.frontends.torch.stamp_labels import NotStampable, labels_of
+
+    module = build_hf_model(_with_layers(LLAMA, 4)).module
+    spec, _ = default_input(module, 1, 16)
+    found = stamp.plan(module, None)
+    assert found is not None
+    with stamp._cut(found, 2):
+        two = trace_model(module, [spec], None)
+    with stamp._cut(found, 3):
+        three = trace_model(module, [spec], None)
+    template = Template(three, labels_of(three, found.prefix), found.prefix, two.kernels)
+    build(template, 5)  # as traced: relative reads, stamped
+    layer = template.labels.layer
+    builder = _Builder(template, 5)
+    middle = next(n for n in three.graph_module.graph.nodes if layer[n] == MIDDLE
+                  and any(isinstance(a, torch.fx.Node) and layer[a] == FIRST for a in n.args))
+    read = next(a for a in middle.args if isinstance(a, torch.fx.Node) and layer[a] == FIRST)
+    top = builder._counterpart(middle, TOP)
+    top.args = tuple(read if a is builder._counterpart(read, MIDDLE) else a for a in top.args)
+    with pytest.raises(NotStampable, match="of a fixed layer"):
+        build(template, 5)

@@ -10,8 +10,11 @@ layer that is not uniform), the step is traced with the first 2 and the first 3 
 template (stamp_graph.py), and the template built at 2 and 3 layers must give exactly the two
 traces (`same_steps`: every node's name, op, arguments, phase, module, shape, dtype and stride,
 every eager release point, the leaves' roles, the kernels chosen): the 3-layer graph is then the
-2-layer one with one layer's blocks inserted, and the L-layer step is built from them. Any
-doubt (a refusal, a difference) traces every layer, as before.
+2-layer one with one layer's blocks inserted, and the L-layer step is built from them (past 3
+layers after the template's reads between layers are shown relative: stamp_graph.py
+`check_relative`). Any doubt (a refusal, a difference) traces every layer, as before. A
+difference between layers with a period over 3 that neither the config's lists nor the layer
+modules' attributes show cannot be seen at 2 and 3 layers: `plan`'s rules refuse what they can.
 
 GRAPHMEM_STAMP=0 turns stamping off (the tests compare both ways; docs/speed.md).
 """

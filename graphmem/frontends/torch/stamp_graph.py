@@ -60,6 +60,7 @@ class _Builder:
                                                          if n.op == "placeholder")}
         self.corr = _correspondence(self.nodes, self.layer)
         self.corr_index = {(self.layer[n], s, i): n for n, (s, i) in self.corr.items()}
+        self.by_name = {n.name: n for n in self.nodes}
 
     # ----- order -------------------------------------------------------------------------
     def slots(self) -> Iterator[Slot]:
@@ -247,9 +248,36 @@ class _Builder:
             raise NotStampable(f"{ref.name}: no like node in the other layers' blocks")
         return found
 
+    def check_relative(self) -> None:
+        """A middle node that reads layer 0's node reads the previous layer's (not layer 0's
+        as such) when the top layer's node at its place reads the middle's at that place;
+        likewise a read of the top layer's node is the next layer's when layer 0's node reads
+        the middle's. Past 3 layers the middle copies rely on this: else NotStampable."""
+        for node in self.nodes:
+            if self.layer[node] != MIDDLE:
+                continue
+            refs = self._reads(node)
+            for other_class in {self.layer[r] for r in refs} - {None, MIDDLE}:
+                assert other_class is not None
+                other = self._counterpart(node, TOP if other_class == FIRST else FIRST)
+                theirs = self._reads(other)
+                if len(theirs) != len(refs):
+                    raise NotStampable(f"{node.name}: its layers read differently")
+                for mine, their in zip(refs, theirs, strict=True):
+                    if self.layer[mine] == other_class and (
+                            their is not self._counterpart(mine, MIDDLE)):
+                        raise NotStampable(f"{node.name}: reads {mine.name} of a fixed layer")
+
+    def _reads(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        """The nodes `node` reads, in order, then the node it is released at."""
+        found: list[torch.fx.Node] = []
+        torch.fx.node.map_arg((node.args, node.kwargs), found.append)
+        point = self.t.step.released_after.get(node.name)
+        return found + ([self.by_name[point]] if point is not None else [])
+
     def _released(self, pending: list[tuple[torch.fx.Node, int | None, torch.fx.Node]]
                   ) -> dict[str, str]:
-        by_name = {n.name: n for n in self.nodes}
+        by_name = self.by_name
         released = self.t.step.released_after
         out: dict[str, str] = {}
         for node, copy, made in pending:
@@ -324,4 +352,7 @@ def _kernels(at_two: tuple[KernelChoice, ...], at_three: tuple[KernelChoice, ...
 
 def stamp(template: Template, layers: int) -> TracedStep:
     """The step at `layers` layers (2 or more) from the 3-layer template."""
-    return _Builder(template, layers).build()
+    builder = _Builder(template, layers)
+    if layers > 3:
+        builder.check_relative()
+    return builder.build()
