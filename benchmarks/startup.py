@@ -15,7 +15,7 @@ which every graphmem module is compiled from source at every start: 0.17 s more)
   TorchScript exporter (batch dynamic) into benchmarks/.cache/ (git-ignored);
 - Hugging Face configs as a new user gives them (a folder with config.json): GPT-2 (the hub's
   gpt2 config.json) inference and training, samples/llama3-8b inference, training (AdamW, bf16
-  autocast) and QLoRA with gradient checkpointing;
+  autocast; also with layer stamping off, `GRAPHMEM_STAMP=0`) and QLoRA with gradient checkpointing;
 - `--suggest` on a 2-layer nn.TransformerEncoder training step (d_model 512, 8 heads, batch 8 x
   128 tokens, T4);
 - in-process, one interpreter, imports done: PyTorch's MemTracker
@@ -111,11 +111,12 @@ json.dump({"seconds": {k: min(v) for k, v in times.items()}, "peaks": peaks},
 """
 
 
-def cpu_seconds(argv: list[str], cwd: Path) -> float:
-    """The CPU seconds (user + system) of one process running `argv`; it must succeed."""
+def cpu_seconds(argv: list[str], cwd: Path, extra: dict[str, str] | None = None) -> float:
+    """The CPU seconds (user + system) of one process running `argv` (with `extra` in its
+    environment); it must succeed."""
     # as installed: bytecode written once and read after (pip compiles it at install time; an
     # environment with PYTHONDONTWRITEBYTECODE would compile every module at every start)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
@@ -126,8 +127,9 @@ def cpu_seconds(argv: list[str], cwd: Path) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def best(argv: list[str], cwd: Path, repeat: int) -> float:
-    return min(cpu_seconds(argv, cwd) for _ in range(repeat))
+def best(argv: list[str], cwd: Path, repeat: int, extra: dict[str, str] | None = None
+         ) -> float:
+    return min(cpu_seconds(argv, cwd, extra) for _ in range(repeat))
 
 
 def resnet18() -> Path:
@@ -180,6 +182,8 @@ def torch_rows(folder: Path, repeat: int) -> list[tuple[str, float, str]]:
                   "h100-sxm", *out)),
         ("Llama-3-8B config, training, `--train --optimizer adamw --amp bf16 --batch 1"
          " --dim seq=2048 --gpu h100-sxm`", graphmem("analyze", str(LLAMA3_8B), *llm, *out)),
+        ("the same, every layer traced (`GRAPHMEM_STAMP=0`: no layer stamping)",
+         graphmem("analyze", str(LLAMA3_8B), *llm, *out), {"GRAPHMEM_STAMP": "0"}),
         ("Llama-3-8B QLoRA, `--train --qlora --gradient-checkpointing --gpu l4 --batch 1"
          " --dim seq=2048`",
          graphmem("analyze", str(LLAMA3_8B), "--train", "--qlora", "--gradient-checkpointing",
@@ -188,7 +192,7 @@ def torch_rows(folder: Path, repeat: int) -> list[tuple[str, float, str]]:
          graphmem("analyze", f"{folder / 'encoder.py'}:build", "--input", "8x128x512",
                   "--train", "--suggest", "--gpu", "t4", *out)),
     )
-    return [(label, best(argv, folder, repeat), "") for label, argv in commands]
+    return [(label, best(argv, folder, repeat, *extra), "") for label, argv, *extra in commands]
 
 
 def in_process_rows(folder: Path, repeat: int) -> list[tuple[str, float, str]]:

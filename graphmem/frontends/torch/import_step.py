@@ -33,7 +33,8 @@ from graphmem.frontends.torch.loader import (
 )
 from graphmem.frontends.torch.rewrites import pooled_head
 from graphmem.frontends.torch.spec import KeywordInput
-from graphmem.frontends.torch.trace import trace_model
+from graphmem.frontends.torch.stamp import stamped
+from graphmem.frontends.torch.trace import TracedStep, trace_model
 
 # an example input: a TensorSpec, a tensor (only its shape and dtype are used), a
 # "32x3x224x224:float32" string or a shape tuple (float32); a KeywordInput of one of them (or
@@ -60,7 +61,11 @@ def import_torch(module: object, inputs: Sequence[object], label: str,
             rewrites.enter_context(pooled_head(module, path, positions))
         if training is not None and training.checkpoints:
             rewrites.enter_context(checkpointed(module, training.checkpoints))
-        traced = trace_model(module, specs, training, cuda, routing)
+        def trace() -> TracedStep:
+            return trace_model(module, specs, training, cuda, routing)
+
+        # a decoder's identical layers: traced at 2 and 3 layers and stamped (stamp.py)
+        traced = (None if pooled_heads else stamped(module, training, trace)) or trace()
     with collector_paused():  # a bulk build, as the ONNX importer's (core/collector.py)
         graph = graph_from_trace(traced, type(module).__name__)
     if not graph.nodes:
