@@ -32,3 +32,20 @@ def test_unknown_outputs_of_known_ops_get_shapes_and_spread() -> None:
     assert report.still_unknown == ("z",)
     assert graph.values["y"].shape == (B * 16,)
     assert graph.values["y"].dtype is DType.FLOAT32
+
+
+def test_outputs_left_unknown_are_listed_in_the_nodes_order() -> None:
+    # one walk fills and lists: a node's first output filled by a rule is not listed, its
+    # other outputs (no rule shapes them) are, node by node and output by output, as the
+    # nodes come; a node reading an output left unknown gets no rule shape either
+    b = GraphBuilder()
+    b.tensor("x", B * 16, Role.INPUT)
+    split = b.node("s", ["x"], {"s0": 1, "s1": 1}, op_type="NobodyKnowsMe")
+    relu = b.node("r", ["x"], {"a": 1, "mask": 1}, op_type="Relu")
+    after = b.node("n", ["s1"], {"m": 1}, op_type="Neg")
+    for node in (split, relu, after):
+        for value in node.outputs:
+            value.shape = None
+    report = fill_shape_gaps(b.build(["a", "m", "s0", "mask"]))
+    assert report.filled == ("a",)  # Relu's first output: x's shape
+    assert report.still_unknown == ("s0", "s1", "mask", "m")

@@ -50,6 +50,7 @@ _DTYPES: dict[int, DType] = {
     TensorProto.UINT4: DType.UINT4,
 }
 
+_UNTYPED: tuple[DType, Shape | None] = (DType.UNKNOWN, None)  # a value no value info types
 _CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 _ONNX_DOMAINS = frozenset({"", "ai.onnx"})
 # BatchNormalization inputs 3 and 4 are running statistics: buffers, not parameters.
@@ -66,8 +67,7 @@ def build_graph(model: onnx.ModelProto, default_name: str,
     _add_constant_nodes(onnx_graph, values)
     reader = _ShapeReader(dim_names)
     inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
-    value_infos = {v.name: v for v in (*onnx_graph.value_info, *onnx_graph.output)}
-    _add_nodes(graph, onnx_graph, value_infos, reader)
+    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph), reader)
     graph.inputs = [v for v in inputs if v.role is Role.INPUT]
     graph.outputs = [_mark_output(values, v) for v in onnx_graph.output]
     _mark_buffers(graph.nodes)
@@ -129,21 +129,43 @@ class _ShapeReader:
         # each is read once, keyed by its serialized bytes (one C call instead of a Python
         # walk over its dims)
         self.types: dict[bytes, tuple[DType, Shape | None]] = {}
+        self.unread: dict[bytes, onnx.TypeProto] = {}  # type_keys' types, by their bytes
         # nodes with the same attributes share one dict (the IR never changes a node's
         # attributes in place): a decoder's 22,000 nodes have a few hundred distinct ones
         self.attributes: dict[tuple[tuple[str, AttributeValue], ...],
                               dict[str, AttributeValue]] = {}
         self.no_attributes: dict[str, AttributeValue] = {}
+        self.attributes[()] = self.no_attributes  # a node whose attributes are all bodies
 
-    def value(self, info: onnx.ValueInfoProto | None, role: Role, name: str = "") -> Value:
-        if info is None:
-            return Value(name, DType.UNKNOWN, None, role)
+    def value(self, info: onnx.ValueInfoProto, role: Role) -> Value:
         type_proto = info.type
         key = type_proto.SerializeToString()
         known = self.types.get(key)
         if known is None:
             known = self.types[key] = self._read(type_proto)
         return Value(info.name, known[0], known[1], role)
+
+    def type_keys(self, graph: onnx.GraphProto) -> dict[str, bytes]:
+        """The serialized type of each value `graph` types (value_info, then its outputs: the
+        last of a name wins), in the one walk that finds their names; each distinct type is
+        kept to be read when a node's output first has it (`typed`)."""
+        unread = self.unread
+        keys = {}
+        for info in (*graph.value_info, *graph.output):
+            type_proto = info.type
+            key = keys[info.name] = type_proto.SerializeToString()
+            if key not in unread:
+                unread[key] = type_proto
+        return keys
+
+    def typed(self, key: bytes | None) -> tuple[DType, Shape | None]:
+        """The dtype and dims of a type `type_keys` found (None: a value it did not type)."""
+        if key is None:
+            return _UNTYPED
+        known = self.types.get(key)
+        if known is None:
+            known = self.types[key] = self._read(self.unread[key])
+        return known
 
     def _read(self, type_proto: onnx.TypeProto) -> tuple[DType, Shape | None]:
         if not type_proto.HasField("tensor_type"):
@@ -169,7 +191,7 @@ class _ShapeReader:
 def _add_nodes(
     graph: Graph,
     proto_graph: onnx.GraphProto,
-    value_infos: dict[str, onnx.ValueInfoProto],
+    type_keys: dict[str, bytes],
     reader: _ShapeReader,
 ) -> None:
     values = graph.values
@@ -186,9 +208,11 @@ def _add_nodes(
         else:
             used_names.add(name)
         control_flow = op_type in _CONTROL_FLOW_OPS and onnx_domain
-        attributes, has_subgraph = _attributes(proto) if proto.attribute else (
-            reader.no_attributes, False)
-        attributes = reader.attributes.setdefault(tuple(attributes.items()), attributes)
+        if proto.attribute:
+            attributes, has_subgraph = _attributes(proto)
+            attributes = reader.attributes.setdefault(tuple(attributes.items()), attributes)
+        else:  # most nodes: one shared empty dict
+            attributes, has_subgraph = reader.no_attributes, False
         node = (ControlFlowNode if control_flow else Node)(
             name, op_type, _inputs_of(values, proto, name), [], attributes, domain,
             module_path_of(proto),
@@ -199,8 +223,9 @@ def _add_nodes(
         outputs = node.outputs
         for output_name in proto.output:
             if output_name:
-                value = values[output_name] = reader.value(
-                    value_infos.get(output_name), Role.ACTIVATION, output_name)
+                known = reader.typed(type_keys.get(output_name))
+                value = values[output_name] = Value(output_name, known[0], known[1],
+                                                    Role.ACTIVATION)
                 outputs.append(value)  # a new value: graph.add_node makes node its producer
         if isinstance(node, ControlFlowNode):
             trips = trips or TripCounter(proto_graph, values, graph.opset)
@@ -229,9 +254,10 @@ def module_path_of(proto: onnx.NodeProto) -> str:
     scope before it (`layer2` -> `layer2.2`, `downsample` -> `downsample.0`); the op is last.
     Other producers: ''.
     """
-    for prop in proto.metadata_props:
-        if prop.key == NAME_SCOPES:
-            return _path_from_name_scopes(prop.value)
+    if proto.metadata_props:  # most producers write none
+        for prop in proto.metadata_props:
+            if prop.key == NAME_SCOPES:
+                return _path_from_name_scopes(prop.value)
     if not proto.name.startswith("/"):
         return ""
     return _path_from_scopes(proto.name.rpartition("/")[0])
@@ -342,8 +368,7 @@ def _body_graph(name: str, body: onnx.GraphProto, outer: Graph, reader: _ShapeRe
     _add_initializers(body, graph.values)
     _add_constant_nodes(body, graph.values)
     inputs = [_input_value(v, graph.values, reader) for v in body.input]
-    infos = {v.name: v for v in (*body.value_info, *body.output)}
-    _add_nodes(graph, body, infos, reader)
+    _add_nodes(graph, body, reader.type_keys(body), reader)
     graph.inputs = [v for v in (*inputs, *outer_reads) if v.role is Role.INPUT]
     graph.outputs = [_mark_output(graph.values, v) for v in body.output]
     return graph

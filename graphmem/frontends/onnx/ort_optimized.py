@@ -194,6 +194,8 @@ def _scope_bytes(initializers: Iterable[onnx.TensorProto],
     """`weight` x the bytes of a scope's tensors, and _BODY_WEIGHT x those of its bodies."""
     total = weight * sum(tensor_bytes(t) for t in initializers)
     for node in nodes:
+        if not node.attribute:  # tensors and bodies are attributes: most nodes have none
+            continue
         total += weight * sum(tensor_bytes(t) for t in own_tensors(node))
         total += sum(_scope_bytes(body.initializer, body.node, _BODY_WEIGHT)
                      for body in subgraphs(node))

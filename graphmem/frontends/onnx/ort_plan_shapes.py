@@ -49,11 +49,16 @@ def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: b
     # a decoder's layers repeat a few hundred types: each is read once, by its bytes
     by_type: dict[bytes, PlanShape | None] = {}
     for info in [*graph.input, *graph.value_info, *graph.output]:
-        key = info.type.SerializeToString()
-        if key not in by_type:
-            by_type[key] = _plan_shape(info.type, named)
-        shapes[info.name] = by_type[key]
+        type_proto = info.type
+        key = type_proto.SerializeToString()
+        shape = by_type.get(key, _UNREAD)
+        if shape is _UNREAD:
+            shape = by_type[key] = _plan_shape(type_proto, named)
+        shapes[info.name] = shape
     return shapes
+
+
+_UNREAD = ("not read",)  # by_type's answer for a type not read yet (None: rank unknown)
 
 
 def _shapes_through_shape_ops(model: onnx.ModelProto, named: frozenset[str]
@@ -147,14 +152,14 @@ def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
     """The dim names the file spells; onnx's Python inference invents `unk__N` names for
     dims it cannot name, where onnxruntime's leaves them unnamed."""
     names = set()
-    seen: set[bytes] = set()  # each distinct shape read once
+    seen: set[bytes] = set()  # each distinct type read once, by its bytes (one C call)
     for info in [*graph.input, *graph.value_info, *graph.output]:
-        if info.type.HasField("tensor_type"):
-            shape = info.type.tensor_type.shape
-            key = shape.SerializeToString()
-            if key not in seen:
-                seen.add(key)
-                names |= {d.dim_param for d in shape.dim if d.dim_param}
+        type_proto = info.type
+        key = type_proto.SerializeToString()
+        if key not in seen:
+            seen.add(key)
+            if type_proto.HasField("tensor_type"):
+                names |= {d.dim_param for d in type_proto.tensor_type.shape.dim if d.dim_param}
     return frozenset(names)
 
 

@@ -41,15 +41,22 @@ class ShapeGapReport:
 def fill_shape_gaps(graph: Graph) -> ShapeGapReport:
     """Give shapes to node outputs left unknown, where a simple rule decides them."""
     filled: list[str] = []
-    for node in graph.nodes:
-        if not node.outputs or node.outputs[0].shape_known:
+    unknown: list[str] = []  # in the nodes' order, each node's outputs in order
+    for node in graph.nodes:  # one walk: a rule shapes only the node's own first output
+        outputs = node.outputs
+        if not outputs:
             continue
-        shape = _rule_shape(node)
-        if shape is not None:
-            _set_shape(node, node.outputs[0], shape)
-            filled.append(node.outputs[0].name)
-    unknown = tuple(v.name for n in graph.nodes for v in n.outputs if not v.shape_known)
-    return ShapeGapReport(filled=tuple(filled), still_unknown=unknown)
+        first = outputs[0]
+        if not first.shape_known:
+            shape = _rule_shape(node)  # a rule's shape is known: its inputs' dims or 1
+            if shape is not None:
+                _set_shape(node, first, shape)
+                filled.append(first.name)
+            else:
+                unknown.append(first.name)
+        if len(outputs) > 1:
+            unknown.extend(v.name for v in outputs[1:] if not v.shape_known)
+    return ShapeGapReport(filled=tuple(filled), still_unknown=tuple(unknown))
 
 
 def _rule_shape(node: Node) -> Shape | None:

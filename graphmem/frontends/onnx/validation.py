@@ -194,20 +194,34 @@ def _check_value_type(info: onnx.ValueInfoProto) -> None:
                             f" limit of {MAX_RANK}: {_FIX}")
 
 
-def _check_single_producers(graph: onnx.GraphProto) -> dict[str, str | onnx.NodeProto]:
+def _check_single_producers(graph: onnx.GraphProto) -> set[str]:
     """Each tensor has one definition: one initializer, or one node output, or a graph input
     (an initializer may be listed among the inputs too, as IR < 4 requires). Returns every
-    name defined, with its definition."""
+    name defined."""
     # the definition: a phrase, or the node writing it (labelled only for an error)
     defined: dict[str, str | onnx.NodeProto] = {i.name: "a graph input" for i in graph.input}
     for tensor in graph.initializer:
         if defined.get(tensor.name, "a graph input") != "a graph input":
             raise GraphmemError(f"initializer {quoted(tensor.name)} is defined twice: {_FIX}")
         defined[tensor.name] = "an initializer"
+    # the nodes' outputs in one comprehension (an optional output left out is ''): a name
+    # written twice is looked for, node by node, only when there is one
+    made = [name for node in graph.node for name in node.output if name]
+    names = set(made)
+    if len(names) != len(made) or not names.isdisjoint(defined):
+        _refuse_a_second_producer(graph, defined)
+    names.update(defined)
+    return names
+
+
+def _refuse_a_second_producer(graph: onnx.GraphProto,
+                              defined: dict[str, str | onnx.NodeProto]) -> None:
+    """The error for the first node output already defined (an input, an initializer or an
+    earlier node's output)."""
     for node in graph.node:
         for name in node.output:
             if not name:
-                continue  # an optional output left out
+                continue
             if name in defined:
                 before = defined[name]
                 already = (before if isinstance(before, str)
@@ -215,11 +229,9 @@ def _check_single_producers(graph: onnx.GraphProto) -> dict[str, str | onnx.Node
                 raise GraphmemError(f"tensor {quoted(name)} is written by {node_label(node)}"
                                     f" but is already {already}: {_FIX}")
             defined[name] = node
-    return defined
 
 
-def _check_outputs_made(graph: onnx.GraphProto,
-                        defined: dict[str, str | onnx.NodeProto]) -> None:
+def _check_outputs_made(graph: onnx.GraphProto, defined: set[str]) -> None:
     """Every output of the main graph is made by a node, or is an input or an initializer
     (build.py refuses the same after shape inference: a file of 10**6 empty nodes took
     1,084 MiB and 13 CPU s to get there)."""

@@ -116,16 +116,17 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
             declared.update(d.dim_param for d in value.type.tensor_type.shape.dim
                             if d.WhichOneof("value") == "dim_param")
     judged: set[bytes] = set()  # the outputs' distinct types (10^5 outputs: a few types)
+    known: set[str] = set()  # an output judged here is fully known: one walk over them
     for output in graph.output:
         key = output.type.SerializeToString()
-        if key in judged:
-            continue
-        if not fully_known(output) or any(
-                d.WhichOneof("value") != "dim_value" and d.dim_param not in declared
-                for d in output.type.tensor_type.shape.dim):
-            return False
-        judged.add(key)
-    known = fully_known_names((*graph.value_info, *graph.output))
+        if key not in judged:
+            if not fully_known(output) or any(
+                    d.WhichOneof("value") != "dim_value" and d.dim_param not in declared
+                    for d in output.type.tensor_type.shape.dim):
+                return False
+            judged.add(key)
+        known.add(output.name)
+    known |= fully_known_names(graph.value_info)
     made: list[str] = []
     for node in graph.node:
         if node.op_type != "Constant":
