@@ -357,6 +357,23 @@ def test_nodes_of_equal_attributes_share_one_dict(name: str) -> None:
                     for k, v in node.attributes.items()} == read
 
 
+def test_attributes_that_cannot_be_a_key_are_kept_unshared(tmp_path: Path) -> None:
+    # Optional's `type` attribute is a TypeProto, which is not hashable: the two nodes keep
+    # their own attributes (found by onnx's node test cases: optional_* raised TypeError)
+    optional_type = helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    nodes = [helper.make_node("Optional", [], [f"o{i}"], type=optional_type) for i in range(2)]
+    nodes += [helper.make_node("OptionalHasElement", [f"o{i}"], [f"h{i}"]) for i in range(2)]
+    graph = helper.make_graph(nodes, "g", [], [
+        helper.make_tensor_value_info(f"h{i}", TensorProto.BOOL, []) for i in range(2)])
+    path = tmp_path / "optional.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    imported = import_onnx(path).graph
+    optionals = [node for node in imported.nodes if node.op_type == "Optional"]
+    assert len(optionals) == 2
+    assert all(node.attributes["type"] == optional_type for node in optionals)
+
+
 def test_nodes_and_values_hold_no_instance_dict() -> None:
     # __slots__: a graph of 10**6 nodes holds 10**6 of each (about 100 bytes less each)
     value = Value("x", DType.FLOAT32, (), Role.INPUT)

@@ -210,7 +210,7 @@ def _add_nodes(
         control_flow = op_type in _CONTROL_FLOW_OPS and onnx_domain
         if proto.attribute:
             attributes, has_subgraph = _attributes(proto)
-            attributes = reader.attributes.setdefault(tuple(attributes.items()), attributes)
+            attributes = _shared(reader.attributes, attributes)
         else:  # most nodes: one shared empty dict
             attributes, has_subgraph = reader.no_attributes, False
         node = (ControlFlowNode if control_flow else Node)(
@@ -288,6 +288,17 @@ def _unique_name(name: str, used: set[str]) -> str:
         candidate = f"{name}#{suffix}"
     used.add(candidate)
     return candidate
+
+
+def _shared(seen: dict[tuple[tuple[str, AttributeValue], ...], dict[str, AttributeValue]],
+            attributes: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """The one dict of nodes with equal attributes; `attributes` itself where a value cannot
+    be a key (a TypeProto: Optional's `type`, a list of them)."""
+    key = tuple(attributes.items())
+    try:
+        return seen.setdefault(key, attributes)
+    except TypeError:
+        return attributes
 
 
 def _attributes(proto: onnx.NodeProto) -> tuple[dict[str, AttributeValue], bool]:
