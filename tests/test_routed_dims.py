@@ -39,6 +39,25 @@ def test_the_live_peak_and_the_device_total_read_the_same_counts(
     assert any(f"assumed {routing}" in w for w in routed.model.warnings)
 
 
+@pytest.mark.parametrize(("chooser", "top_k", "routing", "load"), [
+    # one ArgMax (Switch's top-1): 64 tokens x 1 choice over 4 experts, 16 each
+    ("argmax", 1, "balanced", TOKENS // EXPERTS),
+    # Phi-MoE's two ArgMax concatenated (top-2, no TopK): 64 x 2 / 4 = 32 each
+    ("two_argmax", 2, "balanced", TOKENS * 2 // EXPERTS),
+    # worst: each expert at every one of the 64 tokens, however many it chooses
+    ("two_argmax", 2, "worst", TOKENS)])
+def test_a_router_that_chooses_with_argmax_is_found(
+        tmp_path: Path, chooser: str, top_k: int, routing: str, load: int) -> None:
+    path = moe_model(tmp_path / "moe.onnx", chooser=chooser)
+    routed = analyze_onnx(path, moe_routing=routing, gpu="t4")
+    assert [(r.expert, r.tokens, r.experts, r.top_k, r.size) for r in routed.dims.routed] == [
+        (e, TOKENS, EXPERTS, top_k, load) for e in range(EXPERTS)]
+    assert routed.dims.free == ()
+    assert numbers(routed) == numbers(by_hand(path, routed, [load] * EXPERTS))
+    assert any(f"top-{top_k} of {EXPERTS} over {TOKENS} tokens" in w
+               for w in routed.model.warnings)
+
+
 def test_worst_holds_more_than_balanced_in_every_number(tmp_path: Path) -> None:
     # per expert the [n, 256] fp32 up-projection: 32 more rows under worst, 32 * 256 * 4 =
     # 32,768 B more at least, in the live peak and the device total alike
