@@ -58,6 +58,33 @@ def test_a_router_that_chooses_with_argmax_is_found(
                for w in routed.model.warnings)
 
 
+@pytest.mark.parametrize(("routing", "load"), [
+    # Switch's capacity mask (one-hot x (cumsum <= 20)) only drops choices: each expert's
+    # count is at most its load before it, 64 tokens x top-1 / 4 = 16 balanced, 64 worst
+    ("balanced", TOKENS // EXPERTS), ("worst", TOKENS)])
+def test_a_capacity_mask_keeps_the_router(tmp_path: Path, routing: str, load: int) -> None:
+    path = moe_model(tmp_path / "moe.onnx", chooser="argmax", capacity=20)
+    routed = analyze_onnx(path, moe_routing=routing, gpu="t4")
+    assert [(r.top_k, r.size) for r in routed.dims.routed] == [(1, load)] * EXPERTS
+    assert numbers(routed) == numbers(by_hand(path, routed, [load] * EXPERTS))
+
+
+def test_a_mul_by_anything_but_a_zero_one_mask_is_no_router(tmp_path: Path) -> None:
+    # the same layer with the mask cast from an integer (any value, not 0/1: the counts may
+    # be anything up to the mask's size) is no router's: its NonZeros stay free
+    import onnx
+
+    path = moe_model(tmp_path / "moe.onnx", chooser="argmax", capacity=20)
+    model = onnx.load(path)
+    del model.graph.value_info[:]
+    for node in model.graph.node:
+        if node.op_type == "LessOrEqual":
+            node.op_type = "Sub"
+    onnx.save(model, path)
+    result = analyze_onnx(path)
+    assert result.dims.routed == () and len(result.dims.free) == EXPERTS
+
+
 def test_worst_holds_more_than_balanced_in_every_number(tmp_path: Path) -> None:
     # per expert the [n, 256] fp32 up-projection: 32 more rows under worst, 32 * 256 * 4 =
     # 32,768 B more at least, in the live peak and the device total alike

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from graphmem.core.ir import Graph, Node, Value
+from graphmem.core.ir import DType, Graph, Node, Value
 from graphmem.core.routing import WORST, MoeRouting, RoutedDim, expert_loads
 from graphmem.core.symbolic import SymInt
 from graphmem.passes.dims import DimBinding
@@ -126,16 +126,39 @@ class _Choices:
 
 def _router(nonzero: Node, dims: Mapping[str, int]) -> _Router | None:
     """The router whose choices, one-hot over the experts, the NonZero's input is made of by
-    data movement alone; None where the input is anything else (a sum, a comparison)."""
+    data movement alone (and 0/1 masks: `_masked`); None where the input is anything else (a
+    sum, a comparison)."""
     value = nonzero.inputs[0] if nonzero.inputs else None
     while value is not None and value.producer is not None:
         maker = value.producer
         if maker.op_type == "OneHot":
             return _onehot_router(maker, dims)
+        if maker.op_type == "Mul":
+            value = _masked(maker)
+            continue
         if maker.op_type not in DATA_MOVES:
             return None
         value = maker.inputs[0] if maker.inputs else None
     return None
+
+
+def _masked(mul: Node) -> Value | None:
+    """x of Mul(x, mask) where the mask is 0 or 1 (a boolean, or one cast): it can only drop
+    x's nonzeros, so an expert's count is at most its load before the mask (Switch's
+    capacity: the one-hot times cumsum <= capacity; --moe-routing worst stays the bound,
+    balanced where the capacity holds the balanced load); None for any other Mul."""
+    pair = tuple(mul.inputs[:2])
+    for x, mask in (pair, pair[::-1]) if len(pair) == 2 else ():
+        if x is not None and mask is not None and _zero_one(mask):
+            return x
+    return None
+
+
+def _zero_one(value: Value) -> bool:
+    maker = value.producer
+    cast = maker is not None and maker.op_type == "Cast" and bool(maker.inputs)
+    source = maker.inputs[0] if cast and maker is not None else None
+    return value.dtype is DType.BOOL or (source is not None and source.dtype is DType.BOOL)
 
 
 def _onehot_router(onehot: Node, dims: Mapping[str, int]) -> _Router | None:

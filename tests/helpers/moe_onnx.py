@@ -19,11 +19,14 @@ from graphmem.api import Result, analyze_onnx
 TOKENS, HIDDEN, EXPERTS, TOP_K, WIDTH = 64, 16, 4, 2, 256
 
 
-def moe_model(path: Path, tokens: int | str = TOKENS, chooser: str = "topk") -> Path:
+def moe_model(path: Path, tokens: int | str = TOKENS, chooser: str = "topk",
+              capacity: int | None = None) -> Path:
     """The layer over `tokens` rows (a name: a dynamic dim, the batch axis), its router's
     choice by `chooser`: "topk" (TopK, top-2), "argmax" (one ArgMax: top-1, Switch's) or
     "two_argmax" (Phi-MoE's sparse mixer: ArgMax, the chosen expert masked out with
-    ScatterElements, a second ArgMax, the two concatenated along the choice axis: top-2)."""
+    ScatterElements, a second ArgMax, the two concatenated along the choice axis: top-2).
+    `capacity`: Switch's capacity mask on the one-hot, each expert's first `capacity` tokens
+    kept (the one-hot times CumSum over the tokens <= capacity, cast from bool)."""
     rng = np.random.default_rng(0)
 
     def const(name: str, array: np.ndarray) -> onnx.TensorProto:
@@ -36,8 +39,16 @@ def moe_model(path: Path, tokens: int | str = TOKENS, chooser: str = "topk") -> 
     nodes = [helper.make_node("MatMul", ["h", "router"], ["logits"]),
              helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
              *CHOOSERS[chooser],
-             helper.make_node("OneHot", ["chosen", "depth", "on_off"], ["onehot"]),
-             helper.make_node("Transpose", ["onehot"], ["mask"], perm=[2, 1, 0])]
+             helper.make_node("OneHot", ["chosen", "depth", "on_off"], ["onehot"])]
+    kept = "onehot"
+    if capacity is not None:
+        kept = "kept"
+        inits += [const("cap", np.array(capacity, np.int64)), const("axis0", np.array(0))]
+        nodes += [helper.make_node("CumSum", ["onehot", "axis0"], ["priority"]),
+                  helper.make_node("LessOrEqual", ["priority", "cap"], ["fits"]),
+                  helper.make_node("Cast", ["fits"], ["fits01"], to=TensorProto.INT64),
+                  helper.make_node("Mul", ["onehot", "fits01"], ["kept"])]
+    nodes.append(helper.make_node("Transpose", [kept], ["mask"], perm=[2, 1, 0]))
     sums = []
     for e in range(EXPERTS):
         inits += [const(f"e{e}", np.array(e)),
