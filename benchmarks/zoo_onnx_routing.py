@@ -35,7 +35,12 @@ def rows(names: list[str], folder: Path) -> None:
     for entry in (*ZOO, *MEASURED_ONCE):
         if entry.family != "moe" or (names and entry.name not in names):
             continue
-        path = export(entry, folder).path
+        try:
+            path = export(entry, folder).path
+        except Exception as error:  # noqa: BLE001 (a failure is a row, with its message)
+            message = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            print(f"| {entry.name} | | **fails**: {message} | | | | | |", flush=True)
+            continue
         counts = run_counts(path, folder)
         balanced = analyze_onnx(path, plan=False)
         dims = {dim: counts[node.outputs[0].name] for node in balanced.graph.nodes
