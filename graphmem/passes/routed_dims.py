@@ -68,16 +68,17 @@ def routed_dims(graph: Graph, dims: Mapping[str, int], routing: MoeRouting
     """Every NonZero count of `graph` a router sizes, at `dims` (those in `dims` excepted:
     given), in graph order."""
     found: list[RoutedDim] = []
-    experts_seen: dict[str, int] = {}  # per router (its TopK), the NonZeros met so far
+    experts_seen: dict[str, int] = {}  # per router (its choices' node), the NonZeros met so far
     for node in graph.nodes:
         count = nonzero_count(node, dims) if node.op_type in DATA_SIZED_OPS else None
         router = _router(node, dims) if count is not None else None
-        if count is None or router is None or count[1] % router.top_k:
+        # the expert's mask holds each (choice, token) pair once: [top_k, tokens] or its
+        # transpose (a mask of any other size, sliced or broadcast, is no expert's list)
+        if count is None or router is None or count[1] != router.top_k * router.tokens:
             continue
-        dim, elements = count
+        dim, tokens = count[0], router.tokens
         expert = experts_seen.get(router.name, 0)
         experts_seen[router.name] = expert + 1
-        tokens = elements // router.top_k  # the mask is [top_k, tokens] (or its transpose)
         if dim in dims or expert >= router.experts:
             continue
         loads = ([tokens] * router.experts if routing.kind == WORST
@@ -109,8 +110,9 @@ def count_dim(value: Value) -> str | None:
 
 
 class _Router:
-    def __init__(self, name: str, experts: int, top_k: int) -> None:
+    def __init__(self, name: str, tokens: int, experts: int, top_k: int) -> None:
         self.name = name  # the node that makes its choices (a TopK, ArgMax or their Concat)
+        self.tokens = tokens
         self.experts = experts
         self.top_k = top_k
 
@@ -176,7 +178,7 @@ def _onehot_router(onehot: Node, dims: Mapping[str, int]) -> _Router | None:
     top_k = elements // choices.tokens
     if not 0 < top_k <= choices.experts or (reach is not None and reach < choices.experts):
         return None
-    return _Router(maker.name, choices.experts, top_k)
+    return _Router(maker.name, choices.tokens, choices.experts, top_k)
 
 
 def _choices(value: Value, dims: Mapping[str, int]) -> _Choices | None:
