@@ -58,6 +58,22 @@ def test_a_router_that_chooses_with_argmax_is_found(
                for w in routed.model.warnings)
 
 
+def test_choices_joined_along_the_tokens_are_no_router(tmp_path: Path) -> None:
+    # Phi-MoE's two ArgMax joined along the tokens (axis 0: [128, 1]) instead of the choice
+    # axis ([64, 2]): the joined axis is 128, and 128 x 64 tokens is not the 128 indices, so
+    # they are not each token's choices; the NonZeros stay free
+    import onnx
+
+    path = moe_model(tmp_path / "moe.onnx", chooser="two_argmax")
+    model = onnx.load(path)
+    del model.graph.value_info[:]
+    concat = next(node for node in model.graph.node if node.op_type == "Concat")
+    concat.attribute[0].i = 0
+    onnx.save(model, path)
+    result = analyze_onnx(path)
+    assert result.dims.routed == () and len(result.dims.free) == EXPERTS
+
+
 @pytest.mark.parametrize(("routing", "load"), [
     # Switch's capacity mask (one-hot x (cumsum <= 20)) only drops choices: each expert's
     # count is at most its load before it, 64 tokens x top-1 / 4 = 16 balanced, 64 worst
