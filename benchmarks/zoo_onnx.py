@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,18 +47,20 @@ def rows(names: list[str], folder: Path) -> None:
                   f" {time.perf_counter() - start:.1f} |", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(rows_of: Callable[[list[str], Path], None] = rows, doc: str = __doc__) -> None:
+    """Parse the command line and print `rows_of`'s table (benchmarks/zoo_onnx_routing.py
+    uses it too)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--folder", type=Path, help="where the exports are kept")
     parser.add_argument("names", nargs="*", help="architectures (default: the whole zoo)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     if args.folder is not None:
         args.folder.mkdir(parents=True, exist_ok=True)
-        rows(args.names, args.folder)
+        rows_of(args.names, args.folder)
         return
     with tempfile.TemporaryDirectory() as folder:
-        rows(args.names, Path(folder))
+        rows_of(args.names, Path(folder))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,68 @@ def test_the_live_peak_and_the_device_total_read_the_same_counts(
     assert any(f"assumed {routing}" in w for w in routed.model.warnings)
 
 
+@pytest.mark.parametrize(("chooser", "top_k", "routing", "load"), [
+    # one ArgMax (Switch's top-1): 64 tokens x 1 choice over 4 experts, 16 each
+    ("argmax", 1, "balanced", TOKENS // EXPERTS),
+    # Phi-MoE's two ArgMax concatenated (top-2, no TopK): 64 x 2 / 4 = 32 each
+    ("two_argmax", 2, "balanced", TOKENS * 2 // EXPERTS),
+    # worst: each expert at every one of the 64 tokens, however many it chooses
+    ("two_argmax", 2, "worst", TOKENS)])
+def test_a_router_that_chooses_with_argmax_is_found(
+        tmp_path: Path, chooser: str, top_k: int, routing: str, load: int) -> None:
+    path = moe_model(tmp_path / "moe.onnx", chooser=chooser)
+    routed = analyze_onnx(path, moe_routing=routing, gpu="t4")
+    assert [(r.expert, r.tokens, r.experts, r.top_k, r.size) for r in routed.dims.routed] == [
+        (e, TOKENS, EXPERTS, top_k, load) for e in range(EXPERTS)]
+    assert routed.dims.free == ()
+    assert numbers(routed) == numbers(by_hand(path, routed, [load] * EXPERTS))
+    assert any(f"top-{top_k} of {EXPERTS} over {TOKENS} tokens" in w
+               for w in routed.model.warnings)
+
+
+def test_choices_joined_along_the_tokens_are_no_router(tmp_path: Path) -> None:
+    # Phi-MoE's two ArgMax joined along the tokens (axis 0: [128, 1]) instead of the choice
+    # axis ([64, 2]): the joined axis is 128, and 128 x 64 tokens is not the 128 indices, so
+    # they are not each token's choices; the NonZeros stay free
+    import onnx
+
+    path = moe_model(tmp_path / "moe.onnx", chooser="two_argmax")
+    model = onnx.load(path)
+    del model.graph.value_info[:]
+    concat = next(node for node in model.graph.node if node.op_type == "Concat")
+    concat.attribute[0].i = 0
+    onnx.save(model, path)
+    result = analyze_onnx(path)
+    assert result.dims.routed == () and len(result.dims.free) == EXPERTS
+
+
+@pytest.mark.parametrize(("routing", "load"), [
+    # Switch's capacity mask (one-hot x (cumsum <= 20)) only drops choices: each expert's
+    # count is at most its load before it, 64 tokens x top-1 / 4 = 16 balanced, 64 worst
+    ("balanced", TOKENS // EXPERTS), ("worst", TOKENS)])
+def test_a_capacity_mask_keeps_the_router(tmp_path: Path, routing: str, load: int) -> None:
+    path = moe_model(tmp_path / "moe.onnx", chooser="argmax", capacity=20)
+    routed = analyze_onnx(path, moe_routing=routing, gpu="t4")
+    assert [(r.top_k, r.size) for r in routed.dims.routed] == [(1, load)] * EXPERTS
+    assert numbers(routed) == numbers(by_hand(path, routed, [load] * EXPERTS))
+
+
+def test_a_mul_by_anything_but_a_zero_one_mask_is_no_router(tmp_path: Path) -> None:
+    # the same layer with the mask cast from an integer (any value, not 0/1: the counts may
+    # be anything up to the mask's size) is no router's: its NonZeros stay free
+    import onnx
+
+    path = moe_model(tmp_path / "moe.onnx", chooser="argmax", capacity=20)
+    model = onnx.load(path)
+    del model.graph.value_info[:]
+    for node in model.graph.node:
+        if node.op_type == "LessOrEqual":
+            node.op_type = "Sub"
+    onnx.save(model, path)
+    result = analyze_onnx(path)
+    assert result.dims.routed == () and len(result.dims.free) == EXPERTS
+
+
 def test_worst_holds_more_than_balanced_in_every_number(tmp_path: Path) -> None:
     # per expert the [n, 256] fp32 up-projection: 32 more rows under worst, 32 * 256 * 4 =
     # 32,768 B more at least, in the live peak and the device total alike

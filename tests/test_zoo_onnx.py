@@ -55,10 +55,11 @@ SEEDS = range(5)
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe", "phimoe"])
 def test_moe_routing_brackets_the_measured_runs(folder: Path, name: str, level: str) -> None:
     # the exported expert loop sizes each expert's tokens with NonZero: graphmem finds the
-    # router by the graph's structure (runtime_models/data_bounds.py) and sizes them by
+    # router by the graph's structure (passes/routed_dims.py; Phi-MoE's chooses with two
+    # ArgMax, no TopK) and sizes them by
     # --moe-routing. Over five input seeds (the router's choice follows the data), `worst`
     # (every expert at every token) is at or above every run, and `balanced` (the default)
     # at or below the runs as written and within their spread optimized (docs/zoo.md)

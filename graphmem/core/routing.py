@@ -93,7 +93,7 @@ class RoutedDim:
     routed_dims.py finds them)."""
 
     dim: str  # the dim the count is (NonZero's output [2, dim])
-    router: str  # the router's TopK node
+    router: str  # the node that makes the router's choices (TopK, ArgMax, their Concat)
     expert: int  # which of the router's experts (the router's i-th NonZero in graph order)
     tokens: int
     experts: int

@@ -19,8 +19,14 @@ from graphmem.api import Result, analyze_onnx
 TOKENS, HIDDEN, EXPERTS, TOP_K, WIDTH = 64, 16, 4, 2, 256
 
 
-def moe_model(path: Path, tokens: int | str = TOKENS) -> Path:
-    """The layer over `tokens` rows (a name: a dynamic dim, the batch axis)."""
+def moe_model(path: Path, tokens: int | str = TOKENS, chooser: str = "topk",
+              capacity: int | None = None) -> Path:
+    """The layer over `tokens` rows (a name: a dynamic dim, the batch axis), its router's
+    choice by `chooser`: "topk" (TopK, top-2), "argmax" (one ArgMax: top-1, Switch's) or
+    "two_argmax" (Phi-MoE's sparse mixer: ArgMax, the chosen expert masked out with
+    ScatterElements, a second ArgMax, the two concatenated along the choice axis: top-2).
+    `capacity`: Switch's capacity mask on the one-hot, each expert's first `capacity` tokens
+    kept (the one-hot times CumSum over the tokens <= capacity, cast from bool)."""
     rng = np.random.default_rng(0)
 
     def const(name: str, array: np.ndarray) -> onnx.TensorProto:
@@ -28,12 +34,21 @@ def moe_model(path: Path, tokens: int | str = TOKENS) -> Path:
 
     inits = [const("router", rng.standard_normal((HIDDEN, EXPERTS)).astype(np.float32)),
              const("k", np.array([TOP_K], np.int64)), const("depth", np.array(EXPERTS)),
-             const("on_off", np.array([0, 1], np.int64)), const("one", np.array(1))]
+             const("on_off", np.array([0, 1], np.int64)), const("one", np.array(1)),
+             const("masked", np.full((1, 1), -1e9, np.float32))]
     nodes = [helper.make_node("MatMul", ["h", "router"], ["logits"]),
              helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
-             helper.make_node("TopK", ["p", "k"], ["w", "chosen"], axis=-1),
-             helper.make_node("OneHot", ["chosen", "depth", "on_off"], ["onehot"]),
-             helper.make_node("Transpose", ["onehot"], ["mask"], perm=[2, 1, 0])]
+             *CHOOSERS[chooser],
+             helper.make_node("OneHot", ["chosen", "depth", "on_off"], ["onehot"])]
+    kept = "onehot"
+    if capacity is not None:
+        kept = "kept"
+        inits += [const("cap", np.array(capacity, np.int64)), const("axis0", np.array(0))]
+        nodes += [helper.make_node("CumSum", ["onehot", "axis0"], ["priority"]),
+                  helper.make_node("LessOrEqual", ["priority", "cap"], ["fits"]),
+                  helper.make_node("Cast", ["fits"], ["fits01"], to=TensorProto.INT64),
+                  helper.make_node("Mul", ["onehot", "fits01"], ["kept"])]
+    nodes.append(helper.make_node("Transpose", [kept], ["mask"], perm=[2, 1, 0]))
     sums = []
     for e in range(EXPERTS):
         inits += [const(f"e{e}", np.array(e)),
@@ -54,6 +69,22 @@ def moe_model(path: Path, tokens: int | str = TOKENS) -> Path:
     model.ir_version = 8
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
     return path
+
+
+def _argmax(scores: str, out: str) -> onnx.NodeProto:
+    return helper.make_node("ArgMax", [scores], [out], axis=-1, keepdims=1)
+
+
+CHOOSERS = {
+    "topk": [helper.make_node("TopK", ["p", "k"], ["w", "chosen"], axis=-1)],
+    "argmax": [_argmax("p", "chosen")],
+    "two_argmax": [
+        _argmax("p", "first"), helper.make_node("Shape", ["first"], ["first_shape"]),
+        helper.make_node("Expand", ["masked", "first_shape"], ["fill"]),
+        helper.make_node("ScatterElements", ["p", "first", "fill"], ["rest"], axis=-1),
+        _argmax("rest", "second"),
+        helper.make_node("Concat", ["first", "second"], ["chosen"], axis=-1)],
+}
 
 
 # the JSON sections that hold numbers (the warnings, notes and dims differ: one was assumed,

@@ -92,3 +92,28 @@ def measure(entry: ZooModel, folder: Path, level: str) -> OrtRow:
     exported = export(entry, folder)
     predicted, measured = measure_all(exported.path, None, level)
     return OrtRow(entry.name, exported.exporter, level, predicted, measured)
+
+
+def run_counts(path: Path, folder: Path, seed: int = 0) -> dict[str, int]:
+    """{each NonZero output tensor of `path`: its count} in one onnxruntime run (every
+    optimization off) at the inputs verify makes up at `seed`: what the router chose."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from graphmem.api import analyze_onnx
+    from graphmem.verify.onnx_run import input_specs
+    from graphmem.verify.runners.onnxruntime_runner import random_feeds
+
+    model = onnx.load(str(path))
+    names = [n.output[0] for n in model.graph.node if n.op_type == "NonZero"]
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name)
+                              for name in names if name not in known)
+    copy = folder / f"{path.stem}.counts.onnx"
+    onnx.save(model, str(copy))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(copy), options, providers=["CPUExecutionProvider"])
+    feeds = random_feeds(input_specs(analyze_onnx(path, plan=False)), seed)
+    outputs = session.run(names, feeds)
+    return {name: int(np.shape(out)[1]) for name, out in zip(names, outputs, strict=True)}
