@@ -403,6 +403,26 @@ def _tolerant(rule: Callable[[onnx.NodeProto], None],
     return run
 
 
+# From opset 18 every reduction takes its axes as an input, as ReduceSum does from opset 13;
+# onnxruntime's rules read that input for ReduceSum, ReduceMean and ReduceProd only, and onnx's
+# one-node inference, which the engine runs for the others, does not see the axes' value: the
+# output stays unshaped and the next Add/Mul/Div ends the whole engine (DBRX's router
+# normalizes with ReduceL1). The shape rule is ReduceSum's for every reduction.
+_REDUCTIONS_LIKE_SUM = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+                        "ReduceMin", "ReduceSumSquare")
+
+
+def _reductions_with_axes_input(engine: Any) -> dict[str, Callable[[onnx.NodeProto], None]]:
+    """ReduceSum's rule for the other reductions, where their axes are a known input (an
+    attribute, or an axes value the engine cannot read, is left to onnx's inference, as
+    before)."""
+    def run(node: onnx.NodeProto) -> None:
+        if len(node.input) > 1 and node.input[1] and engine._try_get_value(node, 1) is not None:
+            engine._infer_ReduceSum(node)
+
+    return {op: run for op in _REDUCTIONS_LIKE_SUM}
+
+
 def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> onnx.ModelProto:
     """Run onnxruntime's symbolic shape inference to its fixed point.
 
@@ -417,9 +437,8 @@ def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> on
     engine = symbolic_shape_infer.SymbolicShapeInference(
         int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0
     )
-    engine.dispatcher_ = {
-        op: _tolerant(rule, failed_ops) for op, rule in engine.dispatcher_.items()
-    }
+    rules = {**_reductions_with_axes_input(engine), **engine.dispatcher_}
+    engine.dispatcher_ = {op: _tolerant(rule, failed_ops) for op, rule in rules.items()}
     if any(p.key == STATIC_TYPES_KEY and p.value == STATIC_TYPES_TOKEN
            for p in model.metadata_props):  # unknown_part's model, not a file's claim
         skip_static_nodes(engine, {v.name: v for v in model.graph.value_info})
