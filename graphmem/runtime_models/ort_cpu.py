@@ -191,7 +191,7 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
     scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
-    timeline = ort_timeline(plan, scratch, buffer_live_spans(plan), extend=extend)
+    timeline = ort_timeline(plan, scratch, plan.live_spans, extend=extend)
     weights = arena_weights_bytes(graph, plan.order)
     notes = ((graph_note,) if graph_note else ()) + plan_notes(plan, timeline, sizes,
                                                           plan_shapes is None)
@@ -219,12 +219,6 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
         runtime_weights_bytes=weights,
     )
 
-
-
-def buffer_live_spans(plan: OrtPlan) -> dict[str, list[tuple[int, int]]]:
-    """Per buffer owner: the steps during which some tensor placed in it is still to be read
-    (the rest of the buffer's life is held for a later tensor of the same shape)."""
-    return plan.live_spans
 
 
 def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt | None],

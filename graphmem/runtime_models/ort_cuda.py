@@ -27,7 +27,6 @@ from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
     PlanShape,
     arena_events,
-    buffer_live_spans,
     ort_timeline,
     plan_notes,
     plan_ort_buffers,
@@ -51,7 +50,7 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
     (Einsum's: graphmem/runtime_models/ort_cuda_einsum.py)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
     scratch = [cuda_kernel_scratch(node, bound or {}) for node in plan.order]
-    spans = buffer_live_spans(plan)
+    spans = plan.live_spans
     free = None if capacity_bytes is None else capacity_bytes - context_bytes - resident_bytes
     oom: OutOfMemoryAt | None = None
     timeline = None
