@@ -50,6 +50,15 @@ def bind_routed(graph: Graph, binding: DimBinding, routing: MoeRouting) -> DimBi
                    routed=found)
 
 
+def rebind(graph: Graph, dims: DimBinding, given: Mapping[str, int], routing: MoeRouting
+           ) -> DimBinding:
+    """`graph`'s binding at the dims `given` (the rest of `dims`' free dims left free), its
+    router-sized counts bound again for them: what a probe at another batch reads."""
+    free = tuple(d for d in dims.free if d not in given)
+    return bind_routed(graph, DimBinding(bound=dict(given), free=free,
+                                         batch_dim=dims.batch_dim), routing)
+
+
 def routing_warning(routed: Sequence[RoutedDim], routing: MoeRouting) -> str:
     """What the outputs warn where a router's counts are bound; empty where none is, e.g.
     "... 8 experts' token lists (NonZero; top-2 of 4 over 32 tokens) assumed balanced ..."."""

@@ -33,7 +33,7 @@ from graphmem.passes.fit import (
     fit_on_device_total,
     with_error_band,
 )
-from graphmem.passes.routed_dims import bind_routed
+from graphmem.passes.routed_dims import rebind
 from graphmem.runtime_models.base import (
     AUTO_OPTIMIZE_INITIALIZER_BYTES,
     Runtime,
@@ -218,10 +218,8 @@ class DeviceTotalProbe:
         try:
             if self.reanalyze is not None:
                 return device_estimate(self.reanalyze(bound), self.model, notes=False)
-            free = tuple(d for d in self.analysis.dims.free if d != self.dim)
-            binding = bind_routed(self.analysis.graph, DimBinding(
-                bound=bound, free=free, batch_dim=self.analysis.dims.batch_dim),
-                self.analysis.moe_routing)
+            binding = rebind(self.analysis.graph, self.analysis.dims, bound,
+                             self.analysis.moe_routing)
             sizes = self.table.bound(binding.bound) if self.table is not None else None
             return device_estimate(self.analysis, self.model, binding, self.residents, sizes,
                                    notes=False)

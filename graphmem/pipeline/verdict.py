@@ -22,7 +22,6 @@ from graphmem.core.units import MAX_BYTES
 from graphmem.devices.error_bands import error_band
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import (
     Caveat,
     DevicePart,
@@ -32,7 +31,7 @@ from graphmem.passes.fit import (
     with_error_band,
 )
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch
-from graphmem.passes.routed_dims import bind_routed
+from graphmem.passes.routed_dims import rebind
 from graphmem.passes.sweep import SweepResult, with_device_totals
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.device_total import (
@@ -172,9 +171,7 @@ def _distributed_probe(analysis: Analysis, context_bytes: int, runtime: str | No
                 bound_analysis = analysis.reanalyze(bound)
                 dims = bound_analysis.dims
             else:
-                dims = bind_routed(analysis.graph, DimBinding(
-                    bound=bound, free=tuple(d for d in analysis.dims.free if d != dim),
-                    batch_dim=analysis.dims.batch_dim), analysis.moe_routing)
+                dims = rebind(analysis.graph, analysis.dims, bound, analysis.moe_routing)
             graph = bound_analysis.graph
             rank = most_loaded_rank(graph, dims, config)
             allocator = 0
