@@ -93,3 +93,16 @@ def test_a_branch_on_other_values_still_stops_the_trace() -> None:
 
     with pytest.raises(GraphmemError, match="branches on tensor values"):
         analysis(Branches(), False)
+
+
+def test_unique_consecutive_of_known_values_is_traced_at_its_size() -> None:
+    class Windows(nn.Module):
+        # window bounds from a constant grid, deduplicated (Qwen2.5-VL's vision tower):
+        # [0, 2, 2, 4] -> [0, 2, 4], three bounds, so x [6, 4] is cut to its first 3 rows
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            bounds = torch.tensor([0, 2, 2, 4])
+            return x[: torch.unique_consecutive(bounds).shape[0]] * 2
+
+    result = analyze_torch(Windows(), [parse_tensor_spec("6x4")], plan=False, suggest=False)
+    (output,) = result.graph.outputs
+    assert [int(d) for d in output.shape] == [3, 4]

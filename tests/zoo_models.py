@@ -480,17 +480,6 @@ THIRD_ROUND_VISION: list[ZooModel] = [
         vision_config={**VLM_VISION, "model_type": "clip_vision_model"},
         text_config=LLAMA_TEXT, image_token_index=127, image_seq_length=16,
         attn_implementation="eager"), 16), (IDS, IMAGE)),
-    ZooModel("paligemma", "multimodal", image_text(hf(
-        "PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
-        vision_config={**VLM_VISION, "model_type": "siglip_vision_model"},
-        text_config={**LLAMA_TEXT, "model_type": "gemma", "head_dim": 8},
-        image_token_index=127, vocab_size=128, projection_dim=32, hidden_size=32,
-        attn_implementation="eager"), 16), (IDS, IMAGE)),
-    ZooModel("idefics3", "multimodal", image_text(hf(
-        "Idefics3Config", "Idefics3ForConditionalGeneration",
-        vision_config={**VLM_VISION, "model_type": "idefics3_vision"},
-        text_config={**LLAMA_TEXT, "pad_token_id": 0}, image_token_id=127, scale_factor=2,
-        attn_implementation="eager"), 4), (IDS, "2x1x3x32x32")),
     ZooModel("mllama", "multimodal", image_text(hf(
         "MllamaConfig", "MllamaForConditionalGeneration",
         vision_config={"hidden_size": 32, "num_hidden_layers": 1, "num_global_layers": 1,
@@ -501,12 +490,6 @@ THIRD_ROUND_VISION: list[ZooModel] = [
                      "cross_attention_layers": [1], "pad_token_id": 0},
         image_token_index=127, attn_implementation="eager"), 1, extra=mllama_inputs),
         (IDS, "2x1x1x3x32x32")),
-    ZooModel("qwen2_vl", "multimodal", image_text(hf(
-        "Qwen2VLConfig", "Qwen2VLForConditionalGeneration",
-        vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 4,
-                       "mlp_ratio": 2, "patch_size": 8},
-        text_config={**QWEN_VL_TEXT, "model_type": "qwen2_vl_text"}, **QWEN_VL_IDS,
-        attn_implementation="eager"), 4, extra=qwen_vl_inputs), (IDS, QWEN_PATCHES)),
     ZooModel("qwen2_5_vl", "multimodal", image_text(hf(
         "Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration",
         vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64,
@@ -514,24 +497,12 @@ THIRD_ROUND_VISION: list[ZooModel] = [
                        "window_size": 16, "fullatt_block_indexes": [1]},
         text_config={**QWEN_VL_TEXT, "model_type": "qwen2_5_vl_text"}, **QWEN_VL_IDS,
         attn_implementation="eager"), 4, extra=qwen_vl_inputs), (IDS, QWEN_PATCHES)),
-    ZooModel("blip2", "multimodal", wrapped(hf(
-        "Blip2Config", "Blip2ForImageTextRetrieval",
-        vision_config={**VLM_VISION, "model_type": "blip_2_vision_model"},
-        qformer_config={**TOWER_TEXT, "num_hidden_layers": 2, "encoder_hidden_size": 32,
-                        "cross_attention_frequency": 1, "max_position_embeddings": 64,
-                        "use_qformer_text_input": True},
-        num_query_tokens=4, image_text_hidden_size=16, attn_implementation="eager"),
-        ("input_ids", "pixel_values"), "logits_per_image"), (IDS, IMAGE)),
-    # vision tasks: detection, segmentation, depth
+    # vision tasks: detection, segmentation, promptable masks
     ZooModel("detr", "vision", wrapped(hf(
         "DetrConfig", "DetrForObjectDetection", backbone_config=RESNET_BACKBONE, d_model=32,
         encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=8,
         num_labels=4), ("pixel_values",)), (IMAGE,)),
-    ZooModel("dpt", "vision", wrapped(hf(
-        "DPTConfig", "DPTForDepthEstimation", **{**VIT_LIKE, "num_hidden_layers": 4},
-        backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 8, 16, 16],
-        fusion_hidden_size=16), ("pixel_values",), "predicted_depth"), (IMAGE,)),
     ZooModel("upernet", "vision", wrapped(hf(
         "UperNetConfig", "UperNetForSemanticSegmentation",
         backbone_config={"model_type": "convnext", "num_stages": 3, "depths": [1, 1, 1],
@@ -562,4 +533,36 @@ THIRD_ROUND_VISION: list[ZooModel] = [
         ("pixel_values",), "masks_queries_logits"), (IMAGE,)),
 ]
 
+# Measured once with the third round, every check passing (docs/zoo.md has their rows), and
+# left out of the suite for its time: near kin of rows above (PaliGemma of LLaVA, Qwen2-VL of
+# Qwen2.5-VL), BLIP-2's Q-Former and DPT's reassembly (no op the suite's rows lack)
+MEASURED_ONCE += [
+    ZooModel("paligemma", "multimodal", image_text(hf(
+        "PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
+        vision_config={**VLM_VISION, "model_type": "siglip_vision_model"},
+        text_config={**LLAMA_TEXT, "model_type": "gemma", "head_dim": 8},
+        image_token_index=127, vocab_size=128, projection_dim=32, hidden_size=32,
+        attn_implementation="eager"), 16), (IDS, IMAGE)),
+    ZooModel("qwen2_vl", "multimodal", image_text(hf(
+        "Qwen2VLConfig", "Qwen2VLForConditionalGeneration",
+        vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 4,
+                       "mlp_ratio": 2, "patch_size": 8},
+        text_config={**QWEN_VL_TEXT, "model_type": "qwen2_vl_text"}, **QWEN_VL_IDS,
+        attn_implementation="eager"), 4, extra=qwen_vl_inputs), (IDS, QWEN_PATCHES)),
+    ZooModel("blip2", "multimodal", wrapped(hf(
+        "Blip2Config", "Blip2ForImageTextRetrieval",
+        vision_config={**VLM_VISION, "model_type": "blip_2_vision_model"},
+        qformer_config={**TOWER_TEXT, "num_hidden_layers": 2, "encoder_hidden_size": 32,
+                        "cross_attention_frequency": 1, "max_position_embeddings": 64,
+                        "use_qformer_text_input": True},
+        num_query_tokens=4, image_text_hidden_size=16, attn_implementation="eager"),
+        ("input_ids", "pixel_values"), "logits_per_image"), (IDS, IMAGE)),
+    ZooModel("dpt", "vision", wrapped(hf(
+        "DPTConfig", "DPTForDepthEstimation", **{**VIT_LIKE, "num_hidden_layers": 4},
+        backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 8, 16, 16],
+        fusion_hidden_size=16), ("pixel_values",), "predicted_depth"), (IMAGE,)),
+]
+# training steps measured once (docs/zoo.md): no op their inference row and the rest of the
+# zoo do not trace; test_zoo.py runs their inference only
+TRAINING_MEASURED_ONCE = frozenset({"sam", "mllama", "qwen2_5_vl"})
 ZOO: list[ZooModel] = FIRST_ROUND + SECOND_ROUND + THIRD_ROUND_VISION
