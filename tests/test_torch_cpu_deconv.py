@@ -12,7 +12,7 @@ import pytest
 
 from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.torch_cpu import scratch_bytes
-from tests.helpers.deconv import BIASED, GRID, deconv
+from tests.helpers.deconv import BIASED, CHANNELS_LAST, GRID, deconv
 
 
 def test_an_uneven_width_books_the_row_buffer() -> None:
@@ -85,21 +85,37 @@ def test_one_small_image_is_unfolded_by_pytorch() -> None:
     assert scratch_bytes(deconv((1, 16, 16, 8, 8, 3, 2, 1, 1)), {}, 1) == 36_864
 
 
+def test_a_channels_last_input_copies_and_pads_the_weights_only() -> None:
+    # SAM's 2x16x4x4 -> 4, 2x2 stride 2, at two threads: [+Wc, +Y, +S, +W', ...], no reorder
+    # of x or y: Wc = 16 x 4 x 2 x 2 x 4 = 1,024, S = 12,288 + 2 x 24,600 + 128 = 61,616,
+    # W' = 16 x 16 (Cout padded) x 4 x 4 = 4,096: 66,736 (measured); at one thread S =
+    # 37,016: 42,136 (measured)
+    row = (2, 16, 4, 4, 4, 2, 2, 0, 0)
+    assert scratch_bytes(deconv(row, bias=True, channels_last=True), {}, 2) == 66_736
+    assert scratch_bytes(deconv(row, bias=True, channels_last=True), {}, 1) == 42_136
+    # unstrided, 1x1: the weights are channels-last already (no Wc); S the channels-last
+    # forward's 4,096 + 2 x 4,120 + 128 = 12,464, W' = 16 x 16 x 4 = 1,024: 13,488 (measured)
+    assert scratch_bytes(deconv((2, 16, 16, 8, 8, 1, 1, 0, 0), channels_last=True),
+                         {}, 2) == 13_488
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("threads", [1, 2])
 def test_transposed_convolutions_as_run(threads: int) -> None:
-    # every row's measured scratch (how far the kernel's allocations rose above its output)
-    # is graphmem's, to the byte
+    # every row's measured scratch (how far the kernel's allocations rose above its output),
+    # channels-last ones too, is graphmem's, to the byte
     torch = pytest.importorskip("torch")
     from tests.helpers.deconv import measured
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for row, bias in [*((row, False) for row in GRID), *((row, True) for row in BIASED)]:
-            call = measured(row, bias)
-            assert scratch_bytes(deconv(row, bias), {}, threads) == call.scratch_bytes, (
-                row, bias, threads, call.allocations)
+        for row, bias, layout in [*((row, False, False) for row in GRID),
+                                  *((row, True, False) for row in BIASED),
+                                  *((row, bias, True) for row, bias in CHANNELS_LAST)]:
+            call = measured(row, bias, layout)
+            assert scratch_bytes(deconv(row, bias, layout), {}, threads) == (
+                call.scratch_bytes), (row, bias, layout, threads, call.allocations)
     finally:
         torch.set_num_threads(before)

@@ -170,3 +170,34 @@ def test_polar_is_a_cosine_a_sine_and_two_multiplies() -> None:
     # rotary frequencies as complex numbers)
     flops = traced_flops(torch.polar, torch.rand(4, 3), torch.randn(4, 3))
     assert flops["polar"] == 48
+
+
+def test_the_third_rounds_copies_cost_no_arithmetic() -> None:
+    # masked_scatter (a vision-language model's image features into the placeholders'
+    # embeddings) and its backward move elements; linspace and repeat_interleave make them
+    def step(x: torch.Tensor) -> object:
+        mask = torch.arange(12).reshape(3, 4) % 2 == 0
+        y = x.masked_scatter(mask, x * 2) + torch.linspace(0, 1, 4)
+        return torch.autograd.grad(y.sum(), x), torch.arange(3).repeat_interleave(2)
+
+    flops = traced_flops(step, leaf(3, 4))
+    for op in ("masked_scatter", "masked_scatter_backward", "linspace"):
+        assert flops[op] == 0, op
+
+
+def test_adaptive_average_pool_backward_is_the_forward_transposed() -> None:
+    # [1, 2, 4, 4] pooled to 2x2 (UperNet's pyramid pooling): 32 inputs, 1 add each
+    # forward; the backward gives each of the 32 input elements its share: 32
+    flops = traced_flops(gradient_of(lambda x: F.adaptive_avg_pool2d(x, 2)), leaf(1, 2, 4, 4))
+    assert flops["_adaptive_avg_pool2d"] == flops["_adaptive_avg_pool2d_backward"] == 32
+
+
+def test_grid_sampling_is_bilinear_taps_per_output() -> None:
+    # input [1, 2, 4, 4] sampled at a [1, 3, 5, 2] grid -> [1, 2, 3, 5]: 30 outputs x 3
+    # lerps x 3 FLOPs = 270 (Mask2Former's deformable attention); the backward, per output
+    # gradient, the same 270
+    def step(x: torch.Tensor, grid: torch.Tensor) -> object:
+        return torch.autograd.grad(F.grid_sample(x, grid, align_corners=False).sum(), x)
+
+    flops = traced_flops(step, leaf(1, 2, 4, 4), torch.rand(1, 3, 5, 2) * 2 - 1)
+    assert flops["grid_sampler_2d"] == flops["grid_sampler_2d_backward"] == 270

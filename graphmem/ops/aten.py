@@ -137,6 +137,11 @@ PER_ELEMENT: dict[str, PerElement] = {
     "norm": PerElement(_REDUCE["ReduceL2"]), "linalg_vector_norm": PerElement(_REDUCE["ReduceL2"]),
     "_adaptive_avg_pool2d": PerElement(_REDUCE["GlobalAveragePool"]),
     "adaptive_avg_pool3d": PerElement(_REDUCE["GlobalAveragePool"]),
+    # _adaptive_avg_pool2d_backward(grad_output, self): the forward transposed, each input
+    # element's share of its bins' gradients added in, per element of self (UperNet's pyramid
+    # pooling)
+    "_adaptive_avg_pool2d_backward": PerElement(_REDUCE["GlobalAveragePool"], argument=1),
+    "_adaptive_avg_pool3d_backward": PerElement(_REDUCE["GlobalAveragePool"], argument=1),
     # a row's mean and variance: sum x, x - mean, square, sum of squares
     "var": PerElement(STATISTICS_FLOPS), "std": PerElement(STATISTICS_FLOPS),
     "var_mean": PerElement(STATISTICS_FLOPS),
@@ -203,6 +208,9 @@ PER_ELEMENT: dict[str, PerElement] = {
     "upsample_bilinear2d_backward": PerElement(lerp_flops(2)),
     "upsample_trilinear3d_backward": PerElement(lerp_flops(3)),
     "upsample_bicubic2d_backward": PerElement(cubic_flops(2)),
+    # grid_sampler_2d_backward(grad_output, input, grid, ...): the bilinear taps transposed,
+    # per gradient element (Mask2Former's deformable attention)
+    "grid_sampler_2d_backward": PerElement(lerp_flops(2)),
 }
 # Interpolations, FLOPs per output element (the ONNX Resize rule's; nearest copies: 0):
 # upsample_bilinear2d [n, c, h, w] -> [n, c, H, W] is n * c * H * W * 3 lerps x 3 FLOPs;
@@ -211,6 +219,10 @@ PER_OUTPUT_ELEMENT: dict[str, int] = {
     "upsample_linear1d": lerp_flops(1), "upsample_bilinear2d": lerp_flops(2),
     "upsample_trilinear3d": lerp_flops(3), "upsample_bicubic2d": cubic_flops(2),
     "glu": GLU_FLOPS,
+    # grid_sampler_2d(input [n, c, h, w], grid [n, H, W, 2]) -> [n, c, H, W]: bilinear, each
+    # output element the 3 lerps of its 4 taps, as upsample_bilinear2d (the sampling points
+    # of a deformable attention)
+    "grid_sampler_2d": lerp_flops(2),
 }
 # Window pools: per output element, this many FLOPs per window element (ONNX MaxPool's and
 # AveragePool's); kernel_size is argument 1, the spatial dims are in the name
@@ -271,12 +283,21 @@ FOREACH_PREFIXES = ("_foreach_", "_amp_foreach_")
 NO_ARITHMETIC = frozenset({
     "_to_copy", "clone", "copy", "copy_", "contiguous", "empty", "empty_like", "empty_strided",
     "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor", "arange",
-    "lift_fresh_copy", "new_empty", "new_zeros", "new_ones", "new_full", "embedding", "index",
+    "lift_fresh_copy", "linspace", "new_empty", "new_zeros", "new_ones", "new_full",
+    "embedding", "index",
     "index_select", "gather", "scatter", "slice_scatter", "select_scatter", "cat", "stack",
     "constant_pad_nd", "repeat", "index_put", "index_put_", "masked_fill", "tril", "triu",
     # masked_fill_ writes the fill value where the mask is set, in place (BART's and
     # SigLIP's attention masks, ConvNeXt-V2): a select, as masked_fill
     "masked_fill_", "new_empty_strided",
+    # masked_scatter copies the source's elements, in order, where the mask is set (a
+    # vision-language model's image features into the placeholders' embeddings)
+    "masked_scatter", "masked_scatter_",
+    # its backward: the gradient at the mask's positions gathered into the source's shape
+    "masked_scatter_backward",
+    # each element copied its count of times (Qwen2-VL's vision tower: each image's
+    # attention window bounds from its grid)
+    "repeat_interleave",
     # nearest upsampling copies each source pixel
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
     # im2col (nn.Unfold): each window's pixels copied into a column

@@ -33,13 +33,15 @@ FLOAT = 4
 
 def strided_data_scratchpad(ih: int, iw: int, oh: int, ow: int, kh: int, kw: int,
                             stride: tuple[int, int], padding: tuple[int, int],
-                            out_channels: int, threads: int, *, in_channels: int) -> int:
+                            out_channels: int, threads: int, *, in_channels: int,
+                            block: int = BLOCK) -> int:
     """The scratchpad of a strided backward-data (input ih x iw of `in_channels`, output
     gradient oh x ow of `out_channels`, kernel kh x kw, `stride` and `padding` (top, left)
-    in (h, w)), in bytes."""
+    in (h, w)), in bytes; the gradient's copy keeps its channels padded to `block` (1 for a
+    channels-last gradient, copied as it is: measured)."""
     rows = oh + _overflow(kh, ih, oh, stride[0], padding[0])
     cols = ow + _overflow(kw, iw, ow, stride[1], padding[1])
-    channels = -(-out_channels // BLOCK) * BLOCK
+    channels = -(-out_channels // block) * block
     copy = -(-rows * cols * channels // PAGE) * PAGE * FLOAT
     return 3 * PAGE + threads * (BATCH_BYTES + copy + PAGE) + _uneven_rows(
         iw, stride[1], in_channels, threads)

@@ -195,9 +195,13 @@ def transposed_convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     if not _uses_onednn(node, x, w, dims, threads):
         (_, _, ih, iw), (_, c_out, kh, kw) = _sizes(x, dims), _sizes(w, dims)
         columns = 0 if kh == kw == 1 else c_out * kh * kw * ih * iw * x.dtype.bits // 8
-        return [_bytes(y, dims), columns, -columns]
-    if node.attr_int("groups", 1) != 1 or node.attributes.get("channels_last", 0):
+        # a channels-last input is copied plain first (measured: 1x1, one thread)
+        plain = _bytes(x, dims) if node.attributes.get("channels_last", 0) else 0
+        return [_bytes(y, dims), plain, columns, -columns, -plain]
+    if node.attr_int("groups", 1) != 1:
         return []  # not measured
+    if node.attributes.get("channels_last", 0):
+        return _channels_last_transposed(node, x, w, y, dims, threads)
     c = _conv(node, y, w, x, dims)  # the reverse convolution: y -> x
     # with a bias, unstrided or over a width the stride does not divide, the output is made
     # in a buffer of its own first, + 128 B (measured, whatever the threads)
@@ -209,6 +213,26 @@ def transposed_convolution(node: Node, dims: Dims, threads: int) -> Allocations:
         return [made, xb, wd, yb, -wd, -xb, -made, c.input_bytes, -yb]
     pad = _strided_data_pad(node, y, x, w, dims, threads) + ONEDNN_EXTRA_BYTES + made
     return _input_gradient(c, pad)
+
+
+def _channels_last_transposed(node: Node, x: Value, w: Value, y: Value, dims: Dims,
+                              threads: int) -> Allocations:
+    """A dense transposed convolution on a channels-last input (SAM's mask decoder):
+    [+Wc, +Y, +S, +W', -W', -S, -Wc], Wc the weights copied channels-last (none for a 1x1
+    kernel, already so), S the reverse convolution's strided backward-data scratchpad + 128 B
+    (unstrided: the channels-last forward's scratchpad + 128 B), W' the weights with Cout
+    padded to oneDNN's block; no reorder of x or y, bias or not (measured, 1 and 2 threads).
+    e.g. 2x16x4x4 -> 4 channels, 2x2 stride 2, two threads: Wc = 1,024, S = 12,288 + 2 x
+    24,600 + 128 = 61,616, W' = 16 x 16 x 4 x 4 = 4,096: 66,736 B of scratch (measured)."""
+    w_bytes, c_out = _bytes(w, dims), _sizes(w, dims)[1]
+    copy = 0 if _sizes(w, dims)[2:] == [1, 1] else w_bytes
+    if any(s > 1 for s in node.attr_ints("stride", (1,))):
+        pad = _strided_data_pad(node, y, x, w, dims, threads)
+    else:
+        pad = CHANNELS_LAST_SCRATCHPAD_BYTES + CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES * threads
+    pad += ONEDNN_EXTRA_BYTES
+    padded = w_bytes * _strided_padded(c_out) // c_out
+    return [copy, _bytes(y, dims), pad, padded, -padded, -pad, -copy]
 
 
 def _channels_last_forward(c: Conv, threads: int) -> Allocations:
@@ -360,8 +384,10 @@ def _strided_data_pad(node: Node, x: Value, gy: Value, w: Value, dims: Dims,
                 + STRIDED_BACKWARD_DATA_SCRATCHPAD_THREAD_BYTES * threads)
     (_, ic, ih, iw), (_, oc, oh, ow) = _sizes(x, dims), _sizes(gy, dims)
     (_, _, kh, kw) = _sizes(w, dims)
+    block = 1 if node.attributes.get("channels_last", 0) else BLOCK
     return strided_data_scratchpad(ih, iw, oh, ow, kh, kw, (stride[0], stride[-1]),
-                                   (padding[0], padding[-1]), oc, threads, in_channels=ic)
+                                   (padding[0], padding[-1]), oc, threads, in_channels=ic,
+                                   block=block)
 
 
 def _input_gradient(c: Conv, pad: int) -> Allocations:

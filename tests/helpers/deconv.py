@@ -20,9 +20,10 @@ def out_size(size: int, kernel: int, stride: int, padding: int, extra: int) -> i
     return (size - 1) * stride - 2 * padding + kernel + extra
 
 
-def deconv(row: Row, bias: bool = False) -> Node:
+def deconv(row: Row, bias: bool = False, channels_last: bool = False) -> Node:
     """The traced aten.convolution of nn.ConvTranspose2d(Cin, Cout, kernel, stride,
-    padding, output_padding, bias=bias) on a batch x Cin x H x W input."""
+    padding, output_padding, bias=bias) on a batch x Cin x H x W input (channels-last where
+    asked: the layout PyTorch's kernel runs in, as the trace notes it)."""
     batch, c_in, c_out, h, w, kernel, stride, padding, extra = row
 
     def value(name: str, *shape: int) -> Value:
@@ -33,7 +34,8 @@ def deconv(row: Row, bias: bool = False) -> Node:
                 [value("x", batch, c_in, h, w), value("w", c_in, c_out, kernel, kernel),
                  value("b", c_out) if bias else None], [],
                 attributes={"stride": (stride, stride), "padding": (padding, padding),
-                            "groups": 1, "transposed": 1, "channels_last": 0})
+                            "groups": 1, "transposed": 1,
+                            "channels_last": int(channels_last)})
     node.add_output(value("y", batch, c_out, out_size(h, kernel, stride, padding, extra),
                           out_size(w, kernel, stride, padding, extra)))
     return node
@@ -59,7 +61,19 @@ BIASED: list[Row] = [
 ]
 
 
-def measured(row: Row, bias: bool = False) -> KernelScratch:
+# on a channels-last input (SAM's mask decoder upscales its image embedding, made
+# channels-last by a permute, with 2x2 stride-2 ones): strided, even and odd widths, a 1x1
+# kernel, unstrided, Cout below oneDNN's block
+CHANNELS_LAST: list[tuple[Row, bool]] = [
+    ((2, 16, 4, 4, 4, 2, 2, 0, 0), True), ((2, 4, 2, 8, 8, 2, 2, 0, 0), True),
+    ((2, 16, 16, 8, 8, 3, 2, 0, 0), False), ((2, 16, 16, 8, 8, 3, 2, 1, 1), True),
+    ((2, 16, 32, 8, 8, 2, 2, 0, 0), False), ((2, 32, 64, 8, 8, 2, 2, 0, 0), True),
+    ((2, 16, 16, 8, 8, 3, 1, 1, 0), True), ((2, 16, 16, 8, 8, 1, 1, 0, 0), True),
+    ((4, 8, 8, 16, 16, 4, 2, 1, 0), True), ((2, 16, 16, 9, 9, 3, 2, 0, 0), False),
+]
+
+
+def measured(row: Row, bias: bool = False, channels_last: bool = False) -> KernelScratch:
     """The one aten::convolution call of the row's forward (no grad), after a warm-up."""
     import torch
 
@@ -69,6 +83,8 @@ def measured(row: Row, bias: bool = False) -> KernelScratch:
     layer = torch.nn.ConvTranspose2d(c_in, c_out, kernel, stride, padding,
                                      output_padding=extra, bias=bias)
     x = torch.randn(batch, c_in, h, w)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
     with torch.no_grad():
         layer(x)  # warm up: oneDNN's primitive cache
         with torch_runner._quiet_stderr(), torch.profiler.profile(

@@ -62,8 +62,11 @@ def flop_counter_macs(entry: ZooModel, train: bool) -> int:
     run; the math backend's matmuls are what graphmem's attention formulas count."""
     model = built(entry).train(train)
     # inference: no parameter asks for a gradient (FlopCounterMode's module tracker hooks
-    # autograd for any tensor that does, and fails on one a no_grad region made)
-    model.requires_grad_(train)
+    # autograd for any tensor that does, and fails on one a no_grad region made); training
+    # keeps the model's own frozen parameters frozen (DETR's backbone stem and first stage),
+    # as the measured step and graphmem's trace do
+    if not train:
+        model.requires_grad_(False)
     inputs = random_inputs([parse_tensor_spec(text) for text in entry.inputs], "cpu")
     with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
         if train:

@@ -22,7 +22,9 @@ from trace.py's one dispatch mode, observed.py):
   values give is traced in its static form, so the graph holds the op with the sizes the
   routing gives: `nonzero` as `nonzero_static` with the real count, `x[mask]` as `x` indexed
   by the mask's true positions (`nonzero_static` split into columns), `repeat_interleave`
-  of known repeats with its `output_size`.
+  of known repeats with its `output_size`, `unique_consecutive` of known values as its input
+  indexed at each run's first position (Qwen2.5-VL's window bounds, made from the image grid
+  a processor gives as a constant).
 
 Everything else runs as before: a model without choices sees no change, and a data-dependent
 op on values that are not known still fails as fake tensors do.
@@ -42,6 +44,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from graphmem.core.routing import MoeRouting, expert_loads
+from graphmem.frontends.torch.finite_values import answered, finite_answer
 
 aten = torch.ops.aten
 # values kept per tensor at most (an int64 one_hot of 32k tokens x 8 choices x 257 experts is
@@ -89,6 +92,26 @@ def _repeat_interleave_sized(mode: RoutedValues, args: tuple,
     return aten.repeat_interleave.Tensor(args[0], output_size=_real_int(value.sum))
 
 
+def _unique_consecutive_picked(mode: RoutedValues, args: tuple,
+                               kwargs: dict) -> tuple[torch.Tensor, ...] | None:
+    # unique_consecutive(x) of known values (Qwen2.5-VL's window bounds from its image grid):
+    # x flattened, indexed at each run's first position; the inverse and counts not asked
+    # for are empty, as the kernel returns them
+    value = mode.values.get(args[0])
+    options = {**dict(zip(("return_inverse", "return_counts", "dim"), args[1:],
+                          strict=False)), **kwargs}
+    if value is None or options.get("return_inverse") or options.get("return_counts") or (
+            options.get("dim") is not None):
+        return None
+    with _disable_current_modes():
+        flat = value.flatten()
+        first = torch.ones_like(flat, dtype=torch.bool)
+        first[1:] = flat[1:] != flat[:-1]
+        positions = first.nonzero().flatten()
+    empty = args[0].new_empty((0,), dtype=torch.long)
+    return aten.index.Tensor(args[0].flatten(), [positions]), empty, empty.clone()
+
+
 def _real_int(method: Callable[[], torch.Tensor]) -> int:
     """A number read from a value (a real tensor), outside the trace's modes."""
     with _disable_current_modes():
@@ -100,10 +123,12 @@ def _is_mask(index: Any) -> bool:
 
 
 # dynamic-output-shape op -> its static form, when the values that size it are known
-_STATIC_FORMS: dict[Any, Callable[[RoutedValues, tuple, dict], torch.Tensor | None]] = {
+_STATIC_FORMS: dict[Any, Callable[[RoutedValues, tuple, dict],
+                                   torch.Tensor | tuple[torch.Tensor, ...] | None]] = {
     aten.nonzero.default: _nonzero_static,
     aten.index.Tensor: _index_by_positions,
     aten.repeat_interleave.Tensor: _repeat_interleave_sized,
+    aten.unique_consecutive.default: _unique_consecutive_picked,
 }
 
 
@@ -180,6 +205,10 @@ class RoutedValues:
                  and all(t.numel() <= MAX_KNOWN_ELEMENTS for t in outputs))
         real = self._real_arguments(args, kwargs) if known else None
         if real is None:
+            answer = finite_answer(func, args) if len(outputs) == 1 else None
+            if answer is not None:  # a finiteness test of unknown values (finite_values.py)
+                self.values[outputs[0]] = answered(answer, outputs[0])
+                return
             self._forget_written(func, args, kwargs)
             return
         value = _run(func, *real)

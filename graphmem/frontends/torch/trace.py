@@ -56,6 +56,7 @@ from graphmem.frontends.torch.train_step import (
     unscale,
     update_scale,
 )
+from graphmem.frontends.torch.value_checks import assumed_value_checks
 
 __all__ = ["AMP_DTYPES", "MODULE_KEY", "PHASE_KEY", "TracedStep", "cross_entropy_loss",
            "module_scope_guard", "tensors_in", "trace_model"]
@@ -130,7 +131,7 @@ def trace_model(
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
           autocast_policy(train),
           fx_traceback.preserve_node_meta(), _young_collections_only(), any_dtype_grouped_mm(),
-          unchanged_conversions()):
+          unchanged_conversions(), assumed_value_checks()):
         graph_module = _make_fx(_observed(step, lifetimes, routed, kernels, sums), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
     steal(graph_module, sums.candidates, lifetimes.released_after)
