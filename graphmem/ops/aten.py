@@ -231,6 +231,10 @@ SAME_CONTRACTION = {"addbmm": "baddbmm"}
 # Contractions FlopCounterMode has no formula for at all: the grouped products of a mixture of
 # experts (graphmem/ops/linear.py grouped_matmul_macs)
 GROUPED_CONTRACTIONS = frozenset({"_grouped_mm"})
+# Triangular solves, which FlopCounterMode does not count either: substitution's MACs
+# (graphmem/ops/linear.py triangular_solve_macs); linalg_solve_triangular(A, B, *, upper,
+# left, unitriangular): A is argument 0, `unitriangular` a keyword
+TRIANGULAR_SOLVES = frozenset({"linalg_solve_triangular"})
 
 
 @dataclass(frozen=True)
