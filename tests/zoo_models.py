@@ -427,6 +427,26 @@ THIRD_ROUND_TEXT: list[ZooModel] = [
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
         linear_value_head_dim=8, num_experts=4, shared_expert_intermediate_size=32,
         layer_types=["linear_attention", "full_attention"], **MOE_SHARED)),
+    # MiniMax: lightning (linear) attention layers beside softmax ones, MoE
+    ZooModel("minimax", "moe", text(
+        "MiniMaxConfig", "MiniMaxForCausalLM", num_key_value_heads=2, head_dim=8,
+        num_local_experts=4, block_size=8, layer_types=["linear_attention", "full_attention"],
+        **MOE)),
+    # Switch Transformers: top-1 routing with an expert capacity, experts a ModuleDict read by
+    # a formatted index (graphmem/frontends/torch/conversions.py)
+    ZooModel("switch_transformers", "moe", seq2seq(
+        "SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration", d_model=32,
+        d_ff=64, d_kv=8, num_heads=4, num_layers=2, num_decoder_layers=2,
+        num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, num_experts=4,
+        expert_capacity=8, vocab_size=128, router_jitter_noise=0.0, dropout_rate=0.0),
+        (IDS, IDS)),
+]
+# measured once with the round, every check passing but routing (docs/zoo.md has their
+# rows), and left out of the suite for its time: near kin of rows above or of the first
+# two rounds (dense decoders of Llama's block with one change each, routers as
+# DeepSeek-V3's or Qwen2-MoE's); NLLB-MoE picks its experts by a formatted index as
+# Switch Transformers does (the fix's check on a model not looked at while fixing)
+MEASURED_ONCE.extend([
     # GLM-4: partial rotary, post-attention and post-MLP norms; GLM-4-MoE: grouped routing
     # with a correction bias, a shared expert, the first layer dense
     ZooModel("glm4", "decoder", text("Glm4Config", "Glm4ForCausalLM", num_key_value_heads=2,
@@ -456,11 +476,6 @@ THIRD_ROUND_TEXT: list[ZooModel] = [
     ZooModel("hunyuan_moe", "moe", text(
         "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM", num_key_value_heads=2, head_dim=8,
         num_experts=4, moe_topk=2, experts_implementation="eager")),
-    # MiniMax: lightning (linear) attention layers beside softmax ones, MoE
-    ZooModel("minimax", "moe", text(
-        "MiniMaxConfig", "MiniMaxForCausalLM", num_key_value_heads=2, head_dim=8,
-        num_local_experts=4, block_size=8, layer_types=["linear_attention", "full_attention"],
-        **MOE)),
     # Seed-OSS (attention biases), Apertus (xIELU, QK-norm), Arcee (ReLU^2 MLP)
     ZooModel("seed_oss", "decoder", text("SeedOssConfig", "SeedOssForCausalLM",
                                          num_key_value_heads=2, head_dim=8)),
@@ -469,7 +484,7 @@ THIRD_ROUND_TEXT: list[ZooModel] = [
     ZooModel("arcee", "decoder", text("ArceeConfig", "ArceeForCausalLM", num_key_value_heads=2,
                                       rope_parameters=ROPE, bos_token_id=1, eos_token_id=2)),
     # encoder-decoders: Gemma-2 blocks as encoder and decoder; n-gram prediction streams;
-    # switch routing (top-1 with an expert capacity)
+    # NLLB-MoE's top-2 router with an expert capacity
     ZooModel("t5gemma", "encoder-decoder", seq2seq(
         "T5GemmaConfig", "T5GemmaForConditionalGeneration",
         encoder=T5GEMMA_MODULE, decoder={**T5GEMMA_MODULE, "is_decoder": True},
@@ -480,11 +495,11 @@ THIRD_ROUND_TEXT: list[ZooModel] = [
         num_encoder_attention_heads=4, num_decoder_attention_heads=4, vocab_size=128,
         max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
         activation_dropout=0.0), (IDS, IDS)),
-    ZooModel("switch_transformers", "moe", seq2seq(
-        "SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration", d_model=32,
-        d_ff=64, d_kv=8, num_heads=4, num_layers=2, num_decoder_layers=2,
-        num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, num_experts=4,
-        expert_capacity=8, vocab_size=128, router_jitter_noise=0.0, dropout_rate=0.0),
-        (IDS, IDS)),
-]
+    ZooModel("nllb_moe", "moe", seq2seq(
+        "NllbMoeConfig", "NllbMoeForConditionalGeneration",
+        **{**BART_LIKE, "encoder_layers": 2, "decoder_layers": 2}, num_experts=4,
+        expert_capacity=8, encoder_sparse_step=2, decoder_sparse_step=2, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0), (IDS, IDS)),
+])
 ZOO: list[ZooModel] = FIRST_ROUND + SECOND_ROUND + THIRD_ROUND_TEXT
