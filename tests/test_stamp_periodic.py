@@ -68,3 +68,18 @@ def test_each_refusal_mechanism_sees_the_period(name: str,
     assert stamp._uniform_config(config, 6)
     assert not stamp._identical_layers(_layers(module))
     assert stamp.plan(module, None) is None
+
+
+@pytest.mark.parametrize("config", [
+    # linear attention on 3 layers of 4, full on the 4th; experts everywhere
+    {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "num_experts": 4},
+    {"model_type": "minimax", "architectures": ["MiniMaxForCausalLM"], "num_local_experts": 4},
+    # sliding layers with rotary, every 4th full without
+    {"model_type": "exaone4", "architectures": ["Exaone4ForCausalLM"], "sliding_window": 8},
+    # the first layer dense, experts after it
+    {"model_type": "glm4_moe", "architectures": ["Glm4MoeForCausalLM"], "n_routed_experts": 4,
+     "first_k_dense_replace": 1, "moe_intermediate_size": 32},
+], ids=lambda config: config["model_type"])
+def test_the_rounds_other_patterns_are_not_planned(config: dict[str, object]) -> None:
+    module = build_hf_model({**SMALL, **config}).module
+    assert stamp.plan(module, None) is None
