@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from graphmem.frontends.torch import stamp
 from graphmem.frontends.torch.hf_config import build_hf_model
-from tests.test_stamp import MODES, _analysed
+from tests.helpers.stamp_json import MODES, analysed
 
 pytestmark = pytest.mark.torch
 
@@ -38,8 +38,8 @@ CONFIGS = {"smollm3": SMOLLM3, "llama4": LLAMA4}
 def test_periodic_layers_are_traced_whole_and_byte_identical(
         name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     options = MODES["adamw-bf16"]
-    whole, _ = _analysed(CONFIGS[name], options, False, tmp_path, monkeypatch)
-    answer, traced = _analysed(CONFIGS[name], options, True, tmp_path, monkeypatch)
+    whole, _ = analysed(CONFIGS[name], options, False, tmp_path, monkeypatch)
+    answer, traced = analysed(CONFIGS[name], options, True, tmp_path, monkeypatch)
     assert set(traced) == {6}  # refused by the plan: never traced at 2 and 3 layers
     assert answer == whole
 

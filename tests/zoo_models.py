@@ -495,6 +495,27 @@ MEASURED_ONCE.extend([
         num_encoder_attention_heads=4, num_decoder_attention_heads=4, vocab_size=128,
         max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
         activation_dropout=0.0), (IDS, IDS)),
+    # other common ones of 2025: OLMo-3 (sliding and full layers, post-norms), Granite-4
+    # (Mamba-2 and attention layers, experts beside a shared MLP), Gemma-3n (AltUp streams,
+    # LAuReL, per-layer inputs), dots.llm1 (DeepSeek-V3's router on a plain attention)
+    ZooModel("olmo3", "decoder", text("Olmo3Config", "Olmo3ForCausalLM", num_key_value_heads=2,
+                                      sliding_window=8,
+                                      layer_types=["sliding_attention", "full_attention"])),
+    ZooModel("granitemoehybrid", "ssm", text(
+        "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM", num_key_value_heads=2,
+        num_local_experts=4, shared_intermediate_size=32, layer_types=["mamba", "attention"],
+        mamba_d_state=8, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=1,
+        mamba_chunk_size=8, **MOE)),
+    ZooModel("gemma3n", "decoder", text(
+        "Gemma3nTextConfig", "Gemma3nForCausalLM", num_key_value_heads=2, head_dim=8,
+        sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=128, num_kv_shared_layers=0,
+        laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0],
+        intermediate_size=[64, 64])),
+    ZooModel("dots1", "moe", text("Dots1Config", "Dots1ForCausalLM", num_key_value_heads=2,
+                                  head_dim=8, n_routed_experts=4, n_shared_experts=1,
+                                  first_k_dense_replace=1, n_group=1, topk_group=1,
+                                  **MOE_SHARED)),
     ZooModel("nllb_moe", "moe", seq2seq(
         "NllbMoeConfig", "NllbMoeForConditionalGeneration",
         **{**BART_LIKE, "encoder_layers": 2, "decoder_layers": 2}, num_experts=4,
