@@ -516,6 +516,13 @@ MEASURED_ONCE.extend([
                                   head_dim=8, n_routed_experts=4, n_shared_experts=1,
                                   first_k_dense_replace=1, n_group=1, topk_group=1,
                                   **MOE_SHARED)),
+    # OLMo-Hybrid: gated delta-net layers beside attention, its chunked rule solving
+    # triangular systems as Qwen3-Next's (the solve's check on a model not looked at)
+    ZooModel("olmo_hybrid", "ssm", text(
+        "OlmoHybridConfig", "OlmoHybridForCausalLM", num_key_value_heads=2,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     ZooModel("nllb_moe", "moe", seq2seq(
         "NllbMoeConfig", "NllbMoeForConditionalGeneration",
         **{**BART_LIKE, "encoder_layers": 2, "decoder_layers": 2}, num_experts=4,
