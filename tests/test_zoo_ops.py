@@ -223,3 +223,12 @@ def test_a_chosen_index_formats_as_its_number_while_tracing() -> None:
     traced = trace_model(Picked(), [parse_tensor_spec("2x4")], None)
     assert sum(n.target == torch.ops.aten.addmm.default
                for n in traced.graph_module.graph.nodes) == 2  # the router and one expert
+
+
+def test_is_all_true_and_is_any_true_compare_each_element_once() -> None:
+    # _is_all_true / _is_any_true of a [3, 4] bool (torch.distributions' argument checks,
+    # Gemma-3n's activation sparsity): a min / a max over 12 elements, one compare each = 12;
+    # the comparison making the bool is 12 more (pointwise)
+    flops = traced_flops(lambda x: (torch.ops.aten._is_all_true(x > 0),
+                                    torch.ops.aten._is_any_true(x > 0)), torch.randn(3, 4))
+    assert flops["_is_all_true"] == flops["_is_any_true"] == 12

@@ -497,7 +497,7 @@ MEASURED_ONCE.extend([
         activation_dropout=0.0), (IDS, IDS)),
     # other common ones of 2025: OLMo-3 (sliding and full layers, post-norms), Granite-4
     # (Mamba-2 and attention layers, experts beside a shared MLP), Gemma-3n (AltUp streams,
-    # LAuReL, per-layer inputs), dots.llm1 (DeepSeek-V3's router on a plain attention)
+    # LAuReL, per-layer inputs, the first layer's gate sparsified), dots.llm1 (DeepSeek-V3's router on a plain attention)
     ZooModel("olmo3", "decoder", text("Olmo3Config", "Olmo3ForCausalLM", num_key_value_heads=2,
                                       sliding_window=8,
                                       layer_types=["sliding_attention", "full_attention"])),
@@ -510,7 +510,7 @@ MEASURED_ONCE.extend([
         "Gemma3nTextConfig", "Gemma3nForCausalLM", num_key_value_heads=2, head_dim=8,
         sliding_window=8, layer_types=["sliding_attention", "full_attention"],
         hidden_size_per_layer_input=8, vocab_size_per_layer_input=128, num_kv_shared_layers=0,
-        laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0],
+        laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.95, 0.0],
         intermediate_size=[64, 64])),
     ZooModel("dots1", "moe", text("Dots1Config", "Dots1ForCausalLM", num_key_value_heads=2,
                                   head_dim=8, n_routed_experts=4, n_shared_experts=1,

@@ -132,6 +132,10 @@ PER_ELEMENT: dict[str, PerElement] = {
     "logsumexp": PerElement(_REDUCE["ReduceLogSumExp"]),
     # any / all of a boolean tensor: a max / a min over it, one compare per element
     "any": PerElement(_REDUCE["ReduceMax"]), "all": PerElement(_REDUCE["ReduceMin"]),
+    # the same over the whole tensor to one bool (torch.distributions' argument checks:
+    # Gemma-3n's activation sparsity reads a Normal's quantile)
+    "_is_any_true": PerElement(_REDUCE["ReduceMax"]),
+    "_is_all_true": PerElement(_REDUCE["ReduceMin"]),
     "glu_backward": PerElement(GLU_BACKWARD_FLOPS),
     "polar": PerElement(POLAR_FLOPS),
     "norm": PerElement(_REDUCE["ReduceL2"]), "linalg_vector_norm": PerElement(_REDUCE["ReduceL2"]),
