@@ -497,7 +497,8 @@ MEASURED_ONCE.extend([
         activation_dropout=0.0), (IDS, IDS)),
     # other common ones of 2025: OLMo-3 (sliding and full layers, post-norms), Granite-4
     # (Mamba-2 and attention layers, experts beside a shared MLP), Gemma-3n (AltUp streams,
-    # LAuReL, per-layer inputs, the first layer's gate sparsified), dots.llm1 (DeepSeek-V3's router on a plain attention)
+    # LAuReL, per-layer inputs, the first layer's gate sparsified), dots.llm1 (DeepSeek-V3's
+    # router on a plain attention)
     ZooModel("olmo3", "decoder", text("Olmo3Config", "Olmo3ForCausalLM", num_key_value_heads=2,
                                       sliding_window=8,
                                       layer_types=["sliding_attention", "full_attention"])),
