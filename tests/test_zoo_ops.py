@@ -232,3 +232,25 @@ def test_is_all_true_and_is_any_true_compare_each_element_once() -> None:
     flops = traced_flops(lambda x: (torch.ops.aten._is_all_true(x > 0),
                                     torch.ops.aten._is_any_true(x > 0)), torch.randn(3, 4))
     assert flops["_is_all_true"] == flops["_is_any_true"] == 12
+
+
+def test_an_unknown_scalar_formats_as_before_while_tracing() -> None:
+    # a value the trace does not know (a sum of the input) keeps its repr in an f-string,
+    # as before the rule: a log line must not end the trace
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+    from graphmem.frontends.torch.trace import trace_model
+
+    seen: list[str] = []
+
+    class Logged(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.linear(x)
+            seen.append(f"{y.sum()}")
+            return y
+
+    trace_model(Logged(), [parse_tensor_spec("2x4")], None)
+    assert seen and seen[0].startswith("FakeTensor(")

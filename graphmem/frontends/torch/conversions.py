@@ -16,7 +16,8 @@ its repr. Under the trace every tensor is a fake tensor (a subclass), so Switch 
 experts, a ModuleDict read with `self[f"expert_{expert_idx[0]}"]`, looked up
 "expert_FakeTensor(..., size=(), dtype=torch.int64)" (KeyError). While tracing, a 0-dim
 tensor formats its `item()`, as eager does: a value the trace knows (a router's choice,
-routing.py) reads back as that number, one it does not know fails as any data-dependent read.
+routing.py) reads back as that number; one it does not know is formatted as before, by its
+repr (a log line's f-string must not end the trace).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import DataDependentOutputException
 
 
 @contextlib.contextmanager
@@ -51,7 +53,10 @@ def scalars_format_as_numbers() -> Iterator[None]:
 
     def format_(self: torch.Tensor, spec: str) -> str:
         if type(self) is not torch.Tensor and self.dim() == 0 and not self.is_meta:
-            return format(self.item(), spec)
+            try:
+                return format(self.item(), spec)
+            except DataDependentOutputException:  # a value the trace does not know
+                pass
         return original(self, spec)
 
     torch.Tensor.__format__ = format_  # type: ignore[method-assign]
