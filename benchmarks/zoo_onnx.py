@@ -1,12 +1,12 @@
 """The op-coverage zoo exported to ONNX, against onnxruntime (docs/zoo.md, "ONNX exports").
 
 `python benchmarks/zoo_onnx.py [--folder DIR] [name ...]` exports each architecture of
-tests/zoo_models.py at its zoo inputs (static shapes, opset 18; the TorchScript exporter, else
-dynamo: tests/helpers/zoo_onnx.py), runs it once per optimization level on onnxruntime's CPU
-provider (one thread, profiler on: `mem_in_use_peak`) and prints a markdown row per
-architecture and level next to graphmem's ort-cpu prediction for the same session. The
-exports are kept in DIR (default: a temporary folder) and re-used when there. A failure is a
-row too, with its error.
+tests/zoo_models.py (or those named, of the zoo or MEASURED_ONCE) at its zoo inputs (static
+shapes, opset 18; the TorchScript exporter, else dynamo: tests/helpers/zoo_onnx.py), runs
+it once per optimization level on onnxruntime's CPU provider (one thread, profiler on:
+`mem_in_use_peak`) and prints a markdown row per architecture and level next to graphmem's
+ort-cpu prediction for the same session. The exports are kept in DIR (default: a temporary
+folder) and re-used when there. A failure is a row too, with its error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.helpers.zoo_onnx import LEVELS, measure
-from tests.zoo_models import ZOO
+from tests.zoo_models import MEASURED_ONCE, ZOO
 
 HEADER = ("| architecture | family | exporter | level | graphmem B | onnxruntime B | error | s |\n"
           "|---|---|---|---|---:|---:|---:|---:|")
@@ -30,9 +30,8 @@ HEADER = ("| architecture | family | exporter | level | graphmem B | onnxruntime
 
 def rows(names: list[str], folder: Path) -> None:
     print(HEADER, flush=True)
-    for entry in ZOO:
-        if names and entry.name not in names:
-            continue
+    # named: any of the zoo or of those measured once; else the zoo
+    for entry in [e for e in ZOO + MEASURED_ONCE if e.name in names] if names else ZOO:
         for level in LEVELS:
             start = time.perf_counter()
             try:

@@ -22,11 +22,11 @@ import torch
 
 pytest.importorskip("transformers")
 
-from graphmem import analyze
-from graphmem.frontends.torch import import_step, stamp
+from graphmem.frontends.torch import stamp
 from graphmem.frontends.torch.hf_config import build_hf_model, default_input
 from graphmem.frontends.torch.trace import trace_model
 from tests.helpers.llm_configs import GEMMA2_9B, MISTRAL_7B, QWEN2_0_5B, TINY_LLAMA
+from tests.helpers.stamp_json import MODES, analysed
 
 pytestmark = pytest.mark.torch
 
@@ -39,13 +39,6 @@ GEMMA2 = {**GEMMA2_9B, **SMALL, "head_dim": 16, "query_pre_attn_scalar": 16,
           "sliding_window": 8}
 GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64, "n_head": 4,
         "n_positions": 256, "vocab_size": 256, "n_layer": 2}
-MODES: dict[str, dict[str, Any]] = {
-    "inference": {},
-    "adamw-bf16": {"train": True, "optimizer": "adamw", "amp": "bf16"},
-    "sgd-fp32": {"train": True, "optimizer": "sgd"},
-    "adamw-bf16-checkpointed": {"train": True, "optimizer": "adamw", "amp": "bf16",
-                                "gradient_checkpointing": True},
-}
 # refused by the check, not by the plan: Mistral's sliding-window KV cache makes model-level
 # nodes (outside every layer) once per layer, so the 3-layer trace is not the 2-layer one with
 # one layer's blocks inserted; the whole model is traced
@@ -55,22 +48,6 @@ REFUSED = {("mistral", "inference")}
 def _with_layers(config: dict[str, Any], count: int) -> dict[str, Any]:
     key = "n_layer" if config["model_type"] == "gpt2" else "num_hidden_layers"
     return {**config, key: count}
-
-
-def _analysed(config: dict[str, Any], options: dict[str, Any], on: bool, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, list[int]]:
-    """The JSON result and the layer counts traced."""
-    traced: list[int] = []
-
-    def counting(model: Any, *args: Any, **kwargs: Any) -> Any:
-        traced.append(model.config.num_hidden_layers)
-        return trace_model(model, *args, **kwargs)
-
-    monkeypatch.setattr(import_step, "trace_model", counting)
-    monkeypatch.setenv(stamp.ENV, "1" if on else "0")
-    path = tmp_path / f"{'on' if on else 'off'}.json"
-    analyze(config, batch=1, dims={"seq": 16}, gpu="h100-sxm", **options).to_json(path)
-    return path.read_bytes(), traced
 
 
 # the quick run (-m "not slow") keeps one case per model; the rest are marked slow
@@ -92,8 +69,8 @@ def test_stamped_analysis_is_byte_identical(name: str, config: dict[str, Any], m
                                             layers: int, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     model = _with_layers(config, layers)
-    whole, traced_whole = _analysed(model, MODES[mode], False, tmp_path, monkeypatch)
-    stamped, traced_stamped = _analysed(model, MODES[mode], True, tmp_path, monkeypatch)
+    whole, traced_whole = analysed(model, MODES[mode], False, tmp_path, monkeypatch)
+    stamped, traced_stamped = analysed(model, MODES[mode], True, tmp_path, monkeypatch)
     assert set(traced_whole) == {layers}
     if (name, mode) in REFUSED:  # traced at 2 and 3 layers, found different, traced whole
         assert set(traced_stamped) == {2, 3, layers}
@@ -112,8 +89,8 @@ def test_suggestions_and_loss_scaling_are_byte_identical(options: dict[str, Any]
                                                          tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     model = _with_layers(LLAMA, 4)
-    whole, _ = _analysed(model, options, False, tmp_path, monkeypatch)
-    stamped, traced = _analysed(model, options, True, tmp_path, monkeypatch)
+    whole, _ = analysed(model, options, False, tmp_path, monkeypatch)
+    stamped, traced = analysed(model, options, True, tmp_path, monkeypatch)
     assert 2 in traced and 3 in traced
     assert stamped == whole
 
@@ -125,8 +102,8 @@ def test_layers_that_differ_are_traced_whole(name: str, config: dict[str, Any], 
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     model = _with_layers(config, 4)
     options = MODES["adamw-bf16"]
-    whole, _ = _analysed(model, options, False, tmp_path, monkeypatch)
-    answer, traced = _analysed(model, options, True, tmp_path, monkeypatch)
+    whole, _ = analysed(model, options, False, tmp_path, monkeypatch)
+    answer, traced = analysed(model, options, True, tmp_path, monkeypatch)
     assert set(traced) == {4}  # refused: the whole model traced
     assert answer == whole
 
@@ -140,8 +117,8 @@ def test_the_check_refuses_what_the_plan_let_through(tmp_path: Path,
     monkeypatch.setattr(stamp, "_identical_layers", lambda layers: True)
     model = _with_layers(GEMMA2, 4)
     options = MODES["adamw-bf16"]
-    whole, _ = _analysed(model, options, False, tmp_path, monkeypatch)
-    answer, traced = _analysed(model, options, True, tmp_path, monkeypatch)
+    whole, _ = analysed(model, options, False, tmp_path, monkeypatch)
+    answer, traced = analysed(model, options, True, tmp_path, monkeypatch)
     assert set(traced) == {2, 3, 4}  # tried, refused by the check, traced whole
     assert answer == whole
 

@@ -201,3 +201,68 @@ def test_grid_sampling_is_bilinear_taps_per_output() -> None:
 
     flops = traced_flops(step, leaf(1, 2, 4, 4), torch.rand(1, 3, 5, 2) * 2 - 1)
     assert flops["grid_sampler_2d"] == flops["grid_sampler_2d_backward"] == 270
+def _substitution_counts(size: int, columns: int, unitriangular: bool) -> tuple[int, int]:
+    """Forward substitution written out, L X = B: (multiply-adds, divisions) it performs."""
+    macs = divisions = 0
+    for _ in range(columns):
+        for row in range(size):
+            macs += row  # b_row - sum_{j < row} L[row, j] * x_j
+            divisions += 0 if unitriangular else 1  # / L[row, row]
+    return macs, divisions
+@pytest.mark.parametrize("unitriangular", [True, False])
+def test_triangular_solve_is_substitutions_multiply_adds(unitriangular: bool) -> None:
+    # solve_triangular(L [2, 5, 5], B [2, 5, 3]): 2 x 3 columns x (0+1+2+3+4 = 10) = 60 MACs,
+    # 120 FLOPs, + 2 x 5 x 3 = 30 divisions when the diagonal is not ones (Qwen3-Next's
+    # gated delta rule solves unitriangular systems); counted against substitution written out
+    macs, divisions = _substitution_counts(5, 2 * 3, unitriangular)
+    assert (macs, divisions) == (60, 0 if unitriangular else 30)
+    flops = traced_flops(lambda a, b: torch.linalg.solve_triangular(
+        a, b, upper=False, unitriangular=unitriangular), torch.randn(2, 5, 5), torch.randn(2, 5, 3))
+    assert flops["linalg_solve_triangular"] == 2 * macs + divisions
+def test_triangular_solve_from_the_right_counts_rows() -> None:
+    # X A = B with A [4, 4], B [3, 4]: 3 rows x (0+1+2+3 = 6) = 18 MACs, 36 FLOPs + 12 divisions
+    macs, divisions = _substitution_counts(4, 3, False)
+    flops = traced_flops(lambda a, b: torch.linalg.solve_triangular(a, b, upper=True, left=False),
+                         torch.randn(4, 4), torch.randn(3, 4))
+    assert flops["linalg_solve_triangular"] == 2 * macs + divisions == 48
+def test_a_chosen_index_formats_as_its_number_while_tracing() -> None:
+    # Switch Transformers and NLLB-MoE pick an expert of a ModuleDict by
+    # f"expert_{expert_idx[0]}": eager formats a 0-dim tensor as its number, a fake tensor
+    # (a Tensor subclass) as its repr; the trace formats the routed choice's value
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+    from graphmem.frontends.torch.trace import trace_model
+    class Picked(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.router = torch.nn.Linear(4, 3)
+            self.experts = torch.nn.ModuleDict({f"expert_{i}": torch.nn.Linear(4, 4)
+                                                for i in range(3)})
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            choice = self.router(x).argmax(-1)[0]
+            return self.experts[f"expert_{choice}"](x)
+    traced = trace_model(Picked(), [parse_tensor_spec("2x4")], None)
+    assert sum(n.target == torch.ops.aten.addmm.default
+               for n in traced.graph_module.graph.nodes) == 2  # the router and one expert
+def test_is_all_true_and_is_any_true_compare_each_element_once() -> None:
+    # _is_all_true / _is_any_true of a [3, 4] bool (torch.distributions' argument checks,
+    # Gemma-3n's activation sparsity): a min / a max over 12 elements, one compare each = 12;
+    # the comparison making the bool is 12 more (pointwise)
+    flops = traced_flops(lambda x: (torch.ops.aten._is_all_true(x > 0),
+                                    torch.ops.aten._is_any_true(x > 0)), torch.randn(3, 4))
+    assert flops["_is_all_true"] == flops["_is_any_true"] == 12
+def test_an_unknown_scalar_formats_as_before_while_tracing() -> None:
+    # a value the trace does not know (a sum of the input) keeps its repr in an f-string,
+    # as before the rule: a log line must not end the trace
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+    from graphmem.frontends.torch.trace import trace_model
+    seen: list[str] = []
+    class Logged(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.linear(x)
+            seen.append(f"{y.sum()}")
+            return y
+    trace_model(Logged(), [parse_tensor_spec("2x4")], None)
+    assert seen and seen[0].startswith("FakeTensor(")

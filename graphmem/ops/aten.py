@@ -132,6 +132,10 @@ PER_ELEMENT: dict[str, PerElement] = {
     "logsumexp": PerElement(_REDUCE["ReduceLogSumExp"]),
     # any / all of a boolean tensor: a max / a min over it, one compare per element
     "any": PerElement(_REDUCE["ReduceMax"]), "all": PerElement(_REDUCE["ReduceMin"]),
+    # the same over the whole tensor to one bool (torch.distributions' argument checks:
+    # Gemma-3n's activation sparsity reads a Normal's quantile)
+    "_is_any_true": PerElement(_REDUCE["ReduceMax"]),
+    "_is_all_true": PerElement(_REDUCE["ReduceMin"]),
     "glu_backward": PerElement(GLU_BACKWARD_FLOPS),
     "polar": PerElement(POLAR_FLOPS),
     "norm": PerElement(_REDUCE["ReduceL2"]), "linalg_vector_norm": PerElement(_REDUCE["ReduceL2"]),
@@ -243,6 +247,10 @@ SAME_CONTRACTION = {"addbmm": "baddbmm"}
 # Contractions FlopCounterMode has no formula for at all: the grouped products of a mixture of
 # experts (graphmem/ops/linear.py grouped_matmul_macs)
 GROUPED_CONTRACTIONS = frozenset({"_grouped_mm"})
+# Triangular solves, which FlopCounterMode does not count either: substitution's MACs
+# (graphmem/ops/linear.py triangular_solve_macs); linalg_solve_triangular(A, B, *, upper,
+# left, unitriangular): A is argument 0, `unitriangular` a keyword
+TRIANGULAR_SOLVES = frozenset({"linalg_solve_triangular"})
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,28 @@ def grouped_matmul_macs(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return batch * a[-2] * a[-1] * b[-1]
 
 
+def triangular_solve_macs(solution: tuple[int, ...], size: int) -> int:
+    """torch.linalg.solve_triangular(A [..., n, n], B): X, B's shape, solved by substitution.
+    Each right-hand side (a column of X for A X = B, a row for X A = B: numel(X) / n of them)
+    takes row i's i products of the unknowns already found, subtracted from b_i:
+    # sum over i < n of i = n * (n - 1) / 2 MACs per right-hand side
+    (and one division per unknown unless A's diagonal is ones, counted as FLOPs:
+    `triangular_solve_divisions`). Gated delta-net's chunked form (Qwen3-Next) solves
+    [b, h, chunks, 64, 64] lower unitriangular systems."""
+    count = 1
+    for dim in solution:
+        count *= dim
+    return count // size * (size * (size - 1) // 2) if size else 0
+
+
+def triangular_solve_divisions(solution: tuple[int, ...], unitriangular: bool) -> int:
+    """One division by the diagonal per unknown of X, none where the diagonal is ones."""
+    count = 1
+    for dim in solution:
+        count *= dim
+    return 0 if unitriangular else count
+
+
 @register("MatMul", "MatMulInteger")
 def matmul(node: Node) -> OpCost:
     return OpCost.from_macs(matmul_macs(node, matmul_reduced_dim(node)))

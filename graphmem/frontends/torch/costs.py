@@ -43,13 +43,18 @@ from graphmem.ops.aten import (
     POINTWISE_FLOPS,
     POINTWISE_UNTAGGED,
     SAME_CONTRACTION,
+    TRIANGULAR_SOLVES,
     WINDOW_POOL_BACKWARDS,
     WINDOW_POOLS,
     FusedAttention,
     PerElement,
 )
 from graphmem.ops.attention import attention_backward_cost, attention_cost
-from graphmem.ops.linear import grouped_matmul_macs
+from graphmem.ops.linear import (
+    grouped_matmul_macs,
+    triangular_solve_divisions,
+    triangular_solve_macs,
+)
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
@@ -80,6 +85,8 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
         a, b = (_meta_of(arg) for arg in fx_node.args[:2])
         macs = grouped_matmul_macs(tuple(a.shape), tuple(b.shape))
         return ImportedCost(macs=macs, flops=2 * macs)
+    if name in TRIANGULAR_SOLVES:
+        return _triangular_solve_cost(fx_node)
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
@@ -107,6 +114,15 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     if name in POINTWISE_UNTAGGED or torch.Tag.pointwise in getattr(target, "tags", ()):
         return ImportedCost(0, _numel_of_output(fx_node.meta.get("val")) * POINTWISE_FLOPS)
     return None
+
+
+def _triangular_solve_cost(fx_node: torch.fx.Node) -> ImportedCost:
+    """X = solve_triangular(A, B): n is A's last dim, X the output (B's shape)."""
+    size = int(_meta_of(fx_node.args[0]).shape[-1])
+    solution = tuple(int(n) for n in _meta_of(fx_node).shape)
+    macs = triangular_solve_macs(solution, size)
+    divisions = triangular_solve_divisions(solution, bool(fx_node.kwargs.get("unitriangular")))
+    return ImportedCost(macs=macs, flops=2 * macs + divisions)
 
 
 def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedCost | None:

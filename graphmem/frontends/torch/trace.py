@@ -36,7 +36,7 @@ from graphmem.core.ir import Role
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
-from graphmem.frontends.torch.conversions import unchanged_conversions
+from graphmem.frontends.torch.conversions import scalars_format_as_numbers, unchanged_conversions
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
@@ -131,7 +131,7 @@ def trace_model(
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
           autocast_policy(train),
           fx_traceback.preserve_node_meta(), _young_collections_only(), any_dtype_grouped_mm(),
-          unchanged_conversions(), assumed_value_checks()):
+          unchanged_conversions(), assumed_value_checks(), scalars_format_as_numbers()):
         graph_module = _make_fx(_observed(step, lifetimes, routed, kernels, sums), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
     steal(graph_module, sums.candidates, lifetimes.released_after)
