@@ -15,8 +15,10 @@ S the tokens the scheduler runs in one step (max_num_batched_tokens) and dtype t
     mla        one compressed latent per token, no separate V:
                (kv_lora_rank + qk_rope_head_dim) x dtype per token; blocks = ceil(C / B)
     cross      the encoder's E tokens, whatever C is: blocks = ceil(E / B) (CrossAttentionSpec)
-    state      a state-space / linear-attention layer: a constant state per sequence, no
-               tokens (MambaSpec, mamba_cache_mode "none"), in the model's dtype
+    state      a state-space / linear-attention / short-convolution layer: a constant state
+               per sequence, no tokens (MambaSpec, mamba_cache_mode "none"), in the model's
+               dtype, and a part some models keep in float32 whatever it is (RecurrentGemma's
+               RG-LRU state, RWKV's WKV sums: graphmem/frontends/torch/kv_states.py)
 
 A sequence's KV = the sum over groups of layers x blocks x block_size x per-token bytes, plus the
 states. Tensor parallelism splits attention's KV heads (at least one per GPU, as vLLM's
@@ -26,17 +28,20 @@ get_num_kv_heads) and the states; an MLA latent is one head, kept whole on every
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FULL, SLIDING, CHUNKED, MLA, CROSS, STATE = "full", "sliding", "chunked", "mla", "cross", "state"
 KINDS = (FULL, SLIDING, CHUNKED, MLA, CROSS, STATE)
 TOKEN_KINDS = (FULL, SLIDING, CHUNKED, MLA)  # those whose cache grows with the context
+# what limits the longest context of a model whose layers all keep a fixed state
+NOTHING_GROWS = "nothing: no layer grows with the context"
 
 
 @dataclass(frozen=True)
 class LayerGroup:
     """Layers that cache the same way. `span` is the window (sliding), the chunk (chunked) or
-    the encoder's length (cross); `state_values` the elements of one layer's state (state)."""
+    the encoder's length (cross); `state_values` the elements of one layer's state (state) in
+    the state's dtype, `state_fp32_values` those kept in float32 whatever that is."""
 
     kind: str
     layers: int
@@ -44,6 +49,7 @@ class LayerGroup:
     head_dim: int = 0  # per head (an MLA latent: kv_lora_rank + qk_rope_head_dim)
     span: int | None = None
     state_values: int = 0
+    state_fp32_values: int = 0
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -69,7 +75,8 @@ class LayerGroup:
 
     def state_bytes(self, state_dtype_bytes: int, tensor_parallel: int = 1) -> int:
         """One sequence's state in one layer (its channels split over the ranks)."""
-        return -(-self.state_values // tensor_parallel) * state_dtype_bytes
+        return (-(-self.state_values // tensor_parallel) * state_dtype_bytes
+                + -(-self.state_fp32_values // tensor_parallel) * 4)
 
     @property
     def window(self) -> int:
@@ -182,8 +189,6 @@ def merge_groups(layers: Sequence[LayerGroup]) -> tuple[LayerGroup, ...]:
     in the order each first appears."""
     counts: dict[LayerGroup, int] = {}
     for layer in layers:
-        key = LayerGroup(layer.kind, 1, layer.kv_heads, layer.head_dim, layer.span,
-                         layer.state_values)
+        key = replace(layer, layers=1)
         counts[key] = counts.get(key, 0) + layer.layers
-    return tuple(LayerGroup(k.kind, n, k.kv_heads, k.head_dim, k.span, k.state_values)
-                 for k, n in counts.items())
+    return tuple(replace(key, layers=n) for key, n in counts.items())

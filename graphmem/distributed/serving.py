@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.kv_layers import (
+    NOTHING_GROWS,
     GroupUse,
     KvLayout,
     LayerGroup,
@@ -217,8 +218,18 @@ class ServingReport:
 
     @property
     def context_limited_by(self) -> str:
+        """"position limit", "memory", or NOTHING_GROWS where no layer grows with the
+        context (a model of states only) and no position limit caps it."""
         limit = self.position_limit
-        return "position limit" if limit is not None and limit < self.memory_context else "memory"
+        if limit is not None and limit < self.memory_context:
+            return "position limit"
+        return NOTHING_GROWS if self.memory_context >= MAX_DIM_VALUE else "memory"
+
+    @property
+    def state_only(self) -> bool:
+        """No layer grows with the context: a block is one sequence's states (vLLM's
+        MambaSpec holds a whole sequence, its block size the model's length)."""
+        return not self.per_token_bytes and self.sequence_bytes > 0
 
 
 def kv_heads_per_rank(kv_heads: int, tensor_parallel: int) -> int:
@@ -252,8 +263,9 @@ def plan_serving(inputs: ServingInputs) -> ServingReport:
     kv_bytes = reserve.kv_cache_bytes if reserve.starts else 0
     layout = cache_layout(inputs, reserve.block_size)
     per_token = layout.per_token_bytes
-    block = reserve.block_size * per_token
     sequence = layout.sequence_bytes(config.context)
+    # states only: one block per sequence, its states (vLLM: a Mamba page per layer)
+    block = reserve.block_size * per_token or sequence
     # no layer holds more than every token: the search stops where full layers would
     cap = max(kv_bytes // per_token, 1) if per_token else MAX_DIM_VALUE
     return ServingReport(
