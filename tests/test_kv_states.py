@@ -130,6 +130,12 @@ def test_the_verdict_the_pool_and_the_rows_agree_for_states() -> None:
     assert rows["sequences of 32,768 tokens at once"].value == "5,934"
     assert rows["longest context"].value == "any length"
     assert "longest context: any length" in "\n".join(serving_lines(plan))
+    # the gate's --min-sequences reads the same count, its blocks named as states
+    from graphmem.gate.sequences import serving_numbers
+
+    numbers = serving_numbers(SimpleNamespace(kv_cache=SimpleNamespace(serving=plan)))  # type: ignore[arg-type]
+    assert numbers.serving_sequences == 5934
+    assert "5,934 KV blocks of one sequence's states, 1 per sequence" in numbers.serving_text
 
 
 def _placeholder_fit() -> GpuFit:
