@@ -151,3 +151,14 @@ def test_a_model_of_states_kv_report() -> None:
     assert report.max_context is None and report.max_context_reason == ANY_LENGTH
     # not even one batch of states fits 30 MiB: 0 tokens
     assert kv_cache_report(shape, 3, 1, SymInt.const(0), 30 * MIB).max_context == 0
+    # the HTML report's "at batch" row says the states (was "0 B x context tokens")
+    from graphmem.report.html.distributed import kv_cache_view
+
+    view = kv_cache_view(report)
+    assert view is not None and view.at_batch_text == "35.6 MiB of states, whatever the context"
+    # a hybrid: 1 full layer of 2 KV heads of 16 (128 B a token) beside the 64 states
+    hybrid = KvCacheShape(65, 2, 16, "bfloat16", 2, "model.config",
+                          (*MAMBA.groups, LayerGroup(FULL, 1, 2, 16)))
+    view = kv_cache_view(kv_cache_report(hybrid, 3, 1, SymInt.const(0), 80 * GIB))
+    assert view is not None
+    assert view.at_batch_text == "384 B \u00d7 context tokens + 35.6 MiB of states"
