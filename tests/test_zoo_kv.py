@@ -93,7 +93,7 @@ def test_hybrid_layers_cache_their_attention_beside_the_state(steps: int) -> Non
 
 @pytest.mark.parametrize("steps", [0, DECODE])
 def test_rwkv_state_is_exact(steps: int) -> None:
-    # RWKV (not served by vLLM: transformers' state): per layer 2 token shifts of hidden 32
+    # RWKV (no vLLM state shape: transformers' state): per layer 2 token shifts of hidden 32
     # and the WKV numerator, denominator and max of 32, kept in float32:
     # 2 layers x (2 x 32 + 3 x 32) x 4 B = 1,280 B, whatever the length
     predicted, measured = both("rwkv", steps)
@@ -116,7 +116,7 @@ def test_rwkv_and_rg_lru_keep_float32_sums_in_bfloat16() -> None:
 
 @pytest.mark.parametrize("steps", [0, DECODE])
 def test_recurrent_gemma_state_is_exact_and_its_window_one_token_above(steps: int) -> None:
-    # RecurrentGemma (not served by vLLM: transformers' state): the recurrent layer's
+    # RecurrentGemma (no vLLM state shape: transformers' state): the recurrent layer's
     # convolution keeps conv1d_width - 1 = 3 inputs of lru_width 32 there too, and the RG-LRU
     # state 32 in float32: (96 + 32) x 4 = 512 B, exact. Its attention layer slides over 8
     # tokens: graphmem 8 x 128 B = 1,024 B, transformers 7 tokens and an int64 scalar, 904 B

@@ -1,6 +1,6 @@
 """The state one sequence keeps in a layer that does not cache tokens, read from a Hugging Face
 config: what vLLM allocates for it (MambaStateShapeCalculator, vllm/model_executor/layers/
-mamba/mamba_utils.py), or where vLLM does not serve the architecture what transformers keeps.
+mamba/mamba_utils.py), or where that has no shape for the layer what transformers keeps.
 
 Per layer, in values (x the state's dtype), with K the convolution's kernel (vLLM keeps its
 last K - 1 inputs; transformers keeps K, one column more: docs/zoo.md):
@@ -13,9 +13,9 @@ last K - 1 inputs; transformers keeps K, one column more: docs/zoo.md):
                    + v_heads x v_dim x k_dim                         attention)
     linear attn    heads x head_dim x head_dim                      (MiniMax's lightning
                                                                      attention: K^T V per head)
-    RG-LRU         lru_width x (K - 1), and lru_width in float32     (RecurrentGemma; not in
-                                                                     vLLM: transformers' state)
-    RWKV           2 x hidden (the token shifts), and 3 x hidden     (RWKV-4; not in vLLM:
+    RG-LRU         lru_width x (K - 1), and lru_width in float32     (RecurrentGemma:
+                                                                     transformers' state)
+    RWKV           2 x hidden (the token shifts), and 3 x hidden     (RWKV-4:
                    in float32 (the WKV numerator, denominator, max)  transformers' state)
 
 A `linear_attention` layer is told apart by the fields its config has (a gated delta-net's
