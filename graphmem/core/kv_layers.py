@@ -27,7 +27,7 @@ get_num_kv_heads) and the states; an MLA latent is one head, kept whole on every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 FULL, SLIDING, CHUNKED, MLA, CROSS, STATE = "full", "sliding", "chunked", "mla", "cross", "state"
@@ -166,17 +166,23 @@ class KvLayout:
         """The most tokens one sequence can have in `budget_bytes` (at most `cap`), in blocks
         or (`paged` False) contiguous: a binary search, as a windowed layer stops growing
         (vLLM estimate_max_model_len does the same); 0 when not even one token fits."""
-        size = self.sequence_bytes if paged else self.contiguous_bytes
-        if size(1) > budget_bytes:
-            return 0
-        low, high = 1, cap  # size(low) fits; size grows with the context
-        while low < high:
-            middle = (low + high + 1) // 2
-            if size(middle) <= budget_bytes:
-                low = middle
-            else:
-                high = middle - 1
-        return low
+        return longest_fit(self.sequence_bytes if paged else self.contiguous_bytes,
+                           budget_bytes, cap)
+
+
+def longest_fit(size: Callable[[int], int], budget_bytes: int, cap: int) -> int:
+    """The most tokens (at most `cap`) whose `size` fits `budget_bytes`, `size` growing with
+    the tokens; 0 when not even one token fits."""
+    if size(1) > budget_bytes:
+        return 0
+    low, high = 1, cap  # size(low) fits; size grows with the context
+    while low < high:
+        middle = (low + high + 1) // 2
+        if size(middle) <= budget_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def full_attention(layers: int, kv_heads: int, head_dim: int) -> tuple[LayerGroup, ...]:
