@@ -15,8 +15,10 @@ S the tokens the scheduler runs in one step (max_num_batched_tokens) and dtype t
     mla        one compressed latent per token, no separate V:
                (kv_lora_rank + qk_rope_head_dim) x dtype per token; blocks = ceil(C / B)
     cross      the encoder's E tokens, whatever C is: blocks = ceil(E / B) (CrossAttentionSpec)
-    state      a state-space / linear-attention layer: a constant state per sequence, no
-               tokens (MambaSpec, mamba_cache_mode "none"), in the model's dtype
+    state      a state-space / linear-attention / short-convolution layer: a constant state
+               per sequence, no tokens (MambaSpec, mamba_cache_mode "none"), in the model's
+               dtype, and a part some models keep in float32 whatever it is (RecurrentGemma's
+               RG-LRU state, RWKV's WKV sums: graphmem/frontends/torch/kv_states.py)
 
 A sequence's KV = the sum over groups of layers x blocks x block_size x per-token bytes, plus the
 states. Tensor parallelism splits attention's KV heads (at least one per GPU, as vLLM's
@@ -25,18 +27,21 @@ get_num_kv_heads) and the states; an MLA latent is one head, kept whole on every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 FULL, SLIDING, CHUNKED, MLA, CROSS, STATE = "full", "sliding", "chunked", "mla", "cross", "state"
 KINDS = (FULL, SLIDING, CHUNKED, MLA, CROSS, STATE)
 TOKEN_KINDS = (FULL, SLIDING, CHUNKED, MLA)  # those whose cache grows with the context
+# what limits the longest context of a model whose layers all keep a fixed state
+NOTHING_GROWS = "nothing: no layer grows with the context"
 
 
 @dataclass(frozen=True)
 class LayerGroup:
     """Layers that cache the same way. `span` is the window (sliding), the chunk (chunked) or
-    the encoder's length (cross); `state_values` the elements of one layer's state (state)."""
+    the encoder's length (cross); `state_values` the elements of one layer's state (state) in
+    the state's dtype, `state_fp32_values` those kept in float32 whatever that is."""
 
     kind: str
     layers: int
@@ -44,6 +49,7 @@ class LayerGroup:
     head_dim: int = 0  # per head (an MLA latent: kv_lora_rank + qk_rope_head_dim)
     span: int | None = None
     state_values: int = 0
+    state_fp32_values: int = 0
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -69,7 +75,8 @@ class LayerGroup:
 
     def state_bytes(self, state_dtype_bytes: int, tensor_parallel: int = 1) -> int:
         """One sequence's state in one layer (its channels split over the ranks)."""
-        return -(-self.state_values // tensor_parallel) * state_dtype_bytes
+        return (-(-self.state_values // tensor_parallel) * state_dtype_bytes
+                + -(-self.state_fp32_values // tensor_parallel) * 4)
 
     @property
     def window(self) -> int:
@@ -159,17 +166,23 @@ class KvLayout:
         """The most tokens one sequence can have in `budget_bytes` (at most `cap`), in blocks
         or (`paged` False) contiguous: a binary search, as a windowed layer stops growing
         (vLLM estimate_max_model_len does the same); 0 when not even one token fits."""
-        size = self.sequence_bytes if paged else self.contiguous_bytes
-        if size(1) > budget_bytes:
-            return 0
-        low, high = 1, cap  # size(low) fits; size grows with the context
-        while low < high:
-            middle = (low + high + 1) // 2
-            if size(middle) <= budget_bytes:
-                low = middle
-            else:
-                high = middle - 1
-        return low
+        return longest_fit(self.sequence_bytes if paged else self.contiguous_bytes,
+                           budget_bytes, cap)
+
+
+def longest_fit(size: Callable[[int], int], budget_bytes: int, cap: int) -> int:
+    """The most tokens (at most `cap`) whose `size` fits `budget_bytes`, `size` growing with
+    the tokens; 0 when not even one token fits."""
+    if size(1) > budget_bytes:
+        return 0
+    low, high = 1, cap  # size(low) fits; size grows with the context
+    while low < high:
+        middle = (low + high + 1) // 2
+        if size(middle) <= budget_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def full_attention(layers: int, kv_heads: int, head_dim: int) -> tuple[LayerGroup, ...]:
@@ -182,8 +195,6 @@ def merge_groups(layers: Sequence[LayerGroup]) -> tuple[LayerGroup, ...]:
     in the order each first appears."""
     counts: dict[LayerGroup, int] = {}
     for layer in layers:
-        key = LayerGroup(layer.kind, 1, layer.kv_heads, layer.head_dim, layer.span,
-                         layer.state_values)
+        key = replace(layer, layers=1)
         counts[key] = counts.get(key, 0) + layer.layers
-    return tuple(LayerGroup(k.kind, n, k.kv_heads, k.head_dim, k.span, k.state_values)
-                 for k, n in counts.items())
+    return tuple(replace(key, layers=n) for key, n in counts.items())

@@ -21,6 +21,7 @@ from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Value
 from graphmem.core.kv_layers import (
     FULL,
+    NOTHING_GROWS,
     TOKEN_KINDS,
     KvLayout,
     LayerGroup,
@@ -69,6 +70,12 @@ class KvCacheShape:
         return sum(g.layers * g.token_bytes(self.dtype_bytes) for g in self.layer_groups
                    if g.kind in TOKEN_KINDS)
 
+    @property
+    def state_bytes(self) -> int:
+        """One sequence's states, whatever its length (0 where no layer keeps one)."""
+        return sum(g.layers * g.state_bytes(self.state_dtype_bytes or self.dtype_bytes)
+                   for g in self.layer_groups)
+
 
 @dataclass(frozen=True)
 class KvCacheReport:
@@ -113,7 +120,9 @@ def with_serving_answer(report: KvCacheReport) -> KvCacheReport:
     if plan is None:
         return report
     base = plan.weights_bytes + plan.activation_bytes + plan.cuda_context_bytes
-    return replace(report, max_context=plan.max_context, max_context_reason=None,
+    unbounded = plan.context_limited_by == NOTHING_GROWS
+    return replace(report, max_context=None if unbounded else plan.max_context,
+                   max_context_reason=ANY_LENGTH if unbounded else None,
                    base_bytes=base, usable_bytes=plan.budget_bytes)
 
 
@@ -140,8 +149,16 @@ def parse_kv_option(text: str) -> tuple[int, int, int]:
     return layers, heads, head_dim
 
 
+# why a longest context is not a number: nothing grows with it
+ANY_LENGTH = ("any length: no layer grows with the context, each sequence keeps a fixed"
+              " state")
+
+
 def kv_cache_formula(shape: KvCacheShape) -> SymInt:
-    return SymInt.symbol(BATCH) * SymInt.symbol(CONTEXT) * shape.per_token_bytes
+    """batch x (context x per-token bytes + the states): a state is per sequence, whatever
+    its length."""
+    batch = SymInt.symbol(BATCH)
+    return batch * SymInt.symbol(CONTEXT) * shape.per_token_bytes + batch * shape.state_bytes
 
 
 @dataclass(frozen=True)
@@ -273,6 +290,8 @@ def _max_context(shape: KvCacheShape, batch: int | None, copies: int, base: int 
     layout = KvLayout(shape.layer_groups, shape.dtype_bytes,
                       shape.state_dtype_bytes or shape.dtype_bytes)
     per_token = shape.per_token_bytes
+    if not per_token and layout.contiguous_bytes(1) <= budget:
+        return None, ANY_LENGTH
     # no layer keeps more than every token: the search stops where full layers would
     cap = max(budget // per_token, 1) if per_token else MAX_DIM_VALUE
     return layout.longest_context(budget, cap, paged=False), None

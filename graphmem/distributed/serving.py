@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.kv_layers import (
+    NOTHING_GROWS,
     GroupUse,
     KvLayout,
     LayerGroup,
@@ -45,6 +46,7 @@ from graphmem.distributed.engines import (
     engine_groups,
     engine_reserve,
 )
+from graphmem.distributed.vllm_pages import uniform_pages
 from graphmem.distributed.vocabulary import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -217,8 +219,18 @@ class ServingReport:
 
     @property
     def context_limited_by(self) -> str:
+        """"position limit", "memory", or NOTHING_GROWS where no layer grows with the
+        context (a model of states only) and no position limit caps it."""
         limit = self.position_limit
-        return "position limit" if limit is not None and limit < self.memory_context else "memory"
+        if limit is not None and limit < self.memory_context:
+            return "position limit"
+        return NOTHING_GROWS if self.memory_context >= MAX_DIM_VALUE else "memory"
+
+    @property
+    def state_only(self) -> bool:
+        """No layer grows with the context: a block is one sequence's states (vLLM's
+        MambaSpec holds a whole sequence, its block size the model's length)."""
+        return not self.per_token_bytes and self.sequence_bytes > 0
 
 
 def kv_heads_per_rank(kv_heads: int, tensor_parallel: int) -> int:
@@ -251,9 +263,15 @@ def plan_serving(inputs: ServingInputs) -> ServingReport:
         _per_token_activation(inputs, forward), inputs.vocab_size, inputs.logits_dtype_bytes)
     kv_bytes = reserve.kv_cache_bytes if reserve.starts else 0
     layout = cache_layout(inputs, reserve.block_size)
+    # attention beside states: vLLM's one page size, its larger block (vllm_pages.py)
+    pages = uniform_pages(layout) if config.engine == VLLM else None
+    if pages is not None:
+        reserve = replace(reserve, block_size=pages.block_tokens)
+    sizing = pages or layout
     per_token = layout.per_token_bytes
-    block = reserve.block_size * per_token
-    sequence = layout.sequence_bytes(config.context)
+    sequence = sizing.sequence_bytes(config.context)
+    # states only: one block per sequence, its states (vLLM: a Mamba page per layer)
+    block = pages.block_bytes if pages else reserve.block_size * per_token or sequence
     # no layer holds more than every token: the search stops where full layers would
     cap = max(kv_bytes // per_token, 1) if per_token else MAX_DIM_VALUE
     return ServingReport(
@@ -267,10 +285,10 @@ def plan_serving(inputs: ServingInputs) -> ServingReport:
         num_blocks=kv_bytes // block if block else 0, context=config.context,
         blocks_per_sequence=-(-sequence // block) if block else 0,
         max_sequences=kv_bytes // sequence if sequence else 0,
-        replicas=config.replicas, memory_context=layout.longest_context(kv_bytes, cap),
+        replicas=config.replicas, memory_context=sizing.longest_context(kv_bytes, cap),
         position_limit=inputs.position_limit,
         position_limit_source=inputs.position_limit_source, step_tokens=layout.step_tokens,
-        sequence_bytes=sequence, layer_groups=layout.uses(config.context), reserve=reserve)
+        sequence_bytes=sequence, layer_groups=sizing.uses(config.context), reserve=reserve)
 
 
 def _per_token_activation(inputs: ServingInputs, forward: int) -> float:

@@ -65,10 +65,11 @@ def serving_numbers(analysis: Analysis) -> ServingNumbers:
     plan = kv.serving if kv is not None else None
     if plan is None:
         return ServingNumbers()
+    # a model of states only: a block is one sequence's states (serving.py `state_only`)
+    block = "one sequence's states" if plan.state_only else f"{plan.block_size} tokens"
     text = (f"{plan.total_sequences:,} sequences of {plan.context:,} tokens fit at once on"
             f" {plan.gpu_name} ({ENGINE_VERSIONS[plan.engine]}): {plan.num_blocks:,} KV"
-            f" blocks of {plan.block_size}"
-            f" tokens, {plan.blocks_per_sequence:,} per sequence")
+            f" blocks of {block}, {plan.blocks_per_sequence:,} per sequence")
     if plan.replicas > 1:
         text += f", x{plan.replicas} replicas"
     if plan.layer_groups:

@@ -3,7 +3,14 @@ and the HTML report."""
 
 from __future__ import annotations
 
-from graphmem.core.kv_layers import MLA, STATE, TOKEN_KINDS, GroupUse, LayerGroup
+from graphmem.core.kv_layers import (
+    MLA,
+    NOTHING_GROWS,
+    STATE,
+    TOKEN_KINDS,
+    GroupUse,
+    LayerGroup,
+)
 from graphmem.core.units import count_noun, format_bytes
 
 
@@ -43,3 +50,19 @@ def group_text(use: GroupUse) -> str:
     """`sliding 4096: 32 layers x 6,143 tokens 770.0 MiB`, `state: 7 layers 66.5 KiB`."""
     tokens = f" x {use.tokens:,} tokens" if use.tokens else ""
     return f"{use.label}: {count_noun(use.layers, 'layer')}{tokens} {format_bytes(use.bytes)}"
+
+
+def longest_context_text(tokens: int, limited_by: str) -> str:
+    """`131,072 tokens (limited by memory)`, or `any length (nothing: no layer grows with
+    the context)` for a model of fixed states with no position limit."""
+    if limited_by == NOTHING_GROWS:
+        return f"any length ({limited_by})"
+    return f"{tokens:,} tokens (limited by {limited_by})"
+
+
+def blocks_text(block_size: int, block_bytes: int, state_only: bool) -> str:
+    """A serving block: `16 tokens (64.0 KiB)`, or for a model of states only one
+    sequence's states (vLLM: one block per sequence)."""
+    if state_only:
+        return f"one sequence's states ({format_bytes(block_bytes)})"
+    return f"{count_noun(block_size, 'token')} ({format_bytes(block_bytes)})"

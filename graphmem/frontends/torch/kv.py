@@ -8,9 +8,12 @@ Two sources, in this order:
   KV-head names first) is one layer's attention, and they must agree.
 
 The config also says how each layer caches (`config_layer_groups`, graphmem/core/kv_layers.py):
-`layer_types` per layer (full, sliding, chunked attention; a state-space "mamba" or
-"linear_attention" layer), else `sliding_window` for every layer; `kv_lora_rank` with
-`qk_rope_head_dim` makes attention an MLA latent; `num_key_value_heads` may be per layer.
+`layer_types` per layer (full, sliding, chunked attention; a state-keeping "mamba",
+"linear_attention" or short-convolution "conv" layer; a "hybrid" layer of Mamba-2 and attention
+side by side), else `sliding_window` for every layer; `kv_lora_rank` with `qk_rope_head_dim`
+makes attention an MLA latent; `num_key_value_heads` may be per layer. A model whose layers
+all keep a state (Mamba, Mamba-2, RWKV) has no KV heads: its shape is (layers, 0, 0) and its
+groups say the states (graphmem/frontends/torch/kv_states.py sizes each).
 """
 
 from __future__ import annotations
@@ -22,22 +25,24 @@ from torch import nn
 
 from graphmem.core.kv_layers import CHUNKED, FULL, MLA, SLIDING, STATE, LayerGroup, merge_groups
 from graphmem.errors import GraphmemError
+from graphmem.frontends.torch.kv_states import RWKV, SHORT_CONV, layer_state
 
 _ATTENTION_TYPES = {"full_attention": FULL, "attention": FULL,
                     "sliding_attention": SLIDING, "chunked_attention": CHUNKED}
-_STATE_TYPES = ("mamba", "linear_attention")  # Jamba's, both spellings
+_STATE_TYPES = ("mamba", "linear_attention", SHORT_CONV, RWKV)
+_HYBRID = "hybrid"  # Zamba2's, Falcon-H1's: a Mamba-2 mixer beside attention in one layer
 
 _KV_HEAD_ATTRS = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head")
 _HEAD_ATTRS = ("n_heads", "n_head", "num_heads", "num_attention_heads")
 
 
 def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
-    """(layers, kv_heads, head_dim, how it was found), or a GraphmemError saying what to give."""
+    """(layers, kv_heads, head_dim, how it was found), or a GraphmemError saying what to give.
+    A model of state layers only: (layers, 0, 0)."""
     config = text_config(model)
-    from_config = _from_config(config)
+    from_config = _from_config(config) or _states_only(config)
     if from_config is not None:
         return from_config
-    _refuse_stateful_only(model, config)
     modules = model.modules() if isinstance(model, nn.Module) else ()
     shapes = [shape for module in modules if (shape := _attention_shape(module))]
     if not shapes:
@@ -52,17 +57,18 @@ def detect_kv_shape(model: object) -> tuple[int, int, int, str]:
     return len(shapes), heads, head_dim, f"{len(shapes)} attention modules of the model"
 
 
-def _refuse_stateful_only(model: object, config: object) -> None:
-    """A config whose `layer_types` name no attention (Mamba-2: `linear_attention` only) has
-    no KV cache: its mixers' `head_dim` and `num_heads` are not attention heads, and read as
-    such sized a 2-layer Mamba-2 at 24,576 B where transformers keeps a 6,656 B state."""
-    types = getattr(config, "layer_types", None)
-    if (isinstance(types, Sequence) and not isinstance(types, str) and types
-            and not any(kind in _ATTENTION_TYPES for kind in types)):
-        raise GraphmemError(
-            f"{type(model).__name__}: its layers ({', '.join(sorted(set(map(str, types))))})"
-            " keep a state and no KV cache, which graphmem does not size yet; give a cache"
-            " shape with --kv-cache LAYERS,KV_HEADS,HEAD_DIM to plan one anyway")
+def _states_only(config: object) -> tuple[int, int, int, str] | None:
+    """A config whose every layer keeps a state and none attends (Mamba, Mamba-2:
+    `linear_attention` only; RWKV): (layers, 0 KV heads, 0, ...). Its mixers' `head_dim`
+    and `num_heads` are not attention heads: read as such they sized a 2-layer Mamba-2 as
+    two attention layers, 24,576 B where transformers keeps a 6,656 B state."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if not _positive(layers):
+        return None
+    kinds = set(_layer_types(config, layers))  # type: ignore[arg-type]
+    if kinds and kinds <= set(_STATE_TYPES):
+        return int(layers), 0, 0, "model.config (state layers only)"  # type: ignore[arg-type]
+    return None
 
 
 def text_config(model: object) -> object:
@@ -104,7 +110,7 @@ def model_layer_groups(model: object) -> tuple[LayerGroup, ...]:
     """How the model's layers cache, from its config; () where every layer is full attention
     of one shape (or there is no config): the cache shape alone then says it."""
     config = text_config(model)
-    found = _from_config(config)
+    found = _from_config(config) or _states_only(config)
     if found is None:
         return ()
     groups = config_layer_groups(config, *found[:3])
@@ -114,20 +120,49 @@ def model_layer_groups(model: object) -> tuple[LayerGroup, ...]:
 def config_layer_groups(config: object, layers: int, kv_heads: int,
                         head_dim: int) -> tuple[LayerGroup, ...]:
     """One group per kind of layer: `layer_types`, else `sliding_window` on every layer."""
-    types = getattr(config, "layer_types", None)
-    if not isinstance(types, Sequence) or isinstance(types, str) or len(types) != layers:
-        window = getattr(config, "sliding_window", None)
-        sliding = _positive(window) and getattr(config, "use_sliding_window", True) is not False
-        types = ["sliding_attention" if sliding else "full_attention"] * layers
     heads = getattr(config, "num_key_value_heads", None)
     per_layer = heads if isinstance(heads, Sequence) and len(heads) == layers else None
-    return merge_groups([_layer_group(config, str(kind), per_layer[i] if per_layer else kv_heads,
-                                      head_dim) for i, kind in enumerate(types)])
+    return merge_groups([group for i, kind in enumerate(_layer_types(config, layers))
+                         for group in _layer_groups(config, kind, per_layer[i] if per_layer
+                                                    else kv_heads, head_dim)])
 
 
-def _layer_group(config: object, kind: str, kv_heads: int, head_dim: int) -> LayerGroup:
+def _layer_types(config: object, layers: int) -> list[str]:
+    """Each layer's kind: `layer_types` where it names every layer; else RWKV's (a config of
+    `attention_hidden_size` and no attention heads: its token mixing keeps a state); else
+    every layer sliding where `sliding_window` is set and used, full otherwise."""
+    types = getattr(config, "layer_types", None)
+    if isinstance(types, Sequence) and not isinstance(types, str) and len(types) == layers:
+        return [str(kind) for kind in types]
+    if (_positive(getattr(config, "attention_hidden_size", None))
+            and not _positive(getattr(config, "num_attention_heads", None))):
+        return [RWKV] * layers
+    return [_plain_attention(config)] * layers
+
+
+def _plain_attention(config: object) -> str:
+    window = getattr(config, "sliding_window", None)
+    sliding = _positive(window) and getattr(config, "use_sliding_window", True) is not False
+    return "sliding_attention" if sliding else "full_attention"
+
+
+def _layer_groups(config: object, kind: str, kv_heads: int,
+                  head_dim: int) -> tuple[LayerGroup, ...]:
+    """One layer's groups: its state, its attention, or (a hybrid layer) both."""
     if kind in _STATE_TYPES:
-        return LayerGroup(STATE, 1, state_values=_mamba_state_values(config, kind))
+        return (_state_group(config, kind),)
+    if kind == _HYBRID:
+        return (_state_group(config, kind),
+                _attention_group(config, _plain_attention(config), kv_heads, head_dim))
+    return (_attention_group(config, kind, kv_heads, head_dim),)
+
+
+def _state_group(config: object, kind: str) -> LayerGroup:
+    values, fp32_values = layer_state(config, kind)
+    return LayerGroup(STATE, 1, state_values=values, state_fp32_values=fp32_values)
+
+
+def _attention_group(config: object, kind: str, kv_heads: int, head_dim: int) -> LayerGroup:
     attention = _ATTENTION_TYPES.get(kind)
     if attention is None:
         raise GraphmemError(f"layer_types: a {kind!r} layer, whose cache graphmem does not know;"
@@ -141,25 +176,6 @@ def _layer_group(config: object, kind: str, kv_heads: int, head_dim: int) -> Lay
     if span and not _positive(window):
         raise GraphmemError(f"a {kind!r} layer and no {span} in the config: give it")
     return LayerGroup(attention, 1, int(kv_heads), int(head_dim), window)
-
-
-def _mamba_state_values(config: object, kind: str) -> int:
-    """A Mamba layer's state as vLLM keeps it (MambaStateShapeCalculator): the convolution's
-    last d_conv - 1 inputs and the SSM state, over the expanded channels (expand x
-    hidden_size). A Mamba-2 layer (`mamba_n_groups`: Bamba, Falcon-H1) convolves each
-    group's B and C projections too: conv channels expanded + 2 x groups x d_state
-    (mamba2_state_shape's conv_dim); its SSM state heads x head_dim x d_state is the
-    expanded channels x d_state again. Falcon-H1 may give the channels (`mamba_d_ssm`)."""
-    names = ("mamba_expand", "mamba_d_conv", "mamba_d_state", "hidden_size")
-    expand, conv, state, hidden = (getattr(config, name, None) for name in names)
-    if not all(_positive(v) for v in (expand, conv, state, hidden)):
-        raise GraphmemError(f"a {kind!r} layer: its state needs {', '.join(names)} in the"
-                            " config; give the cache with --kv-cache LAYERS,KV_HEADS,HEAD_DIM")
-    d_ssm = getattr(config, "mamba_d_ssm", None)
-    channels: int = d_ssm if _positive(d_ssm) else expand * hidden  # type: ignore[assignment,operator]
-    groups = getattr(config, "mamba_n_groups", None)
-    conv_channels = channels + (2 * groups * state if _positive(groups) else 0)  # type: ignore[operator]
-    return conv_channels * (conv - 1) + channels * state  # type: ignore[operator]
 
 
 def _positive(value: object) -> bool:

@@ -169,6 +169,7 @@ class KvCacheView:
     # per layer type, where not every layer is full attention (the lead's formula otherwise)
     layer_formula: str = ""
     state_note: str = ""  # "; 7 layers of state: ... per sequence", or nothing
+    states_at_batch: int = 0  # the batch's states, whatever the context
 
     @property
     def per_token_text(self) -> str:
@@ -180,7 +181,11 @@ class KvCacheView:
         """The cache at the batch: '1.0 KiB x context tokens' rather than 1024*context."""
         if self.per_token_at_batch is None:
             return ""
-        return f"{format_bytes(self.per_token_at_batch.probe)} \u00d7 context tokens"
+        states = f"{format_bytes(self.states_at_batch)} of states"
+        if not self.per_token_at_batch.probe:
+            return f"{states}, whatever the context"
+        tokens = f"{format_bytes(self.per_token_at_batch.probe)} \u00d7 context tokens"
+        return f"{tokens} + {states}" if self.states_at_batch else tokens
 
 
 def kv_cache_view(report: KvCacheReport | None) -> KvCacheView | None:
@@ -205,4 +210,5 @@ def kv_cache_view(report: KvCacheReport | None) -> KvCacheView | None:
         layer_formula="" if is_plain(shape.groups) else printable_text(
             per_token_formula(shape.groups, shape.dtype_bytes)),
         state_note=state_note(shape.groups, shape.state_dtype_bytes or shape.dtype_bytes),
+        states_at_batch=shape.state_bytes * (report.batch or 0),
     )

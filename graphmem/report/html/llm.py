@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from graphmem.core.kv_layers import NOTHING_GROWS
 from graphmem.core.safe_text import printable
 from graphmem.core.units import count_noun, format_bytes
 from graphmem.pipeline.analysis import Analysis
@@ -117,15 +118,22 @@ def serving_rows(plan: ServingReport) -> tuple[LlmRow, ...]:
         _sized("CUDA context", plan.cuda_context_bytes),
         _sized("KV cache", plan.kv_cache_bytes),
         _sized("KV per token", plan.per_token_bytes),
-        LlmRow("blocks", f"{plan.num_blocks:,} of {plan.block_size} tokens",
+        LlmRow("blocks", f"{plan.num_blocks:,} of "
+               + ("one sequence's states" if plan.state_only else f"{plan.block_size} tokens"),
                f"{plan.block_bytes:,} B each ({block_name(plan)})"),
         *_layer_group_rows(plan),
         *(LlmRow("engine log", line, "") for line in log_lines(plan)),
         LlmRow(f"sequences of {plan.context:,} tokens at once", f"{plan.total_sequences:,}",
                f"{plan.blocks_per_sequence:,} blocks each"),
-        LlmRow("longest context", f"{plan.max_context:,} tokens",
-               f"limited by {plan.context_limited_by}"),
+        LlmRow("longest context", *_longest_context(plan)),
     )
+
+
+def _longest_context(plan: ServingReport) -> tuple[str, str]:
+    """(the tokens, what limits them): `any length` where nothing grows with the context."""
+    if plan.context_limited_by == NOTHING_GROWS:
+        return "any length", NOTHING_GROWS
+    return f"{plan.max_context:,} tokens", f"limited by {plan.context_limited_by}"
 
 
 def _layer_group_rows(plan: ServingReport) -> tuple[LlmRow, ...]:

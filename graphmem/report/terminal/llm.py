@@ -17,7 +17,12 @@ from graphmem.core.units import count_noun, format_bytes, format_si
 from graphmem.distributed.vocabulary import SGLANG, TRTLLM
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.engine_log import engine_name, log_lines
-from graphmem.report.kv_layers import group_text, is_plain
+from graphmem.report.kv_layers import (
+    blocks_text,
+    group_text,
+    is_plain,
+    longest_context_text,
+)
 
 if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loaded then
     from graphmem.distributed.serving import ServingReport
@@ -82,11 +87,10 @@ def serving_lines(plan: ServingReport) -> list[str]:
         f" ({engine_name(plan)}): {_budget_text(plan)}",
         _reserve_text(plan),
         f"  KV {format_bytes(plan.per_token_bytes)} per token; {plan.num_blocks:,} blocks of"
-        f" {count_noun(plan.block_size, 'token')} ({format_bytes(plan.block_bytes)})",
+        f" {blocks_text(plan.block_size, plan.block_bytes, plan.state_only)}",
         *_layer_group_lines(plan),
         *(f"  {line}" for line in log_lines(plan)[-2:]),
-        f"  longest context: {plan.max_context:,} tokens (limited by"
-        f" {plan.context_limited_by})",
+        f"  longest context: {longest_context_text(plan.max_context, plan.context_limited_by)}",
         serving_verdict(plan),
     ]
 
