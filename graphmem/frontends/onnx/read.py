@@ -97,7 +97,14 @@ def external_data_files(path: Path) -> list[Path]:
     try:
         _check_path(path)
         data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
-        model = parse_model(data if data is not None else read_model_bytes(path))
+        data = data if data is not None else read_model_bytes(path)
+        # a location is the value of an entry keyed "location", a string protobuf keeps as
+        # its bytes: a file without them names no file and is not parsed (the parse and the
+        # tensors' walk: 0.03 of 0.10 CPU s on the TorchScript decoder, 0.08 of 0.21 on the
+        # dynamo one, whenever an output file exists already)
+        if b"location" not in data:
+            return []
+        model = parse_model(data)
     except Exception:  # noqa: BLE001 - protobuf and GraphmemError: reported by the importer
         return []
     locations = {external_location(t) for _, t in external_tensors(model)}
