@@ -1,7 +1,8 @@
 """The JSON's node rows encoded per kind (report/json/report.py `_NodeRows.texts`: the op's
-and the kind's fields encoded once, the name, module and times per node) are the text the
-encoder writes for each node's whole dict: the same document, byte for byte, with dims bound
-and free, with a roofline's times, and with names the encoder must escape."""
+and the kind's fields encoded once, the name, module per node, the times once per distinct
+time) and the live tensors' rows likewise (`_LiveRows`) are the text the encoder writes for
+each whole dict: the same document, byte for byte, with dims bound and free, with a roofline's
+times, and with names and numbers the encoder must tell apart."""
 
 from __future__ import annotations
 
@@ -34,12 +35,33 @@ def test_rows_per_kind_are_the_whole_rows(name: str, options: dict[str, object])
     per_kind, whole_rows = _texts(analysis)
     assert per_kind == whole_rows
     assert per_kind.count('"op": ') == len(analysis.costs.nodes)
+    # the live tensors' rows too (report.py `_LiveRows`), one a line
+    assert per_kind.count('"last_consumer": ') == len(analysis.liveness.live_at_peak)
 
 
 def test_names_the_encoder_escapes() -> None:
     analysis = analyze_onnx(SAMPLES / "tiny_cnn.onnx", batch=2, plan=False)
     renamed = tuple(replace(cost, name=f'n"{i}\\\u00e9\u2028\x01', module_path=f"m\u00e9{i % 2}")
                     for i, cost in enumerate(analysis.costs.nodes))
-    analysis = replace(analysis, costs=replace(analysis.costs, nodes=renamed))
+    live = tuple(replace(t, name=f't"{i}\u00e9', producer=None if i % 3 else f"p\u2028{i}",
+                         last_consumer=None if i % 2 else "c")
+                 for i, t in enumerate(analysis.liveness.live_at_peak))
+    analysis = replace(analysis, costs=replace(analysis.costs, nodes=renamed),
+                       liveness=replace(analysis.liveness, live_at_peak=live))
     per_kind, whole_rows = _texts(analysis)
     assert per_kind == whole_rows and "\\u00e9" in per_kind and '\\"' in per_kind
+    assert per_kind.count('"last_consumer": ') == len(live) > 3
+
+
+def test_times_equal_but_written_apart() -> None:
+    """0.0 and -0.0, 1 and 1.0 compare equal (a dict key would merge them): each row keeps
+    its own text."""
+    analysis = analyze_onnx(SAMPLES / "tiny_cnn.onnx", batch=8, gpu="t4")
+    assert analysis.roofline is not None
+    values = (0.0, -0.0, 1, 1.0, 2.5e-9, None)
+    times = tuple(replace(t, est_time_s=values[i % 5], intensity_flops_per_byte=values[i % 6])
+                  for i, t in enumerate(analysis.roofline.nodes))
+    analysis = replace(analysis, roofline=replace(analysis.roofline, nodes=times))
+    per_kind, whole_rows = _texts(analysis)
+    assert per_kind == whole_rows
+    assert '"est_time_s": -0.0' in per_kind and '"est_time_s": 1,' in per_kind

@@ -78,16 +78,22 @@ def keep_only_name_scopes(graph: onnx.GraphProto) -> None:
     onnxruntime plans and optimizes without them). The dynamo exporter writes each node's
     stack trace, fx node and class hierarchy: 13.6 of the 19.5 MB a 22,000-node export's graph
     holds, which every copy of the model, every pass of onnx's inference and onnxruntime's
-    planner shapes would serialize and parse again. Done once, on the model as read."""
+    planner shapes would serialize and parse again. Done once, on the model as read: the
+    first name-scopes entry is kept where it is and the others deleted around it (0.09 -> 0.04
+    CPU s on the dynamo decoder's 22,103 nodes of five entries each)."""
     for node in graph.node:
         if node.doc_string:
             node.ClearField("doc_string")
-        if not node.metadata_props:
+        entries = node.metadata_props
+        if not entries:
             continue
-        scopes = [p.value for p in node.metadata_props if p.key == NAME_SCOPES]
-        node.ClearField("metadata_props")
-        if scopes:
-            node.metadata_props.add(key=NAME_SCOPES, value=scopes[0])
+        for index, entry in enumerate(entries):
+            if entry.key == NAME_SCOPES:
+                del entries[index + 1:]
+                del entries[:index]
+                break
+        else:
+            node.ClearField("metadata_props")
 
 
 def external_data_files(path: Path) -> list[Path]:
@@ -97,7 +103,14 @@ def external_data_files(path: Path) -> list[Path]:
     try:
         _check_path(path)
         data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
-        model = parse_model(data if data is not None else read_model_bytes(path))
+        data = data if data is not None else read_model_bytes(path)
+        # a location is the value of an entry keyed "location", a string protobuf keeps as
+        # its bytes: a file without them names no file and is not parsed (the parse and the
+        # tensors' walk: 0.03 of 0.10 CPU s on the TorchScript decoder, 0.08 of 0.21 on the
+        # dynamo one, whenever an output file exists already)
+        if b"location" not in data:
+            return []
+        model = parse_model(data)
     except Exception:  # noqa: BLE001 - protobuf and GraphmemError: reported by the importer
         return []
     locations = {external_location(t) for _, t in external_tensors(model)}

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from markupsafe import Markup
@@ -101,19 +102,19 @@ class NodeTable:
 def node_table(costs: CostReport, roofline: RooflineResult | None,
                phases: Sequence[str]) -> NodeTable:
     times: Sequence[NodeTime | None] = roofline.nodes if roofline else [None] * len(costs.nodes)
-    nodes = list(enumerate(zip(costs.nodes, times, phases, strict=True)))
+    nodes = enumerate(zip(costs.nodes, times, phases, strict=True))
     rows = [node_row(step, cost, time, phase) for step, (cost, time, phase)
-            in nodes[:MAX_NODE_ROWS]]
-    # the rest only as data: no NodeRow (and its Quantities) for tens of thousands of nodes
-    shared = _SharedFields()
-    rest = [node_data(step, cost, time, phase, shared) for step, (cost, time, phase)
-            in nodes[MAX_NODE_ROWS:]]
+            in islice(nodes, MAX_NODE_ROWS)]
+    # the rest only as data text: no NodeRow (and its Quantities) for tens of thousands of nodes
+    row_text = _RowTexts().row
+    rest = [row_text(step, cost, time, phase) for step, (cost, time, phase) in nodes]
     return NodeTable(
         rows=tuple(rows),
-        total=len(nodes),
+        total=len(rows) + len(rest),
         has_times=roofline is not None,
         has_phases=any(phases),
-        data=script_json([row.data() for row in rows] + rest),
+        data=script_json_text("[" + ",".join([*(_DUMPS(row.data()) for row in rows), *rest])
+                              + "]"),
     )
 
 
@@ -138,56 +139,76 @@ def node_row(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "") 
     )
 
 
-def node_data(step: int, cost: NodeCost, time: NodeTime | None, phase: str = "",
-              shared: _SharedFields | None = None) -> list[Any]:
-    """`node_row(...).data()`, without the row: the script's fields of one node; `shared`
-    keeps the fields nodes of one kind repeat (a decoder's layers), made once each."""
-    shared = shared or _SharedFields()
-    kind = shared.of(cost)
-    return [step, printable(cost.name), kind[0], shared.module(cost.module_path), phase, kind[1],
-            cost.param_count, *kind[2:8],
-            time.est_time_s if time else None, format_time(time.est_time_s) if time else "",
-            time.bound if time else "", kind[8], kind[9]]
+# script_json's encoder: a list encodes as "[" + its items' texts joined by "," + "]"
+_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_TEXT = json.encoder.encode_basestring  # a str as _DUMPS writes it
 
 
-class _SharedFields:
-    """The fields of a node row that depend on its op, shapes and costs alone (the op and
-    shapes as shown, each quantity's number and text, the status and note), per kind; and
-    each module path as shown."""
+class _RowTexts:
+    """`_DUMPS(node_row(...).data())` without the row: one node's fields in the script's data
+    as JSON text, from pieces encoded once per kind of node (the op and shapes as shown, each
+    quantity's number and text, the status and note: a decoder's layers repeat a few dozen
+    kinds), per module path, phase and time; only the step, the name and the parameter count
+    are encoded per node."""
 
     def __init__(self) -> None:
-        self.kinds: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self.modules: dict[str, str] = {}  # a module path -> as shown
+        self.kinds: dict[tuple[Any, ...], tuple[str, str, str, str]] = {}
+        self.shown: dict[str, str] = {}  # a module path -> as shown, encoded
+        self.phases: dict[str, str] = {}
+        self.times: dict[tuple[str, str], str] = {}
 
-    def module(self, path: str) -> str:
-        shown = self.modules.get(path)
-        if shown is None:
-            shown = self.modules[path] = printable(path)
-        return shown
-
-    def of(self, cost: NodeCost) -> tuple[Any, ...]:
+    def row(self, step: int, cost: NodeCost, time: NodeTime | None, phase: str) -> str:
         key = (cost.op_type, cost.domain, cost.output_shapes, cost.status, cost.note,
                cost.macs, cost.flops, cost.bytes_written)
-        fields = self.kinds.get(key)
-        if fields is None:
-            fields = self.kinds[key] = _kind_fields(cost)
-        return fields
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.kinds[key] = _kind_texts(cost)
+        module = self.shown.get(cost.module_path)
+        if module is None:
+            module = self.shown[cost.module_path] = _TEXT(printable(cost.module_path))
+        phase_text = self.phases.get(phase)
+        if phase_text is None:
+            phase_text = self.phases[phase] = _TEXT(phase)
+        params = cost.param_count
+        return ("[" + str(step) + "," + _TEXT(printable(cost.name)) + "," + kind[0] + ","
+                + module + "," + phase_text + "," + kind[1] + ","
+                + (int.__repr__(params) if params.__class__ is int else _DUMPS(params)) + ","
+                + kind[2] + "," + self._time(time) + "," + kind[3] + "]")
+
+    def _time(self, time: NodeTime | None) -> str:
+        if time is None:
+            return 'null,"",""'
+        # repr tells 0.0 from -0.0, which compare equal
+        key = (repr(time.est_time_s), time.bound)
+        text = self.times.get(key)
+        if text is None:
+            text = self.times[key] = _DUMPS(
+                [time.est_time_s, format_time(time.est_time_s), time.bound])[1:-1]
+        return text
 
 
-def _kind_fields(cost: NodeCost) -> tuple[Any, ...]:
+def _kind_texts(cost: NodeCost) -> tuple[str, str, str, str]:
+    """The op, the shapes, the six quantity fields and the status and note, as JSON text."""
     counted = cost.status is CostStatus.OK
     macs = count_quantity(cost.macs) if counted else None
     flops = count_quantity(cost.flops, "FLOP") if counted else None
     written = bytes_quantity(cost.bytes_written)
-    return (printable(qualified_op(cost)), printable_text(", ".join(cost.output_shapes)),
-            macs.probe if macs else -1, macs.text if macs else "not counted",
-            flops.probe if flops else -1, flops.text if flops else "not counted",
-            written.probe, written.text, cost.status.value, printable_text(cost.note))
+    quantities = [macs.probe if macs else -1, macs.text if macs else "not counted",
+                  flops.probe if flops else -1, flops.text if flops else "not counted",
+                  written.probe, written.text]
+    return (_TEXT(printable(qualified_op(cost))),
+            _TEXT(printable_text(", ".join(cost.output_shapes))),
+            _DUMPS(quantities)[1:-1],
+            _DUMPS([cost.status.value, printable_text(cost.note)])[1:-1])
 
 
 def script_json(value: Any) -> Markup:
     """JSON that is safe inside <script type="application/json">: no '<', '>' or '&' in it."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return script_json_text(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def script_json_text(text: str) -> Markup:
+    """script_json of the value `text` encodes (compact, not ASCII-only)."""
     for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
                           ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(char, escaped)

@@ -92,7 +92,7 @@ def to_dict(analysis: Analysis, lazy_nodes: bool = False) -> dict[str, Any]:
             "bytes_read": quantity(costs.total_bytes_read),
             "bytes_written": quantity(costs.total_bytes_written),
         },
-        "memory": {**_memory(analysis.liveness), **plan_memory(analysis),
+        "memory": {**_memory(analysis.liveness, lazy_nodes), **plan_memory(analysis),
                    **distributed_memory(analysis), **runtime_memory(analysis),
                    **serving_memory(analysis)},
         "nodes": _NodeRows(analysis) if lazy_nodes else list(_NodeRows(analysis)),
@@ -119,7 +119,7 @@ def _config(analysis: Analysis) -> dict[str, Any]:
     return config
 
 
-def _memory(liveness: LivenessResult) -> dict[str, Any]:
+def _memory(liveness: LivenessResult, lazy_rows: bool = False) -> dict[str, Any]:
     peak_node = liveness.order[liveness.peak_step]
     peak = liveness.peak_bytes
     formula = None if peak.is_constant else Formula(liveness.peak_candidates or (peak,))
@@ -139,7 +139,8 @@ def _memory(liveness: LivenessResult) -> dict[str, Any]:
         "breakdown": {
             ROLE_KEYS[role]: quantity(size) for role, size in liveness.breakdown_at_peak.items()
         },
-        "live_at_peak": [_live(t) for t in liveness.live_at_peak],
+        "live_at_peak": (_LiveRows(liveness.live_at_peak) if lazy_rows
+                         else [_live(t) for t in liveness.live_at_peak]),
         "timeline_bytes": [quantity(s) for s in liveness.live_bytes_per_step],
         "order": list(liveness.order),
     }
@@ -157,15 +158,13 @@ def _modules(report: ModuleReport) -> dict[str, Any]:
 
 
 def _live(tensor: LiveTensor) -> dict[str, Any]:
-    return {
-        "name": tensor.name,
-        "bytes": quantity(tensor.nbytes),
-        "role": tensor.role.value,
-        "dtype": tensor.dtype,
-        "shape": tensor.shape,
-        "producer": tensor.producer,
-        "last_consumer": tensor.last_consumer,
-    }
+    return {"name": tensor.name, **_live_kind(tensor), "producer": tensor.producer,
+            "last_consumer": tensor.last_consumer}
+
+
+def _live_kind(tensor: LiveTensor) -> dict[str, Any]:
+    return {"bytes": quantity(tensor.nbytes), "role": tensor.role.value, "dtype": tensor.dtype,
+            "shape": tensor.shape}
 
 
 def _node(cost: NodeCost, time: NodeTime | None) -> dict[str, Any]:
@@ -252,6 +251,7 @@ class _NodeRows:
         ops: dict[tuple[str, str], str] = {}
         kinds: dict[tuple[Any, ...], str] = {}
         no_time = _ITEM(_time_fields(None))[1:-1]
+        shown_times: dict[tuple[str, str, str], str] = {}
         text = json.encoder.encode_basestring_ascii
         for index, cost in enumerate(self.costs):
             op = ops.get((cost.op_type, cost.domain))
@@ -262,9 +262,43 @@ class _NodeRows:
             kind = kinds.get(key)
             if kind is None:
                 kind = kinds[key] = _ITEM(_kind_fields(cost))[1:-1]
-            time = no_time if times is None else _ITEM(_time_fields(times[index]))[1:-1]
+            time = no_time if times is None else _time_text(times[index], shown_times)
             yield ('{"name": ' + text(cost.name) + ", " + op + ', "module": '
                    + text(cost.module_path) + ", " + kind + ", " + time + "}")
+
+
+def _time_text(time: NodeTime, shown: dict[tuple[str, str, str], str]) -> str:
+    """A node's time fields as encoded, once per distinct time, bound and intensity (the
+    numbers by repr: 0.0 and -0.0, 1 and 1.0 compare equal but are written apart)."""
+    key = (repr(time.est_time_s), time.bound, repr(time.intensity_flops_per_byte))
+    encoded = shown.get(key)
+    if encoded is None:
+        encoded = shown[key] = _ITEM(_time_fields(time))[1:-1]
+    return encoded
+
+
+class _LiveRows:
+    """The `live_at_peak` rows, as _NodeRows: each made when the writer reaches it, and as
+    text from the fields tensors of one size, role, dtype and shape share, encoded once."""
+
+    def __init__(self, tensors: tuple[LiveTensor, ...]) -> None:
+        self.tensors = tensors
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(_live, self.tensors)
+
+    def texts(self) -> Iterator[str]:
+        kinds: dict[tuple[Any, ...], str] = {}
+        text = json.encoder.encode_basestring_ascii
+        for tensor in self.tensors:
+            key = (tensor.nbytes, tensor.role, tensor.dtype, tensor.shape)
+            kind = kinds.get(key)
+            if kind is None:
+                kind = kinds[key] = _ITEM(_live_kind(tensor))[1:-1]
+            producer, last = tensor.producer, tensor.last_consumer
+            yield ('{"name": ' + text(tensor.name) + ", " + kind + ', "producer": '
+                   + ("null" if producer is None else text(producer)) + ', "last_consumer": '
+                   + ("null" if last is None else text(last)) + "}")
 
 
 def to_json_text(analysis: Analysis) -> str:
@@ -319,7 +353,7 @@ def _chunks(value: Any, depth: int) -> Iterator[str]:
             yield ("," if index else "") + pad + json.dumps(str(key)) + ": "
             yield from _chunks(item, depth + 1)
         yield "\n" + "  " * depth + "}"
-    elif isinstance(value, _NodeRows) and depth < PRETTY_DEPTH + 1:
+    elif isinstance(value, _NodeRows | _LiveRows) and depth < PRETTY_DEPTH + 1:
         rows = value.texts()
         head = next(rows, None)
         if head is None:
