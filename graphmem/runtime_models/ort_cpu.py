@@ -165,10 +165,11 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
     # the frees and where each buffer starts are the layout's (a max-batch search replays
     # every probe's events): only the allocations carry this probe's sizes
     allocations = list(map(ArenaEvent, steps_of.names, [b.size_bytes for b in plan.buffers]))
+    allocation = allocations.__getitem__
     steps = []
     for step, (started, freed, work) in enumerate(zip(steps_of.starts, steps_of.ends, scratch,
                                                       strict=True)):
-        outputs = [allocations[i] for i in started]
+        outputs = list(map(allocation, started))
         if not work.sizes_bytes:
             outputs.extend(freed)
             steps.append(outputs)
