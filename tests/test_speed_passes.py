@@ -30,7 +30,12 @@ from graphmem.pipeline.device_total import (
 )
 from graphmem.report.html import nodes
 from graphmem.report.html.view import role_steps_and_phases
-from graphmem.runtime_models.bfc_arena import ArenaEvent, BfcArena, _Chunk, replay
+from graphmem.runtime_models.bfc_arena import (
+    ArenaEvent,
+    BfcArena,
+    _Chunk,
+    replay_through_arena,
+)
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
     arena_events,
@@ -162,10 +167,10 @@ def test_arena_best_fit_is_the_smallest_lowest_chunk(seed: int,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     events = _random_events(seed)
     for device_free in (None, 40 << 20):
-        fast = replay(events, device_free)
+        fast = replay_through_arena(events, device_free)
         with monkeypatch.context() as patched:
             patched.setattr(BfcArena, "_best_fit", _PlainBestFit._best_fit)
-            assert replay(events, device_free) == fast
+            assert replay_through_arena(events, device_free) == fast
 
 
 @pytest.mark.parametrize("name", ANALYSES)

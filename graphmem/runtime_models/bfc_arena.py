@@ -91,7 +91,7 @@ class ArenaResult:
         return self.failure is None
 
 
-@dataclass(eq=False)  # chunks are compared by identity
+@dataclass(eq=False, slots=True)  # chunks are compared by identity
 class _Chunk:
     address: int
     size: int
@@ -262,7 +262,109 @@ def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None 
     """Run each step's events through a fresh arena; the peak of in-use bytes and its step.
     With `device_free_bytes` (what the device can give the arena's regions) the replay stops
     at the first allocation the device cannot back: `failure` says which. `extend`: the
-    arena's extend strategy."""
+    arena's extend strategy.
+
+    BfcArena's allocate and free in one loop over locals (a largest-batch search replays
+    tens of thousands of events per probed batch); `replay_through_arena` drives the class
+    itself, the same answers (tests/test_bfc_replay.py)."""
+    free_list: list[tuple[int, int, _Chunk]] = []  # (size, address, chunk), sorted
+    taken: dict[str, _Chunk] = {}
+    region_bytes, same_as_requested = INITIAL_REGION_BYTES, extend is SAME_AS_REQUESTED
+    held = in_use = regions = peak = peak_step = 0
+    last: _Chunk | None = None
+    device_free = device_free_bytes
+    after: list[int] = []
+    bisect_left, insort = bisect.bisect_left, bisect.insort
+    for step, events in enumerate(steps):
+        for key, size_bytes in events:
+            if size_bytes is None:  # free, merged with free neighbours of its region
+                chunk = taken.pop(key, None)
+                if chunk is None:
+                    continue
+                chunk.free = True
+                in_use -= chunk.size
+                following, region = chunk.next, chunk.region
+                if following is not None and following.free and following.region == region:
+                    del free_list[bisect_left(free_list, (following.size, following.address))]
+                    if _absorbed(chunk, following):
+                        last = chunk
+                previous = chunk.previous
+                if previous is not None and previous.free and previous.region == region:
+                    del free_list[bisect_left(free_list, (previous.size, previous.address))]
+                    if _absorbed(previous, chunk):
+                        last = previous
+                    chunk = previous
+                insort(free_list, (chunk.size, chunk.address, chunk))
+                continue
+            if size_bytes <= 0:
+                continue
+            request = -(-size_bytes // MIN_ALLOCATION_BYTES) * MIN_ALLOCATION_BYTES
+            index = bisect_left(free_list, (request, -1))  # the best fit, lowest address
+            if index < len(free_list):
+                chunk = free_list.pop(index)[2]
+            else:  # Extend: a new region after the last
+                if same_as_requested:
+                    size = request
+                else:
+                    grew = request > region_bytes
+                    while request > region_bytes:
+                        region_bytes *= 2
+                    size = region_bytes
+                    if not grew:
+                        region_bytes = min(region_bytes * 2, MAX_POWER_OF_TWO_EXTEND_BYTES)
+                while device_free is not None and size > device_free:
+                    smaller = rounded_bytes(int(_float32(size * BACKPEDAL_FACTOR)))
+                    if smaller < request or smaller < MIN_BACKOFF_BYTES:
+                        failure = ArenaFailure(key, step, request, size, device_free or 0,
+                                               in_use, held)
+                        return ArenaResult(peak, peak_step, held, tuple(after), failure)
+                    size = smaller
+                chunk = _Chunk(held, size, regions, previous=last)
+                if last is not None:
+                    last.next = chunk
+                last = chunk
+                held += size
+                regions += 1
+                if device_free is not None:
+                    device_free -= size
+            size = chunk.size
+            if size >= 2 * request or size - request >= MAX_DEAD_BYTES_PER_CHUNK:  # split
+                rest = _Chunk(chunk.address + request, size - request, chunk.region,
+                              previous=chunk, next=chunk.next)
+                if chunk.next is None:
+                    last = rest
+                else:
+                    chunk.next.previous = rest
+                chunk.next = rest
+                chunk.size = size = request
+                insort(free_list, (rest.size, rest.address, rest))
+            chunk.free = False
+            in_use += size
+            taken[key] = chunk
+            if in_use > peak:
+                peak, peak_step = in_use, step
+        after.append(in_use)
+    return ArenaResult(peak, peak_step, held, tuple(after))
+
+
+SAME_AS_REQUESTED = ArenaExtend.SAME_AS_REQUESTED
+
+
+def _absorbed(lower: _Chunk, upper: _Chunk) -> bool:
+    """`upper` merged into `lower`, the chunk below it; True where `upper` was the last."""
+    lower.size += upper.size
+    lower.next = following = upper.next
+    if following is None:
+        return True
+    following.previous = lower
+    return False
+
+
+def replay_through_arena(steps: Sequence[Sequence[ArenaEvent]],
+                         device_free_bytes: int | None = None,
+                         extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO) -> ArenaResult:
+    """`replay`, event by event through BfcArena's methods: the general path the fast loop is
+    checked against."""
     arena = BfcArena(device_free_bytes=device_free_bytes, extend=extend)
     peak = peak_step = 0
     after: list[int] = []

@@ -45,7 +45,7 @@ the parallel executor.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Node, Value
@@ -62,6 +62,7 @@ from graphmem.runtime_models.ort_kernels import (
     kernel_scratch,
     session_creation_peak_bytes,
 )
+from graphmem.runtime_models.ort_plan import PlanLayout
 from graphmem.runtime_models.ort_plan import make_layout as _make_layout
 from graphmem.runtime_models.ort_plan import ort_execution_order as ort_execution_order
 
@@ -78,6 +79,28 @@ class OrtBuffer(NamedTuple):
     kind: str  # "planned" | "output" (a graph output, held to the end)
 
 
+class EventSteps(NamedTuple):
+    """A plan's arena events without their sizes, per step: the buffers (places in
+    `OrtPlan.buffers`) the step allocates and the plan's frees after it. The bound dims
+    change neither: made once per plan layout, every probed batch only sizes the buffers."""
+
+    names: tuple[str, ...]  # per buffer, its owner's name (the arena's key)
+    starts: tuple[tuple[int, ...], ...]
+    ends: tuple[tuple[ArenaEvent, ...], ...]
+
+
+def event_steps(buffers: Sequence[tuple[Value, int, int]], count: int) -> EventSteps:
+    """`buffers` (owner, first step, last step) as events over `count` steps, in buffer
+    order within a step."""
+    starts: list[list[int]] = [[] for _ in range(count)]
+    ends: list[list[ArenaEvent]] = [[] for _ in range(count)]
+    for index, (owner, first, last) in enumerate(buffers):
+        starts[first].append(index)
+        ends[last].append(ArenaEvent(owner.name, None))
+    return EventSteps(tuple(owner.name for owner, _, _ in buffers), tuple(map(tuple, starts)),
+                      tuple(map(tuple, ends)))
+
+
 @dataclass(frozen=True)
 class OrtPlan:
     order: tuple[Node, ...]
@@ -88,6 +111,8 @@ class OrtPlan:
     reused_count: int  # outputs placed in a freed buffer of the same shape
     # per buffer owner, the steps a tensor in it is still to be read (shared: read-only)
     live_spans: dict[str, list[tuple[int, int]]]
+    # the layout's events without sizes (None: made from `buffers` when asked)
+    steps: EventSteps | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -109,16 +134,23 @@ def plan_ort_buffers(graph: Graph, sizes: Mapping[str, SymInt | None],
                      plan_shapes: Mapping[str, PlanShape | None] | None = None,
                      order: Sequence[Node] | None = None) -> OrtPlan:
     """Which buffer each tensor uses and how long each buffer is held, as onnxruntime plans."""
-    layout = cached_per_graph(graph, (plan_shapes, order),
-                              lambda: _make_layout(graph, plan_shapes, order))
-    buffers = tuple(OrtBuffer(value, _size_bytes(sizes.get(value.name)), first, last, kind)
-                    for value, first, last, kind in layout.buffers)
+    layout, steps = cached_per_graph(graph, (plan_shapes, order),
+                                     lambda: _layout_and_steps(graph, plan_shapes, order))
+    get = sizes.get
+    # one comprehension: every probe of a largest-batch search sizes every buffer
+    buffers = tuple([OrtBuffer(value, int(size) if (size := get(name)) is not None
+                               and size.is_constant else 0, first, last, kind)
+                     for (value, first, last, kind), name in zip(layout.buffers, steps.names,
+                                                                  strict=True)])
     return OrtPlan(layout.order, buffers, layout.storage, *layout.counts,
-                   live_spans=layout.live_spans)
+                   live_spans=layout.live_spans, steps=steps)
 
 
-def _size_bytes(size: SymInt | None) -> int:
-    return int(size) if size is not None and size.is_constant else 0
+def _layout_and_steps(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
+                      order: Sequence[Node] | None) -> tuple[PlanLayout, EventSteps]:
+    layout = _make_layout(graph, plan_shapes, order)
+    owners = [(value, first, last) for value, first, last, _ in layout.buffers]
+    return layout, event_steps(owners, len(layout.order))
 
 
 # ----- timeline -------------------------------------------------------------------------------
@@ -128,22 +160,22 @@ def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[A
     """Per step, in onnxruntime's sequence: the kernel allocates its outputs and scratch
     (Where its two selections before its output, Conv its output before the im2col
     buffer), frees the scratch on return; then the plan frees the buffers read last here."""
-    count = len(plan.order)
-    # built in one pass over the buffers (a max-batch search replays every probe's events)
-    starts: list[list[ArenaEvent]] = [[] for _ in range(count)]
-    ends: list[list[ArenaEvent]] = [[] for _ in range(count)]
-    for buffer in plan.buffers:
-        name = buffer.owner.name
-        starts[buffer.first_step].append(ArenaEvent(name, buffer.size_bytes))
-        ends[buffer.last_step].append(ArenaEvent(name, None))
+    steps_of = plan.steps or event_steps(
+        [(b.owner, b.first_step, b.last_step) for b in plan.buffers], len(plan.order))
+    # the frees and where each buffer starts are the layout's (a max-batch search replays
+    # every probe's events): only the allocations carry this probe's sizes
+    allocations = list(map(ArenaEvent, steps_of.names, [b.size_bytes for b in plan.buffers]))
+    allocation = allocations.__getitem__
     steps = []
-    for step in range(count):
-        outputs, work = starts[step], scratch[step]
+    for step, (started, freed, work) in enumerate(zip(steps_of.starts, steps_of.ends, scratch,
+                                                      strict=True)):
+        outputs = list(map(allocation, started))
         if not work.sizes_bytes:
-            steps.append(outputs + ends[step])
+            outputs.extend(freed)
+            steps.append(outputs)
             continue
-        kernel, freed = work.events(f"scratch {step}", outputs)
-        steps.append(kernel + [ArenaEvent(k, None) for k in freed] + ends[step])
+        kernel, dropped = work.events(f"scratch {step}", outputs)
+        steps.append(kernel + [ArenaEvent(k, None) for k in dropped] + list(freed))
     return steps
 
 

@@ -32,7 +32,7 @@ from graphmem.core.units import format_bytes
 class SizeFill:
     """The sizes with the unknown ones filled, and how each was found."""
 
-    sizes: dict[str, SymInt | None]
+    sizes: Mapping[str, SymInt | None]  # the caller's own where nothing was filled
     from_written: int  # sized as the same tensor of the graph as written
     estimated: int  # sized as the largest input of their node
     estimated_bytes: int
@@ -68,24 +68,28 @@ def fill_unknown_sizes(graph: Graph, sizes: Sizes,
     """Every node output of `graph` whose size in `sizes` is not a number, sized from
     `written_sizes` (the graph as written at the same dims, or what makes them: asked only
     where a size is missing) by name, else estimated; nodes in topological order, so an
-    estimate feeds the next."""
-    filled = dict(sizes)
+    estimate feeds the next. Where every size is a number, `sizes` itself (read-only)."""
     if callable(written_sizes):
-        missing = any(not _is_number(filled.get(v.name)) for n in graph.nodes for v in n.outputs)
+        missing = any(not _is_number(sizes.get(v.name)) for n in graph.nodes for v in n.outputs)
         written_sizes = written_sizes() if missing else None
     from_written = estimated = estimated_bytes = unknown = 0
     estimated_ops: set[str] = set()
+    filled: dict[str, SymInt | None] | None = None  # copied at the first size to fill
+    get = sizes.get  # every probe of a largest-batch search walks every output
     for node in graph.nodes:
         for value in node.outputs:
-            if _is_number(filled.get(value.name)):
+            if (size := get(value.name)) is not None and size.is_constant:
                 continue
+            if filled is None:
+                filled = dict(sizes)
+                get = filled.get
             same = written_sizes.get(value.name) if written_sizes is not None else None
             if same is not None and same.is_constant:
                 filled[value.name] = same
                 from_written += 1
                 continue
             inputs = [int(size) for v in node.present_inputs
-                      if (size := filled.get(v.name)) is not None and size.is_constant]
+                      if (size := get(v.name)) is not None and size.is_constant]
             if not inputs:
                 unknown += 1
                 continue
@@ -93,8 +97,8 @@ def fill_unknown_sizes(graph: Graph, sizes: Sizes,
             estimated += 1
             estimated_bytes += max(inputs)
             estimated_ops.add(node.op_type)
-    return SizeFill(filled, from_written, estimated, estimated_bytes, unknown,
-                    tuple(sorted(estimated_ops)))
+    return SizeFill(sizes if filled is None else filled, from_written, estimated,
+                    estimated_bytes, unknown, tuple(sorted(estimated_ops)))
 
 
 def _is_number(size: SymInt | None) -> bool:
