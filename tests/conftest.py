@@ -40,8 +40,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """mypy over the package starts now, in the background, where the session will run
-    tests/test_typing.py's test of it (tests/helpers/mypy_run.py)."""
-    if not session.config.option.collectonly and any(
+    tests/test_typing.py's test of it (tests/helpers/mypy_run.py); not in a pytest-xdist
+    worker (each collects every test): there the test starts it."""
+    worker = hasattr(session.config, "workerinput")
+    if not session.config.option.collectonly and not worker and any(
             item.nodeid == mypy_run.TEST for item in session.items):
         mypy_run.start()
 
