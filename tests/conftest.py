@@ -13,7 +13,8 @@ import pytest
 # the shared helpers assert: have pytest explain their failures as it does a test's
 pytest.register_assert_rewrite("tests.helpers")
 
-from tests.helpers.samples import TINY_CNN  # noqa: E402 (after the rewrite hook, as pytest asks)
+from tests.helpers import mypy_run  # noqa: E402 (after the rewrite hook, as pytest asks)
+from tests.helpers.samples import TINY_CNN  # noqa: E402
 from tests.helpers.untrusted import recorded_opens  # noqa: E402
 from tests.onnx_builders import mlp_model  # noqa: E402
 
@@ -35,6 +36,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if TORCH_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.torch)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """mypy over the package starts now, in the background, where the session will run
+    tests/test_typing.py's test of it (tests/helpers/mypy_run.py); not in a pytest-xdist
+    worker (each collects every test): there the test starts it."""
+    worker = hasattr(session.config, "workerinput")
+    if not session.config.option.collectonly and not worker and any(
+            item.nodeid == mypy_run.TEST for item in session.items):
+        mypy_run.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    mypy_run.stop()
 
 
 @pytest.fixture(autouse=True)

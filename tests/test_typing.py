@@ -9,18 +9,19 @@ are exactly what `mypy --strict` turns on, for the mypy installed.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from mypy.main import process_options
 from mypy.options import Options
 
+from tests.helpers import mypy_run
+
 ROOT = Path(__file__).resolve().parents[1]
 STRICT_PACKAGES = ("graphmem.core", "graphmem.passes", "graphmem.pipeline")
 # from a clean cache (CI's clone) mypy reads torch's stubs too: 66 s on this 2-core machine
-# quiet, 370 s while other tests ran (1.8 GB); with its cache (.mypy_cache/) about 10 s
+# quiet, 370 s while other tests ran (1.8 GB); with its cache (.mypy_cache/) about 10 s. The
+# session starts it when it collects the test below, so it runs while the tests before do
 MYPY_TIMEOUT_S = 900
 
 
@@ -55,7 +56,6 @@ def test_core_passes_and_pipeline_are_strict_and_only_they(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_the_package_type_checks() -> None:
-    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=MYPY_TIMEOUT_S, check=False)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    assert "Success: no issues found" in result.stdout
+    code, output = mypy_run.result(MYPY_TIMEOUT_S)
+    assert code == 0, output[-6000:]
+    assert "Success: no issues found" in output
