@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from graphmem.core.conventions import MAX_DIM_VALUE
-from graphmem.core.ir import Graph
+from graphmem.core.ir import Graph, Value
 from graphmem.core.routing import RoutedDim
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import MAX_BYTES, format_bytes
@@ -137,8 +137,34 @@ def unknown_shapes(graph: Graph) -> int:
 
 def invented_dims(graph: Graph) -> frozenset[str]:
     """Free dims no input has: shape inference named them for sizes it could not follow, and
-    binding the inputs' dims does not set them."""
-    return graph.free_dims() - set(graph.input_dims_in_order())
+    binding the inputs' dims does not set them. A data-sized count (`data_sized_dims`) is not
+    one: no shape inference follows it, at any dims; the dims binding sizes it (a router's
+    choices, passes/routed_dims.py) or the runtime models bound it (data_bounds.py)."""
+    return graph.free_dims() - set(graph.input_dims_in_order()) - data_sized_dims(graph)
+
+
+# ops whose output size is the data's, not the shapes': NonZero x -> [rank(x), n], n the count
+# of nonzero elements
+DATA_SIZED_OPS = ("NonZero",)
+
+
+def data_sized_dims(graph: Graph) -> frozenset[str]:
+    """The counts data-sized ops' outputs name (`count_dim`)."""
+    return frozenset(dim for node in graph.nodes
+                     if node.op_type in DATA_SIZED_OPS and node.outputs
+                     for dim in (count_dim(node.outputs[0]),) if dim is not None)
+
+
+def count_dim(value: Value) -> str | None:
+    """n of a NonZero output [rank, n] where n is a lone symbol (a dim the data sizes)."""
+    shape = value.shape
+    count = shape[1] if shape is not None and len(shape) == 2 else None
+    if count is None:
+        return None
+    names = count.free_symbols()
+    if len(names) != 1 or count != count.symbol(next(iter(names))):
+        return None
+    return next(iter(names))
 
 
 def shape_gaps(graph: Graph) -> int:

@@ -31,9 +31,8 @@ from dataclasses import replace
 from graphmem.core.ir import DType, Graph, Node, Value
 from graphmem.core.routing import WORST, MoeRouting, RoutedDim, expert_loads
 from graphmem.core.symbolic import SymInt
-from graphmem.passes.dims import DimBinding
+from graphmem.passes.dims import DATA_SIZED_OPS, DimBinding, count_dim
 
-DATA_SIZED_OPS = ("NonZero",)
 # ops that move or select data without changing which elements are nonzero
 DATA_MOVES = frozenset({"Cast", "Gather", "Transpose", "Squeeze", "Unsqueeze", "Reshape",
                         "Slice", "Identity"})
@@ -104,18 +103,6 @@ def nonzero_count(node: Node, dims: Mapping[str, int]) -> tuple[str, int] | None
     dim = count_dim(node.outputs[0]) if node.outputs else None
     elements = _elements(x, dims) if x is not None and dim is not None else None
     return (dim, elements) if dim is not None and elements is not None else None
-
-
-def count_dim(value: Value) -> str | None:
-    """n of a NonZero output [rank, n] where n is a lone symbol (a dim the data sizes)."""
-    shape = value.shape
-    count = shape[1] if shape is not None and len(shape) == 2 else None
-    if count is None:
-        return None
-    names = count.free_symbols()
-    if len(names) != 1 or count != count.symbol(next(iter(names))):
-        return None
-    return next(iter(names))
 
 
 class _Router:

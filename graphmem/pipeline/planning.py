@@ -22,7 +22,7 @@ from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.arena import plan_arena
 from graphmem.passes.costs import CostReport, CostStatus
-from graphmem.passes.dims import invented_dims, value_bytes
+from graphmem.passes.dims import data_sized_dims, invented_dims, value_bytes
 from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
@@ -74,11 +74,15 @@ def reanalyzer(analysis: Analysis, probed: frozenset[str],
     batch had to be fixed too, another batch is another inference, which only a whole new
     analysis (as `--batch N` would run it) can give. Where fixing dims resolved nothing, the
     symbolic graph was kept, and a new analysis would keep it again. A graph with dims shape
-    inference invented is re-run too: only a new analysis says whether they resolve.
+    inference invented is re-run too: only a new analysis says whether they resolve. So is a
+    graph with data-sized counts (NonZero's): a router's follow the batch through the dims
+    binding (passes/routed_dims.py), which a new analysis binds again; the import is the one
+    graph's, as no inference follows such a count (run.py imports it once).
     """
     graph = analysis.graph
-    if analysis.model.source_format != "onnx" or (probed <= graph.free_dims()
-                                                 and not invented_dims(graph)):
+    if analysis.model.source_format != "onnx" or (
+            probed <= graph.free_dims() and not invented_dims(graph)
+            and not data_sized_dims(graph)):
         return None
     return rerun
 

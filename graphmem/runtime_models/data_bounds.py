@@ -21,13 +21,8 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph
 from graphmem.core.routing import DEFAULT_ROUTING, WORST, MoeRouting, RoutedDim
-from graphmem.passes.routed_dims import (
-    DATA_SIZED_OPS,
-    count_dim,
-    nonzero_count,
-    routed_dims,
-    routing_warning,
-)
+from graphmem.passes.dims import DATA_SIZED_OPS, count_dim
+from graphmem.passes.routed_dims import nonzero_count, routed_dims, routing_warning
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from graphmem.frontends.onnx.ort_engine import (
     static_value_infos,
     sympy_for_engine,
 )
+from graphmem.frontends.onnx.ort_rules import added_rules
 from graphmem.frontends.onnx.repeat_dims import reshape_dims
 from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
@@ -403,26 +404,6 @@ def _tolerant(rule: Callable[[onnx.NodeProto], None],
     return run
 
 
-# From opset 18 every reduction takes its axes as an input, as ReduceSum does from opset 13;
-# onnxruntime's rules read that input for ReduceSum, ReduceMean and ReduceProd only, and onnx's
-# one-node inference, which the engine runs for the others, does not see the axes' value: the
-# output stays unshaped and the next Add/Mul/Div ends the whole engine (DBRX's router
-# normalizes with ReduceL1). The shape rule is ReduceSum's for every reduction.
-_REDUCTIONS_LIKE_SUM = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
-                        "ReduceMin", "ReduceSumSquare")
-
-
-def _reductions_with_axes_input(engine: Any) -> dict[str, Callable[[onnx.NodeProto], None]]:
-    """ReduceSum's rule for the other reductions, where their axes are a known input (an
-    attribute, or an axes value the engine cannot read, is left to onnx's inference, as
-    before)."""
-    def run(node: onnx.NodeProto) -> None:
-        if len(node.input) > 1 and node.input[1] and engine._try_get_value(node, 1) is not None:
-            engine._infer_ReduceSum(node)
-
-    return {op: run for op in _REDUCTIONS_LIKE_SUM}
-
-
 def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> onnx.ModelProto:
     """Run onnxruntime's symbolic shape inference to its fixed point.
 
@@ -437,7 +418,8 @@ def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> on
     engine = symbolic_shape_infer.SymbolicShapeInference(
         int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0
     )
-    rules = {**_reductions_with_axes_input(engine), **engine.dispatcher_}
+    # graphmem's rules over the engine's own where both have one (OneHot)
+    rules = {**engine.dispatcher_, **added_rules(engine, symbolic_shape_infer)}
     engine.dispatcher_ = {op: _tolerant(rule, failed_ops) for op, rule in rules.items()}
     if any(p.key == STATIC_TYPES_KEY and p.value == STATIC_TYPES_TOKEN
            for p in model.metadata_props):  # unknown_part's model, not a file's claim
