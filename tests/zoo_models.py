@@ -16,6 +16,7 @@ from torch import nn
 
 from tests.torch_models.hf import EncoderDecoder
 from tests.zoo_cnns import TinyMobileNet, TinyResNet, TinyUNet, TinyVGG
+from tests.zoo_diffusers import AUTOENCODER_KL, DIT, LATENTS, PIXELS, TEXT_STATES, TIMESTEPS, UNET
 
 IDS = "2x16:int64"
 IMAGE = "2x3x32x32"
@@ -33,6 +34,9 @@ class ZooModel:
     family: str  # decoder, encoder, encoder-decoder, vision, speech, multimodal, moe, ssm, cnn
     build: Callable[[], nn.Module]
     inputs: tuple[str, ...] = (IDS,)
+    # the training loss by its --loss name (graphmem/core/conventions.py Loss); None: the
+    # default cross-entropy
+    loss: str | None = None
 
 
 class Logits(nn.Module):
@@ -399,4 +403,13 @@ MEASURED_ONCE: list[ZooModel] = [
         text_config=TOWER_TEXT, vision_config=TOWER_VISION,
         projection_dim=16), ("input_ids", "pixel_values"), "logits_per_image"), (IDS, IMAGE)),
 ]
-ZOO: list[ZooModel] = FIRST_ROUND + SECOND_ROUND
+
+
+# ----- the third round: diffusion and audio generation (docs/zoo.md) -----------------------
+THIRD_ROUND_GENERATIVE: list[ZooModel] = [
+    # diffusion (diffusers, tests/zoo_diffusers.py): noise predicted, trained with MSE
+    ZooModel("sd_unet", "diffusion", UNET, (LATENTS, TIMESTEPS, TEXT_STATES), "mse"),
+    ZooModel("autoencoder_kl", "diffusion", AUTOENCODER_KL, (PIXELS,), "mse"),
+    ZooModel("dit", "diffusion", DIT, (LATENTS, TIMESTEPS, TIMESTEPS), "mse"),
+]
+ZOO: list[ZooModel] = FIRST_ROUND + SECOND_ROUND + THIRD_ROUND_GENERATIVE

@@ -77,6 +77,17 @@ STATE_SLOTS: dict[str, tuple[str, ...]] = {
 # the torch dtype name of each AMP precision (torch.float16 / torch.bfloat16)
 AMP_DTYPES: dict[str, str] = {Amp.FP16: "float16", Amp.BF16: "bfloat16"}
 MAX_GRAD_ACCUM = 1 << 16  # micro-batches per optimizer step
+
+
+class Loss(StrEnum):
+    """The losses --loss names (graphmem/frontends/torch/train_step.py): cross-entropy over
+    the last dim (the default), or the mean squared error against a zero target of the
+    output's shape (a diffusion model's noise prediction, a regression)."""
+
+    CROSS_ENTROPY = "cross-entropy"
+    MSE = "mse"
+
+
 MAX_DIM_VALUE = 1 << 24  # the largest value a dynamic dim may be bound to (--batch, --dim)
 
 # Free dims are evaluated at this value where one number must stand for a formula (choosing

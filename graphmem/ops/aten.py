@@ -122,6 +122,12 @@ GLU_BACKWARD_FLOPS = _SIGMOID + 2 * BACKWARD_TABLE["Mul"][1] + BACKWARD_TABLE["S
 # polar(abs, angle) -> abs * cos(angle) + i * abs * sin(angle): per element a cosine, a sine
 # and two multiplies (1 + 1 + 2 = 4; DeepSeek-V2's rotary embedding as complex numbers)
 POLAR_FLOPS = FLOPS_PER_ELEMENT["Cos"] + FLOPS_PER_ELEMENT["Sin"] + 2 * FLOPS_PER_ELEMENT["Mul"]
+# mse_loss(self, target, reduction): per element a subtract, a square and the reduction's add
+# (1 + 1 + 1 = 3; the mean's one divide not counted). mse_loss_backward(grad, self, target,
+# reduction): (self - target) * (2 / N) * grad, per element a subtract and two multiplies
+# (1 + 1 + 1 = 3; aten/src/ATen/native/Loss.cpp mse_loss_backward_out)
+MSE_FLOPS = FLOPS_PER_ELEMENT["Sub"] + FLOPS_PER_ELEMENT["Mul"] + _REDUCE["ReduceSum"]
+MSE_BACKWARD_FLOPS = FLOPS_PER_ELEMENT["Sub"] + 2 * FLOPS_PER_ELEMENT["Mul"]
 _AFFINE_NORMALIZE = NORMALIZE_FLOPS + 2 * AFFINE_FLOPS  # weight and bias: 7
 PER_ELEMENT: dict[str, PerElement] = {
     "sum": PerElement(_REDUCE["ReduceSum"]), "mean": PerElement(_REDUCE["ReduceMean"]),
@@ -163,6 +169,8 @@ PER_ELEMENT: dict[str, PerElement] = {
     # pick per target, as the ONNX NegativeLogLikelihoodLoss
     "nll_loss_forward": PerElement(NLL_FLOPS_PER_ROW, argument=1),
     "nll_loss_backward": PerElement(NLL_FLOPS_PER_ROW, argument=2),
+    "mse_loss": PerElement(MSE_FLOPS),
+    "mse_loss_backward": PerElement(MSE_BACKWARD_FLOPS, argument=1),
     "embedding_dense_backward": PerElement(SCATTER_ADD_FLOPS),
     # index_add(self, dim, index, source): each source element added into its row
     "index_add": PerElement(SCATTER_ADD_FLOPS, argument=3),
