@@ -11,34 +11,43 @@ import torch
 from torch import nn
 
 from graphmem import analyze_torch
+from graphmem.core.ir import DType, Node, Role, Value
+from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.runtime_models.torch_cpu import scratch_bytes
 from graphmem.verify.runners import torch_runner
-from tests.test_cpu_scratch import conv, tensor
 
 pytestmark = [pytest.mark.torch]
+
+
+def nhwc_conv(x: tuple[int, ...], w: tuple[int, ...], copies: int) -> Node:
+    """A traced channels-last aten.convolution (stride 1, groups 1) of fp32 x and w, its
+    output the size of x with w's output channels; `copies` as the front end records them."""
+    def value(name: str, shape: tuple[int, ...]) -> Value:
+        return Value(name, DType.FLOAT32, tuple(SymInt.const(d) for d in shape),
+                     Role.ACTIVATION)
+
+    made = Node("conv", "aten.convolution.default", [value("x", x), value("w", w)], [],
+                attributes={"stride": (1, 1), "groups": 1, "transposed": 0,
+                            "channels_last": 1, "layout_copies": copies})
+    made.add_output(value("y", (x[0], w[0], x[2], x[3])))
+    return made
 
 
 def test_a_kxk_weight_is_copied_to_nhwc_first() -> None:
     # 2x16x8x8 NHWC -> 16 channels, 3x3, two threads: C = the weight, 16*16*9*4 = 9,216;
     # Y = 8,192; P = 4,096 + 2 * 4,120 = 12,336; W' = 9,216 (16 output channels already).
     # [+C, +Y, +P, +W', -W', -P, -C]: peak 38,960, less Y = 30,768 (measured 30,768)
-    made = conv(tensor("x", 2, 16, 8, 8), tensor("w", 16, 16, 3, 3), tensor("y", 2, 16, 8, 8),
-                channels_last=1)
-    made.attributes["layout_copies"] = 2
-    assert scratch_bytes(made, {}, threads=2) == 30_768
-    made.attributes["layout_copies"] = 0  # a weight already NHWC: 21,552
-    assert scratch_bytes(made, {}, threads=2) == 21_552
+    assert scratch_bytes(nhwc_conv((2, 16, 8, 8), (16, 16, 3, 3), 2), {}, threads=2) == 30_768
+    # a weight already NHWC: 21,552
+    assert scratch_bytes(nhwc_conv((2, 16, 8, 8), (16, 16, 3, 3), 0), {}, threads=2) == 21_552
 
 
 def test_a_sliced_nhwc_input_is_copied_first() -> None:
     # a slice of an NHWC tensor, 2x4x8x8 (channels 0:4 of 8), 4 -> 4 1x1, two threads:
     # C = X = 2,048, Y = 2,048, P = 12,336, W' = 16*4*4 = 256: peak 16,688, less Y = 14,640
     # (measured 14,640)
-    made = conv(tensor("x", 2, 4, 8, 8), tensor("w", 4, 4, 1, 1), tensor("y", 2, 4, 8, 8),
-                channels_last=1)
-    made.attributes["layout_copies"] = 1
-    assert scratch_bytes(made, {}, threads=2) == 14_640
+    assert scratch_bytes(nhwc_conv((2, 4, 8, 8), (4, 4, 1, 1), 1), {}, threads=2) == 14_640
 
 
 class Layouts(nn.Module):
