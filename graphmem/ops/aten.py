@@ -192,6 +192,14 @@ PER_ELEMENT: dict[str, PerElement] = {
     # softplus_backward(grad_output, self, beta, threshold): the ONNX Softplus backward's
     # per-element FLOPs (exp, add, divide, multiply)
     "softplus_backward": PerElement(BACKWARD_TABLE["Softplus"][1]),
+    # elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result): the
+    # ONNX Elu backward's per-element FLOPs (EnCodec's residual units)
+    "elu_backward": PerElement(BACKWARD_TABLE["Elu"][1]),
+    # reflection_pad*_backward(grad_output, self, padding): each gradient element added into
+    # the element it was copied from (EnCodec's reflect padding)
+    "reflection_pad1d_backward": PerElement(SCATTER_ADD_FLOPS),
+    "reflection_pad2d_backward": PerElement(SCATTER_ADD_FLOPS),
+    "reflection_pad3d_backward": PerElement(SCATTER_ADD_FLOPS),
     # hardswish_backward(grad_output, self), hardtanh_backward(grad_output, self, min, max)
     # (ReLU6): the ONNX HardSwish and Clip backwards' per-element FLOPs
     "hardswish_backward": PerElement(BACKWARD_TABLE["HardSwish"][1]),
@@ -289,6 +297,9 @@ NO_ARITHMETIC = frozenset({
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
     # im2col (nn.Unfold): each window's pixels copied into a column
     "im2col",
+    # reflect and replicate padding copy their input's elements (F.pad's other modes)
+    "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d",
+    "replication_pad2d", "replication_pad3d",
     "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
     "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
     "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",
