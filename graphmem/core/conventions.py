@@ -68,17 +68,6 @@ class AmpPolicy(StrEnum):
     CPU = "cpu"  # CPU autocast alone, to compare with a real CPU step
 
 
-OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
-DEFAULT_OPTIMIZER = Optimizer.ADAM
-# torch.optim's per-parameter state tensors, each the size of the parameter
-STATE_SLOTS: dict[str, tuple[str, ...]] = {
-    Optimizer.SGD: (), Optimizer.MOMENTUM: ("momentum_buffer",),
-    Optimizer.ADAM: ("exp_avg", "exp_avg_sq"), Optimizer.ADAMW: ("exp_avg", "exp_avg_sq")}
-# the torch dtype name of each AMP precision (torch.float16 / torch.bfloat16)
-AMP_DTYPES: dict[str, str] = {Amp.FP16: "float16", Amp.BF16: "bfloat16"}
-MAX_GRAD_ACCUM = 1 << 16  # micro-batches per optimizer step
-
-
 class Loss(StrEnum):
     """The losses --loss names (graphmem/frontends/torch/train_step.py): cross-entropy over
     the last dim (the default), or the mean squared error against a zero target of the
@@ -88,6 +77,15 @@ class Loss(StrEnum):
     MSE = "mse"
 
 
+OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
+DEFAULT_OPTIMIZER = Optimizer.ADAM
+# torch.optim's per-parameter state tensors, each the size of the parameter
+STATE_SLOTS: dict[str, tuple[str, ...]] = {
+    Optimizer.SGD: (), Optimizer.MOMENTUM: ("momentum_buffer",),
+    Optimizer.ADAM: ("exp_avg", "exp_avg_sq"), Optimizer.ADAMW: ("exp_avg", "exp_avg_sq")}
+# the torch dtype name of each AMP precision (torch.float16 / torch.bfloat16)
+AMP_DTYPES: dict[str, str] = {Amp.FP16: "float16", Amp.BF16: "bfloat16"}
+MAX_GRAD_ACCUM = 1 << 16  # micro-batches per optimizer step
 MAX_DIM_VALUE = 1 << 24  # the largest value a dynamic dim may be bound to (--batch, --dim)
 
 # Free dims are evaluated at this value where one number must stand for a formula (choosing
