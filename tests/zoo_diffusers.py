@@ -28,23 +28,25 @@ UNET_LIKE: dict[str, Any] = {
 
 
 class Sample(nn.Module):
-    """A diffusers model called with keyword inputs, returning its output's `sample`."""
+    """A diffusers model called with keyword inputs, returning its output's `sample` (or the
+    named output)."""
 
-    def __init__(self, model: nn.Module, names: tuple[str, ...]) -> None:
+    def __init__(self, model: nn.Module, names: tuple[str, ...], output: str) -> None:
         super().__init__()
         self.model = model
         self.names = names
+        self.output = output
 
     def forward(self, *args: object) -> object:
-        return self.model(**dict(zip(self.names, args, strict=True))).sample
+        return getattr(self.model(**dict(zip(self.names, args, strict=True))), self.output)
 
 
-def diffusers_model(model_name: str, names: tuple[str, ...], **config: Any
-                    ) -> Callable[[], nn.Module]:
+def diffusers_model(model_name: str, names: tuple[str, ...], output: str = "sample",
+                    **config: Any) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         import diffusers
 
-        return Sample(getattr(diffusers, model_name)(**config), names)
+        return Sample(getattr(diffusers, model_name)(**config), names, output)
 
     return build
 
@@ -56,6 +58,12 @@ AUTOENCODER_KL = diffusers_model(
     "AutoencoderKL", ("sample",), in_channels=3, out_channels=3, block_out_channels=(8, 16),
     down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
     latent_channels=4, norm_num_groups=4, layers_per_block=1, sample_size=16)
+# a ControlNet beside that UNet: its down blocks and a conditioning image's embedding (16x
+#16 pixels to the 8x8 latents), returning the residual its mid block adds to the UNet's
+CONTROLNET = diffusers_model(
+    "ControlNetModel", ("sample", "timestep", "encoder_hidden_states", "controlnet_cond"),
+    "mid_block_res_sample", **{k: v for k, v in UNET_LIKE.items() if k != "sample_size"},
+    conditioning_embedding_out_channels=(8, 16))
 # class labels are ids below 100: 128 classes
 DIT = diffusers_model(
     "DiTTransformer2DModel", ("hidden_states", "timestep", "class_labels"),

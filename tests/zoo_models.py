@@ -16,7 +16,16 @@ from torch import nn
 
 from tests.torch_models.hf import EncoderDecoder
 from tests.zoo_cnns import TinyMobileNet, TinyResNet, TinyUNet, TinyVGG
-from tests.zoo_diffusers import AUTOENCODER_KL, DIT, LATENTS, PIXELS, TEXT_STATES, TIMESTEPS, UNET
+from tests.zoo_diffusers import (
+    AUTOENCODER_KL,
+    CONTROLNET,
+    DIT,
+    LATENTS,
+    PIXELS,
+    TEXT_STATES,
+    TIMESTEPS,
+    UNET,
+)
 
 IDS = "2x16:int64"
 IMAGE = "2x3x32x32"
@@ -414,10 +423,12 @@ THIRD_ROUND_GENERATIVE: list[ZooModel] = [
     ZooModel("dit", "diffusion", DIT, (LATENTS, TIMESTEPS, TIMESTEPS), "mse"),
 ]
 # measured once with the round (docs/zoo.md has their rows), left out of the suite for its
-# time: AutoencoderKL (its channels-last copies have tests/test_channels_last_copies.py) and
-# MusicGen's decoder (a decoder over codebooks: every op already a decoder's)
+# time: AutoencoderKL (its channels-last copies have tests/test_channels_last_copies.py), a
+# ControlNet (the UNet's blocks again) and MusicGen's decoder (a decoder over codebooks)
 MEASURED_ONCE += [
     ZooModel("autoencoder_kl", "diffusion", AUTOENCODER_KL, (PIXELS,), "mse"),
+    ZooModel("controlnet", "diffusion", CONTROLNET, (LATENTS, TIMESTEPS, TEXT_STATES, PIXELS),
+             "mse"),
     # audio generation: MusicGen's decoder over 2 codebooks (ids [batch x codebooks, seq])
     ZooModel("musicgen", "audio", hf(
         "MusicgenDecoderConfig", "MusicgenForCausalLM", vocab_size=128, num_hidden_layers=2,
