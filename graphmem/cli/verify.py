@@ -87,7 +87,7 @@ def add_parser(commands: Any) -> None:
     torch_options.add_argument("--amp", **word_choice(Amp, "--amp"),
                                help="autocast precision")
     torch_options.add_argument("--loss", metavar="FILE.py:FN",
-                               help="loss(output) -> scalar (default: cross-entropy)")
+                               help="loss(output) -> scalar, or mse (default: cross-entropy)")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -141,7 +141,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _verify_torch(args: argparse.Namespace, json_out: OutputFile | None,
                   console: Console) -> int:
-    from graphmem.frontends.torch.loader import load_callable, parse_tensor_spec
+    from graphmem.frontends.torch.loader import load_loss, parse_tensor_spec
     from graphmem.report.verify import print_torch_verification, torch_verification_json
     from graphmem.verify.torch_run import verify_torch
 
@@ -151,7 +151,7 @@ def _verify_torch(args: argparse.Namespace, json_out: OutputFile | None,
     for text in args.input:
         parse_tensor_spec(text)
     refuse_overwrites([json_out] if json_out else [], spec_files((args.model, args.loss)))
-    loss = load_callable(args.loss) if args.loss else None
+    loss = load_loss(args.loss) if args.loss else None
     result = verify_torch(args.model, args.input, train=args.train, optimizer=args.optimizer,
                           amp=args.amp, loss=loss, device=args.provider, seed=args.seed)
     text = torch_verification_json(result)

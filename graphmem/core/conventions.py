@@ -68,6 +68,15 @@ class AmpPolicy(StrEnum):
     CPU = "cpu"  # CPU autocast alone, to compare with a real CPU step
 
 
+class Loss(StrEnum):
+    """The losses --loss names (graphmem/frontends/torch/train_step.py): cross-entropy over
+    the last dim (the default), or the mean squared error against a zero target of the
+    output's shape (a diffusion model's noise prediction, a regression)."""
+
+    CROSS_ENTROPY = "cross-entropy"
+    MSE = "mse"
+
+
 OPTIMIZERS: tuple[str, ...] = tuple(o.value for o in Optimizer)
 DEFAULT_OPTIMIZER = Optimizer.ADAM
 # torch.optim's per-parameter state tensors, each the size of the parameter

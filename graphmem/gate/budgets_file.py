@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from graphmem.core.conventions import MAX_DIM_VALUE
+from graphmem.core.conventions import MAX_DIM_VALUE, Loss
 from graphmem.core.safe_text import NAME_MAX_CHARS, printable, printable_text
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import is_model_spec
@@ -313,7 +313,7 @@ def _entry(file: _File, defaults: Mapping[str, Any], model: Any, index: int
     options = {key: value for key, value in merged.items()
                if key in file.options and key not in _MODEL_KEYS and value is not None}
     for key in _SPEC_OPTIONS:  # `FILE.py:FN` is relative to this file, as path is
-        if isinstance(options.get(key), str):
+        if isinstance(options.get(key), str) and options[key] not in set(Loss):
             options[key] = str(_model_path(folder, options[key]))
     count = merged.get("min_sequences")
     context, options = serving_context(count, _serving_context(merged), options)

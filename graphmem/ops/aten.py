@@ -122,6 +122,12 @@ GLU_BACKWARD_FLOPS = _SIGMOID + 2 * BACKWARD_TABLE["Mul"][1] + BACKWARD_TABLE["S
 # polar(abs, angle) -> abs * cos(angle) + i * abs * sin(angle): per element a cosine, a sine
 # and two multiplies (1 + 1 + 2 = 4; DeepSeek-V2's rotary embedding as complex numbers)
 POLAR_FLOPS = FLOPS_PER_ELEMENT["Cos"] + FLOPS_PER_ELEMENT["Sin"] + 2 * FLOPS_PER_ELEMENT["Mul"]
+# mse_loss(self, target, reduction): per element a subtract, a square and the reduction's add
+# (1 + 1 + 1 = 3; the mean's one divide not counted). mse_loss_backward(grad, self, target,
+# reduction): (self - target) * (2 / N) * grad, per element a subtract and two multiplies
+# (1 + 1 + 1 = 3; aten/src/ATen/native/Loss.cpp mse_loss_backward_out)
+MSE_FLOPS = FLOPS_PER_ELEMENT["Sub"] + FLOPS_PER_ELEMENT["Mul"] + _REDUCE["ReduceSum"]
+MSE_BACKWARD_FLOPS = FLOPS_PER_ELEMENT["Sub"] + 2 * FLOPS_PER_ELEMENT["Mul"]
 _AFFINE_NORMALIZE = NORMALIZE_FLOPS + 2 * AFFINE_FLOPS  # weight and bias: 7
 PER_ELEMENT: dict[str, PerElement] = {
     "sum": PerElement(_REDUCE["ReduceSum"]), "mean": PerElement(_REDUCE["ReduceMean"]),
@@ -172,6 +178,8 @@ PER_ELEMENT: dict[str, PerElement] = {
     # pick per target, as the ONNX NegativeLogLikelihoodLoss
     "nll_loss_forward": PerElement(NLL_FLOPS_PER_ROW, argument=1),
     "nll_loss_backward": PerElement(NLL_FLOPS_PER_ROW, argument=2),
+    "mse_loss": PerElement(MSE_FLOPS),
+    "mse_loss_backward": PerElement(MSE_BACKWARD_FLOPS, argument=1),
     "embedding_dense_backward": PerElement(SCATTER_ADD_FLOPS),
     # index_add(self, dim, index, source): each source element added into its row
     "index_add": PerElement(SCATTER_ADD_FLOPS, argument=3),
@@ -193,6 +201,14 @@ PER_ELEMENT: dict[str, PerElement] = {
     # softplus_backward(grad_output, self, beta, threshold): the ONNX Softplus backward's
     # per-element FLOPs (exp, add, divide, multiply)
     "softplus_backward": PerElement(BACKWARD_TABLE["Softplus"][1]),
+    # elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result): the
+    # ONNX Elu backward's per-element FLOPs (EnCodec's residual units)
+    "elu_backward": PerElement(BACKWARD_TABLE["Elu"][1]),
+    # reflection_pad*_backward(grad_output, self, padding): each gradient element added into
+    # the element it was copied from (EnCodec's reflect padding)
+    "reflection_pad1d_backward": PerElement(SCATTER_ADD_FLOPS),
+    "reflection_pad2d_backward": PerElement(SCATTER_ADD_FLOPS),
+    "reflection_pad3d_backward": PerElement(SCATTER_ADD_FLOPS),
     # hardswish_backward(grad_output, self), hardtanh_backward(grad_output, self, min, max)
     # (ReLU6): the ONNX HardSwish and Clip backwards' per-element FLOPs
     "hardswish_backward": PerElement(BACKWARD_TABLE["HardSwish"][1]),
@@ -310,6 +326,9 @@ NO_ARITHMETIC = frozenset({
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
     # im2col (nn.Unfold): each window's pixels copied into a column
     "im2col",
+    # reflect and replicate padding copy their input's elements (F.pad's other modes)
+    "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d",
+    "replication_pad2d", "replication_pad3d",
     "_unsafe_view", "detach", "alias", "fill", "fill_", "zero_", "bernoulli", "bernoulli_",
     "native_dropout", "rand", "randn", "rand_like", "randn_like", "split_with_sizes", "roll",
     "flip", "as_strided_scatter", "as_strided_", "_foreach_copy_", "sort", "topk",

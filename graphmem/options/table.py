@@ -229,8 +229,10 @@ TORCH: tuple[Option, ...] = (
     _option("amp", "training", "autocast precision", group=_T, vocabulary=Amp),
     _option("grad_accum", "training", "micro-batches per optimizer step (memory is per"
             " micro-batch)", group=_T, parse=int, default=1, metavar="N"),
-    _option("loss", "training", "loss(output) -> scalar (default: cross-entropy)", group=_T,
-            metavar="FILE.py:FN"),
+    _option("loss", "training", "the training loss: mse (mean squared error against a zero"
+            " target of the output's shape: a diffusion model's noise prediction), or"
+            " FILE.py:FN, loss(output) -> scalar (default: cross-entropy)", group=_T,
+            metavar="mse|FILE.py:FN"),
     _option("weights", "weights", "store the nn.Linear weights as torchao's int8 or int4"
             " weight-only quantization does (docs/quantized.md); MODULES: path patterns, e.g."
             " int4:layers.*.mlp", group=_T, metavar="int8|int4|int4-tiled[:MODULES]"),

@@ -107,11 +107,11 @@ def resolve(request: Request) -> Request:
         request = replace(request, imports=ModelImports())
     if not request.is_torch:
         return request
-    from graphmem.frontends.torch.loader import load_callable, load_example_inputs, load_model
+    from graphmem.frontends.torch.loader import load_example_inputs, load_loss, load_model
 
     training = request.training
     if training is not None and isinstance(training.loss, str):
-        request = replace(request, training=replace(training, loss=load_callable(training.loss)))
+        request = replace(request, training=replace(training, loss=load_loss(training.loss)))
     if request.example_inputs is not None:
         request = replace(request, inputs=tuple(load_example_inputs(request.example_inputs)),
                           example_inputs=None)

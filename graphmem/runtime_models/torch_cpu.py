@@ -95,6 +95,7 @@ class Conv:
     channels_last: bool
     padded_bias_bytes: int  # where output channels are not a multiple of BLOCK (dense)
     subsampled_image_bytes: int  # one image of the strided 1x1's source, subsampled, blocked
+    layout_copy_bytes: int  # the input and weight PyTorch copies to NHWC first (channels-last)
 
 
 def _padded(channels: int) -> int:
@@ -127,6 +128,7 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
     stride = node.attr_ints("stride", (1,))
     out_area = size_at(y.shape[2], dims) * size_at(y.shape[3], dims)
     item = x.dtype.bits // 8 if x.dtype.has_known_size else 4
+    copies = node.attr_int("layout_copies", 0)
     return Conv(
         input_bytes=x_bytes, output_bytes=y_bytes, weight_bytes=w_bytes,
         blocked_input_bytes=x_bytes * _padded(c_in) // c_in,
@@ -140,7 +142,8 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         dense=dense, kernel_area=kernel_area, strided=any(s > 1 for s in stride),
         channels_last=bool(node.attributes.get("channels_last", 0)),
         padded_bias_bytes=_padded(c_out) * item if dense and c_out % BLOCK else 0,
-        subsampled_image_bytes=_padded(c_in) * out_area * item)
+        subsampled_image_bytes=_padded(c_in) * out_area * item,
+        layout_copy_bytes=(x_bytes * (copies & 1) + w_bytes * (copies >> 1 & 1)))
 
 
 def _is_conv2d(node: Node, transposed: bool = False) -> bool:
@@ -236,15 +239,18 @@ def _channels_last_transposed(node: Node, x: Value, w: Value, y: Value, dims: Di
 
 
 def _channels_last_forward(c: Conv, threads: int) -> Allocations:
-    """[+Y, +P, +W', -W', -P]: P the scratchpad (dense only), W' the weights padded to 16
-    output channels; [+Y] for a 1x1 kernel at one thread."""
-    w = c.output_padded_weight_bytes
+    """[+C, +Y, +P, +W', -W', -P, -C]: C the input and weights copied to NHWC first where
+    they are not (a slice of an NHWC tensor; a kxk kernel's NCHW weight), P the scratchpad
+    (dense only), W' the weights padded to 16 output channels; [+C, +Y, -C] for a 1x1 kernel
+    at one thread. e.g. 2x16x8x8 NHWC, 16 -> 16, 3x3, two threads: C 9,216 (the weight),
+    Y 8,192, P 12,336, W' 9,216: 38,960 - Y = 30,768 B of scratch (measured 30,768)."""
+    w, copies = c.output_padded_weight_bytes, c.layout_copy_bytes
     if c.depthwise:
-        return [c.output_bytes, w, -w]
+        return [copies, c.output_bytes, w, -w, -copies]
     if not c.dense or (c.kernel_area == 1 and threads == 1):
-        return [c.output_bytes]
+        return [copies, c.output_bytes, -copies]
     pad = CHANNELS_LAST_SCRATCHPAD_BYTES + CHANNELS_LAST_SCRATCHPAD_THREAD_BYTES * threads
-    return [c.output_bytes, pad, w, -w, -pad]
+    return [copies, c.output_bytes, pad, w, -w, -pad, -copies]
 
 
 def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:

@@ -3,6 +3,7 @@ real model's parameters, FlopCounterMode's MACs and a real CPU step's peak."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -11,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from graphmem import analyze_torch
 from graphmem.frontends.torch.loader import parse_tensor_spec
-from graphmem.frontends.torch.train_step import cross_entropy_loss
+from graphmem.frontends.torch.train_step import LOSSES, cross_entropy_loss
 from graphmem.verify.runners.torch_runner import measure_step, random_inputs
 from tests.zoo_models import ZooModel
 
@@ -49,6 +50,11 @@ class ZooRow:
         return self.predicted_allocator_bytes / self.allocator_peak_bytes - 1
 
 
+def loss_of(entry: ZooModel) -> Callable[..., torch.Tensor]:
+    """The architecture's training loss: the one --loss names, else cross-entropy."""
+    return LOSSES[entry.loss] if entry.loss else cross_entropy_loss  # type: ignore[index]
+
+
 def built(entry: ZooModel) -> torch.nn.Module:
     torch.manual_seed(0)
     return entry.build()
@@ -84,7 +90,7 @@ def flop_counter_macs(entry: ZooModel, train: bool) -> int:
     with FlopCounterMode(display=False, custom_mapping=UNCOUNTED) as counter, sdpa_kernel(
             SDPBackend.MATH):
         if train:
-            cross_entropy_loss(model(*inputs)).backward()
+            loss_of(entry)(model(*inputs)).backward()
         else:
             with torch.no_grad():
                 model(*inputs)
@@ -106,9 +112,9 @@ def check(entry: ZooModel, train: bool) -> ZooRow:
     # torch-cpu: the runtime `analyze` picks for a PyTorch model without --gpu
     analysis = analyze_torch(built(entry), specs, train=train,
                              optimizer="adamw" if train else None, plan=False, suggest=False,
-                             runtime="torch-cpu")
+                             runtime="torch-cpu", loss=entry.loss if train else None)
     assert analysis.runtime is not None
-    measured = measure_step(built(entry), specs, train, "adamw")
+    measured = measure_step(built(entry), specs, train, "adamw", loss=loss_of(entry))
     model = built(entry)
     allocator = measured.allocator_peak_bytes or measured.peak_bytes
     return ZooRow(

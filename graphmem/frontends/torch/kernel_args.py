@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from graphmem.core.ir import AttributeValue
 
@@ -21,7 +22,10 @@ _CONVOLUTIONS = {"aten.convolution.default": 0, "aten.convolution_backward.defau
 
 def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     """stride, padding, groups, transposed, output_mask (backward) and whether the input
-    is channels-last, for a traced convolution; {} for every other op."""
+    is channels-last, for a traced convolution; {} for every other op. A channels-last
+    forward also says which operands PyTorch copies to that layout first
+    (`_mkldnn_convolution`: `input.contiguous(memory_format)`, `weight.contiguous(...)`):
+    `layout_copies`, 1 for the input, 2 for the weight (a kxk kernel's NCHW weight)."""
     target = str(fx_node.target)
     if target not in _CONVOLUTIONS:
         return {}
@@ -30,6 +34,9 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     found: dict[str, AttributeValue] = {"channels_last": int(_channels_last(layout))}
     if target == "aten.convolution.default":  # (input, weight, bias, stride, padding,
         # dilation, transposed, output_padding, groups)
+        if found["channels_last"]:
+            found["layout_copies"] = (int(not _nhwc(layout))
+                                      + 2 * int(not _nhwc(_meta(args[1]))))
         found.update(stride=_ints(args[3]), padding=_ints(args[4]),
                      transposed=int(bool(args[6])), groups=int(args[8]))  # type: ignore[arg-type]
     else:  # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
@@ -46,11 +53,18 @@ def _meta(arg: Any) -> Any:
 
 
 def _channels_last(tensor: Any) -> bool:
-    """A 4-D tensor laid out NHWC (and not also NCHW-contiguous, as a 1x1 image is)."""
+    """A 4-D tensor whose strides order it NHWC (PyTorch's `suggest_memory_format`, which
+    picks a convolution's layout: a slice of an NHWC tensor is one too), and not also
+    NCHW-contiguous, as a 1x1 image is."""
     if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
         return False
-    return (tensor.is_contiguous(memory_format=torch.channels_last)
+    return (suggest_memory_format(tensor) == torch.channels_last
             and not tensor.is_contiguous())
+
+
+def _nhwc(tensor: Any) -> bool:
+    return not isinstance(tensor, torch.Tensor) or tensor.is_contiguous(
+        memory_format=torch.channels_last)
 
 
 def _ints(values: Any) -> tuple[int, ...]:

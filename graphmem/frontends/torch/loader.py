@@ -215,12 +215,20 @@ def _module(model: Any, spec: str) -> nn.Module:
     return model
 
 
+def load_loss(spec: str) -> Any:
+    """--loss: a loss graphmem names (`mse`, `cross-entropy`), else `FILE.py:FN`."""
+    from graphmem.frontends.torch.train_step import LOSSES
+
+    named = LOSSES.get(spec)  # type: ignore[call-overload]
+    return named if named is not None else load_callable(spec)
+
+
 def load_callable(spec: str) -> Any:
     location, _, name = spec.rpartition(":")
     if not location or not name.isidentifier():
         raise GraphmemError(
             f"'{spec}' is not FILE.py:CALLABLE or package.module:CALLABLE"
-            " (e.g. models.py:build_resnet)"
+            " (e.g. models.py:build_resnet; --loss also takes mse or cross-entropy)"
         )
     module = _import_file(location) if location.endswith(".py") else _import_module(location)
     if not hasattr(module, name):

@@ -36,6 +36,7 @@ from graphmem.core.ir import Role
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.errors import GraphmemError, first_line, quiet_logger
 from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
+from graphmem.frontends.torch.buffer_constants import valued_scalars, with_buffer_constants
 from graphmem.frontends.torch.conversions import scalars_format_as_numbers, unchanged_conversions
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
@@ -122,8 +123,9 @@ def trace_model(
     )
     no_gradient = NoGradient(trained, slots)
     sums = EngineAccumulations()
-    step = (_training_step(model, params, buffers, train, scaled, inputs, no_gradient, sums)
-            if train else _inference_step(model, params, buffers, inputs))
+    step = with_buffer_constants(
+        _training_step(model, params, buffers, train, scaled, inputs, no_gradient, sums)
+        if train else _inference_step(model, params, buffers, inputs), valued_scalars(buffers))
     model.train(train is not None)
     lifetimes = EagerLifetimes()
     routed = RoutedValues(routing)

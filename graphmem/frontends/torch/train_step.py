@@ -2,7 +2,8 @@
 
 graphmem/frontends/torch/trace.py composes them into one step. Each is what a training loop
 runs, as torch implements it:
-- the default loss: cross-entropy over the last dim against integer targets;
+- the default loss: cross-entropy over the last dim against integer targets; or, by name
+  (`--loss mse`), the mean squared error against a target of the output's shape;
 - AMP: CPU autocast, with CUDA's fp32 op lists on top (autocast.py) where the step is
   planned for a GPU;
 - the optimizer: torch.optim's functional sgd / adam / adamw with `foreach=True`, the
@@ -55,6 +56,18 @@ def cross_entropy_loss(output: Any) -> torch.Tensor:
     flat = logits.reshape(-1, logits.shape[-1])
     target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
     return nn.functional.cross_entropy(flat, target)
+
+
+def mse_loss(output: Any) -> torch.Tensor:
+    """The mean squared error of the output (in fp32, as diffusers' training scripts cast the
+    prediction) against a zero target of its shape: the noise a diffusion step predicts, or a
+    regression's target, which the real loop holds beside the output at the loss."""
+    prediction = _first_tensor(output).float()
+    return nn.functional.mse_loss(prediction, torch.zeros_like(prediction))
+
+
+# the losses --loss names (graphmem/core/conventions.py Loss)
+LOSSES = {conventions.Loss.CROSS_ENTROPY: cross_entropy_loss, conventions.Loss.MSE: mse_loss}
 
 
 def autocast(amp: str | None) -> contextlib.AbstractContextManager[Any]:
