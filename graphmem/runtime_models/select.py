@@ -152,7 +152,7 @@ class TorchCpu(_Model):
                                 " the model fits that GPU: drop --runtime torch-cpu (or --gpu)")
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
-        from graphmem.runtime_models.torch_cpu import torch_cpu_estimate
+        from graphmem.runtime_models.torch_cpu_estimate import torch_cpu_estimate
 
         return torch_cpu_estimate(context)
 
