@@ -13,6 +13,8 @@ from typing import Any
 
 from torch import nn
 
+from tests.zoo_wrappers import Logits
+
 # latents 2x4x8x8 (a 64x64 image through an 8x VAE), timesteps and class labels as ids
 LATENTS = "2x4x8x8"
 TIMESTEPS = "2:int64"
@@ -27,26 +29,12 @@ UNET_LIKE: dict[str, Any] = {
 }
 
 
-class Sample(nn.Module):
-    """A diffusers model called with keyword inputs, returning its output's `sample` (or the
-    named output)."""
-
-    def __init__(self, model: nn.Module, names: tuple[str, ...], output: str) -> None:
-        super().__init__()
-        self.model = model
-        self.names = names
-        self.output = output
-
-    def forward(self, *args: object) -> object:
-        return getattr(self.model(**dict(zip(self.names, args, strict=True))), self.output)
-
-
 def diffusers_model(model_name: str, names: tuple[str, ...], output: str = "sample",
                     **config: Any) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         import diffusers
 
-        return Sample(getattr(diffusers, model_name)(**config), names, output)
+        return Logits(getattr(diffusers, model_name)(**config), names, output)
 
     return build
 

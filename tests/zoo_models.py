@@ -26,6 +26,7 @@ from tests.zoo_diffusers import (
     TIMESTEPS,
     UNET,
 )
+from tests.zoo_wrappers import Logits
 
 IDS = "2x16:int64"
 IMAGE = "2x3x32x32"
@@ -48,21 +49,6 @@ class ZooModel:
     # the training loss by its --loss name (graphmem/core/conventions.py Loss); None: the
     # default cross-entropy
     loss: str | None = None
-
-
-class Logits(nn.Module):
-    """A transformers model called with keyword inputs, returning the one tensor the loss
-    reads (`logits`, or the named output)."""
-
-    def __init__(self, model: nn.Module, names: tuple[str, ...], output: str = "logits"
-                 ) -> None:
-        super().__init__()
-        self.model = model
-        self.names = names
-        self.output = output
-
-    def forward(self, *args: object) -> object:
-        return getattr(self.model(**dict(zip(self.names, args, strict=True))), self.output)
 
 
 def hf(config_name: str, model_name: str, **config: Any) -> Callable[[], nn.Module]:
