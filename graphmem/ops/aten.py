@@ -267,6 +267,8 @@ GROUPED_CONTRACTIONS = frozenset({"_grouped_mm"})
 # (graphmem/ops/linear.py triangular_solve_macs); linalg_solve_triangular(A, B, *, upper,
 # left, unitriangular): A is argument 0, `unitriangular` a keyword
 TRIANGULAR_SOLVES = frozenset({"linalg_solve_triangular"})
+# one LSTM layer and direction on the CPU (oneDNN), forward and backward: ops/recurrent.py
+RECURRENT_LAYERS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
 
 
 @dataclass(frozen=True)

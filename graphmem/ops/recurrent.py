@@ -24,7 +24,7 @@ inference gives; onnxruntime's gate buffer ([batch, G*hidden] per step) is not m
 from __future__ import annotations
 
 from graphmem.core.ir import Node
-from graphmem.ops.elementwise import FLOPS_PER_ELEMENT
+from graphmem.ops.elementwise import BACKWARD_TABLE, FLOPS_PER_ELEMENT
 from graphmem.ops.registry import OpCost, ShapeUnknownError, known_dim, register
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -71,14 +71,55 @@ def cell_flops(node: Node, activations: tuple[str, ...]) -> int:
     per_gate = GATE_SUM_FLOPS + BIAS_FLOPS * (node.input(3) is not None)
     per_gate += CLIP_FLOPS * ("clip" in node.attributes)
     act = [activation_flops(node, name) for name in activations]
-    if node.op_type == "RNN":
-        cell = act[0]
-    elif node.op_type == "GRU":
-        cell = 2 * act[0] + act[1] + GRU_UPDATE_FLOPS
-    else:
-        cell = 3 * act[0] + act[1] + act[2] + LSTM_CELL_FLOPS
+    cell = _cell_flops(gates, act)
+    if node.op_type == "LSTM":
         cell += PEEPHOLE_FLOPS * (node.input(7) is not None)
     return gates * per_gate + cell
+
+
+def _cell_flops(gates: int, act: list[int]) -> int:
+    """The cell's own FLOPs per step per hidden unit, after the gates' sums (docstring)."""
+    if gates == 1:
+        return act[0]
+    if gates == 3:
+        return 2 * act[0] + act[1] + GRU_UPDATE_FLOPS
+    return 3 * act[0] + act[1] + act[2] + LSTM_CELL_FLOPS
+
+
+def lstm_layer_costs(rows: int, inputs: int, hidden: int, biases: bool) -> tuple[int, int]:
+    """(MACs, FLOPs) of one direction of one LSTM layer (default activations) over `rows`
+    = seq x batch steps, as PyTorch's CPU kernel runs it (aten.mkldnn_rnn_layer): the ONNX
+    op's count above with G = 4, B given as two biases. e.g. rows 64, input 32, hidden 64,
+    biases: MACs 64 x 256 x (32 + 64) = 1,572,864; per unit-step 4 x (1 + 2) + 3 x 4
+    (sigmoid) + 1 + 1 (tanh) + 4 = 30 FLOPs: 2 x MACs + 64 x 64 x 30 = 3,268,608."""
+    gates = GATES["LSTM"]
+    macs = rows * gates * hidden * (inputs + hidden)
+    act = [ACTIVATION_FLOPS[name] for name in DEFAULT_ACTIVATIONS["LSTM"]]
+    per_gate = GATE_SUM_FLOPS + BIAS_FLOPS * biases
+    return macs, 2 * macs + rows * hidden * (gates * per_gate + _cell_flops(gates, act))
+
+
+# The gradient of one LSTM step per hidden unit, from c = f c' + i g, h = o tanh(c): the
+# products dh tanh(c), dh o, dc f, dc c', dc i, dc g (6 multiplies), the carried dc + dh o
+# tanh'(c) (tanh's backward and 1 add), each gate's activation backward (3 sigmoid, 1 tanh),
+# and per gate the two biases' gradient sums (2 adds each, when there are biases)
+LSTM_CELL_BACKWARD_FLOPS = 6 + 1
+
+
+def lstm_layer_backward_costs(rows: int, inputs: int, hidden: int, biases: bool
+                              ) -> tuple[int, int]:
+    """(MACs, FLOPs) of one LSTM layer's backward (aten.mkldnn_rnn_layer_backward): the
+    gates' gradient times W and R (the input's and the previous state's gradients) and
+    its products with X and H (the weights' gradients): twice the forward's MACs; per
+    unit-step LSTM_CELL_BACKWARD_FLOPS + 2 tanh and 3 sigmoid backwards (3 FLOPs each,
+    elementwise.py's BACKWARD_TABLE) + 4 x 2 bias sums. e.g. rows 64, input 32, hidden 64,
+    biases: MACs 3,145,728; per unit-step 7 + 2 x 3 + 3 x 3 + 8 = 30:
+    6,291,456 + 4,096 x 30 = 6,414,336."""
+    gates = GATES["LSTM"]
+    macs = 2 * rows * gates * hidden * (inputs + hidden)
+    cell = (LSTM_CELL_BACKWARD_FLOPS + 2 * BACKWARD_TABLE["Tanh"][1]
+            + 3 * BACKWARD_TABLE["Sigmoid"][1] + gates * BIAS_FLOPS * biases)
+    return macs, 2 * macs + rows * hidden * cell
 
 
 @register("RNN", "GRU", "LSTM")

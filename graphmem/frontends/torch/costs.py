@@ -42,6 +42,7 @@ from graphmem.ops.aten import (
     PER_OUTPUT_ELEMENT,
     POINTWISE_FLOPS,
     POINTWISE_UNTAGGED,
+    RECURRENT_LAYERS,
     SAME_CONTRACTION,
     TRIANGULAR_SOLVES,
     WINDOW_POOL_BACKWARDS,
@@ -55,6 +56,7 @@ from graphmem.ops.linear import (
     triangular_solve_divisions,
     triangular_solve_macs,
 )
+from graphmem.ops.recurrent import GATES, lstm_layer_backward_costs, lstm_layer_costs
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
@@ -87,6 +89,8 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
         return ImportedCost(macs=macs, flops=2 * macs)
     if name in TRIANGULAR_SOLVES:
         return _triangular_solve_cost(fx_node)
+    if name in RECURRENT_LAYERS:
+        return _lstm_layer_cost(fx_node, backward=name.endswith("_backward"))
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
@@ -123,6 +127,23 @@ def _triangular_solve_cost(fx_node: torch.fx.Node) -> ImportedCost:
     macs = triangular_solve_macs(solution, size)
     divisions = triangular_solve_divisions(solution, bool(fx_node.kwargs.get("unitriangular")))
     return ImportedCost(macs=macs, flops=2 * macs + divisions)
+
+
+def _lstm_layer_cost(fx_node: torch.fx.Node, backward: bool) -> ImportedCost | None:
+    """mkldnn_rnn_layer(input, w_ih [G*H, I], w_hh [G*H, H], b_ih, b_hh, ..., hidden_size
+    (argument 10), has_biases (12), ...); its backward(input, w_ih, w_hh, ..., hidden_size
+    (15), has_biases (17), ...). The rows are the input's elements / I, whatever its layout;
+    PyTorch runs only LSTMs on this kernel (G = 4: anything else is left unpriced)."""
+    x, w_ih = _meta_of(fx_node.args[0]), _meta_of(fx_node.args[1])
+    hidden = int(cast("int", fx_node.args[15 if backward else 10]))  # aten's int hidden_size
+    inputs = int(w_ih.shape[1])
+    if int(w_ih.shape[0]) != GATES["LSTM"] * hidden or inputs == 0:
+        return None
+    rows = x.numel() // inputs
+    biases = bool(fx_node.args[17 if backward else 12])
+    costs = lstm_layer_backward_costs if backward else lstm_layer_costs
+    macs, flops = costs(rows, inputs, hidden, biases)
+    return ImportedCost(macs=macs, flops=flops)
 
 
 def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedCost | None:
