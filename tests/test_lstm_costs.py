@@ -10,11 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils.flop_counter import FlopCounterMode
 
-from graphmem.frontends.torch.costs import imported_cost
 from graphmem.ops.recurrent import lstm_layer_backward_costs, lstm_layer_costs
+from tests.helpers.traced_ops import traced_macs
 
 
 def test_the_formulas_worked_by_hand() -> None:
@@ -28,17 +27,6 @@ def test_the_formulas_worked_by_hand() -> None:
     # per unit-step 7 + 2 tanh' x 3 + 3 sigmoid' x 3 + 4 x 2 bias sums = 30:
     # 2 x 3,145,728 + 4,096 x 30 = 6,414,336
     assert lstm_layer_backward_costs(64, 32, 64, True) == (3_145_728, 6_414_336)
-
-
-def _traced_macs(fn: object, *args: torch.Tensor) -> dict[str, int]:
-    macs: dict[str, int] = {}
-    for fx_node in make_fx(fn, tracing_mode="fake")(*args).graph.nodes:  # type: ignore[arg-type]
-        packet = getattr(fx_node.target, "overloadpacket", None)
-        if fx_node.op == "call_function" and packet is not None:
-            cost = imported_cost(fx_node)
-            assert cost is not None, f"{fx_node.target} is not priced"
-            macs[packet.__name__] = macs.get(packet.__name__, 0) + cost.macs
-    return macs
 
 
 def _written_out(lstm: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -82,7 +70,7 @@ def test_macs_are_flop_counters_on_the_lstm_written_out(bidirectional: bool,
         y, _ = torch.func.functional_call(lstm, dict(zip(names, weights, strict=True)), inputs)
         return torch.autograd.grad(y.sum(), [inputs, *weights]) if train else y
 
-    macs = _traced_macs(step, x, *(p.detach().requires_grad_(train) for p in lstm.parameters()))
+    macs = traced_macs(step, x, *(p.detach().requires_grad_(train) for p in lstm.parameters()))
     kernels = {k: v for k, v in macs.items() if k.startswith("mkldnn_rnn_layer")}
     assert kernels, macs  # the fused CPU kernel, not a decomposition
     with FlopCounterMode(display=False) as counter:

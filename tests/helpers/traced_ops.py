@@ -14,11 +14,21 @@ from graphmem.frontends.torch.costs import imported_cost
 def traced_flops(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
     """aten packet -> the torch path's FLOPs, for each op of `fn` traced with fake tensors;
     every op must be priced."""
+    return _traced(fn, args, "flops")
+
+
+def traced_macs(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int]:
+    """traced_flops' multiply-accumulates."""
+    return _traced(fn, args, "macs")
+
+
+def _traced(fn: Callable[..., object], args: tuple[torch.Tensor, ...], field: str
+            ) -> dict[str, int]:
     found: dict[str, int] = {}
     for fx_node in make_fx(fn, tracing_mode="fake")(*args).graph.nodes:
         packet = getattr(fx_node.target, "overloadpacket", None)
         if fx_node.op == "call_function" and packet is not None:
             cost = imported_cost(fx_node)
             assert cost is not None, f"{fx_node.target} is not priced"
-            found[packet.__name__] = found.get(packet.__name__, 0) + cost.flops
+            found[packet.__name__] = found.get(packet.__name__, 0) + int(getattr(cost, field))
     return found
