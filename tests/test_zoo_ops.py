@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from graphmem.core.ir import ImportedCost
 from tests.helpers.traced_ops import traced_flops
 
 pytestmark = [pytest.mark.torch]
@@ -82,6 +83,8 @@ def test_unfold_copies_and_fold_adds() -> None:
     (F.hardswish, "hardswish_backward", 3),
     (F.relu6, "hardtanh_backward", 2),  # a mask of x in range, multiply
 ])
+
+
 def test_activation_backwards_cost_the_onnx_backward_rules(
         op: Callable[[torch.Tensor], torch.Tensor], packet: str, per_element: int) -> None:
     # [3, 4]: 12 elements
@@ -105,6 +108,8 @@ def test_new_empty_strided_makes_bytes() -> None:
 
 
 # ----- zoo6: the ops the second round of architectures found unpriced ------------------------
+
+
 def test_in_place_scatter_and_unsqueeze_cost_their_out_of_place_forms() -> None:
     # DeepSeek-V3's group mask (scatter_ of a value), BigBird's block gathers (scatter_ of a
     # source, unsqueeze_): no rule names them; aten's `inplace` tag leads to scatter (0:
@@ -210,6 +215,8 @@ def _substitution_counts(size: int, columns: int, unitriangular: bool) -> tuple[
             divisions += 0 if unitriangular else 1  # / L[row, row]
     return macs, divisions
 @pytest.mark.parametrize("unitriangular", [True, False])
+
+
 def test_triangular_solve_is_substitutions_multiply_adds(unitriangular: bool) -> None:
     # solve_triangular(L [2, 5, 5], B [2, 5, 3]): 2 x 3 columns x (0+1+2+3+4 = 10) = 60 MACs,
     # 120 FLOPs, + 2 x 5 x 3 = 30 divisions when the diagonal is not ones (Qwen3-Next's
@@ -219,12 +226,16 @@ def test_triangular_solve_is_substitutions_multiply_adds(unitriangular: bool) ->
     flops = traced_flops(lambda a, b: torch.linalg.solve_triangular(
         a, b, upper=False, unitriangular=unitriangular), torch.randn(2, 5, 5), torch.randn(2, 5, 3))
     assert flops["linalg_solve_triangular"] == 2 * macs + divisions
+
+
 def test_triangular_solve_from_the_right_counts_rows() -> None:
     # X A = B with A [4, 4], B [3, 4]: 3 rows x (0+1+2+3 = 6) = 18 MACs, 36 FLOPs + 12 divisions
     macs, divisions = _substitution_counts(4, 3, False)
     flops = traced_flops(lambda a, b: torch.linalg.solve_triangular(a, b, upper=True, left=False),
                          torch.randn(4, 4), torch.randn(3, 4))
     assert flops["linalg_solve_triangular"] == 2 * macs + divisions == 48
+
+
 def test_a_chosen_index_formats_as_its_number_while_tracing() -> None:
     # Switch Transformers and NLLB-MoE pick an expert of a ModuleDict by
     # f"expert_{expert_idx[0]}": eager formats a 0-dim tensor as its number, a fake tensor
@@ -243,6 +254,19 @@ def test_a_chosen_index_formats_as_its_number_while_tracing() -> None:
     traced = trace_model(Picked(), [parse_tensor_spec("2x4")], None)
     assert sum(n.target == torch.ops.aten.addmm.default
                for n in traced.graph_module.graph.nodes) == 2  # the router and one expert
+
+
+def test_a_value_read_to_the_host_costs_no_arithmetic() -> None:
+    # `.item()` of a value the trace knows (LLaVA's and Qwen2.5-VL's placeholder count,
+    # formatted into their check's message) is aten._local_scalar_dense: one element read
+    from graphmem.frontends.torch.costs import imported_cost
+
+    graph = torch.fx.Graph()
+    read = graph.call_function(torch.ops.aten._local_scalar_dense.default,
+                               (graph.placeholder("x"),))
+    assert imported_cost(read) == ImportedCost(0, 0)
+
+
 def test_is_all_true_and_is_any_true_compare_each_element_once() -> None:
     # _is_all_true / _is_any_true of a [3, 4] bool (torch.distributions' argument checks,
     # Gemma-3n's activation sparsity): a min / a max over 12 elements, one compare each = 12;
@@ -250,6 +274,8 @@ def test_is_all_true_and_is_any_true_compare_each_element_once() -> None:
     flops = traced_flops(lambda x: (torch.ops.aten._is_all_true(x > 0),
                                     torch.ops.aten._is_any_true(x > 0)), torch.randn(3, 4))
     assert flops["_is_all_true"] == flops["_is_any_true"] == 12
+
+
 def test_an_unknown_scalar_formats_as_before_while_tracing() -> None:
     # a value the trace does not know (a sum of the input) keeps its repr in an f-string,
     # as before the rule: a log line must not end the trace

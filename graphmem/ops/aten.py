@@ -342,6 +342,9 @@ NO_ARITHMETIC = frozenset({
     "nonzero", "nonzero_static",
     # GradScaler (fp16 AMP on CUDA): the inf check and the scale update are O(1) per tensor
     "_amp_update_scale_", "_amp_update_scale",
+    # `.item()` of a value the trace knows: one element read to the host (a 0-dim tensor
+    # formatted into a message while tracing, frontends/torch/conversions.py)
+    "_local_scalar_dense",
 })
 
 
