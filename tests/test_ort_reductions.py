@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphmem.frontends.onnx.infer import _ort_symbolic_inference
-from graphmem.frontends.onnx.ort_rules import REDUCTIONS_LIKE_SUM as _REDUCTIONS_LIKE_SUM
+from graphmem.frontends.onnx.ort_rules import REDUCTIONS_LIKE_SUM
 
 pytest.importorskip("onnxruntime")
 
@@ -41,7 +41,7 @@ def shape_of(model: onnx.ModelProto, name: str) -> list[str | int] | None:
     return None
 
 
-@pytest.mark.parametrize("op", ["ReduceSum", *_REDUCTIONS_LIKE_SUM])
+@pytest.mark.parametrize("op", ["ReduceSum", *REDUCTIONS_LIKE_SUM])
 @pytest.mark.parametrize("keepdims", [1, 0])
 def test_a_reduction_over_a_known_axes_input_is_shaped(op: str, keepdims: int) -> None:
     # [batch, seq, 4] reduced over the last axis: [batch, seq, 1] kept, [batch, seq] dropped
@@ -52,7 +52,7 @@ def test_a_reduction_over_a_known_axes_input_is_shaped(op: str, keepdims: int) -
     assert shape_of(inferred, "y") == ["batch", "seq", 4]
 
 
-@pytest.mark.parametrize("op", _REDUCTIONS_LIKE_SUM)
+@pytest.mark.parametrize("op", REDUCTIONS_LIKE_SUM)
 def test_axes_of_unknown_value_are_left_to_onnx(op: str) -> None:
     # no value to read: the rule does nothing (no assertion of onnxruntime's own on keepdims),
     # the engine ends, and the reduction keeps what onnx's inference gives it
