@@ -190,18 +190,38 @@ class _Converter:
     def _outputs(self, fx_node: torch.fx.Node, node: Node) -> Any:
         meta = fx_node.meta.get("val")
         aliases = _output_aliases(fx_node)
+        storage = self._reduced_loss_storage(fx_node, node, meta)
+        if storage is not None:
+            aliases = {0: storage}
         if isinstance(meta, list | tuple):
             made = [self._output(fx_node, node, f"{fx_node.name}.{i}", m, aliases.get(i))
                     for i, m in enumerate(meta)]
             return made
         return self._output(fx_node, node, fx_node.name, meta, aliases.get(0))
 
+    def _reduced_loss_storage(self, fx_node: torch.fx.Node, node: Node, meta: Any
+                              ) -> Value | None:
+        """The storage eager's reduced loss keeps (REDUCED_LOSS_STORAGE), made an output of
+        the node for the 0-dim loss to view; None for every other op."""
+        packet = getattr(fx_node.target, "overloadpacket", None)
+        if (packet is None or packet.__name__ not in REDUCED_LOSS_STORAGE
+                or not isinstance(meta, torch.Tensor) or meta.dim() != 0):
+            return None
+        unreduced = _meta_of(fx_node.args[0])
+        if not isinstance(unreduced, torch.Tensor):
+            return None
+        value = self._value(f"{fx_node.name}.storage", unreduced.to(meta.dtype), Role.ACTIVATION)
+        node.add_output(value)
+        return value
+
     def _output(self, fx_node: torch.fx.Node, node: Node, name: str, meta: Any,
                 alias_arg: Any) -> Value | None:
         if not isinstance(meta, torch.Tensor):
             return None
         value = self._value(name, meta, Role.ACTIVATION)
-        if alias_arg is not None:
+        if isinstance(alias_arg, Value):  # a storage made by this node
+            value.alias_of = alias_arg
+        elif alias_arg is not None:
             base = self.env.get(alias_arg) if isinstance(alias_arg, torch.fx.Node) else None
             value.alias_of = base if isinstance(base, Value) else None
         node.add_output(value)
@@ -228,6 +248,17 @@ def _nodes_in(tree: Any, found: list[torch.fx.Node]) -> list[torch.fx.Node]:
         for item in tree.values():
             _nodes_in(item, found)
     return found
+
+
+# Losses whose eager kernel returns the reduced (0-dim) loss over a storage the size of the
+# unreduced one (`apply_loss_reduction` of the elementwise loss: F.mse_loss(x, t) keeps
+# x.numel() elements, `loss.untyped_storage().nbytes()`; l1 and huber do not), held while
+# the loss is
+REDUCED_LOSS_STORAGE = frozenset({"mse_loss", "smooth_l1_loss", "soft_margin_loss"})
+
+
+def _meta_of(arg: Any) -> Any:
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
 # Ops whose schema declares a fresh tensor although the result shares its input's storage
