@@ -778,7 +778,8 @@ def series(config_name: str, model_name: str) -> Callable[[], nn.Module]:
     return wrapped(hf(config_name, model_name, prediction_length=8, context_length=16,
                       lags_sequence=[1, 2, 3], num_time_features=2, d_model=32,
                       encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-                      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64),
+                      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                      encoder_layerdrop=0.0, decoder_layerdrop=0.0),
                    SERIES_NAMES, "last_hidden_state")
 
 
@@ -799,7 +800,8 @@ FOURTH_ROUND_CUSTOM: list[ZooModel] = [
     # Informer (ProbSparse attention, distilling convolutions), Autoformer (series
     # decomposition, autocorrelation by rfft), the vanilla TimeSeriesTransformer; each fed
     # past values, time features, an observed mask and future values (`SERIES`), trained
-    # with MSE on its last hidden state
+    # with MSE on its last hidden state; LayerDrop off, so that every real step keeps every
+# layer as the trace does (graphmem/frontends/torch/layer_drop.py)
     ZooModel("patchtst", "timeseries", wrapped(hf(
         "PatchTSTConfig", "PatchTSTForPrediction", num_input_channels=3, context_length=32,
         patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4,
