@@ -113,14 +113,12 @@ class _SigmoidHead(nn.Module):
         return self.conv(x).sigmoid()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "eager's CPU mse_loss returns a scalar that keeps its unreduced elementwise loss (the "
-    "input's size) allocated for as long as the loss lives, through backward (`del loss` "
-    "frees it); the trace's mse_loss makes only the scalar: with `--loss mse` the predicted "
-    "peak is short by one output-sized tensor where it falls in backward (docs/zoo.md)"))
 def test_an_mse_step_holds_the_unreduced_loss() -> None:
-    # [2, 8, 16, 16] fp32 output, 16,384 B: measured 65,540 B (the held output, the
-    # unreduced loss, the loss's gradient and the sigmoid's), predicted 49,160 B
+    # eager's mse_loss returns a scalar whose storage is its unreduced elementwise loss, the
+    # input's size (graphmem/frontends/torch/loss_storage.py). [2, 8, 16, 16] fp32 output,
+    # 16,384 B: at the sigmoid's backward the held output, the unreduced loss, the loss's
+    # gradient and the sigmoid's, 4 x 16,384 + the 4-byte loss's gradient = 65,540 B (49,160
+    # without the unreduced loss)
     from graphmem import analyze_torch
     from graphmem.frontends.torch.loader import parse_tensor_spec
     from graphmem.frontends.torch.train_step import mse_loss
@@ -130,4 +128,14 @@ def test_an_mse_step_holds_the_unreduced_loss() -> None:
     measured = measure_step(_SigmoidHead(), specs, True, "adamw", loss=mse_loss)
     analysis = analyze_torch(_SigmoidHead(), specs, train=True, optimizer="adamw", plan=False,
                              suggest=False, loss="mse")
-    assert analysis.liveness.activation_peak_bytes == measured.kernel_ends_peak_bytes
+    assert analysis.liveness.activation_peak_bytes == measured.kernel_ends_peak_bytes == 65_540
+
+
+@pytest.mark.parametrize(("loss", "storage"), [
+    ("mse_loss", 16_384), ("smooth_l1_loss", 16_384), ("soft_margin_loss", 16_384),
+    ("l1_loss", 4), ("huber_loss", 4), ("binary_cross_entropy_with_logits", 4)])
+def test_which_losses_keep_their_unreduced_storage(loss: str, storage: int) -> None:
+    # the kernels' own behaviour loss_storage.py models: [2, 8, 16, 16] fp32, 16,384 B
+    x = torch.randn(2, 8, 16, 16)
+    reduced = getattr(F, loss)(x, torch.zeros_like(x))
+    assert reduced.untyped_storage().nbytes() == storage

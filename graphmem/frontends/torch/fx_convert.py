@@ -20,6 +20,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.control_flow import attach_branches, is_branch_module, is_cond
 from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.kernel_args import kernel_attributes
+from graphmem.frontends.torch.loss_storage import unreduced_storage
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
 from graphmem.ops.control_flow import ControlFlowNode
 
@@ -194,7 +195,13 @@ class _Converter:
             made = [self._output(fx_node, node, f"{fx_node.name}.{i}", m, aliases.get(i))
                     for i, m in enumerate(meta)]
             return made
-        return self._output(fx_node, node, fx_node.name, meta, aliases.get(0))
+        value = self._output(fx_node, node, fx_node.name, meta, aliases.get(0))
+        unreduced = unreduced_storage(fx_node)
+        if value is not None and unreduced is not None:  # loss_storage.py
+            value.alias_of = self._value(f"{fx_node.name}.unreduced", unreduced,
+                                         Role.ACTIVATION)
+            node.add_output(value.alias_of)
+        return value
 
     def _output(self, fx_node: torch.fx.Node, node: Node, name: str, meta: Any,
                 alias_arg: Any) -> Value | None:

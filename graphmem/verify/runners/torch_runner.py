@@ -101,17 +101,18 @@ def measure_step(
 
 def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, device: str,
                  loss_of: Callable[..., torch.Tensor],
-                 scaler: torch.amp.GradScaler | None = None) -> object:
+                 scaler: torch.amp.GradScaler | None = None) -> tuple[object, torch.Tensor]:
     """Forward and backward, no optimizer: one micro-batch, its gradients added into .grad.
 
-    Returns the model's output, which the caller holds: as in `out = model(x); loss = f(out);
-    loss.backward(); opt.step()` and as graphmem traces the step, the logits stay allocated
-    to the end of the step."""
+    Returns the model's output and the loss, which the caller holds: as in `out = model(x);
+    loss = f(out); loss.backward(); opt.step(); log(loss.item())` and as graphmem traces the
+    step, the logits and the loss stay allocated to the end of the step (a reduced MSE loss's
+    storage is its unreduced elementwise loss: graphmem/frontends/torch/loss_storage.py)."""
     with _autocast(amp, device):
         output = model(*inputs)
         loss = loss_of(output)
     (loss if scaler is None else scaler.scale(loss)).backward()
-    return output
+    return output, loss
 
 
 def step_function(model: nn.Module, inputs: list[torch.Tensor], train: bool,
@@ -145,14 +146,14 @@ def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name:
     scaler = torch.amp.GradScaler(device) if amp == "fp16" and device == "cuda" else None
 
     def step() -> None:
-        output = _micro_batch(model, inputs, amp, device, loss_of, scaler)
+        output, loss = _micro_batch(model, inputs, amp, device, loss_of, scaler)
         if scaler is None:
             optimizer.step()
         else:
             scaler.step(optimizer)
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        del output  # held through the update, as graphmem traces the step
+        del output, loss  # held through the update, as graphmem traces the step
 
     return step, optimizer
 
