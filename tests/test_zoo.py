@@ -51,6 +51,14 @@ TENSOR_GAPS: dict[tuple[str, str], str] = {
         "4,136 B more measured at the step's peak (-2.25%), cause not found in the time: not "
         "the frozen backbone (-2.10% with every parameter trainable), not the finiteness "
         "checks (-2.25% with them removed)"),
+    # the fourth round
+    ("nn_mha", "inference"): (
+        "eager's inference takes nn.MultiheadAttention's fast path, one fused kernel "
+        "(`_native_multi_head_attention`) whose projections, scores and weights live inside "
+        "it, unseen by the kernel-ends reading (11,552 B); the trace takes the Python path "
+        "(its inputs are traced tensors, which the fast path refuses) and holds them as "
+        "tensors (29,344 B): the allocator's peak, which sees inside the kernel, is within "
+        "+1.66%"),
 }
 # (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
 # than 2% (the live tensors are right: 0.00% for each)
@@ -84,7 +92,9 @@ def cases(gaps: dict[tuple[str, str], str] | None = None) -> list[object]:
 def test_the_zoo_covers_every_family() -> None:
     families = {entry.family for entry in ZOO}
     assert families == {"decoder", "encoder", "encoder-decoder", "vision", "speech",
-                        "multimodal", "moe", "ssm", "cnn", "diffusion"}
+                        "multimodal", "moe", "ssm", "cnn", "diffusion",
+                        # the fourth round's hand-written models (tests/zoo_custom.py)
+                        "recommender", "graph", "spectral", "custom", "timeseries"}
     assert len(ZOO) >= 80
 
 

@@ -231,6 +231,13 @@ PER_ELEMENT: dict[str, PerElement] = {
     # grid_sampler_2d_backward(grad_output, input, grid, ...): the bilinear taps transposed,
     # per gradient element (Mask2Former's deformable attention)
     "grid_sampler_2d_backward": PerElement(lerp_flops(2)),
+    # leaky_relu_backward(grad_output, self, negative_slope, self_is_result): the ONNX
+    # LeakyRelu backward's per-element FLOPs (a graph attention's scores)
+    "leaky_relu_backward": PerElement(BACKWARD_TABLE["LeakyRelu"][1]),
+    # scatter_reduce(self, dim, index, src, reduce): each src element combined into self at
+    # its index (sum, prod, amax, amin; mean's one divide per output element is O(outputs),
+    # not counted): a softmax over a node's neighbours takes its maximum so
+    "scatter_reduce": PerElement(SCATTER_ADD_FLOPS, argument=3),
 }
 # Interpolations, FLOPs per output element (the ONNX Resize rule's; nearest copies: 0):
 # upsample_bilinear2d [n, c, h, w] -> [n, c, H, W] is n * c * H * W * 3 lerps x 3 FLOPs;
@@ -269,6 +276,32 @@ GROUPED_CONTRACTIONS = frozenset({"_grouped_mm"})
 TRIANGULAR_SOLVES = frozenset({"linalg_solve_triangular"})
 # one LSTM layer and direction on the CPU (oneDNN), forward and backward: ops/recurrent.py
 RECURRENT_LAYERS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
+
+
+@dataclass(frozen=True)
+class EmbeddingBagArgs:
+    """Where an EmbeddingBag op reads its rows' source (the weight, or the bags' gradient:
+    the width is its last dim), the ids (argument 1) and the mode (graphmem/ops/movement.py
+    embedding_bag_flops); the bags are the offsets' count, argument 2."""
+
+    rows_argument: int
+    mode_argument: int
+    backward: bool
+
+
+# _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, ...) and its
+# inference-only twin; _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size,
+# maximum_indices, num_weights, scale_grad_by_freq, mode, ...) (the dense one has no offsets:
+# its bags are the gradient's rows)
+EMBEDDING_BAGS: dict[str, EmbeddingBagArgs] = {
+    "_embedding_bag": EmbeddingBagArgs(0, 4, False),
+    "_embedding_bag_forward_only": EmbeddingBagArgs(0, 4, False),
+    "_embedding_bag_backward": EmbeddingBagArgs(0, 8, True),
+    "_embedding_bag_dense_backward": EmbeddingBagArgs(0, 7, True),
+}
+# Fourier transforms (graphmem/ops/signal.py nd_fft_flops): _fft_r2c(self, dim, norm,
+# onesided), _fft_c2r(self, dim, norm, last_dim_size), _fft_c2c(self, dim, norm, forward)
+FOURIER_TRANSFORMS = frozenset({"_fft_r2c", "_fft_c2r", "_fft_c2c"})
 
 
 @dataclass(frozen=True)
@@ -342,6 +375,9 @@ NO_ARITHMETIC = frozenset({
     "nonzero", "nonzero_static",
     # GradScaler (fp16 AMP on CUDA): the inf check and the scale update are O(1) per tensor
     "_amp_update_scale_", "_amp_update_scale",
+    # unsafe_split / unsafe_chunk: split's views, not tracked as views by autograd (the
+    # CPU GRU's gates)
+    "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk",
     # `.item()` of a value the trace knows: one element read to the host (a 0-dim tensor
     # formatted into a message while tracing, frontends/torch/conversions.py)
     "_local_scalar_dense",

@@ -94,6 +94,25 @@ def movement(node: Node) -> OpCost:
 # gathered element); pad's backward is a slice of the gradient (a view).
 # A backward rule with view=True also makes the op a view (Traits.view).
 SCATTER_ADD_FLOPS = 1  # gather's backward: each gradient element added into its index
+# EmbeddingBag's modes (aten's `mode` argument: 0 sum, 1 mean, 2 max)
+BAG_SUM, BAG_MEAN, BAG_MAX = 0, 1, 2
+
+
+def embedding_bag_flops(ids: int, width: int, bags: int, mode: int) -> int:
+    """An EmbeddingBag of `ids` ids into `bags` bags of rows `width` wide: each id's row
+    added (sum, mean) or compared (max) into its bag, `ids * width`; mean divides each bag
+    by its size, `bags * width` more. [3 bags of 4 ids, width 8, mean]: 12 * 8 + 3 * 8 = 120."""
+    return ids * width + (bags * width if mode == BAG_MEAN else 0)
+
+
+def embedding_bag_backward_flops(ids: int, width: int, bags: int, mode: int) -> int:
+    """Its backward into the weight's dense gradient: each id's bag gradient row added into
+    the id's row, `ids * width` (mean: scaled by 1 / bag size first, as many multiplies);
+    max: each bag's gradient element added at its argmax row, `bags * width`.
+    [3 bags of 4 ids, width 8]: sum 96, mean 192, max 24."""
+    if mode == BAG_MAX:
+        return bags * width
+    return ids * width * (2 if mode == BAG_MEAN else 1)
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
 register_backward(*_RESHAPES)(BackwardRule((), pointwise_backward_flops(0), differentiable=(0,),
                                            view=True, grad_view=True))

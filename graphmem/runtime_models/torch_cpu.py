@@ -429,13 +429,13 @@ def batch_norm_backward(node: Node, dims: Dims, threads: int) -> Allocations:
 
 def reduced_loss(node: Node, dims: Dims, threads: int) -> Allocations:
     """aten.mse_loss (x, target, reduction) reduced: the elementwise loss, then the storage the
-    0-dim result keeps (the front end's `.storage` output), the elementwise loss freed. e.g.
-    x 1000x256 fp32: [+1,024,000, +1,024,000, -1,024,000] -> 1,024,000 B of scratch (measured
-    1,024,012: the reduction's 8 and 4 B scalars aside)."""
+    0-dim result keeps (the front end's `.unreduced` output: frontends/torch/loss_storage.py),
+    the elementwise loss freed. e.g. x 1000x256 fp32: [+1,024,000, +1,024,000, -1,024,000] ->
+    1,024,000 B of scratch (measured 1,024,012: the reduction's 8 and 4 B scalars aside)."""
     x = node.inputs[0] if node.inputs else None
     if len(node.outputs) < 2:  # reduction none: the elementwise loss is the output
         return []
-    return [_bytes(x, dims), _bytes(node.outputs[0], dims), -_bytes(x, dims)]
+    return [_bytes(x, dims), _bytes(node.outputs[1], dims), -_bytes(x, dims)]
 
 
 RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {

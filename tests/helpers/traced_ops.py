@@ -22,6 +22,18 @@ def traced_macs(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, int
     return _traced(fn, args, "macs")
 
 
+def traced_rnn_macs(rnn: torch.nn.RNNBase, x: torch.Tensor, train: bool) -> dict[str, int]:
+    """traced_macs of a recurrent module's forward on `x` (and with `train`, the gradients
+    of its output's sum for the input and every weight)."""
+    names = [name for name, _ in rnn.named_parameters()]
+
+    def step(inputs: torch.Tensor, *weights: torch.Tensor) -> object:
+        y, _ = torch.func.functional_call(rnn, dict(zip(names, weights, strict=True)), inputs)
+        return torch.autograd.grad(y.sum(), [inputs, *weights]) if train else y
+
+    return traced_macs(step, x, *(p.detach().requires_grad_(train) for p in rnn.parameters()))
+
+
 def _traced(fn: Callable[..., object], args: tuple[torch.Tensor, ...], field: str
             ) -> dict[str, int]:
     found: dict[str, int] = {}

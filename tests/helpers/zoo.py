@@ -78,7 +78,10 @@ def flop_counter_macs(entry: ZooModel, train: bool) -> int:
     scaled-dot-product attention on its math backend: FlopCounterMode has no formula for the
     CPU flash kernel, which a model calling `F.scaled_dot_product_attention` itself (the
     wav2vec2-Conformer's relative attention, whatever `attn_implementation` says) would
-    run; the math backend's matmuls are what graphmem's attention formulas count."""
+    run; the math backend's matmuls are what graphmem's attention formulas count. Likewise
+    with nn.MultiheadAttention's inference fast path off: FlopCounterMode has no formula for
+    its fused `_native_multi_head_attention`, whose projections and attention are the
+    Python path's matmuls (the path a trace takes, its inputs being traced tensors)."""
     model = built(entry).train(train)
     # inference: no parameter asks for a gradient (FlopCounterMode's module tracker hooks
     # autograd for any tensor that does, and fails on one a no_grad region made); training
@@ -87,6 +90,16 @@ def flop_counter_macs(entry: ZooModel, train: bool) -> int:
     if not train:
         model.requires_grad_(False)
     inputs = random_inputs([parse_tensor_spec(text) for text in entry.inputs], "cpu")
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        return _counted_macs(model, inputs, entry, train)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
+
+
+def _counted_macs(model: torch.nn.Module, inputs: list[torch.Tensor], entry: ZooModel,
+                  train: bool) -> int:
     with FlopCounterMode(display=False, custom_mapping=UNCOUNTED) as counter, sdpa_kernel(
             SDPBackend.MATH):
         if train:

@@ -33,8 +33,10 @@ from torch.utils.flop_counter import flop_registry
 from graphmem.core.ir import ImportedCost
 from graphmem.core.symbolic import SymInt
 from graphmem.ops.aten import (
+    EMBEDDING_BAGS,
     FOREACH_FLOPS,
     FOREACH_PREFIXES,
+    FOURIER_TRANSFORMS,
     FUSED_ATTENTION,
     GROUPED_CONTRACTIONS,
     NO_ARITHMETIC,
@@ -47,6 +49,7 @@ from graphmem.ops.aten import (
     TRIANGULAR_SOLVES,
     WINDOW_POOL_BACKWARDS,
     WINDOW_POOLS,
+    EmbeddingBagArgs,
     FusedAttention,
     PerElement,
 )
@@ -56,7 +59,9 @@ from graphmem.ops.linear import (
     triangular_solve_divisions,
     triangular_solve_macs,
 )
+from graphmem.ops.movement import embedding_bag_backward_flops, embedding_bag_flops
 from graphmem.ops.recurrent import GATES, lstm_layer_backward_costs, lstm_layer_costs
+from graphmem.ops.signal import nd_fft_flops
 
 
 def imported_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
@@ -91,6 +96,10 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
         return _triangular_solve_cost(fx_node)
     if name in RECURRENT_LAYERS:
         return _lstm_layer_cost(fx_node, backward=name.endswith("_backward"))
+    if name in EMBEDDING_BAGS:
+        return ImportedCost(0, _embedding_bag_flops(fx_node, EMBEDDING_BAGS[name]))
+    if name in FOURIER_TRANSFORMS:
+        return ImportedCost(0, _fourier_flops(fx_node, name))
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
@@ -110,7 +119,8 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
         windows = _numel_of_first_tensor(fx_node.args[:1]) * _window_size(
             fx_node, spatial_dims, argument=2)
         return ImportedCost(0, windows * WINDOW_POOL_BACKWARDS[name])
-    if name in NO_ARITHMETIC or _is_view(target) or _is_random_draw(target):
+    if (name in NO_ARITHMETIC or _is_view(target) or _is_random_draw(target)
+            or torch.Tag.inplace_view in getattr(target, "tags", ())):  # transpose_, t_
         return ImportedCost(0, 0)
     if name.startswith(FOREACH_PREFIXES):  # one elementwise op over every tensor of the list
         tensors = _numel_of_tensors(fx_node.args[0] if fx_node.args else ())
@@ -144,6 +154,30 @@ def _lstm_layer_cost(fx_node: torch.fx.Node, backward: bool) -> ImportedCost | N
     costs = lstm_layer_backward_costs if backward else lstm_layer_costs
     macs, flops = costs(rows, inputs, hidden, biases)
     return ImportedCost(macs=macs, flops=flops)
+
+
+def _embedding_bag_flops(fx_node: torch.fx.Node, layout: EmbeddingBagArgs) -> int:
+    """The ids are argument 1; the bags: the offsets' count (argument 2) forward, the
+    gradient's rows backward; the width: the weight's or the gradient's last dim."""
+    rows, ids = _meta_of(fx_node.args[layout.rows_argument]), _meta_of(fx_node.args[1])
+    mode = int(cast("int", _argument(fx_node, layout.mode_argument) or 0))
+    width = int(rows.shape[-1])
+    if layout.backward:
+        return embedding_bag_backward_flops(ids.numel(), width, int(rows.shape[0]), mode)
+    return embedding_bag_flops(ids.numel(), width, int(_meta_of(fx_node.args[2]).numel()),
+                               mode)
+
+
+def _fourier_flops(fx_node: torch.fx.Node, name: str) -> int:
+    """r2c: the output is the complex side, the input's last transformed dim the real
+    length; c2r the reverse (its length is argument 3); c2c: complex both sides."""
+    x, out = _meta_of(fx_node.args[0]), _meta_of(fx_node)
+    dims = tuple(int(d) for d in cast("Sequence[int]", fx_node.args[1]))
+    if name == "_fft_c2c":
+        return nd_fft_flops(tuple(int(n) for n in x.shape), dims)
+    complex_side, real_side = (out, x) if name == "_fft_r2c" else (x, out)
+    return nd_fft_flops(tuple(int(n) for n in complex_side.shape), dims,
+                        int(real_side.shape[dims[-1]]))
 
 
 def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedCost | None:

@@ -20,6 +20,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.control_flow import attach_branches, is_branch_module, is_cond
 from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.kernel_args import kernel_attributes
+from graphmem.frontends.torch.loss_storage import unreduced_storage
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
 from graphmem.ops.control_flow import ControlFlowNode
 
@@ -190,28 +191,16 @@ class _Converter:
     def _outputs(self, fx_node: torch.fx.Node, node: Node) -> Any:
         meta = fx_node.meta.get("val")
         aliases = _output_aliases(fx_node)
-        storage = self._reduced_loss_storage(fx_node, node, meta)
-        if storage is not None:
-            aliases = {0: storage}
         if isinstance(meta, list | tuple):
             made = [self._output(fx_node, node, f"{fx_node.name}.{i}", m, aliases.get(i))
                     for i, m in enumerate(meta)]
             return made
-        return self._output(fx_node, node, fx_node.name, meta, aliases.get(0))
-
-    def _reduced_loss_storage(self, fx_node: torch.fx.Node, node: Node, meta: Any
-                              ) -> Value | None:
-        """The storage eager's reduced loss keeps (REDUCED_LOSS_STORAGE), made an output of
-        the node for the 0-dim loss to view; None for every other op."""
-        packet = getattr(fx_node.target, "overloadpacket", None)
-        if (packet is None or packet.__name__ not in REDUCED_LOSS_STORAGE
-                or not isinstance(meta, torch.Tensor) or meta.dim() != 0):
-            return None
-        unreduced = _meta_of(fx_node.args[0])
-        if not isinstance(unreduced, torch.Tensor):
-            return None
-        value = self._value(f"{fx_node.name}.storage", unreduced.to(meta.dtype), Role.ACTIVATION)
-        node.add_output(value)
+        value = self._output(fx_node, node, fx_node.name, meta, aliases.get(0))
+        unreduced = unreduced_storage(fx_node)
+        if value is not None and unreduced is not None:  # loss_storage.py
+            value.alias_of = self._value(f"{fx_node.name}.unreduced", unreduced,
+                                         Role.ACTIVATION)
+            node.add_output(value.alias_of)
         return value
 
     def _output(self, fx_node: torch.fx.Node, node: Node, name: str, meta: Any,
@@ -219,9 +208,7 @@ class _Converter:
         if not isinstance(meta, torch.Tensor):
             return None
         value = self._value(name, meta, Role.ACTIVATION)
-        if isinstance(alias_arg, Value):  # a storage made by this node
-            value.alias_of = alias_arg
-        elif alias_arg is not None:
+        if alias_arg is not None:
             base = self.env.get(alias_arg) if isinstance(alias_arg, torch.fx.Node) else None
             value.alias_of = base if isinstance(base, Value) else None
         node.add_output(value)
@@ -248,17 +235,6 @@ def _nodes_in(tree: Any, found: list[torch.fx.Node]) -> list[torch.fx.Node]:
         for item in tree.values():
             _nodes_in(item, found)
     return found
-
-
-# Losses whose eager kernel returns the reduced (0-dim) loss over a storage the size of the
-# unreduced one (`apply_loss_reduction` of the elementwise loss: F.mse_loss(x, t) keeps
-# x.numel() elements, `loss.untyped_storage().nbytes()`; l1 and huber do not), held while
-# the loss is
-REDUCED_LOSS_STORAGE = frozenset({"mse_loss", "smooth_l1_loss", "soft_margin_loss"})
-
-
-def _meta_of(arg: Any) -> Any:
-    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
 # Ops whose schema declares a fresh tensor although the result shares its input's storage

@@ -15,7 +15,8 @@ from trace.py's one dispatch mode, observed.py):
   such as `arange`, `zeros`, `one_hot`) is also run on those values, on the CPU, and its
   output keeps them; an in-place op with an input of unknown value forgets the values of
   what it writes (and of every tensor sharing that storage). Uninitialized and random
-  factories have no values. Tensors above MAX_KNOWN_ELEMENTS are not followed;
+  factories have no values, but for a one-element uniform draw (LayerDrop's: layer_drop.py).
+  Tensors above MAX_KNOWN_ELEMENTS are not followed;
 - data-dependent ops read them: an op of aten's `data_dependent_output` tag (`item()`, a
   tensor in an `if`) returns the real answer, so Python takes the branch the policy's routing
   takes, and no node is traced; an op of the `dynamic_output_shape` tag whose size the known
@@ -45,6 +46,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from graphmem.core.routing import MoeRouting, expert_loads
 from graphmem.frontends.torch.finite_values import answered, finite_answer
+from graphmem.frontends.torch.layer_drop import scalar_draw_value
 
 aten = torch.ops.aten
 # values kept per tensor at most (an int64 one_hot of 32k tokens x 8 choices x 257 experts is
@@ -199,6 +201,10 @@ class RoutedValues:
         selection = _selection(func, args, kwargs)
         if selection is not None and self._value(args[0]) is None:
             self._choose(args[0], *selection, outputs)
+            return
+        drawn = scalar_draw_value(func, outputs)
+        if drawn is not None:  # LayerDrop's draw (layer_drop.py)
+            self.values[outputs[0]] = drawn
             return
         known = (func not in _UNINITIALIZED
                  and torch.Tag.nondeterministic_seeded not in func.tags

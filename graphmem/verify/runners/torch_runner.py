@@ -106,8 +106,8 @@ def _micro_batch(model: nn.Module, inputs: list[torch.Tensor], amp: str | None, 
 
     Returns the model's output and the loss, which the caller holds: as in `out = model(x);
     loss = f(out); loss.backward(); opt.step(); log(loss.item())` and as graphmem traces the
-    step, both stay allocated to the end of the step (a reduced MSE loss keeps a storage the
-    size of its unreduced loss: DESIGN.md, docs/zoo.md)."""
+    step, the logits and the loss stay allocated to the end of the step (a reduced MSE loss's
+    storage is its unreduced elementwise loss: graphmem/frontends/torch/loss_storage.py)."""
     with _autocast(amp, device):
         output = model(*inputs)
         loss = loss_of(output)
@@ -146,14 +146,14 @@ def _training_step(model: nn.Module, inputs: list[torch.Tensor], optimizer_name:
     scaler = torch.amp.GradScaler(device) if amp == "fp16" and device == "cuda" else None
 
     def step() -> None:
-        held = _micro_batch(model, inputs, amp, device, loss_of, scaler)
+        output, loss = _micro_batch(model, inputs, amp, device, loss_of, scaler)
         if scaler is None:
             optimizer.step()
         else:
             scaler.step(optimizer)
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        del held  # the output and the loss held through the update, as graphmem traces it
+        del output, loss  # held through the update, as graphmem traces the step
 
     return step, optimizer
 
