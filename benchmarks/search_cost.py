@@ -29,9 +29,11 @@ _CHILD = r"""
 import json, sys, time
 from graphmem.cli.main import main
 from graphmem.core.collector import freeze_start_up_objects
+import graphmem
 import graphmem.pipeline.device_total as device_total
 import graphmem.pipeline.planning as planning
 import graphmem.pipeline.verdict as verdict
+assert graphmem.__file__.startswith(sys.argv[2]), graphmem.__file__
 
 freeze_start_up_objects()
 spent = {"live": 0.0, "device": 0.0, "estimates": 0.0}
@@ -63,7 +65,7 @@ timed(verdict, "device_max_batch", "device")
 in_search(planning, "solve_max_batch")
 in_search(verdict, "device_max_batch")
 timed(device_total, "runtime_estimate", "estimates", lambda: bool(inside))
-code = main(sys.argv[2:])
+code = main(sys.argv[3:])
 json.dump(spent, open(sys.argv[1], "w"))
 """
 
@@ -71,10 +73,11 @@ json.dump(spent, open(sys.argv[1], "w"))
 def search_seconds(tree: Path, model: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "times.json"
-        command = [sys.executable, "-c", _CHILD, str(out), "analyze", model, *DECODER_OPTIONS,
-                   "--json", f"{folder}/out.json", "--html", f"{folder}/out.html"]
+        command = [sys.executable, "-c", _CHILD, str(out), str(tree), "analyze", model,
+                   *DECODER_OPTIONS, "--json", f"{folder}/out.json", "--html", f"{folder}/out.html"]
+        # cwd: `python -c` puts the working folder first on sys.path, before PYTHONPATH
         subprocess.run(command, env=dict(os.environ, PYTHONPATH=str(tree)), check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         spent: dict[str, float] = json.loads(out.read_text())
     spent["own"] = spent["live"] + spent["device"] - spent["estimates"]
     return spent
