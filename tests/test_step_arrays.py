@@ -196,9 +196,10 @@ def _check_probe(analysis, probe, bound: bool) -> None:  # type: ignore[no-untyp
 @pytest.mark.parametrize("name", ["tiny_gpt", "tiny_llama.dynamo", "tiny_cnn", "gpt2"])
 def test_dim_probe_peaks_equal_the_rebound_model_on_the_samples(name: str) -> None:
     from graphmem.frontends.onnx.importer import import_onnx
-    from graphmem.passes.dims import bind_dims
+    from graphmem.passes.dims import bind_dims, value_bytes
+    from graphmem.passes.memory_model import build_memory_model
     from graphmem.pipeline.analysis import ModelInfo
-    from graphmem.pipeline.dim_probe import DimProbe
+    from graphmem.pipeline.dim_probe import DimProbe, _swept_in_model_order
     from graphmem.pipeline.run import run_passes
     from tests.helpers.samples import SAMPLES_DIR, sample_dims
 
@@ -209,6 +210,20 @@ def test_dim_probe_peaks_equal_the_rebound_model_on_the_samples(name: str) -> No
     info = ModelInfo("", graph.name, "onnx", 0, len(graph.nodes), "none", ())
     others = {k: v for k, v in dims.items() if k != batch_dim}
     for bound in (others, dims):
-        analysis = run_passes(graph, info, bind_dims(graph, None, bound), None, None)
+        binding = bind_dims(graph, None, bound)
+        analysis = run_passes(graph, info, binding, None, None)
         probe = DimProbe(analysis, batch_dim, None)
         _check_probe(analysis, probe, batch_dim in bound)
+        # with the plans' model (the liveness's buffers, as with_plans passes it) the probe
+        # reads the liveness's events and storages: the same sweep
+        sizes = value_bytes(graph, binding)
+        model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound),
+                                   analysis.liveness.sweep.buffers)
+        assert _swept_in_model_order(analysis, model) is analysis.liveness.sweep
+        shared = DimProbe(analysis, batch_dim, None, sizes, model)
+        assert shared.arrays.prefixes.allocated is not probe.arrays.prefixes.allocated
+        for value in (1, 3, 77):
+            assert shared.arrays.peak({batch_dim: value}) == probe.arrays.peak({batch_dim: value})
+        assert shared.candidates and len(shared.candidates) == len(probe.candidates)
+        assert [c({batch_dim: 9}) for c in shared.candidates] == [
+            c({batch_dim: 9}) for c in probe.candidates]

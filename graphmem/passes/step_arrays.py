@@ -23,12 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
+from typing import TypeVar
 
 import numpy as np
 
 from graphmem.core.dim_name import Monomial
 from graphmem.core.evaluate import Evaluator, compile_count
-from graphmem.core.symbolic import SymInt
+from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.passes.sweep_events import StepEvents
 
 _EXACT_BELOW = 1 << 62  # |sum| of everything summed: int64 prefix sums stay exact
@@ -73,14 +74,25 @@ def live_during(prefixes: StepPrefixes, sizes: np.ndarray, start: np.ndarray | i
     return during + start
 
 
+T = TypeVar("T")
+
+
+def by_identity(items: Sequence[T]) -> dict[int, T]:
+    """id -> item, each distinct object once (C-speed: nothing hashed but the ids)."""
+    return dict(zip(map(id, items), items, strict=True))
+
+
 class _Distinct:
     """Sizes by position, as indices into their distinct values (a graph's sizes are a few
     hundred distinct polynomials), with how often each occurs."""
 
     def __init__(self, sizes: Sequence[SymInt | None]) -> None:
+        # grouped by identity first (no polynomial hashed per position), then by value
         slot: dict[SymInt | None, int] = {}
-        self.index = np.fromiter((slot.setdefault(size, len(slot)) for size in sizes),
-                                 np.int64, len(sizes))
+        slot_of = {key: slot.setdefault(size, len(slot))
+                   for key, size in by_identity(sizes).items()}
+        self.index = np.fromiter(map(slot_of.__getitem__, map(id, sizes)), np.int64,
+                                 len(sizes))
         self.values: list[SymInt | None] = list(slot)
         self.counts: list[int] = np.bincount(self.index, minlength=len(slot)).tolist()
 
@@ -96,6 +108,11 @@ class OrderArrays:
         self.prefixes = step_prefixes(allocates, events)
         self.buffers = _Distinct(buffer_sizes)
         self.residents = _Distinct(resident_sizes)
+
+    def resident_total(self) -> SymInt:
+        """The residents' sizes summed as polynomials (each distinct size times its count)."""
+        return sum_sizes((size or SymInt()) * count for size, count
+                         in zip(self.residents.values, self.residents.counts, strict=True))
 
     @cached_property
     def evaluators(self) -> tuple[list[Evaluator], list[Evaluator]]:
@@ -136,10 +153,8 @@ class OrderArrays:
         if not during[:, variable].any():  # every step a number: the largest
             constant = monomials.index(())
             return [SymInt.const(int(during[:, constant].max()))]
-        unique, first = np.unique(during, axis=0, return_index=True)
-        kept = _undominated(unique)
-        kept.sort(key=lambda row: first[row])  # as symint_max keeps them: by first step
-        return [_polynomial(monomials, unique[row]) for row in kept]
+        kept = sorted(_undominated(during))  # as symint_max keeps them: by first step
+        return [_polynomial(monomials, during[step]) for step in kept]
 
 
 def _evaluator(size: SymInt | None) -> Evaluator:
@@ -180,10 +195,11 @@ def _coefficient_rows(sizes: _Distinct, start: SymInt) -> Rows | None:
 
 
 def _undominated(rows: np.ndarray) -> list[int]:
-    """Indices of the distinct `rows` no other row dominates (every coefficient >=).
+    """The first index of each distinct row no other row dominates (every coefficient >=).
 
     The lexicographically largest remaining row is never dominated (a row that dominates
-    another is lexicographically larger): keep it, drop every row it dominates, repeat."""
+    another is lexicographically larger): keep it, drop every row it dominates (its equals
+    too), repeat. The sort is stable: of equal rows the first comes first."""
     by_rank = np.lexsort(-rows.T[::-1])  # lexicographically largest first
     alive = np.ones(len(rows), dtype=bool)
     kept: list[int] = []

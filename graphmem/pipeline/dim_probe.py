@@ -12,18 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache, cached_property
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from graphmem.core.evaluate import compile_count
-from graphmem.core.ir import Graph
-from graphmem.core.symbolic import SymInt, sum_sizes
+from graphmem.core.ir import Graph, Value
+from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.costs import CostReport, CostStatus
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.memory_model import (
     MemoryModel,
-    StepEvents,
+    MemorySweep,
     build_memory_model,
     order_peak,
     plan_dims,
@@ -39,7 +40,7 @@ from graphmem.passes.roofline import (
     node_time,
     summarize,
 )
-from graphmem.passes.step_arrays import OrderArrays
+from graphmem.passes.step_arrays import OrderArrays, by_identity
 from graphmem.passes.sweep import SweepResult, run_sweep
 
 if TYPE_CHECKING:
@@ -87,12 +88,9 @@ class DimProbe:
         if reanalyze is None:
             self.model = model or build_memory_model(self.graph, self.sizes,
                                                      plan_dims(self.graph, self.others))
-            events = _model_order_events(analysis, self.model)
-            residents = self._sizes_of(self.model.resident_names)
-            self.arrays = OrderArrays(self.model.allocates, events,
-                                      self._sizes_of(self.model.buffer_names), residents)
+            self.arrays = self._order_arrays(analysis, self.model)
             if not free:
-                candidates = self._candidates(sum_sizes(s or SymInt() for s in residents))
+                candidates = self._candidates(self.arrays.resident_total())
         if free:
             candidates = analysis.liveness.peak_candidates
         self.costs = analysis.costs if free else None
@@ -111,23 +109,30 @@ class DimProbe:
         return {name: (v.nbytes.bind(self.others) if v.nbytes is not None else None)
                 for name, v in self.graph.values.items()}
 
-    def _sizes_of(self, names: Sequence[str]) -> list[SymInt | None]:
-        """`sizes` of these values, without making the whole table: each distinct size is
-        bound once."""
+    def _order_arrays(self, analysis: Analysis, model: MemoryModel) -> OrderArrays:
+        """The model order's sweep with this dim free (the liveness's events and storages
+        where it swept these buffers in that order)."""
+        swept = _swept_in_model_order(analysis, model)
+        if swept is not None:
+            events, storages, residents = swept.events, swept.storages, swept.residents
+        else:
+            values = self.graph.values
+            events = step_events(model, range(model.node_count))
+            storages = tuple(values[name] for name in model.buffer_names)
+            residents = tuple(values[name] for name in model.resident_names)
+        return OrderArrays(model.allocates, events, self._sizes_of(storages),
+                           self._sizes_of(residents))
+
+    def _sizes_of(self, values: Sequence[Value]) -> list[SymInt | None]:
+        """`sizes` of these values, without making the whole table: each distinct size
+        object is bound once (grouped by identity: a graph's values share their sizes)."""
         if self._given is not None:
-            return [self._given.get(name) for name in names]
-        values, others = self.graph.values, self.others
-        bound: dict[SymInt, SymInt] = {}
-        result: list[SymInt | None] = []
-        for name in names:
-            size = values[name].nbytes
-            if size is not None:
-                found = bound.get(size)
-                if found is None:
-                    found = bound[size] = size.bind(others)
-                size = found
-            result.append(size)
-        return result
+            return list(map(self._given.get, map(attrgetter("name"), values)))
+        sizes = list(map(attrgetter("nbytes"), values))
+        others = self.others
+        bound = {key: (size.bind(others) if size is not None else None)
+                 for key, size in by_identity(sizes).items()}
+        return list(map(bound.__getitem__, map(id, sizes)))
 
     def _candidates(self, resident: SymInt) -> Sequence[SymInt]:
         """The model order's peak candidates in this dim (`resident`: the residents' total)."""
@@ -231,11 +236,12 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
     return at
 
 
-def _model_order_events(analysis: Analysis, model: MemoryModel) -> StepEvents:
-    """The model order's events: the liveness's own where it swept these buffers in it."""
+def _swept_in_model_order(analysis: Analysis, model: MemoryModel) -> MemorySweep | None:
+    """The liveness's sweep where it swept `model`'s buffers in the model order (its events
+    and storages then serve the probe as they are), else None."""
     swept = analysis.liveness.sweep
-    order = range(model.node_count)
     if swept is not None and swept.buffers is not None and swept.buffers.uses is model.uses \
-            and swept.buffers.pinned is model.pinned and swept.events.order == tuple(order):
-        return swept.events
-    return step_events(model, order)
+            and swept.buffers.pinned is model.pinned \
+            and swept.events.order == tuple(range(model.node_count)):
+        return swept
+    return None
