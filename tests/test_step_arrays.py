@@ -219,7 +219,7 @@ def test_dim_probe_peaks_equal_the_rebound_model_on_the_samples(name: str) -> No
         sizes = value_bytes(graph, binding)
         model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound),
                                    analysis.liveness.sweep.buffers)
-        assert _swept_in_model_order(analysis, model) is analysis.liveness.sweep
+        assert _swept_in_model_order(analysis.liveness.sweep, model) is analysis.liveness.sweep
         shared = DimProbe(analysis, batch_dim, None, sizes, model)
         assert shared.arrays.prefixes.allocated is not probe.arrays.prefixes.allocated
         for value in (1, 3, 77):

@@ -82,15 +82,14 @@ class DimProbe:
         self.reanalyze = reanalyze
         free = dim in analysis.dims.free
         self._given = sizes if sizes is not None and free else None  # every other dim bound
+        self._swept = analysis.liveness.sweep
         self.model = None
-        self.arrays: OrderArrays | None = None
         candidates: Sequence[SymInt] = ()
         if reanalyze is None:
             self.model = model or build_memory_model(self.graph, self.sizes,
                                                      plan_dims(self.graph, self.others))
-            self.arrays = self._order_arrays(analysis, self.model)
             if not free:
-                candidates = self._candidates(self.arrays.resident_total())
+                candidates = self._candidates()
         if free:
             candidates = analysis.liveness.peak_candidates
         self.costs = analysis.costs if free else None
@@ -109,10 +108,15 @@ class DimProbe:
         return {name: (v.nbytes.bind(self.others) if v.nbytes is not None else None)
                 for name, v in self.graph.values.items()}
 
-    def _order_arrays(self, analysis: Analysis, model: MemoryModel) -> OrderArrays:
-        """The model order's sweep with this dim free (the liveness's events and storages
-        where it swept these buffers in that order)."""
-        swept = _swept_in_model_order(analysis, model)
+    @cached_property
+    def arrays(self) -> OrderArrays | None:
+        """The model order's sweep with this dim free, made at its first use (a sweep reading
+        the liveness's candidates may need none); None where each value is a new analysis.
+        The liveness's events and storages serve where it swept these buffers."""
+        model = self.model
+        if model is None:
+            return None
+        swept = _swept_in_model_order(self._swept, model)
         if swept is not None:
             events, storages, residents = swept.events, swept.storages, swept.residents
         else:
@@ -134,9 +138,10 @@ class DimProbe:
                  for key, size in by_identity(sizes).items()}
         return list(map(bound.__getitem__, map(id, sizes)))
 
-    def _candidates(self, resident: SymInt) -> Sequence[SymInt]:
-        """The model order's peak candidates in this dim (`resident`: the residents' total)."""
+    def _candidates(self) -> Sequence[SymInt]:
+        """The model order's peak candidates in this dim."""
         assert self.arrays is not None and self.model is not None
+        resident = self.arrays.resident_total()
         candidates = self.arrays.candidates(resident)
         if candidates is not None:
             return candidates
@@ -236,10 +241,10 @@ def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
     return at
 
 
-def _swept_in_model_order(analysis: Analysis, model: MemoryModel) -> MemorySweep | None:
+def _swept_in_model_order(swept: MemorySweep | None, model: MemoryModel
+                          ) -> MemorySweep | None:
     """The liveness's sweep where it swept `model`'s buffers in the model order (its events
     and storages then serve the probe as they are), else None."""
-    swept = analysis.liveness.sweep
     if swept is not None and swept.buffers is not None and swept.buffers.uses is model.uses \
             and swept.buffers.pinned is model.pinned \
             and swept.events.order == tuple(range(model.node_count)):
