@@ -8,7 +8,9 @@ batch's search) equal the old evaluation on random graphs and the samples."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +25,10 @@ from graphmem.passes.memory_model import (
 )
 from graphmem.passes.step_arrays import OrderArrays
 from graphmem.passes.sweep_events import size_terms, symbolic_profile
+
+if TYPE_CHECKING:
+    from graphmem.pipeline.analysis import Analysis
+    from graphmem.pipeline.dim_probe import DimProbe
 
 B, C = SymInt.symbol("b"), SymInt.symbol("c")
 
@@ -79,14 +85,14 @@ def _random_model(seed: int) -> tuple[MemoryModel, dict[str, SymInt | None], lis
     return model, sizes, order, kind
 
 
-def _arrays(model: MemoryModel, sizes: dict[str, SymInt | None], order: list[int]
+def _arrays(model: MemoryModel, sizes: Mapping[str, SymInt | None], order: list[int]
             ) -> OrderArrays:
     return OrderArrays(model.allocates, step_events(model, order),
                        [sizes.get(n) for n in model.buffer_names],
                        [sizes.get(n) for n in model.resident_names])
 
 
-def _start(model: MemoryModel, sizes: dict[str, SymInt | None]) -> SymInt:
+def _start(model: MemoryModel, sizes: Mapping[str, SymInt | None]) -> SymInt:
     return sum((sizes.get(n) or SymInt() for n in model.resident_names), SymInt())
 
 
@@ -177,8 +183,9 @@ def test_dim_probe_peaks_equal_the_rebound_model_on_random_graphs(seed: int) -> 
         _check_probe(analysis, DimProbe(analysis, "batch", None), batch is not None)
 
 
-def _check_probe(analysis, probe, bound: bool) -> None:  # type: ignore[no-untyped-def]
+def _check_probe(analysis: Analysis, probe: DimProbe, bound: bool) -> None:
     model = probe.model
+    assert model is not None and probe.arrays is not None
     order = range(model.node_count)
     if bound:
         start = sum((probe.sizes.get(n) or SymInt() for n in model.resident_names), SymInt())
@@ -216,11 +223,12 @@ def test_dim_probe_peaks_equal_the_rebound_model_on_the_samples(name: str) -> No
         _check_probe(analysis, probe, batch_dim in bound)
         # with the plans' model (the liveness's buffers, as with_plans passes it) the probe
         # reads the liveness's events and storages: the same sweep
-        sizes = value_bytes(graph, binding)
-        model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound),
-                                   analysis.liveness.sweep.buffers)
-        assert _swept_in_model_order(analysis.liveness.sweep, model) is analysis.liveness.sweep
+        sizes, swept = value_bytes(graph, binding), analysis.liveness.sweep
+        assert swept is not None
+        model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound), swept.buffers)
+        assert _swept_in_model_order(swept, model) is swept
         shared = DimProbe(analysis, batch_dim, None, sizes, model)
+        assert shared.arrays is not None and probe.arrays is not None
         assert shared.arrays.prefixes.allocated is not probe.arrays.prefixes.allocated
         for value in (1, 3, 77):
             assert shared.arrays.peak({batch_dim: value}) == probe.arrays.peak({batch_dim: value})
