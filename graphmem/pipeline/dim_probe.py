@@ -63,9 +63,10 @@ class DimProbe:
 
     `estimate_peak` evaluates the max of the liveness's symbolic peak candidates: it is the
     bound liveness's peak wherever every size is known (each step is dominated, coefficient by
-    coefficient, by some candidate). `exact_peak` computes the bound peak again, independently,
-    on graphmem's integer model of the model order (`passes/memory_model.py`); where the two
-    disagree, the bound liveness itself is run and decides. Where the symbolic graph had
+    coefficient, by some candidate). `exact_peak` computes the bound peak again, independently:
+    each buffer's size evaluated at the value and the model order swept as integers
+    (`passes/step_arrays.py`; the rebound `MemoryModel` where int64 could overflow); where the
+    two disagree, the bound liveness itself is run and decides. Where the symbolic graph had
     unknown shapes, `exact_peak` is the whole bound analysis (`reanalyze`).
     """
 
