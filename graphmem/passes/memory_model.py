@@ -37,6 +37,7 @@ from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
 from graphmem.core.symbolic import SymInt, symint_max
 from graphmem.passes.order_edges import node_predecessors
+from graphmem.passes.step_arrays import OrderArrays
 from graphmem.passes.sweep_events import StepEvents as StepEvents  # re-exported: the sweeps'
 from graphmem.passes.sweep_events import size_terms, symbolic_profile  # users import them here
 from graphmem.passes.sweep_events import step_events as step_events
@@ -372,13 +373,22 @@ def order_peak(model: MemoryModel, order: Sequence[int]) -> tuple[int, int]:
 
 def symbolic_order_peak(model: MemoryModel, order: Sequence[int],
                         sizes: Mapping[str, SymInt | None], resident_bytes: SymInt,
-                        probe: Mapping[str, int]) -> tuple[SymInt, tuple[SymInt, ...]]:
+                        probe: Mapping[str, int], arrays: OrderArrays | None = None
+                        ) -> tuple[SymInt, tuple[SymInt, ...]]:
     """The peak of `order` as polynomials in the free dims: (the one largest at `probe`,
-    every step total no other dominates), as `analyze_liveness` states them."""
-    terms = [size_terms(sizes.get(name)) for name in model.buffer_names]
-    events = step_events(model, order)
-    steps = [s[0] for s in symbolic_profile(model.allocates, terms, events, (resident_bytes,))]
-    candidates = symint_max(steps)
+    every step total no other dominates), as `analyze_liveness` states them. `arrays`: the
+    order's sweep as prefix sums, if at hand (graphmem/passes/step_arrays.py)."""
+    events = step_events(model, order) if arrays is None else None
+    if events is not None:
+        arrays = OrderArrays(model.allocates, events,
+                             [sizes.get(name) for name in model.buffer_names], ())
+    assert arrays is not None
+    candidates = arrays.candidates(resident_bytes)
+    if candidates is None:  # fractional or huge coefficients: swept as polynomials
+        terms = [size_terms(sizes.get(name)) for name in model.buffer_names]
+        events = events or step_events(model, order)
+        profile = symbolic_profile(model.allocates, terms, events, (resident_bytes,))
+        candidates = symint_max(s[0] for s in profile)
     peak = max(candidates, key=lambda c: evaluate(c, probe))
     return peak, tuple(candidates)
 

@@ -11,40 +11,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING
 
-from graphmem.core.evaluate import compile_count
-from graphmem.core.ir import Graph
 from graphmem.core.progress import steps
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.arena import plan_arena
-from graphmem.passes.costs import CostReport, CostStatus
 from graphmem.passes.dims import data_sized_dims, invented_dims, value_bytes
 from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
-from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
 from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
-    order_peak,
     plan_dims,
-    rebind,
-    resident_sizes,
-    symbolic_order_peak,
 )
 from graphmem.passes.roofline import (
-    NodeTime,
     RooflineResult,
     estimate_roofline,
-    node_rate_dtype,
-    node_time,
-    summarize,
 )
 from graphmem.passes.schedule import find_schedule
-from graphmem.passes.sweep import SweepResult, run_sweep
 from graphmem.pipeline.device_total import (
     DeviceModel,
     DeviceTotalProbe,
@@ -53,6 +39,7 @@ from graphmem.pipeline.device_total import (
     device_fit,
     gpu_runtime,
 )
+from graphmem.pipeline.dim_probe import DimProbe, UnresolvedPeak, costs_bound
 from graphmem.pipeline.request import SweepRequest
 
 if TYPE_CHECKING:
@@ -94,11 +81,6 @@ def unbound_input_dims(analysis: Analysis, varied: str) -> list[str]:
     return [d for d in analysis.dims.free if d != varied and d in inputs]
 
 
-def _costs_bound(costs: CostReport) -> bool:
-    return all(n.flops.is_constant and n.bytes_read.is_constant and n.bytes_written.is_constant
-               for n in costs.nodes)
-
-
 def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | None = None,
                sizes: Mapping[str, SymInt | None] | None = None,
                rerun: Reanalyze | None = None) -> Analysis:
@@ -118,7 +100,7 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     schedule = find_schedule(graph, sizes, analysis.liveness, binding.bound, model)
     arena = plan_arena(model)
     roofline = None
-    if gpu is not None and _costs_bound(analysis.costs):
+    if gpu is not None and costs_bound(analysis.costs):
         roofline = estimate_roofline(graph, analysis.costs, gpu, binding.bound, binding.batch_dim)
     max_batch = None
     if gpu is not None and analysis.fit is not None:
@@ -184,147 +166,6 @@ def solve_max_batch(analysis: Analysis, usable_bytes: int, reanalyze: Reanalyze 
     except UnresolvedPeak as unresolved:
         return not_solved(batch_dim, usable_bytes, f"{unresolved}: re-export the model with"
                           " static shapes for those tensors")
-
-
-class UnresolvedPeak(GraphmemError):
-    """The bound analysis's peak still has sizes no dim binding resolves."""
-
-
-class DimProbe:
-    """The model with one dim free (all others bound): its peak and latency at any value.
-
-    `estimate_peak` evaluates the max of the liveness's symbolic peak candidates: it is the
-    bound liveness's peak wherever every size is known (each step is dominated, coefficient by
-    coefficient, by some candidate). `exact_peak` computes the bound peak again, independently,
-    on graphmem's integer model of the model order (`passes/memory_model.py`); where the two
-    disagree, the bound liveness itself is run and decides. Where the symbolic graph had
-    unknown shapes, `exact_peak` is the whole bound analysis (`reanalyze`).
-    """
-
-    def __init__(self, analysis: Analysis, dim: str, reanalyze: Reanalyze | None,
-                 sizes: Mapping[str, SymInt | None] | None = None,
-                 model: MemoryModel | None = None) -> None:
-        """`sizes`: the analysis's value sizes (`value_bytes`), and `model` its MemoryModel,
-        if at hand."""
-        self.dim = dim
-        self.graph = analysis.graph
-        # the dims given: a mixture of experts' routed counts follow them (run.py `_routed`)
-        self.others = {k: v for k, v in analysis.dims.given.items() if k != dim}
-        self.batch_dim = analysis.dims.batch_dim
-        self.reanalyze = reanalyze
-        free = dim in analysis.dims.free
-        if sizes is not None and free:
-            self.sizes = dict(sizes)  # the same: every dim but this one bound
-        else:
-            self.sizes = {name: (v.nbytes.bind(self.others) if v.nbytes is not None else None)
-                          for name, v in self.graph.values.items()}
-        self.model = None
-        if reanalyze is None:
-            self.model = model or build_memory_model(self.graph, self.sizes,
-                                                     plan_dims(self.graph, self.others))
-        candidates: tuple[SymInt, ...] = ()
-        if free:
-            candidates = analysis.liveness.peak_candidates
-        elif self.model is not None:
-            probe = plan_dims(self.graph, self.others)
-            residents = resident_sizes(self.model, self.sizes)
-            candidates = symbolic_order_peak(self.model, range(self.model.node_count),
-                                             self.sizes, residents, probe)[1]
-        self.costs = analysis.costs if free else None
-        # the candidates estimate the peak only where they depend on this dim alone
-        estimable = all(c.free_symbols() <= {dim} for c in candidates)
-        self.candidates = [compile_count(c) for c in candidates] if estimable else []
-        self.exact_peak = cache(self._exact_peak)
-        self._bound_analysis = cache(self._reanalyzed)
-        self._rooflines: dict[str, Callable[[dict[str, int]], RooflineResult]] = {}
-
-    @property
-    def estimate(self) -> Callable[[int], int] | None:
-        return self.estimate_peak if self.candidates else None
-
-    def estimate_peak(self, value: int) -> int:
-        dims = {self.dim: value}
-        return max(candidate(dims) for candidate in self.candidates)
-
-    def _exact_peak(self, value: int) -> int:
-        if self.reanalyze is not None or self.model is None:
-            bound_peak = self._bound_analysis(value).liveness.peak_bytes
-            if not bound_peak.is_constant:
-                raise UnresolvedPeak(f"at {self.dim}={value} the peak still depends on sizes"
-                                     " shape inference could not resolve"
-                                     f" ({', '.join(sorted(bound_peak.free_symbols()))})")
-            return int(bound_peak)
-        dims = {self.dim: value}
-        model = self.model
-        peak = order_peak(rebind(model, self.sizes, dims), range(model.node_count))[0]
-        if self.candidates and self.estimate_peak(value) == peak:
-            return peak
-        sizes = {name: (size.bind(dims) if size is not None else None)
-                 for name, size in self.sizes.items()}
-        return int(analyze_liveness(self.graph, sizes).peak_bytes)
-
-    def _reanalyzed(self, value: int) -> Analysis:
-        assert self.reanalyze is not None
-        return self.reanalyze({**self.others, self.dim: value})
-
-    def peak(self, value: int) -> int:
-        """The bound analysis's peak: exact_peak where shapes needed re-inferring."""
-        if self.reanalyze is not None or not self.candidates:
-            return self.exact_peak(value)
-        return self.estimate_peak(value)
-
-    def roofline(self, value: int, gpu: GpuSpec) -> RooflineResult | None:
-        """None where the bound analysis's costs still depend on dims it could not bind."""
-        dims = {**self.others, self.dim: value}
-        if self.reanalyze is not None:
-            bound = self._bound_analysis(value)
-            if not _costs_bound(bound.costs):
-                return None
-            return estimate_roofline(bound.graph, bound.costs, gpu, dims, self.batch_dim)
-        if gpu.name not in self._rooflines:
-            if self.costs is None:
-                raise GraphmemError(f"internal: no costs symbolic in '{self.dim}' to vary it")
-            self._rooflines[gpu.name] = _compile_roofline(self.graph, self.costs, gpu,
-                                                          self.batch_dim)
-        return self._rooflines[gpu.name](dims)
-
-    def sweep(self, values: tuple[int, ...], gpu: GpuSpec | None,
-              usable_bytes: int | None) -> SweepResult:
-        def latency(value: int) -> float | None:
-            roofline = self.roofline(value, gpu) if gpu is not None else None
-            return roofline.est_latency_s if roofline is not None else None
-
-        batch_dim = self.batch_dim
-        others = self.others
-
-        def batch_at(value: int) -> int | None:
-            if batch_dim == self.dim:
-                return value
-            return others.get(batch_dim) if batch_dim is not None else None
-
-        return run_sweep(self.dim, values, self.peak, latency, usable_bytes, batch_at)
-
-
-def _compile_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec,
-                      batch_dim: str | None) -> Callable[[dict[str, int]], RooflineResult]:
-    """Roofline at any dims, with each node's FLOPs and bytes compiled once."""
-    nodes = []
-    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
-        rate_dtype = node_rate_dtype(node)
-        nodes.append((cost.name, compile_count(cost.flops),
-                      compile_count(cost.bytes_read + cost.bytes_written),
-                      gpu.flops_per_s_for(rate_dtype), rate_dtype,
-                      cost.status is CostStatus.OK))
-    bandwidth = gpu.memory_bandwidth_bytes_per_s
-
-    def at(dims: dict[str, int]) -> RooflineResult:
-        times: list[NodeTime] = [
-            node_time(name, flops(dims), moved(dims), rate, bandwidth, rate_dtype, known)
-            for name, flops, moved, rate, rate_dtype, known in nodes
-        ]
-        return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
-
-    return at
 
 
 def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceModel,
@@ -405,7 +246,7 @@ def _gpu_row(analysis: Analysis, gpu: GpuSpec, override: int | None,
     device = DeviceModel(gpu_runtime(analysis), gpu, override)
     fit = _gpu_fit(analysis, device)
     roofline = None
-    if _costs_bound(analysis.costs):
+    if costs_bound(analysis.costs):
         roofline = estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
                                      binding.batch_dim)
     max_batch = None
