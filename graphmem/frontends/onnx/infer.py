@@ -124,7 +124,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     elif not refolded and not slices:
         return first
     copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
-    scalars = unsqueeze_scalar_reshapes(copy.graph, types)  # scalar_reshapes.py
+    scalars = unsqueeze_scalar_reshapes(copy.graph, types, index.producer)  # scalar_reshapes.py
     if not refolded and not slices and not scalars:
         return first
     folded.update(scalars)
