@@ -59,7 +59,7 @@ VIEWED = "(SymInt(batch), SymInt(seq), SymInt(2), SymInt(4))"
 
 def test_a_reshape_target_built_from_value_ints_is_followed_by_the_rules(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(infer, "unsqueeze_scalar_reshapes", lambda graph, types: {})
+    monkeypatch.setattr(infer, "unsqueeze_scalar_reshapes", lambda graph, types, producer: {})
     imported = import_onnx(_view_model(tmp_path / "m.onnx"))
     assert not imported.warnings, imported.warnings
     assert "onnxruntime" in imported.shape_inference  # the rules ran, and finished
@@ -92,3 +92,49 @@ def test_a_rotary_slice_ending_at_a_reshaped_dim_is_the_rules_min() -> None:
     assert SeqDims(graph, {"ids": ids}).slice_dim(graph.node[-1], 4096) == "Min(4096, seq)"
     graph.node[4].input[1] = "zero"  # a Reshape to [0] is no vector of the one value
     assert SeqDims(graph, {"ids": ids}).slice_dim(graph.node[-1], 4096) is None
+
+
+_ROOT = Path(__file__).resolve().parents[1]
+_SAMPLES = sorted((_ROOT / "samples").glob("*.onnx"))
+_DYNAMO = _ROOT / "benchmarks/.cache/llama_dynamo_unoptimized_150_torch2.13.0+cpu.onnx"
+
+
+def _turned_both_ways(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Import `path` with every scalar-reshape turn made through the second pass's GraphIndex
+    (the copy's nodes are the model's) and by the walk over the copy's nodes, checked equal;
+    the count of Reshapes turned at each call."""
+    turned: list[int] = []
+    turn = scalar_reshapes.unsqueeze_scalar_reshapes
+
+    def both(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
+             producer: dict[str, onnx.NodeProto] | None = None) -> dict[str, onnx.NodeProto]:
+        walked = onnx.GraphProto()
+        walked.CopyFrom(graph)
+        expected = turn(walked, types)
+        found = turn(graph, types, producer)
+        assert producer is not None and found == expected and graph == walked
+        turned.append(len(found))
+        return found
+
+    monkeypatch.setattr(infer, "unsqueeze_scalar_reshapes", both)
+    import_onnx(path)
+    return turned
+
+
+@pytest.mark.parametrize("path", _SAMPLES, ids=[p.name for p in _SAMPLES])
+def test_scalar_reshapes_through_the_index_equal_the_walk(
+        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _turned_both_ways(path, monkeypatch)
+
+
+def test_scalar_reshapes_turned_through_the_index(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sum(_turned_both_ways(_view_model(tmp_path / "m.onnx"), monkeypatch)) > 0
+
+
+@pytest.mark.slow
+def test_the_dynamo_decoders_scalar_reshapes_through_the_index(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if not _DYNAMO.exists():
+        pytest.skip(f"{_DYNAMO.name} not cached (copy it from the main checkout)")
+    assert sum(_turned_both_ways(_DYNAMO, monkeypatch)) > 0

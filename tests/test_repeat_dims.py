@@ -69,7 +69,7 @@ def test_grouped_attention_by_tile_is_followed_with_the_rules_shapes(
     typed = import_onnx(path)
     with monkeypatch.context() as patch:  # the same import, every Tile left to the engines
         patch.setattr(importer, "expand_tiles", lambda model: {})
-        patch.setattr(infer, "reshape_dims", lambda graph, inferred, index=None: [])
+        patch.setattr(infer, "reshape_dims", lambda graph, inferred, index=None, types=None: [])
         untyped = import_onnx(path)
     assert _shapes(typed) == _shapes(untyped)
     assert [n.op_type for n in typed.graph.nodes] == [n.op_type for n in untyped.graph.nodes]
@@ -113,7 +113,7 @@ def test_a_repeat_of_a_rotary_output_is_typed_by_onnx_alone(
         vocab=100, max_positions=64))
     typed = import_onnx(path)
     with monkeypatch.context() as patch:  # the same import, the repeats left to the engines
-        patch.setattr(infer, "reshape_dims", lambda graph, inferred, index=None: [])
+        patch.setattr(infer, "reshape_dims", lambda graph, inferred, index=None, types=None: [])
         untyped = import_onnx(path)
     assert typed.shape_inference == "onnx shape inference"
     assert _ort_nodes(untyped) > 0

@@ -50,6 +50,7 @@ from graphmem.frontends.onnx.seq_dims import (
     is_expression,
     sequence_dims,
 )
+from graphmem.frontends.onnx.third_pass import third_pass
 from graphmem.frontends.onnx.value_types import (
     constant_tensor,
     fully_known_names,
@@ -123,7 +124,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     elif not refolded and not slices:
         return first
     copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
-    scalars = unsqueeze_scalar_reshapes(copy.graph, types)  # scalar_reshapes.py
+    scalars = unsqueeze_scalar_reshapes(copy.graph, types, index.producer)  # scalar_reshapes.py
     if not refolded and not slices and not scalars:
         return first
     folded.update(scalars)
@@ -131,11 +132,17 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     if second is None:
         return first
     # a Reshape whose input only this pass typed (a grouped-query repeat of a rotary output)
-    reshaped = reshape_dims(model.graph, second.graph, index)
-    if reshaped:
-        copy.graph.value_info.extend(reshaped)
-        second = _onnx_inference(copy, []) or second
-    return second
+    second_types = _types_of(second.graph)
+    reshaped = reshape_dims(model.graph, second.graph, index, second_types)
+    if not reshaped:
+        return second
+    # what onnx's third pass changes, inferred again alone (third_pass.py), else the pass
+    third = third_pass(copy, second, reshaped, second_types,
+                       lambda part: _onnx_inference(part, []))
+    if third is not None:
+        return third
+    copy.graph.value_info.extend(reshaped)
+    return _onnx_inference(copy, []) or second
 
 
 def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:

@@ -83,9 +83,13 @@ def _unsqueezed_axes(node: onnx.NodeProto | None,
 
 
 def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
-                 index: GraphIndex | None = None) -> list[onnx.ValueInfoProto]:
-    """Each Reshape output onnx left unknown whose input it typed, typed by the rule above."""
-    types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
+                 index: GraphIndex | None = None,
+                 types: Mapping[str, onnx.ValueInfoProto] | None = None
+                 ) -> list[onnx.ValueInfoProto]:
+    """Each Reshape output onnx left unknown whose input it typed, typed by the rule above;
+    `types`: `inferred`'s types by name where the caller has them (read only)."""
+    if types is None:
+        types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
     index = index or GraphIndex(graph)
     nodes = [n for n in index.nodes("Reshape") if n.domain in ("", "ai.onnx")
              and len(n.input) == 2 and not fully_known(types.get(n.output[0]))
