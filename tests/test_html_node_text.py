@@ -8,7 +8,6 @@ import math
 import random
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -39,8 +38,8 @@ def test_row_texts_are_the_rows_encoded(analysis, seed: int,  # type: ignore[no-
                      bound=pick(("compute", "memory"))) for _ in costs] if with_times else None
     phases = [pick(("", "forward", "back<ward>")) for _ in costs]
     monkeypatch.setattr(nodes, "MAX_NODE_ROWS", seed)  # 0 to 5 rows as HTML, the rest as text
-    table = nodes.node_table(SimpleNamespace(nodes=costs),  # type: ignore[arg-type]
-                             SimpleNamespace(nodes=times) if with_times else None,  # type: ignore[arg-type]
+    table = nodes.node_table(replace(analysis.costs, nodes=tuple(costs)),
+                             replace(analysis.roofline, nodes=tuple(times)) if times else None,
                              phases)
     rows = [nodes.node_row(step, cost, None if times is None else times[step], phase).data()
             for step, (cost, phase) in enumerate(zip(costs, phases, strict=True))]

@@ -2,18 +2,22 @@
 and the kind's fields encoded once, the name, module per node, the times once per distinct
 time) and the live tensors' rows likewise (`_LiveRows`) are the text the encoder writes for
 each whole dict: the same document, byte for byte, with dims bound and free, with a roofline's
-times, and with names and numbers the encoder must tell apart."""
+times, and with names and numbers the encoder must tell apart; the arena's placements too."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from graphmem import analyze_onnx
+from graphmem.passes.arena import Placement
 from graphmem.pipeline.analysis import Analysis
-from graphmem.report.json.report import json_chunks, to_dict
+from graphmem.report.json.plan import _Placements
+from graphmem.report.json.report import _line, json_chunks, to_dict
+from graphmem.report.json.rows import item
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -65,3 +69,21 @@ def test_times_equal_but_written_apart() -> None:
     per_kind, whole_rows = _texts(analysis)
     assert per_kind == whole_rows
     assert '"est_time_s": -0.0' in per_kind and '"est_time_s": 1,' in per_kind
+
+
+NAMES = ("", "a", 'q"uote', "back\\slash", "</script>", "tab\there", "\u2028\u2029",
+         "\x00\x1f\x7f", "caf\u00e9", "\U0001f600", "\ud800", "x" * 300)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_placements_as_text_are_the_dicts_encoded(seed: int) -> None:
+    """The arena's placements (plan.py `_Placements`), alone and inside the one-line
+    `arena` dict the writer puts them in (report.py `_line`)."""
+    rng = random.Random(seed)
+    numbers = (0, 1, -1, 255, 2**31, 2**63 + 1, 10**30)
+    placements = tuple(Placement(rng.choice(NAMES), *(rng.choice(numbers) for _ in range(4)))
+                       for _ in range(rng.randint(0, 50)))
+    rows = _Placements(placements)
+    assert list(rows.texts()) == [item(row) for row in rows]
+    arena = {"alignment": 1, "placements": rows, "method": "x"}
+    assert _line(arena) == item({**arena, "placements": list(rows)})

@@ -156,9 +156,10 @@ def stacked_layers(
         picked = [rows[step] for step in range(count) for _ in (0, 1)]
     else:
         xs, picked = [], []
+        totals = list(map(sum, rows))
         for column in range(columns):
             start, stop = column * count // columns, (column + 1) * count // columns
-            highest = max(range(start, stop), key=lambda s: sum(rows[s]))
+            highest = max(range(start, stop), key=totals.__getitem__)
             xs.append(x_of((start + stop) / 2))
             picked.append(rows[highest])
     bottom, left, right = y_of(0), x_of(0), x_of(count)

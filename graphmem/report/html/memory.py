@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Role, Value
 from graphmem.core.safe_text import printable, printable_text
-from graphmem.core.symbolic import sum_sizes
+from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.core.units import format_bytes
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import TOP, ModuleReport
@@ -185,6 +185,14 @@ class RoleSteps:
     bytes_per_step: tuple[tuple[int, ...], ...]  # [step][role], at the probe value
 
 
+def _probes(sizes: Sequence[SymInt]) -> list[int]:
+    """`probe` of each size: `int` of each where all are numbers (a bound graph's steps)."""
+    try:
+        return list(map(int, sizes))
+    except ValueError:  # a size in free dims (SymInt.__int__)
+        return list(map(probe, sizes))
+
+
 def timeline(
     analysis: Analysis,
     op_of: dict[str, str],
@@ -205,7 +213,7 @@ def timeline(
 
     stacked = by_role is not None and len(by_role.bytes_per_step) == len(steps)
     return timeline_chart(
-        [probe(size) for size in steps],
+        _probes(steps),
         resident_bytes=probe(live.resident_bytes),
         peak_step=live.peak_step,
         usable_bytes=gpu.usable.probe if gpu else None,

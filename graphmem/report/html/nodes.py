@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 from markupsafe import Markup
 
-from graphmem.core.safe_text import printable, printable_text
+from graphmem.core.safe_text import NAME_MAX_CHARS, printable, printable_text
 from graphmem.core.symbolic import sum_sizes
 from graphmem.passes.costs import CostReport, CostStatus, NodeCost, qualified_op
 from graphmem.passes.roofline import NodeTime, RooflineResult
@@ -29,6 +30,7 @@ from graphmem.report.html.quantity import (
     format_time,
     percent,
 )
+from graphmem.report.node_kinds import shared_node_kinds
 
 MAX_NODE_ROWS = 500  # rows written as HTML; the script shows them all
 PAGE_ROWS = 100  # rows per page when the script runs
@@ -106,11 +108,10 @@ def node_table(costs: CostReport, roofline: RooflineResult | None,
     rows = [node_row(step, cost, time, phase) for step, (cost, time, phase)
             in islice(nodes, MAX_NODE_ROWS)]
     # the rest only as data text: no NodeRow (and its Quantities) for tens of thousands of nodes
-    row_text = _RowTexts().row
-    rest = [row_text(step, cost, time, phase) for step, (cost, time, phase) in nodes]
+    rest = _row_texts(costs, roofline, phases, len(rows))
     return NodeTable(
         rows=tuple(rows),
-        total=len(rows) + len(rest),
+        total=len(costs.nodes),
         has_times=roofline is not None,
         has_phases=any(phases),
         data=script_json_text("[" + ",".join([*(_DUMPS(row.data()) for row in rows), *rest])
@@ -144,51 +145,56 @@ _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _TEXT = json.encoder.encode_basestring  # a str as _DUMPS writes it
 
 
-class _RowTexts:
-    """`_DUMPS(node_row(...).data())` without the row: one node's fields in the script's data
-    as JSON text, from pieces encoded once per kind of node (the op and shapes as shown, each
-    quantity's number and text, the status and note: a decoder's layers repeat a few dozen
-    kinds), per module path, phase and time; only the step, the name and the parameter count
-    are encoded per node."""
-
-    def __init__(self) -> None:
-        self.kinds: dict[tuple[Any, ...], tuple[str, str, str, str]] = {}
-        self.shown: dict[str, str] = {}  # a module path -> as shown, encoded
-        self.phases: dict[str, str] = {}
-        self.times: dict[tuple[str, str], str] = {}
-
-    def row(self, step: int, cost: NodeCost, time: NodeTime | None, phase: str) -> str:
-        key = (cost.op_type, cost.domain, cost.output_shapes, cost.status, cost.note,
-               cost.macs, cost.flops, cost.bytes_written)
-        kind = self.kinds.get(key)
-        if kind is None:
-            kind = self.kinds[key] = _kind_texts(cost)
-        module = self.shown.get(cost.module_path)
-        if module is None:
-            module = self.shown[cost.module_path] = _TEXT(printable(cost.module_path))
-        phase_text = self.phases.get(phase)
-        if phase_text is None:
-            phase_text = self.phases[phase] = _TEXT(phase)
+def _row_texts(costs: CostReport, roofline: RooflineResult | None, phases: Sequence[str],
+               start: int) -> Iterator[str]:
+    """`_DUMPS(node_row(...).data())` of each node from `start` on, without the rows: a
+    kind's fields (report/node_kinds.py: the op as shown; the shapes, parameters, quantities,
+    time, status and note) encoded once, each module path and phase once, and the step and
+    name per node."""
+    kinds = shared_node_kinds(costs, roofline)
+    nodes = costs.nodes
+    ops, tails = [], []  # per kind: the op; the fields after the phase
+    for index in kinds.first:
+        cost = nodes[index]
+        op, shapes, quantities, status = _kind_texts(cost)
         params = cost.param_count
-        return ("[" + str(step) + "," + _TEXT(printable(cost.name)) + "," + kind[0] + ","
-                + module + "," + phase_text + "," + kind[1] + ","
-                + (int.__repr__(params) if params.__class__ is int else _DUMPS(params)) + ","
-                + kind[2] + "," + self._time(time) + "," + kind[3] + "]")
+        time = _time_text(roofline.nodes[index] if roofline else None)
+        ops.append(op)
+        tails.append(shapes + "," + (int.__repr__(params) if params.__class__ is int
+                                     else _DUMPS(params)) + ","
+                     + quantities + "," + time + "," + status)
+    of_node = kinds.of_node[start:]
+    paths = list(map(_MODULE_PATH, nodes[start:]))
+    modules = {path: _TEXT(printable(path)) for path in set(paths)}
+    phase_texts = {phase: _TEXT(phase) for phase in set(phases[start:])}
+    return map("[{},{},{},{},{},{}]".format, range(start, len(nodes)),
+               map(_TEXT, _shown_names(list(map(_NAME, nodes[start:])))),
+               map(ops.__getitem__, of_node), map(modules.__getitem__, paths),
+               map(phase_texts.__getitem__, phases[start:]), map(tails.__getitem__, of_node))
 
-    def _time(self, time: NodeTime | None) -> str:
-        if time is None:
-            return 'null,"",""'
-        # repr tells 0.0 from -0.0, which compare equal
-        key = (repr(time.est_time_s), time.bound)
-        text = self.times.get(key)
-        if text is None:
-            text = self.times[key] = _DUMPS(
-                [time.est_time_s, format_time(time.est_time_s), time.bound])[1:-1]
-        return text
+
+_NAME = attrgetter("name")
+_MODULE_PATH = attrgetter("module_path")
+
+
+def _shown_names(names: list[str]) -> Iterable[str]:
+    """`printable` of each name: the names themselves where all are short and printable (one
+    test of their joined text, which is printable when each of them is)."""
+    if max(map(len, names), default=0) <= NAME_MAX_CHARS and "".join(names).isprintable():
+        return names
+    return map(printable, names)
+
+
+def _time_text(time: NodeTime | None) -> str:
+    """The time, its text and the bound, as JSON text."""
+    if time is None:
+        return 'null,"",""'
+    return _DUMPS([time.est_time_s, format_time(time.est_time_s), time.bound])[1:-1]
 
 
 def _kind_texts(cost: NodeCost) -> tuple[str, str, str, str]:
-    """The op, the shapes, the six quantity fields and the status and note, as JSON text."""
+    """The op, the shapes, the six quantity fields and the status and note, as JSON text
+    (the parameters and time: `_row_texts`)."""
     counted = cost.status is CostStatus.OK
     macs = count_quantity(cost.macs) if counted else None
     flops = count_quantity(cost.flops, "FLOP") if counted else None

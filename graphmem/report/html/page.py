@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -24,6 +23,7 @@ from graphmem.core.output_files import write_output_text
 from graphmem.core.safe_text import printable_text
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.analysis import Analysis
+from graphmem.report.html.cells import bar, inert, pct, qty
 from graphmem.report.html.view import build_view
 
 _TEMPLATE = "report.html.j2"
@@ -84,7 +84,7 @@ def report_environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     environment = jinja2.Environment(
         loader=loader,
         autoescape=True,  # every template here is HTML (or SVG inside it)
-        finalize=_inert,
+        finalize=inert,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -92,6 +92,7 @@ def report_environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     )
     environment.filters["thousands"] = "{:,}".format
     environment.filters["breakable"] = breakable
+    environment.globals.update(qty=qty, bar=bar, pct=pct)  # cells.py: called per row
     return environment
 
 
@@ -105,12 +106,3 @@ def breakable(text: str) -> Markup:
     for mark in _BREAK_AFTER:
         escaped = escaped.replace(mark, f"{mark}<wbr>")
     return Markup(escaped)
-
-
-def _inert(value: Any) -> Any:
-    """Every `{{ ... }}` before it is escaped: text made printable (Markup is the view's own
-    markup, already escaped: the node data, `| safe` entities). A model's names are shortened
-    where the view takes them; this bounds every other string, a name quoted in a sentence too."""
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return printable_text(value, None, multiline=True)
-    return value

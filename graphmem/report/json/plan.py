@@ -6,13 +6,16 @@ in the README.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from graphmem.core.symbolic import SymInt
+from graphmem.report.json.rows import TextRows, text
 from graphmem.report.json.runtime import device_total_parts
 from graphmem.report.precision import unaccelerated_json
 
 if TYPE_CHECKING:
+    from graphmem.passes.arena import Placement
     from graphmem.passes.roofline import RooflineResult
     from graphmem.passes.sweep import SweepResult
     from graphmem.pipeline.analysis import Analysis
@@ -22,8 +25,9 @@ def _quantity(value: SymInt) -> int | str:
     return int(value) if value.is_constant else value.formula()
 
 
-def plan_memory(analysis: Analysis) -> dict[str, Any]:
-    """`memory.best_order_peak_bytes`, `arena_bytes`, `no_reuse_bytes` and their details."""
+def plan_memory(analysis: Analysis, lazy_rows: bool = False) -> dict[str, Any]:
+    """`memory.best_order_peak_bytes`, `arena_bytes`, `no_reuse_bytes` and their details;
+    `lazy_rows`: the arena's placements as rows the writer asks for as text (`_Placements`)."""
     schedule, arena = analysis.schedule, analysis.arena
     fields: dict[str, Any] = {"best_order_peak_bytes": None, "arena_bytes": None,
                               "no_reuse_bytes": None}
@@ -52,11 +56,32 @@ def plan_memory(analysis: Analysis) -> dict[str, Any]:
             "fragmentation": arena.fragmentation,
             "alignment": arena.alignment,
             "method": "greedy by size, best fit (TFLite ArenaPlanner, XLA heap simulator)",
-            "placements": [{"name": p.name, "offset": p.offset, "bytes": p.nbytes,
-                            "first_step": p.first_step, "last_step": p.last_step}
-                           for p in arena.placements],
+            "placements": (_Placements(arena.placements) if lazy_rows
+                           else list(map(_placement, arena.placements))),
         }
     return fields
+
+
+class _Placements(TextRows):
+    """The arena's placements, one dict a buffer (a decoder places one buffer a node); as
+    text, one f-string a row: its numbers are ints (Placement), which the encoder writes as
+    `str` does."""
+
+    def __init__(self, placements: tuple[Placement, ...]) -> None:
+        self.placements = placements
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(_placement, self.placements)
+
+    def texts(self) -> Iterator[str]:
+        return (f'{{"name": {text(p.name)}, "offset": {p.offset}, "bytes": {p.nbytes},'
+                f' "first_step": {p.first_step}, "last_step": {p.last_step}}}'
+                for p in self.placements)
+
+
+def _placement(placement: Placement) -> dict[str, Any]:
+    return {"name": placement.name, "offset": placement.offset, "bytes": placement.nbytes,
+            "first_step": placement.first_step, "last_step": placement.last_step}
 
 
 def _at_max_runtime(analysis: Analysis) -> dict[str, Any] | None:

@@ -9,7 +9,9 @@ maximum of its candidates: `memory.peak_bytes` as sympy text ("Max(a, b)"), and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from itertools import islice
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,11 @@ from graphmem.report.error_band import band_json
 from graphmem.report.json.distributed import distributed_config, distributed_memory
 from graphmem.report.json.finetune import finetune_section
 from graphmem.report.json.plan import plan_gpu, plan_memory, sweep_json
+from graphmem.report.json.rows import TextRows, fields_text, item, text
 from graphmem.report.json.runtime import runtime_memory
 from graphmem.report.json.serving import serving_memory
 from graphmem.report.json.suggestions import suggestions_json
+from graphmem.report.node_kinds import shared_node_kinds
 from graphmem.report.out_of_memory import out_of_memory_json
 from graphmem.report.words import caveat_text
 
@@ -92,7 +96,7 @@ def to_dict(analysis: Analysis, lazy_nodes: bool = False) -> dict[str, Any]:
             "bytes_read": quantity(costs.total_bytes_read),
             "bytes_written": quantity(costs.total_bytes_written),
         },
-        "memory": {**_memory(analysis.liveness, lazy_nodes), **plan_memory(analysis),
+        "memory": {**_memory(analysis.liveness, lazy_nodes), **plan_memory(analysis, lazy_nodes),
                    **distributed_memory(analysis), **runtime_memory(analysis),
                    **serving_memory(analysis)},
         "nodes": _NodeRows(analysis) if lazy_nodes else list(_NodeRows(analysis)),
@@ -231,53 +235,44 @@ def _gpu(fit: GpuFit) -> dict[str, Any]:
     }
 
 
-class _NodeRows:
+class _NodeRows(TextRows):
     """The `nodes` rows, one dict per node, each made when the writer reaches it."""
 
     def __init__(self, analysis: Analysis) -> None:
-        self.costs = analysis.costs.nodes
+        self.costs = analysis.costs
         self.roofline = analysis.roofline
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         times = self.roofline.nodes if self.roofline is not None else None
-        for index, cost in enumerate(self.costs):
+        for index, cost in enumerate(self.costs.nodes):
             yield _node(cost, None if times is None else times[index])
 
     def texts(self) -> Iterator[str]:
-        """Each row as the C encoder writes `_node`'s dict, from its pieces: the op's and the
-        kind's fields encoded once per kind, the name and module (strings, escaped by the
-        encoder's own function) and the times per node."""
+        """Each row as the C encoder writes `_node`'s dict, from its pieces: the fields of a
+        kind of node (report/node_kinds.py: op, counts, time) encoded once per kind, each
+        module path once, and the name per node (strings, escaped by the encoder's own
+        function)."""
+        nodes = self.costs.nodes
         times = self.roofline.nodes if self.roofline is not None else None
-        ops: dict[tuple[str, str], str] = {}
-        kinds: dict[tuple[Any, ...], str] = {}
-        no_time = _ITEM(_time_fields(None))[1:-1]
-        shown_times: dict[tuple[str, str, str], str] = {}
-        text = json.encoder.encode_basestring_ascii
-        for index, cost in enumerate(self.costs):
-            op = ops.get((cost.op_type, cost.domain))
-            if op is None:
-                op = ops[(cost.op_type, cost.domain)] = _ITEM(_op_fields(cost))[1:-1]
-            key = (cost.output_shapes, cost.status, cost.macs, cost.flops, cost.bytes_read,
-                   cost.bytes_written, cost.param_count, cost.note)
-            kind = kinds.get(key)
-            if kind is None:
-                kind = kinds[key] = _ITEM(_kind_fields(cost))[1:-1]
-            time = no_time if times is None else _time_text(times[index], shown_times)
-            yield ('{"name": ' + text(cost.name) + ", " + op + ', "module": '
-                   + text(cost.module_path) + ", " + kind + ", " + time + "}")
+        kinds = shared_node_kinds(self.costs, self.roofline)
+        heads, tails = [], []  # per kind: the op's fields; the rest of the row after the module
+        for index in kinds.first:
+            cost = nodes[index]
+            heads.append(fields_text(_op_fields(cost)))
+            tails.append(", " + fields_text(_kind_fields(cost)) + ", " + fields_text(
+                _time_fields(None if times is None else times[index])) + "}")
+        modules = {path: text(path) for path in set(map(_MODULE_PATH, nodes))}
+        return map('{{"name": {}, {}, "module": {}{}'.format, map(text, map(_NAME, nodes)),
+                   map(heads.__getitem__, kinds.of_node),
+                   map(modules.__getitem__, map(_MODULE_PATH, nodes)),
+                   map(tails.__getitem__, kinds.of_node))
 
 
-def _time_text(time: NodeTime, shown: dict[tuple[str, str, str], str]) -> str:
-    """A node's time fields as encoded, once per distinct time, bound and intensity (the
-    numbers by repr: 0.0 and -0.0, 1 and 1.0 compare equal but are written apart)."""
-    key = (repr(time.est_time_s), time.bound, repr(time.intensity_flops_per_byte))
-    encoded = shown.get(key)
-    if encoded is None:
-        encoded = shown[key] = _ITEM(_time_fields(time))[1:-1]
-    return encoded
+_NAME = attrgetter("name")
+_MODULE_PATH = attrgetter("module_path")
 
 
-class _LiveRows:
+class _LiveRows(TextRows):
     """The `live_at_peak` rows, as _NodeRows: each made when the writer reaches it, and as
     text from the fields tensors of one size, role, dtype and shape share, encoded once."""
 
@@ -289,12 +284,11 @@ class _LiveRows:
 
     def texts(self) -> Iterator[str]:
         kinds: dict[tuple[Any, ...], str] = {}
-        text = json.encoder.encode_basestring_ascii
         for tensor in self.tensors:
             key = (tensor.nbytes, tensor.role, tensor.dtype, tensor.shape)
             kind = kinds.get(key)
             if kind is None:
-                kind = kinds[key] = _ITEM(_live_kind(tensor))[1:-1]
+                kind = kinds[key] = fields_text(_live_kind(tensor))
             producer, last = tensor.producer, tensor.last_consumer
             yield ('{"name": ' + text(tensor.name) + ", " + kind + ', "producer": '
                    + ("null" if producer is None else text(producer)) + ', "last_consumer": '
@@ -311,35 +305,15 @@ def write_json(analysis: Analysis, path: Path) -> None:
 
 # ----- the writer ------------------------------------------------------------------------------
 # Indented as json.dumps(indent=2) down to PRETTY_DEPTH; below, each list item and each deeper
-# value is one line from the C encoder: json.dumps with `indent` runs the pure-Python encoder
-# (a 40,000-node graph took 4 s), and a node per line still reads and diffs well.
+# value is one line from the C encoder (rows.py `item`): json.dumps with `indent` runs the
+# pure-Python encoder (a 40,000-node graph took 4 s), and a node per line still reads and
+# diffs well.
 PRETTY_DEPTH = 2
-_ENCODER = json.JSONEncoder(separators=(", ", ": "))
-
-
-def _c_item_encoder() -> Callable[[Any], str]:
-    """The C encoder, made once: `JSONEncoder.encode` makes one per call (with a closure
-    and a dict of markers), a tenth of the writer's time at one call per node row. No
-    markers: the rows are trees graphmem builds (a cycle would recurse, not loop)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # a Python without the C accelerator
-        return _ENCODER.encode
-    encode = make(None, _ENCODER.default, json.encoder.encode_basestring_ascii, None,
-                  _ENCODER.key_separator, _ENCODER.item_separator, False, False, True)
-
-    def item(value: Any) -> str:
-        if isinstance(value, str):
-            return json.encoder.encode_basestring_ascii(value)
-        return "".join(encode(value, 0))
-
-    return item
-
-
-_ITEM = _c_item_encoder()
+_ROWS_PER_CHUNK = 4096  # rows joined into one piece of the text
 
 
 def json_chunks(value: Any, depth: int = 0) -> Iterator[str]:
-    """`value` (dicts, lists, iterables of rows, JSON scalars) as JSON text, in pieces."""
+    """`value` (dicts, lists, TextRows, JSON scalars) as JSON text, in pieces."""
     yield from _chunks(value, depth)
     if depth == 0:
         yield "\n"
@@ -349,19 +323,20 @@ def _chunks(value: Any, depth: int) -> Iterator[str]:
     pad = "\n" + "  " * (depth + 1)
     if isinstance(value, dict) and value and depth < PRETTY_DEPTH:
         yield "{"
-        for index, (key, item) in enumerate(value.items()):
+        for index, (key, entry) in enumerate(value.items()):
             yield ("," if index else "") + pad + json.dumps(str(key)) + ": "
-            yield from _chunks(item, depth + 1)
+            yield from _chunks(entry, depth + 1)
         yield "\n" + "  " * depth + "}"
-    elif isinstance(value, _NodeRows | _LiveRows) and depth < PRETTY_DEPTH + 1:
+    elif isinstance(value, TextRows) and depth < PRETTY_DEPTH + 1:
         rows = value.texts()
         head = next(rows, None)
         if head is None:
             yield "[]"
             return
         yield "[" + pad + head
-        for row in rows:
-            yield "," + pad + row
+        between = "," + pad
+        for chunk in iter(lambda: list(islice(rows, _ROWS_PER_CHUNK)), []):
+            yield between + between.join(chunk)
         yield "\n" + "  " * depth + "]"
     elif isinstance(value, list | tuple) and depth < PRETTY_DEPTH + 1:
         items = iter(value)
@@ -370,14 +345,24 @@ def _chunks(value: Any, depth: int) -> Iterator[str]:
             yield "[]"
             return
         if not isinstance(first, dict | list) and isinstance(value, list | tuple):
-            yield _ITEM(value)  # numbers and names: one line
+            yield item(value)  # numbers and names: one line
             return
-        yield "[" + pad + _ITEM(first)
-        for item in items:
-            yield "," + pad + _ITEM(item)
+        yield "[" + pad + item(first)
+        for entry in items:
+            yield "," + pad + item(entry)
         yield "\n" + "  " * depth + "]"
     else:
-        yield _ITEM(value)
+        yield _line(value)
+
+
+def _line(value: Any) -> str:
+    """`value` on one line as `item` writes it, TextRows inside a dict (str keys) too."""
+    if isinstance(value, TextRows):
+        return "[" + ", ".join(value.texts()) + "]"
+    if isinstance(value, dict) and any(isinstance(entry, TextRows) for entry in value.values()):
+        return "{" + ", ".join(text(key) + ": " + _line(entry)
+                               for key, entry in value.items()) + "}"
+    return item(value)
 
 
 _EMPTY = object()

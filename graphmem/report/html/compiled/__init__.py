@@ -3,4 +3,4 @@ generated, do not edit. page.py uses the modules only while this jinja2 version 
 sources' digest hold."""
 
 JINJA2_VERSION = "3.1.6"
-SOURCES_SHA256 = "bec7cb0125901f408195821573b649373e431b1bea5c0f8b0ca5326c9669e1be"
+SOURCES_SHA256 = "cca6180da6a66ea3a207f50ab6c0a5cfee89187b82a78b82bfe9c15d796966b7"

@@ -12,8 +12,10 @@ def root(context, missing=missing):
     if 0: yield None
     l_0_view = resolve('view')
     l_0_g = resolve('g')
+    l_0_qty = resolve('qty')
+    l_0_pct = resolve('pct')
     l_0_k = resolve('k')
-    l_0_qty = l_0_bar = l_0_pct = l_0_x = missing
+    l_0_x = missing
     try:
         t_1 = environment.filters['thousands']
     except KeyError:
@@ -27,18 +29,6 @@ def root(context, missing=missing):
         def t_2(*unused):
             raise TemplateRuntimeError("No test named 'none' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/per_gpu.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/per_gpu.html.j2') does not export the requested name 'qty'", name='qty')
-    l_0_bar = getattr(included_template, 'bar', missing)
-    if l_0_bar is missing:
-        l_0_bar = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/per_gpu.html.j2') does not export the requested name 'bar'", name='bar')
-    l_0_pct = getattr(included_template, 'pct', missing)
-    if l_0_pct is missing:
-        l_0_pct = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/per_gpu.html.j2') does not export the requested name 'pct'", name='pct')
-    context.vars.update({'qty': l_0_qty, 'bar': l_0_bar, 'pct': l_0_pct})
-    context.exported_vars.difference_update(('qty', 'bar', 'pct'))
     l_0_x = (undefined(name='view') if l_0_view is missing else l_0_view)
     context.vars['x'] = l_0_x
     context.exported_vars.add('x')
@@ -59,7 +49,7 @@ def root(context, missing=missing):
         yield '\n  ('
         yield escape(environment.finalize(t_1(environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'total_gpus'))))
         yield ' GPU'
-        yield escape(environment.finalize(('s' if (environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'total_gpus') != 1) else cond_expr_undefined("the inline if-expression on line 11 in 'partials/per_gpu.html.j2' evaluated to false and no else section was defined."))))
+        yield escape(environment.finalize(('s' if (environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'total_gpus') != 1) else cond_expr_undefined("the inline if-expression on line 10 in 'partials/per_gpu.html.j2' evaluated to false and no else section was defined."))))
         yield ')'
         if environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'layout'):
             pass
@@ -75,19 +65,20 @@ def root(context, missing=missing):
         yield '.</p>\n  <div class="scroll">\n  <table class="compact gpu-lines per-gpu">\n    <tbody>\n'
         l_1_loop = missing
         for l_1_p, l_1_loop in LoopContext(environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'parts'), undefined):
+            l_1_bar = resolve('bar')
             _loop_vars = {}
             pass
             yield '<tr><th scope="row">'
-            yield escape(environment.finalize(('+ ' if (not environment.getattr(l_1_loop, 'first')) else cond_expr_undefined("the inline if-expression on line 16 in 'partials/per_gpu.html.j2' evaluated to false and no else section was defined."))))
+            yield escape(environment.finalize(('+ ' if (not environment.getattr(l_1_loop, 'first')) else cond_expr_undefined("the inline if-expression on line 15 in 'partials/per_gpu.html.j2' evaluated to false and no else section was defined."))))
             yield escape(environment.finalize(environment.getattr(l_1_p, 'label')))
             yield '</th><td class="r">'
             yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_p, 'size'), _loop_vars=_loop_vars)))
             yield '</td><td class="share">'
-            yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_p, 'percent'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_p, 'percent'), _loop_vars=_loop_vars)))
             yield ' '
             yield escape(environment.finalize(context.call((undefined(name='pct') if l_0_pct is missing else l_0_pct), environment.getattr(l_1_p, 'percent'), _loop_vars=_loop_vars)))
             yield '</td></tr>\n'
-        l_1_loop = l_1_p = missing
+        l_1_loop = l_1_p = l_1_bar = missing
         yield '    <tr class="total"><th scope="row">= total per GPU</th><td class="r">'
         yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'total'))))
         yield '</td><td></td></tr>\n'
@@ -155,7 +146,7 @@ def root(context, missing=missing):
                 yield '<code>'
                 yield escape(environment.finalize(l_1_w))
                 yield '</code>'
-                yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 39 in 'partials/per_gpu.html.j2' evaluated to false and no else section was defined."))))
+                yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 38 in 'partials/per_gpu.html.j2' evaluated to false and no else section was defined."))))
             l_1_loop = l_1_w = missing
             yield '.</p>'
         if environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'fit_rows'):
@@ -288,4 +279,4 @@ def root(context, missing=missing):
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=27&2=39&5=43&6=45&8=49&9=51&10=53&11=57&12=66&16=74&18=89&19=91&20=96&21=98&22=104&23=107&24=109&28=115&34=118&39=145&40=158&42=161&46=167&47=177&48=193&54=202&55=204&57=208&58=223&59=227&60=235&63=244&64=246&65=259&66=264&67=269&71=275&72=280'
+debug_info = '1=29&4=33&5=35&7=39&8=41&9=43&10=47&11=56&15=64&17=80&18=82&19=87&20=89&21=95&22=98&23=100&27=106&33=109&38=136&39=149&41=152&45=158&46=168&47=184&53=193&54=195&56=199&57=214&58=218&59=226&62=235&63=237&64=250&65=255&66=260&70=266&71=271'

@@ -11,7 +11,7 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_name_list = l_0_s = l_0_gaps = missing
+    l_0_name_list = l_0_s = l_0_gaps = missing
     try:
         t_1 = environment.filters['join']
     except KeyError:
@@ -32,14 +32,11 @@ def root(context, missing=missing):
             raise TemplateRuntimeError("No filter named 'thousands' found.")
     pass
     included_template = environment.get_template('partials/macros.html.j2', 'partials/about.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/about.html.j2') does not export the requested name 'qty'", name='qty')
     l_0_name_list = getattr(included_template, 'name_list', missing)
     if l_0_name_list is missing:
         l_0_name_list = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/about.html.j2') does not export the requested name 'name_list'", name='name_list')
-    context.vars.update({'qty': l_0_qty, 'name_list': l_0_name_list})
-    context.exported_vars.difference_update(('qty', 'name_list'))
+    context.vars['name_list'] = l_0_name_list
+    context.exported_vars.discard('name_list')
     l_0_s = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'summary')
     context.vars['s'] = l_0_s
     context.exported_vars.add('s')
@@ -90,14 +87,15 @@ def root(context, missing=missing):
     l_1_loop = missing
     t_4 = 1
     for (l_1_dtype, l_1_size), l_1_loop in LoopContext(environment.getattr((undefined(name='s') if l_0_s is missing else l_0_s), 'bytes_by_dtype'), undefined):
+        l_1_qty = resolve('qty')
         _loop_vars = {}
         pass
         yield escape(environment.finalize(l_1_dtype))
         yield ' '
-        yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), l_1_size, _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), l_1_size, _loop_vars=_loop_vars)))
         yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 24 in 'partials/about.html.j2' evaluated to false and no else section was defined."))))
         t_4 = 0
-    l_1_loop = l_1_dtype = l_1_size = missing
+    l_1_loop = l_1_dtype = l_1_size = l_1_qty = missing
     if t_4:
         pass
         yield 'none'
@@ -172,4 +170,4 @@ def root(context, missing=missing):
     yield '      </ul>\n    </div>\n  </div>\n</section>\n'
 
 blocks = {}
-debug_info = '1=31&2=40&3=43&10=47&11=49&12=51&13=57&14=59&15=67&16=69&17=71&18=73&19=75&21=78&24=89&30=102&31=104&32=108&34=122&35=124&36=128&38=133&39=135&40=139&42=144&43=146&44=150&46=155&47=159&49=162&50=166'
+debug_info = '1=31&2=37&3=40&10=44&11=46&12=48&13=54&14=56&15=64&16=66&17=68&18=70&19=72&21=75&24=86&30=100&31=102&32=106&34=120&35=122&36=126&38=131&39=133&40=137&42=142&43=144&44=148&46=153&47=157&49=160&50=164'

@@ -11,7 +11,8 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_name_list = l_0_s = l_0_gaps = missing
+    l_0_qty = resolve('qty')
+    l_0_name_list = l_0_s = l_0_gaps = missing
     try:
         t_1 = environment.filters['join']
     except KeyError:
@@ -26,14 +27,11 @@ def root(context, missing=missing):
             raise TemplateRuntimeError("No filter named 'length' found.")
     pass
     included_template = environment.get_template('partials/macros.html.j2', 'partials/summary.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/summary.html.j2') does not export the requested name 'qty'", name='qty')
     l_0_name_list = getattr(included_template, 'name_list', missing)
     if l_0_name_list is missing:
         l_0_name_list = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/summary.html.j2') does not export the requested name 'name_list'", name='name_list')
-    context.vars.update({'qty': l_0_qty, 'name_list': l_0_name_list})
-    context.exported_vars.difference_update(('qty', 'name_list'))
+    context.vars['name_list'] = l_0_name_list
+    context.exported_vars.discard('name_list')
     l_0_s = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'summary')
     context.vars['s'] = l_0_s
     context.exported_vars.add('s')
@@ -61,7 +59,7 @@ def root(context, missing=missing):
         yield escape(environment.finalize(context.call((undefined(name='name_list') if l_0_name_list is missing else l_0_name_list), environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'unsupported_nodes'))))
         yield '</div>\n  </div>\n'
     template = environment.get_template('partials/headline.html.j2', 'partials/summary.html.j2')
-    gen = template.root_render_func(template.new_context(context.get_all(), True, {'gaps': l_0_gaps, 'name_list': l_0_name_list, 'qty': l_0_qty, 's': l_0_s}))
+    gen = template.root_render_func(template.new_context(context.get_all(), True, {'gaps': l_0_gaps, 'name_list': l_0_name_list, 's': l_0_s}))
     try:
         for event in gen:
             yield event
@@ -69,7 +67,7 @@ def root(context, missing=missing):
     if environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'gpu'):
         pass
         template = environment.get_template('partials/gpu.html.j2', 'partials/summary.html.j2')
-        gen = template.root_render_func(template.new_context(context.get_all(), True, {'gaps': l_0_gaps, 'name_list': l_0_name_list, 'qty': l_0_qty, 's': l_0_s}))
+        gen = template.root_render_func(template.new_context(context.get_all(), True, {'gaps': l_0_gaps, 'name_list': l_0_name_list, 's': l_0_s}))
         try:
             for event in gen:
                 yield event
@@ -127,4 +125,4 @@ def root(context, missing=missing):
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=25&2=34&3=37&7=41&9=44&13=48&15=58&18=60&19=66&21=75&22=77&23=81&24=89&26=94&27=97&29=100&30=102&33=110&34=113&36=115&38=117&39=120'
+debug_info = '1=26&2=32&3=35&7=39&9=42&13=46&15=56&18=58&19=64&21=73&22=75&23=79&24=87&26=92&27=95&29=98&30=100&33=108&34=111&36=113&38=115&39=118'

@@ -11,7 +11,8 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_g = l_0_verdict = l_0_what = missing
+    l_0_qty = resolve('qty')
+    l_0_g = l_0_verdict = l_0_what = missing
     try:
         t_1 = environment.filters['format']
     except KeyError:
@@ -43,12 +44,6 @@ def root(context, missing=missing):
         def t_5(*unused):
             raise TemplateRuntimeError("No test named 'none' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/gpu.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/gpu.html.j2') does not export the requested name 'qty'", name='qty')
-    context.vars['qty'] = l_0_qty
-    context.exported_vars.discard('qty')
     l_0_g = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'gpu')
     context.vars['g'] = l_0_g
     context.exported_vars.add('g')
@@ -137,7 +132,7 @@ def root(context, missing=missing):
         pass
         yield '<span><span class="swatch cap-peak"></span>the rest of the '
         yield escape(environment.finalize((environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'basis') or 'peak')))
-        yield escape(environment.finalize((' (clipped: it does not fit)' if t_4(environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'fits')) else cond_expr_undefined("the inline if-expression on line 22 in 'partials/gpu.html.j2' evaluated to false and no else section was defined."))))
+        yield escape(environment.finalize((' (clipped: it does not fit)' if t_4(environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'fits')) else cond_expr_undefined("the inline if-expression on line 21 in 'partials/gpu.html.j2' evaluated to false and no else section was defined."))))
         yield '</span>'
     yield '    <span><span class="swatch cap-free"></span>free</span>\n  </div>\n  <div class="scroll">\n  <table class="compact gpu-lines">\n    <tbody>\n      <tr><th scope="row">capacity</th><td class="r">'
     yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr((undefined(name='g') if l_0_g is missing else l_0_g), 'capacity'))))
@@ -219,4 +214,4 @@ def root(context, missing=missing):
     yield '</p>\n</div>\n'
 
 blocks = {}
-debug_info = '1=43&2=49&3=52&4=56&5=58&7=60&8=63&9=74&10=85&11=103&14=110&15=115&17=121&18=125&22=133&28=140&29=145&30=149&32=163&34=168&35=174&36=176&40=182&43=185&45=187&46=191&48=197&53=203&54=208&55=215'
+debug_info = '1=44&2=47&3=51&4=53&6=55&7=58&8=69&9=80&10=98&13=105&14=110&16=116&17=120&21=128&27=135&28=140&29=144&31=158&33=163&34=169&35=171&39=177&42=180&44=182&45=186&47=192&52=198&53=203&54=210'

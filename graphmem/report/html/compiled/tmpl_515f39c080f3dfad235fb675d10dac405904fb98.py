@@ -10,50 +10,17 @@ def root(context, missing=missing):
     concat = environment.concat
     cond_expr_undefined = Undefined
     if 0: yield None
-    l_0_qty = l_0_qty_short = l_0_bar = l_0_pct = l_0_name_list = missing
+    l_0_qty_short = l_0_name_list = missing
     try:
-        t_1 = environment.filters['format']
+        t_1 = environment.filters['length']
     except KeyError:
         @internalcode
         def t_1(*unused):
-            raise TemplateRuntimeError("No filter named 'format' found.")
-    try:
-        t_2 = environment.filters['length']
-    except KeyError:
-        @internalcode
-        def t_2(*unused):
             raise TemplateRuntimeError("No filter named 'length' found.")
-    try:
-        t_3 = environment.filters['min']
-    except KeyError:
-        @internalcode
-        def t_3(*unused):
-            raise TemplateRuntimeError("No filter named 'min' found.")
     pass
     def macro(l_1_q, l_1_unit):
-        t_4 = []
-        if l_1_q is missing:
-            l_1_q = undefined("parameter 'q' was not provided", name='q')
-        if l_1_unit is missing:
-            l_1_unit = 'bytes'
-        pass
-        t_4.extend((
-            '<span class="num',
-            escape(environment.finalize((' formula' if environment.getattr(l_1_q, 'is_formula') else cond_expr_undefined("the inline if-expression on line 5 in 'partials/macros.html.j2' evaluated to false and no else section was defined.")))),
-            '" title="',
-            escape(environment.finalize(environment.getattr(l_1_q, 'exact_text'))),
-            ' ',
-            escape(environment.finalize(l_1_unit)),
-            '">',
-            escape(environment.finalize(environment.getattr(l_1_q, 'text'))),
-            '</span>',
-        ))
-        return concat(t_4)
-    context.exported_vars.add('qty')
-    context.vars['qty'] = l_0_qty = Macro(environment, macro, 'qty', ('q', 'unit'), False, False, False, context.eval_ctx.autoescape)
-    yield '\n'
-    def macro(l_1_q, l_1_unit):
-        t_5 = []
+        t_2 = []
+        l_1_qty = resolve('qty')
         if l_1_q is missing:
             l_1_q = undefined("parameter 'q' was not provided", name='q')
         if l_1_unit is missing:
@@ -61,7 +28,7 @@ def root(context, missing=missing):
         pass
         if environment.getattr(l_1_q, 'is_formula'):
             pass
-            t_5.extend((
+            t_2.extend((
                 '<span class="num" title="',
                 escape(environment.finalize(environment.getattr(l_1_q, 'exact_text'))),
                 ' ',
@@ -72,53 +39,15 @@ def root(context, missing=missing):
             ))
         else:
             pass
-            t_5.append(
-                escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), l_1_q, l_1_unit))),
+            t_2.append(
+                escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), l_1_q, l_1_unit))),
             )
-        return concat(t_5)
+        return concat(t_2)
     context.exported_vars.add('qty_short')
     context.vars['qty_short'] = l_0_qty_short = Macro(environment, macro, 'qty_short', ('q', 'unit'), False, False, False, context.eval_ctx.autoescape)
     yield '\n'
-    def macro(l_1_percent, l_1_kind):
-        t_6 = []
-        if l_1_percent is missing:
-            l_1_percent = undefined("parameter 'percent' was not provided", name='percent')
-        if l_1_kind is missing:
-            l_1_kind = ''
-        pass
-        t_6.extend((
-            '<span class="bar-track"><span class="bar ',
-            escape(environment.finalize(l_1_kind)),
-            '" style="width: ',
-            escape(environment.finalize(t_1('%.2f', t_3(environment, [l_1_percent, 100.0])))),
-            '%"></span></span>',
-        ))
-        return concat(t_6)
-    context.exported_vars.add('bar')
-    context.vars['bar'] = l_0_bar = Macro(environment, macro, 'bar', ('percent', 'kind'), False, False, False, context.eval_ctx.autoescape)
-    yield '\n'
-    def macro(l_1_percent):
-        t_7 = []
-        if l_1_percent is missing:
-            l_1_percent = undefined("parameter 'percent' was not provided", name='percent')
-        pass
-        if ((l_1_percent > 0) and (l_1_percent < 0.1)):
-            pass
-            t_7.append(
-                '&lt;0.1%',
-            )
-        else:
-            pass
-            t_7.extend((
-                escape(environment.finalize(t_1('%.1f', l_1_percent))),
-                '%',
-            ))
-        return concat(t_7)
-    context.exported_vars.add('pct')
-    context.vars['pct'] = l_0_pct = Macro(environment, macro, 'pct', ('percent',), False, False, False, context.eval_ctx.autoescape)
-    yield '\n'
     def macro(l_1_names, l_1_shown):
-        t_8 = []
+        t_3 = []
         if l_1_names is missing:
             l_1_names = undefined("parameter 'names' was not provided", name='names')
         if l_1_shown is missing:
@@ -128,35 +57,35 @@ def root(context, missing=missing):
         for l_2_name, l_2_loop in LoopContext(l_1_names[:l_1_shown], undefined):
             _loop_vars = {}
             pass
-            t_8.extend((
+            t_3.extend((
                 '<code>',
                 escape(environment.finalize(l_2_name)),
                 '</code>',
-                escape(environment.finalize((', ' if (not environment.getattr(l_2_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 25 in 'partials/macros.html.j2' evaluated to false and no else section was defined.")))),
+                escape(environment.finalize((', ' if (not environment.getattr(l_2_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 10 in 'partials/macros.html.j2' evaluated to false and no else section was defined.")))),
             ))
         l_2_loop = l_2_name = missing
-        if (t_2(l_1_names) > l_1_shown):
+        if (t_1(l_1_names) > l_1_shown):
             pass
-            t_8.extend((
+            t_3.extend((
                 '&hellip; <details class="inline-list"><summary>all ',
-                escape(environment.finalize(t_2(l_1_names))),
+                escape(environment.finalize(t_1(l_1_names))),
                 '</summary>\n<ul class="names">',
             ))
             for l_2_name in l_1_names:
                 _loop_vars = {}
                 pass
-                t_8.extend((
+                t_3.extend((
                     '<li><code>',
                     escape(environment.finalize(l_2_name)),
                     '</code></li>',
                 ))
             l_2_name = missing
-            t_8.append(
+            t_3.append(
                 '</ul>\n</details>\n',
             )
-        return concat(t_8)
+        return concat(t_3)
     context.exported_vars.add('name_list')
     context.vars['name_list'] = l_0_name_list = Macro(environment, macro, 'name_list', ('names', 'shown'), False, False, False, context.eval_ctx.autoescape)
 
 blocks = {}
-debug_info = '4=30&5=39&9=52&10=59&14=79&15=88&19=97&20=102&24=117&25=125&26=135&27=139&28=142'
+debug_info = '4=18&5=26&9=46&10=54&11=64&12=68&13=71'

@@ -11,7 +11,6 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_bar = l_0_pct = missing
     try:
         t_1 = environment.filters['length']
     except KeyError:
@@ -25,18 +24,6 @@ def root(context, missing=missing):
         def t_2(*unused):
             raise TemplateRuntimeError("No filter named 'replace' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/suggestions.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/suggestions.html.j2') does not export the requested name 'qty'", name='qty')
-    l_0_bar = getattr(included_template, 'bar', missing)
-    if l_0_bar is missing:
-        l_0_bar = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/suggestions.html.j2') does not export the requested name 'bar'", name='bar')
-    l_0_pct = getattr(included_template, 'pct', missing)
-    if l_0_pct is missing:
-        l_0_pct = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/suggestions.html.j2') does not export the requested name 'pct'", name='pct')
-    context.vars.update({'qty': l_0_qty, 'bar': l_0_bar, 'pct': l_0_pct})
-    context.exported_vars.difference_update(('qty', 'bar', 'pct'))
     yield '<section id="suggestions" class="card" aria-labelledby="suggestions-h">\n  <h2 id="suggestions-h">What to change</h2>\n'
     if environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'suggestions'):
         pass
@@ -46,6 +33,9 @@ def root(context, missing=missing):
     yield '  <div class="cards">\n'
     l_1_loop = missing
     for l_1_card, l_1_loop in LoopContext(environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'suggestions'), undefined):
+        l_1_qty = resolve('qty')
+        l_1_bar = resolve('bar')
+        l_1_pct = resolve('pct')
         _loop_vars = {}
         pass
         yield '    <article class="suggestion">\n      <p class="kind">'
@@ -55,25 +45,25 @@ def root(context, missing=missing):
         yield '</h3>\n      <dl class="facts">\n        <dt>saves</dt><dd>'
         if environment.getattr(l_1_card, 'saves'):
             pass
-            yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_card, 'saves'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_card, 'saves'), _loop_vars=_loop_vars)))
             yield ' '
-            yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_card, 'saves_percent'), 'bar-saving', _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_card, 'saves_percent'), 'bar-saving', _loop_vars=_loop_vars)))
             yield ' '
-            yield escape(environment.finalize(context.call((undefined(name='pct') if l_0_pct is missing else l_0_pct), environment.getattr(l_1_card, 'saves_percent'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='pct') if l_1_pct is missing else l_1_pct), environment.getattr(l_1_card, 'saves_percent'), _loop_vars=_loop_vars)))
         else:
             pass
             yield '&ndash;'
         yield '</dd>\n        <dt>new peak</dt><dd>'
         if environment.getattr(l_1_card, 'new_peak'):
             pass
-            yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_card, 'new_peak'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_card, 'new_peak'), _loop_vars=_loop_vars)))
         else:
             pass
             yield '&ndash;'
         yield '</dd>\n        <dt>costs</dt><dd>'
         if environment.getattr(l_1_card, 'extra_flops'):
             pass
-            yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_card, 'extra_flops'), 'FLOPs', _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_card, 'extra_flops'), 'FLOPs', _loop_vars=_loop_vars)))
             yield ' more'
         if (environment.getattr(l_1_card, 'extra_flops') and environment.getattr(l_1_card, 'extra_time')):
             pass
@@ -96,7 +86,7 @@ def root(context, missing=missing):
                 yield '<code>'
                 yield escape(environment.finalize(l_2_t))
                 yield '</code>'
-                yield escape(environment.finalize((', ' if (not environment.getattr(l_2_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 15 in 'partials/suggestions.html.j2' evaluated to false and no else section was defined."))))
+                yield escape(environment.finalize((', ' if (not environment.getattr(l_2_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 14 in 'partials/suggestions.html.j2' evaluated to false and no else section was defined."))))
             l_2_loop = l_2_t = missing
             if (t_1(environment.getattr(l_1_card, 'targets')) > 8):
                 pass
@@ -116,12 +106,13 @@ def root(context, missing=missing):
             yield escape(environment.finalize(environment.getattr(l_1_card, 'note')))
             yield '</p>'
         yield '    </article>\n'
-    l_1_loop = l_1_card = missing
+    l_1_loop = l_1_card = l_1_qty = l_1_bar = l_1_pct = missing
     yield '  </div>\n'
     if environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'runtime_levers'):
         pass
         yield '  <h3>Runtime options</h3>\n  <p class="lead">The same model under another runtime setting, analysed again: the device total\n  on the GPU (not the live-tensor peak above) and the largest batch that fits.</p>\n  <div class="cards">\n'
         for l_1_lever in environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'runtime_levers'):
+            l_1_qty = resolve('qty')
             _loop_vars = {}
             pass
             yield '    <article class="suggestion lever">\n      <p class="kind">runtime option</p>\n      <h3><code>'
@@ -130,9 +121,9 @@ def root(context, missing=missing):
             if environment.getattr(l_1_lever, 'device_total'):
                 pass
                 yield '<dt>device total</dt><dd>'
-                yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_lever, 'device_total'), _loop_vars=_loop_vars)))
+                yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_lever, 'device_total'), _loop_vars=_loop_vars)))
                 yield ' (now '
-                yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_lever, 'base_device_total'), _loop_vars=_loop_vars)))
+                yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_lever, 'base_device_total'), _loop_vars=_loop_vars)))
                 yield ')</dd>'
             if environment.getattr(l_1_lever, 'max_batch'):
                 pass
@@ -144,9 +135,9 @@ def root(context, missing=missing):
             yield '      </dl>\n      <pre class="snippet"><code>'
             yield escape(environment.finalize(environment.getattr(l_1_lever, 'setting')))
             yield '</code></pre>\n    </article>\n'
-        l_1_lever = missing
+        l_1_lever = l_1_qty = missing
         yield '  </div>\n'
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=25&4=38&5=41&7=45&9=49&10=51&12=53&13=64&14=71&15=86&17=105&18=110&22=118&27=121&30=125&32=127&33=134&35=142'
+debug_info = '3=25&4=28&6=32&8=39&9=41&11=43&12=54&13=61&14=76&16=95&17=100&21=108&26=111&29=116&31=118&32=125&34=133'

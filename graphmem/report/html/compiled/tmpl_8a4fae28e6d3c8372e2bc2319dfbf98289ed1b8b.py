@@ -11,7 +11,8 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_r = missing
+    l_0_qty = resolve('qty')
+    l_0_r = missing
     try:
         t_1 = environment.filters['format']
     except KeyError:
@@ -25,12 +26,6 @@ def root(context, missing=missing):
         def t_2(*unused):
             raise TemplateRuntimeError("No filter named 'safe' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/runtime.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/runtime.html.j2') does not export the requested name 'qty'", name='qty')
-    context.vars['qty'] = l_0_qty
-    context.exported_vars.discard('qty')
     l_0_r = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'runtime')
     context.vars['r'] = l_0_r
     context.exported_vars.add('r')
@@ -55,7 +50,7 @@ def root(context, missing=missing):
         yield escape(environment.finalize(environment.getattr(l_1_p, 'label')))
         yield ' '
         yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_p, 'size'), 'text')))
-        yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 9 in 'partials/runtime.html.j2' evaluated to false and no else section was defined."))))
+        yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 8 in 'partials/runtime.html.j2' evaluated to false and no else section was defined."))))
     l_1_loop = l_1_p = missing
     if environment.getattr((undefined(name='r') if l_0_r is missing else l_0_r), 'capacity'):
         pass
@@ -96,7 +91,7 @@ def root(context, missing=missing):
         yield '<tr><th scope="row"><span class="swatch rt-'
         yield escape(environment.finalize(environment.getattr(l_1_p, 'key')))
         yield '"></span>'
-        yield escape(environment.finalize(('+ ' if (not environment.getattr(l_1_loop, 'first')) else cond_expr_undefined("the inline if-expression on line 15 in 'partials/runtime.html.j2' evaluated to false and no else section was defined."))))
+        yield escape(environment.finalize(('+ ' if (not environment.getattr(l_1_loop, 'first')) else cond_expr_undefined("the inline if-expression on line 14 in 'partials/runtime.html.j2' evaluated to false and no else section was defined."))))
         yield escape(environment.finalize(environment.getattr(l_1_p, 'label')))
         yield '</th><td class="r">'
         yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_p, 'size'), _loop_vars=_loop_vars)))
@@ -127,4 +122,4 @@ def root(context, missing=missing):
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=25&2=31&4=35&8=41&9=49&10=62&11=81&15=90&17=103&18=105&19=110&22=113'
+debug_info = '1=26&3=30&7=36&8=44&9=57&10=76&14=85&16=98&17=100&18=105&21=108'

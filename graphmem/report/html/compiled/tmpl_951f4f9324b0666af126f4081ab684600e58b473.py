@@ -11,7 +11,8 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_pct = l_0_s = missing
+    l_0_qty = resolve('qty')
+    l_0_s = missing
     try:
         t_1 = environment.filters['format']
     except KeyError:
@@ -19,15 +20,6 @@ def root(context, missing=missing):
         def t_1(*unused):
             raise TemplateRuntimeError("No filter named 'format' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/roles.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/roles.html.j2') does not export the requested name 'qty'", name='qty')
-    l_0_pct = getattr(included_template, 'pct', missing)
-    if l_0_pct is missing:
-        l_0_pct = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/roles.html.j2') does not export the requested name 'pct'", name='pct')
-    context.vars.update({'qty': l_0_qty, 'pct': l_0_pct})
-    context.exported_vars.difference_update(('qty', 'pct'))
     l_0_s = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'summary')
     context.vars['s'] = l_0_s
     context.exported_vars.add('s')
@@ -57,6 +49,7 @@ def root(context, missing=missing):
     l_1_r = missing
     yield '      </div>\n      <table class="compact">\n        <thead><tr><th scope="col">role</th><th scope="col" class="r">bytes</th><th scope="col" class="r">share</th></tr></thead>\n        <tbody>\n'
     for l_1_r in environment.getattr((undefined(name='s') if l_0_s is missing else l_0_s), 'breakdown'):
+        l_1_pct = resolve('pct')
         _loop_vars = {}
         pass
         yield '          <tr data-n="role:'
@@ -68,15 +61,15 @@ def root(context, missing=missing):
         yield '</td>\n              <td class="r">'
         yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_r, 'size'), _loop_vars=_loop_vars)))
         yield '</td><td class="r">'
-        yield escape(environment.finalize(context.call((undefined(name='pct') if l_0_pct is missing else l_0_pct), environment.getattr(l_1_r, 'percent'), _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='pct') if l_1_pct is missing else l_1_pct), environment.getattr(l_1_r, 'percent'), _loop_vars=_loop_vars)))
         yield '</td></tr>\n'
-    l_1_r = missing
+    l_1_r = l_1_pct = missing
     yield '        </tbody>\n      </table>\n    </div>\n    <div class="stats">\n'
     for l_1_stat in environment.getattr((undefined(name='s') if l_0_s is missing else l_0_s), 'stats'):
         _loop_vars = {}
         pass
         yield '      <div class="stat'
-        yield escape(environment.finalize((' stat-formula' if environment.getattr(l_1_stat, 'is_formula') else cond_expr_undefined("the inline if-expression on line 24 in 'partials/roles.html.j2' evaluated to false and no else section was defined."))))
+        yield escape(environment.finalize((' stat-formula' if environment.getattr(l_1_stat, 'is_formula') else cond_expr_undefined("the inline if-expression on line 23 in 'partials/roles.html.j2' evaluated to false and no else section was defined."))))
         yield '" data-n="stat:'
         yield escape(environment.finalize(environment.getattr(l_1_stat, 'label')))
         yield '">\n        <div class="stat-label">'
@@ -96,4 +89,4 @@ def root(context, missing=missing):
     yield '    </div>\n  </div>\n</section>\n'
 
 blocks = {}
-debug_info = '1=19&2=28&5=32&6=36&10=42&15=56&16=60&17=66&23=72&24=76&25=80&26=82&27=86'
+debug_info = '1=20&4=24&5=28&9=34&14=48&15=53&16=59&22=65&23=69&24=73&25=75&26=79'

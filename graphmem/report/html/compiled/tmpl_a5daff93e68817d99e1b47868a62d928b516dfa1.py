@@ -11,7 +11,7 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_table = missing
+    l_0_table = missing
     try:
         t_1 = environment.filters['length']
     except KeyError:
@@ -37,12 +37,6 @@ def root(context, missing=missing):
         def t_4(*unused):
             raise TemplateRuntimeError("No test named 'none' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/nodes.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/nodes.html.j2') does not export the requested name 'qty'", name='qty')
-    context.vars['qty'] = l_0_qty
-    context.exported_vars.discard('qty')
     l_0_table = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'nodes')
     context.vars['table'] = l_0_table
     context.exported_vars.add('table')
@@ -78,6 +72,7 @@ def root(context, missing=missing):
         yield '<th scope="col" class="r" data-key="time_s" data-type="number">est. time</th>\n      <th scope="col" data-key="bound">bound</th>'
     yield '      <th scope="col" data-key="status">status</th>\n    </tr></thead>\n    <tbody>\n'
     for l_1_row in environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'rows'):
+        l_1_qty = resolve('qty')
         _loop_vars = {}
         pass
         yield '      <tr id="node-'
@@ -114,11 +109,11 @@ def root(context, missing=missing):
             yield '        <td class="r" data-sort="'
             yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'macs'), 'probe')))
             yield '">'
-            yield escape(environment.finalize((context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_row, 'macs'), 'MACs', _loop_vars=_loop_vars) if (not t_4(environment.getattr(environment.getattr(l_1_row, 'macs'), 'exact'))) else '–')))
+            yield escape(environment.finalize((context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_row, 'macs'), 'MACs', _loop_vars=_loop_vars) if (not t_4(environment.getattr(environment.getattr(l_1_row, 'macs'), 'exact'))) else '–')))
             yield '</td>\n        <td class="r" data-sort="'
             yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'flops'), 'probe')))
             yield '">'
-            yield escape(environment.finalize((context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_row, 'flops'), 'FLOPs', _loop_vars=_loop_vars) if (not t_4(environment.getattr(environment.getattr(l_1_row, 'flops'), 'exact'))) else '–')))
+            yield escape(environment.finalize((context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_row, 'flops'), 'FLOPs', _loop_vars=_loop_vars) if (not t_4(environment.getattr(environment.getattr(l_1_row, 'flops'), 'exact'))) else '–')))
             yield '</td>\n'
         else:
             pass
@@ -126,7 +121,7 @@ def root(context, missing=missing):
         yield '        <td class="r" data-sort="'
         yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'output_bytes'), 'probe')))
         yield '">'
-        yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_row, 'output_bytes'), _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_row, 'output_bytes'), _loop_vars=_loop_vars)))
         yield '</td>\n'
         if environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'has_times'):
             pass
@@ -146,10 +141,10 @@ def root(context, missing=missing):
         yield '>'
         yield escape(environment.finalize(t_2(context.eval_ctx, environment.getattr(l_1_row, 'status'), '_', ' ')))
         yield '</td>\n      </tr>\n'
-    l_1_row = missing
+    l_1_row = l_1_qty = missing
     yield '    </tbody>\n  </table>\n  </div>\n  <script type="application/json" id="node-data">'
     yield escape(environment.finalize(environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'data')))
     yield '</script>\n</section>\n'
 
 blocks = {}
-debug_info = '1=37&2=43&5=47&7=49&9=55&10=60&18=63&29=67&35=69&41=73&46=77&47=81&48=89&49=95&50=97&51=103&52=105&53=109&55=112&56=116&60=124&61=128&62=138&68=148'
+debug_info = '1=37&4=41&6=43&8=49&9=54&17=57&28=61&34=63&40=67&45=71&46=76&47=84&48=90&49=92&50=98&51=100&52=104&54=107&55=111&59=119&60=123&61=133&67=143'

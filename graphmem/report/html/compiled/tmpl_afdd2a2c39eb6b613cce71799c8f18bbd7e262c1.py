@@ -11,20 +11,9 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_bar = l_0_pct = l_0_ops = missing
+    l_0_qty = resolve('qty')
+    l_0_ops = missing
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/flops_by_op.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/flops_by_op.html.j2') does not export the requested name 'qty'", name='qty')
-    l_0_bar = getattr(included_template, 'bar', missing)
-    if l_0_bar is missing:
-        l_0_bar = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/flops_by_op.html.j2') does not export the requested name 'bar'", name='bar')
-    l_0_pct = getattr(included_template, 'pct', missing)
-    if l_0_pct is missing:
-        l_0_pct = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/flops_by_op.html.j2') does not export the requested name 'pct'", name='pct')
-    context.vars.update({'qty': l_0_qty, 'bar': l_0_bar, 'pct': l_0_pct})
-    context.exported_vars.difference_update(('qty', 'bar', 'pct'))
     l_0_ops = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'ops')
     context.vars['ops'] = l_0_ops
     context.exported_vars.add('ops')
@@ -43,6 +32,8 @@ def root(context, missing=missing):
         pass
         yield '  <div class="scroll">\n  <table class="sortable data op-table">\n    <thead><tr>\n      <th scope="col">op</th><th scope="col" class="r" data-type="number">nodes</th>\n      <th scope="col" class="r" data-type="number">MACs</th><th scope="col" class="r" data-type="number">FLOPs</th>\n      <th scope="col" data-type="number" class="bar-col">share of FLOPs</th>\n    </tr></thead>\n    <tbody>\n'
         for l_1_row in environment.getattr((undefined(name='ops') if l_0_ops is missing else l_0_ops), 'rows'):
+            l_1_bar = resolve('bar')
+            l_1_pct = resolve('pct')
             _loop_vars = {}
             pass
             yield '      <tr>\n        <td><code>'
@@ -60,11 +51,11 @@ def root(context, missing=missing):
             yield '</td>\n        <td data-sort="'
             yield escape(environment.finalize(environment.getattr(l_1_row, 'percent')))
             yield '" class="share">'
-            yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_row, 'percent'), 'bar-flops', _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_row, 'percent'), 'bar-flops', _loop_vars=_loop_vars)))
             yield ' '
-            yield escape(environment.finalize(context.call((undefined(name='pct') if l_0_pct is missing else l_0_pct), environment.getattr(l_1_row, 'percent'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='pct') if l_1_pct is missing else l_1_pct), environment.getattr(l_1_row, 'percent'), _loop_vars=_loop_vars)))
             yield '</td>\n      </tr>\n'
-        l_1_row = missing
+        l_1_row = l_1_bar = l_1_pct = missing
         yield '    </tbody>\n  </table>\n  </div>\n'
     else:
         pass
@@ -80,7 +71,7 @@ def root(context, missing=missing):
             yield escape(environment.finalize(l_1_op))
             yield '</code> &times;'
             yield escape(environment.finalize(l_1_count))
-            yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 32 in 'partials/flops_by_op.html.j2' evaluated to false and no else section was defined."))))
+            yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 31 in 'partials/flops_by_op.html.j2' evaluated to false and no else section was defined."))))
         l_1_loop = l_1_op = l_1_count = missing
         yield '.</p>\n'
     if environment.getattr((undefined(name='ops') if l_0_ops is missing else l_0_ops), 'not_counted'):
@@ -94,10 +85,10 @@ def root(context, missing=missing):
             yield escape(environment.finalize(l_1_op))
             yield '</code> &times;'
             yield escape(environment.finalize(l_1_count))
-            yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 36 in 'partials/flops_by_op.html.j2' evaluated to false and no else section was defined."))))
+            yield escape(environment.finalize((', ' if (not environment.getattr(l_1_loop, 'last')) else cond_expr_undefined("the inline if-expression on line 35 in 'partials/flops_by_op.html.j2' evaluated to false and no else section was defined."))))
         l_1_loop = l_1_op = l_1_count = missing
         yield '.</p>\n'
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=13&2=25&5=29&6=33&7=39&16=42&18=46&19=50&20=54&21=58&30=69&32=73&34=83&36=87'
+debug_info = '1=14&4=18&5=22&6=28&15=31&17=37&18=41&19=45&20=49&29=60&31=64&33=74&35=78'

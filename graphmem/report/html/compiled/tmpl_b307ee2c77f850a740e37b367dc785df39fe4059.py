@@ -11,7 +11,7 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_qty_short = l_0_bar = l_0_m = missing
+    l_0_qty_short = l_0_m = missing
     try:
         t_1 = environment.filters['length']
     except KeyError:
@@ -38,17 +38,11 @@ def root(context, missing=missing):
             raise TemplateRuntimeError("No filter named 'thousands' found.")
     pass
     included_template = environment.get_template('partials/macros.html.j2', 'partials/modules.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/modules.html.j2') does not export the requested name 'qty'", name='qty')
     l_0_qty_short = getattr(included_template, 'qty_short', missing)
     if l_0_qty_short is missing:
         l_0_qty_short = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/modules.html.j2') does not export the requested name 'qty_short'", name='qty_short')
-    l_0_bar = getattr(included_template, 'bar', missing)
-    if l_0_bar is missing:
-        l_0_bar = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/modules.html.j2') does not export the requested name 'bar'", name='bar')
-    context.vars.update({'qty': l_0_qty, 'qty_short': l_0_qty_short, 'bar': l_0_bar})
-    context.exported_vars.difference_update(('qty', 'qty_short', 'bar'))
+    context.vars['qty_short'] = l_0_qty_short
+    context.exported_vars.discard('qty_short')
     l_0_m = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'modules')
     context.vars['m'] = l_0_m
     context.exported_vars.add('m')
@@ -66,51 +60,54 @@ def root(context, missing=missing):
     yield '</p>\n  <div class="columns3">\n    <div>\n      <h3>Activations live at the peak</h3>\n'
     t_5 = 1
     for l_1_r in environment.getattr((undefined(name='m') if l_0_m is missing else l_0_m), 'by_memory'):
+        l_1_bar = resolve('bar')
         _loop_vars = {}
         pass
         yield '<div class="hbar"><span class="hbar-label"><code>'
         yield escape(environment.finalize(environment.getattr(l_1_r, 'module')))
         yield '</code></span>'
-        yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_r, 'at_peak_percent'), 'bar-activation', _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_r, 'at_peak_percent'), 'bar-activation', _loop_vars=_loop_vars)))
         yield ' '
         yield escape(environment.finalize(context.call((undefined(name='qty_short') if l_0_qty_short is missing else l_0_qty_short), environment.getattr(l_1_r, 'at_peak'), _loop_vars=_loop_vars)))
         yield '</div>\n'
         t_5 = 0
-    l_1_r = missing
+    l_1_r = l_1_bar = missing
     if t_5:
         pass
         yield '<p class="note">No module\'s activations are live at the peak.</p>'
     yield '    </div>\n    <div>\n      <h3>Parameters</h3>\n'
     t_6 = 1
     for l_1_r in environment.getattr((undefined(name='m') if l_0_m is missing else l_0_m), 'by_params'):
+        l_1_bar = resolve('bar')
         _loop_vars = {}
         pass
         yield '<div class="hbar"><span class="hbar-label"><code>'
         yield escape(environment.finalize(environment.getattr(l_1_r, 'module')))
         yield '</code></span>'
-        yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_r, 'params_percent'), 'bar-resident', _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_r, 'params_percent'), 'bar-resident', _loop_vars=_loop_vars)))
         yield ' '
         yield escape(environment.finalize(t_4(environment.getattr(l_1_r, 'params'))))
         yield '</div>\n'
         t_6 = 0
-    l_1_r = missing
+    l_1_r = l_1_bar = missing
     if t_6:
         pass
         yield '<p class="note">No parameters.</p>'
     yield '    </div>\n    <div>\n      <h3>FLOPs</h3>\n'
     t_7 = 1
     for l_1_r in environment.getattr((undefined(name='m') if l_0_m is missing else l_0_m), 'by_flops'):
+        l_1_bar = resolve('bar')
         _loop_vars = {}
         pass
         yield '<div class="hbar"><span class="hbar-label"><code>'
         yield escape(environment.finalize(environment.getattr(l_1_r, 'module')))
         yield '</code></span>'
-        yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_r, 'flops_percent'), 'bar-flops', _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_r, 'flops_percent'), 'bar-flops', _loop_vars=_loop_vars)))
         yield ' '
         yield escape(environment.finalize(context.call((undefined(name='qty_short') if l_0_qty_short is missing else l_0_qty_short), environment.getattr(l_1_r, 'flops'), 'FLOPs', _loop_vars=_loop_vars)))
         yield '</div>\n'
         t_7 = 0
-    l_1_r = missing
+    l_1_r = l_1_bar = missing
     if t_7:
         pass
         yield '<p class="note">No FLOPs counted.</p>'
@@ -118,6 +115,7 @@ def root(context, missing=missing):
     yield escape(environment.finalize(t_1(environment.getattr((undefined(name='m') if l_0_m is missing else l_0_m), 'rows'))))
     yield ' modules, in order of appearance</summary>\n    <div class="scroll">\n    <table class="sortable data" id="module-table">\n      <thead><tr>\n        <th scope="col">module</th><th scope="col" class="r" data-type="number">params</th>\n        <th scope="col" class="r" data-type="number">FLOPs</th><th scope="col" class="r" data-type="number">activations at peak</th>\n      </tr></thead>\n      <tbody>\n'
     for l_1_r in environment.getattr((undefined(name='m') if l_0_m is missing else l_0_m), 'rows'):
+        l_1_qty = resolve('qty')
         _loop_vars = {}
         pass
         yield '        <tr data-n="module"><td class="name"><code>'
@@ -129,14 +127,14 @@ def root(context, missing=missing):
         yield '</td>\n        <td class="r" data-sort="'
         yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_r, 'flops'), 'probe')))
         yield '">'
-        yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_r, 'flops'), 'FLOPs', _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_r, 'flops'), 'FLOPs', _loop_vars=_loop_vars)))
         yield '</td><td class="r" data-sort="'
         yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_r, 'at_peak'), 'probe')))
         yield '">'
-        yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_r, 'at_peak'), _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_r, 'at_peak'), _loop_vars=_loop_vars)))
         yield '</td></tr>\n'
-    l_1_r = missing
+    l_1_r = l_1_qty = missing
     yield '      </tbody>\n    </table>\n    </div>\n  </details>\n</section>\n'
 
 blocks = {}
-debug_info = '1=37&2=49&5=53&8=55&9=60&15=65&20=82&25=99&30=115&38=117&39=121&40=127'
+debug_info = '1=37&2=43&5=47&8=49&9=54&15=59&20=77&25=95&30=112&38=114&39=119&40=125'

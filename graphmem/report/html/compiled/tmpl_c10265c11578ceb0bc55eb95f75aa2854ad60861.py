@@ -13,7 +13,7 @@ def root(context, missing=missing):
     l_0_view = resolve('view')
     l_0_s = resolve('s')
     l_0_c = resolve('c')
-    l_0_qty = l_0_x = missing
+    l_0_x = missing
     try:
         t_1 = environment.filters['thousands']
     except KeyError:
@@ -33,12 +33,6 @@ def root(context, missing=missing):
         def t_3(*unused):
             raise TemplateRuntimeError("No test named 'none' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/curves.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/curves.html.j2') does not export the requested name 'qty'", name='qty')
-    context.vars['qty'] = l_0_qty
-    context.exported_vars.discard('qty')
     l_0_x = (undefined(name='view') if l_0_view is missing else l_0_view)
     context.vars['x'] = l_0_x
     context.exported_vars.add('x')
@@ -56,7 +50,7 @@ def root(context, missing=missing):
         pass
         yield '<div class="chart-scroll">'
         template = environment.get_template('partials/xychart.html.j2', 'partials/curves.html.j2')
-        gen = template.root_render_func(template.new_context(context.get_all(), True, {'chart': l_1_chart, 'chart_id': l_1_chart_id, 'c': l_0_c, 'qty': l_0_qty, 's': l_0_s, 'x': l_0_x}))
+        gen = template.root_render_func(template.new_context(context.get_all(), True, {'chart': l_1_chart, 'chart_id': l_1_chart_id, 'c': l_0_c, 's': l_0_s, 'x': l_0_x}))
         try:
             for event in gen:
                 yield event
@@ -94,6 +88,7 @@ def root(context, missing=missing):
         yield escape(environment.finalize(environment.getattr((undefined(name='s') if l_0_s is missing else l_0_s), 'dim')))
         yield '</th><th scope="col" class="r" data-type="number">peak</th><th scope="col">fits</th><th scope="col">est. latency</th><th scope="col">throughput</th></tr></thead>\n        <tbody>\n'
         for l_1_r in environment.getattr((undefined(name='s') if l_0_s is missing else l_0_s), 'rows'):
+            l_1_qty = resolve('qty')
             _loop_vars = {}
             pass
             yield '<tr><td class="r">'
@@ -101,7 +96,7 @@ def root(context, missing=missing):
             yield '</td><td class="r" data-sort="'
             yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_r, 'peak'), 'probe')))
             yield '">'
-            yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_r, 'peak'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_r, 'peak'), _loop_vars=_loop_vars)))
             yield '</td>\n        <td>'
             if environment.getattr(l_1_r, 'fits'):
                 pass
@@ -117,7 +112,7 @@ def root(context, missing=missing):
             yield '</td><td>'
             yield escape(environment.finalize(environment.getattr(l_1_r, 'throughput')))
             yield '</td></tr>\n'
-        l_1_r = missing
+        l_1_r = l_1_qty = missing
         yield '        </tbody>\n      </table>\n      </div>\n    </figure>\n'
     if environment.getattr((undefined(name='x') if l_0_x is missing else l_0_x), 'checkpoint_curve'):
         pass
@@ -130,7 +125,7 @@ def root(context, missing=missing):
         pass
         yield '<div class="chart-scroll">'
         template = environment.get_template('partials/xychart.html.j2', 'partials/curves.html.j2')
-        gen = template.root_render_func(template.new_context(context.get_all(), True, {'chart': l_1_chart, 'chart_id': l_1_chart_id, 'c': l_0_c, 'qty': l_0_qty, 's': l_0_s, 'x': l_0_x}))
+        gen = template.root_render_func(template.new_context(context.get_all(), True, {'chart': l_1_chart, 'chart_id': l_1_chart_id, 'c': l_0_c, 's': l_0_s, 'x': l_0_x}))
         try:
             for event in gen:
                 yield event
@@ -139,23 +134,24 @@ def root(context, missing=missing):
         l_1_chart = l_1_chart_id = missing
         yield '      <figcaption class="small">Each point checkpoints a set of modules: their activations are\n      dropped after the forward pass and recomputed in the backward pass (the extra FLOPs).</figcaption>\n      <div class="scroll">\n      <table class="compact data" id="checkpoint-table">\n        <thead><tr><th scope="col" class="r">peak</th><th scope="col" class="r">extra FLOPs</th><th scope="col">checkpointed modules</th></tr></thead>\n        <tbody>\n'
         for l_1_r in environment.getattr((undefined(name='c') if l_0_c is missing else l_0_c), 'rows'):
+            l_1_qty = resolve('qty')
             _loop_vars = {}
             pass
             yield '<tr><td class="r">'
-            yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_r, 'peak'), _loop_vars=_loop_vars)))
+            yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_r, 'peak'), _loop_vars=_loop_vars)))
             yield '</td><td class="r">'
             if environment.getattr(l_1_r, 'extra_flops'):
                 pass
-                yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_r, 'extra_flops'), 'FLOPs', _loop_vars=_loop_vars)))
+                yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_r, 'extra_flops'), 'FLOPs', _loop_vars=_loop_vars)))
             else:
                 pass
                 yield '&ndash;'
             yield '</td><td class="name">'
             yield escape(environment.finalize(environment.getattr(l_1_r, 'modules')))
             yield '</td></tr>\n'
-        l_1_r = missing
+        l_1_r = l_1_qty = missing
         yield '        </tbody>\n      </table>\n      </div>\n    </figure>\n'
     yield '  </div>\n</section>\n'
 
 blocks = {}
-debug_info = '1=33&2=39&6=43&7=45&9=49&10=55&12=64&13=76&14=81&17=91&19=93&20=103&27=119&28=121&31=129&38=138'
+debug_info = '1=33&5=37&6=39&8=43&9=49&11=58&12=70&13=75&16=85&18=87&19=98&26=114&27=116&30=124&37=133'

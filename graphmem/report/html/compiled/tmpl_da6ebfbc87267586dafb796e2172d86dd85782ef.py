@@ -11,7 +11,8 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_view = resolve('view')
-    l_0_qty = l_0_bar = l_0_pct = l_0_live = l_0_more = missing
+    l_0_qty = resolve('qty')
+    l_0_live = l_0_more = missing
     try:
         t_1 = environment.filters['breakable']
     except KeyError:
@@ -31,18 +32,6 @@ def root(context, missing=missing):
         def t_3(*unused):
             raise TemplateRuntimeError("No filter named 'thousands' found.")
     pass
-    included_template = environment.get_template('partials/macros.html.j2', 'partials/live_tensors.html.j2')._get_default_module(context)
-    l_0_qty = getattr(included_template, 'qty', missing)
-    if l_0_qty is missing:
-        l_0_qty = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/live_tensors.html.j2') does not export the requested name 'qty'", name='qty')
-    l_0_bar = getattr(included_template, 'bar', missing)
-    if l_0_bar is missing:
-        l_0_bar = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/live_tensors.html.j2') does not export the requested name 'bar'", name='bar')
-    l_0_pct = getattr(included_template, 'pct', missing)
-    if l_0_pct is missing:
-        l_0_pct = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'partials/live_tensors.html.j2') does not export the requested name 'pct'", name='pct')
-    context.vars.update({'qty': l_0_qty, 'bar': l_0_bar, 'pct': l_0_pct})
-    context.exported_vars.difference_update(('qty', 'bar', 'pct'))
     l_0_live = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'live')
     context.vars['live'] = l_0_live
     context.exported_vars.add('live')
@@ -72,6 +61,8 @@ def root(context, missing=missing):
     yield '">\n    <thead><tr>\n      <th scope="col">tensor</th><th scope="col" class="r" data-type="number">size</th>\n      <th scope="col" data-type="number">share of peak</th><th scope="col">role</th>\n      <th scope="col">shape</th><th scope="col">dtype</th>\n      <th scope="col">module</th><th scope="col">made by</th><th scope="col">kept alive by</th>\n    </tr></thead>\n    <tbody>\n'
     l_1_loop = missing
     for l_1_row, l_1_loop in LoopContext(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows'), undefined):
+        l_1_bar = resolve('bar')
+        l_1_pct = resolve('pct')
         _loop_vars = {}
         pass
         yield '      <tr data-n="live"'
@@ -87,9 +78,9 @@ def root(context, missing=missing):
         yield '</td>\n        <td data-sort="'
         yield escape(environment.finalize(environment.getattr(l_1_row, 'percent')))
         yield '" class="share">'
-        yield escape(environment.finalize(context.call((undefined(name='bar') if l_0_bar is missing else l_0_bar), environment.getattr(l_1_row, 'percent'), ('bar-resident' if environment.getattr(l_1_row, 'resident') else 'bar-activation'), _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_row, 'percent'), ('bar-resident' if environment.getattr(l_1_row, 'resident') else 'bar-activation'), _loop_vars=_loop_vars)))
         yield ' '
-        yield escape(environment.finalize(context.call((undefined(name='pct') if l_0_pct is missing else l_0_pct), environment.getattr(l_1_row, 'percent'), _loop_vars=_loop_vars)))
+        yield escape(environment.finalize(context.call((undefined(name='pct') if l_1_pct is missing else l_1_pct), environment.getattr(l_1_row, 'percent'), _loop_vars=_loop_vars)))
         yield '</td>\n        <td>'
         yield escape(environment.finalize(environment.getattr(l_1_row, 'role')))
         yield '</td>\n        <td class="shapes"><code>'
@@ -130,7 +121,7 @@ def root(context, missing=missing):
             yield escape(environment.finalize(t_1(environment.getattr(l_1_row, 'kept_alive_by'))))
             yield '</code>'
         yield '</td>\n      </tr>\n'
-    l_1_loop = l_1_row = missing
+    l_1_loop = l_1_row = l_1_bar = l_1_pct = missing
     yield '    </tbody>\n  </table>\n  </div>\n'
     if (undefined(name='more') if l_0_more is missing else l_0_more):
         pass
@@ -157,4 +148,4 @@ def root(context, missing=missing):
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=31&2=43&5=47&6=51&7=55&8=59&10=61&11=64&13=68&21=71&22=75&23=79&24=81&25=85&26=91&27=93&28=97&29=108&30=119&36=132&37=147'
+debug_info = '1=32&4=36&5=40&6=44&7=48&9=50&10=53&12=57&20=60&21=66&22=70&23=72&24=76&25=82&26=84&27=88&28=99&29=110&35=123&36=138'
