@@ -138,10 +138,10 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
     # searches are skipped, the answer is the same (10^5 graph outputs, all live at the end)
     searching = best.peak_bytes > last_step_floor(model)
     for key in GREEDY_KEYS if searching else ():
-        order = greedy_order(model, key)
-        peak = order_peak(model, order)[0]
-        if peak < best.peak_bytes:
-            best = OrderSearch(order, peak, "greedy", False)
+        # a pass stops once a step reaches the best peak: its order could not replace it
+        greedy = greedy_search(model, key, below=best.peak_bytes)
+        if greedy is not None:
+            best = OrderSearch(greedy[0], greedy[1], "greedy", False)
     if best.peak_bytes <= model.lower_bound_bytes:
         return OrderSearch(best.order, best.peak_bytes, best.method, True, "lower bound")
     if model.node_count <= exact_max_nodes:
@@ -215,6 +215,20 @@ GREEDY_KEYS: tuple[GreedyKey, ...] = (_least_live_after, _smallest_step_first, _
 
 def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tuple[int, ...]:
     """One greedy pass: repeatedly run the ready node with the smallest key."""
+    found = greedy_search(model, key)
+    assert found is not None  # no bound: the pass runs to the end
+    return found[0]
+
+
+def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
+                  below: int | None = None) -> tuple[tuple[int, ...], int] | None:
+    """`greedy_order` and its peak (`order_peak`'s, residents included), or None as soon as
+    a step's live bytes reach `below`: that order's peak could not be lower than `below`.
+
+    The pass knows each step's live bytes as it runs: running a node allocates its buffers
+    and frees `frees[node]`, the buffers whose last pending user it is, which are those whose
+    last use it is in the order being built (the frees `step_events` finds for that order).
+    """
     n = model.node_count
     sizes = model.buffer_bytes
     alloc = model.alloc_bytes
@@ -244,12 +258,21 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
             push(node)
     order: list[int] = []
     done = [False] * n
+    live = model.resident_bytes
+    peak = -1  # order_peak's value for an empty order
+    stop = below if below is not None else live + sum(alloc) + 1  # no step reaches it
     while heap:
         *_, node, stamp = heappop(heap)
         if done[node] or stamp != version[node]:
             continue
         done[node] = True
         order.append(node)
+        live += alloc[node]
+        if live > peak:
+            if live >= stop:
+                return None
+            peak = live
+        live -= frees[node]
         for buffer in uses[node]:
             pending[buffer] -= 1
             pending_sum[buffer] -= node
@@ -265,7 +288,7 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
                 push(succ)
     if len(order) != n:
         raise ValueError("the graph has a cycle: no topological order exists")
-    return tuple(order)
+    return tuple(order), peak
 
 
 # ----- what moved -----------------------------------------------------------------------------
