@@ -18,11 +18,11 @@ from graphmem.passes.schedule import (
     best_order,
     greedy_order,
     greedy_search,
+    greedy_start,
     last_step_floor,
 )
 from tests.builders import sizes_of
-from tests.helpers.graphs import random_dag
-from tests.test_schedule_deferral import copies_and_random_dag
+from tests.helpers.graphs import copies_and_random_dag, random_dag
 
 
 def model_of(graph: Graph) -> MemoryModel:
@@ -41,6 +41,7 @@ def test_the_running_peak_is_order_peaks_and_the_bound_only_stops_a_losing_pass(
         seed: int) -> None:
     rng = random.Random(seed)
     for model in random_models(seed):
+        start = greedy_start(model)
         for key in GREEDY_KEYS:
             order, peak = greedy_search(model, key) or ((), -2)
             assert order == greedy_order(model, key)
@@ -49,6 +50,9 @@ def test_the_running_peak_is_order_peaks_and_the_bound_only_stops_a_losing_pass(
             for below in (peak, peak + 1, peak - 1, rng.randint(0, 2 * peak + 1)):
                 found = greedy_search(model, key, below=below)
                 assert found == ((order, peak) if peak < below else None)
+                # one start shared by the passes, as best_order shares it: never changed
+                assert greedy_search(model, key, below=below, start=start) == found
+                assert start == greedy_start(model)
 
 
 def plain_best_order(model: MemoryModel) -> OrderSearch:
