@@ -10,7 +10,9 @@ peak is exactly the peak `analyze_liveness` gives for it):
    it becomes the last pending user of a buffer), so a pass is O((nodes + edges) log nodes).
    Two restarts with other keys (smallest working set first; freeing nodes first, then the
    branch made ready last) cover cases where one key is myopic. The model order is always a
-   candidate, so the best order found is never worse than the model's.
+   candidate, so the best order found is never worse than the model's. A pass tracks its
+   live bytes as it runs and stops at the first step that reaches the best peak so far: only
+   a strictly lower peak replaces the best, so its order could not (`greedy_search`).
 2. Exact search for small graphs (<= EXACT_MAX_NODES nodes): a bottleneck shortest path over
    the sets of nodes already run (down-sets of the DAG: the memory live after a set does not
    depend on the order that ran it), best-first by the peak so far, pruned at the best peak
