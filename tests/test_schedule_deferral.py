@@ -1,7 +1,6 @@
 """The exact search runs nodes that only add pinned memory last, outside the search
 (`passes/exact_schedule.py` `deferrable_nodes`): checked against brute force over every order."""
 
-import random
 
 import networkx as nx
 import pytest
@@ -11,6 +10,7 @@ from graphmem.passes.exact_schedule import deferrable_nodes, exact_order
 from graphmem.passes.memory_model import MemoryModel, build_memory_model, is_topological, order_peak
 from graphmem.passes.schedule import best_order, dependency_graph
 from tests.builders import GraphBuilder, sizes_of
+from tests.helpers.graphs import copies_and_random_dag
 
 
 def model_of(graph: Graph) -> MemoryModel:
@@ -57,31 +57,6 @@ def test_a_copy_that_a_later_node_reads_is_not_deferred() -> None:
     # (x is an input, wc is pinned), nothing waits for it: A alone is deferrable... and with
     # A deferred, copy is too (everything waiting for it is deferred)
     assert deferrable_nodes(model) == (0, 1)
-
-
-def copies_and_random_dag(seed: int) -> Graph:
-    """A random DAG among whose nodes are copies of weights (graph outputs), some copies of
-    copies, some read by later nodes."""
-    rng = random.Random(seed)
-    b = GraphBuilder(f"mixed{seed}")
-    b.tensor("in", rng.randint(1, 50), Role.INPUT)
-    b.tensor("p", rng.randint(1, 50), Role.PARAMETER)
-    available, outputs = ["in"], []
-    for index in range(rng.randint(5, 8)):
-        if rng.random() < 0.45:  # a copy: of the weight, or of an earlier copy
-            source = rng.choice(["p", *outputs])
-            name = f"c{index}"
-            b.node(name, [source], {name: rng.randint(1, 30)})
-            outputs.append(name)
-            if rng.random() < 0.3:
-                available.append(name)  # later nodes may read it
-            continue
-        inputs = rng.sample(available, k=min(len(available), rng.randint(1, 2)))
-        made = {f"t{index}": rng.randint(1, 200)}
-        b.node(f"n{index}", inputs, made)
-        available.extend(made)
-    last = next(name for name in reversed(available) if name not in outputs)
-    return b.build([*outputs, last] if last != "in" else outputs)
 
 
 @pytest.mark.parametrize("seed", range(60))

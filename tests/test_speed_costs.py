@@ -4,13 +4,14 @@ differ where a cost reads them."""
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
 from onnx import TensorProto, helper
 
 from graphmem import analyze_onnx
-from graphmem.passes.costs import _node_cost, _Shared, _signature, compute_costs
+from graphmem.passes.costs import NodeCost, _node_cost, _Shared, _signature, compute_costs
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -60,3 +61,16 @@ def test_alike_nodes_that_differ_where_the_cost_reads(tmp_path: Path) -> None:
     assert int(costs["scaled"].bytes_read) == 256
     assert costs["scaled"].param_count == 32 and costs["square"].param_count == 0
     assert int(costs["wide"].macs) == 256 and int(costs["narrow"].macs) == 64
+
+
+def test_a_shared_cost_renamed_is_a_whole_node_cost() -> None:
+    # the per-node copies of a shared cost are made by copying its fields as one dict
+    # (costs.py `_renamed`): they must be NodeCosts like any other, field for field
+    analysis = analyze_onnx(SAMPLES / "tiny_llama.onnx", batch=2, plan=False)
+    graph, dims = analysis.graph, analysis.dims.bound
+    for node, cost in zip(graph.nodes, compute_costs(graph, analysis.dims).nodes, strict=True):
+        own = _node_cost(node, dims)
+        assert type(cost) is NodeCost and vars(cost).keys() == {f.name for f in fields(NodeCost)}
+        assert cost == own and hash(cost) == hash(own) and repr(cost) == repr(own)
+        with pytest.raises(FrozenInstanceError):
+            cost.name = "renamed"  # type: ignore[misc]

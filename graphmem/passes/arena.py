@@ -115,9 +115,13 @@ def _best_fit_among(unions: list[list[int]], size: int, alignment: int) -> int:
     if len(bounds) >= 2 * _VECTORIZE_FROM:
         runs = np.array(bounds, dtype=np.int64)
         return _best_fit_vectorized(runs[::2], runs[1::2], size, alignment)
-    pairs = zip(bounds[::2], bounds[1::2], strict=True)  # (offset, end) of each run
+    flat = iter(bounds)
+    pairs = zip(flat, flat, strict=True)  # (offset, end) of each run, off the one list
     # one union's runs are in offset order already; several unions' runs overlap
-    return _best_fit(pairs if len(unions) == 1 else sorted(pairs), size, alignment)
+    placed = pairs if len(unions) == 1 else sorted(pairs)
+    if alignment != 1:
+        return _best_fit_aligned(placed, size, alignment)
+    return _best_fit_unaligned(placed, size)
 
 
 def _best_fit(placed: Iterable[tuple[int, int]], size: int, alignment: int) -> int:

@@ -84,12 +84,25 @@ class RooflineResult:
 def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mapping[str, int],
                       batch_dim: str | None = None) -> RooflineResult:
     """Roofline times with every dim bound by `dims` (costs may still be symbolic)."""
-    times = tuple(
-        _node_time(node, cost.name, size_at(cost.flops, dims),
-                   size_at(cost.bytes_read + cost.bytes_written, dims),
-                   cost.status is CostStatus.OK, gpu)
-        for node, cost in zip(graph.nodes, costs.nodes, strict=True)
-    )
+    # A decoder's nodes share a few hundred costs (passes/costs.py gives the nodes of one
+    # signature the same SymInt objects): each distinct (FLOPs, bytes, status, rate) is timed
+    # once, keyed by the objects' identity (`costs` keeps them alive meanwhile).
+    timed: dict[tuple[int, int, int, bool, str], NodeTime] = {}
+    times = []
+    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
+        rate_dtype = node_rate_dtype(node)
+        known = cost.status is CostStatus.OK
+        key = (id(cost.flops), id(cost.bytes_read), id(cost.bytes_written), known, rate_dtype)
+        shared = timed.get(key)
+        if shared is None:
+            shared = timed[key] = node_time(
+                cost.name, size_at(cost.flops, dims),
+                size_at(cost.bytes_read + cost.bytes_written, dims),
+                gpu.flops_per_s_for(rate_dtype), gpu.memory_bandwidth_bytes_per_s, rate_dtype,
+                known)
+        times.append(NodeTime(cost.name, shared.est_time_s, shared.bound,
+                              shared.intensity_flops_per_byte, shared.flops, shared.bytes_moved,
+                              rate_dtype, known))
     return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
 
 
@@ -136,16 +149,13 @@ def node_time(name: str, flops: int, bytes_moved: int, flop_rate: float,
     )
 
 
-def _node_time(node: Node, name: str, flops: int, bytes_moved: int, flops_known: bool,
-               gpu: GpuSpec) -> NodeTime:
-    rate_dtype = node_rate_dtype(node)
-    return node_time(name, flops, bytes_moved, gpu.flops_per_s_for(rate_dtype),
-                     gpu.memory_bandwidth_bytes_per_s, rate_dtype, flops_known)
-
-
 def node_rate_dtype(node: Node) -> str:
-    """The FLOP rate a node runs at: its first floating output's dtype (see docstring)."""
-    for value in (*node.outputs, *node.present_inputs):
+    """The FLOP rate a node runs at: its first floating output's dtype, else its first
+    floating input's (see docstring)."""
+    for value in node.outputs:
         if value.dtype in _RATE_DTYPE:
             return _RATE_DTYPE[value.dtype]
+    for read in node.inputs:
+        if read is not None and read.dtype in _RATE_DTYPE:
+            return _RATE_DTYPE[read.dtype]
     return "float32"

@@ -10,7 +10,9 @@ peak is exactly the peak `analyze_liveness` gives for it):
    it becomes the last pending user of a buffer), so a pass is O((nodes + edges) log nodes).
    Two restarts with other keys (smallest working set first; freeing nodes first, then the
    branch made ready last) cover cases where one key is myopic. The model order is always a
-   candidate, so the best order found is never worse than the model's.
+   candidate, so the best order found is never worse than the model's. A pass tracks its
+   live bytes as it runs and stops at the first step that reaches the best peak so far: only
+   a strictly lower peak replaces the best, so its order could not (`greedy_search`).
 2. Exact search for small graphs (<= EXACT_MAX_NODES nodes): a bottleneck shortest path over
    the sets of nodes already run (down-sets of the DAG: the memory live after a set does not
    depend on the order that ran it), best-first by the peak so far, pruned at the best peak
@@ -137,11 +139,12 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
     # where no order can end below the start's peak, no search can find a lower one: the
     # searches are skipped, the answer is the same (10^5 graph outputs, all live at the end)
     searching = best.peak_bytes > last_step_floor(model)
+    shared = greedy_start(model) if searching else None
     for key in GREEDY_KEYS if searching else ():
-        order = greedy_order(model, key)
-        peak = order_peak(model, order)[0]
-        if peak < best.peak_bytes:
-            best = OrderSearch(order, peak, "greedy", False)
+        # a pass stops once a step reaches the best peak: its order could not replace it
+        greedy = greedy_search(model, key, below=best.peak_bytes, start=shared)
+        if greedy is not None:
+            best = OrderSearch(greedy[0], greedy[1], "greedy", False)
     if best.peak_bytes <= model.lower_bound_bytes:
         return OrderSearch(best.order, best.peak_bytes, best.method, True, "lower bound")
     if model.node_count <= exact_max_nodes:
@@ -215,18 +218,52 @@ GREEDY_KEYS: tuple[GreedyKey, ...] = (_least_live_after, _smallest_step_first, _
 
 def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tuple[int, ...]:
     """One greedy pass: repeatedly run the ready node with the smallest key."""
-    n = model.node_count
-    sizes = model.buffer_bytes
-    alloc = model.alloc_bytes
-    successors = model.successors()
-    uses, pinned = model.uses, model.pinned  # locals: the loop below runs per node
-    waiting = [len(preds) for preds in model.predecessors]
-    pending = [len(users) for users in model.users]
-    pending_sum = [sum(users) for users in model.users]  # the last pending user, when 1 is left
-    frees = [0] * n  # bytes freed if the node ran now
+    found = greedy_search(model, key)
+    assert found is not None  # no bound: the pass runs to the end
+    return found[0]
+
+
+@dataclass(frozen=True)
+class GreedyStart:
+    """What every greedy pass starts from (the passes copy the counts they change)."""
+
+    successors: list[list[int]]
+    waiting: list[int]  # node -> predecessors not run yet
+    pending: list[int]  # buffer -> users not run yet
+    pending_sum: list[int]  # buffer -> sum of those users: the last one, when 1 is left
+    frees: list[int]  # node -> bytes freed if it ran now
+
+
+def greedy_start(model: MemoryModel) -> GreedyStart:
+    sizes, pinned = model.buffer_bytes, model.pinned
+    frees = [0] * model.node_count
     for buffer, users in enumerate(model.users):
         if len(users) == 1 and not pinned[buffer]:
             frees[users[0]] += sizes[buffer]
+    return GreedyStart(model.successors(), [len(preds) for preds in model.predecessors],
+                       [len(users) for users in model.users],
+                       [sum(users) for users in model.users], frees)
+
+
+def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
+                  below: int | None = None, start: GreedyStart | None = None
+                  ) -> tuple[tuple[int, ...], int] | None:
+    """`greedy_order` and its peak (`order_peak`'s, residents included), or None as soon as
+    a step's live bytes reach `below`: that order's peak could not be lower than `below`.
+
+    The pass knows each step's live bytes as it runs: running a node allocates its buffers
+    and frees `frees[node]`, the buffers whose last pending user it is, which are those whose
+    last use it is in the order being built (the frees `step_events` finds for that order).
+    `start`: the model's `greedy_start`, if at hand (best_order's passes share one).
+    """
+    n = model.node_count
+    sizes = model.buffer_bytes
+    alloc = model.alloc_bytes
+    start = start or greedy_start(model)
+    successors = start.successors
+    uses, pinned = model.uses, model.pinned  # locals: the loop below runs per node
+    waiting, pending = start.waiting.copy(), start.pending.copy()
+    pending_sum, frees = start.pending_sum.copy(), start.frees.copy()
     version = [0] * n
     ready_at = [0] * n
     # entries are the key's items then (node, version), one flat tuple: comparing nested
@@ -244,12 +281,22 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
             push(node)
     order: list[int] = []
     done = [False] * n
+    live = model.resident_bytes
+    peak = -1  # order_peak's value for an empty order
+    stop = below if below is not None else live + sum(alloc) + 1  # no step reaches it
     while heap:
-        *_, node, stamp = heappop(heap)
-        if done[node] or stamp != version[node]:
-            continue
+        entry = heappop(heap)
+        node = entry[-2]
+        if done[node] or entry[-1] != version[node]:
+            continue  # run already, or pushed again since with another key
         done[node] = True
         order.append(node)
+        live += alloc[node]
+        if live > peak:
+            if live >= stop:
+                return None
+            peak = live
+        live -= frees[node]
         for buffer in uses[node]:
             pending[buffer] -= 1
             pending_sum[buffer] -= node
@@ -265,7 +312,7 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
                 push(succ)
     if len(order) != n:
         raise ValueError("the graph has a cycle: no topological order exists")
-    return tuple(order)
+    return tuple(order), peak
 
 
 # ----- what moved -----------------------------------------------------------------------------
