@@ -21,7 +21,7 @@ from graphmem.core.units import MAX_BYTES
 from graphmem.devices.error_bands import error_band, runtime_band_path
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import DimBinding, SizeTable
+from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import (
     Caveat,
     CudaReserve,
@@ -42,6 +42,7 @@ from graphmem.runtime_models.base import (
 )
 from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import default_runtime, estimate
+from graphmem.runtime_models.value_sizes import ProbeSizes
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
@@ -209,7 +210,7 @@ class DeviceTotalProbe:
         self.residents = resident_formula(analysis.graph) if same_graph else None
         # onnxruntime's models size the analysed graph's values (torch-cuda sizes its own)
         sized = same_graph and model.runtime in ("ort-cuda", "ort-cpu")
-        self.table = SizeTable(analysis.graph) if sized else None
+        self.table = ProbeSizes(analysis.graph) if sized else None
 
     def _estimate(self, value: int) -> RuntimeEstimate | None:
         """None where the model cannot be sized at this value (a tensor over 4 EiB)."""
@@ -220,7 +221,8 @@ class DeviceTotalProbe:
                 return device_estimate(self.reanalyze(bound), self.model, notes=False)
             binding = rebind(self.analysis.graph, self.analysis.dims, bound,
                              self.analysis.moe_routing)
-            sizes = self.table.bound(binding.bound) if self.table is not None else None
+            # by position: the plan's buffers read theirs so (runtime_models/value_sizes.py)
+            sizes = self.table.at(binding.bound) if self.table is not None else None
             return device_estimate(self.analysis, self.model, binding, self.residents, sizes,
                                    notes=False)
         except GraphmemError:

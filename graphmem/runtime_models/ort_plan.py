@@ -13,7 +13,10 @@ A 10^5-node graph makes about a million such look-ups; the plan is the same buff
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.ort_view import PlanShape
@@ -76,9 +79,36 @@ class PlanLayout:
 
     order: tuple[Node, ...]
     buffers: tuple[tuple[Value, int, int, str], ...]  # owner, first step, last step, kind
-    storage: dict[str, str]
     counts: tuple[int, int, int]  # in place, alias, reused
-    live_spans: dict[str, list[tuple[int, int]]]
+    positions: tuple[int, ...]  # per buffer, its owner's place in `graph.values`
+    values: Sequence[Value] = field(repr=False)  # the graph's values, by number
+    owner: Sequence[int] = field(repr=False)  # per value, the number of its buffer's owner
+    # per tensor the order makes (in the order made): its buffer's owner, the step making it
+    # and the last step it is still to be read
+    made: np.ndarray = field(repr=False, compare=False)
+    start: np.ndarray = field(repr=False, compare=False)
+    last: np.ndarray = field(repr=False, compare=False)
+
+    @cached_property
+    def storage(self) -> dict[str, str]:
+        """Value name -> name of the value owning its buffer."""
+        values, owner = self.values, self.owner
+        return {v.name: values[owner[i]].name for i, v in enumerate(values)}
+
+    @cached_property
+    def live_spans(self) -> dict[str, list[tuple[int, int]]]:
+        """Per buffer owner: the steps during which some tensor placed in it is still to be
+        read."""
+        values = self.values
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for held, start, last in zip(self.made.tolist(), self.start.tolist(),
+                                     self.last.tolist(), strict=True):
+            spans.setdefault(values[held].name, []).append((start, last))
+        return spans
+
+    def live_owners(self, step: int) -> set[int]:
+        """The buffers (their owners' numbers) holding a tensor still to be read at `step`."""
+        return set(self.made[(self.start <= step) & (self.last >= step)].tolist())
 
 
 def make_layout(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
@@ -88,10 +118,11 @@ def make_layout(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None
         plan_shapes = {name: plan_shape_from_ir(v) for name, v in graph.values.items()}
     steps = _Steps(graph, order, plan_shapes)
     owner, counts = _plan(steps)
-    values = steps.values
-    storage = {v.name: values[owner[i]].name for i, v in enumerate(values)}
-    return PlanLayout(order, _buffer_steps(steps, owner), storage, counts,
-                      _live_spans(steps, storage))
+    buffers, positions = _buffer_steps(steps, owner)
+    made, start, last = _live_spans(steps, owner)
+    return PlanLayout(order, buffers, counts, positions, steps.values, owner,
+                      np.array(made, np.int64), np.array(start, np.int64),
+                      np.array(last, np.int64))
 
 
 class _Steps:
@@ -196,9 +227,11 @@ def _plan(steps: _Steps) -> tuple[list[int], tuple[int, int, int]]:
     return owner, (inplace, alias, reused)
 
 
-def _buffer_steps(steps: _Steps, owner: Sequence[int]) -> tuple[tuple[Value, int, int, str], ...]:
+def _buffer_steps(steps: _Steps, owner: Sequence[int]
+                  ) -> tuple[tuple[tuple[Value, int, int, str], ...], tuple[int, ...]]:
     """Each buffer from its first tensor's step to the last read of any tensor placed in it;
-    a graph output, or a buffer nothing reads, is held to the end of the run."""
+    a graph output, or a buffer nothing reads, is held to the end of the run; and each
+    buffer's owner by its value number."""
     end = len(steps.outputs) - 1
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -213,28 +246,35 @@ def _buffer_steps(steps: _Steps, owner: Sequence[int]) -> tuple[tuple[Value, int
         for value in made:
             made_here[value] = 1
     buffers = []
+    positions = []
     for held, step in first.items():
         if not made_here[held]:
             continue  # a view of a graph input or initializer: not the run's to allocate
         held_to_end = held in outputs or held not in last
         buffers.append((values[held], step, end if held_to_end else last[held],
                         "output" if held in outputs else "planned"))
-    return tuple(buffers)
+        positions.append(held)
+    return tuple(buffers), tuple(positions)
 
 
-def _live_spans(steps: _Steps, storage: Mapping[str, str]) -> dict[str, list[tuple[int, int]]]:
-    """Per buffer owner: the steps during which some tensor placed in it is still to be read."""
+def _live_spans(steps: _Steps, owner: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """Per tensor the order makes, in the order made: its buffer's owner, the step making it,
+    the last step it is still to be read (a graph output: the end; one nothing reads: its
+    own)."""
     end = len(steps.outputs) - 1
     last_read = [-1] * len(steps.values)
     for step, inputs in enumerate(steps.inputs):
         for value in inputs:
             last_read[value] = step
     values = steps.values
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for start, made in enumerate(steps.outputs):
-        for number in made:
-            tensor = values[number]
+    made: list[int] = []
+    starts: list[int] = []
+    lasts: list[int] = []
+    for start, outputs in enumerate(steps.outputs):
+        for number in outputs:
             read = last_read[number]
-            last = end if tensor.role is Role.OUTPUT else (read if read >= 0 else start)
-            spans.setdefault(storage[tensor.name], []).append((start, last))
-    return spans
+            made.append(owner[number])
+            starts.append(start)
+            lasts.append(end if values[number].role is Role.OUTPUT
+                         else (read if read >= 0 else start))
+    return made, starts, lasts
