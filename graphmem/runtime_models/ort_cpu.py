@@ -66,6 +66,7 @@ from graphmem.runtime_models.bfc_arena import (
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
     NO_SCRATCH,
+    SCRATCH_OPS,
     KernelScratch,
     arena_weights_bytes,
     creation_peak_note,
@@ -96,35 +97,28 @@ class EventSteps(NamedTuple):
     only the buffers' sizes (`replay_numbered`)."""
 
     names: tuple[str, ...]  # per buffer, its owner's name (the arena's key)
-    first: tuple[int, ...]  # per buffer, the step allocating it
-    last: tuple[int, ...]  # ... and the step after which it is freed
     positions: tuple[int, ...]  # per buffer, its owner's place in `graph.values`
-    starts: tuple[tuple[int, ...], ...]  # per step, the buffers it allocates
-    ends: tuple[tuple[int, ...], ...]  # ... and those freed after it
-    events: tuple[tuple[int, ...], ...]  # per step: starts, then the ends as ~number
+    events: list[list[int]]  # per step: the buffers it allocates, then those freed as ~number
     kernel_nodes: tuple[int, ...]  # the steps whose kernel may take scratch
-    first_array: np.ndarray  # `first` and `last` as arrays: the buffers held at a step
-    last_array: np.ndarray
+    first: np.ndarray  # per buffer, the step allocating it
+    last: np.ndarray  # ... and the step after which it is freed
 
 
 def event_steps(layout: PlanLayout) -> EventSteps:
     """The layout's buffers as events over its steps, in buffer order within a step."""
-    count = len(layout.order)
-    starts: list[list[int]] = [[] for _ in range(count)]
-    ends: list[list[int]] = [[] for _ in range(count)]
-    for index, (_, first, last, _) in enumerate(layout.buffers):
-        starts[first].append(index)
-        ends[last].append(index)
-    events = tuple(tuple(started + [~index for index in freed])
-                   for started, freed in zip(starts, ends, strict=True))
-    firsts = tuple(first for _, first, _, _ in layout.buffers)
-    lasts = tuple(last for _, _, last, _ in layout.buffers)
+    events: list[list[int]] = [[] for _ in layout.order]
+    buffers = layout.buffers
+    for index, (_, first, _, _) in enumerate(buffers):
+        events[first].append(index)
+    for index, (_, _, last, _) in enumerate(buffers):
+        events[last].append(~index)
     kernel_nodes = tuple(step for step, node in enumerate(layout.order)
-                         if may_take_scratch(node))
-    return EventSteps(tuple(value.name for value, _, _, _ in layout.buffers), firsts, lasts,
-                      layout.positions, tuple(map(tuple, starts)), tuple(map(tuple, ends)),
-                      events, kernel_nodes, np.array(firsts, np.int64),
-                      np.array(lasts, np.int64))
+                         if (node.op_type in SCRATCH_OPS or node.domain == "com.microsoft")
+                         and may_take_scratch(node))
+    return EventSteps(tuple([value.name for value, _, _, _ in buffers]), layout.positions,
+                      events, kernel_nodes,
+                      np.array([first for _, first, _, _ in buffers], np.int64),
+                      np.array([last for _, _, last, _ in buffers], np.int64))
 
 
 def kernel_scratches(plan: OrtPlan, scratch_of: Callable[[Node], KernelScratch]
@@ -257,7 +251,7 @@ def _scratch_step(step: int, work: KernelScratch, steps_of: EventSteps, sizes: l
                   keys: list[str]) -> list[int]:
     """One step's events where its kernel takes scratch, each scratch allocation numbered
     after the last (`sizes` and `keys` grow by them)."""
-    started = steps_of.starts[step]
+    started = [b for b in steps_of.events[step] if b >= 0]
     outputs = [ArenaEvent(keys[b], sizes[b]) for b in started]
     number = {id(event): b for event, b in zip(outputs, started, strict=True)}
     kernel, dropped = work.events(f"scratch {step}", outputs)
@@ -274,7 +268,7 @@ def _scratch_step(step: int, work: KernelScratch, steps_of: EventSteps, sizes: l
             sizes.append(event.size_bytes)
             keys.append(event.key)
     numbered += [~scratch_numbers[key] for key in dropped]
-    return numbered + [~b for b in steps_of.ends[step]]
+    return numbered + [b for b in steps_of.events[step] if b < 0]
 
 
 def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[ArenaEvent]]:
@@ -303,8 +297,7 @@ def timeline_of(plan: OrtPlan, scratch: Sequence[KernelScratch], result: ArenaRe
     rounding."""
     step = result.peak_step
     steps_of, sizes = plan.steps, plan.sizes
-    held = np.flatnonzero((steps_of.first_array <= step) & (steps_of.last_array >= step)
-                          ).tolist()
+    held = np.flatnonzero((steps_of.first <= step) & (steps_of.last >= step)).tolist()
     tensors = sum(sizes[b] for b in held)
     scratch_bytes = scratch[step].held_bytes if scratch else 0
     live_bytes = tensors
