@@ -383,7 +383,9 @@ def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt 
 
 def _unknown_size_producers(plan: OrtPlan, sizes: Mapping[str, SymInt | None]) -> list[Node]:
     """The node making each tensor whose size is not a number at the bound dims."""
-    # one comprehension: every probe of a largest-batch search runs it over every output
+    if isinstance(sizes, ValueSizes) and len(plan.order) == len(sizes.table.graph.nodes) \
+            and sizes.table.of_layout(plan.steps) and sizes.outputs_are_numbers():
+        return []  # every node of the graph ordered, every output sized: checked per size
     return [node for node in plan.order for value in node.outputs
             if (size := sizes.get(value.name)) is None or not size.is_constant]
 

@@ -63,6 +63,11 @@ class ProbeSizes(SizeTable):
             kept = self._buffers[id(key)] = (key, [index[p] for p in positions])
         return kept[1]
 
+    def of_layout(self, key: object) -> bool:
+        """Whether a plan layout (`buffer_sizes`' key) was sized from this table."""
+        kept = self._buffers.get(id(key))
+        return kept is not None and kept[0] is key
+
     def of(self, graph: Graph) -> bool:
         """Whether the table's positions are `graph`'s values (the graph it was made from,
         unchanged in size since)."""
