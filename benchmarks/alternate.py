@@ -30,8 +30,11 @@ def cpu_seconds(tree: Path, model: str) -> float:
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, "-m", "graphmem", "analyze", model, *DECODER_OPTIONS,
                    "--json", f"{folder}/out.json", "--html", f"{folder}/out.html"]
+        # run in the empty folder: `python -m` puts the working folder first on sys.path, so
+        # run from a checkout it would import that checkout's graphmem, not `tree`'s
         child = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=str(tree)),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 cwd=folder, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(child.pid, 0)
         if os.waitstatus_to_exitcode(status) not in (0, 1):
             raise SystemExit(f"{tree}: graphmem failed on {model}")
