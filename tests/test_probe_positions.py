@@ -2,7 +2,7 @@
 by name: `ProbeSizes.at(dims)` is the mapping `value_bytes` gives, the plan's buffers sized
 from the distinct sizes by their owners' places are the buffers sized by name, the fill finds
 nothing to fill exactly where the by-name fill does, and onnxruntime's CUDA and CPU models
-give the same estimate from either. On random graphs (tests/test_ort_plan.py's, their values
+give the same estimate from either. On random graphs (tests/helpers/random_plans.py, their values
 given random sizes in two dims, some unknown, some free at the probe) and on the samples at
 several batches."""
 
@@ -24,7 +24,7 @@ from graphmem.runtime_models.ort_cpu import ort_cpu_estimate, plan_events, plan_
 from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
 from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
 from graphmem.runtime_models.value_sizes import ProbeSizes, ValueSizes
-from tests.test_ort_plan import _random_graph
+from tests.helpers.random_plans import random_graph
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 _DIMS = ("b", "s")
@@ -48,7 +48,7 @@ def _binding(dims: dict[str, int]) -> DimBinding:
 @pytest.mark.parametrize("seed", range(60))
 def test_positions_equal_names_on_random_plans(seed: int) -> None:
     rng = random.Random(seed)
-    graph, shapes = _random_graph(rng, rng.randint(1, 60))
+    graph, shapes = random_graph(rng, rng.randint(1, 60))
     _random_sizes(rng, graph)
     table = ProbeSizes(graph)
     for dims in ({"b": 1, "s": 7}, {"b": rng.randint(1, 999), "s": rng.randint(1, 999)},
@@ -80,7 +80,7 @@ def test_random_plans_have_unknown_and_free_sizes() -> None:
     missing = 0
     for seed in range(60):
         rng = random.Random(seed)
-        graph, _ = _random_graph(rng, rng.randint(1, 60))
+        graph, _ = random_graph(rng, rng.randint(1, 60))
         _random_sizes(rng, graph)
         missing += not ProbeSizes(graph).at({"b": 2}).outputs_are_numbers()
     assert 10 < missing < 60
