@@ -62,8 +62,11 @@ def main() -> None:
         if "--html" not in options and "--no-html" not in options:
             options += ["--html", str(Path(folder) / "out.html")]
         result_path = Path(folder) / "times.json"
+        # in the temporary folder: `python -c` puts the working folder first on sys.path, so
+        # run from a checkout it would import that checkout's graphmem, not PYTHONPATH's
         subprocess.run([sys.executable, "-c", _CHILD, str(result_path), "analyze",
-                        sys.argv[1], *options], check=True, stdout=subprocess.DEVNULL)
+                        str(Path(sys.argv[1]).resolve()), *options], check=True,
+                       stdout=subprocess.DEVNULL, cwd=folder)
         result = json.loads(result_path.read_text())
     rows = [("interpreter and imports", result["start_up"]), *result["stages"],
             ("verdict, distributed answers, writing the reports", result["rest"]),

@@ -17,7 +17,9 @@ import pytest
 from graphmem.runtime_models.bfc_arena import (
     ArenaEvent,
     ArenaExtend,
+    numbered_events,
     replay,
+    replay_numbered,
     replay_through_arena,
 )
 
@@ -69,3 +71,35 @@ def test_the_random_lists_fail_part_way_and_reuse_chunks() -> None:
               for seed, result in enumerate(unbounded)]
     assert sum(r.failure is not None and len(r.in_use_after_step) > 0 for r in halved) > 100
     assert sum(r.peak_in_use_bytes < r.held_bytes for r in unbounded) > 100
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_the_demand_carried_on_from_a_failure_is_the_unbounded_run(seed: int) -> None:
+    """`demand`: a bounded run that fails gives the unbounded run too, carried on from the
+    failing allocation; it must be the unbounded replay, and the bounded result unchanged."""
+    steps = _random_steps(seed)
+    numbered, sizes, keys = numbered_events(steps)
+    for extend in ArenaExtend:
+        unbounded = replay_through_arena(steps, None, extend)
+        rng = random.Random(seed)
+        for device_free in (unbounded.held_bytes - 1, unbounded.held_bytes // 2,
+                            int(unbounded.held_bytes * rng.uniform(0.05, 1.0)), 0):
+            bounded, demand = replay_numbered(numbered, sizes, keys, device_free, extend, True)
+            assert bounded == replay_through_arena(steps, device_free, extend)
+            if bounded.failure is None:
+                assert demand is None
+            elif demand is not None:
+                assert demand == unbounded
+
+
+def test_the_demand_is_carried_on_in_most_failing_runs() -> None:
+    """Carried on (not None) wherever no region was backed off before the failure: most of
+    the random failing runs, so the test above checks it."""
+    carried = failing = 0
+    for seed in range(100):
+        numbered, sizes, keys = numbered_events(_random_steps(seed))
+        held = replay_numbered(numbered, sizes, keys)[0].held_bytes
+        bounded, demand = replay_numbered(numbered, sizes, keys, held // 2, demand=True)
+        failing += bounded.failure is not None
+        carried += demand is not None
+    assert failing > 50 and carried > failing // 2

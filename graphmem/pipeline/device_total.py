@@ -21,7 +21,7 @@ from graphmem.core.units import MAX_BYTES
 from graphmem.devices.error_bands import error_band, runtime_band_path
 from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
-from graphmem.passes.dims import DimBinding, SizeTable
+from graphmem.passes.dims import DimBinding
 from graphmem.passes.fit import (
     Caveat,
     CudaReserve,
@@ -41,7 +41,9 @@ from graphmem.runtime_models.base import (
     RuntimeEstimate,
 )
 from graphmem.runtime_models.bfc_arena import ArenaExtend
+from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.select import default_runtime, estimate
+from graphmem.runtime_models.value_sizes import ProbeSizes
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
@@ -115,6 +117,9 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
     dims = dims or analysis.dims
     if sizes is None and dims is analysis.dims:
         sizes = analysis.sizes  # bound by the passes at these dims (None: bound by the model)
+        if sizes is not None and runtime in ("ort-cuda", "ort-cpu"):
+            # the same sizes (value_bytes') by position: onnxruntime's plan reads them so
+            sizes = probe_table(analysis.graph).at(dims.bound)
     context = RuntimeContext(
         graph=analysis.graph, dims=dims, training=analysis.mode == "training",
         resident_bytes=_resident_bytes(analysis, dims, residents), gpu=gpu,
@@ -154,6 +159,12 @@ def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | N
                             model.threads, model.ort_optimization, dims, model.capacity_bytes,
                             residents=residents, sizes=sizes, notes=notes,
                             ort_arena_extend=model.ort_arena_extend)
+
+
+def probe_table(graph: Graph) -> ProbeSizes:
+    """`graph`'s size table for onnxruntime's models, made once per graph (the verdict's run
+    and every probe of its searches bind it)."""
+    return cached_per_graph(graph, (ProbeSizes,), lambda: ProbeSizes(graph))
 
 
 def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
@@ -209,7 +220,7 @@ class DeviceTotalProbe:
         self.residents = resident_formula(analysis.graph) if same_graph else None
         # onnxruntime's models size the analysed graph's values (torch-cuda sizes its own)
         sized = same_graph and model.runtime in ("ort-cuda", "ort-cpu")
-        self.table = SizeTable(analysis.graph) if sized else None
+        self.table = probe_table(analysis.graph) if sized else None
 
     def _estimate(self, value: int) -> RuntimeEstimate | None:
         """None where the model cannot be sized at this value (a tensor over 4 EiB)."""
@@ -220,7 +231,8 @@ class DeviceTotalProbe:
                 return device_estimate(self.reanalyze(bound), self.model, notes=False)
             binding = rebind(self.analysis.graph, self.analysis.dims, bound,
                              self.analysis.moe_routing)
-            sizes = self.table.bound(binding.bound) if self.table is not None else None
+            # by position: the plan's buffers read theirs so (runtime_models/value_sizes.py)
+            sizes = self.table.at(binding.bound) if self.table is not None else None
             return device_estimate(self.analysis, self.model, binding, self.residents, sizes,
                                    notes=False)
         except GraphmemError:

@@ -262,25 +262,72 @@ def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None 
     """Run each step's events through a fresh arena; the peak of in-use bytes and its step.
     With `device_free_bytes` (what the device can give the arena's regions) the replay stops
     at the first allocation the device cannot back: `failure` says which. `extend`: the
-    arena's extend strategy.
+    arena's extend strategy. The events numbered (`numbered_events`) and replayed by
+    `replay_numbered`; `replay_through_arena` drives BfcArena itself, the same answers
+    (tests/test_bfc_replay.py)."""
+    numbered, sizes, keys = numbered_events(steps)
+    return replay_numbered(numbered, sizes, keys, device_free_bytes, extend)[0]
 
-    BfcArena's allocate and free in one loop over locals (a largest-batch search replays
-    tens of thousands of events per probed batch); `replay_through_arena` drives the class
-    itself, the same answers (tests/test_bfc_replay.py)."""
+
+def numbered_events(steps: Sequence[Sequence[ArenaEvent]]
+                    ) -> tuple[list[list[int]], list[int], list[str]]:
+    """`steps` as replay_numbered's numbers: each allocation its own number (its size and key
+    at that place), a free the complement of its key's latest allocation (a key allocated
+    again leaves the earlier chunk in use, as the arena's own map does)."""
+    sizes: list[int] = []
+    keys: list[str] = []
+    latest: dict[str, int] = {}
+    numbered = []
+    for events in steps:
+        step = []
+        for key, size_bytes in events:
+            if size_bytes is None:
+                if key not in latest:  # never taken: a number that holds nothing
+                    latest[key] = len(sizes)
+                    sizes.append(0)
+                    keys.append(key)
+                step.append(~latest[key])
+                continue
+            if size_bytes > 0:  # nothing taken: a free of the key frees what it held
+                latest[key] = len(sizes)
+            step.append(len(sizes))
+            sizes.append(size_bytes)
+            keys.append(key)
+        numbered.append(step)
+    return numbered, sizes, keys
+
+
+def replay_numbered(steps: Sequence[Sequence[int]], sizes: Sequence[int],
+                    keys: Sequence[str], device_free_bytes: int | None = None,
+                    extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO, demand: bool = False
+                    ) -> tuple[ArenaResult, ArenaResult | None]:
+    """`replay` on events as numbers: `n` >= 0 allocates `sizes[n]` bytes under number n,
+    `~n` frees what number n holds; `keys[n]` names it in a failure. onnxruntime's plan
+    numbers its buffers once per layout (graphmem/runtime_models/ort_cpu.py), so a probed
+    batch only brings a list of sizes. BfcArena's allocate and free in one loop over locals.
+
+    `demand`: where the bounded run fails, the second result is the same run unbounded (the
+    demand), carried on from the failing allocation where no region was backed off before
+    it (until then both runs are the same: held only grows, and a region the unbounded run
+    takes beyond the device's memory is the first the bounded one must back off); None
+    where it does not fail or a region was backed off (the caller replays unbounded)."""
     free_list: list[tuple[int, int, _Chunk]] = []  # (size, address, chunk), sorted
-    taken: dict[str, _Chunk] = {}
+    taken: list[_Chunk | None] = [None] * len(sizes)
     region_bytes, same_as_requested = INITIAL_REGION_BYTES, extend is SAME_AS_REQUESTED
     held = in_use = regions = peak = peak_step = 0
     last: _Chunk | None = None
     device_free = device_free_bytes
+    backed_off = False
+    bounded: ArenaResult | None = None  # the bounded run's failure, where carried on
     after: list[int] = []
     bisect_left, insort = bisect.bisect_left, bisect.insort
     for step, events in enumerate(steps):
-        for key, size_bytes in events:
-            if size_bytes is None:  # free, merged with free neighbours of its region
-                chunk = taken.pop(key, None)
+        for number in events:
+            if number < 0:  # free, merged with free neighbours of its region
+                chunk = taken[~number]
                 if chunk is None:
                     continue
+                taken[~number] = None
                 chunk.free = True
                 in_use -= chunk.size
                 following, region = chunk.next, chunk.region
@@ -296,6 +343,7 @@ def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None 
                     chunk = previous
                 insort(free_list, (chunk.size, chunk.address, chunk))
                 continue
+            size_bytes = sizes[number]
             if size_bytes <= 0:
                 continue
             request = -(-size_bytes // MIN_ALLOCATION_BYTES) * MIN_ALLOCATION_BYTES
@@ -312,13 +360,17 @@ def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None 
                     size = region_bytes
                     if not grew:
                         region_bytes = min(region_bytes * 2, MAX_POWER_OF_TWO_EXTEND_BYTES)
-                while device_free is not None and size > device_free:
-                    smaller = rounded_bytes(int(_float32(size * BACKPEDAL_FACTOR)))
-                    if smaller < request or smaller < MIN_BACKOFF_BYTES:
-                        failure = ArenaFailure(key, step, request, size, device_free or 0,
-                                               in_use, held)
-                        return ArenaResult(peak, peak_step, held, tuple(after), failure)
-                    size = smaller
+                if device_free is not None and size > device_free:
+                    tried = _backed_off_region(request, size, device_free)
+                    if tried < 0:  # no region the device can give: the run fails here
+                        failure = ArenaFailure(keys[number], step, request, -tried,
+                                               device_free, in_use, held)
+                        bounded = ArenaResult(peak, peak_step, held, tuple(after), failure)
+                        if not demand or backed_off:
+                            return bounded, None
+                        device_free = None  # the demand: the same run, unbounded from here
+                    else:
+                        size, backed_off = tried, True
                 chunk = _Chunk(held, size, regions, previous=last)
                 if last is not None:
                     last.next = chunk
@@ -340,11 +392,23 @@ def replay(steps: Sequence[Sequence[ArenaEvent]], device_free_bytes: int | None 
                 insort(free_list, (rest.size, rest.address, rest))
             chunk.free = False
             in_use += size
-            taken[key] = chunk
+            taken[number] = chunk
             if in_use > peak:
                 peak, peak_step = in_use, step
         after.append(in_use)
-    return ArenaResult(peak, peak_step, held, tuple(after))
+    result = ArenaResult(peak, peak_step, held, tuple(after))
+    return (result, None) if bounded is None else (bounded, result)
+
+
+def _backed_off_region(request: int, size: int, device_free: int) -> int:
+    """The region Extend gets where the device has less than `size` left: 90% steps down;
+    where none fits before falling below the request (or 8 KiB), minus the last size tried."""
+    while size > device_free:
+        smaller = rounded_bytes(int(_float32(size * BACKPEDAL_FACTOR)))
+        if smaller < request or smaller < MIN_BACKOFF_BYTES:
+            return -size
+        size = smaller
+    return size
 
 
 SAME_AS_REQUESTED = ArenaExtend.SAME_AS_REQUESTED

@@ -23,6 +23,7 @@ from graphmem.core.ir import Graph
 from graphmem.core.routing import DEFAULT_ROUTING, WORST, MoeRouting, RoutedDim
 from graphmem.passes.dims import DATA_SIZED_OPS, count_dim
 from graphmem.passes.routed_dims import nonzero_count, routed_dims, routing_warning
+from graphmem.runtime_models.graph_cache import cached_per_graph
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
     load under `routing` where a router sizes it (passes/routed_dims.py), else the element
     count of its input, e.g. a [2, 32] mask -> at most 64 indices. `routed`: the counts the
     dims binding already sized (`DimBinding.routed`), reported with those found here."""
+    if not _has_data_sized_ops(graph):  # nothing to find (a probe asks at every batch)
+        return DataBounds({}, (), (), routing)
     found = routed_dims(graph, dims, routing)
     bound = {r.dim: r.size for r in found}
     nodes: list[str] = []
@@ -82,6 +85,15 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
         nodes.append(node.name)
     every = (*(r for r in routed if r.dim in present), *found)
     return DataBounds(bound, tuple(nodes), every, routing)
+
+
+_NO_DATA_SIZED = object()  # graph_cache's key for `_has_data_sized_ops`
+
+
+def _has_data_sized_ops(graph: Graph) -> bool:
+    """Whether any node of `graph` is a NonZero (found once per graph)."""
+    return cached_per_graph(graph, (_NO_DATA_SIZED,), lambda: any(
+        node.op_type in DATA_SIZED_OPS for node in graph.nodes))
 
 
 def carried_counts(graph: Graph, written: Graph) -> dict[str, str]:

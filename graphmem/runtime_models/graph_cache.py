@@ -17,7 +17,9 @@ from weakref import WeakKeyDictionary
 from graphmem.core.ir import Graph
 
 T = TypeVar("T")
-_KEPT_PER_GRAPH = 4  # callers passing fresh objects each time: keep the newest few
+# callers passing fresh objects each time: keep the newest few (a graph's plan layouts, and
+# one flag of data_bounds.py)
+_KEPT_PER_GRAPH = 5
 
 # graph -> {ids of the inputs: (the inputs, the graph's size then, the result)}
 _CACHE: WeakKeyDictionary[Graph, dict[tuple[int, ...], tuple[tuple[object, ...],

@@ -44,33 +44,44 @@ the parallel executor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
+
+import numpy as np
 
 from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.ort_view import PlanShape
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
 from graphmem.runtime_models.base import Runtime, RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaExtend, ArenaFailure, replay
+from graphmem.runtime_models.bfc_arena import (
+    ArenaEvent,
+    ArenaExtend,
+    ArenaFailure,
+    ArenaResult,
+    replay_numbered,
+)
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
+    NO_SCRATCH,
+    SCRATCH_OPS,
     KernelScratch,
     arena_weights_bytes,
     creation_peak_note,
     kernel_scratch,
+    may_take_scratch,
     session_creation_peak_bytes,
 )
 from graphmem.runtime_models.ort_plan import PlanLayout
 from graphmem.runtime_models.ort_plan import make_layout as _make_layout
 from graphmem.runtime_models.ort_plan import ort_execution_order as ort_execution_order
+from graphmem.runtime_models.value_sizes import ValueSizes
 
 
 class OrtBuffer(NamedTuple):
-    """One allocation of onnxruntime's plan: the tensor that first holds it and its life.
-
-    A named tuple, not a dataclass: every probe of a largest-batch search re-sizes them all."""
+    """One allocation of onnxruntime's plan: the tensor that first holds it and its life."""
 
     owner: Value
     size_bytes: int
@@ -80,39 +91,86 @@ class OrtBuffer(NamedTuple):
 
 
 class EventSteps(NamedTuple):
-    """A plan's arena events without their sizes, per step: the buffers (places in
-    `OrtPlan.buffers`) the step allocates and the plan's frees after it. The bound dims
-    change neither: made once per plan layout, every probed batch only sizes the buffers."""
+    """A plan's buffers as numbers (their places in the layout) and its arena events without
+    sizes: per step, the buffers it allocates, then the plan's frees after it (`~number`).
+    The bound dims change none of it: made once per plan layout, every probed batch brings
+    only the buffers' sizes (`replay_numbered`)."""
 
     names: tuple[str, ...]  # per buffer, its owner's name (the arena's key)
-    starts: tuple[tuple[int, ...], ...]
-    ends: tuple[tuple[ArenaEvent, ...], ...]
+    positions: tuple[int, ...]  # per buffer, its owner's place in `graph.values`
+    events: list[list[int]]  # per step: the buffers it allocates, then those freed as ~number
+    kernel_nodes: tuple[int, ...]  # the steps whose kernel may take scratch
+    first: np.ndarray  # per buffer, the step allocating it
+    last: np.ndarray  # ... and the step after which it is freed
 
 
-def event_steps(buffers: Sequence[tuple[Value, int, int]], count: int) -> EventSteps:
-    """`buffers` (owner, first step, last step) as events over `count` steps, in buffer
-    order within a step."""
-    starts: list[list[int]] = [[] for _ in range(count)]
-    ends: list[list[ArenaEvent]] = [[] for _ in range(count)]
-    for index, (owner, first, last) in enumerate(buffers):
-        starts[first].append(index)
-        ends[last].append(ArenaEvent(owner.name, None))
-    return EventSteps(tuple(owner.name for owner, _, _ in buffers), tuple(map(tuple, starts)),
-                      tuple(map(tuple, ends)))
+def event_steps(layout: PlanLayout) -> EventSteps:
+    """The layout's buffers as events over its steps, in buffer order within a step."""
+    events: list[list[int]] = [[] for _ in layout.order]
+    buffers = layout.buffers
+    for index, (_, first, _, _) in enumerate(buffers):
+        events[first].append(index)
+    for index, (_, _, last, _) in enumerate(buffers):
+        events[last].append(~index)
+    kernel_nodes = tuple(step for step, node in enumerate(layout.order)
+                         if (node.op_type in SCRATCH_OPS or node.domain == "com.microsoft")
+                         and may_take_scratch(node))
+    return EventSteps(tuple([value.name for value, _, _, _ in buffers]), layout.positions,
+                      events, kernel_nodes,
+                      np.array([first for _, first, _, _ in buffers], np.int64),
+                      np.array([last for _, _, last, _ in buffers], np.int64))
+
+
+def kernel_scratches(plan: OrtPlan, scratch_of: Callable[[Node], KernelScratch]
+                     ) -> tuple[list[KernelScratch], list[int]]:
+    """Per step, its kernel's scratch (`scratch_of` asked only where the kernel may take
+    some: `may_take_scratch`), and the steps that do take some."""
+    order, nodes = plan.order, plan.steps.kernel_nodes
+    scratch = [NO_SCRATCH] * len(order)
+    for step in nodes:
+        scratch[step] = scratch_of(order[step])
+    return scratch, [step for step in nodes if scratch[step].sizes_bytes]
 
 
 @dataclass(frozen=True)
 class OrtPlan:
-    order: tuple[Node, ...]
-    buffers: tuple[OrtBuffer, ...]
-    storage: dict[str, str]  # value name -> name of the value owning its buffer
-    inplace_count: int  # outputs written over their input (MayInplace)
-    alias_count: int  # outputs that are views of their input (Alias)
-    reused_count: int  # outputs placed in a freed buffer of the same shape
-    # per buffer owner, the steps a tensor in it is still to be read (shared: read-only)
-    live_spans: dict[str, list[tuple[int, int]]]
-    # the layout's events without sizes (None: made from `buffers` when asked)
-    steps: EventSteps | None = field(default=None, compare=False, repr=False)
+    """The layout (order, storage, each buffer's steps) and each buffer's bytes at the dims."""
+
+    layout: PlanLayout
+    steps: EventSteps = field(compare=False, repr=False)
+    sizes: Sequence[int]  # per buffer (EventSteps' numbers): bytes, 0 where not a number
+
+    @property
+    def order(self) -> tuple[Node, ...]:
+        return self.layout.order
+
+    @property
+    def storage(self) -> dict[str, str]:  # value name -> name of the value owning its buffer
+        return self.layout.storage
+
+    @property
+    def inplace_count(self) -> int:  # outputs written over their input (MayInplace)
+        return self.layout.counts[0]
+
+    @property
+    def alias_count(self) -> int:  # outputs that are views of their input (Alias)
+        return self.layout.counts[1]
+
+    @property
+    def reused_count(self) -> int:  # outputs placed in a freed buffer of the same shape
+        return self.layout.counts[2]
+
+    @property
+    def live_spans(self) -> dict[str, list[tuple[int, int]]]:
+        """Per buffer owner, the steps a tensor in it is still to be read (read-only)."""
+        return self.layout.live_spans
+
+    @cached_property
+    def buffers(self) -> tuple[OrtBuffer, ...]:
+        """Each buffer with its owner, size and steps (made when asked: a probe reads the
+        sizes by number)."""
+        return tuple(OrtBuffer(value, size, first, last, kind) for (value, first, last, kind),
+                     size in zip(self.layout.buffers, self.sizes, strict=True))
 
 
 @dataclass(frozen=True)
@@ -127,6 +185,15 @@ class OrtTimeline:
     failure: ArenaFailure | None = None  # bounded by a device: the allocation it could not back
 
 
+class PlanEvents(NamedTuple):
+    """`replay_numbered`'s input: per step the event numbers, per number its bytes and key
+    (the plan's buffers first, then the kernels' scratch)."""
+
+    steps: Sequence[Sequence[int]]
+    sizes: Sequence[int]
+    keys: Sequence[str]
+
+
 # ----- plan -----------------------------------------------------------------------------------
 
 
@@ -136,75 +203,110 @@ def plan_ort_buffers(graph: Graph, sizes: Mapping[str, SymInt | None],
     """Which buffer each tensor uses and how long each buffer is held, as onnxruntime plans."""
     layout, steps = cached_per_graph(graph, (plan_shapes, order),
                                      lambda: _layout_and_steps(graph, plan_shapes, order))
-    get = sizes.get
-    # one comprehension: every probe of a largest-batch search sizes every buffer
-    buffers = tuple([OrtBuffer(value, int(size) if (size := get(name)) is not None
-                               and size.is_constant else 0, first, last, kind)
-                     for (value, first, last, kind), name in zip(layout.buffers, steps.names,
-                                                                  strict=True)])
-    return OrtPlan(layout.order, buffers, layout.storage, *layout.counts,
-                   live_spans=layout.live_spans, steps=steps)
+    return OrtPlan(layout, steps, _buffer_bytes(graph, sizes, steps))
 
 
 def _layout_and_steps(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
                       order: Sequence[Node] | None) -> tuple[PlanLayout, EventSteps]:
     layout = _make_layout(graph, plan_shapes, order)
-    owners = [(value, first, last) for value, first, last, _ in layout.buffers]
-    return layout, event_steps(owners, len(layout.order))
+    return layout, event_steps(layout)
+
+
+def _buffer_bytes(graph: Graph, sizes: Mapping[str, SymInt | None],
+                  steps: EventSteps) -> list[int]:
+    """Each buffer's bytes at the dims (0 where not a number): by position where `sizes` is
+    a probe's `ValueSizes` of this graph, else by the owner's name."""
+    if isinstance(sizes, ValueSizes) and sizes.table.of(graph):
+        numbers = sizes.numbers()
+        return [numbers[i] for i in sizes.table.buffer_sizes(steps, steps.positions)]
+    get = sizes.get
+    return [int(size) if (size := get(name)) is not None and size.is_constant else 0
+            for name in steps.names]
 
 
 # ----- timeline -------------------------------------------------------------------------------
 
 
-def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[ArenaEvent]]:
+def plan_events(plan: OrtPlan, scratch: Sequence[KernelScratch],
+                working: Sequence[int] | None = None) -> PlanEvents:
     """Per step, in onnxruntime's sequence: the kernel allocates its outputs and scratch
     (Where its two selections before its output, Conv its output before the im2col
-    buffer), frees the scratch on return; then the plan frees the buffers read last here."""
-    steps_of = plan.steps or event_steps(
-        [(b.owner, b.first_step, b.last_step) for b in plan.buffers], len(plan.order))
-    # the frees and where each buffer starts are the layout's (a max-batch search replays
-    # every probe's events): only the allocations carry this probe's sizes
-    allocations = list(map(ArenaEvent, steps_of.names, [b.size_bytes for b in plan.buffers]))
-    allocation = allocations.__getitem__
-    steps = []
-    for step, (started, freed, work) in enumerate(zip(steps_of.starts, steps_of.ends, scratch,
-                                                      strict=True)):
-        outputs = list(map(allocation, started))
-        if not work.sizes_bytes:
-            outputs.extend(freed)
-            steps.append(outputs)
-            continue
-        kernel, dropped = work.events(f"scratch {step}", outputs)
-        steps.append(kernel + [ArenaEvent(k, None) for k in dropped] + list(freed))
-    return steps
+    buffer), frees the scratch on return; then the plan frees the buffers read last here.
+    The layout's own event numbers where no kernel takes scratch; a step that does gets
+    its scratch numbered after the buffers. `working`: the steps whose kernel takes scratch,
+    where the caller knows them (`kernel_scratches`)."""
+    steps_of = plan.steps
+    if working is None:
+        working = [step for step, work in enumerate(scratch) if work.sizes_bytes]
+    if not working:
+        return PlanEvents(steps_of.events, plan.sizes, steps_of.names)
+    events: list[Sequence[int]] = list(steps_of.events)
+    sizes, keys = list(plan.sizes), list(steps_of.names)
+    for step in working:
+        events[step] = _scratch_step(step, scratch[step], steps_of, sizes, keys)
+    return PlanEvents(events, sizes, keys)
 
 
-def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch],
-                 live_spans: Mapping[str, list[tuple[int, int]]] | None = None,
+def _scratch_step(step: int, work: KernelScratch, steps_of: EventSteps, sizes: list[int],
+                  keys: list[str]) -> list[int]:
+    """One step's events where its kernel takes scratch, each scratch allocation numbered
+    after the last (`sizes` and `keys` grow by them)."""
+    started = [b for b in steps_of.events[step] if b >= 0]
+    outputs = [ArenaEvent(keys[b], sizes[b]) for b in started]
+    number = {id(event): b for event, b in zip(outputs, started, strict=True)}
+    kernel, dropped = work.events(f"scratch {step}", outputs)
+    scratch_numbers: dict[str, int] = {}
+    numbered = []
+    for event in kernel:
+        if event.size_bytes is None:
+            numbered.append(~scratch_numbers[event.key])
+        elif id(event) in number:
+            numbered.append(number[id(event)])
+        else:
+            scratch_numbers[event.key] = len(sizes)
+            numbered.append(len(sizes))
+            sizes.append(event.size_bytes)
+            keys.append(event.key)
+    numbered += [~scratch_numbers[key] for key in dropped]
+    return numbered + [b for b in steps_of.events[step] if b < 0]
+
+
+def arena_events(plan: OrtPlan, scratch: Sequence[KernelScratch]) -> list[list[ArenaEvent]]:
+    """`plan_events` as named events (what `replay` takes)."""
+    steps, sizes, keys = plan_events(plan, scratch)
+    return [[ArenaEvent(keys[n], sizes[n]) if n >= 0 else ArenaEvent(keys[~n], None)
+             for n in step] for step in steps]
+
+
+def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch], live: bool = True,
                  device_free_bytes: int | None = None,
                  extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO,
-                 events: Sequence[Sequence[ArenaEvent]] | None = None) -> OrtTimeline:
+                 events: PlanEvents | None = None) -> OrtTimeline:
     """Replay the plan through onnxruntime's arena (extended by `extend`); split its peak into
     labelled parts. `device_free_bytes` bounds the arena's regions (a GPU's memory left);
-    `events`: `arena_events(plan, scratch)`, where the caller replays them more than once."""
-    events = arena_events(plan, scratch) if events is None else events
-    result = replay(events, device_free_bytes, extend)
+    `events`: `plan_events(plan, scratch)`, where the caller has them."""
+    events = plan_events(plan, scratch) if events is None else events
+    result, _ = replay_numbered(*events, device_free_bytes, extend)
+    return timeline_of(plan, scratch, result, live)
+
+
+def timeline_of(plan: OrtPlan, scratch: Sequence[KernelScratch], result: ArenaResult,
+                live: bool = True) -> OrtTimeline:
+    """The replay's peak split into the buffers held there (those a tensor still needs, with
+    `live`; the rest kept for a later tensor), the kernel's scratch and the arena's
+    rounding."""
     step = result.peak_step
-    held = [b for b in plan.buffers if b.first_step <= step <= b.last_step]
-    tensors = sum(b.size_bytes for b in held)
+    steps_of, sizes = plan.steps, plan.sizes
+    held = np.flatnonzero((steps_of.first <= step) & (steps_of.last >= step)).tolist()
+    tensors = sum(sizes[b] for b in held)
     scratch_bytes = scratch[step].held_bytes if scratch else 0
-    live = _live_at(held, step, live_spans)
+    live_bytes = tensors
+    if live:
+        owners, positions = plan.layout.live_owners(step), steps_of.positions
+        live_bytes = sum(sizes[b] for b in held if positions[b] in owners)
     return OrtTimeline(step, result.peak_in_use_bytes, tensors,
-                       result.peak_in_use_bytes - tensors - scratch_bytes, scratch_bytes, live,
-                       result.held_bytes, result.failure)
-
-
-def _live_at(held: Sequence[OrtBuffer], step: int,
-             live_spans: Mapping[str, list[tuple[int, int]]] | None) -> int:
-    if live_spans is None:
-        return sum(b.size_bytes for b in held)
-    return sum(b.size_bytes for b in held
-               if any(start <= step <= last for start, last in live_spans.get(b.owner.name, [])))
+                       result.peak_in_use_bytes - tensors - scratch_bytes, scratch_bytes,
+                       live_bytes, result.held_bytes, result.failure)
 
 
 # ----- estimate -------------------------------------------------------------------------------
@@ -222,8 +324,9 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     order the session runs the nodes in (default: onnxruntime's reverse DFS on `graph`; an
     optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
-    scratch = [kernel_scratch(node, threads, bound) for node in plan.order]
-    timeline = ort_timeline(plan, scratch, plan.live_spans, extend=extend)
+    scratch, working = kernel_scratches(plan, lambda node: kernel_scratch(node, threads, bound))
+    timeline = ort_timeline(plan, scratch, extend=extend,
+                            events=plan_events(plan, scratch, working))
     weights = arena_weights_bytes(graph, plan.order)
     notes = ((graph_note,) if graph_note else ()) + plan_notes(plan, timeline, sizes,
                                                           plan_shapes is None)
@@ -280,7 +383,9 @@ def plan_notes(plan: OrtPlan, timeline: OrtTimeline, sizes: Mapping[str, SymInt 
 
 def _unknown_size_producers(plan: OrtPlan, sizes: Mapping[str, SymInt | None]) -> list[Node]:
     """The node making each tensor whose size is not a number at the bound dims."""
-    # one comprehension: every probe of a largest-batch search runs it over every output
+    if isinstance(sizes, ValueSizes) and len(plan.order) == len(sizes.table.graph.nodes) \
+            and sizes.table.of_layout(plan.steps) and sizes.outputs_are_numbers():
+        return []  # every node of the graph ordered, every output sized: checked per size
     return [node for node in plan.order for value in node.outputs
             if (size := sizes.get(value.name)) is None or not size.is_constant]
 

@@ -22,14 +22,15 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.fit import OutOfMemoryAt
 from graphmem.runtime_models.base import Runtime, RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure
+from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure, replay_numbered
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
     PlanShape,
-    arena_events,
-    ort_timeline,
+    kernel_scratches,
+    plan_events,
     plan_notes,
     plan_ort_buffers,
+    timeline_of,
 )
 from graphmem.runtime_models.ort_cuda_einsum import cuda_kernel_scratch
 
@@ -49,22 +50,24 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
     provider option `arena_extend_strategy`). `bound`: the dims, for the kernels' temporaries
     (Einsum's: graphmem/runtime_models/ort_cuda_einsum.py)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes)
-    scratch = [cuda_kernel_scratch(node, bound or {}) for node in plan.order]
-    spans = plan.live_spans
+    scratch, working = kernel_scratches(plan, lambda node: cuda_kernel_scratch(node, bound or {}))
     free = None if capacity_bytes is None else capacity_bytes - context_bytes - resident_bytes
     oom: OutOfMemoryAt | None = None
-    timeline = None
-    events = arena_events(plan, scratch)  # replayed twice where the bounded run fails
+    result = None
+    events = plan_events(plan, scratch, working)
     if free is not None and free < 0:
         oom = _weights_do_not_fit(plan, resident_bytes, free + resident_bytes)
     elif free is not None:
-        bounded = ort_timeline(plan, scratch, spans, free, extend, events)
+        # where the GPU runs out, the demand: the same run unbounded, carried on from there
+        bounded, demand = replay_numbered(*events, free, extend, demand=True)
         if bounded.failure is None:
-            timeline = bounded
+            result = bounded
         else:
             oom = _failed_at(plan, bounded.failure)
-    if timeline is None:  # unbounded: not bounded, or the demand where the GPU ran out
-        timeline = ort_timeline(plan, scratch, spans, extend=extend, events=events)
+            result = demand
+    if result is None:  # unbounded: not bounded, or the demand replayed from the start
+        result, _ = replay_numbered(*events, extend=extend)
+    timeline = timeline_of(plan, scratch, result)
     notes: tuple[str, ...] = ()
     if with_notes:
         notes = plan_notes(plan, timeline, sizes, plan_shapes is None)

@@ -86,11 +86,23 @@ class KernelScratch:
 NO_SCRATCH = KernelScratch()
 
 
+# the ONNX-domain kernels that take scratch (the CUDA model's only one, Einsum, among them)
+SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum"})
+
+
+def may_take_scratch(node: Node) -> bool:
+    """Whether the node's CPU or CUDA kernel may take scratch: for any other node both
+    `kernel_scratch` and the CUDA model's `cuda_kernel_scratch` are NO_SCRATCH at any dims
+    (a probe sizes only these)."""
+    return node.domain == "com.microsoft" or (node.domain in ("", "ai.onnx")
+                                              and node.op_type in SCRATCH_OPS)
+
+
 def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
     """What the node's CPU kernel takes from the arena while it runs, at the bound dims."""
     if node.domain == "com.microsoft":
         return contrib_scratch(node, threads, bound)
-    if node.domain not in ("", "ai.onnx"):
+    if not may_take_scratch(node):
         return NO_SCRATCH
     if node.op_type == "Conv":
         size = conv_scratch_bytes(node, threads, bound)

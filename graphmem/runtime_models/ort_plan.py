@@ -13,7 +13,11 @@ A 10^5-node graph makes about a million such look-ups; the plan is the same buff
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.ort_view import PlanShape
@@ -26,23 +30,52 @@ _NONE, _ALIAS, _INPLACE = 0, 1, 2  # what a node's first output may take from an
 def ort_execution_order(graph: Graph) -> list[Node]:
     """onnxruntime's default order: post-order of a reverse DFS from the leaf nodes."""
     nodes = graph.nodes
-    index = {id(node): i for i, node in enumerate(nodes)}
+    return [nodes[i] for i in _reverse_dfs(_Numbered(graph))]
+
+
+class _Numbered:
+    """`graph.nodes` over value numbers (places in `graph.values`): each node's present inputs
+    (repeats kept) and outputs. The IR keeps `producer` and `consumers` to exactly these
+    (core/ir.py `Graph.check`), so the order and the plan read the numbers instead."""
+
+    def __init__(self, graph: Graph) -> None:
+        values = self.values = list(graph.values.values())
+        number = self.number = {id(v): i for i, v in enumerate(values)}
+        nodes = graph.nodes
+        self.inputs = [[number[id(v)] for v in node.inputs if v is not None] for node in nodes]
+        self.outputs = [[number[id(v)] for v in node.outputs] for node in nodes]
+
+
+def _reverse_dfs(numbered: _Numbered) -> list[int]:
+    """The nodes' indices in onnxruntime's order: from the leaves (nodes whose outputs no node
+    reads), each node's producers pushed in ascending index (so the highest is visited
+    first), a node emitted once its inputs are done."""
+    inputs, outputs = numbered.inputs, numbered.outputs
+    producer = [-1] * len(numbered.values)
+    for index, made in enumerate(outputs):
+        for value in made:
+            producer[value] = index
+    read = bytearray(len(numbered.values))
+    for used in inputs:
+        for value in used:
+            read[value] = 1
+    is_read = read.__getitem__
     # a node index to visit, or its complement (~i < 0) to emit it once its inputs are done
-    stack = [i for i, node in enumerate(nodes) if not any(v.consumers for v in node.outputs)]
-    visited = bytearray(len(nodes))
-    order: list[Node] = []
+    stack = [index for index, made in enumerate(outputs) if not any(map(is_read, made))]
+    visited = bytearray(len(outputs))
+    order: list[int] = []
     while stack:
         item = stack.pop()
         if item < 0:
-            order.append(nodes[~item])
+            order.append(~item)
             continue
         if visited[item]:
             continue
         visited[item] = 1
         stack.append(~item)
-        # pushed in ascending index: the highest index is popped, so visited, first
-        for position in sorted({index[id(value.producer)] for value in nodes[item].inputs
-                                if value is not None and value.producer is not None}):
+        found = {producer[value] for value in inputs[item]}
+        found.discard(-1)  # an input, a weight: made by no node
+        for position in sorted(found):
             if not visited[position]:
                 stack.append(position)
     return order
@@ -76,38 +109,85 @@ class PlanLayout:
 
     order: tuple[Node, ...]
     buffers: tuple[tuple[Value, int, int, str], ...]  # owner, first step, last step, kind
-    storage: dict[str, str]
     counts: tuple[int, int, int]  # in place, alias, reused
-    live_spans: dict[str, list[tuple[int, int]]]
+    positions: tuple[int, ...]  # per buffer, its owner's place in `graph.values`
+    values: Sequence[Value] = field(repr=False)  # the graph's values, by number
+    owner: Sequence[int] = field(repr=False)  # per value, the number of its buffer's owner
+    # per tensor the order makes (in the order made): its buffer's owner, the step making it
+    # and the last step it is still to be read
+    made: np.ndarray = field(repr=False, compare=False)
+    start: np.ndarray = field(repr=False, compare=False)
+    last: np.ndarray = field(repr=False, compare=False)
+
+    @cached_property
+    def storage(self) -> dict[str, str]:
+        """Value name -> name of the value owning its buffer."""
+        values, owner = self.values, self.owner
+        return {v.name: values[owner[i]].name for i, v in enumerate(values)}
+
+    @cached_property
+    def live_spans(self) -> dict[str, list[tuple[int, int]]]:
+        """Per buffer owner: the steps during which some tensor placed in it is still to be
+        read."""
+        values = self.values
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for held, start, last in zip(self.made.tolist(), self.start.tolist(),
+                                     self.last.tolist(), strict=True):
+            spans.setdefault(values[held].name, []).append((start, last))
+        return spans
+
+    def live_owners(self, step: int) -> set[int]:
+        """The buffers (their owners' numbers) holding a tensor still to be read at `step`."""
+        return set(self.made[(self.start <= step) & (self.last >= step)].tolist())
 
 
 def make_layout(graph: Graph, plan_shapes: Mapping[str, PlanShape | None] | None,
                 order: Sequence[Node] | None) -> PlanLayout:
-    order = tuple(order) if order is not None else tuple(ort_execution_order(graph))
+    numbered = _Numbered(graph)
+    places: list[int] | None
+    if order is None:
+        places = _reverse_dfs(numbered)
+        order = tuple(graph.nodes[i] for i in places)
+    else:
+        order = tuple(order)
+        index = {id(node): i for i, node in enumerate(graph.nodes)}
+        found = [index.get(id(node), -1) for node in order]
+        places = None if -1 in found else found  # a node outside the graph: read it again
     if plan_shapes is None:
         plan_shapes = {name: plan_shape_from_ir(v) for name, v in graph.values.items()}
-    steps = _Steps(graph, order, plan_shapes)
+    steps = _Steps(graph, numbered, order, places, plan_shapes)
     owner, counts = _plan(steps)
-    values = steps.values
-    storage = {v.name: values[owner[i]].name for i, v in enumerate(values)}
-    return PlanLayout(order, _buffer_steps(steps, owner), storage, counts,
-                      _live_spans(steps, storage))
+    held = _buffer_steps(steps, owner)
+    return PlanLayout(order, held.buffers, counts, held.positions, steps.values, owner,
+                      np.array(held.made, np.int64), np.array(held.starts, np.int64),
+                      np.array(held.lasts, np.int64))
 
 
 class _Steps:
     """The graph as numbers: values by their place in `graph.values`, each step's inputs
     (present ones, repeats kept) and outputs, each value's free-list key."""
 
-    def __init__(self, graph: Graph, order: Sequence[Node],
-                 shapes: Mapping[str, PlanShape | None]) -> None:
-        values = self.values = list(graph.values.values())
-        number = {id(v): i for i, v in enumerate(values)}
-        self.inputs = [[number[id(v)] for v in node.inputs if v is not None] for node in order]
-        self.outputs = [[number[id(v)] for v in node.outputs] for node in order]
+    def __init__(self, graph: Graph, numbered: _Numbered, order: Sequence[Node],
+                 places: Sequence[int] | None, shapes: Mapping[str, PlanShape | None]) -> None:
+        self.values = values = numbered.values
+        number = numbered.number
+        if places is not None:  # the order's nodes by their places in `graph.nodes`
+            self.inputs = [numbered.inputs[i] for i in places]
+            self.outputs = [numbered.outputs[i] for i in places]
+        else:
+            self.inputs = [[number[id(v)] for v in node.inputs if v is not None]
+                           for node in order]
+            self.outputs = [[number[id(v)] for v in node.outputs] for node in order]
         self.graph_outputs = {number[id(v)] for v in graph.outputs if id(v) in number}
         self.resident = [v.producer is None for v in values]
-        self.source = [_first_output_source(node, number) for node in order]
+        # only an op that may alias or write in place has a source (most have none)
+        self.source = [_first_output_source(node, number) if node.op_type in _TAKES_OVER
+                       else _NO_SOURCE for node in order]
         self.key, self.reusable = _shape_keys(values, shapes)
+
+
+_NO_SOURCE = (_NONE, -1)
+_TAKES_OVER = ALIAS_OPS | INPLACE_OPS | {op for _, op in CONTRIB_INPLACE_INPUT}
 
 
 def _first_output_source(node: Node, number: Mapping[int, int]) -> tuple[int, int]:
@@ -196,45 +276,49 @@ def _plan(steps: _Steps) -> tuple[list[int], tuple[int, int, int]]:
     return owner, (inplace, alias, reused)
 
 
-def _buffer_steps(steps: _Steps, owner: Sequence[int]) -> tuple[tuple[Value, int, int, str], ...]:
+def _buffer_steps(steps: _Steps, owner: Sequence[int]) -> _Buffers:
     """Each buffer from its first tensor's step to the last read of any tensor placed in it;
-    a graph output, or a buffer nothing reads, is held to the end of the run."""
-    end = len(steps.outputs) - 1
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for step, (inputs, made) in enumerate(zip(steps.inputs, steps.outputs, strict=True)):
-        for value in made:
-            first.setdefault(owner[value], step)
-        for value in inputs:
-            last[owner[value]] = step  # steps ascend: the latest read is the last
-    values, outputs = steps.values, steps.graph_outputs
-    made_here = bytearray(len(values))  # made by a node of the order (not an input, a weight)
-    for made in steps.outputs:
-        for value in made:
-            made_here[value] = 1
-    buffers = []
-    for held, step in first.items():
-        if not made_here[held]:
-            continue  # a view of a graph input or initializer: not the run's to allocate
-        held_to_end = held in outputs or held not in last
-        buffers.append((values[held], step, end if held_to_end else last[held],
-                        "output" if held in outputs else "planned"))
-    return tuple(buffers)
-
-
-def _live_spans(steps: _Steps, storage: Mapping[str, str]) -> dict[str, list[tuple[int, int]]]:
-    """Per buffer owner: the steps during which some tensor placed in it is still to be read."""
+    a graph output, or a buffer nothing reads, is held to the end of the run. And per tensor
+    the order makes, in the order made, its buffer's owner, the step making it, the last step
+    it is still to be read (a graph output: the end; one nothing reads: its own step)."""
     end = len(steps.outputs) - 1
     last_read = [-1] * len(steps.values)
     for step, inputs in enumerate(steps.inputs):
         for value in inputs:
-            last_read[value] = step
-    values = steps.values
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for start, made in enumerate(steps.outputs):
-        for number in made:
-            tensor = values[number]
-            read = last_read[number]
-            last = end if tensor.role is Role.OUTPUT else (read if read >= 0 else start)
-            spans.setdefault(storage[tensor.name], []).append((start, last))
-    return spans
+            last_read[value] = step  # steps ascend: the latest read is the last
+    values, outputs = steps.values, steps.graph_outputs
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}  # per owner, the last read of a tensor placed in it (-1: none)
+    made: list[int] = []
+    starts: list[int] = []
+    lasts: list[int] = []
+    made_here = bytearray(len(values))  # made by a node of the order (not an input, a weight)
+    for start, outputs_made in enumerate(steps.outputs):
+        for number in outputs_made:
+            made_here[number] = 1
+            held, read = owner[number], last_read[number]
+            first.setdefault(held, start)
+            if read > last.get(held, -1):
+                last[held] = read
+            made.append(held)
+            starts.append(start)
+            lasts.append(end if values[number].role is Role.OUTPUT
+                         else (read if read >= 0 else start))
+    buffers = []
+    positions = []
+    for held, step in first.items():
+        if not made_here[held]:
+            continue  # a view of a graph input or initializer: not the run's to allocate
+        held_to_end = held in outputs or last.get(held, -1) < 0
+        buffers.append((values[held], step, end if held_to_end else last[held],
+                        "output" if held in outputs else "planned"))
+        positions.append(held)
+    return _Buffers(tuple(buffers), tuple(positions), made, starts, lasts)
+
+
+class _Buffers(NamedTuple):
+    buffers: tuple[tuple[Value, int, int, str], ...]
+    positions: tuple[int, ...]
+    made: list[int]  # per tensor made, in the order made: its buffer's owner
+    starts: list[int]
+    lasts: list[int]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
+from graphmem.runtime_models.value_sizes import ValueSizes
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def fill_unknown_sizes(graph: Graph, sizes: Sizes,
     `written_sizes` (the graph as written at the same dims, or what makes them: asked only
     where a size is missing) by name, else estimated; nodes in topological order, so an
     estimate feeds the next. Where every size is a number, `sizes` itself (read-only)."""
+    if isinstance(sizes, ValueSizes) and sizes.table.of(graph) and sizes.outputs_are_numbers():
+        return SizeFill(sizes, 0, 0, 0, 0)  # a probe's sizes: its distinct ones checked
     if callable(written_sizes):
         missing = any(not _is_number(sizes.get(v.name)) for n in graph.nodes for v in n.outputs)
         written_sizes = written_sizes() if missing else None

@@ -12,8 +12,9 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Hashable
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
-from typing import Protocol
+from typing import Any, Protocol
 
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Phase, Role, Value
 from graphmem.core.units import format_bytes
@@ -72,8 +73,7 @@ class Workspace:
 
 def cuda_overhead(architecture: str, context_override_bytes: int | None = None) -> CudaOverhead:
     """Numbers for one GPU generation; `context_override_bytes` is --cuda-reserve."""
-    text = resources.files("graphmem.devices.data").joinpath("cuda_overhead.toml").read_text()
-    table = tomllib.loads(text)
+    table = _overhead_table()
     reserve = default_cuda_reserve(architecture)
     blas = table.get("cublas_workspace", {})
     blas_lt = table.get("cublaslt_workspace", {})
@@ -85,6 +85,14 @@ def cuda_overhead(architecture: str, context_override_bytes: int | None = None) 
         cublaslt_workspace_bytes=int(blas_lt.get(architecture, blas_lt.get("default_bytes", 0))),
         workspace_source=str(blas.get("source", "")),
     )
+
+
+@cache
+def _overhead_table() -> dict[str, Any]:
+    """cuda_overhead.toml, read once (a largest-batch search asks at every batch it probes;
+    read-only)."""
+    text = resources.files("graphmem.devices.data").joinpath("cuda_overhead.toml").read_text()
+    return tomllib.loads(text)
 
 
 def library_workspaces(graph: Graph, overhead: CudaOverhead) -> tuple[Workspace, ...]:

@@ -15,6 +15,7 @@ A plan shape is a tuple of dims: an int (a known size), a str (a named dim_param
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape
     named = _dim_params(model.graph)
     shapes = _shapes_through_shape_ops(model, named)
     for tensor in model.graph.initializer:
-        shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
+        shapes[tensor.name] = tuple(tensor.dims)  # a repeated int64: Python ints already
     return shapes
 
 
@@ -48,17 +49,49 @@ def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: b
     shapes: dict[str, PlanShape | None] = {}
     # a decoder's layers repeat a few hundred types: each is read once, by its bytes
     by_type: dict[bytes, PlanShape | None] = {}
+    # ... and those differing only in the names onnx makes up (`_generated_names_cut`)
+    by_pattern: dict[bytes, PlanShape | None] | None = {}
+    if any(_GENERATED in name.encode() for name in named):
+        by_pattern = None  # the file names a dim as onnx would: read every type
     for info in [*graph.input, *graph.value_info, *graph.output]:
         type_proto = info.type
         key = type_proto.SerializeToString()
         shape = by_type.get(key, _UNREAD)
         if shape is _UNREAD:
-            shape = by_type[key] = _plan_shape(type_proto, named)
+            shape = by_type[key] = _read_type(type_proto, key, named, by_pattern)
         shapes[info.name] = shape
     return shapes
 
 
 _UNREAD = ("not read",)  # by_type's answer for a type not read yet (None: rank unknown)
+_GENERATED = b"unk__"  # onnx's inference names each dim it cannot size `unk__N`, N counting
+# a dim_param field (tag 0x12) holding such a name, its length byte that of the name, and no
+# digit after it: the field alone (a digit after it would be another field's tag, `2`)
+_GENERATED_FIELD = re.compile(
+    rb"\x12(?:\x06unk__[0-9]|\x07unk__[0-9]{2}|\x08unk__[0-9]{3}|\x09unk__[0-9]{4}"
+    rb"|\x0aunk__[0-9]{5}|\x0bunk__[0-9]{6}|\x0cunk__[0-9]{7})(?![0-9])")
+
+
+def _read_type(type_proto: onnx.TypeProto, key: bytes, named: frozenset[str],
+               by_pattern: dict[bytes, PlanShape | None] | None) -> PlanShape | None:
+    """The plan shape of a type not read yet (its bytes `key`): read once per pattern of
+    `_generated_names_cut`, where `by_pattern` is kept."""
+    if by_pattern is None or _GENERATED not in key:
+        return _plan_shape(type_proto, named)
+    cut = _generated_names_cut(key)
+    shape = by_pattern.get(cut, _UNREAD)
+    if shape is _UNREAD:
+        shape = by_pattern[cut] = _plan_shape(type_proto, named)
+    return shape
+
+
+def _generated_names_cut(key: bytes) -> bytes:
+    """A type's bytes with each name onnx made up for a dim written `unk__`: the planner sees
+    none of those names (onnxruntime leaves such dims unnamed: None, equal to nothing), so
+    types equal but for them have the same plan shape. Only whole dim_param fields are cut
+    (tag, the name's own length, the name), every other byte kept, lengths included: two
+    types whose cut bytes are equal differ only in such names, of the same lengths."""
+    return _GENERATED_FIELD.sub(b"\x12\x05unk__", key)
 
 
 def _shapes_through_shape_ops(model: onnx.ModelProto, named: frozenset[str]
