@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.frontends.onnx import infer
 from graphmem.frontends.onnx.infer import infer_shapes
@@ -40,14 +40,15 @@ def _body(cond: str) -> onnx.GraphProto:
         initializer=initializers)
 
 
-def _loop_model(trips: str, cond: str = "pass", start: str = "true") -> onnx.ModelProto:
-    """Loop(M, start) -> Relu. `trips`: "const" (M = 5) or "shape" (M = Gather(Shape(offsets),
+def _loop_model(trips: str, cond: str = "pass", start: str = "true",
+                m: int = 5) -> onnx.ModelProto:
+    """Loop(M, start) -> Relu. `trips`: "const" (M = `m`) or "shape" (M = Gather(Shape(offsets),
     0): offsets' symbolic dim `n`); `start`: the initial cond, a constant "true" or the graph
     input "go"."""
     nodes = []
     initializers = [helper.make_tensor("true", TensorProto.BOOL, [], [True])]
     if trips == "const":
-        initializers.append(helper.make_tensor("M", TensorProto.INT64, [], [5]))
+        initializers.append(numpy_helper.from_array(np.array(m, np.int64), "M"))
     else:
         nodes += [helper.make_node("Shape", ["offsets"], ["shape"]),
                   helper.make_node("Constant", [], ["zero"],
@@ -94,6 +95,14 @@ def test_constant_trip_count_sizes_the_scan_output(cond: str) -> None:
     assert _dims(inferred, "rows") == _dims(inferred, "y") == [5, 8]
     assert _dims(_onnx_path(model), "rows") == _dims(_onnx_path(model), "y") == [5, 8]
     assert _ort_shape(model, offsets=3) == (5, 8)
+
+
+def test_negative_trip_count_runs_no_iteration() -> None:
+    # M = -2: no iteration, an empty [0, 8] (onnxruntime's run gives the same)
+    model = _loop_model("const", m=-2)
+    inferred, _ = infer_shapes(model, [], {})
+    assert _dims(inferred, "rows") == _dims(_onnx_path(model), "rows") == [0, 8]
+    assert _ort_shape(model, offsets=3) == (0, 8)
 
 
 def test_symbolic_trip_count_is_the_input_dim() -> None:

@@ -55,7 +55,9 @@ def trip_count(node: onnx.NodeProto, value_of: ValueOf) -> Any:
     value = value_of(node.input[0])
     if value is None or np.size(value) != 1 or not runs_all_trips(node, value_of):
         return None
-    return np.asarray(value).reshape(-1)[0] if isinstance(value, np.ndarray | list) else value
+    trips = np.asarray(value).reshape(-1)[0] if isinstance(value, np.ndarray | list) else value
+    # a negative M runs no iteration (as graphmem's trip count, control_flow.py)
+    return max(int(trips), 0) if isinstance(trips, int | np.integer) else trips
 
 
 def scan_output_names(node: onnx.NodeProto) -> list[str]:
