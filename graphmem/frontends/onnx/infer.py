@@ -32,6 +32,7 @@ from graphmem.errors import first_line
 from graphmem.frontends.onnx.fold import refold_constants
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.kept_slices import kept_slice_dims
+from graphmem.frontends.onnx.loop_scans import onnx_loop_scans
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
     STATIC_TYPES_TOKEN,
@@ -200,7 +201,10 @@ def _onnx_instead(model: onnx.ModelProto, warnings: list[str], why: str) -> Engi
     warnings.append(f"onnxruntime symbolic shape inference {why}; used onnx shape inference"
                     " instead")
     fallback = _onnx_inference(model, warnings)
-    return (fallback, "onnx shape inference") if fallback else (model, "none")
+    if fallback is None:
+        return model, "none"
+    onnx_loop_scans(fallback)  # its loops' scan outputs by trip count (loop_scans.py)
+    return fallback, "onnx shape inference"
 
 
 def _merge_onnx_fallback(inferred: onnx.ModelProto, model: onnx.ModelProto,
@@ -211,6 +215,7 @@ def _merge_onnx_fallback(inferred: onnx.ModelProto, model: onnx.ModelProto,
     )
     fallback = _onnx_inference(model, warnings)
     if fallback is not None:
+        onnx_loop_scans(fallback)
         _merge_value_infos(inferred.graph, fallback.graph)
     return engine + " + onnx shape inference" if " + onnx " not in engine else engine
 

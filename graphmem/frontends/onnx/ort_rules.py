@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from graphmem.frontends.onnx.loop_scans import ort_loop_rule
+
 Rule = Callable[[onnx.NodeProto], None]
 
 # From opset 18 every reduction takes its axes as an input, as ReduceSum does from opset 13;
@@ -28,7 +30,7 @@ def added_rules(engine: Any, module: Any) -> dict[str, Rule]:
     """The rules for `engine` (a SymbolicShapeInference); `module` is its module (its
     helpers: sympy products, shapes from sympy)."""
     return {**_reductions_with_axes_input(engine), "Flatten": _flatten(engine, module),
-            "OneHot": _one_hot(engine, module)}
+            "OneHot": _one_hot(engine, module), "Loop": ort_loop_rule(engine, module)}
 
 
 def _reductions_with_axes_input(engine: Any) -> dict[str, Rule]:
