@@ -25,7 +25,8 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     is channels-last, for a traced convolution; {} for every other op. A channels-last
     forward also says which operands PyTorch copies to that layout first
     (`_mkldnn_convolution`: `input.contiguous(memory_format)`, `weight.contiguous(...)`):
-    `layout_copies`, 1 for the input, 2 for the weight (a kxk kernel's NCHW weight)."""
+    `layout_copies`, 1 for the input, 2 for the weight (a kxk kernel's NCHW weight); an NCHW
+    one likewise, where an operand is not contiguous (a permute's or a slice's view)."""
     target = str(fx_node.target)
     if target not in _CONVOLUTIONS:
         return {}
@@ -37,6 +38,8 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
         if found["channels_last"]:
             found["layout_copies"] = (int(not _nhwc(layout))
                                       + 2 * int(not _nhwc(_meta(args[1]))))
+        elif copies := int(not _plain(layout)) + 2 * int(not _plain(_meta(args[1]))):
+            found["layout_copies"] = copies  # a permuted or sliced NCHW operand
         found.update(stride=_ints(args[3]), padding=_ints(args[4]),
                      transposed=int(bool(args[6])), groups=int(args[8]))  # type: ignore[arg-type]
     else:  # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
@@ -65,6 +68,10 @@ def _channels_last(tensor: Any) -> bool:
 def _nhwc(tensor: Any) -> bool:
     return not isinstance(tensor, torch.Tensor) or tensor.is_contiguous(
         memory_format=torch.channels_last)
+
+
+def _plain(tensor: Any) -> bool:
+    return not isinstance(tensor, torch.Tensor) or tensor.is_contiguous()
 
 
 def _ints(values: Any) -> tuple[int, ...]:
