@@ -72,6 +72,14 @@ def test_traced_view_inputs_match_the_measured_kernels() -> None:
             y = self.tubelet(clip.permute(0, 2, 1, 3, 4))  # 2x32x2x4x4
             return self.conv(y.flatten(1, 2)[:, :16])  # a slice of 64 channels
 
+    class Ndhwc(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv3d(16, 16, 3, padding=1)
+
+        def forward(self, clip: torch.Tensor) -> torch.Tensor:
+            return self.conv(clip.permute(0, 4, 1, 2, 3))  # channels-last-3d: no reorders
+
     threads = torch.get_num_threads()
     analysis = analyze_torch(Views(), [parse_tensor_spec("2x4x3x32x32")], plan=False,
                              suggest=False)
@@ -80,6 +88,14 @@ def test_traced_view_inputs_match_the_measured_kernels() -> None:
     calls = convolution_calls(Views(), torch.randn(2, 4, 3, 32, 32))
     measured = [k.scratch_bytes for k in calls]
     assert [scratch_bytes(n, {}, threads) for n in convs] == measured
+    # an NDHWC clip runs the channels-last forward: its 3x3x3 NCDHW weight copied (27,648),
+    # Y, the scratchpad, the weight padded: at 2 threads 67,632 (measured)
+    analysis = analyze_torch(Ndhwc(), [parse_tensor_spec("2x4x8x8x16")], plan=False,
+                             suggest=False)
+    (conv,) = [n for n in analysis.graph.nodes if n.op_type == "aten.convolution.default"]
+    assert (conv.attr_int("channels_last", 0), conv.attr_int("layout_copies", 0)) == (1, 2)
+    (call,) = convolution_calls(Ndhwc(), torch.randn(2, 4, 8, 8, 16))
+    assert scratch_bytes(conv, {}, threads) == call.scratch_bytes
 
 
 @pytest.mark.slow

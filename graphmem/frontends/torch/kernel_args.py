@@ -55,19 +55,22 @@ def _meta(arg: Any) -> Any:
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
+_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # NHWC, NDHWC
+
+
 def _channels_last(tensor: Any) -> bool:
-    """A 4-D tensor whose strides order it NHWC (PyTorch's `suggest_memory_format`, which
-    picks a convolution's layout: a slice of an NHWC tensor is one too), and not also
-    NCHW-contiguous, as a 1x1 image is."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+    """A 4-D (5-D) tensor whose strides order it NHWC (NDHWC: PyTorch's
+    `suggest_memory_format`, which picks a convolution's layout: a slice of an NHWC tensor is
+    one too), and not also NCHW-contiguous, as a 1x1 image is."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() not in _LAST:
         return False
-    return (suggest_memory_format(tensor) == torch.channels_last
+    return (suggest_memory_format(tensor) == _LAST[tensor.dim()]
             and not tensor.is_contiguous())
 
 
 def _nhwc(tensor: Any) -> bool:
     return not isinstance(tensor, torch.Tensor) or tensor.is_contiguous(
-        memory_format=torch.channels_last)
+        memory_format=_LAST.get(tensor.dim(), torch.contiguous_format))
 
 
 def _plain(tensor: Any) -> bool:
