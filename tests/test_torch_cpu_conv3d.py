@@ -8,7 +8,16 @@ from __future__ import annotations
 import pytest
 
 from graphmem.runtime_models.torch_cpu import scratch_bytes
-from tests.helpers.conv3d import BF16, FITTED, HELD_OUT, conv3d, measured
+from tests.helpers.conv3d import (
+    BACKWARD,
+    BF16,
+    FITTED,
+    HELD_OUT,
+    conv3d,
+    conv3d_backward,
+    measured,
+    measured_backward,
+)
 
 
 def test_tubelet_embedding_copies_its_weight_blocked() -> None:
@@ -114,5 +123,32 @@ def test_conv3d_forwards_as_run(threads: int) -> None:
             call = measured(row, bf16)
             assert scratch_bytes(conv3d(row, bf16), {}, threads) == call.scratch_bytes, (
                 row, bf16, threads, call.allocations)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_one_small_clips_backward_unfolds_twice() -> None:
+    # slow_conv3d's backward, 1x20x4x16x16 -> 24, 3x3x3 padding 1: [+GX, +C, -C, +GB, +GW,
+    # +C', -C'], C = C' = 20*27*1,024*4 = 2,211,840: peak at the outputs + C', less them:
+    # 2,211,840 (measured). An unstrided 1x1x1 on 1x32x4x16x16: C = 32*1*1,024*4 = 131,072
+    # (the input gradient's, taken all the same), no C': peak GX + C = 262,144, less the
+    # outputs 131,072 + 4,096 + 128: 126,848 (measured)
+    assert scratch_bytes(conv3d_backward(BACKWARD[0]), {}) == 2_211_840
+    assert scratch_bytes(conv3d_backward(BACKWARD[4]), {}) == 126_848
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv3d_backwards_as_run(threads: int) -> None:
+    torch = pytest.importorskip("torch")
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for row in BACKWARD:
+            call = measured_backward(row)
+            assert scratch_bytes(conv3d_backward(row), {}, threads) == call.scratch_bytes, (
+                row, threads, call.allocations)
     finally:
         torch.set_num_threads(before)

@@ -19,13 +19,18 @@ oneDNN's sources (graphmem/runtime_models/onednn_weight_grad.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphmem.core.ir import Node, Value
 from graphmem.passes.memory_model import size_at
 from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
+from graphmem.runtime_models.torch_cpu_native import Allocations, Dims, native, slow_conv3d_backward
+from graphmem.runtime_models.torch_cpu_native import is_fp32 as _fp32
+from graphmem.runtime_models.torch_cpu_native import nbytes_at as _bytes
+from graphmem.runtime_models.torch_cpu_native import sizes_at as _sizes
+from graphmem.runtime_models.torch_cpu_native import uses_onednn as _uses_onednn
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -34,8 +39,6 @@ BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad ch
 # 256 * the bf16 weight), and in bf16 a scratchpad of as many fp32 slices besides.
 DEPTHWISE_WEIGHT_SLICES = 256
 
-Dims = Mapping[str, int]
-Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel call, in order
 
 
 # Measured below oneDNN's block (benchmarks/results/cpu_scratch.md, "Below oneDNN's 16-channel
@@ -102,9 +105,6 @@ def _strided_padded(channels: int) -> int:
     return -(-channels // block) * block
 
 
-def _bytes(value: Value | None, dims: Dims) -> int:
-    return 0 if value is None else size_at(value.nbytes, dims)
-
 
 def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
     """Operands of a convolution `x` (N, Cin, [T,] H, W) * `w` (Cout, Cin/g, [kt,] kh, kw)
@@ -167,7 +167,7 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     assert x is not None and w is not None and x.shape is not None
     c = _conv(node, x, w, node.outputs[0], dims)
     if not _uses_onednn(node, x, w, dims, threads):
-        return _native(node, x, w, node.outputs[0], dims, [c.output_bytes])
+        return native(node, x, w, node.outputs[0], dims, [c.output_bytes])
     if c.depthwise and len(x.shape) == 5:
         return _depthwise_3d(c)
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
@@ -281,15 +281,19 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient), 2 threads: GYb = GXb =
     GX = Xb = 524,288, GWb = 9,216, P = 29,952, GBo = 64: weight phase peak 1,612,096, less
     the outputs 533,568 -> 1,078,528 B (measured 1,078,528)."""
-    if not _is_conv2d(node) or len(node.inputs) < 3:
+    if not _is_conv2d(node, ranks=(4, 5)) or len(node.inputs) < 3:
         return []
     gy, x, w = node.inputs[0], node.inputs[1], node.inputs[2]
-    assert gy is not None and x is not None and w is not None
+    assert gy is not None and x is not None and w is not None and x.shape is not None
+    if not _uses_onednn(node, x, w, dims, threads):
+        if len(x.shape) == 5:
+            return slow_conv3d_backward(node, x, w, gy, dims)
+        return native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
+    if len(x.shape) == 5:
+        return []  # oneDNN's Conv3d backward: not measured into a rule yet
     c = _conv(node, x, w, gy, dims)
     mask = node.attr_ints("output_mask", (1, 1, 1))
     grad_input, grad_weight = bool(mask[0]), bool(mask[1])
-    if not _uses_onednn(node, x, w, dims, threads):
-        return _native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
     if c.channels_last:
         return _channels_last_backward(c, w, grad_input, grad_weight)
     steps: Allocations = _input_gradient(c, _strided_data_pad(node, x, gy, w, dims, threads)
@@ -318,13 +322,6 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     return [*steps, -copy]
 
 
-def _fp32(value: Value) -> bool:
-    return value.dtype.has_known_size and value.dtype.bits == 32 and value.dtype.is_float
-
-
-def _sizes(value: Value, dims: Dims) -> list[int]:
-    assert value.shape is not None  # _is_conv2d's
-    return [size_at(d, dims) for d in value.shape]
 
 
 def _shape(node: Node, x: Value, w: Value, gy: Value, dims: Dims, threads: int) -> ConvShape:
@@ -337,37 +334,8 @@ def _shape(node: Node, x: Value, w: Value, gy: Value, dims: Dims, threads: int) 
                      bool(mask[2]), threads)
 
 
-def _uses_onednn(node: Node, x: Value, w: Value, dims: Dims, threads: int) -> bool:
-    """PyTorch's choice (aten/src/ATen/native/Convolution.cpp ConvParams::use_mkldnn) for a
-    CPU fp32 convolution: oneDNN unless a 1x1 kernel, unstrided, on fewer than 16 images at
-    one thread ('THNN is faster when single-threaded'), or a dense kernel of at most 3 wide or
-    high on one image of at most 20,480 elements; 16-bit inputs always take oneDNN."""
-    if not _fp32(x):
-        return True
-    mb, (kh, kw) = _sizes(x, dims)[0], _sizes(w, dims)[-2:]
-    strided = any(s > 1 for s in node.attr_ints("stride", (1,)))
-    pointwise = kh == kw == 1
-    if not (strided or mb >= 16 or not pointwise or threads > 1):
-        return False
-    # "input.size(0..3)": N x C x H x W in 2-D, N x C x T x H in 3-D (measured: a Conv3d on
-    # 1x8x8x48x48, 3x3x3, runs PyTorch's own at 3,072 < 20,480 of 147,456 elements)
-    return (node.attr_int("groups", 1) > 1 or (kh > 3 and kw > 3) or mb > 1
-            or math.prod(_sizes(x, dims)[:4]) > 20_480)
 
 
-def _native(node: Node, x: Value, w: Value, y: Value, dims: Dims,
-            made: Allocations) -> Allocations:
-    """PyTorch's own slow_conv2d / slow_conv3d (forward, or backward with y the output
-    gradient): the outputs, then the input unfolded to columns (N x Cin*kernel x output
-    area; none for a 1x1 kernel, unstrided: measured 1x8x16x16 -> 8, 3x3, fp32: 8 * 9 * 256
-    * 4 = 73,728 B in each; 3-D 1x16x4x16x16 -> 16, 3x3x3: 16 * 27 * 1,024 * 4 =
-    1,769,472)."""
-    (mb, ic, *_), w_dims, y_dims = _sizes(x, dims), _sizes(w, dims), _sizes(y, dims)
-    kernel, area = math.prod(w_dims[2:]), math.prod(y_dims[2:])
-    strided = any(s > 1 for s in node.attr_ints("stride", (1,)))
-    item = x.dtype.bits // 8
-    columns = 0 if kernel == 1 and not strided else mb * ic * kernel * area * item
-    return [*made, columns, -columns]
 
 
 def _strided_view(value: Value) -> bool:

@@ -40,6 +40,44 @@ def conv3d(row: Row, bf16: bool = False) -> Node:
     return node
 
 
+def conv3d_backward(row: Row) -> Node:
+    """The traced aten.convolution_backward of the row's layer, every gradient asked (fp32)."""
+    forward = conv3d(row)
+    x, w, _ = forward.inputs
+    (y,) = forward.outputs
+    assert x is not None and w is not None and x.shape is not None and w.shape is not None
+    node = Node("conv3d_backward", "aten.convolution_backward.default",
+                [Value("gy", y.dtype, y.shape, Role.ACTIVATION), x, w], [],
+                attributes={**forward.attributes, "output_mask": (1, 1, 1)})
+    for name, shape in (("gx", x.shape), ("gw", w.shape), ("gb", w.shape[:1])):
+        node.add_output(Value(name, DType.FLOAT32, shape, Role.ACTIVATION))
+    return node
+
+
+def measured_backward(row: Row) -> KernelScratch:
+    """The one aten::convolution_backward call of the row's training step (fp32), after a
+    warm-up."""
+    import torch
+
+    from graphmem.verify.runners import torch_runner
+
+    batch, c_in, c_out, frames, size, kernel, stride, padding, groups = row
+    layer = torch.nn.Conv3d(c_in, c_out, kernel, stride, padding, groups=groups)
+    x = torch.randn(batch, c_in, frames, size, size, requires_grad=True)
+
+    def step() -> None:
+        out = layer(x)
+        out.backward(torch.ones_like(out))
+
+    step()
+    with torch_runner._quiet_stderr(), torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profile:
+        step()
+    (call,) = [k for k in torch_runner.kernel_scratch(profile)
+               if k.kernel == "aten::convolution_backward"]
+    return call
+
+
 def measured(row: Row, bf16: bool = False) -> KernelScratch:
     """The one aten::convolution call of the row's forward (no grad), after a warm-up."""
     import torch
@@ -87,4 +125,14 @@ HELD_OUT: list[Row] = [
 BF16: list[Row] = [
     (1, 20, 24, 4, 16, (3, 3, 3), (1, 1, 1), (1, 1, 1), 1),
     (2, 32, 40, 4, 8, (3, 3, 3), (2, 2, 2), (1, 1, 1), 1),
+]
+# backward on one small clip: PyTorch's own slow_conv3d (oneDNN's Conv3d backward, on more
+# clips or larger kernels, is not modelled)
+BACKWARD: list[Row] = [
+    (1, 20, 24, 4, 16, (3, 3, 3), (1, 1, 1), (1, 1, 1), 1),
+    (1, 16, 16, 4, 16, (3, 3, 3), (1, 1, 1), (1, 1, 1), 1),
+    (1, 8, 12, 6, 12, (3, 3, 3), (2, 2, 2), (1, 1, 1), 1),
+    (1, 32, 32, 4, 16, (1, 1, 1), (2, 2, 2), (0, 0, 0), 1),
+    (1, 32, 32, 4, 16, (1, 1, 1), (1, 1, 1), (0, 0, 0), 1),
+    (1, 6, 10, 5, 9, (2, 3, 3), (1, 2, 1), (0, 1, 1), 1),
 ]
