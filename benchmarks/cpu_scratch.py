@@ -8,7 +8,9 @@ running sum of its allocations rose above them: graphmem/verify/runners/torch_ru
 `kernel_scratch`), next to graphmem's rule for it (graphmem/runtime_models/torch_cpu.py).
 `--raw` lists every allocation inside those kernels; `--toy` runs the grid below oneDNN's
 16-channel block (2 to 16 channels) instead; `--transposed` the forward of ConvTranspose2d
-layers (tests/helpers/deconv.py's grid: widths the stride divides and not, one small image).
+layers (tests/helpers/deconv.py's grid: widths the stride divides and not, one small image);
+`--conv3d` the forward of Conv3d layers (tests/helpers/conv3d.py: the rows the rule was read
+from, then held-out ones, fp32 and bf16).
 `--models` runs whole training steps (`graphmem verify` on the CPU) and prints graphmem's
 activation peak and its torch-cpu peak (kernels' scratch included) against the allocator's
 measured peak. Results:
@@ -154,6 +156,29 @@ def transposed(raw: bool) -> None:
             print(f"|   raw: {', '.join(f'{size:+,}' for size in call.allocations)} |")
 
 
+def conv3d(raw: bool) -> None:
+    """Conv3d forwards (no grad): measured scratch against graphmem's rule."""
+    from tests.helpers.conv3d import BF16, FITTED, HELD_OUT, conv3d, measured
+
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads")
+    print("| rows | N | Cin | Cout | T | HxW | kernel | stride | padding | g | dtype | net B |"
+          " scratch B | graphmem B |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = [*(("fitted", row, False) for row in FITTED),
+            *(("held out", row, False) for row in HELD_OUT),
+            *(("held out", row, True) for row in BF16)]
+    for kind, row, bf16 in rows:
+        call = measured(row, bf16)
+        n, c_in, c_out, frames, size, kernel, stride, padding, groups = row
+        shape = " | ".join("x".join(map(str, dims)) for dims in (kernel, stride, padding))
+        print(f"| {kind} | {n} | {c_in} | {c_out} | {frames} | {size}x{size} | {shape} |"
+              f" {groups} | {'bf16' if bf16 else 'fp32'} | {call.net_bytes:,} |"
+              f" {call.scratch_bytes:,} | {scratch_bytes(conv3d(row, bf16), {}, threads):,} |")
+        if raw:
+            print(f"|   raw: {', '.join(f'{size:+,}' for size in call.allocations)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32")
@@ -161,12 +186,16 @@ def main() -> None:
     parser.add_argument("--models", action="store_true")
     parser.add_argument("--toy", action="store_true", help="the 2..16-channel grid")
     parser.add_argument("--transposed", action="store_true", help="ConvTranspose2d forwards")
+    parser.add_argument("--conv3d", action="store_true", help="Conv3d forwards")
     args = parser.parse_args()
     if args.models:
         models()
         return
     if args.transposed:
         transposed(args.raw)
+        return
+    if args.conv3d:
+        conv3d(args.raw)
         return
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")

@@ -15,7 +15,7 @@ from graphmem.core.ir import DType, Node, Role, Value
 from graphmem.core.symbolic import SymInt
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.runtime_models.torch_cpu import scratch_bytes
-from graphmem.verify.runners import torch_runner
+from tests.helpers.torch_nets import convolution_calls
 
 pytestmark = [pytest.mark.torch]
 
@@ -70,12 +70,6 @@ def test_traced_layout_copies_match_the_measured_kernels() -> None:
                              suggest=False)
     convs = [n for n in analysis.graph.nodes if n.op_type == "aten.convolution.default"]
     assert [n.attr_int("layout_copies", 0) for n in convs] == [2, 1]
-    model, x = Layouts(), torch.randn(2, 8, 8, 8)
-    with torch.no_grad():
-        model(x)  # warm up: oneDNN's primitive caches
-        with torch_runner._quiet_stderr(), torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as run:
-            model(x)
-    measured = [k.scratch_bytes for k in torch_runner.kernel_scratch(run)
-                if k.kernel == "aten::convolution"]
+    calls = convolution_calls(Layouts(), torch.randn(2, 8, 8, 8))
+    measured = [k.scratch_bytes for k in calls]
     assert [scratch_bytes(n, {}, threads) for n in convs] == measured

@@ -9,22 +9,28 @@ step's peak is the largest of (live tensors while a node runs + that node's scra
 
 Each rule below is the kernel's own sequence of allocations and frees (+bytes / -bytes, in
 order), as measured with `python benchmarks/cpu_scratch.py --raw` (torch 2.13, oneDNN 3.12,
-AVX-512, fp32; benchmarks/results/cpu_scratch.md). Its scratch is the running peak of that
-sequence less what the kernel returns. oneDNN's own scratchpads (tens of KiB) and the
-bf16 paths' other layouts are not modelled, but for the measured constant ones (a strided
-backward-data's, a channels-last forward's) and the fp32 weight gradient's, read from
+AVX-512, fp32; benchmarks/results/cpu_scratch.md; Conv3d: --conv3d). Its scratch is the
+running peak of that sequence less what the kernel returns. oneDNN's own scratchpads (tens of
+KiB) and the bf16 paths' other layouts are not modelled, but for the measured constant ones
+(a strided backward-data's, a channels-last forward's) and the fp32 weight gradient's, read from
 oneDNN's sources (graphmem/runtime_models/onednn_weight_grad.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphmem.core.ir import Node, Value
 from graphmem.passes.memory_model import size_at
 from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
+from graphmem.runtime_models.torch_cpu_native import Allocations, Dims, native, slow_conv3d_backward
+from graphmem.runtime_models.torch_cpu_native import is_fp32 as _fp32
+from graphmem.runtime_models.torch_cpu_native import nbytes_at as _bytes
+from graphmem.runtime_models.torch_cpu_native import sizes_at as _sizes
+from graphmem.runtime_models.torch_cpu_native import uses_onednn as _uses_onednn
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -33,8 +39,6 @@ BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad ch
 # 256 * the bf16 weight), and in bf16 a scratchpad of as many fp32 slices besides.
 DEPTHWISE_WEIGHT_SLICES = 256
 
-Dims = Mapping[str, int]
-Allocations = list[int]  # +bytes allocated / -bytes freed inside one kernel call, in order
 
 
 # Measured below oneDNN's block (benchmarks/results/cpu_scratch.md, "Below oneDNN's 16-channel
@@ -101,23 +105,21 @@ def _strided_padded(channels: int) -> int:
     return -(-channels // block) * block
 
 
-def _bytes(value: Value | None, dims: Dims) -> int:
-    return 0 if value is None else size_at(value.nbytes, dims)
-
 
 def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
-    """Operands of a 2-D convolution `x` (N, Cin, H, W) * `w` (Cout, Cin/g, kh, kw) -> `y`."""
+    """Operands of a convolution `x` (N, Cin, [T,] H, W) * `w` (Cout, Cin/g, [kt,] kh, kw)
+    -> `y`: 2-D or 3-D alike (the kernel's and the output's areas are over every spatial dim)."""
     groups = node.attr_int("groups", 1)
     assert x.shape is not None and w.shape is not None, node.describe()  # _is_conv2d's
     assert y.shape is not None, node.describe()
     c_in, c_out = size_at(x.shape[1], dims), size_at(w.shape[0], dims)
-    kernel_area = size_at(w.shape[2], dims) * size_at(w.shape[3], dims)
+    kernel_area = math.prod(_sizes(w, dims)[2:])
     x_bytes, y_bytes, w_bytes = _bytes(x, dims), _bytes(y, dims), _bytes(w, dims)
     dense = groups == 1
     plain_input = dense and c_in < BLOCK and kernel_area > 1
     both = w_bytes * _padded(c_in) * _padded(c_out) // (c_in * c_out) if dense else w_bytes
     stride = node.attr_ints("stride", (1,))
-    out_area = size_at(y.shape[2], dims) * size_at(y.shape[3], dims)
+    out_area = math.prod(_sizes(y, dims)[2:])
     item = x.dtype.bits // 8 if x.dtype.has_known_size else 4
     copies = node.attr_int("layout_copies", 0)
     return Conv(
@@ -137,39 +139,56 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         layout_copy_bytes=(x_bytes * (copies & 1) + w_bytes * (copies >> 1 & 1)))
 
 
-def _is_conv2d(node: Node, transposed: bool = False) -> bool:
+def _is_conv2d(node: Node, transposed: bool = False, ranks: tuple[int, ...] = (4,)) -> bool:
     inputs = node.inputs
     return (bool(node.attributes.get("transposed", 0)) == transposed and len(inputs) >= 2
-            and all(v is not None and v.shape is not None and len(v.shape) == 4
+            and all(v is not None and v.shape is not None and len(v.shape) in ranks
                     for v in inputs[:2]) and bool(node.outputs))
 
 
 def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
-    """aten.convolution (x, w, b) -> y, NCHW: x and w reordered to blocked copies, y computed
-    blocked, then copied out plain.
-        [+O, +S, +Xb, +Wb, +Yb, -Wb, -Xb, -S, -O, +Y, -Yb]
-    Xb: none where a kxk kernel reads fewer than 16 channels plain (a 1x1 kernel reorders
-    them); O: the bias padded to 16 + 128 B where Cout is not a multiple of 16; S: a strided
-    1x1's subsampled source, one blocked image per thread + 128 B.
+    """aten.convolution (x, w, b) -> y, NCHW (NCDHW alike): x and w reordered to blocked
+    copies, y computed blocked, then copied out plain.
+        [+C, +O, +S, +Xb, +Wb, +Yb, -Wb, -Xb, -S, -O, +Y, -Yb, -C]
+    C: an operand that is a view, not contiguous (a permute's, a slice's), copied first
+    (`input.contiguous()`: measured 2x16x8x8 sliced from 32 channels, 8,192 B; VideoMAE's
+    permuted clip); Xb: none where a kxk kernel reads fewer than 16 channels plain (a 1x1
+    kernel reorders them); O: the bias padded to 16 + 128 B where Cout is not a multiple of
+    16; S: a strided 1x1's subsampled source, one blocked image per thread + 128 B. A 3-D
+    kernel the same, areas over its three dims (tests/test_torch_cpu_conv3d.py); a depthwise
+    one runs channels-last (_depthwise_3d).
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32: Xb = Y = Yb = 524,288, Wb = 9,216:
     peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504)."""
     if _is_conv2d(node, transposed=True):
         return transposed_convolution(node, dims, threads)
-    if not _is_conv2d(node):
+    if not _is_conv2d(node, ranks=(4, 5)):
         return []
     x, w = node.inputs[0], node.inputs[1]
-    assert x is not None and w is not None
+    assert x is not None and w is not None and x.shape is not None
     c = _conv(node, x, w, node.outputs[0], dims)
     if not _uses_onednn(node, x, w, dims, threads):
-        return _native(node, x, w, node.outputs[0], dims, [c.output_bytes])
+        return native(node, x, w, node.outputs[0], dims, [c.output_bytes])
+    if c.depthwise and len(x.shape) == 5:
+        return _depthwise_3d(c)
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
         return _channels_last_forward(c, threads)
     xb = 0 if c.plain_input else c.blocked_input_bytes
     odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes else 0
     copy = (threads * c.subsampled_image_bytes + ONEDNN_EXTRA_BYTES
             if c.dense and c.strided and c.kernel_area == 1 else 0)
-    return [odd, copy, xb, c.blocked_weight_bytes, c.blocked_output_bytes,
-            -c.blocked_weight_bytes, -xb, -copy, -odd, c.output_bytes, -c.blocked_output_bytes]
+    held = c.layout_copy_bytes  # a view's operand made contiguous, held to the end
+    return [held, odd, copy, xb, c.blocked_weight_bytes, c.blocked_output_bytes,
+            -c.blocked_weight_bytes, -xb, -copy, -odd, c.output_bytes, -c.blocked_output_bytes,
+            -held]
+
+
+def _depthwise_3d(c: Conv) -> Allocations:
+    """A depthwise Conv3d on oneDNN runs channels-last (ndhwc): x and y reordered unpadded,
+    the weights padded to 16 channels, y copied out plain through one more copy:
+    [+Xc, +W', +Yc, -W', -Xc, +Y, +Y, -Y, -Yc]. e.g. 2x24x4x16x16, 3x3x3 (measured): Xc = Yc
+    = Y = 196,608, W' = 32 x 27 x 4 = 3,456: peak Yc + 2Y = 589,824 - Y = 393,216 B."""
+    x, w, y = c.input_bytes, c.output_padded_weight_bytes, c.output_bytes
+    return [x, w, y, -w, -x, y, y, -y, -y]
 
 
 def transposed_convolution(node: Node, dims: Dims, threads: int) -> Allocations:
@@ -262,15 +281,19 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient), 2 threads: GYb = GXb =
     GX = Xb = 524,288, GWb = 9,216, P = 29,952, GBo = 64: weight phase peak 1,612,096, less
     the outputs 533,568 -> 1,078,528 B (measured 1,078,528)."""
-    if not _is_conv2d(node) or len(node.inputs) < 3:
+    if not _is_conv2d(node, ranks=(4, 5)) or len(node.inputs) < 3:
         return []
     gy, x, w = node.inputs[0], node.inputs[1], node.inputs[2]
-    assert gy is not None and x is not None and w is not None
+    assert gy is not None and x is not None and w is not None and x.shape is not None
+    if not _uses_onednn(node, x, w, dims, threads):
+        if len(x.shape) == 5:
+            return slow_conv3d_backward(node, x, w, gy, dims)
+        return native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
+    if len(x.shape) == 5:
+        return []  # oneDNN's Conv3d backward: not measured into a rule yet
     c = _conv(node, x, w, gy, dims)
     mask = node.attr_ints("output_mask", (1, 1, 1))
     grad_input, grad_weight = bool(mask[0]), bool(mask[1])
-    if not _uses_onednn(node, x, w, dims, threads):
-        return _native(node, x, w, gy, dims, [_bytes(v, dims) for v in node.outputs])
     if c.channels_last:
         return _channels_last_backward(c, w, grad_input, grad_weight)
     steps: Allocations = _input_gradient(c, _strided_data_pad(node, x, gy, w, dims, threads)
@@ -299,13 +322,6 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     return [*steps, -copy]
 
 
-def _fp32(value: Value) -> bool:
-    return value.dtype.has_known_size and value.dtype.bits == 32 and value.dtype.is_float
-
-
-def _sizes(value: Value, dims: Dims) -> list[int]:
-    assert value.shape is not None  # _is_conv2d's
-    return [size_at(d, dims) for d in value.shape]
 
 
 def _shape(node: Node, x: Value, w: Value, gy: Value, dims: Dims, threads: int) -> ConvShape:
@@ -318,34 +334,8 @@ def _shape(node: Node, x: Value, w: Value, gy: Value, dims: Dims, threads: int) 
                      bool(mask[2]), threads)
 
 
-def _uses_onednn(node: Node, x: Value, w: Value, dims: Dims, threads: int) -> bool:
-    """PyTorch's choice (aten/src/ATen/native/Convolution.cpp ConvParams::use_mkldnn) for a
-    CPU fp32 convolution: oneDNN unless a 1x1 kernel, unstrided, on fewer than 16 images at
-    one thread ('THNN is faster when single-threaded'), or a dense kernel of at most 3 wide or
-    high on one image of at most 20,480 elements; 16-bit inputs always take oneDNN."""
-    if not _fp32(x):
-        return True
-    (mb, *_), (_, _, kh, kw) = _sizes(x, dims), _sizes(w, dims)
-    strided = any(s > 1 for s in node.attr_ints("stride", (1,)))
-    pointwise = kh == kw == 1
-    if not (strided or mb >= 16 or not pointwise or threads > 1):
-        return False
-    return (node.attr_int("groups", 1) > 1 or (kh > 3 and kw > 3) or mb > 1
-            or _bytes(x, dims) // 4 > 20_480)
 
 
-def _native(node: Node, x: Value, w: Value, y: Value, dims: Dims,
-            made: Allocations) -> Allocations:
-    """PyTorch's own slow_conv2d (forward, or backward with y the output gradient): the
-    outputs, then the input unfolded to columns (N x Cin*kh*kw x OH*OW; none for a 1x1
-    kernel, unstrided: measured 1x8x16x16 -> 8, 3x3, fp32: 8 * 9 * 256 * 4 = 73,728 B in
-    each)."""
-    (mb, ic, _, _), (_, _, kh, kw), (_, _, oh, ow) = (_sizes(x, dims), _sizes(w, dims),
-                                                      _sizes(y, dims))
-    strided = any(s > 1 for s in node.attr_ints("stride", (1,)))
-    item = x.dtype.bits // 8
-    columns = 0 if kh == kw == 1 and not strided else mb * ic * kh * kw * oh * ow * item
-    return [*made, columns, -columns]
 
 
 def _strided_view(value: Value) -> bool:

@@ -77,7 +77,7 @@ def measured(row: Row, bias: bool = False, channels_last: bool = False) -> Kerne
     """The one aten::convolution call of the row's forward (no grad), after a warm-up."""
     import torch
 
-    from graphmem.verify.runners import torch_runner
+    from tests.helpers.torch_nets import convolution_calls
 
     batch, c_in, c_out, h, w, kernel, stride, padding, extra = row
     layer = torch.nn.ConvTranspose2d(c_in, c_out, kernel, stride, padding,
@@ -85,11 +85,5 @@ def measured(row: Row, bias: bool = False, channels_last: bool = False) -> Kerne
     x = torch.randn(batch, c_in, h, w)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    with torch.no_grad():
-        layer(x)  # warm up: oneDNN's primitive cache
-        with torch_runner._quiet_stderr(), torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU],
-                profile_memory=True) as profile:
-            layer(x)
-    (call,) = [k for k in torch_runner.kernel_scratch(profile) if k.kernel == "aten::convolution"]
+    (call,) = convolution_calls(layer, x)
     return call

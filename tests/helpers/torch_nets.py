@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from graphmem.verify.runners.torch_runner import KernelScratch
 
 
 class MLP(nn.Module):
@@ -27,3 +32,17 @@ class AttentionBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.attention(x, x, x, need_weights=True)[0]
+
+
+def convolution_calls(model: nn.Module, *inputs: torch.Tensor) -> list[KernelScratch]:
+    """Each aten::convolution call of one forward (no grad) under torch.profiler, in order,
+    after a warm-up (oneDNN's primitive caches)."""
+    from graphmem.verify.runners import torch_runner
+
+    with torch.no_grad():
+        model(*inputs)
+        with torch_runner._quiet_stderr(), torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                profile_memory=True) as profile:
+            model(*inputs)
+    return [k for k in torch_runner.kernel_scratch(profile) if k.kernel == "aten::convolution"]

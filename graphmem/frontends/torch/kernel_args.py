@@ -25,7 +25,8 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     is channels-last, for a traced convolution; {} for every other op. A channels-last
     forward also says which operands PyTorch copies to that layout first
     (`_mkldnn_convolution`: `input.contiguous(memory_format)`, `weight.contiguous(...)`):
-    `layout_copies`, 1 for the input, 2 for the weight (a kxk kernel's NCHW weight)."""
+    `layout_copies`, 1 for the input, 2 for the weight (a kxk kernel's NCHW weight); an NCHW
+    one likewise, where an operand is not contiguous (a permute's or a slice's view)."""
     target = str(fx_node.target)
     if target not in _CONVOLUTIONS:
         return {}
@@ -37,6 +38,8 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
         if found["channels_last"]:
             found["layout_copies"] = (int(not _nhwc(layout))
                                       + 2 * int(not _nhwc(_meta(args[1]))))
+        elif copies := int(not _plain(layout)) + 2 * int(not _plain(_meta(args[1]))):
+            found["layout_copies"] = copies  # a permuted or sliced NCHW operand
         found.update(stride=_ints(args[3]), padding=_ints(args[4]),
                      transposed=int(bool(args[6])), groups=int(args[8]))  # type: ignore[arg-type]
     else:  # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
@@ -52,19 +55,26 @@ def _meta(arg: Any) -> Any:
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
+_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # NHWC, NDHWC
+
+
 def _channels_last(tensor: Any) -> bool:
-    """A 4-D tensor whose strides order it NHWC (PyTorch's `suggest_memory_format`, which
-    picks a convolution's layout: a slice of an NHWC tensor is one too), and not also
-    NCHW-contiguous, as a 1x1 image is."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+    """A 4-D (5-D) tensor whose strides order it NHWC (NDHWC: PyTorch's
+    `suggest_memory_format`, which picks a convolution's layout: a slice of an NHWC tensor is
+    one too), and not also NCHW-contiguous, as a 1x1 image is."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() not in _LAST:
         return False
-    return (suggest_memory_format(tensor) == torch.channels_last
+    return (suggest_memory_format(tensor) == _LAST[tensor.dim()]
             and not tensor.is_contiguous())
 
 
 def _nhwc(tensor: Any) -> bool:
     return not isinstance(tensor, torch.Tensor) or tensor.is_contiguous(
-        memory_format=torch.channels_last)
+        memory_format=_LAST.get(tensor.dim(), torch.contiguous_format))
+
+
+def _plain(tensor: Any) -> bool:
+    return not isinstance(tensor, torch.Tensor) or tensor.is_contiguous()
 
 
 def _ints(values: Any) -> tuple[int, ...]:
