@@ -136,5 +136,6 @@ def test_scalar_reshapes_turned_through_the_index(tmp_path: Path,
 def test_the_dynamo_decoders_scalar_reshapes_through_the_index(
         monkeypatch: pytest.MonkeyPatch) -> None:
     if not _DYNAMO.exists():
-        pytest.skip(f"{_DYNAMO.name} not cached (copy it from the main checkout)")
+        pytest.skip(f"{_DYNAMO.name} not in benchmarks/.cache"
+                    " (benchmarks/speed_targets.py exports it there)")
     assert sum(_turned_both_ways(_DYNAMO, monkeypatch)) > 0
