@@ -149,7 +149,12 @@ def test_peak_matches_a_real_steps_tensors(name: str, train: bool) -> None:
     assert abs(row(name, train).peak_error) <= 0.02
 
 
-@pytest.mark.parametrize(("name", "train"), cases({**TENSOR_GAPS, **ALLOCATOR_GAPS}))
+# live-tensor gaps whose allocator peak, which sees inside the kernels, is within 2% anyway
+ALLOCATOR_RIGHT = {("nn_mha", "inference")}
+
+
+@pytest.mark.parametrize(("name", "train"), cases(
+    {**{k: v for k, v in TENSOR_GAPS.items() if k not in ALLOCATOR_RIGHT}, **ALLOCATOR_GAPS}))
 def test_peak_matches_the_allocators_with_scratch(name: str, train: bool) -> None:
     assert abs(row(name, train).allocator_error) <= 0.02
 
