@@ -147,9 +147,9 @@ def test_weight_gradient_kernels_as_run(threads: int) -> None:
     grid = [(2, 8, 8, 16, 3, 1), (8, 4, 4, 16, 3, 2), (2, 2, 2, 16, 3, 1), (2, 16, 8, 16, 3, 1),
             (2, 24, 40, 12, 3, 1), (2, 32, 16, 16, 3, 1), (4, 16, 16, 32, 3, 1),
             (2, 3, 16, 32, 3, 2), (2, 8, 8, 16, 1, 2), (16, 16, 10, 8, 1, 1), (16, 48, 64, 8, 1, 1)]
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    from tests.helpers.torch_nets import torch_threads
+
+    with torch_threads(threads):
         for mb, ic, oc, size, kernel, stride in grid:
             conv = torch.nn.Conv2d(ic, oc, kernel, stride, kernel // 2)
             x = torch.randn(mb, ic, size, size)
@@ -170,8 +170,6 @@ def test_weight_gradient_kernels_as_run(threads: int) -> None:
             expected = (made.source_bytes + made.output_grad_bytes + made.weight_bytes
                         + made.scratchpad_bytes + oc * 4)
             assert held == expected, (mb, ic, oc, size, kernel, stride, call.allocations)
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize(("shape", "threads", "expected"), [

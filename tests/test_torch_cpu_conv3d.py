@@ -113,18 +113,15 @@ def test_traced_view_inputs_match_the_measured_kernels() -> None:
 def test_conv3d_forwards_as_run(threads: int) -> None:
     # every row's measured scratch (how far the kernel's allocations rose above its output)
     # is graphmem's, to the byte: the rows the rule was read from and the held-out ones
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
+    from tests.helpers.torch_nets import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         rows = [*((row, False) for row in FITTED + HELD_OUT), *((row, True) for row in BF16)]
         for row, bf16 in rows:
             call = measured(row, bf16)
             assert scratch_bytes(conv3d(row, bf16), {}, threads) == call.scratch_bytes, (
                 row, bf16, threads, call.allocations)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_one_small_clips_backward_unfolds_twice() -> None:
@@ -141,14 +138,11 @@ def test_one_small_clips_backward_unfolds_twice() -> None:
 @pytest.mark.torch
 @pytest.mark.parametrize("threads", [1, 2])
 def test_conv3d_backwards_as_run(threads: int) -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
+    from tests.helpers.torch_nets import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         for row in BACKWARD:
             call = measured_backward(row)
             assert scratch_bytes(conv3d_backward(row), {}, threads) == call.scratch_bytes, (
                 row, threads, call.allocations)
-    finally:
-        torch.set_num_threads(before)

@@ -105,17 +105,14 @@ def test_a_channels_last_input_copies_and_pads_the_weights_only() -> None:
 def test_transposed_convolutions_as_run(threads: int) -> None:
     # every row's measured scratch (how far the kernel's allocations rose above its output),
     # channels-last ones too, is graphmem's, to the byte
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from tests.helpers.deconv import measured
+    from tests.helpers.torch_nets import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         for row, bias, layout in [*((row, False, False) for row in GRID),
                                   *((row, True, False) for row in BIASED),
                                   *((row, bias, True) for row, bias in CHANNELS_LAST)]:
             call = measured(row, bias, layout)
             assert scratch_bytes(deconv(row, bias, layout), {}, threads) == (
                 call.scratch_bytes), (row, bias, layout, threads, call.allocations)
-    finally:
-        torch.set_num_threads(before)
