@@ -18,18 +18,10 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem import analyze_onnx
 from graphmem.frontends.onnx.importer import import_onnx
-from graphmem.pipeline.runtime import runtime_estimate
 from graphmem.runtime_models.ort_kernels import kernel_scratch, prepacked_weights
 from graphmem.runtime_models.ort_rnn import pack_b_bytes, rnn_scratch_bytes
-from tests.helpers.rnn_nodes import RnnCase, measured_peak, rnn_model
-
-
-def predicted_peak(path: Path, level: str = "disabled") -> int:
-    analysis = analyze_onnx(path, plan=False)
-    return runtime_estimate(analysis, "ort-cpu", None, threads=1,
-                            ort_optimization=level).runtime_peak_bytes
+from tests.helpers.rnn_nodes import RnnCase, measured_peak, predicted_peak, rnn_model
 
 
 def _node(case: RnnCase, tmp_path: Path):  # the model's one node, as graphmem imports it

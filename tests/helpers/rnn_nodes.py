@@ -1,5 +1,6 @@
-"""One GRU, LSTM or RNN node as an ONNX model, and onnxruntime's measured `mem_in_use_peak` for
-a model run in this process (tests/test_ort_rnn_scratch.py)."""
+"""One GRU, LSTM or RNN node as an ONNX model; graphmem's predicted and onnxruntime's measured
+`mem_in_use_peak` for a model, the run in this process (tests/test_ort_rnn_scratch.py,
+benchmarks/ort_rnn_grid.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+
+from graphmem import analyze_onnx
+from graphmem.pipeline.runtime import runtime_estimate
 
 GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
 LEVELS = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -91,6 +95,13 @@ def rnn_model(case: RnnCase, path: Path) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def predicted_peak(path: Path, level: str = "disabled") -> int:
+    """graphmem's ort-cpu `mem_in_use_peak` for the model at one thread and `level`."""
+    analysis = analyze_onnx(path, plan=False)
+    return runtime_estimate(analysis, "ort-cpu", None, threads=1,
+                            ort_optimization=level).runtime_peak_bytes
 
 
 def measured_peak(path: Path, level: str = "disabled") -> int:
