@@ -87,7 +87,8 @@ def _outputs_sequence(node: Node) -> bool:
 
 def rnn_scratch_bytes(node: Node, bound: Mapping[str, int]) -> tuple[int, ...]:
     """The node's working buffers in the order its kernel takes them, as requested (the arena
-    rounds each); none where X's shape or the hidden size is not known at `bound`."""
+    rounds each); none where X's shape or the hidden size is not known at `bound`, nor for
+    `layout` 1 (batch first), which the CPU kernels refuse when the session is created."""
     x = _ints(node.input(0), bound)
     hidden = node.attr_int("hidden_size", 0)
     if x is None or len(x) != 3 or hidden <= 0 or node.attr_int("layout", 0) != 0:
