@@ -262,8 +262,8 @@ def _plan(steps: _Steps) -> tuple[list[int], tuple[int, int, int]]:
                 inplace += 1
                 taken = owner[source]
             # a tensor nothing reads (uses: its definition only) never takes a freed buffer:
-            # onnxruntime's run gives it its own, held to the end (measured: TopK's unread
-            # indices, a GRU's or RNN's unread Y_h, tests/test_ort_rnn_scratch.py)
+            # onnxruntime's run gives it its own, which later tensors may take (measured:
+            # TopK's unread indices, a GRU's or RNN's unread Y_h, test_ort_rnn_scratch.py)
             elif reusable[value] and uses[value] > 1 and (stack := free.get(key[value])):
                 reused += 1
                 taken = stack.pop()
