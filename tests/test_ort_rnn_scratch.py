@@ -127,6 +127,16 @@ def test_single_node_to_the_byte(case: RnnCase, tmp_path: Path) -> None:
     assert predicted_peak(path) == measured_peak(path)
 
 
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_the_buffers_do_not_depend_on_the_threads(op: str, tmp_path: Path) -> None:
+    # batch 8 parallelizes LSTM's steps over the batch rows (more than 4 rows); neither
+    # kernel takes per-thread buffers from the arena: the same peak at 1, 2 and 4 threads
+    path = rnn_model(RnnCase(op, "bidirectional", batch=8, seq=17, hidden=64, input_size=16),
+                     tmp_path / "rnn.onnx")
+    peaks = {measured_peak(path, threads=n) for n in (1, 2, 4)}
+    assert peaks == {predicted_peak(path)}
+
+
 class Tagger(torch.nn.Module):
     """Embeddings, a recurrent layer of `kind` (batch first), a head."""
 

@@ -104,12 +104,12 @@ def predicted_peak(path: Path, level: str = "disabled") -> int:
                             ort_optimization=level).runtime_peak_bytes
 
 
-def measured_peak(path: Path, level: str = "disabled") -> int:
-    """onnxruntime's `mem_in_use_peak` over one run on random inputs (CPU, one thread, the
-    profiler on), in this process: what tests/helpers/ort.py `measure_all` measures in a
-    child, at a tenth of its cost."""
+def measured_peak(path: Path, level: str = "disabled", threads: int = 1) -> int:
+    """onnxruntime's `mem_in_use_peak` over one run on random inputs (CPU, `threads` intra-op
+    threads, the profiler on), in this process: what tests/helpers/ort.py `measure_all`
+    measures in a child, at a tenth of its cost."""
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.graph_optimization_level = LEVELS[level]
     options.enable_profiling = True
     with tempfile.TemporaryDirectory() as folder:
