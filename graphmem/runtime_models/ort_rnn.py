@@ -33,6 +33,10 @@ Packed weights (`PrePack`, at session creation, for float32 initializers): GRU p
 and r rows (D x MlasGemmPackBSize(2H, H)) and the h rows (D x MlasGemmPackBSize(H, H));
 LSTM packs W [D, 4H, I] and R [D, 4H, H] the same way (D x MlasGemmPackBSize(4H, K)). The
 kernel then reads the packed copies; the RNN kernel packs nothing.
+
+Not modelled: a `sequence_lens` of all zeros, on which the GRU and LSTM kernels return before
+taking any buffer (data, not shape: the buffers are counted); com.microsoft's
+DynamicQuantizeLSTM (its quantized input and gate buffers).
 """
 
 from __future__ import annotations
