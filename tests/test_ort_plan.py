@@ -55,7 +55,7 @@ def _reference_plan(graph: Graph, order: Sequence[Node],
                     and uses[owner[source.name]] == 1 and same_size(source.name, name):
                 counts[0] += 1
                 taken = owner[source.name]
-            elif (k := key(name)) is not None and k[1] and free.get(k):
+            elif (k := key(name)) is not None and k[1] and uses[name] > 1 and free.get(k):
                 counts[2] += 1
                 taken = free[k].pop()
             if taken is not None:

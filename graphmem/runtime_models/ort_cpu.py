@@ -17,7 +17,8 @@ onnxruntime"):
   input's buffer; a kernel that may run in place (Relu, Sigmoid, Softmax, Clip...) uses its
   input's buffer when this is the buffer's last use and both shapes are the same
   (`SameSize`); else a freed buffer is taken from the free list, most recently freed first,
-  when its shape equals the output's dim by dim (`FindReusableTensor`); else a new buffer.
+  when its shape equals the output's dim by dim (`FindReusableTensor`), but never for a
+  tensor nothing reads (measured: it gets its own); else a new buffer.
   Shapes are those onnxruntime infers at session creation (graphmem/frontends/onnx/
   ort_plan_shapes.py): a tensor whose shape it does not know is never reused or reused into.
 - Release (`GenerateDeallocationPlan`): a buffer is freed after the last node that reads any
@@ -27,8 +28,8 @@ onnxruntime"):
   freed only at the end of the run.
 - Arena: the allocations and frees replayed through onnxruntime's BFC arena (bfc_arena.py:
   256-byte rounding, chunks handed out whole below twice the request, regions by its strategy).
-- Scratch: what Conv, Where, BiasGelu and Einsum allocate while they run (ort_kernels.py,
-  ort_einsum.py).
+- Scratch: what Conv, Where, BiasGelu, Einsum, GRU, LSTM and RNN allocate while they run
+  (ort_kernels.py, ort_einsum.py, ort_rnn.py).
 
 Graph optimizations: the planner runs on whichever graph it is given. For the level a user's
 session runs (ORT_ENABLE_ALL by default) graphmem/frontends/onnx/ort_optimized.py asks onnxruntime

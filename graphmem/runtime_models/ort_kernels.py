@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.runtime_models.bfc_arena import ArenaEvent
 from graphmem.runtime_models.ort_einsum import einsum_temps
+from graphmem.runtime_models.ort_rnn import RNN_OPS, is_rnn, rnn_packs, rnn_scratch_bytes
 
 # CPU kernels whose output 0 is a view of input 0 (KernelDefBuilder::Alias(0, 0)).
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -87,7 +88,7 @@ NO_SCRATCH = KernelScratch()
 
 
 # the ONNX-domain kernels that take scratch (the CUDA model's only one, Einsum, among them)
-SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum"})
+SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum"}) | RNN_OPS
 
 
 def may_take_scratch(node: Node) -> bool:
@@ -113,7 +114,7 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return conv_transpose_scratch(node, bound)
     if node.op_type == "Einsum":
         return einsum_scratch(node, bound)
-    return NO_SCRATCH
+    return KernelScratch(rnn_scratch_bytes(node, bound))  # GRU, LSTM, RNN: ort_rnn.py
 
 
 def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:
@@ -273,18 +274,28 @@ def prepacks(nodes: Sequence[Node]) -> list[Prepack]:
     """The packs of constant float32 weights kernels make at session creation, into the
     arena, once per use, in `nodes`' order: MatMul, Gemm and FusedMatMul pack a 2-D B for
     MLAS's SGEMM (N rounded up to 16 columns, 64-byte aligned); ConvTranspose its filter
-    (`conv_transpose_pack`)."""
-    packed = []
+    (`conv_transpose_pack`); GRU and LSTM their W and R (ort_rnn.py `rnn_packs`)."""
+    packed: list[Prepack] = []
     for node in nodes:
         if (node.domain, node.op_type) in _PREPACKING_KERNELS:
             pack = _gemm_pack(node)
         elif node.domain in ("", "ai.onnx") and node.op_type == "ConvTranspose":
             pack = conv_transpose_pack(node)
+        elif is_rnn(node):
+            packed.extend(_rnn_pack(node, index, size)
+                          for index, size in rnn_packs(node, _constant_float32))
+            continue
         else:
             continue
         if pack is not None:
             packed.append(pack)
     return packed
+
+
+def _rnn_pack(node: Node, index: int, size_bytes: int) -> Prepack:
+    weight = node.inputs[index]
+    assert weight is not None  # rnn_packs found it
+    return Prepack((node.op_type, weight.name, index), weight.name, size_bytes)
 
 
 def _gemm_pack(node: Node) -> Prepack | None:

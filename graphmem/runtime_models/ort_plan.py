@@ -261,7 +261,10 @@ def _plan(steps: _Steps) -> tuple[list[int], tuple[int, int, int]]:
                     and key[source] >= 0 and key[source] == key[value]:
                 inplace += 1
                 taken = owner[source]
-            elif reusable[value] and (stack := free.get(key[value])):
+            # a tensor nothing reads (uses: its definition only) never takes a freed buffer:
+            # onnxruntime's run gives it its own, which later tensors may take (measured:
+            # TopK's unread indices, a GRU's or RNN's unread Y_h, test_ort_rnn_scratch.py)
+            elif reusable[value] and uses[value] > 1 and (stack := free.get(key[value])):
                 reused += 1
                 taken = stack.pop()
             if taken >= 0:
