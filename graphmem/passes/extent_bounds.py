@@ -106,16 +106,16 @@ def _found(graph: Graph, seen: set[str]) -> Iterator[ExtentDim]:
 def _node_dims(node: Node, seen: set[str]) -> Iterator[ExtentDim]:
     """The dims `node` makes new, each with the extents that bound it."""
     x = node.input(0)
-    if x is None or x.shape is None:
+    if x is None or x.shape is None or not node.outputs:
         return
     taken = seen | _symbols(node.present_inputs)
     for value, axis, extents in _candidates(node, x.shape):
         shape = value.shape
         dim = bare_dim(shape[axis]) if shape is not None and -len(shape) <= axis < len(
             shape) else None
-        if dim is not None and dim not in taken and None not in extents:
-            yield ExtentDim(dim, node.name, node.op_type, extents,  # type: ignore[arg-type]
-                            value.name, axis)
+        known = tuple(extent for extent in extents if extent is not None)
+        if dim is not None and dim not in taken and len(known) == len(extents):
+            yield ExtentDim(dim, node.name, node.op_type, known, value.name, axis)
 
 
 Candidate = tuple[Value, int, tuple[SymInt | None, ...]]

@@ -5,7 +5,8 @@ Every graph reads x [ROWS, COLS] fp32 and makes its slice's indices from the dat
 Cast(ReduceSum(x * 0)) (0 for any finite x), and an index is `zero + k`, so no shape
 inference can follow it (onnxruntime's names a new dim, onnx's an unk__N) while every run
 takes the same slice. `KINDS` names each graph: the slice at top level, in a Loop body, in an
-If branch, with steps, negative indices, two axes, a part of the rows.
+If branch, with steps, negative indices, two axes, a part of the rows; a Compress and a TopK
+of a computed K.
 """
 
 from __future__ import annotations
@@ -122,6 +123,27 @@ def _if() -> onnx.ModelProto:
     return _model(nodes, [], "sums", [COLS])
 
 
+def _compress() -> onnx.ModelProto:
+    """Compress x's rows where x[:, 0] > -1e30 (every finite row, but data) -> [n, COLS]."""
+    nodes = [helper.make_node("Gather", ["x", "col0"], ["first"], axis=1),
+             helper.make_node("Greater", ["first", "floor"], ["keep"]),
+             helper.make_node("Compress", ["x", "keep"], ["y"], axis=0),
+             helper.make_node("Relu", ["y"], ["y_r"]),
+             helper.make_node("ReduceSum", ["y_r"], ["out"], keepdims=0)]
+    floor = numpy_helper.from_array(np.array(-1e30, np.float32), "floor")
+    return _model(nodes, [_ints(0, "col0"), floor], "out", [])
+
+
+def _topk() -> onnx.ModelProto:
+    """TopK of x along its rows with K = zero + ROWS (every row, but data) -> [K, COLS] x 2."""
+    nodes, constants = _index("k", ROWS)
+    nodes += [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=0),
+              helper.make_node("Cast", ["indices"], ["as_float"], to=F32),
+              helper.make_node("Add", ["values", "as_float"], ["y"]),
+              helper.make_node("ReduceSum", ["y"], ["out"], keepdims=0)]
+    return _model(nodes, constants, "out", [])
+
+
 # name -> (the graph, whether the data takes the whole extent: the bound is what runs)
 KINDS: dict[str, tuple[Callable[[], onnx.ModelProto], bool]] = {
     "top": (lambda: _top(0, ROWS, [0]), True),
@@ -133,6 +155,8 @@ KINDS: dict[str, tuple[Callable[[], onnx.ModelProto], bool]] = {
     "two_axes_part": (lambda: _top([0, 8], [ROWS // 2, COLS], [0, 1]), False),
     "loop": (_loop, True),
     "if": (_if, True),
+    "compress": (_compress, True),
+    "topk": (_topk, True),
 }
 
 
