@@ -165,16 +165,16 @@ def test_a_data_slice_in_a_body_sizes_its_scratch_at_the_bound(tmp_path: Path, k
 def test_data_slices_are_planned_at_their_bound_against_onnxruntime(tmp_path: Path, kind: str
                                                                     ) -> None:
     # where the data takes the whole extent the bound is what runs: top level to the byte;
-    # in a Loop body or an If branch within 5% (onnxruntime's Loop keeps each iteration's
-    # outputs and its loop state besides, which the ort-cpu model does not plan: -4.9% on
-    # `loop`, -0.2% on `if`; before the bound, estimated at the node's largest input, -51% and
-    # -49%). Where it
+    # in a Loop, Scan or If body within 5% (onnxruntime's Loop keeps each iteration's outputs
+    # and its loop state besides, which the ort-cpu model does not plan: -4.9% on `loop`,
+    # -0.2% on `if` and `scan`; before the bound, estimated at the node's largest input, -51%,
+    # -49%, +3.9%). Where it
     # takes a part (16 of 96 rows, every other row, 24 x 24 of 96 x 32) the plan is above
     path = save(kind, tmp_path)
     takes_all = KINDS[kind][1]
     for level in ("disabled", "all"):
         predicted, measured = measure_all(path, None, level)
-        if kind in ("loop", "if"):
+        if kind in ("loop", "if", "scan"):
             assert abs(predicted / measured - 1) < 0.05, (level, predicted, measured)
         elif takes_all:
             assert predicted == measured, (level, predicted, measured)

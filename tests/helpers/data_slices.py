@@ -5,8 +5,8 @@ Every graph reads x [ROWS, COLS] fp32 and makes its slice's indices from the dat
 Cast(ReduceSum(x * 0)) (0 for any finite x), and an index is `zero + k`, so no shape
 inference can follow it (onnxruntime's names a new dim, onnx's an unk__N) while every run
 takes the same slice. `KINDS` names each graph: the slice at top level, in a Loop body, in an
-If branch, with steps, negative indices, two axes, a part of the rows; a Compress and a TopK
-of a computed K.
+If branch, a Scan body, with steps, negative indices, two axes, a part of the rows; a Compress
+and a TopK of a computed K.
 """
 
 from __future__ import annotations
@@ -123,6 +123,22 @@ def _if() -> onnx.ModelProto:
     return _model(nodes, [], "sums", [COLS])
 
 
+def _scan() -> onnx.ModelProto:
+    """A Scan over x's rows whose body slices each row [COLS] at zero:zero + COLS (data: the
+    outer `zero`), Relu'd and summed -> [ROWS]."""
+    nodes, constants = _index("r_s", 0)
+    more_nodes, more = _index("r_e", COLS)
+    nodes += [*more_nodes, helper.make_node("Slice", ["row", "r_s", "r_e", "r_axes"], ["part"]),
+              helper.make_node("Relu", ["part"], ["part_r"]),
+              helper.make_node("ReduceSum", ["part_r"], ["total"], keepdims=0)]
+    body = helper.make_graph(
+        nodes, "body", [helper.make_tensor_value_info("row", F32, [COLS])],
+        [helper.make_tensor_value_info("total", F32, [])], [*constants, *more,
+                                                             _ints([0], "r_axes")])
+    scan = helper.make_node("Scan", ["x"], ["totals"], body=body, num_scan_inputs=1)
+    return _model([scan], [], "totals", [ROWS])
+
+
 def _compress() -> onnx.ModelProto:
     """Compress x's rows where x[:, 0] > -1e30 (every finite row, but data) -> [n, COLS]."""
     nodes = [helper.make_node("Gather", ["x", "col0"], ["first"], axis=1),
@@ -155,6 +171,7 @@ KINDS: dict[str, tuple[Callable[[], onnx.ModelProto], bool]] = {
     "two_axes_part": (lambda: _top([0, 8], [ROWS // 2, COLS], [0, 1]), False),
     "loop": (_loop, True),
     "if": (_if, True),
+    "scan": (_scan, True),
     "compress": (_compress, True),
     "topk": (_topk, True),
 }
