@@ -78,6 +78,18 @@ def test_a_dim_met_before_the_slice_is_not_the_datas() -> None:
     assert _bounds(graph) == {}
 
 
+def test_a_dim_another_op_made_first_is_not_the_slices() -> None:
+    # a Reshape of computed target names r first ([r]); a later Slice of x[8] whose output
+    # inference equated with it ([r]) did not make r: r is the Reshape's, left free
+    x, idx = _value("x", C(8)), _value("i", C(1), dtype=DType.INT64)
+    reshaped = _node("Reshape", [x, idx], [_value("y", S("r"))], "reshape")
+    sliced = _node("Slice", [x, idx, idx], [_value("z", S("r"))], "slice")
+    assert _bounds(_graph(reshaped, sliced, inputs=(x, idx))) == {}
+    # the same Slice alone makes r: at most 8
+    alone = _node("Slice", [x, idx, idx], [_value("z", S("r"))], "slice")
+    assert _bounds(_graph(alone, inputs=(x, idx))) == {"r": 8}
+
+
 def test_topk_split_compress_unique_and_nms_are_bounded_by_the_spec() -> None:
     x = _value("x", C(6), C(7))
     k = _value("k", C(1), dtype=DType.INT64)
