@@ -30,6 +30,7 @@ from graphmem.core.kv_layers import (
 )
 from graphmem.core.symbolic import SymInt
 from graphmem.errors import GraphmemError
+from graphmem.passes.dims import bare_dim
 
 if TYPE_CHECKING:  # the serving plan is imported where --serve asks for it
     from graphmem.distributed.serving import ServingReport
@@ -215,24 +216,13 @@ def decoder_dim_names(graph: Graph, past: PastInputs) -> tuple[str, str, str] | 
     """(batch, new tokens, cached tokens): the dims a decoder-with-past's steps bind. The
     batch and past dims are those of the past inputs; the new tokens' is the one other dim
     the graph's inputs have (input_ids [batch, sequence]). None when that is ambiguous."""
-    batch, cached = _symbol(past.batch_dim), _symbol(past.past_dim)
+    batch, cached = bare_dim(past.batch_dim), bare_dim(past.past_dim)
     if batch is None or cached is None or batch == cached:
         return None
     others = {name for value in graph.inputs if value not in past.values
               for dim in value.shape or () if dim is not None
               for name in dim.free_symbols()} - {batch, cached}
     return (batch, others.pop(), cached) if len(others) == 1 else None
-
-
-def _symbol(dim: SymInt | None) -> str | None:
-    """The name of a dim that is one free symbol (`past_sequence_length`), else None."""
-    if dim is None or dim.is_constant:
-        return None
-    names = dim.free_symbols()
-    if len(names) != 1:
-        return None
-    name = next(iter(names))
-    return name if dim == SymInt.symbol(name) else None
 
 
 def _past_layer(name: str) -> tuple[int | None, bool]:

@@ -74,8 +74,8 @@ def batch_axis(graph: Graph) -> BatchAxis:
     shaped = [value for value in graph.inputs if value.shape]
     for value in shaped:
         first = value.shape[0] if value.shape else None
-        if first is not None and _bare_dim(first) is not None:
-            return BatchAxis(_bare_dim(first))
+        if first is not None and bare_dim(first) is not None:
+            return BatchAxis(bare_dim(first))
     for value in shaped:
         first = value.shape[0] if value.shape else None
         if first is not None and first.is_constant:
@@ -91,9 +91,9 @@ def batch_axis(graph: Graph) -> BatchAxis:
                      " dynamic_shapes)")
 
 
-def _bare_dim(dim: SymInt) -> str | None:
-    """The dim's name when `dim` is a bare dim (`batch`, not `2*batch`)."""
-    if dim.is_constant or len(dim.free_symbols()) != 1:
+def bare_dim(dim: SymInt | None) -> str | None:
+    """The dim's name when `dim` is a bare dim (`batch`, not `2*batch`); None for a number."""
+    if dim is None or dim.is_constant or len(dim.free_symbols()) != 1:
         return None
     name = next(iter(dim.free_symbols()))
     return name if dim == SymInt.symbol(name) else None

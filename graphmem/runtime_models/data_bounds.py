@@ -12,16 +12,23 @@ graph the binding did not see (onnxruntime's optimized graph) the same rule find
 The element count (top_k x tokens each, the bound before) overstated onnxruntime's peak by
 13 to 31% on the zoo's Mixtral- and Qwen2-MoE-style exports (docs/zoo.md,
 tests/test_zoo_onnx.py).
+
+Other ops size an axis by the data within an input's extent: a Slice of computed starts and
+ends (an EmbeddingBag's bag in a TorchScript export's Loop body), Split, TopK, Compress,
+Unique, NonMaxSuppression (graphmem/passes/extent_bounds.py). Their new dims, in control-flow
+bodies too (a body's dims size its node's scratch), are planned at that extent the same way,
+and so is a NonZero in a body or one counting a tensor such a dim sizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphmem.core.ir import Graph
 from graphmem.core.routing import DEFAULT_ROUTING, WORST, MoeRouting, RoutedDim
 from graphmem.passes.dims import DATA_SIZED_OPS, count_dim
+from graphmem.passes.extent_bounds import ExtentDim, extent_bounds, extent_dims
 from graphmem.passes.routed_dims import nonzero_count, routed_dims, routing_warning
 from graphmem.runtime_models.graph_cache import cached_per_graph
 
@@ -34,6 +41,7 @@ class DataBounds:
     nodes: tuple[str, ...]
     routed: tuple[RoutedDim, ...] = ()  # the counts a router sizes (bound here or before)
     routing: MoeRouting = DEFAULT_ROUTING
+    extents: tuple[ExtentDim, ...] = ()  # the other data-sized dims (extent_bounds.py)
 
     def warning(self) -> str:
         """The routing assumed, for the outputs' warnings; empty where no router sizes any."""
@@ -44,7 +52,9 @@ class DataBounds:
         if not self.bound and not self.routed:
             return ""
         routed = {r.dim for r in self.routed}
-        at_bound = {dim: size for dim, size in self.bound.items() if dim not in routed}
+        others = {e.dim for e in self.extents if e.op_type != "NonZero"}
+        at_bound = {dim: size for dim, size in self.bound.items()
+                    if dim not in routed and dim not in others}
         parts = []
         if self.routed:
             count = len(self.routed)
@@ -59,6 +69,7 @@ class DataBounds:
             parts.append(f"{count} NonZero output{'s' if count != 1 else ''} sized by the"
                          f" data, planned at the bound (every input element nonzero: {shown}"
                          f"{more}): the prediction is an upper bound for the tensors they size")
+        parts.extend(_extents_note(self.extents, self.bound))
         return "; ".join(parts)
 
 
@@ -68,8 +79,10 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
     """The size of every free dim a NonZero output alone introduces, at `dims`: an expert's
     load under `routing` where a router sizes it (passes/routed_dims.py), else the element
     count of its input, e.g. a [2, 32] mask -> at most 64 indices. `routed`: the counts the
-    dims binding already sized (`DimBinding.routed`), reported with those found here."""
-    if not _has_data_sized_ops(graph):  # nothing to find (a probe asks at every batch)
+    dims binding already sized (`DimBinding.routed`), reported with those found here.
+    Then every other dim the data sets within an input's extent (`_with_extents`)."""
+    extents = _extent_dims(graph)
+    if not extents and not _has_data_sized_ops(graph):  # a probe asks at every batch
         return DataBounds({}, (), (), routing)
     found = routed_dims(graph, dims, routing)
     bound = {r.dim: r.size for r in found}
@@ -84,7 +97,42 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
         bound.setdefault(*count)
         nodes.append(node.name)
     every = (*(r for r in routed if r.dim in present), *found)
-    return DataBounds(bound, tuple(nodes), every, routing)
+    return _with_extents(DataBounds(bound, tuple(nodes), every, routing), extents, dims)
+
+
+def _with_extents(bounds: DataBounds, extents: tuple[ExtentDim, ...],
+                  dims: Mapping[str, int]) -> DataBounds:
+    """`bounds` with the extent-bounded dims not in `dims` nor bound already, at their bound
+    (at `dims` and the bounds before them)."""
+    more, used = extent_bounds(extents, {**dims, **bounds.bound})
+    if not more:
+        return bounds
+    return replace(bounds, bound={**bounds.bound, **more},
+                   nodes=(*bounds.nodes, *(e.node for e in used)), extents=used)
+
+
+def _extents_note(extents: tuple[ExtentDim, ...], bound: Mapping[str, int]) -> list[str]:
+    """The note's part for the extent-bounded dims other than NonZero's counts (those are in
+    the NonZero part), e.g. "3 Slice outputs' dims sized by the data, planned at the bound
+    (the input's extent: s0=8, ...): ..."."""
+    shown_dims = [e for e in extents if e.op_type != "NonZero"]
+    if not shown_dims:
+        return []
+    ops = ", ".join(sorted({e.op_type for e in shown_dims}))
+    shown = ", ".join(f"{e.dim}={bound[e.dim]:,}" for e in shown_dims[:4])
+    more = ", ..." if len(shown_dims) > 4 else ""
+    count = len(shown_dims)
+    return [f"{count} dim{'s' if count != 1 else ''} of {ops} outputs sized by the data,"
+            f" planned at the bound (the extent of the input they are taken from: {shown}"
+            f"{more}): the prediction is an upper bound for the tensors they size"]
+
+
+_EXTENT_DIMS = object()  # graph_cache's key for `_extent_dims`
+
+
+def _extent_dims(graph: Graph) -> tuple[ExtentDim, ...]:
+    """extent_bounds.py's dims of `graph` (found once per graph: they do not follow dims)."""
+    return cached_per_graph(graph, (_EXTENT_DIMS,), lambda: extent_dims(graph))
 
 
 _NO_DATA_SIZED = object()  # graph_cache's key for `_has_data_sized_ops`
@@ -110,4 +158,14 @@ def carried_counts(graph: Graph, written: Graph) -> dict[str, str]:
         theirs = count_dim(same) if same is not None else None
         if ours is not None and theirs is not None and ours != theirs:
             carried[ours] = theirs
-    return carried
+    return {**_carried_extents(graph, written), **carried}
+
+
+def _carried_extents(graph: Graph, written: Graph) -> dict[str, str]:
+    """`carried_counts` for the extent-bounded dims (bodies' tensors too): by tensor and axis."""
+    extents = _extent_dims(graph)
+    if not extents:
+        return {}
+    theirs = {(e.tensor, e.axis): e.dim for e in _extent_dims(written)}
+    return {e.dim: dim for e in extents
+            if (dim := theirs.get((e.tensor, e.axis))) is not None and dim != e.dim}
