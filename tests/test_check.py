@@ -190,6 +190,21 @@ def test_free_dims_are_an_error(mlp: Path, capsys: pytest.CaptureFixture[str]) -
     one_error(code, err, "batch", "bind the dims with --batch/--dim; a gate needs numbers")
 
 
+def test_a_dim_the_data_sets_is_named_with_how_to_bind_it(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    """x [96, 32] sliced by indices computed from x: the slice's length has no value (a dim
+    onnxruntime's inference names), so the peak is a formula in it though x is static; the
+    refusal names it and the --dim that binds it, and the bound check then passes."""
+    from tests.helpers.data_slices import save
+    model = save("top", tmp_path)
+    code, _, err = run(["check", str(model), "--max-params", "1M"], capsys)
+    one_error(code, err, "dims the data sets", "--dim Slice_5_o0__d0=N", "a gate needs numbers")
+    code, out, _ = run(["check", str(model), "--max-params", "1M", "--dim",
+                        "Slice_5_o0__d0=96"], capsys)
+    assert code == 0, out
+
+
 @pytest.mark.parametrize(("flags", "fragment"), [
     ([], "no budget to check"),
     (["--max-latency", "20"], "not a duration"),

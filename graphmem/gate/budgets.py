@@ -286,11 +286,14 @@ def _require_bound(analysis: Analysis) -> None:
             " file)")
     quantities = (analysis.liveness.peak_bytes, analysis.liveness.activation_peak_bytes,
                   analysis.costs.total_flops)
-    if not all(q.is_constant for q in quantities):
+    left = sorted(set().union(*(q.free_symbols() for q in quantities)))
+    if left:  # a data-sized dim (a Slice by computed indices, NonZero) or one inference lost
+        binds = " ".join(f"--dim {d}=N" for d in left)
         raise GraphmemError(
-            f"{analysis.model.path}: the peak still depends on dims shape inference could not"
-            f" resolve ({', '.join(free) or 'unknown'}) although every input dim is bound;"
-            " a gate needs numbers: re-export the model with static shapes")
+            f"{analysis.model.path}: the peak still depends on dims the data sets or shape"
+            f" inference could not resolve ({', '.join(left)}) although every input dim is"
+            f" bound; a gate needs numbers: bind them at the largest size your data gives"
+            f" ({binds}), or re-export the model with static shapes")
 
 
 def _latency_missing_reason(analysis: Analysis, roofline: object) -> str:
