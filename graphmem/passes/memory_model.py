@@ -32,12 +32,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 
 from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
 from graphmem.core.symbolic import SymInt, symint_max
 from graphmem.passes.order_edges import node_predecessors
-from graphmem.passes.step_arrays import OrderArrays
+from graphmem.passes.step_arrays import OrderArrays, by_identity
 from graphmem.passes.sweep_events import StepEvents as StepEvents  # re-exported: the sweeps'
 from graphmem.passes.sweep_events import size_terms, symbolic_profile  # users import them here
 from graphmem.passes.sweep_events import step_events as step_events
@@ -244,10 +245,22 @@ class MemoryModel:
     # residents + the largest node's own inputs and outputs: no order peaks lower
     lower_bound_bytes: int = 0
     resident_names: tuple[str, ...] = ()
+    # the model order's events where a liveness already swept these buffers (not part of the
+    # model's value: `model_order_sweep` finds them where this is None)
+    swept_events: StepEvents | None = dataclasses.field(default=None, repr=False,
+                                                        compare=False)
 
     @property
     def node_count(self) -> int:
         return len(self.node_names)
+
+    @cached_property
+    def model_order_sweep(self) -> tuple[StepEvents, list[int]]:
+        """The model order's events and the live bytes during each of its steps, found once
+        per model: the order search starts from that order and the arena plans it (read
+        only)."""
+        events = self.swept_events or step_events(self, range(self.node_count))
+        return events, live_profile(self, events.order, events)[0]
 
     @cached_property
     def alloc_bytes(self) -> list[int]:
@@ -257,6 +270,11 @@ class MemoryModel:
 
     def successors(self) -> list[list[int]]:
         return [list(after) for after in self._successors]
+
+    @property
+    def successor_lists(self) -> tuple[tuple[int, ...], ...]:
+        """`successors()` as the model keeps them (read only: no copies made)."""
+        return self._successors
 
     @cached_property
     def _successors(self) -> tuple[tuple[int, ...], ...]:
@@ -279,24 +297,30 @@ def plan_dims(graph: Graph, bound: Mapping[str, int],
 
 def build_memory_model(
     graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int],
-    buffers: Buffers | None = None,
+    buffers: Buffers | None = None, events: StepEvents | None = None,
 ) -> MemoryModel:
     """The integer model of `graph` with every size evaluated at `dims` (all dims bound);
-    `buffers`: the graph's own, if a liveness already found them (checked, else found again)."""
+    `buffers`: the graph's own, if a liveness already found them (checked, else found again),
+    and `events`: its sweep of them, kept where it swept the model order."""
     if buffers is None or not buffers.of_graph(graph):
-        buffers = find_buffers(graph)
-    nbytes = [_bytes(v, sizes, dims) for v in buffers.storages]
+        buffers, events = find_buffers(graph), None
+    if events is not None and not in_model_order(events):
+        events = None
+    buffer_names = tuple(map(_NAME, buffers.storages))
+    nbytes = _numbers(list(map(sizes.get, buffer_names)), dims)
     users: list[list[int]] = [[] for _ in buffers.storages]
     for node, kept in enumerate(buffers.uses):
         for buffer in kept:
             users[buffer].append(node)
-    resident_bytes = sum(_bytes(v, sizes, dims) for v in buffers.residents)
-    working_sets = (sum(nbytes[b] for b in touched) for touched in buffers.touches)
-    index = {node: i for i, node in enumerate(buffers.nodes)}
+    resident_names = tuple(map(_NAME, buffers.residents))
+    resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
+    get = nbytes.__getitem__
+    working_sets = (sum(map(get, touched)) for touched in buffers.touches)
+    index = dict(zip(buffers.nodes, range(len(buffers.nodes)), strict=True))
     return MemoryModel(
-        node_names=tuple(node.name for node in buffers.nodes),
+        node_names=tuple(map(_NAME, buffers.nodes)),
         resident_bytes=resident_bytes,
-        buffer_names=tuple(v.name for v in buffers.storages),
+        buffer_names=buffer_names,
         buffer_bytes=tuple(nbytes),
         producer=buffers.producer,
         users=tuple(tuple(u) for u in users),
@@ -306,12 +330,25 @@ def build_memory_model(
         predecessors=node_predecessors(buffers.nodes, index),
         dims=dict(dims),
         lower_bound_bytes=resident_bytes + max(working_sets, default=0),
-        resident_names=tuple(v.name for v in buffers.residents),
+        resident_names=resident_names,
+        swept_events=events,
     )
 
 
-def _bytes(value: Value, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> int:
-    return size_at(sizes.get(value.name), dims)
+_NAME = attrgetter("name")
+
+
+def _numbers(sizes: list[SymInt | None], dims: Mapping[str, int]) -> list[int]:
+    """`size_at` of each size, each distinct object evaluated once (a graph's values share
+    a few hundred size objects: `Value.nbytes`, `value_bytes`)."""
+    number = {key: size_at(size, dims) for key, size in by_identity(sizes).items()}
+    return list(map(number.__getitem__, map(id, sizes)))
+
+
+def in_model_order(events: StepEvents) -> bool:
+    """True when `events` are of the model order (node i at step i)."""
+    order = events.order
+    return order == tuple(range(len(order)))
 
 
 def size_at(size: SymInt | None, dims: Mapping[str, int]) -> int:
@@ -398,23 +435,22 @@ def lifetimes(model: MemoryModel, order: Sequence[int],
     """(first step, last step) of every buffer in `order`; pinned buffers last to the end
     (`events`: the order's `step_events`, if at hand)."""
     events = events or step_events(model, order)
-    position = [0] * model.node_count
-    for step, node in enumerate(events.order):
-        position[node] = step
-    result = []
-    for buffer, last in enumerate(events.last_step):
-        first = position[model.producer[buffer]]
-        result.append((first, max(first, last)))
-    return result
+    steps = events.order
+    # node -> its step: the inverse permutation, sorting the steps by the node each runs
+    position = sorted(range(len(steps)), key=steps.__getitem__)
+    firsts = map(position.__getitem__, model.producer)
+    return [(first, last if last > first else first)
+            for first, last in zip(firsts, events.last_step, strict=True)]
 
 
 def is_topological(model: MemoryModel, order: Sequence[int]) -> bool:
     """True when `order` runs every node once, each after all its predecessors."""
     if sorted(order) != list(range(model.node_count)):
         return False
-    position = {node: step for step, node in enumerate(order)}
+    # node -> its step: the inverse permutation, sorting the steps by the node each runs
+    position = sorted(range(len(order)), key=order.__getitem__)
     return all(
-        position[pred] < position[node]
-        for node, preds in enumerate(model.predecessors)
+        position[pred] < step
+        for step, preds in zip(position, model.predecessors, strict=True)
         for pred in preds
     )

@@ -133,7 +133,10 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
                max_states: int = EXACT_MAX_STATES) -> OrderSearch:
     """The lowest-peak order found: exact when the graph is small, else the best greedy."""
     start, method = _starting_order(model)
-    best = OrderSearch(start, order_peak(model, start)[0], method, False)
+    # the model order's sweep is the model's own (the arena plans that order too)
+    start_peak = (max(model.model_order_sweep[1], default=-1) if method == "model order"
+                  else order_peak(model, start)[0])
+    best = OrderSearch(start, start_peak, method, False)
     if best.peak_bytes <= model.lower_bound_bytes:
         return OrderSearch(best.order, best.peak_bytes, method, True, "lower bound")
     # where no order can end below the start's peak, no search can find a lower one: the
@@ -227,7 +230,7 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
 class GreedyStart:
     """What every greedy pass starts from (the passes copy the counts they change)."""
 
-    successors: list[list[int]]
+    successors: Sequence[Sequence[int]]  # the model's own (read only)
     waiting: list[int]  # node -> predecessors not run yet
     pending: list[int]  # buffer -> users not run yet
     pending_sum: list[int]  # buffer -> sum of those users: the last one, when 1 is left
@@ -240,7 +243,7 @@ def greedy_start(model: MemoryModel) -> GreedyStart:
     for buffer, users in enumerate(model.users):
         if len(users) == 1 and not pinned[buffer]:
             frees[users[0]] += sizes[buffer]
-    return GreedyStart(model.successors(), [len(preds) for preds in model.predecessors],
+    return GreedyStart(model.successor_lists, [len(preds) for preds in model.predecessors],
                        [len(users) for users in model.users],
                        [sum(users) for users in model.users], frees)
 

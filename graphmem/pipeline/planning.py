@@ -96,7 +96,7 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     sizes = sizes if sizes is not None else value_bytes(graph, binding)
     swept = analysis.liveness.sweep  # the liveness's buffers are the model's: not found twice
     model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free),
-                               swept.buffers if swept is not None else None)
+                               *((swept.buffers, swept.events) if swept is not None else ()))
     schedule = find_schedule(graph, sizes, analysis.liveness, binding.bound, model)
     arena = plan_arena(model)
     roofline = None
