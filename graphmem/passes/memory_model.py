@@ -35,8 +35,13 @@ from functools import cached_property
 from operator import attrgetter
 
 from graphmem.core.evaluate import evaluate
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
+from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.symbolic import SymInt, symint_max
+from graphmem.passes.buffers import Aliases as Aliases  # re-exported: the liveness's and
+from graphmem.passes.buffers import Buffers as Buffers  # the plans' users import them here
+from graphmem.passes.buffers import find_buffers as find_buffers
+from graphmem.passes.buffers import numbered
+from graphmem.passes.buffers import storage_of as storage_of
 from graphmem.passes.order_edges import node_predecessors
 from graphmem.passes.step_arrays import OrderArrays, by_identity
 from graphmem.passes.sweep_events import StepEvents as StepEvents  # re-exported: the sweeps'
@@ -46,128 +51,6 @@ from graphmem.passes.sweep_events import step_events as step_events
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to
 # pick one peak step among candidates that depend on free dims).
 PROBE_DIM_VALUE = 64
-
-Aliases = Mapping[Value, Value]  # value -> the value whose storage it shares (a what-if)
-
-
-@dataclass(frozen=True)
-class Buffers:
-    """A graph's activation storages and the nodes that keep each alive (node indices are the
-    model order; no sizes, so one Buffers serves any sizes and any order)."""
-
-    nodes: tuple[Node, ...]
-    storages: tuple[Value, ...]  # buffer -> the value that owns its storage
-    producer: tuple[int, ...]  # buffer -> the node that allocates it
-    allocates: tuple[tuple[int, ...], ...]  # node -> buffers it allocates
-    uses: tuple[tuple[int, ...], ...]  # node -> buffers it keeps alive (distinct)
-    touches: tuple[tuple[int, ...], ...]  # node -> buffers it reads or writes: its working set
-    pinned: tuple[bool, ...]  # buffer -> a graph output: never freed
-    residents: tuple[Value, ...]  # resident tensors owning their storage, in graph order
-    what_if: bool = False  # built with `aliases` overriding the graph's own
-
-    def of_graph(self, graph: Graph) -> bool:
-        """True when these are `graph`'s own buffers as it stands (no what-if aliases, the same
-        nodes): then they can be reused instead of walked again."""
-        nodes = graph.nodes
-        return not self.what_if and len(nodes) == len(self.nodes) \
-            and all(a is b for a, b in zip(nodes, self.nodes, strict=True))
-
-    def steps(self, order: Sequence[Node]) -> list[int]:
-        """Node indices of `order`, a permutation of the graph's nodes."""
-        index = {node: i for i, node in enumerate(self.nodes)}
-        try:
-            return [index[node] for node in order]
-        except KeyError as missing:
-            raise ValueError(f"{missing.args[0].describe()} is not a node of the graph") from None
-
-
-def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
-    """The buffers of `graph`; `aliases` overrides `Value.alias_of` (a what-if, no mutation)."""
-    nodes = tuple(graph.nodes)
-    buffer_of: dict[Value, int] = {}
-    producer: list[int] = []
-    allocates: list[tuple[int, ...]] = []
-    for i, node in enumerate(nodes):
-        made = []
-        for value in node.outputs:
-            if _base(value, aliases) is None and value.role not in RESIDENT_ROLES \
-                    and value not in buffer_of:
-                buffer_of[value] = len(producer)
-                made.append(len(producer))
-                producer.append(i)
-        allocates.append(tuple(made))
-    plain = None if aliases else _plain_touches(nodes, buffer_of)
-    uses, touches = (plain, plain) if plain is not None else _uses(nodes, buffer_of, aliases)
-    pinned = [False] * len(producer)
-    for value in graph.outputs:
-        buffer = buffer_of.get(storage_of(value, aliases))
-        if buffer is not None:
-            pinned[buffer] = True
-    residents = tuple(v for v in graph.values.values()
-                      if v.role in RESIDENT_ROLES and _base(v, aliases) is None)
-    return Buffers(nodes, tuple(buffer_of), tuple(producer), tuple(allocates), uses, touches,
-                   tuple(pinned), residents, what_if=bool(aliases))
-
-
-IndexLists = tuple[tuple[int, ...], ...]
-
-
-def _uses(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int],
-          aliases: Aliases | None) -> tuple[IndexLists, IndexLists]:
-    """(node -> buffers it keeps alive, node -> buffers it reads or writes)."""
-    index = {node: i for i, node in enumerate(nodes)}
-    uses: list[dict[int, None]] = [{} for _ in nodes]
-    touches: list[tuple[int, ...]] = []
-    for i, node in enumerate(nodes):
-        touched: dict[int, None] = {}
-        for value in (*node.present_inputs, *node.outputs):
-            buffer = buffer_of.get(storage_of(value, aliases) if aliases else value.storage)
-            if buffer is None:
-                continue
-            touched[buffer] = None
-            uses[i][buffer] = None
-            holder = index.get(value.held_until) if value.held_until is not None else None
-            if holder is not None:
-                uses[holder][buffer] = None
-        touches.append(tuple(touched))
-    return tuple(tuple(u) for u in uses), tuple(touches)
-
-
-def _plain_touches(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int]
-                   ) -> IndexLists | None:
-    """node -> buffers it reads or writes, where no value it touches is a view or held past
-    its last use: then what a node keeps alive is what it touches (`_uses` gives both the
-    same). None where some value is (a traced PyTorch graph): `_uses` follows them."""
-    get = buffer_of.get
-    touches = []
-    for node in nodes:
-        touched: dict[int, None] = {}
-        for group in (node.inputs, node.outputs):
-            for value in group:
-                if value is None:
-                    continue
-                if value.alias_of is not None or value.held_until is not None:
-                    return None
-                buffer = get(value)
-                if buffer is not None:
-                    touched[buffer] = None
-        touches.append(tuple(touched))
-    return tuple(touches)
-
-
-def _base(value: Value, aliases: Aliases | None) -> Value | None:
-    return aliases.get(value, value.alias_of) if aliases else value.alias_of
-
-
-def storage_of(value: Value, aliases: Aliases | None = None) -> Value:
-    """The value owning `value`'s memory, following `aliases` before `Value.alias_of`."""
-    if not aliases:
-        return value.storage
-    base = _base(value, aliases)
-    while base is not None:
-        value, base = base, _base(base, aliases)
-    return value
-
 
 # ----- the events and the sweeps ---------------------------------------------------------------
 def live_profile(model: MemoryModel, order: Sequence[int],
@@ -316,7 +199,6 @@ def build_memory_model(
     resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
     get = nbytes.__getitem__
     working_sets = (sum(map(get, touched)) for touched in buffers.touches)
-    index = dict(zip(buffers.nodes, range(len(buffers.nodes)), strict=True))
     return MemoryModel(
         node_names=tuple(map(_NAME, buffers.nodes)),
         resident_bytes=resident_bytes,
@@ -327,7 +209,8 @@ def build_memory_model(
         pinned=buffers.pinned,
         allocates=buffers.allocates,
         uses=buffers.uses,
-        predecessors=node_predecessors(buffers.nodes, index),
+        predecessors=(buffers.predecessors if buffers.predecessors is not None
+                      else node_predecessors(buffers.nodes, numbered(buffers.nodes))),
         dims=dict(dims),
         lower_bound_bytes=resident_bytes + max(working_sets, default=0),
         resident_names=resident_names,

@@ -165,10 +165,15 @@ def node_time(name: str, flops: int, bytes_moved: int, flop_rate: float,
 def node_rate_dtype(node: Node) -> str:
     """The FLOP rate a node runs at: its first floating output's dtype, else its first
     floating input's (see docstring)."""
+    # by the dtype's identity (members are singletons): an Enum member hashes in Python
     for value in node.outputs:
-        if value.dtype in _RATE_DTYPE:
-            return _RATE_DTYPE[value.dtype]
+        rate = _RATE_BY_ID.get(id(value.dtype))
+        if rate is not None:
+            return rate
     for read in node.inputs:
-        if read is not None and read.dtype in _RATE_DTYPE:
-            return _RATE_DTYPE[read.dtype]
+        if read is not None and (rate := _RATE_BY_ID.get(id(read.dtype))) is not None:
+            return rate
     return "float32"
+
+
+_RATE_BY_ID = {id(dtype): rate for dtype, rate in _RATE_DTYPE.items()}
