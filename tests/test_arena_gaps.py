@@ -2,7 +2,8 @@
 (passes/arena.py `_gap_fit`) is the best fit over their runs sorted as (offset, end) pairs
 (`_best_fit`, the loop the reference plan spells out): random unions that overlap, touch,
 repeat one another and hold many runs (the vectorized path), at three alignments; and the
-plan with the model order's sweep shared equals the plan of that order given explicitly."""
+plan and the order search with the liveness's model-order sweep shared (its events and
+integer totals) equal them with the model's own sweep."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ import random
 import pytest
 
 from graphmem.passes.arena import _VECTORIZE_FROM, _best_fit, _gap_fit, plan_arena
-from graphmem.passes.memory_model import build_memory_model, find_buffers, lifetimes, step_events
+from graphmem.passes.memory_model import (
+    build_memory_model,
+    find_buffers,
+    lifetimes,
+    live_profile,
+    step_events,
+    sweep_buffers,
+)
+from graphmem.passes.schedule import best_order
 from tests.builders import sizes_of
-from tests.helpers.graphs import random_dag
+from tests.helpers.graphs import random_dag, symbolic_random_dag
 
 
 def random_union(rng: random.Random, runs: int, top: int) -> list[int]:
@@ -50,17 +59,43 @@ def test_gap_fit_is_the_pairs_best_fit(seed: int, alignment: int) -> None:
 def test_the_shared_model_order_sweep_plans_as_the_order_given(seed: int) -> None:
     graph = random_dag(seed, node_count=120)
     sizes = sizes_of(graph)
-    buffers = find_buffers(graph)
-    events = step_events(buffers, range(len(graph.nodes)))
-    shared = build_memory_model(graph, sizes, {}, buffers, events)
-    assert shared.swept_events is events
+    sweep = sweep_buffers(find_buffers(graph), sizes)
+    shared = build_memory_model(graph, sizes, {}, sweep)
+    assert shared.swept_events is sweep.events and shared.swept_totals is sweep.totals
     alone = build_memory_model(graph, sizes, {})
-    assert alone.swept_events is None and alone == shared
+    assert alone.swept_events is None and alone.swept_totals is None and alone == shared
     order = list(range(alone.node_count))
+    # the liveness's totals are the integer sweep's, step for step
+    assert list(shared.model_order_sweep[1]) == live_profile(alone, order)[0]
     assert plan_arena(shared) == plan_arena(alone) == plan_arena(alone, order)
-    # events of another order are not kept as the model order's
-    reversed_events = step_events(buffers, order[::-1])
-    assert build_memory_model(graph, sizes, {}, buffers, reversed_events).swept_events is None
+    assert best_order(shared) == best_order(alone)
+    # another order's sweep: its buffers serve, its events and totals do not
+    other = sweep_buffers(sweep.buffers, sizes, [graph.nodes[i] for i in order[::-1]])
+    model = build_memory_model(graph, sizes, {}, other)
+    assert model.swept_events is None and model.swept_totals is None and model == alone
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_totals_of_other_sizes_are_not_shared(seed: int) -> None:
+    graph = symbolic_random_dag(seed)
+    sizes = sizes_of(graph)
+    sweep = sweep_buffers(find_buffers(graph), sizes)
+    assert sweep.numbers is None and sweep.totals is None  # polynomials: no numbers
+    model = build_memory_model(graph, sizes, {"batch": 3, "seq": 2}, sweep)
+    assert model.swept_events is sweep.events and model.swept_totals is None
+    bound = {name: size.bind({"batch": 3, "seq": 2}) if size is not None else None
+             for name, size in sizes.items()}
+    bound_sweep = sweep_buffers(sweep.buffers, bound)
+    # the same buffers swept at the model's dims: numbers, shared
+    model = build_memory_model(graph, sizes, {"batch": 3, "seq": 2}, bound_sweep)
+    assert model.swept_totals is bound_sweep.totals
+    assert list(model.model_order_sweep[1]) == live_profile(model, range(model.node_count))[0]
+    # swept at other dims: the numbers differ, the model's own sweep is made
+    other = {name: size.bind({"batch": 4, "seq": 2}) if size is not None else None
+             for name, size in sizes.items()}
+    model = build_memory_model(graph, sizes, {"batch": 3, "seq": 2},
+                               sweep_buffers(sweep.buffers, other))
+    assert model.swept_totals is None
 
 
 @pytest.mark.parametrize("seed", range(10))

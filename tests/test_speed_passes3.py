@@ -25,9 +25,10 @@ from graphmem.passes.liveness import LiveTensor, _Live, _live_at, analyze_livene
 from graphmem.passes.memory_model import (
     PROBE_DIM_VALUE,
     build_memory_model,
-    plan_dims,
     find_buffers,
     is_topological,
+    plan_dims,
+    sweep_buffers,
 )
 from graphmem.passes.order_edges import node_predecessors
 from graphmem.passes.roofline import _RATE_DTYPE, TOP_NODES, NodeTime, node_rate_dtype, summarize
@@ -166,7 +167,8 @@ def assert_walked_predecessors(graph: Graph) -> None:
     buffers = find_buffers(graph)
     index = {node: i for i, node in enumerate(graph.nodes)}
     assert buffers.predecessors == node_predecessors(graph.nodes, index)
-    model = build_memory_model(graph, sizes_of(graph), plan_dims(graph, {}), buffers)
+    model = build_memory_model(graph, sizes_of(graph), plan_dims(graph, {}),
+                               sweep_buffers(buffers, sizes_of(graph)))
     assert model.predecessors == node_predecessors(graph.nodes, index)
 
 

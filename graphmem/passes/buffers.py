@@ -56,8 +56,8 @@ def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
     for i, node in enumerate(nodes):
         made = []
         for value in node.outputs:
-            if _base(value, aliases) is None and value.role not in RESIDENT_ROLES \
-                    and value not in buffer_of:
+            base = value.alias_of if not aliases else _base(value, aliases)  # no call per value
+            if base is None and value.role not in RESIDENT_ROLES and value not in buffer_of:
                 buffer_of[value] = len(producer)
                 made.append(len(producer))
                 producer.append(i)
@@ -74,8 +74,8 @@ def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
         buffer = buffer_of.get(storage_of(value, aliases))
         if buffer is not None:
             pinned[buffer] = True
-    residents = tuple(v for v in graph.values.values()
-                      if v.role in RESIDENT_ROLES and _base(v, aliases) is None)
+    residents = tuple(v for v in graph.values.values() if v.role in RESIDENT_ROLES
+                      and (v.alias_of if not aliases else _base(v, aliases)) is None)
     return Buffers(nodes, tuple(buffer_of), tuple(producer), tuple(allocates), uses, touches,
                    tuple(pinned), residents, what_if=bool(aliases), predecessors=predecessors)
 

@@ -101,7 +101,9 @@ def analyze_liveness(
     buffers = find_buffers(graph, aliases)
     sweep = sweep_buffers(buffers, sizes, order)
     resident_bytes = sum_sizes(sweep.resident_sizes)
-    steps = [s[0] for s in sweep.profile((resident_bytes,))]
+    totals = sweep.totals  # numbers where every size is one (a bound graph)
+    steps = (list(map(SymInt.const, totals)) if totals is not None
+             else [s[0] for s in sweep.profile((resident_bytes,))])
     peak_step, candidates = _choose_peak(steps)
     lower_bound, lower_bound_step = _lower_bound(buffers, sweep, resident_bytes)
     live = _live_at(sweep, peak_step)
@@ -135,10 +137,10 @@ def _choose_peak(steps: list[SymInt]) -> tuple[int, list[SymInt]]:
 def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
-    touches, sizes = buffers.touches, sweep.buffer_sizes
-    if resident_bytes.is_constant and all(size.is_constant for size in sizes):
-        # a bound graph: the working sets as numbers, the first largest (as `_choose_peak`)
-        numbers = [size.constant_term for size in sizes]  # exact: a 4-bit tensor's halves
+    touches, sizes, numbers = buffers.touches, sweep.buffer_sizes, sweep.numbers
+    if resident_bytes.is_constant and numbers is not None:
+        # a bound graph: the working sets as numbers (exact: a 4-bit tensor's halves), the
+        # first largest (as `_choose_peak`)
         totals = [sum(map(numbers.__getitem__, touches[node])) for node in sweep.events.order]
         step = totals.index(max(totals))
         return resident_bytes + SymInt.const(totals[step]), step

@@ -33,10 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
+from typing import cast
 
+from graphmem.core.dim_name import Coefficient
 from graphmem.core.evaluate import evaluate
 from graphmem.core.ir import Graph, Node, Value
-from graphmem.core.symbolic import SymInt, symint_max
+from graphmem.core.symbolic import SymInt, sum_sizes, symint_max
 from graphmem.passes.buffers import Aliases as Aliases  # re-exported: the liveness's and
 from graphmem.passes.buffers import Buffers as Buffers  # the plans' users import them here
 from graphmem.passes.buffers import find_buffers as find_buffers
@@ -45,7 +47,11 @@ from graphmem.passes.buffers import storage_of as storage_of
 from graphmem.passes.order_edges import node_predecessors
 from graphmem.passes.step_arrays import OrderArrays, by_identity
 from graphmem.passes.sweep_events import StepEvents as StepEvents  # re-exported: the sweeps'
-from graphmem.passes.sweep_events import size_terms, symbolic_profile  # users import them here
+from graphmem.passes.sweep_events import (  # users import them here
+    constant_totals,
+    size_terms,
+    symbolic_profile,
+)
 from graphmem.passes.sweep_events import step_events as step_events
 
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to
@@ -97,16 +103,41 @@ class MemorySweep:
         terms = [size_terms(size) for size in self.buffer_sizes]
         return symbolic_profile(self.allocates, terms, self.events, start, groups)
 
+    @cached_property
+    def numbers(self) -> list[Coefficient] | None:
+        """Each buffer's size as a number where every one is (a bound graph), else None;
+        found once per distinct size object (values share them)."""
+        distinct = by_identity(self.buffer_sizes)
+        if not all(size.is_constant for size in distinct.values()):
+            return None
+        number = {key: size.constant_term for key, size in distinct.items()}
+        return list(map(number.__getitem__, map(id, self.buffer_sizes)))
+
+    @cached_property
+    def totals(self) -> list[Coefficient] | None:
+        """`profile((residents,))`'s totals as numbers where every size is one, else None:
+        swept once for the liveness and the plans of the same order."""
+        numbers, start = self.numbers, sum_sizes(self.resident_sizes)
+        if numbers is None or not start.is_constant:
+            return None
+        return constant_totals(self.allocates, numbers, self.events, start.constant_term)
+
 
 def sweep_buffers(buffers: Buffers, sizes: Mapping[str, SymInt | None],
                   order: Sequence[Node] | None = None) -> MemorySweep:
     """The events of running `order` (default: the model's order), `sizes` by value name."""
     steps = buffers.steps(order) if order is not None else range(len(buffers.nodes))
     return MemorySweep(buffers.nodes, buffers.storages, buffers.allocates, buffers.residents,
-                       step_events(buffers, steps),
-                       tuple(sizes.get(v.name) or SymInt() for v in buffers.storages),
-                       tuple(sizes.get(v.name) or SymInt() for v in buffers.residents),
-                       buffers)
+                       step_events(buffers, steps), _sizes_or_zero(sizes, buffers.storages),
+                       _sizes_or_zero(sizes, buffers.residents), buffers)
+
+
+def _sizes_or_zero(sizes: Mapping[str, SymInt | None], values: Sequence[Value]
+                   ) -> tuple[SymInt, ...]:
+    """Each value's size by name, an unknown one 0 (one zero object: sizes are immutable)."""
+    zero = SymInt()
+    return tuple(size if size is not None else zero
+                 for size in map(sizes.get, map(_NAME, values)))
 
 
 # ----- the integer model ------------------------------------------------------------------------
@@ -132,17 +163,22 @@ class MemoryModel:
     # model's value: `model_order_sweep` finds them where this is None)
     swept_events: StepEvents | None = dataclasses.field(default=None, repr=False,
                                                         compare=False)
+    # and the live totals during its steps, where it swept these integers
+    swept_totals: Sequence[int] | None = dataclasses.field(default=None, repr=False,
+                                                           compare=False)
 
     @property
     def node_count(self) -> int:
         return len(self.node_names)
 
     @cached_property
-    def model_order_sweep(self) -> tuple[StepEvents, list[int]]:
+    def model_order_sweep(self) -> tuple[StepEvents, Sequence[int]]:
         """The model order's events and the live bytes during each of its steps, found once
         per model: the order search starts from that order and the arena plans it (read
         only)."""
         events = self.swept_events or step_events(self, range(self.node_count))
+        if self.swept_totals is not None:
+            return events, self.swept_totals
         return events, live_profile(self, events.order, events)[0]
 
     @cached_property
@@ -180,15 +216,17 @@ def plan_dims(graph: Graph, bound: Mapping[str, int],
 
 def build_memory_model(
     graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int],
-    buffers: Buffers | None = None, events: StepEvents | None = None,
+    swept: MemorySweep | None = None,
 ) -> MemoryModel:
     """The integer model of `graph` with every size evaluated at `dims` (all dims bound);
-    `buffers`: the graph's own, if a liveness already found them (checked, else found again),
-    and `events`: its sweep of them, kept where it swept the model order."""
+    `swept`: a liveness's sweep, whose buffers are reused where they are the graph's own
+    (checked, else found again), and its events and totals where it swept the model order
+    at these sizes."""
+    buffers = swept.buffers if swept is not None else None
     if buffers is None or not buffers.of_graph(graph):
-        buffers, events = find_buffers(graph), None
-    if events is not None and not in_model_order(events):
-        events = None
+        buffers = find_buffers(graph)
+    if swept is not None and (swept.buffers is not buffers or not in_model_order(swept.events)):
+        swept = None  # another order's, or another graph's: its events and totals are not kept
     buffer_names = tuple(map(_NAME, buffers.storages))
     nbytes = _numbers(list(map(sizes.get, buffer_names)), dims)
     users: list[list[int]] = [[] for _ in buffers.storages]
@@ -197,6 +235,7 @@ def build_memory_model(
             users[buffer].append(node)
     resident_names = tuple(map(_NAME, buffers.residents))
     resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
+    totals = _same_totals(swept, nbytes, resident_bytes) if swept is not None else None
     get = nbytes.__getitem__
     working_sets = (sum(map(get, touched)) for touched in buffers.touches)
     return MemoryModel(
@@ -214,8 +253,19 @@ def build_memory_model(
         dims=dict(dims),
         lower_bound_bytes=resident_bytes + max(working_sets, default=0),
         resident_names=resident_names,
-        swept_events=events,
+        swept_events=swept.events if swept is not None else None,
+        swept_totals=totals,
     )
+
+
+def _same_totals(swept: MemorySweep, nbytes: list[int], resident_bytes: int
+                 ) -> Sequence[int] | None:
+    """The sweep's totals where it swept these very numbers (a bound graph: every size the
+    integer the model evaluates it to, the residents' total too), else None."""
+    totals, numbers = swept.totals, swept.numbers
+    if totals is None or numbers != nbytes or sum_sizes(swept.resident_sizes) != resident_bytes:
+        return None
+    return cast(Sequence[int], totals)  # equal to the model's integers
 
 
 _NAME = attrgetter("name")
