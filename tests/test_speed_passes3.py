@@ -5,7 +5,8 @@ replace: the live tensors at the peak described once per shape and size (livenes
 `is_topological`), a model's sizes evaluated once per size object (`build_memory_model`),
 the size table's positions hashed once per size object (dims.py `SizeTable`), the FLOP rate's
 dtype looked up by identity (roofline.py `node_rate_dtype`), the nodes' predecessors found
-in the walk that finds what each node touches (buffers.py `_plain_touches`)."""
+in the walk that finds what each node touches (buffers.py `_plain_touches`), the greedy
+passes' first ready nodes made into a heap at once (schedule.py `greedy_search`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from graphmem.passes.dims import SizeTable
 from graphmem.passes.liveness import LiveTensor, _Live, _live_at, analyze_liveness
 from graphmem.passes.memory_model import (
     PROBE_DIM_VALUE,
+    MemoryModel,
     build_memory_model,
     find_buffers,
     is_topological,
@@ -32,6 +34,7 @@ from graphmem.passes.memory_model import (
 )
 from graphmem.passes.order_edges import node_predecessors
 from graphmem.passes.roofline import _RATE_DTYPE, TOP_NODES, NodeTime, node_rate_dtype, summarize
+from graphmem.passes.schedule import GREEDY_KEYS, GreedyKey, greedy_order
 from tests.builders import sizes_of
 from tests.helpers.graphs import random_dag, symbolic_random_dag
 
@@ -198,3 +201,32 @@ def test_no_walked_predecessors_where_views_add_order_edges() -> None:
     index = {node: i for i, node in enumerate(graph.nodes)}
     model = build_memory_model(graph, sizes_of(graph), {})
     assert model.predecessors == node_predecessors(graph.nodes, index)
+
+
+def plain_greedy(model: MemoryModel, key: GreedyKey) -> tuple[int, ...]:
+    """Each step runs the ready node whose key, at the bytes it would free now, is least."""
+    sizes, pinned, users = model.buffer_bytes, model.pinned, model.users
+    done: list[int] = []
+    ready_at: dict[int, int] = {n: 0 for n, preds in enumerate(model.predecessors) if not preds}
+    while ready_at:
+        def entry(node: int) -> tuple[int, ...]:
+            pending = [b for b in range(len(sizes)) if not pinned[b]
+                       and [u for u in users[b] if u not in done] == [node]]
+            alloc = model.alloc_bytes[node]
+            return (*key(alloc - sum(sizes[b] for b in pending), alloc, node, ready_at[node]),
+                    node)
+        node = min(ready_at, key=entry)
+        del ready_at[node]
+        done.append(node)
+        for after, preds in enumerate(model.predecessors):
+            if after not in done and after not in ready_at and all(p in done for p in preds):
+                ready_at[after] = len(done)
+    return tuple(done)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_passes_are_the_plain_choice_each_step(seed: int) -> None:
+    graph = random_dag(seed, node_count=35)
+    model = build_memory_model(graph, sizes_of(graph), {})
+    for key in GREEDY_KEYS:
+        assert greedy_order(model, key) == plain_greedy(model, key)

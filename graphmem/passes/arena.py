@@ -33,6 +33,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
@@ -91,8 +92,11 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     ends = [0] * len(sizes)  # offset + size of each placed buffer
     index = _OccupancyIndex(steps)
     meeting, add = index.meeting, index.add
-    ranked = sorted((b for b in range(len(sizes)) if sizes[b] > 0),
-                    key=lambda b: (-sizes[b], spans[b][0], b))
+    # largest first, ties by first step, then by buffer: two stable sorts on one key each
+    # (the buffers come in order), with no key tuple made per buffer
+    firsts = [first for first, _ in spans]
+    ranked = sorted(compress(range(len(sizes)), sizes), key=firsts.__getitem__)  # sizes > 0
+    ranked.sort(key=sizes.__getitem__, reverse=True)
     for buffer in ranked:
         first, last = spans[buffer]
         size = sizes[buffer]

@@ -106,7 +106,8 @@ def find_schedule(graph: Graph, sizes: Mapping[str, SymInt | None],
     if search.method == "model order":
         candidates = liveness.peak_candidates
         peak = liveness.peak_bytes
-    elif all(size is None or size.is_constant for size in sizes.values()):
+    elif all(size is None or size.is_constant  # each distinct size object once
+             for size in dict(zip(map(id, sizes.values()), sizes.values(), strict=True)).values()):
         candidates = (SymInt.const(search.peak_bytes),)
         peak = candidates[0]
     else:
@@ -115,7 +116,7 @@ def find_schedule(graph: Graph, sizes: Mapping[str, SymInt | None],
     moved, moved_count = moved_nodes(search.order)
     names = model.node_names
     return ScheduleResult(
-        order=tuple(names[i] for i in search.order),
+        order=tuple(map(names.__getitem__, search.order)),
         method=search.method,
         proven_optimal=search.proven_optimal,
         proof=search.proof,
@@ -279,9 +280,13 @@ def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
         entry = key(alloc[node] - frees[node], alloc[node], node, ready_at[node])
         heappush(heap, (*entry, node, version[node]))
 
+    # the nodes ready at the start (thousands in an export), made into a heap at once: the
+    # entries are distinct (node, version), so the pops follow their order however built
     for node in range(n):
         if waiting[node] == 0:
-            push(node)
+            version[node] = 1
+            heap.append((*key(alloc[node] - frees[node], alloc[node], node, 0), node, 1))
+    heapq.heapify(heap)
     order: list[int] = []
     done = [False] * n
     live = model.resident_bytes
