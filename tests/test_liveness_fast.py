@@ -1,6 +1,6 @@
 """The liveness's paths for graphs without views or held tensors (every ONNX graph) and for
 bound sizes give what the general ones give: a node keeps alive what it touches
-(memory_model.py `_plain_touches` against `_uses`), and the largest working set is found as
+(buffers.py `_plain_touches` against `_uses`), and the largest working set is found as
 numbers (liveness.py `_lower_bound`) as the polynomial sums find it."""
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import pytest
 from graphmem.core.ir import Graph
 from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.passes import liveness
+from graphmem.passes.buffers import _plain_touches, _uses
 from graphmem.passes.liveness import _choose_peak, _lower_bound
 from graphmem.passes.memory_model import (
     Buffers,
     MemorySweep,
-    _plain_touches,
-    _uses,
     find_buffers,
     sweep_buffers,
 )
@@ -33,7 +32,8 @@ def test_plain_touches_are_the_uses_and_touches(seed: int) -> None:
     buffer_of = {value: index for index, value in enumerate(buffers.storages)}
     nodes = tuple(graph.nodes)
     uses, touches = _uses(nodes, buffer_of, None)
-    assert _plain_touches(nodes, buffer_of) == touches == uses
+    plain = _plain_touches(nodes, buffer_of, buffers.producer)
+    assert plain is not None and plain[0] == touches == uses
     assert (buffers.uses, buffers.touches) == (uses, touches)
 
 
@@ -51,7 +51,7 @@ def test_views_and_held_tensors_take_the_general_path(seed: int) -> None:
     buffers = find_buffers(graph)
     buffer_of = {v: index for index, v in enumerate(buffers.storages)}
     nodes = tuple(graph.nodes)
-    assert _plain_touches(nodes, buffer_of) is None
+    assert _plain_touches(nodes, buffer_of, buffers.producer) is None
     assert (buffers.uses, buffers.touches) == _uses(nodes, buffer_of, None)
 
 

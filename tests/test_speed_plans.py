@@ -40,8 +40,9 @@ def test_the_model_built_on_the_liveness_buffers_is_the_plain_one(decoder: Analy
     assert sweep is not None and sweep.buffers is not None and sweep.buffers.of_graph(graph)
     sizes = value_bytes(graph, decoder.dims)
     dims = plan_dims(graph, decoder.dims.bound)
-    assert build_memory_model(graph, sizes, dims, sweep.buffers) == \
-        build_memory_model(graph, sizes, dims)
+    shared = build_memory_model(graph, sizes, dims, sweep)
+    assert shared == build_memory_model(graph, sizes, dims)
+    assert shared.swept_events is sweep.events and shared.swept_totals is sweep.totals
 
 
 def test_the_plans_do_not_walk_the_graph_for_buffers_again(

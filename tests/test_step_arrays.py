@@ -225,7 +225,7 @@ def test_dim_probe_peaks_equal_the_rebound_model_on_the_samples(name: str) -> No
         # reads the liveness's events and storages: the same sweep
         sizes, swept = value_bytes(graph, binding), analysis.liveness.sweep
         assert swept is not None
-        model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound), swept.buffers)
+        model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound), swept)
         assert _swept_in_model_order(swept, model) is swept
         shared = DimProbe(analysis, batch_dim, None, sizes, model)
         assert shared.arrays is not None and probe.arrays is not None

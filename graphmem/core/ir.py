@@ -131,11 +131,19 @@ class Value:
 
     @property
     def numel(self) -> SymInt | None:
+        # `_sizes`'s cache check, without its call: the passes ask each of a decoder's
+        # 34,000 values its size once or twice
+        cache = self._nbytes_cache
+        if cache is not None and cache[0] is self.shape and cache[1] is self.dtype:
+            return cache[3]
         return self._sizes()[3]
 
     @property
     def nbytes(self) -> SymInt | None:
         """Exact size in bytes; None when the shape or the element size is unknown."""
+        cache = self._nbytes_cache  # checked as `numel` checks it
+        if cache is not None and cache[0] is self.shape and cache[1] is self.dtype:
+            return cache[2]
         return self._sizes()[2]
 
     def _sizes(self) -> tuple[Shape | None, DType, SymInt | None, SymInt | None]:

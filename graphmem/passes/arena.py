@@ -33,12 +33,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
 from graphmem.passes.memory_model import (
     MemoryModel,
-    StepEvents,
     lifetimes,
     live_profile,
     step_events,
@@ -80,48 +80,95 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     """Greedy-by-size best-fit offsets for every buffer of `model` run in `order`."""
     if alignment < 1:
         raise ValueError(f"alignment must be 1 or more, got {alignment}")
-    order = list(order if order is not None else range(model.node_count))
-    events = step_events(model, order)  # one walk for the lifetimes and the peak
-    spans = lifetimes(model, order, events)
+    if order is None:  # the model order: its sweep is the model's, found once
+        events, during = model.model_order_sweep
+    else:
+        events = step_events(model, order)  # one walk for the lifetimes and the peak
+        during, _ = live_profile(model, order, events)
+    spans = lifetimes(model, events.order, events)
     sizes = model.buffer_bytes
-    steps = max(len(order), 1)
+    steps = max(len(events.order), 1)
     offsets = [0] * len(sizes)
     ends = [0] * len(sizes)  # offset + size of each placed buffer
     index = _OccupancyIndex(steps)
-    ranked = sorted((b for b in range(len(sizes)) if sizes[b] > 0),
-                    key=lambda b: (-sizes[b], spans[b][0], b))
+    meeting, add = index.meeting, index.add
+    # largest first, ties by first step, then by buffer: two stable sorts on one key each
+    # (the buffers come in order), with no key tuple made per buffer
+    firsts = [first for first, _ in spans]
+    ranked = sorted(compress(range(len(sizes)), sizes), key=firsts.__getitem__)  # sizes > 0
+    ranked.sort(key=sizes.__getitem__, reverse=True)
     for buffer in ranked:
         first, last = spans[buffer]
         size = sizes[buffer]
-        offset = _best_fit_among(index.meeting(first, last), size, alignment)
-        offsets[buffer], ends[buffer] = offset, offset + size
-        index.add(first, last, offset, offset + size)
-    placements = tuple(
-        Placement(name, offsets[b], sizes[b], spans[b][0], spans[b][1])
-        for b, name in enumerate(model.buffer_names)
-    )
+        offset = offsets[buffer] = _gap_fit(meeting(first, last), size, alignment)
+        ends[buffer] = end = offset + size
+        add(first, last, offset, end)
     return ArenaPlan(
         arena_bytes=max(ends, default=0),
-        live_activation_peak_bytes=_live_activation_peak(model, order, events),
+        # the most activation bytes live at one step (the memory-event sweep's peak)
+        live_activation_peak_bytes=max(during, default=model.resident_bytes)
+        - model.resident_bytes,
         no_reuse_bytes=sum(sizes),
         alignment=alignment,
-        placements=placements,
+        placements=_placements(model.buffer_names, offsets, sizes, spans),
     )
 
 
-def _best_fit_among(unions: list[list[int]], size: int, alignment: int) -> int:
-    """The best fit against the joint union of `unions` (boundary lists, `_OccupancyIndex`)."""
-    bounds = unions[0] if len(unions) == 1 else [b for union in unions for b in union]
+def _placements(names: Sequence[str], offsets: list[int], sizes: Sequence[int],
+                spans: list[tuple[int, int]]) -> tuple[Placement, ...]:
+    """One Placement per buffer, each made as one dict (the frozen dataclass's own __init__
+    sets its five fields one `object.__setattr__` at a time: a tenth of the plan)."""
+    new = object.__new__
+    placements = []
+    for name, offset, size, (first, last) in zip(names, offsets, sizes, spans, strict=True):
+        placement = new(Placement)
+        placement.__dict__.update(name=name, offset=offset, nbytes=size, first_step=first,
+                                  last_step=last)
+        placements.append(placement)
+    return tuple(placements)
+
+
+def _gap_fit(unions: list[list[int]], size: int, alignment: int) -> int:
+    """The best fit against the joint union of `unions` (boundary lists, `_OccupancyIndex`).
+
+    Several unions' runs overlap; their joint union's gaps are read off the starts and the
+    ends sorted apart, with no (start, end) pairs to build and sort: with the n starts
+    s(1) <= ... <= s(n) and the ends e(1) <= ... <= e(n), a byte x is free when as many runs
+    end at or below it as start at or below it, and those bytes are exactly the gaps
+    [e(j), s(j+1)) with e(j) < s(j+1), and [0, s(1)): every gap `_best_fit` finds, in
+    offset order, with the same lengths; the top is e(n). tests/test_arena_gaps.py checks
+    it against `_best_fit` on random runs."""
+    if not unions:
+        return 0  # nothing placed meets it: the bottom
+    several = len(unions) > 1
+    bounds = [b for union in unions for b in union] if several else unions[0]
     if len(bounds) >= 2 * _VECTORIZE_FROM:
         runs = np.array(bounds, dtype=np.int64)
         return _best_fit_vectorized(runs[::2], runs[1::2], size, alignment)
-    flat = iter(bounds)
-    pairs = zip(flat, flat, strict=True)  # (offset, end) of each run, off the one list
-    # one union's runs are in offset order already; several unions' runs overlap
-    placed = pairs if len(unions) == 1 else sorted(pairs)
-    if alignment != 1:
-        return _best_fit_aligned(placed, size, alignment)
-    return _best_fit_unaligned(placed, size)
+    starts, ends = bounds[::2], bounds[1::2]  # copies: the index's unions stay as they are
+    if several:
+        starts.sort()
+        ends.sort()
+    best_offset, best_gap = -1, -1
+    current = 0
+    if alignment == 1:
+        for start, end in zip(starts, ends, strict=True):
+            gap = start - current
+            if gap >= size and (best_gap < 0 or gap < best_gap):
+                best_offset, best_gap = current, gap
+                if gap == size:
+                    break  # a perfect fit: nothing beats it
+            current = end
+        return best_offset if best_offset >= 0 else ends[-1]
+    for start, end in zip(starts, ends, strict=True):
+        aligned = -(-current // alignment) * alignment
+        gap = start - current
+        if aligned + size <= start and (best_gap < 0 or gap < best_gap):
+            best_offset, best_gap = aligned, gap
+            if gap == size:
+                break
+        current = end
+    return best_offset if best_offset >= 0 else _align(ends[-1], alignment)
 
 
 def _best_fit(placed: Iterable[tuple[int, int]], size: int, alignment: int) -> int:
@@ -177,12 +224,6 @@ def _best_fit_vectorized(offsets: np.ndarray, ends: np.ndarray, size: int,
 
 def _align(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
-
-
-def _live_activation_peak(model: MemoryModel, order: Sequence[int], events: StepEvents) -> int:
-    """The most activation bytes live at one step (the memory-event sweep's peak)."""
-    during, _ = live_profile(model, order, events)
-    return max(during, default=model.resident_bytes) - model.resident_bytes
 
 
 class _OccupancyIndex:

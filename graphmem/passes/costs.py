@@ -137,18 +137,35 @@ def _signature(node: Node, shared: _Shared) -> Hashable | None:
     role, whether it is a view and which inputs are the same tensor (bytes count it once).
     None where the cost may read more: other domains (a training op follows the graph), a
     backward node (its forward), imported costs, bodies. Dtypes and roles by identity (enum
-    members are singletons), shapes by number (`_Shared.shape`)."""
+    members are singletons), shapes by number (`_Shared.shape`).
+
+    One flat tuple: the op, the attributes, the number of inputs, then per input None (no
+    input) or (shape, dtype, role, not a view, the first input that is the same tensor),
+    then per output (shape, dtype, not a view): read back field by field, so two nodes
+    have the same tuple exactly when they read the same (tests/test_cost_signature.py)."""
     if (node.domain not in _STANDARD_DOMAINS or node.origin is not None or node.needs_grad
             or node.subgraph_node_count or node.imported_cost is not None
             or isinstance(node, ControlFlowNode)):
         return None
-    first: dict[int, int] = {}
-    shape = shared.shape
-    inputs = tuple(None if v is None else (shape(v.shape), id(v.dtype), id(v.role),
-                                           v.alias_of is None, first.setdefault(id(v), index))
-                   for index, v in enumerate(node.inputs))
-    outputs = tuple((shape(v.shape), id(v.dtype), v.alias_of is None) for v in node.outputs)
-    return node.op_type, tuple(node.attributes.items()), inputs, outputs
+    numbers = shared.tuple_numbers
+    inputs = node.inputs
+    key: list[Hashable] = [node.op_type, tuple(node.attributes.items()), len(inputs)]
+    for value in inputs:
+        if value is None:
+            key.append(None)
+            continue
+        number = numbers.get(id(value.shape))
+        if number is None:
+            number = shared.shape(value.shape)
+        # `index`: the first input that is this tensor (values compare by identity)
+        key += (number, id(value.dtype), id(value.role), value.alias_of is None,
+                inputs.index(value))
+    for value in node.outputs:
+        number = numbers.get(id(value.shape))
+        if number is None:
+            number = shared.shape(value.shape)
+        key += (number, id(value.dtype), value.alias_of is None)
+    return tuple(key)
 
 
 _STANDARD_DOMAINS = ("", "ai.onnx")

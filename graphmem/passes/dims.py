@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from graphmem.core.conventions import MAX_DIM_VALUE
 from graphmem.core.ir import Graph, Value
@@ -208,13 +209,16 @@ class SizeTable:
 
     def __init__(self, graph: Graph) -> None:
         self.names = tuple(graph.values)
+        sizes = list(map(_NBYTES, graph.values.values()))
+        # values share their size objects (`Value.nbytes`): each distinct object is hashed
+        # once, in the order of its first value, so the positions are those of a walk that
+        # hashed every value's size (a SymInt hashes in Python)
+        distinct = dict(zip(map(id, sizes), sizes, strict=True))
         position: dict[SymInt, int] = {}
-        index = []
-        for value in graph.values.values():
-            size = value.nbytes
-            # -1: unknown size (the bound list ends with None)
-            index.append(-1 if size is None else position.setdefault(size, len(position)))
-        self.index = tuple(index)
+        # -1: unknown size (the bound list ends with None)
+        slot = {key: -1 if size is None else position.setdefault(size, len(position))
+                for key, size in distinct.items()}
+        self.index = tuple(map(slot.__getitem__, map(id, sizes)))
         self.sizes = tuple(position)
 
     def bound(self, dims: Mapping[str, int]) -> dict[str, SymInt | None]:
@@ -226,6 +230,9 @@ class SizeTable:
         if largest > MAX_BYTES:
             check_sizes_fit(sizes, dims)  # names the first tensor too large
         return sizes
+
+
+_NBYTES = attrgetter("nbytes")
 
 
 def check_sizes_fit(sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> None:

@@ -101,7 +101,9 @@ def analyze_liveness(
     buffers = find_buffers(graph, aliases)
     sweep = sweep_buffers(buffers, sizes, order)
     resident_bytes = sum_sizes(sweep.resident_sizes)
-    steps = [s[0] for s in sweep.profile((resident_bytes,))]
+    totals = sweep.totals  # numbers where every size is one (a bound graph)
+    steps = (list(map(SymInt.const, totals)) if totals is not None
+             else [s[0] for s in sweep.profile((resident_bytes,))])
     peak_step, candidates = _choose_peak(steps)
     lower_bound, lower_bound_step = _lower_bound(buffers, sweep, resident_bytes)
     live = _live_at(sweep, peak_step)
@@ -135,10 +137,10 @@ def _choose_peak(steps: list[SymInt]) -> tuple[int, list[SymInt]]:
 def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
-    touches, sizes = buffers.touches, sweep.buffer_sizes
-    if resident_bytes.is_constant and all(size.is_constant for size in sizes):
-        # a bound graph: the working sets as numbers, the first largest (as `_choose_peak`)
-        numbers = [size.constant_term for size in sizes]  # exact: a 4-bit tensor's halves
+    touches, sizes, numbers = buffers.touches, sweep.buffer_sizes, sweep.numbers
+    if resident_bytes.is_constant and numbers is not None:
+        # a bound graph: the working sets as numbers (exact: a 4-bit tensor's halves), the
+        # first largest (as `_choose_peak`)
         totals = [sum(map(numbers.__getitem__, touches[node])) for node in sweep.events.order]
         step = totals.index(max(totals))
         return resident_bytes + SymInt.const(totals[step]), step
@@ -179,15 +181,34 @@ def _by_role(live: list[_Live]) -> dict[Role, SymInt]:
 
 
 def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTensor, ...]:
+    """The live tensors, largest first (at the probe where sizes are free), then by name."""
     probe = {name: PROBE_DIM_VALUE for t in live for name in t.nbytes.free_symbols()}
-    tensors = []
+    # values share their dim objects and size objects (a decoder's 11,000 tensors live at
+    # the peak hold 15 dims and a few dozen sizes): a shape's text is found once per dims
+    # (`shape_text` hashes the shape's SymInts per call) and a size's number once
+    texts: dict[tuple[int, ...], str] = {}
+    numbers: dict[int, int] = {}
+    new = object.__new__
+    tensors: list[LiveTensor] = []
+    keys: list[tuple[int, str, int]] = []
     for value, nbytes, keeper in live:  # positional: 10^5 graph inputs are live at once
-        producer = value.producer
-        tensors.append(LiveTensor(value.name, nbytes, value.role, value.dtype.label,
-                                  value.shape_text(dims),
-                                  producer.name if producer is not None else None,
-                                  keeper.name if keeper is not None else None))
-    return tuple(sorted(tensors, key=lambda t: (-_at_probe(t.nbytes, probe), t.name)))
+        producer, shape = value.producer, value.shape
+        key = (*map(id, shape),) if shape is not None else (-1,)
+        text = texts.get(key)
+        if text is None:
+            text = texts[key] = value.shape_text(dims)
+        number = numbers.get(id(nbytes))
+        if number is None:
+            number = numbers[id(nbytes)] = _at_probe(nbytes, probe)
+        # made as one dict: the frozen dataclass's __init__ sets its 7 fields one at a time
+        tensor = new(LiveTensor)
+        tensor.__dict__.update(name=value.name, nbytes=nbytes, role=value.role,
+                               dtype=value.dtype.label, shape=text,
+                               producer=producer.name if producer is not None else None,
+                               last_consumer=keeper.name if keeper is not None else None)
+        tensors.append(tensor)
+        keys.append((-number, value.name, len(keys)))  # the position: a stable sort's ties
+    return tuple(tensors[key[2]] for key in sorted(keys))
 
 
 def _at_probe(size: SymInt, probe: Mapping[str, int]) -> int:

@@ -32,141 +32,31 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
+from typing import cast
 
+from graphmem.core.dim_name import Coefficient
 from graphmem.core.evaluate import evaluate
-from graphmem.core.ir import RESIDENT_ROLES, Graph, Node, Value
-from graphmem.core.symbolic import SymInt, symint_max
+from graphmem.core.ir import Graph, Node, Value
+from graphmem.core.symbolic import SymInt, sum_sizes, symint_max
+from graphmem.passes.buffers import Aliases as Aliases  # re-exported: the liveness's and
+from graphmem.passes.buffers import Buffers as Buffers  # the plans' users import them here
+from graphmem.passes.buffers import find_buffers as find_buffers
+from graphmem.passes.buffers import numbered
+from graphmem.passes.buffers import storage_of as storage_of
 from graphmem.passes.order_edges import node_predecessors
-from graphmem.passes.step_arrays import OrderArrays
+from graphmem.passes.step_arrays import OrderArrays, by_identity
 from graphmem.passes.sweep_events import StepEvents as StepEvents  # re-exported: the sweeps'
-from graphmem.passes.sweep_events import size_terms, symbolic_profile  # users import them here
+from graphmem.passes.sweep_events import (  # users import them here
+    constant_totals,
+    size_terms,
+    symbolic_profile,
+)
 from graphmem.passes.sweep_events import step_events as step_events
 
 # Free dims are given this value when a plan needs numbers (the same probe liveness uses to
 # pick one peak step among candidates that depend on free dims).
 PROBE_DIM_VALUE = 64
-
-Aliases = Mapping[Value, Value]  # value -> the value whose storage it shares (a what-if)
-
-
-@dataclass(frozen=True)
-class Buffers:
-    """A graph's activation storages and the nodes that keep each alive (node indices are the
-    model order; no sizes, so one Buffers serves any sizes and any order)."""
-
-    nodes: tuple[Node, ...]
-    storages: tuple[Value, ...]  # buffer -> the value that owns its storage
-    producer: tuple[int, ...]  # buffer -> the node that allocates it
-    allocates: tuple[tuple[int, ...], ...]  # node -> buffers it allocates
-    uses: tuple[tuple[int, ...], ...]  # node -> buffers it keeps alive (distinct)
-    touches: tuple[tuple[int, ...], ...]  # node -> buffers it reads or writes: its working set
-    pinned: tuple[bool, ...]  # buffer -> a graph output: never freed
-    residents: tuple[Value, ...]  # resident tensors owning their storage, in graph order
-    what_if: bool = False  # built with `aliases` overriding the graph's own
-
-    def of_graph(self, graph: Graph) -> bool:
-        """True when these are `graph`'s own buffers as it stands (no what-if aliases, the same
-        nodes): then they can be reused instead of walked again."""
-        nodes = graph.nodes
-        return not self.what_if and len(nodes) == len(self.nodes) \
-            and all(a is b for a, b in zip(nodes, self.nodes, strict=True))
-
-    def steps(self, order: Sequence[Node]) -> list[int]:
-        """Node indices of `order`, a permutation of the graph's nodes."""
-        index = {node: i for i, node in enumerate(self.nodes)}
-        try:
-            return [index[node] for node in order]
-        except KeyError as missing:
-            raise ValueError(f"{missing.args[0].describe()} is not a node of the graph") from None
-
-
-def find_buffers(graph: Graph, aliases: Aliases | None = None) -> Buffers:
-    """The buffers of `graph`; `aliases` overrides `Value.alias_of` (a what-if, no mutation)."""
-    nodes = tuple(graph.nodes)
-    buffer_of: dict[Value, int] = {}
-    producer: list[int] = []
-    allocates: list[tuple[int, ...]] = []
-    for i, node in enumerate(nodes):
-        made = []
-        for value in node.outputs:
-            if _base(value, aliases) is None and value.role not in RESIDENT_ROLES \
-                    and value not in buffer_of:
-                buffer_of[value] = len(producer)
-                made.append(len(producer))
-                producer.append(i)
-        allocates.append(tuple(made))
-    plain = None if aliases else _plain_touches(nodes, buffer_of)
-    uses, touches = (plain, plain) if plain is not None else _uses(nodes, buffer_of, aliases)
-    pinned = [False] * len(producer)
-    for value in graph.outputs:
-        buffer = buffer_of.get(storage_of(value, aliases))
-        if buffer is not None:
-            pinned[buffer] = True
-    residents = tuple(v for v in graph.values.values()
-                      if v.role in RESIDENT_ROLES and _base(v, aliases) is None)
-    return Buffers(nodes, tuple(buffer_of), tuple(producer), tuple(allocates), uses, touches,
-                   tuple(pinned), residents, what_if=bool(aliases))
-
-
-IndexLists = tuple[tuple[int, ...], ...]
-
-
-def _uses(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int],
-          aliases: Aliases | None) -> tuple[IndexLists, IndexLists]:
-    """(node -> buffers it keeps alive, node -> buffers it reads or writes)."""
-    index = {node: i for i, node in enumerate(nodes)}
-    uses: list[dict[int, None]] = [{} for _ in nodes]
-    touches: list[tuple[int, ...]] = []
-    for i, node in enumerate(nodes):
-        touched: dict[int, None] = {}
-        for value in (*node.present_inputs, *node.outputs):
-            buffer = buffer_of.get(storage_of(value, aliases) if aliases else value.storage)
-            if buffer is None:
-                continue
-            touched[buffer] = None
-            uses[i][buffer] = None
-            holder = index.get(value.held_until) if value.held_until is not None else None
-            if holder is not None:
-                uses[holder][buffer] = None
-        touches.append(tuple(touched))
-    return tuple(tuple(u) for u in uses), tuple(touches)
-
-
-def _plain_touches(nodes: tuple[Node, ...], buffer_of: Mapping[Value, int]
-                   ) -> IndexLists | None:
-    """node -> buffers it reads or writes, where no value it touches is a view or held past
-    its last use: then what a node keeps alive is what it touches (`_uses` gives both the
-    same). None where some value is (a traced PyTorch graph): `_uses` follows them."""
-    get = buffer_of.get
-    touches = []
-    for node in nodes:
-        touched: dict[int, None] = {}
-        for group in (node.inputs, node.outputs):
-            for value in group:
-                if value is None:
-                    continue
-                if value.alias_of is not None or value.held_until is not None:
-                    return None
-                buffer = get(value)
-                if buffer is not None:
-                    touched[buffer] = None
-        touches.append(tuple(touched))
-    return tuple(touches)
-
-
-def _base(value: Value, aliases: Aliases | None) -> Value | None:
-    return aliases.get(value, value.alias_of) if aliases else value.alias_of
-
-
-def storage_of(value: Value, aliases: Aliases | None = None) -> Value:
-    """The value owning `value`'s memory, following `aliases` before `Value.alias_of`."""
-    if not aliases:
-        return value.storage
-    base = _base(value, aliases)
-    while base is not None:
-        value, base = base, _base(base, aliases)
-    return value
-
 
 # ----- the events and the sweeps ---------------------------------------------------------------
 def live_profile(model: MemoryModel, order: Sequence[int],
@@ -213,16 +103,41 @@ class MemorySweep:
         terms = [size_terms(size) for size in self.buffer_sizes]
         return symbolic_profile(self.allocates, terms, self.events, start, groups)
 
+    @cached_property
+    def numbers(self) -> list[Coefficient] | None:
+        """Each buffer's size as a number where every one is (a bound graph), else None;
+        found once per distinct size object (values share them)."""
+        distinct = by_identity(self.buffer_sizes)
+        if not all(size.is_constant for size in distinct.values()):
+            return None
+        number = {key: size.constant_term for key, size in distinct.items()}
+        return list(map(number.__getitem__, map(id, self.buffer_sizes)))
+
+    @cached_property
+    def totals(self) -> list[Coefficient] | None:
+        """`profile((residents,))`'s totals as numbers where every size is one, else None:
+        swept once for the liveness and the plans of the same order."""
+        numbers, start = self.numbers, sum_sizes(self.resident_sizes)
+        if numbers is None or not start.is_constant:
+            return None
+        return constant_totals(self.allocates, numbers, self.events, start.constant_term)
+
 
 def sweep_buffers(buffers: Buffers, sizes: Mapping[str, SymInt | None],
                   order: Sequence[Node] | None = None) -> MemorySweep:
     """The events of running `order` (default: the model's order), `sizes` by value name."""
     steps = buffers.steps(order) if order is not None else range(len(buffers.nodes))
     return MemorySweep(buffers.nodes, buffers.storages, buffers.allocates, buffers.residents,
-                       step_events(buffers, steps),
-                       tuple(sizes.get(v.name) or SymInt() for v in buffers.storages),
-                       tuple(sizes.get(v.name) or SymInt() for v in buffers.residents),
-                       buffers)
+                       step_events(buffers, steps), _sizes_or_zero(sizes, buffers.storages),
+                       _sizes_or_zero(sizes, buffers.residents), buffers)
+
+
+def _sizes_or_zero(sizes: Mapping[str, SymInt | None], values: Sequence[Value]
+                   ) -> tuple[SymInt, ...]:
+    """Each value's size by name, an unknown one 0 (one zero object: sizes are immutable)."""
+    zero = SymInt()
+    return tuple(size if size is not None else zero
+                 for size in map(sizes.get, map(_NAME, values)))
 
 
 # ----- the integer model ------------------------------------------------------------------------
@@ -244,10 +159,27 @@ class MemoryModel:
     # residents + the largest node's own inputs and outputs: no order peaks lower
     lower_bound_bytes: int = 0
     resident_names: tuple[str, ...] = ()
+    # the model order's events where a liveness already swept these buffers (not part of the
+    # model's value: `model_order_sweep` finds them where this is None)
+    swept_events: StepEvents | None = dataclasses.field(default=None, repr=False,
+                                                        compare=False)
+    # and the live totals during its steps, where it swept these integers
+    swept_totals: Sequence[int] | None = dataclasses.field(default=None, repr=False,
+                                                           compare=False)
 
     @property
     def node_count(self) -> int:
         return len(self.node_names)
+
+    @cached_property
+    def model_order_sweep(self) -> tuple[StepEvents, Sequence[int]]:
+        """The model order's events and the live bytes during each of its steps, found once
+        per model: the order search starts from that order and the arena plans it (read
+        only)."""
+        events = self.swept_events or step_events(self, range(self.node_count))
+        if self.swept_totals is not None:
+            return events, self.swept_totals
+        return events, live_profile(self, events.order, events)[0]
 
     @cached_property
     def alloc_bytes(self) -> list[int]:
@@ -257,6 +189,11 @@ class MemoryModel:
 
     def successors(self) -> list[list[int]]:
         return [list(after) for after in self._successors]
+
+    @property
+    def successor_lists(self) -> tuple[tuple[int, ...], ...]:
+        """`successors()` as the model keeps them (read only: no copies made)."""
+        return self._successors
 
     @cached_property
     def _successors(self) -> tuple[tuple[int, ...], ...]:
@@ -279,39 +216,72 @@ def plan_dims(graph: Graph, bound: Mapping[str, int],
 
 def build_memory_model(
     graph: Graph, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int],
-    buffers: Buffers | None = None,
+    swept: MemorySweep | None = None,
 ) -> MemoryModel:
     """The integer model of `graph` with every size evaluated at `dims` (all dims bound);
-    `buffers`: the graph's own, if a liveness already found them (checked, else found again)."""
+    `swept`: a liveness's sweep, whose buffers are reused where they are the graph's own
+    (checked, else found again), and its events and totals where it swept the model order
+    at these sizes."""
+    buffers = swept.buffers if swept is not None else None
     if buffers is None or not buffers.of_graph(graph):
         buffers = find_buffers(graph)
-    nbytes = [_bytes(v, sizes, dims) for v in buffers.storages]
+    if swept is not None and (swept.buffers is not buffers or not in_model_order(swept.events)):
+        swept = None  # another order's, or another graph's: its events and totals are not kept
+    buffer_names = tuple(map(_NAME, buffers.storages))
+    nbytes = _numbers(list(map(sizes.get, buffer_names)), dims)
     users: list[list[int]] = [[] for _ in buffers.storages]
     for node, kept in enumerate(buffers.uses):
         for buffer in kept:
             users[buffer].append(node)
-    resident_bytes = sum(_bytes(v, sizes, dims) for v in buffers.residents)
-    working_sets = (sum(nbytes[b] for b in touched) for touched in buffers.touches)
-    index = {node: i for i, node in enumerate(buffers.nodes)}
+    resident_names = tuple(map(_NAME, buffers.residents))
+    resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
+    totals = _same_totals(swept, nbytes, resident_bytes) if swept is not None else None
+    get = nbytes.__getitem__
+    working_sets = (sum(map(get, touched)) for touched in buffers.touches)
     return MemoryModel(
-        node_names=tuple(node.name for node in buffers.nodes),
+        node_names=tuple(map(_NAME, buffers.nodes)),
         resident_bytes=resident_bytes,
-        buffer_names=tuple(v.name for v in buffers.storages),
+        buffer_names=buffer_names,
         buffer_bytes=tuple(nbytes),
         producer=buffers.producer,
         users=tuple(tuple(u) for u in users),
         pinned=buffers.pinned,
         allocates=buffers.allocates,
         uses=buffers.uses,
-        predecessors=node_predecessors(buffers.nodes, index),
+        predecessors=(buffers.predecessors if buffers.predecessors is not None
+                      else node_predecessors(buffers.nodes, numbered(buffers.nodes))),
         dims=dict(dims),
         lower_bound_bytes=resident_bytes + max(working_sets, default=0),
-        resident_names=tuple(v.name for v in buffers.residents),
+        resident_names=resident_names,
+        swept_events=swept.events if swept is not None else None,
+        swept_totals=totals,
     )
 
 
-def _bytes(value: Value, sizes: Mapping[str, SymInt | None], dims: Mapping[str, int]) -> int:
-    return size_at(sizes.get(value.name), dims)
+def _same_totals(swept: MemorySweep, nbytes: list[int], resident_bytes: int
+                 ) -> Sequence[int] | None:
+    """The sweep's totals where it swept these very numbers (a bound graph: every size the
+    integer the model evaluates it to, the residents' total too), else None."""
+    totals, numbers = swept.totals, swept.numbers
+    if totals is None or numbers != nbytes or sum_sizes(swept.resident_sizes) != resident_bytes:
+        return None
+    return cast(Sequence[int], totals)  # equal to the model's integers
+
+
+_NAME = attrgetter("name")
+
+
+def _numbers(sizes: list[SymInt | None], dims: Mapping[str, int]) -> list[int]:
+    """`size_at` of each size, each distinct object evaluated once (a graph's values share
+    a few hundred size objects: `Value.nbytes`, `value_bytes`)."""
+    number = {key: size_at(size, dims) for key, size in by_identity(sizes).items()}
+    return list(map(number.__getitem__, map(id, sizes)))
+
+
+def in_model_order(events: StepEvents) -> bool:
+    """True when `events` are of the model order (node i at step i)."""
+    order = events.order
+    return order == tuple(range(len(order)))
 
 
 def size_at(size: SymInt | None, dims: Mapping[str, int]) -> int:
@@ -398,23 +368,22 @@ def lifetimes(model: MemoryModel, order: Sequence[int],
     """(first step, last step) of every buffer in `order`; pinned buffers last to the end
     (`events`: the order's `step_events`, if at hand)."""
     events = events or step_events(model, order)
-    position = [0] * model.node_count
-    for step, node in enumerate(events.order):
-        position[node] = step
-    result = []
-    for buffer, last in enumerate(events.last_step):
-        first = position[model.producer[buffer]]
-        result.append((first, max(first, last)))
-    return result
+    steps = events.order
+    # node -> its step: the inverse permutation, sorting the steps by the node each runs
+    position = sorted(range(len(steps)), key=steps.__getitem__)
+    firsts = map(position.__getitem__, model.producer)
+    return [(first, last if last > first else first)
+            for first, last in zip(firsts, events.last_step, strict=True)]
 
 
 def is_topological(model: MemoryModel, order: Sequence[int]) -> bool:
     """True when `order` runs every node once, each after all its predecessors."""
     if sorted(order) != list(range(model.node_count)):
         return False
-    position = {node: step for step, node in enumerate(order)}
+    # node -> its step: the inverse permutation, sorting the steps by the node each runs
+    position = sorted(range(len(order)), key=order.__getitem__)
     return all(
-        position[pred] < position[node]
-        for node, preds in enumerate(model.predecessors)
+        position[pred] < step
+        for step, preds in zip(position, model.predecessors, strict=True)
         for pred in preds
     )

@@ -16,12 +16,16 @@ def node_predecessors(nodes: Sequence[Node],
                       index: Mapping[Node, int]) -> tuple[tuple[int, ...], ...]:
     """Node -> the nodes that must run before it (indices into `nodes`, the model order):
     its inputs' producers, and the order edges of views and in-place results."""
-    preds: list[dict[int, None]] = [{} for _ in nodes]
+    preds: list[dict[int, None]] = []
+    get = index.get
     for i, node in enumerate(nodes):
-        for value in node.present_inputs:
-            source = index.get(value.producer) if value.producer is not None else None
-            if source is not None and source != i:
-                preds[i][source] = None
+        found: dict[int, None] = {}
+        for value in node.inputs:
+            if value is not None and (producer := value.producer) is not None:
+                source = get(producer)
+                if source is not None and source != i:
+                    found[source] = None
+        preds.append(found)
     for before, after in _alias_order_edges(nodes):
         preds[index[after]][index[before]] = None
     return tuple(tuple(p) for p in preds)

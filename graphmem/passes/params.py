@@ -65,14 +65,15 @@ def count_params(graph: Graph) -> ParamReport:
     buffers = [v for v in graph.values_with_role(Role.BUFFER) if v not in skip]
     constants = [v for v in graph.values_with_role(Role.CONSTANT) if v not in skip]
     by_dtype: dict[str, int] = {}
-    for value in parameters:
-        by_dtype[value.dtype.label] = by_dtype.get(value.dtype.label, 0) + stored_bytes(value)
+    stored = [stored_bytes(v) for v in parameters]  # each parameter's bytes found once
+    for value, size in zip(parameters, stored, strict=True):
+        by_dtype[value.dtype.label] = by_dtype.get(value.dtype.label, 0) + size
     quantized = _group_quantized(quantization.weights)
     for group in quantized:
         by_dtype[group.dtype] = by_dtype.get(group.dtype, 0) + group.bytes
     return ParamReport(
         count=sum(_numel(v) for v in parameters) + sum(g.count for g in quantized),
-        bytes=sum(stored_bytes(v) for v in parameters) + sum(g.bytes for g in quantized),
+        bytes=sum(stored) + sum(g.bytes for g in quantized),
         buffer_count=sum(_numel(v) for v in buffers),
         buffer_bytes=sum(stored_bytes(v) for v in buffers),
         constant_bytes=sum(stored_bytes(v) for v in constants),

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, eq
 
 from graphmem.core.ir import DType, Graph, Node
 from graphmem.devices.gpus import GpuSpec
@@ -89,6 +91,7 @@ def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mappi
     # once, keyed by the objects' identity (`costs` keeps them alive meanwhile).
     timed: dict[tuple[int, int, int, bool, str], NodeTime] = {}
     times = []
+    new = object.__new__
     for node, cost in zip(graph.nodes, costs.nodes, strict=True):
         rate_dtype = node_rate_dtype(node)
         known = cost.status is CostStatus.OK
@@ -100,27 +103,37 @@ def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mappi
                 size_at(cost.bytes_read + cost.bytes_written, dims),
                 gpu.flops_per_s_for(rate_dtype), gpu.memory_bandwidth_bytes_per_s, rate_dtype,
                 known)
-        times.append(NodeTime(cost.name, shared.est_time_s, shared.bound,
-                              shared.intensity_flops_per_byte, shared.flops, shared.bytes_moved,
-                              rate_dtype, known))
+        # the shared time under this node's name, its fields copied as one dict (the frozen
+        # dataclass's __init__ sets its 8 fields one `object.__setattr__` at a time)
+        timed_node = new(NodeTime)
+        timed_node.__dict__.update(shared.__dict__, name=cost.name)
+        times.append(timed_node)
     return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
 
 
 def summarize(gpu: GpuSpec, times: Sequence[NodeTime], batch: int | None) -> RooflineResult:
-    latency = sum((t.est_time_s for t in times), 0.0)
+    # each total adds the same floats in the same node order as a loop would, iterated in C
+    seconds = list(map(_SECONDS, times))
+    bounds = list(map(_BOUND, times))
+    latency = sum(seconds, 0.0)
     throughput = batch / latency if batch is not None and latency > 0 else None
     return RooflineResult(
         gpu_name=gpu.name,
         est_latency_s=latency,
         batch=batch,
         est_throughput_per_s=throughput,
-        compute_bound_time_s=sum((t.est_time_s for t in times if t.bound == "compute"), 0.0),
-        memory_bound_time_s=sum((t.est_time_s for t in times if t.bound == "memory"), 0.0),
+        compute_bound_time_s=sum(compress(seconds, map(eq, bounds, repeat("compute"))), 0.0),
+        memory_bound_time_s=sum(compress(seconds, map(eq, bounds, repeat("memory"))), 0.0),
         nodes=tuple(times),
-        top=tuple(sorted(times, key=lambda t: -t.est_time_s)[:TOP_NODES]),
-        nodes_without_flops=sum(1 for t in times if not t.flops_known),
+        # largest first; a stable sort keeps equal times in node order, reversed or not
+        top=tuple(sorted(times, key=_SECONDS, reverse=True)[:TOP_NODES]),
+        nodes_without_flops=len(times) - sum(map(attrgetter("flops_known"), times)),
         unaccelerated_flops=unaccelerated_flops(gpu, times),
     )
+
+
+_SECONDS = attrgetter("est_time_s")
+_BOUND = attrgetter("bound")
 
 
 def unaccelerated_flops(gpu: GpuSpec, times: Sequence[NodeTime]) -> tuple[tuple[str, int], ...]:
@@ -152,10 +165,15 @@ def node_time(name: str, flops: int, bytes_moved: int, flop_rate: float,
 def node_rate_dtype(node: Node) -> str:
     """The FLOP rate a node runs at: its first floating output's dtype, else its first
     floating input's (see docstring)."""
+    # by the dtype's identity (members are singletons): an Enum member hashes in Python
     for value in node.outputs:
-        if value.dtype in _RATE_DTYPE:
-            return _RATE_DTYPE[value.dtype]
+        rate = _RATE_BY_ID.get(id(value.dtype))
+        if rate is not None:
+            return rate
     for read in node.inputs:
-        if read is not None and read.dtype in _RATE_DTYPE:
-            return _RATE_DTYPE[read.dtype]
+        if read is not None and (rate := _RATE_BY_ID.get(id(read.dtype))) is not None:
+            return rate
     return "float32"
+
+
+_RATE_BY_ID = {id(dtype): rate for dtype, rate in _RATE_DTYPE.items()}

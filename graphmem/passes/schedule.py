@@ -106,7 +106,8 @@ def find_schedule(graph: Graph, sizes: Mapping[str, SymInt | None],
     if search.method == "model order":
         candidates = liveness.peak_candidates
         peak = liveness.peak_bytes
-    elif all(size is None or size.is_constant for size in sizes.values()):
+    elif all(size is None or size.is_constant  # each distinct size object once
+             for size in dict(zip(map(id, sizes.values()), sizes.values(), strict=True)).values()):
         candidates = (SymInt.const(search.peak_bytes),)
         peak = candidates[0]
     else:
@@ -115,7 +116,7 @@ def find_schedule(graph: Graph, sizes: Mapping[str, SymInt | None],
     moved, moved_count = moved_nodes(search.order)
     names = model.node_names
     return ScheduleResult(
-        order=tuple(names[i] for i in search.order),
+        order=tuple(map(names.__getitem__, search.order)),
         method=search.method,
         proven_optimal=search.proven_optimal,
         proof=search.proof,
@@ -133,7 +134,10 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
                max_states: int = EXACT_MAX_STATES) -> OrderSearch:
     """The lowest-peak order found: exact when the graph is small, else the best greedy."""
     start, method = _starting_order(model)
-    best = OrderSearch(start, order_peak(model, start)[0], method, False)
+    # the model order's sweep is the model's own (the arena plans that order too)
+    start_peak = (max(model.model_order_sweep[1], default=-1) if method == "model order"
+                  else order_peak(model, start)[0])
+    best = OrderSearch(start, start_peak, method, False)
     if best.peak_bytes <= model.lower_bound_bytes:
         return OrderSearch(best.order, best.peak_bytes, method, True, "lower bound")
     # where no order can end below the start's peak, no search can find a lower one: the
@@ -227,7 +231,7 @@ def greedy_order(model: MemoryModel, key: GreedyKey = _least_live_after) -> tupl
 class GreedyStart:
     """What every greedy pass starts from (the passes copy the counts they change)."""
 
-    successors: list[list[int]]
+    successors: Sequence[Sequence[int]]  # the model's own (read only)
     waiting: list[int]  # node -> predecessors not run yet
     pending: list[int]  # buffer -> users not run yet
     pending_sum: list[int]  # buffer -> sum of those users: the last one, when 1 is left
@@ -240,7 +244,7 @@ def greedy_start(model: MemoryModel) -> GreedyStart:
     for buffer, users in enumerate(model.users):
         if len(users) == 1 and not pinned[buffer]:
             frees[users[0]] += sizes[buffer]
-    return GreedyStart(model.successors(), [len(preds) for preds in model.predecessors],
+    return GreedyStart(model.successor_lists, [len(preds) for preds in model.predecessors],
                        [len(users) for users in model.users],
                        [sum(users) for users in model.users], frees)
 
@@ -276,9 +280,13 @@ def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
         entry = key(alloc[node] - frees[node], alloc[node], node, ready_at[node])
         heappush(heap, (*entry, node, version[node]))
 
+    # the nodes ready at the start (thousands in an export), made into a heap at once: the
+    # entries are distinct (node, version), so the pops follow their order however built
     for node in range(n):
         if waiting[node] == 0:
-            push(node)
+            version[node] = 1
+            heap.append((*key(alloc[node] - frees[node], alloc[node], node, 0), node, 1))
+    heapq.heapify(heap)
     order: list[int] = []
     done = [False] * n
     live = model.resident_bytes

@@ -94,15 +94,23 @@ def _constant_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms]
     """`symbolic_profile` of one group where every size is a number (a bound graph): the
     totals are swept as numbers, not polynomials."""
     numbers = [terms[0][1] if terms else 0 for terms in sizes]
-    live = start.constant_term
-    steps: list[tuple[SymInt, ...]] = []
+    totals = constant_totals(allocates, numbers, events, start.constant_term)
+    return [(SymInt.const(live),) for live in totals]
+
+
+def constant_totals(allocates: Sequence[Sequence[int]], numbers: Sequence[Coefficient],
+                    events: StepEvents, start: Coefficient) -> list[Coefficient]:
+    """The live bytes during each step where every buffer's size is a number: `start`, plus
+    what the steps so far allocated, less what the steps before freed."""
+    live = start
+    totals: list[Coefficient] = []
     for node, freed in zip(events.order, events.frees, strict=True):
         for buffer in allocates[node]:
             live += numbers[buffer]
-        steps.append((SymInt.const(live),))
+        totals.append(live)
         for buffer in freed:
             live -= numbers[buffer]
-    return steps
+    return totals
 
 
 def _constant_groups_profile(allocates: Sequence[Sequence[int]], sizes: Sequence[Terms],

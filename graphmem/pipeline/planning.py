@@ -94,9 +94,10 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     sweep_dim = resolve_sweep_dim(analysis, sweep.dim, free) if sweep else None
     reanalyze = reanalyzer(analysis, probed_dims(binding.batch_dim, sweep_dim), rerun)
     sizes = sizes if sizes is not None else value_bytes(graph, binding)
-    swept = analysis.liveness.sweep  # the liveness's buffers are the model's: not found twice
+    # the liveness's buffers are the model's (not found twice), its events and totals the
+    # model order's
     model = build_memory_model(graph, sizes, plan_dims(graph, binding.bound, free),
-                               swept.buffers if swept is not None else None)
+                               analysis.liveness.sweep)
     schedule = find_schedule(graph, sizes, analysis.liveness, binding.bound, model)
     arena = plan_arena(model)
     roofline = None
