@@ -42,7 +42,8 @@ def _compared(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     def both(copy: onnx.ModelProto, second: onnx.ModelProto,
              reshaped: list[onnx.ValueInfoProto], types: dict[str, onnx.ValueInfoProto],
-             run: third_pass.Inference) -> onnx.ModelProto | None:
+             run: third_pass.Inference,
+             consumers: dict[str, list[int]] | None = None) -> onnx.ModelProto | None:
         before = copy.SerializeToString()
         whole_input = onnx.ModelProto()
         whole_input.CopyFrom(copy)
@@ -50,7 +51,7 @@ def _compared(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         whole = run(whole_input)
         untouched = onnx.ModelProto()
         untouched.CopyFrom(second)
-        made = shortcut(copy, second, reshaped, types, run)
+        made = shortcut(copy, second, reshaped, types, run, consumers)  # the index's
         assert copy.SerializeToString() == before
         taken.append(made is not None)
         if made is None:

@@ -8,16 +8,44 @@ from __future__ import annotations
 
 import onnx
 
+from graphmem.frontends.onnx.value_types import KnownTypes
+
 
 class GraphIndex:
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.initializer = {t.name: t for t in graph.initializer}
         self.producer: dict[str, onnx.NodeProto] = {}
         self.by_op: dict[str, list[onnx.NodeProto]] = {}
-        for node in graph.node:
-            self.by_op.setdefault(node.op_type, []).append(node)
+        # the same nodes' positions: a copy of the graph's nodes is read at them
+        self.positions: dict[str, list[int]] = {}
+        for position, node in enumerate(graph.node):
+            op_type = node.op_type
+            if op_type in self.by_op:
+                self.by_op[op_type].append(node)
+                self.positions[op_type].append(position)
+            else:
+                self.by_op[op_type] = [node]
+                self.positions[op_type] = [position]
             for name in node.output:
                 self.producer[name] = node
+        self.known = KnownTypes()  # the rules' fully_known verdicts, by type (any pass's)
+        self._graph = graph
+        self._consumers: dict[str, list[int]] | None = None
+
+    @property
+    def consumers(self) -> dict[str, list[int]]:
+        """Each value's readers, by position (once per read), built on the first question:
+        only the rotary broadcasts (seq_dims.py) and the third pass (third_pass.py) ask."""
+        if self._consumers is None:
+            consumers: dict[str, list[int]] = {}
+            for position, node in enumerate(self._graph.node):
+                for name in node.input:
+                    if name in consumers:
+                        consumers[name].append(position)
+                    else:
+                        consumers[name] = [position]
+            self._consumers = consumers
+        return self._consumers
 
     def nodes(self, op_type: str) -> list[onnx.NodeProto]:
         """The nodes of `op_type` in the graph's order, any domain."""

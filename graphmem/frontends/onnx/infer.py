@@ -118,14 +118,14 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
     slices: list[onnx.ValueInfoProto] = []
     if ops & {"Slice", "Range"}:
         seq = SeqDims(model.graph, types, index)
-        slices.extend(kept_slice_dims(model.graph, first.graph, seq, index))
-        slices.extend(sequence_dims(model.graph, first.graph, seq))
+        slices.extend(kept_slice_dims(model.graph, first.graph, seq, index, types))
+        slices.extend(sequence_dims(seq))
     if "Reshape" in ops:
         slices.extend(reshape_dims(model.graph, first.graph, index))
     elif not refolded and not slices:
         return first
-    copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
-    scalars = unsqueeze_scalar_reshapes(copy.graph, types, index.producer)  # scalar_reshapes.py
+    copy = _without_value_info(model, for_onnx_pass(model.graph, slices, index))
+    scalars = unsqueeze_scalar_reshapes(copy.graph, types, index)  # scalar_reshapes.py
     if not refolded and not slices and not scalars:
         return first
     folded.update(scalars)
@@ -139,7 +139,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
         return second
     # what onnx's third pass changes, inferred again alone (third_pass.py), else the pass
     third = third_pass(copy, second, reshaped, second_types,
-                       lambda part: _onnx_inference(part, []))
+                       lambda part: _onnx_inference(part, []), index.consumers)
     if third is not None:
         return third
     copy.graph.value_info.extend(reshaped)

@@ -26,11 +26,11 @@ from collections import Counter
 from collections.abc import Mapping
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.shape_vectors import Dim, ShapeVectors
-from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
+from graphmem.frontends.onnx.value_types import constant_tensor, int_values
 
 _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
 _TILE_PRODUCERS = frozenset({"Unsqueeze", "Constant"})
@@ -91,12 +91,14 @@ def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
     if types is None:
         types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
     index = index or GraphIndex(graph)
+    known = index.known
     nodes = [n for n in index.nodes("Reshape") if n.domain in ("", "ai.onnx")
-             and len(n.input) == 2 and not fully_known(types.get(n.output[0]))
-             and fully_known(types.get(n.input[0]))]
+             and len(n.input) == 2 and not known(types.get(n.output[0]))
+             and known(types.get(n.input[0]))]
     if not nodes:
         return []
-    constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer)
+    constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer,
+                              index.initializer)
     # a target computed from shapes (shape_vectors.py)
     vectors = ShapeVectors(graph, types, index)
     typed = []
@@ -157,10 +159,17 @@ def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
 
 
 def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None,
-                  producer: Mapping[str, onnx.NodeProto] | None = None) -> dict[str, list[int]]:
+                  producer: Mapping[str, onnx.NodeProto] | None = None,
+                  initializers: Mapping[str, onnx.TensorProto] | None = None
+                  ) -> dict[str, list[int]]:
     """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given; their
-    Constant nodes found through `producer`, the graph's, where given)."""
-    tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
+    Constant nodes found through `producer`, the graph's, and the initializers through
+    `initializers`, the graph's by name, where given); a Constant's value over an
+    initializer's of the same name."""
+    if wanted is not None and initializers is not None:
+        tensors = [(name, initializers[name]) for name in wanted if name in initializers]
+    else:
+        tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
     nodes = graph.node if wanted is None or producer is None else [
         node for name in wanted if (node := producer.get(name)) is not None]
     tensors.extend((n.output[0], t) for n in nodes
@@ -172,8 +181,7 @@ def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None,
         if tensor.data_type == onnx.TensorProto.INT64 and len(tensor.dims) == 1 \
                 and tensor.dims[0] <= _MAX_TARGET \
                 and tensor.data_location != onnx.TensorProto.EXTERNAL:
-            try:
-                values[name] = [int(v) for v in numpy_helper.to_array(tensor)]
-            except ValueError:  # data of the wrong size: the engines will say so
-                continue
+            decoded = int_values(tensor)  # None: data of the wrong size, the engines will say so
+            if decoded is not None:
+                values[name] = decoded
     return values

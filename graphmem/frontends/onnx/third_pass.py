@@ -39,15 +39,17 @@ class _Unsure(Exception):
 
 def third_pass(copy: onnx.ModelProto, second: onnx.ModelProto,
                reshaped: list[onnx.ValueInfoProto],
-               types: Mapping[str, onnx.ValueInfoProto], infer: Inference
-               ) -> onnx.ModelProto | None:
+               types: Mapping[str, onnx.ValueInfoProto], infer: Inference,
+               consumers: Mapping[str, list[int]] | None = None) -> onnx.ModelProto | None:
     """onnx's inference of `copy` with `reshaped` added to its value infos, made from `second`
     (onnx's inference of `copy` as it is; `types`: its inputs', value infos' and outputs'
     entries by name) in place; None where unsure (module docstring): `second` is then
-    unchanged. `copy` is not changed."""
+    unchanged. `copy` is not changed. `consumers`: the readers of each value of rank 2 or more
+    by position in `copy`'s nodes, where the caller has them (graph_index.py: the model's
+    nodes, which `copy`'s are but for scalar reshapes' targets of rank 1)."""
     try:
         changes = _Types(copy, types, reshaped)
-        _propagate(changes, copy, infer)
+        _propagate(changes, copy, infer, consumers)
         changes.check_known(second)
     except _Unsure:
         return None
@@ -69,12 +71,16 @@ class _Types:
                 or not self.reshaped.keys().isdisjoint(self.given) \
                 or not self.reshaped.keys().isdisjoint(self.declared_outputs):
             raise _Unsure
-        self.new: dict[str, onnx.TypeProto] = {}
+        self.new: dict[str, onnx.TypeProto] = {}  # read only: equal merges share one
+        merges: dict[tuple[bytes, bytes], onnx.TypeProto] = {}  # a decoder's few per layer
         for name, info in self.reshaped.items():
             inferred = self.infos.get(name)
             if inferred is None:
                 raise _Unsure
-            self.new[name] = _merged(info.type, inferred.type)
+            key = (info.type.SerializeToString(), inferred.type.SerializeToString())
+            if key not in merges:
+                merges[key] = _merged(info.type, inferred.type)
+            self.new[name] = merges[key]
 
     def current(self, name: str) -> onnx.TypeProto | None:
         found = self.new.get(name)
@@ -103,10 +109,12 @@ class _Types:
         for name, type_proto in self.new.items():
             self.infos[name].type.CopyFrom(type_proto)
 
-def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference) -> None:
-    """Infer again the nodes reading a changed value until none changes."""
+def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference,
+               consumers: Mapping[str, list[int]] | None) -> None:
+    """Infer again the nodes reading a changed value (of rank 2 or more: _merged,
+    _infer_level) until none changes."""
     nodes = copy.graph.node
-    context = _Context(copy)
+    context = _Context(copy, consumers)
     consumers = context.consumers
     changed = {name for name, type_proto in types.new.items()
                if type_proto != types.infos[name].type}
@@ -121,13 +129,16 @@ def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference) -> None:
 class _Context:
     """What a small model of some of `copy`'s nodes takes from it."""
 
-    def __init__(self, copy: onnx.ModelProto) -> None:
+    def __init__(self, copy: onnx.ModelProto,
+                 consumers: Mapping[str, list[int]] | None = None) -> None:
         self.copy = copy
         self.declared_inputs = {v.name for v in copy.graph.input}
-        self.consumers: dict[str, list[int]] = {}  # a value's readers, by position
-        for position, node in enumerate(copy.graph.node):
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(position)
+        if consumers is None:  # a value's readers, by position
+            consumers = {}
+            for position, node in enumerate(copy.graph.node):
+                for name in node.input:
+                    consumers.setdefault(name, []).append(position)
+        self.consumers = consumers
         # built on the first question (most parts read neither)
         self._initializers: dict[str, onnx.TensorProto] | None = None
         self._constants: dict[str, onnx.NodeProto] | None = None
