@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.frontends.onnx import infer, kept_slices
-from graphmem.frontends.onnx.fold import fold_constants
+from graphmem.frontends.onnx.fold import fold_constants, refold_constants
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.read import read_model
 from graphmem.frontends.onnx.seq_dims import SeqDims, for_onnx_pass, kept_dims
@@ -243,3 +243,60 @@ def test_kept_slices_without_the_callers_index_build_their_own(path: Path) -> No
     seq = SeqDims(graph, infer._types_of(first))
     assert kept_slices.kept_slice_dims(graph, first, seq) == _walked_kept_slices(
         graph, first, seq)
+
+
+# ----- the refold -------------------------------------------------------------------------------
+def _index_text(index: GraphIndex) -> dict[str, tuple[list[int], list[bytes]]]:
+    return {op: (index.positions[op], [n.SerializeToString() for n in nodes])
+            for op, nodes in index.by_op.items()}
+
+
+def _refolded_both_ways(model: onnx.ModelProto) -> int:
+    """The refold through the index equals the walk over every node: the same nodes folded
+    to the same bytes, the index then as one built afresh; the count folded."""
+    folded, first = _first_pass(model)
+    shapes = infer._static_dims(first.graph)
+    walked, indexed = onnx.ModelProto(), onnx.ModelProto()
+    walked.CopyFrom(folded)
+    indexed.CopyFrom(folded)
+    index = GraphIndex(indexed.graph)
+    assert infer._static_dims_of(index, infer._types_of(first.graph), first.graph) == shapes
+    expected = refold_constants(walked, shapes)
+    assert refold_constants(indexed, shapes, index) == expected
+    assert indexed.SerializeToString() == walked.SerializeToString()
+    assert _index_text(index) == _index_text(GraphIndex(indexed.graph))
+    return len(expected)
+
+
+def test_the_refold_through_the_index_equals_the_walk(tmp_path: Path) -> None:
+    assert sum(_refolded_both_ways(model) for model in _models(tmp_path)) > 0  # tiny_llama
+
+
+def _shape_chain(constant_last: bool) -> onnx.ModelProto:
+    """Gather(Shape(x), i) -> Add(., 1) -> Unsqueeze: folds once the shapes are known; with
+    `constant_last` the index i's Constant comes after its reader (no topological order)."""
+    i = helper.make_node("Constant", [], ["i"], value=helper.make_tensor("", 7, [], [1]))
+    one = helper.make_node("Constant", [], ["one"], value=helper.make_tensor("", 7, [], [1]))
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i"], ["g"]),
+             one, helper.make_node("Add", ["g", "one"], ["a"]),
+             helper.make_node("Relu", ["x"], ["r"])]
+    nodes.insert(len(nodes) if constant_last else 0, i)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    out = helper.make_tensor_value_info("a", TensorProto.INT64, None)
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [out]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("constant_last", [False, True])
+def test_the_refold_of_a_shape_chain_equals_the_walk(constant_last: bool) -> None:
+    model = _shape_chain(constant_last)
+    walked, indexed = onnx.ModelProto(), onnx.ModelProto()
+    walked.CopyFrom(model)
+    indexed.CopyFrom(model)
+    shapes = {"x": (None, 8)}
+    index = GraphIndex(indexed.graph)
+    expected = refold_constants(walked, shapes)
+    assert refold_constants(indexed, shapes, index) == expected
+    assert indexed == walked
+    assert _index_text(index) == _index_text(GraphIndex(indexed.graph))
+    assert len(expected) == (0 if constant_last else 2)  # the Gather, then the Add

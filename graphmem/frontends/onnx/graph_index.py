@@ -6,6 +6,8 @@ it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import onnx
 
 from graphmem.frontends.onnx.value_types import KnownTypes
@@ -50,3 +52,40 @@ class GraphIndex:
     def nodes(self, op_type: str) -> list[onnx.NodeProto]:
         """The nodes of `op_type` in the graph's order, any domain."""
         return self.by_op.get(op_type, [])
+
+    def made(self) -> set[str]:
+        """The names the graph's nodes other than Constant nodes make (value_types.py
+        `typed_by_onnx`)."""
+        constants = {name for node in self.by_op.get("Constant", ()) for name in node.output}
+        return {name for name in self.producer if name and name not in constants}
+
+    def consumers_of(self, name: str) -> list[int]:
+        """The positions of the nodes reading `name` (`consumers`)."""
+        return self.consumers.get(name, [])
+
+    def retyped(self, before: Mapping[int, str]) -> None:
+        """The nodes at `before`'s positions (by the op type each had) were changed in place to
+        another op (fold.py folds to Constant nodes, repeat_dims.py turns Tiles into Expands):
+        moved to their op's nodes, in the graph's order. Their producers are unchanged (each
+        keeps its first output, its only one where folded); `consumers`, if built, still lists
+        a folded node as a reader of what it read (callers look at each reader as it is now)."""
+        if not before:
+            return
+        moved: dict[str, list[tuple[int, onnx.NodeProto]]] = {}
+        for op_type in set(before.values()):
+            pairs = list(zip(self.positions[op_type], self.by_op[op_type], strict=True))
+            for pair in pairs:
+                if pair[0] in before:
+                    moved.setdefault(pair[1].op_type, []).append(pair)
+            self._set(op_type, [pair for pair in pairs if pair[0] not in before])
+        for op_type, pairs in moved.items():
+            had = zip(self.positions.get(op_type, []), self.by_op.get(op_type, []), strict=True)
+            self._set(op_type, sorted([*had, *pairs], key=lambda pair: pair[0]))
+
+    def _set(self, op_type: str, pairs: list[tuple[int, onnx.NodeProto]]) -> None:
+        if pairs:
+            self.positions[op_type] = [p for p, _ in pairs]
+            self.by_op[op_type] = [n for _, n in pairs]
+        else:
+            self.positions.pop(op_type, None)
+            self.by_op.pop(op_type, None)

@@ -23,7 +23,7 @@ exact division); anything else is left to the engines.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import onnx
 from onnx import helper
@@ -36,28 +36,38 @@ _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
 _TILE_PRODUCERS = frozenset({"Unsqueeze", "Constant"})
 
 
-def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+def expand_tiles(model: onnx.ModelProto,
+                 index: GraphIndex | None = None) -> dict[str, onnx.NodeProto]:
     """Turn each Tile of `model` whose repeated axes an Unsqueeze just added into an Expand by
-    the same repeats, in place; returns the Tiles by their output's name (for restore)."""
+    the same repeats, in place; returns the Tiles by their output's name (for restore).
+    `index`: the graph's (graph_index.py), where the caller has it: the Tiles and the
+    producers are read from it instead of a walk, and it is told of the Expands."""
     graph = model.graph
     tiles: list[onnx.NodeProto] = []
     # the only producers read: Unsqueezes (_unsqueezed_axes) and the Constants of repeats and
-    # axes (int_constants), found on the same walk
-    producer: dict[str, onnx.NodeProto] = {}
-    for node in graph.node:
-        op_type = node.op_type
-        if op_type == "Tile":
-            if node.domain in ("", "ai.onnx") and len(node.input) == 2:
-                tiles.append(node)
-        elif op_type in _TILE_PRODUCERS and node.output and node.output[0]:
-            producer[node.output[0]] = node
+    # axes (int_constants), by their first output
+    producer: Mapping[str, onnx.NodeProto]
+    if index is not None:
+        tiles = [node for node in index.nodes("Tile") if _tiles(node)]
+        producer = _FirstOutputs(index.producer)
+    else:
+        walked: dict[str, onnx.NodeProto] = {}
+        for node in graph.node:
+            op_type = node.op_type
+            if op_type == "Tile":
+                if _tiles(node):
+                    tiles.append(node)
+            elif op_type in _TILE_PRODUCERS and node.output and node.output[0]:
+                walked[node.output[0]] = node
+        producer = walked
     if not tiles:
         return {}
     # only the repeats and the Unsqueeze axes are read (a decoder has thousands of others)
     sources = [producer.get(tile.input[0]) for tile in tiles]
     wanted = {tile.input[1] for tile in tiles}
     wanted.update(name for source in sources if source is not None for name in source.input[1:])
-    constants = int_constants(graph, wanted, producer)
+    constants = int_constants(graph, wanted, producer,
+                              None if index is None else index.initializer)
     replaced: dict[str, onnx.NodeProto] = {}
     for node in tiles:
         repeats = constants.get(node.input[1])
@@ -69,7 +79,34 @@ def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
             original.CopyFrom(node)
             replaced[node.output[0]] = original
             node.op_type = "Expand"
+    if index is not None and replaced:
+        tiles_at = zip(index.positions["Tile"], index.nodes("Tile"), strict=True)
+        index.retyped({p: "Tile" for p, node in tiles_at if node.op_type == "Expand"})
     return replaced
+
+
+def _tiles(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx") and len(node.input) == 2
+
+
+class _FirstOutputs(Mapping[str, onnx.NodeProto]):
+    """The Unsqueeze and Constant nodes of a graph's producers (graph_index.py), each by its
+    first output only: what expand_tiles's walk maps."""
+
+    def __init__(self, producer: Mapping[str, onnx.NodeProto]) -> None:
+        self._producer = producer
+
+    def __getitem__(self, name: str) -> onnx.NodeProto:
+        node = self._producer[name]
+        if node.op_type not in _TILE_PRODUCERS or not name or node.output[0] != name:
+            raise KeyError(name)
+        return node
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self._producer if name in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _unsqueezed_axes(node: onnx.NodeProto | None,

@@ -71,16 +71,12 @@ class _Types:
                 or not self.reshaped.keys().isdisjoint(self.given) \
                 or not self.reshaped.keys().isdisjoint(self.declared_outputs):
             raise _Unsure
-        self.new: dict[str, onnx.TypeProto] = {}  # read only: equal merges share one
-        merges: dict[tuple[bytes, bytes], onnx.TypeProto] = {}  # a decoder's few per layer
+        self.new: dict[str, onnx.TypeProto] = {}
         for name, info in self.reshaped.items():
             inferred = self.infos.get(name)
             if inferred is None:
                 raise _Unsure
-            key = (info.type.SerializeToString(), inferred.type.SerializeToString())
-            if key not in merges:
-                merges[key] = _merged(info.type, inferred.type)
-            self.new[name] = merges[key]
+            self.new[name] = _merged(info.type, inferred.type)
 
     def current(self, name: str) -> onnx.TypeProto | None:
         found = self.new.get(name)

@@ -115,11 +115,14 @@ def write_misread_defaults(graph: onnx.GraphProto) -> None:
             node.attribute.append(onnx.helper.make_attribute(*default))
 
 
-def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueInfoProto]) -> bool:
+def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueInfoProto],
+                  made: set[str] | None = None) -> bool:
     """True when onnx's inference left onnxruntime's rules nothing to add: every node's outputs
     fully known, and every graph output's dims numbers or the declared inputs' dim names. The
     rules would then run on the outputs' producers alone (infer.py `unknown_part`), from the
-    same input types, and write the same types; their module (and sympy) need not load."""
+    same input types, and write the same types; their module (and sympy) need not load.
+    `made`: the names `graph`'s nodes other than Constant nodes make, where the caller has
+    them (graph_index.py), else read from the nodes."""
     declared: set[str] = set()
     read: set[bytes] = set()  # the inputs' distinct types (10^5 inputs: a few types)
     for value in declared_inputs:
@@ -140,11 +143,13 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
             judged.add(key)
         known.add(output.name)
     known |= fully_known_names(graph.value_info)
-    made: list[str] = []
+    if made is not None:
+        return known.issuperset(made)
+    walked: list[str] = []
     for node in graph.node:
         if node.op_type != "Constant":
-            made.extend(node.output)
-    return known.issuperset(name for name in made if name)
+            walked.extend(node.output)
+    return known.issuperset(name for name in walked if name)
 
 
 def int_values(tensor: onnx.TensorProto) -> list[int] | None:
