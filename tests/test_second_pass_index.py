@@ -15,9 +15,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.frontends.onnx import infer, kept_slices
-from graphmem.frontends.onnx.fold import fold_constants, refold_constants
+from graphmem.frontends.onnx.fold import fold_constants, refold_constants, restore_nodes
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.read import read_model
+from graphmem.frontends.onnx.repeat_dims import expand_tiles
 from graphmem.frontends.onnx.seq_dims import SeqDims, for_onnx_pass, kept_dims
 from graphmem.frontends.onnx.value_types import (
     MAX_VALUE_ELEMENTS,
@@ -25,6 +26,7 @@ from graphmem.frontends.onnx.value_types import (
     constant_tensor,
     fully_known,
     int_values,
+    typed_by_onnx,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,3 +302,76 @@ def test_the_refold_of_a_shape_chain_equals_the_walk(constant_last: bool) -> Non
     assert indexed == walked
     assert _index_text(index) == _index_text(GraphIndex(indexed.graph))
     assert len(expected) == (0 if constant_last else 2)  # the Gather, then the Add
+
+
+# ----- the importer's index: Tiles, the made names ---------------------------------------------
+def _tiled(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, onnx.NodeProto]]:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy, expand_tiles(copy)
+
+
+def test_tiles_expanded_through_the_index_equal_the_walk(tmp_path: Path) -> None:
+    turned = 0
+    for model in _models(tmp_path):
+        fold_constants(model)
+        walked, expected = _tiled(model)
+        indexed = onnx.ModelProto()
+        indexed.CopyFrom(model)
+        index = GraphIndex(indexed.graph)
+        assert expand_tiles(indexed, index) == expected
+        assert indexed == walked
+        assert _index_text(index) == _index_text(GraphIndex(indexed.graph))
+        turned += len(expected)
+    assert turned > 0  # the decoders' grouped-query repeats
+
+
+def _made_walked(graph: onnx.GraphProto) -> set[str]:
+    return {name for node in graph.node if node.op_type != "Constant"
+            for name in node.output if name}
+
+
+def test_the_index_made_names_are_the_walks(tmp_path: Path) -> None:
+    for model in _models(tmp_path):
+        index = GraphIndex(model.graph)
+        fold_constants(model, index=index)
+        expand_tiles(model, index)
+        assert index.made() == _made_walked(model.graph)
+        _, first = _first_pass(model)
+        # the verdict with the index's names is the walk's, on onnx's first pass and as typed
+        assert typed_by_onnx(first.graph, model.graph.input, index.made()) \
+            == typed_by_onnx(first.graph, model.graph.input)
+
+
+def test_a_folded_node_is_no_longer_made_by_a_node() -> None:
+    model = _shape_chain(constant_last=False)
+    index = GraphIndex(model.graph)
+    refold_constants(model, {"x": (None, 8)}, index)
+    assert index.made() == {"s", "r"} == _made_walked(model.graph)  # g and a: Constants now
+
+
+def test_nodes_restored_at_the_index_positions_equal_the_walk(tmp_path: Path) -> None:
+    for model in _models(tmp_path):
+        index = GraphIndex(model.graph)
+        replaced = fold_constants(model, index=index)
+        replaced.update(expand_tiles(model, index))
+        walked, placed = onnx.ModelProto(), onnx.ModelProto()
+        walked.CopyFrom(model)
+        placed.CopyFrom(model)
+        restore_nodes(walked, replaced)
+        restore_nodes(placed, replaced, index.position)
+        assert placed == walked
+
+
+def test_nodes_ordered_anew_are_restored_by_the_walk() -> None:
+    model = _shape_chain(constant_last=False)
+    index = GraphIndex(model.graph)
+    replaced = refold_constants(model, {"x": (None, 8)}, index)
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    restore_nodes(expected, replaced)
+    nodes = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(reversed(nodes))  # as onnxruntime's rules may write them
+    restore_nodes(model, replaced, index.position)
+    assert list(model.graph.node) == list(reversed(expected.graph.node))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -167,14 +167,39 @@ def _make_constant(node: onnx.NodeProto, value: np.ndarray,
     attribute.type = onnx.AttributeProto.TENSOR
 
 
-def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -> None:
+def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto],
+                  positions: Mapping[str, int] | None = None) -> None:
     """Put the model's own nodes back in place of the Constant nodes fold_constants made (and
-    of the nodes others changed for inference: repeat_dims.py's Expands), by output name."""
+    of the nodes others changed for inference: repeat_dims.py's Expands), by output name.
+    `positions`: each value's producer's position in the graph as indexed (graph_index.py),
+    where the caller has them: `model`'s nodes are read there, and walked only where one is
+    not the node making that name first (onnxruntime's rules may order the nodes anew; a
+    valid graph has one producer a name, validation.py)."""
     if not replaced:  # nothing folded (10^5 Adds of inputs): no walk
+        return
+    if positions is not None and _restored_at(model.graph.node, replaced, positions):
         return
     for node in model.graph.node:
         if node.output and node.output[0] in replaced:
             node.CopyFrom(replaced[node.output[0]])
+
+
+def _restored_at(nodes: Sequence[onnx.NodeProto], replaced: Mapping[str, onnx.NodeProto],
+                 positions: Mapping[str, int]) -> bool:
+    """restore_nodes at `positions`, where each names its node's first output; else False
+    and nothing restored."""
+    found = []
+    for name, original in replaced.items():
+        position = positions.get(name)
+        if position is None or position >= len(nodes):
+            return False
+        node = nodes[position]
+        if not node.output or node.output[0] != name:
+            return False
+        found.append((node, original))
+    for node, original in found:
+        node.CopyFrom(original)
+    return True
 
 
 class _KnownValues:

@@ -17,6 +17,7 @@ class GraphIndex:
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.initializer = {t.name: t for t in graph.initializer}
         self.producer: dict[str, onnx.NodeProto] = {}
+        self.position: dict[str, int] = {}  # each value's producer's (fold.py restore_nodes)
         self.by_op: dict[str, list[onnx.NodeProto]] = {}
         # the same nodes' positions: a copy of the graph's nodes is read at them
         self.positions: dict[str, list[int]] = {}
@@ -30,6 +31,7 @@ class GraphIndex:
                 self.positions[op_type] = [position]
             for name in node.output:
                 self.producer[name] = node
+                self.position[name] = position
         self.known = KnownTypes()  # the rules' fully_known verdicts, by type (any pass's)
         self._graph = graph
         self._consumers: dict[str, list[int]] | None = None

@@ -81,8 +81,9 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     if op_types & MISREAD_OPS:
         write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
     inferred, engine = infer_shapes(model, warnings, dim_names, folded, index)
+    positions = index.position if index is not None else None  # where restore_nodes looks
     del model, index  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
-    restore_nodes(inferred, folded)
+    restore_nodes(inferred, folded, positions)
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)
     graph = build_graph(inferred, path.stem, dim_names)
     gaps = fill_shape_gaps(graph)

@@ -155,7 +155,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
         return second
     # what onnx's third pass changes, inferred again alone (third_pass.py), else the pass
     third = third_pass(copy, second, reshaped, second_types,
-                       lambda part: _onnx_inference(part, []), index.consumers)
+                       lambda part: _onnx_inference(part, []), index)
     if third is not None:
         return third
     copy.graph.value_info.extend(reshaped)

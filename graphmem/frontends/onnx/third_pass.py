@@ -25,9 +25,11 @@ models.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import onnx
+
+from graphmem.frontends.onnx.graph_index import GraphIndex
 
 Inference = Callable[[onnx.ModelProto], "onnx.ModelProto | None"]
 _MAX_LEVELS = 64  # a chain of changes longer than this: the whole pass is as cheap
@@ -40,16 +42,17 @@ class _Unsure(Exception):
 def third_pass(copy: onnx.ModelProto, second: onnx.ModelProto,
                reshaped: list[onnx.ValueInfoProto],
                types: Mapping[str, onnx.ValueInfoProto], infer: Inference,
-               consumers: Mapping[str, list[int]] | None = None) -> onnx.ModelProto | None:
+               index: GraphIndex | None = None) -> onnx.ModelProto | None:
     """onnx's inference of `copy` with `reshaped` added to its value infos, made from `second`
     (onnx's inference of `copy` as it is; `types`: its inputs', value infos' and outputs'
     entries by name) in place; None where unsure (module docstring): `second` is then
-    unchanged. `copy` is not changed. `consumers`: the readers of each value of rank 2 or more
-    by position in `copy`'s nodes, where the caller has them (graph_index.py: the model's
-    nodes, which `copy`'s are but for scalar reshapes' targets of rank 1)."""
+    unchanged. `copy` is not changed. `index`: the model's (graph_index.py), where the caller
+    has it: `copy`'s nodes are the model's as indexed but for the scalar reshapes (Unsqueezes
+    whose targets, of rank 1, no level reads), so their readers and Constant nodes are read
+    from it by position."""
     try:
         changes = _Types(copy, types, reshaped)
-        _propagate(changes, copy, infer, consumers)
+        _propagate(changes, copy, infer, index)
         changes.check_known(second)
     except _Unsure:
         return None
@@ -106,11 +109,11 @@ class _Types:
             self.infos[name].type.CopyFrom(type_proto)
 
 def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference,
-               consumers: Mapping[str, list[int]] | None) -> None:
+               index: GraphIndex | None) -> None:
     """Infer again the nodes reading a changed value (of rank 2 or more: _merged,
     _infer_level) until none changes."""
     nodes = copy.graph.node
-    context = _Context(copy, consumers)
+    context = _Context(copy, index)
     consumers = context.consumers
     changed = {name for name, type_proto in types.new.items()
                if type_proto != types.infos[name].type}
@@ -125,15 +128,17 @@ def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference,
 class _Context:
     """What a small model of some of `copy`'s nodes takes from it."""
 
-    def __init__(self, copy: onnx.ModelProto,
-                 consumers: Mapping[str, list[int]] | None = None) -> None:
+    def __init__(self, copy: onnx.ModelProto, index: GraphIndex | None = None) -> None:
         self.copy = copy
         self.declared_inputs = {v.name for v in copy.graph.input}
+        self._index = index
+        consumers: Mapping[str, list[int]] | None = None if index is None else index.consumers
         if consumers is None:  # a value's readers, by position
-            consumers = {}
+            walked: dict[str, list[int]] = {}
             for position, node in enumerate(copy.graph.node):
                 for name in node.input:
-                    consumers.setdefault(name, []).append(position)
+                    walked.setdefault(name, []).append(position)
+            consumers = walked
         self.consumers = consumers
         # built on the first question (most parts read neither)
         self._initializers: dict[str, onnx.TensorProto] | None = None
@@ -147,7 +152,10 @@ class _Context:
     def constant(self, name: str) -> onnx.NodeProto | None:
         """The Constant node making `name`."""
         if self._constants is None:
-            self._constants = {n.output[0]: n for n in self.copy.graph.node
+            graph_nodes = self.copy.graph.node
+            nodes: Iterable[onnx.NodeProto] = graph_nodes if self._index is None else [
+                graph_nodes[p] for p in self._index.positions.get("Constant", ())]  # indexed
+            self._constants = {n.output[0]: n for n in nodes
                                if n.op_type == "Constant" and len(n.output) == 1}
         return self._constants.get(name)
 
