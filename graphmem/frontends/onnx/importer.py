@@ -84,6 +84,7 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     positions = index.position if index is not None else None  # where restore_nodes looks
     del model, index  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
     restore_nodes(inferred, folded, positions)
+    del positions  # a value each: not held while the IR is built
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)
     graph = build_graph(inferred, path.stem, dim_names)
     gaps = fill_shape_gaps(graph)
