@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.frontends.onnx import infer, scalar_reshapes
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.importer import import_onnx
 from graphmem.frontends.onnx.seq_dims import SeqDims
 from graphmem.frontends.onnx.value_types import constant_tensor
@@ -59,7 +60,7 @@ VIEWED = "(SymInt(batch), SymInt(seq), SymInt(2), SymInt(4))"
 
 def test_a_reshape_target_built_from_value_ints_is_followed_by_the_rules(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(infer, "unsqueeze_scalar_reshapes", lambda graph, types, producer: {})
+    monkeypatch.setattr(infer, "unsqueeze_scalar_reshapes", lambda graph, types, index: {})
     imported = import_onnx(_view_model(tmp_path / "m.onnx"))
     assert not imported.warnings, imported.warnings
     assert "onnxruntime" in imported.shape_inference  # the rules ran, and finished
@@ -107,12 +108,12 @@ def _turned_both_ways(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     turn = scalar_reshapes.unsqueeze_scalar_reshapes
 
     def both(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
-             producer: dict[str, onnx.NodeProto] | None = None) -> dict[str, onnx.NodeProto]:
+             index: GraphIndex | None = None) -> dict[str, onnx.NodeProto]:
         walked = onnx.GraphProto()
         walked.CopyFrom(graph)
         expected = turn(walked, types)
-        found = turn(graph, types, producer)
-        assert producer is not None and found == expected and graph == walked
+        found = turn(graph, types, index)
+        assert index is not None and found == expected and graph == walked
         turned.append(len(found))
         return found
 

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphmem.frontends.onnx import infer, third_pass
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.importer import import_onnx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,8 @@ def _compared(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     def both(copy: onnx.ModelProto, second: onnx.ModelProto,
              reshaped: list[onnx.ValueInfoProto], types: dict[str, onnx.ValueInfoProto],
-             run: third_pass.Inference) -> onnx.ModelProto | None:
+             run: third_pass.Inference,
+             index: GraphIndex | None = None) -> onnx.ModelProto | None:
         before = copy.SerializeToString()
         whole_input = onnx.ModelProto()
         whole_input.CopyFrom(copy)
@@ -50,7 +52,7 @@ def _compared(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         whole = run(whole_input)
         untouched = onnx.ModelProto()
         untouched.CopyFrom(second)
-        made = shortcut(copy, second, reshaped, types, run)
+        made = shortcut(copy, second, reshaped, types, run, index)  # through the index
         assert copy.SerializeToString() == before
         taken.append(made is not None)
         if made is None:

@@ -13,14 +13,16 @@ nodes (`restore_nodes`).
 
 from __future__ import annotations
 
+import heapq
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.untrusted import has_inline_data, tensor_numel
 
 # ops that compute shapes and indices; all cheap and deterministic
@@ -39,52 +41,105 @@ _DECODED_KEY_BYTES = 1024  # Constants above this are decoded each time (none is
 StaticDims = Mapping[str, tuple[int | None, ...]]
 
 
-def fold_constants(model: onnx.ModelProto,
-                   shapes: StaticDims | None = None) -> dict[str, onnx.NodeProto]:
+def fold_constants(model: onnx.ModelProto, shapes: StaticDims | None = None,
+                   index: GraphIndex | None = None) -> dict[str, onnx.NodeProto]:
     """Replace foldable nodes of `model` (in place) by Constant nodes with the same outputs;
-    returns the replaced nodes by their first output's name.
+    returns the replaced nodes by their first output's name. `index`: the graph's
+    (graph_index.py), told which nodes became Constants.
 
     With `shapes` (what a first inference found), `Shape(x)` of an x whose dims are numbers
     folds too, and so does `Gather(Shape(x), i)` where dim i is a number though others are
     symbolic (a decoder's `x.size(-1) // 2` for rotate_half: 64, whatever the sequence)."""
-    return _fold(model, shapes, refolding=False)
+    if index is None:
+        return _fold(model, shapes, refolding=False)
+    folding = _Folding(model, shapes, index.initializer)
+    folded: dict[int, str] = {}  # position: the op type it had
+    for position, node in enumerate(model.graph.node):
+        op_type = node.op_type
+        if folding.visit(node, refolding=False):
+            folded[position] = op_type
+    index.retyped(folded)
+    return folding.replaced
 
 
-def refold_constants(model: onnx.ModelProto, shapes: StaticDims) -> dict[str, onnx.NodeProto]:
+def refold_constants(model: onnx.ModelProto, shapes: StaticDims,
+                     index: GraphIndex | None = None) -> dict[str, onnx.NodeProto]:
     """fold_constants with `shapes`, on a model fold_constants already folded: a node can fold
     now only if it reads a shape (Shape, Size, Gather of a shape vector) or a value folded in
     this call, since every other node's inputs are what they were then and folding is
-    deterministic; only those are evaluated (a decoder has thousands of others)."""
-    return _fold(model, shapes, refolding=True)
+    deterministic; only those are evaluated (a decoder has thousands of others). `index`:
+    the graph's (graph_index.py), where the caller has it: only those nodes are visited, in
+    the graph's order, instead of every node; it is told which nodes became Constants."""
+    if index is None:
+        return _fold(model, shapes, refolding=True)
+    folding = _Folding(model, shapes, index.initializer)
+    nodes = model.graph.node
+    constants = index.positions.get("Constant", [])
+    pending = sorted(p for op in _SHAPE_READERS for p in index.positions.get(op, ()))
+    queued, registered = set(pending), 0
+    folded: dict[int, str] = {}  # position: the op type it had
+    while pending:
+        position = heapq.heappop(pending)
+        # the Constant nodes before it, registered as the walk over every node does
+        while registered < len(constants) and constants[registered] < position:
+            folding.visit(nodes[constants[registered]], refolding=True)
+            registered += 1
+        node = nodes[position]
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            continue  # registered above when a node after it is visited
+        op_type = node.op_type
+        if not folding.visit(node, refolding=True):
+            continue
+        folded[position] = op_type
+        for reader in index.consumers_of(node.output[0]):
+            if reader > position and reader not in queued:  # what the walk visits later
+                queued.add(reader)
+                heapq.heappush(pending, reader)
+    index.retyped(folded)
+    return folding.replaced
 
 
 def _fold(model: onnx.ModelProto, shapes: StaticDims | None,
           refolding: bool) -> dict[str, onnx.NodeProto]:
-    known = _KnownValues(model.graph)
-    partial: dict[str, tuple[int | None, ...]] = {}  # shape vectors with some dims known
-    replaced: dict[str, onnx.NodeProto] = {}
-    fresh: set[str] = set()  # values folded in this call
-    opset = default_opset(model) or 17  # a model without one still folds
-    tensors: dict[tuple[str, tuple[int, ...], bytes], onnx.TensorProto] = {}
+    folding = _Folding(model, shapes)
     for node in model.graph.node:
+        folding.visit(node, refolding)
+    return folding.replaced
+
+
+class _Folding:
+    """One fold's state: the values known so far, what it replaced."""
+
+    def __init__(self, model: onnx.ModelProto, shapes: StaticDims | None,
+                 initializers: Mapping[str, onnx.TensorProto] | None = None) -> None:
+        self.known = _KnownValues(model.graph, initializers)
+        self.shapes = shapes
+        self.partial: dict[str, tuple[int | None, ...]] = {}  # shape vectors, some dims known
+        self.replaced: dict[str, onnx.NodeProto] = {}
+        self.fresh: set[str] = set()  # values folded in this call
+        self.opset = default_opset(model) or 17  # a model without one still folds
+        self.tensors: dict[tuple[str, tuple[int, ...], bytes], onnx.TensorProto] = {}
+
+    def visit(self, node: onnx.NodeProto, refolding: bool) -> bool:
+        """Fold `node` in place where its values are known; whether it was."""
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            known.add_constant(node)
-            continue
+            self.known.add_constant(node)
+            return False
         values = None
-        if not refolding or not fresh.isdisjoint(node.input):
-            values = _evaluate(node, known, opset)
-        if values is None and shapes is not None:
-            values = _evaluate_shape(node, known, partial, shapes, opset)
+        if not refolding or not self.fresh.isdisjoint(node.input):
+            values = _evaluate(node, self.known, self.opset)
+        if values is None and self.shapes is not None:
+            values = _evaluate_shape(node, self.known, self.partial, self.shapes, self.opset)
         if values is None:
-            continue
-        fresh.update(node.output)
+            return False
+        self.fresh.update(node.output)
         for name, value in zip(node.output, values, strict=True):
-            known[name] = value
+            self.known[name] = value
         original = onnx.NodeProto()
         original.CopyFrom(node)
-        replaced[node.output[0]] = original
-        _make_constant(node, values[0], tensors)
-    return replaced
+        self.replaced[node.output[0]] = original
+        _make_constant(node, values[0], self.tensors)
+        return True
 
 
 def _make_constant(node: onnx.NodeProto, value: np.ndarray,
@@ -112,14 +167,39 @@ def _make_constant(node: onnx.NodeProto, value: np.ndarray,
     attribute.type = onnx.AttributeProto.TENSOR
 
 
-def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto]) -> None:
+def restore_nodes(model: onnx.ModelProto, replaced: dict[str, onnx.NodeProto],
+                  positions: Mapping[str, int] | None = None) -> None:
     """Put the model's own nodes back in place of the Constant nodes fold_constants made (and
-    of the nodes others changed for inference: repeat_dims.py's Expands), by output name."""
+    of the nodes others changed for inference: repeat_dims.py's Expands), by output name.
+    `positions`: each value's producer's position in the graph as indexed (graph_index.py),
+    where the caller has them: `model`'s nodes are read there, and walked only where one is
+    not the node making that name first (onnxruntime's rules may order the nodes anew; a
+    valid graph has one producer a name, validation.py)."""
     if not replaced:  # nothing folded (10^5 Adds of inputs): no walk
+        return
+    if positions is not None and _restored_at(model.graph.node, replaced, positions):
         return
     for node in model.graph.node:
         if node.output and node.output[0] in replaced:
             node.CopyFrom(replaced[node.output[0]])
+
+
+def _restored_at(nodes: Sequence[onnx.NodeProto], replaced: Mapping[str, onnx.NodeProto],
+                 positions: Mapping[str, int]) -> bool:
+    """restore_nodes at `positions`, where each names its node's first output; else False
+    and nothing restored."""
+    found = []
+    for name, original in replaced.items():
+        position = positions.get(name)
+        if position is None or position >= len(nodes):
+            return False
+        node = nodes[position]
+        if not node.output or node.output[0] != name:
+            return False
+        found.append((node, original))
+    for node, original in found:
+        node.CopyFrom(original)
+    return True
 
 
 class _KnownValues:
@@ -127,9 +207,12 @@ class _KnownValues:
     only when a foldable node reads it (a decoder has thousands of each that no foldable node
     reads; decoding every one was most of the folding time, and folding runs twice)."""
 
-    def __init__(self, graph: onnx.GraphProto) -> None:
+    def __init__(self, graph: onnx.GraphProto,
+                 initializers: Mapping[str, onnx.TensorProto] | None = None) -> None:
         self.values: dict[str, np.ndarray] = {}
-        self.initializers = {tensor.name: tensor for tensor in graph.initializer}
+        # the graph's initializers by name (a copy: taken out as they are decoded)
+        self.initializers = {tensor.name: tensor for tensor in graph.initializer} \
+            if initializers is None else dict(initializers)
         self.constants: dict[str, onnx.NodeProto] = {}
         # decoded values by the Constant's attribute bytes: a decoder's layers hold the same
         # few (axes [0], [1]...) thousands of times

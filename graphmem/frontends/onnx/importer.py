@@ -18,7 +18,8 @@ from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.frontends.onnx.build import build_graph, module_path_of
 from graphmem.frontends.onnx.fold import fold_constants, restore_nodes
-from graphmem.frontends.onnx.infer import infer_shapes
+from graphmem.frontends.onnx.graph_index import GraphIndex
+from graphmem.frontends.onnx.infer import RULED_OPS, infer_shapes
 from graphmem.frontends.onnx.read import (
     alias_dim_params,
     fix_input_dims,
@@ -72,14 +73,18 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph)  # inference sees safe names only
     op_types = {node.op_type for node in model.graph.node}  # the steps below skip if none
-    folded = fold_constants(model)  # inference sees literal shape values (fold.py)
+    # the inference rules' one walk over the nodes, the folds' and the Tiles' (graph_index.py)
+    index = GraphIndex(model.graph) if op_types & RULED_OPS else None
+    folded = fold_constants(model, index=index)  # inference sees literal shape values (fold.py)
     if "Tile" in op_types:  # ... and a Tile of added axes as Expand (repeat_dims)
-        folded.update(expand_tiles(model))
+        folded.update(expand_tiles(model, index))
     if op_types & MISREAD_OPS:
         write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
-    inferred, engine = infer_shapes(model, warnings, dim_names, folded)
-    del model  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
-    restore_nodes(inferred, folded)
+    inferred, engine = infer_shapes(model, warnings, dim_names, folded, index)
+    positions = index.position if index is not None else None  # where restore_nodes looks
+    del model, index  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
+    restore_nodes(inferred, folded, positions)
+    del positions  # a value each: not held while the IR is built
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)
     graph = build_graph(inferred, path.stem, dim_names)
     gaps = fill_shape_gaps(graph)

@@ -39,7 +39,6 @@ from graphmem.frontends.onnx.ort_engine import (
     bounded_engine,
     remembered_shapes,
     skip_static_nodes,
-    static_value_infos,
     sympy_for_engine,
 )
 from graphmem.frontends.onnx.ort_rules import added_rules
@@ -48,37 +47,42 @@ from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
     SeqDims,
     for_onnx_pass,
-    is_expression,
     sequence_dims,
 )
 from graphmem.frontends.onnx.third_pass import third_pass
+from graphmem.frontends.onnx.unknown_part import unknown_part
 from graphmem.frontends.onnx.value_types import (
-    constant_tensor,
-    fully_known_names,
     known_dims,
-    small_value,
     typed_by_onnx,
 )
 
-# Ops whose output value is their input's shape: the input's own value is never needed.
-_SHAPE_OPS = frozenset({"Shape", "Size"})
 _GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
+# the ops whose outputs the second pass's rules type (each rule one op)
+RULED_OPS = frozenset({"Slice", "Range", "Reshape"})
 
 Engine = tuple[onnx.ModelProto, str]
 
 
 def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
-                 folded: dict[str, onnx.NodeProto] | None = None) -> Engine:
+                 folded: dict[str, onnx.NodeProto] | None = None,
+                 index: GraphIndex | None = None) -> Engine:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     what onnx left unknown (module docstring; none left: not loaded), where they give up the
-    value infos' shapes merged in; nodes refold_constants folds go to `folded`."""
+    value infos' shapes merged in; nodes refold_constants folds go to `folded`. `index`:
+    `model`'s graph's (graph_index.py: the importer's, built where a rule's op is present),
+    else built here where one is."""
     if not _splittable(model):
         return _whole_model_inference(model, warnings, dim_names)
     first = _onnx_inference(_bytes_without_value_info(model), [])
     if first is None:
         return _whole_model_inference(model, warnings, dim_names)
-    first = _second_pass(model, first, folded if folded is not None else {})
-    if typed_by_onnx(first.graph, model.graph.input):
+    if index is None:
+        index = ruled_index(model.graph)
+    second = _second_pass(model, first, folded if folded is not None else {}, index)
+    # the nodes' outputs from the index where the graph typed is the model's nodes as refolded
+    made = index.made() if index is not None and second is not first else None
+    first = second
+    if typed_by_onnx(first.graph, model.graph.input, made):
         return first, _engine_name(0)
     part = unknown_part(first, model.graph.input)
     failed_ops: list[str] = []
@@ -100,32 +104,44 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
     return first, engine
 
 
+def ruled_index(graph: onnx.GraphProto) -> GraphIndex | None:
+    """The rules' one walk over the nodes (graph_index.py), where one of their ops is present
+    (10^5 Adds: no table built)."""
+    if RULED_OPS.isdisjoint(node.op_type for node in graph.node):
+        return None
+    return GraphIndex(graph)
+
+
 def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
-                 folded: dict[str, onnx.NodeProto]) -> onnx.ModelProto:
+                 folded: dict[str, onnx.NodeProto],
+                 index: GraphIndex | None = None) -> onnx.ModelProto:
     """onnx's inference again where the first pass's dims let more be known: shape arithmetic
     on dims that are numbers folded (fold.py), slices along known axes given the dims they keep
     (kept_slices.py), positions, rotary slices and what they broadcast against given the
     lengths onnxruntime's rules compute (seq_dims.py), reshapes whose -1 divides out exactly
     (repeat_dims.py; once more on this pass's types); the first pass where none applies."""
-    refolded = refold_constants(model, _static_dims(first.graph))
-    folded.update(refolded)
     # each rule below types the outputs of one op: none present (10^5 Adds), no table built
-    ops = {node.op_type for node in model.graph.node}
-    typed_ops = ops & {"Slice", "Range", "Reshape"}
-    types = _types_of(first.graph) if typed_ops else {}
-    # the rules' one walk over the nodes (graph_index.py)
-    index = GraphIndex(model.graph if typed_ops else onnx.GraphProto())
+    if index is None:
+        index = ruled_index(model.graph)
+    if index is not None:  # the refold's too
+        types = _types_of(first.graph)
+        refolded = refold_constants(model, _static_dims_of(index, types, first.graph), index)
+        ops = set(index.by_op)  # as the refold left them
+    else:
+        index, types, ops = GraphIndex(onnx.GraphProto()), {}, set()
+        refolded = refold_constants(model, _static_dims(first.graph))
+    folded.update(refolded)
     slices: list[onnx.ValueInfoProto] = []
     if ops & {"Slice", "Range"}:
         seq = SeqDims(model.graph, types, index)
-        slices.extend(kept_slice_dims(model.graph, first.graph, seq, index))
-        slices.extend(sequence_dims(model.graph, first.graph, seq))
+        slices.extend(kept_slice_dims(model.graph, first.graph, seq, index, types))
+        slices.extend(sequence_dims(seq))
     if "Reshape" in ops:
-        slices.extend(reshape_dims(model.graph, first.graph, index))
+        slices.extend(reshape_dims(model.graph, first.graph, index, types))
     elif not refolded and not slices:
         return first
-    copy = _without_value_info(model, for_onnx_pass(model.graph, slices))
-    scalars = unsqueeze_scalar_reshapes(copy.graph, types, index.producer)  # scalar_reshapes.py
+    copy = _without_value_info(model, for_onnx_pass(model.graph, slices, index))
+    scalars = unsqueeze_scalar_reshapes(copy.graph, types, index)  # scalar_reshapes.py
     if not refolded and not slices and not scalars:
         return first
     folded.update(scalars)
@@ -139,7 +155,7 @@ def _second_pass(model: onnx.ModelProto, first: onnx.ModelProto,
         return second
     # what onnx's third pass changes, inferred again alone (third_pass.py), else the pass
     third = third_pass(copy, second, reshaped, second_types,
-                       lambda part: _onnx_inference(part, []))
+                       lambda part: _onnx_inference(part, []), index)
     if third is not None:
         return third
     copy.graph.value_info.extend(reshaped)
@@ -156,6 +172,24 @@ def _static_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
         if info.name in wanted and info.type.tensor_type.HasField("shape"):
             dims[info.name] = tuple(d.dim_value if d.HasField("dim_value") else None
                                     for d in info.type.tensor_type.shape.dim)
+    return dims
+
+
+def _static_dims_of(index: GraphIndex, types: Mapping[str, onnx.ValueInfoProto],
+                    graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
+    """_static_dims of `graph` (whose nodes `index` indexes), read from its `types` instead
+    of a walk over every value; the walk where a value's last entry has no shape (an earlier
+    one may)."""
+    wanted = {n.input[0] for op in ("Shape", "Size") for n in index.nodes(op) if n.input}
+    dims: dict[str, tuple[int | None, ...]] = {}
+    for name in wanted:
+        info = types.get(name)
+        if info is None:
+            continue
+        if not info.type.tensor_type.HasField("shape"):
+            return _static_dims(graph)
+        dims[name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                           for d in info.type.tensor_type.shape.dim)
     return dims
 
 
@@ -260,92 +294,6 @@ def _bytes_without_value_info(model: onnx.ModelProto) -> bytes:
         return model.SerializeToString()
     finally:
         graph.value_info.extend(kept.value_info)
-
-
-def unknown_part(inferred: onnx.ModelProto,
-                 declared_inputs: Iterable[onnx.ValueInfoProto]) -> onnx.ModelProto:
-    """The model onnxruntime's rules run on: the nodes of `inferred` (onnx's result) with an
-    output not fully known, the producers of the graph outputs, and the producers of the
-    small tensors those read, back to Shape nodes, and of what they read with a dim named by
-    an expression (seq_dims.py); inputs: the model's own (always, so their
-    dims are checked and their symbols registered as in a whole run), then every other
-    tensor the part reads, typed as onnx inferred it."""
-    graph = inferred.graph
-    types = {v.name: v for v in (*graph.value_info, *graph.output)}
-    known = fully_known_names(types.values())
-    nodes = list(graph.node)
-    outputs = [node.output for node in nodes]
-    producer = {name: index for index, names in enumerate(outputs) for name in names}
-    pending = [index for index, node in enumerate(nodes) if node.op_type != "Constant"
-               and not all(name in known for name in outputs[index] if name)]
-    pending.extend(producer[v.name] for v in graph.output if v.name in producer)
-    chosen: set[int] = set()
-    small: dict[str, bool] = {}  # by value name: most are read by several nodes
-    # a dim named by an expression (seq_dims.py) is no symbol the rules can read back: its
-    # producer computes it in the part
-    expressed: dict[str, bool] = {}
-    while pending:
-        index = pending.pop()
-        if index in chosen:
-            continue
-        chosen.add(index)
-        reads_shape = nodes[index].op_type in _SHAPE_OPS
-        for name in nodes[index].input:
-            source = producer.get(name)
-            if source is None or source in chosen:
-                continue
-            if name not in small:
-                small[name] = small_value(types.get(name))
-                expressed[name] = _has_expression(types.get(name))
-            if expressed[name] or (small[name] and not reads_shape):
-                pending.append(source)
-    part = [nodes[index] for index in sorted(chosen)]  # the model's (topological) order
-    return _part_model(inferred, part, types, declared_inputs)
-
-
-def _has_expression(info: onnx.ValueInfoProto | None) -> bool:
-    return info is not None and info.type.WhichOneof("value") == "tensor_type" \
-        and any(is_expression(d) for d in info.type.tensor_type.shape.dim)
-
-
-def _part_model(inferred: onnx.ModelProto, nodes: list[onnx.NodeProto],
-                types: Mapping[str, onnx.ValueInfoProto],
-                declared_inputs: Iterable[onnx.ValueInfoProto]) -> onnx.ModelProto:
-    graph = inferred.graph
-    made = {name for node in nodes for name in node.output}
-    initializers = {t.name: t for t in graph.initializer}
-    inputs = list(declared_inputs)
-    given = {v.name for v in inputs} | made | initializers.keys()
-    read: dict[str, None] = {}
-    for node in nodes:
-        read.update((name, None) for name in node.input if name and name not in given)
-    inputs.extend(types[name] for name in read if name in types)
-    part = onnx.ModelProto()
-    for field in ("ir_version", "opset_import", "producer_name", "producer_version", "domain"):
-        value = getattr(inferred, field)
-        if field == "opset_import":
-            part.opset_import.extend(value)
-        else:
-            setattr(part, field, value)
-    used = {name for node in nodes for name in node.input}
-    part.graph.name = graph.name
-    # Constant nodes go in as initializers: the rules read their values either way, and an
-    # initializer costs the engine nothing per node
-    part.graph.node.extend(n for n in nodes if constant_tensor(n) is None)
-    part.graph.input.extend(inputs)
-    part.graph.initializer.extend(t for name, t in initializers.items() if name in used)
-    for node in nodes:
-        tensor = constant_tensor(node)
-        if tensor is not None:
-            initializer = part.graph.initializer.add()
-            initializer.CopyFrom(tensor)
-            initializer.name = node.output[0]
-    part.graph.output.extend(v for v in graph.output if v.name in made)
-    # the types onnx gave with numbers only: the engine takes them instead of its own
-    # one-node inference (ort_engine.py); it reads no value infos otherwise
-    part.graph.value_info.extend(static_value_infos(types, part.graph.node))
-    part.metadata_props.add(key=STATIC_TYPES_KEY, value=STATIC_TYPES_TOKEN)
-    return part
 
 
 def _copy_outputs(target: onnx.GraphProto, source: onnx.GraphProto) -> None:

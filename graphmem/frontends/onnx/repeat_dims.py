@@ -23,41 +23,51 @@ exact division); anything else is left to the engines.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.shape_vectors import Dim, ShapeVectors
-from graphmem.frontends.onnx.value_types import constant_tensor, fully_known
+from graphmem.frontends.onnx.value_types import constant_tensor, int_values
 
 _MAX_TARGET = 16  # entries of a reshape target or repeats vector read
 _TILE_PRODUCERS = frozenset({"Unsqueeze", "Constant"})
 
 
-def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+def expand_tiles(model: onnx.ModelProto,
+                 index: GraphIndex | None = None) -> dict[str, onnx.NodeProto]:
     """Turn each Tile of `model` whose repeated axes an Unsqueeze just added into an Expand by
-    the same repeats, in place; returns the Tiles by their output's name (for restore)."""
+    the same repeats, in place; returns the Tiles by their output's name (for restore).
+    `index`: the graph's (graph_index.py), where the caller has it: the Tiles and the
+    producers are read from it instead of a walk, and it is told of the Expands."""
     graph = model.graph
     tiles: list[onnx.NodeProto] = []
     # the only producers read: Unsqueezes (_unsqueezed_axes) and the Constants of repeats and
-    # axes (int_constants), found on the same walk
-    producer: dict[str, onnx.NodeProto] = {}
-    for node in graph.node:
-        op_type = node.op_type
-        if op_type == "Tile":
-            if node.domain in ("", "ai.onnx") and len(node.input) == 2:
-                tiles.append(node)
-        elif op_type in _TILE_PRODUCERS and node.output and node.output[0]:
-            producer[node.output[0]] = node
+    # axes (int_constants), by their first output
+    producer: Mapping[str, onnx.NodeProto]
+    if index is not None:
+        tiles = [node for node in index.nodes("Tile") if _tiles(node)]
+        producer = _FirstOutputs(index.producer)
+    else:
+        walked: dict[str, onnx.NodeProto] = {}
+        for node in graph.node:
+            op_type = node.op_type
+            if op_type == "Tile":
+                if _tiles(node):
+                    tiles.append(node)
+            elif op_type in _TILE_PRODUCERS and node.output and node.output[0]:
+                walked[node.output[0]] = node
+        producer = walked
     if not tiles:
         return {}
     # only the repeats and the Unsqueeze axes are read (a decoder has thousands of others)
     sources = [producer.get(tile.input[0]) for tile in tiles]
     wanted = {tile.input[1] for tile in tiles}
     wanted.update(name for source in sources if source is not None for name in source.input[1:])
-    constants = int_constants(graph, wanted, producer)
+    constants = int_constants(graph, wanted, producer,
+                              None if index is None else index.initializer)
     replaced: dict[str, onnx.NodeProto] = {}
     for node in tiles:
         repeats = constants.get(node.input[1])
@@ -69,7 +79,34 @@ def expand_tiles(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
             original.CopyFrom(node)
             replaced[node.output[0]] = original
             node.op_type = "Expand"
+    if index is not None and replaced:
+        tiles_at = zip(index.positions["Tile"], index.nodes("Tile"), strict=True)
+        index.retyped({p: "Tile" for p, node in tiles_at if node.op_type == "Expand"})
     return replaced
+
+
+def _tiles(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx") and len(node.input) == 2
+
+
+class _FirstOutputs(Mapping[str, onnx.NodeProto]):
+    """The Unsqueeze and Constant nodes of a graph's producers (graph_index.py), each by its
+    first output only: what expand_tiles's walk maps."""
+
+    def __init__(self, producer: Mapping[str, onnx.NodeProto]) -> None:
+        self._producer = producer
+
+    def __getitem__(self, name: str) -> onnx.NodeProto:
+        node = self._producer[name]
+        if node.op_type not in _TILE_PRODUCERS or not name or node.output[0] != name:
+            raise KeyError(name)
+        return node
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self._producer if name in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _unsqueezed_axes(node: onnx.NodeProto | None,
@@ -91,12 +128,14 @@ def reshape_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
     if types is None:
         types = {v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)}
     index = index or GraphIndex(graph)
+    known = index.known
     nodes = [n for n in index.nodes("Reshape") if n.domain in ("", "ai.onnx")
-             and len(n.input) == 2 and not fully_known(types.get(n.output[0]))
-             and fully_known(types.get(n.input[0]))]
+             and len(n.input) == 2 and not known(types.get(n.output[0]))
+             and known(types.get(n.input[0]))]
     if not nodes:
         return []
-    constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer)
+    constants = int_constants(graph, {n.input[1] for n in nodes}, index.producer,
+                              index.initializer)
     # a target computed from shapes (shape_vectors.py)
     vectors = ShapeVectors(graph, types, index)
     typed = []
@@ -157,10 +196,17 @@ def _product(dims: list[Dim]) -> tuple[int, Counter[str]]:
 
 
 def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None,
-                  producer: Mapping[str, onnx.NodeProto] | None = None) -> dict[str, list[int]]:
+                  producer: Mapping[str, onnx.NodeProto] | None = None,
+                  initializers: Mapping[str, onnx.TensorProto] | None = None
+                  ) -> dict[str, list[int]]:
     """Small 1-D int64 initializers and Constant nodes (those in `wanted`, if given; their
-    Constant nodes found through `producer`, the graph's, where given)."""
-    tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
+    Constant nodes found through `producer`, the graph's, and the initializers through
+    `initializers`, the graph's by name, where given); a Constant's value over an
+    initializer's of the same name."""
+    if wanted is not None and initializers is not None:
+        tensors = [(name, initializers[name]) for name in wanted if name in initializers]
+    else:
+        tensors = [(t.name, t) for t in graph.initializer if wanted is None or t.name in wanted]
     nodes = graph.node if wanted is None or producer is None else [
         node for name in wanted if (node := producer.get(name)) is not None]
     tensors.extend((n.output[0], t) for n in nodes
@@ -172,8 +218,7 @@ def int_constants(graph: onnx.GraphProto, wanted: set[str] | None = None,
         if tensor.data_type == onnx.TensorProto.INT64 and len(tensor.dims) == 1 \
                 and tensor.dims[0] <= _MAX_TARGET \
                 and tensor.data_location != onnx.TensorProto.EXTERNAL:
-            try:
-                values[name] = [int(v) for v in numpy_helper.to_array(tensor)]
-            except ValueError:  # data of the wrong size: the engines will say so
-                continue
+            decoded = int_values(tensor)  # None: data of the wrong size, the engines will say so
+            if decoded is not None:
+                values[name] = decoded
     return values

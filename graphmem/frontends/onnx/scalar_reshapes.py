@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import onnx
 from onnx import helper
 
+from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.repeat_dims import int_constants
 
 AXES = "gm__scalar_reshape_axes"
@@ -24,19 +25,21 @@ AXES = "gm__scalar_reshape_axes"
 
 def unsqueeze_scalar_reshapes(graph: onnx.GraphProto,
                               types: Mapping[str, onnx.ValueInfoProto],
-                              producer: Mapping[str, onnx.NodeProto] | None = None
-                              ) -> dict[str, onnx.NodeProto]:
+                              index: GraphIndex | None = None) -> dict[str, onnx.NodeProto]:
     """Turn each Reshape of `graph` whose input `types` say is a scalar (rank 0) and whose
     target is a constant [-1] or [1] into Unsqueeze(input, AXES), in place; returns the
-    Reshapes by their output's name (for restore). `producer`: each value's node in a graph
-    of the same nodes (graph_index.py), where the caller has it: the targets' Constant nodes
-    are found through it instead of a walk over every node (0.028 CPU s on the dynamo
-    decoder)."""
-    reshapes = [node for node in graph.node if node.op_type == "Reshape"
+    Reshapes by their output's name (for restore). `index`: a graph of the same nodes'
+    (graph_index.py), where the caller has it: the Reshapes are read at its positions and the
+    targets' Constant nodes found through its producers instead of walks over every node
+    (0.028 CPU s on the dynamo decoder)."""
+    nodes = graph.node if index is None else [graph.node[p] for p in index.positions.get(
+        "Reshape", ())]
+    reshapes = [node for node in nodes if node.op_type == "Reshape"
                 and node.domain in ("", "ai.onnx") and len(node.input) == 2
                 and _rank(types.get(node.input[0])) == 0]
     wanted = {node.input[1] for node in reshapes}
-    targets = int_constants(graph, wanted, producer) if reshapes else {}
+    targets = {} if not reshapes else int_constants(graph, wanted) if index is None else \
+        int_constants(graph, wanted, index.producer, index.initializer)
     replaced: dict[str, onnx.NodeProto] = {}
     for node in reshapes:
         # allowzero (the dynamo exporter writes 0) changes nothing for a target of -1 or 1

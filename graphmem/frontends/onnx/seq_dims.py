@@ -34,10 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import onnx
-from onnx import numpy_helper
 
 from graphmem.frontends.onnx.graph_index import GraphIndex
-from graphmem.frontends.onnx.value_types import constant_tensor, dim_known
+from graphmem.frontends.onnx.value_types import constant_tensor, dim_known, int_values
 
 # Ops whose rules pass a value on (`_pass_on_sympy_data`) from Gather(Shape(x), i) to an end
 # or a limit (Identity's rule passes only the type: the rules name its output afresh)
@@ -51,11 +50,16 @@ class SeqDims:
     def __init__(self, graph: onnx.GraphProto, types: Mapping[str, onnx.ValueInfoProto],
                  index: GraphIndex | None = None) -> None:
         index = index or GraphIndex(graph)  # the callers' one walk, else one of its own
+        self.index = index
         self._producer = index.producer
         self._initializers = index.initializer
-        self._types = types
+        self.types = types
         self._declared = {d.dim_param for v in graph.input
                           for d in v.type.tensor_type.shape.dim if d.dim_param}
+        # answers by value name (the graph is not changed while it is read): a decoder's
+        # slices read the same few starts, ends and steps once a layer
+        self._constants: dict[tuple[str, bool], list[int] | None] = {}
+        self._dims: dict[str, str | None] = {}
 
     def range_dim(self, node: onnx.NodeProto) -> str | None:
         """The rules' length of `Range(0, s, 1)` (the name of a declared dim), else None."""
@@ -79,6 +83,11 @@ class SeqDims:
         `s` by onnx's inference, read as Gather(Shape(x), i), Slice(Shape(x), [i], [i + 1]) or
         Shape(x, start=i, end=i + 1), through pass-through ops. However a graph writes it (an
         exporter's Gather, a hand-written Slice), the rules compute the same symbol."""
+        if name not in self._dims:
+            self._dims[name] = self._declared_dim(name)
+        return self._dims[name]
+
+    def _declared_dim(self, name: str) -> str | None:
         node = self._producer.get(name)
         while node is not None and node.domain in ("", "ai.onnx") and node.input \
                 and (node.op_type in _PASS_THROUGH or self._vector_of_one(node)):
@@ -117,7 +126,7 @@ class SeqDims:
         return self._dim_name(shape.input[0], start + index)
 
     def _dim_name(self, name: str, index: int) -> str | None:
-        info = self._types.get(name)
+        info = self.types.get(name)
         if info is None or not info.type.tensor_type.HasField("shape"):
             return None
         dims = info.type.tensor_type.shape.dim
@@ -128,7 +137,13 @@ class SeqDims:
 
     def constant(self, name: str, scalar: bool = False) -> list[int] | None:
         """An integer Constant node's or initializer's one value (of a scalar, or with
-        `scalar` False of a one-element vector) as a list, else None."""
+        `scalar` False of a one-element vector) as a list (not to be changed), else None."""
+        key = (name, scalar)
+        if key not in self._constants:
+            self._constants[key] = self._constant(name, scalar)
+        return self._constants[key]
+
+    def _constant(self, name: str, scalar: bool) -> list[int] | None:
         tensor = self._initializers.get(name)
         node = self._producer.get(name)
         if tensor is None and node is not None:
@@ -138,21 +153,17 @@ class SeqDims:
                 or (tensor.dims and tensor.dims[0] != 1) \
                 or tensor.data_location == onnx.TensorProto.EXTERNAL:
             return None
-        try:
-            return [int(v) for v in numpy_helper.to_array(tensor).flat]
-        except ValueError:  # data of the wrong size: the engines will say so
-            return None
+        return int_values(tensor)  # None: data of the wrong size, the engines will say so
 
 
-def sequence_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
-                  seq: SeqDims) -> list[onnx.ValueInfoProto]:
-    """Each Range output onnx left unknown, typed `[s]` where the rules give it that length."""
-    types = {v.name: v for v in (*inferred.value_info, *inferred.output)}
+def sequence_dims(seq: SeqDims) -> list[onnx.ValueInfoProto]:
+    """Each Range output onnx left unknown (by `seq`'s types: a node's output is never a graph
+    input, validation.py), typed `[s]` where the rules give it that length."""
     result = []
-    for node in graph.node:
-        if node.op_type != "Range" or node.domain not in ("", "ai.onnx"):
+    for node in seq.index.nodes("Range"):
+        if node.domain not in ("", "ai.onnx"):
             continue
-        info = types.get(node.output[0])
+        info = seq.types.get(node.output[0])
         dims = info.type.tensor_type.shape.dim if info is not None else []
         if info is None or len(dims) != 1 or dims[0].HasField("dim_value") \
                 or not dims[0].dim_param.startswith("unk__"):
@@ -170,8 +181,8 @@ def sequence_dims(graph: onnx.GraphProto, inferred: onnx.GraphProto,
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
-def for_onnx_pass(graph: onnx.GraphProto,
-                  typed: list[onnx.ValueInfoProto]) -> list[onnx.ValueInfoProto]:
+def for_onnx_pass(graph: onnx.GraphProto, typed: list[onnx.ValueInfoProto],
+                  index: GraphIndex | None = None) -> list[onnx.ValueInfoProto]:
     """`typed` as onnx's next pass is given them: a rotary slice's `Min(n, s)` written `s`
     where an Add, Sub, Mul or Div reads the slice. A table cut to the sequence and applied to
     the sequence without positions gathered from it (a hand-written rotary embedding: `x *
@@ -179,20 +190,38 @@ def for_onnx_pass(graph: onnx.GraphProto,
     equal, which onnx cannot know, so it types the product, and all that follows (a decoder's
     every later layer), unknown. onnxruntime's rules merge the two into `s` at the broadcast,
     the slice included; typed `s`, onnx follows it in the same pass. A slice read otherwise
-    (an exporter's `cos[:seq][positions]`) keeps `Min(n, s)`."""
-    broadcast = {name for node in graph.node if node.op_type in _BROADCASTING
-                 and node.domain in ("", "ai.onnx") for name in node.input}
+    (an exporter's `cos[:seq][positions]`) keeps `Min(n, s)`. `index`: `graph`'s, where the
+    caller has it: the readers of the slices alone are looked at."""
     result = []
+    broadcast: Callable[[str], bool] | None = None  # made for the first slice named so
     for info in typed:
         dims = info.type.tensor_type.shape.dim
-        if info.name in broadcast and any(_min_symbol(d.dim_param) for d in dims):
-            info = _copy(info)
-            for dim in info.type.tensor_type.shape.dim:
-                symbol = _min_symbol(dim.dim_param)
-                if symbol:
-                    dim.dim_param = symbol
+        if any(_min_symbol(d.dim_param) for d in dims):
+            if broadcast is None:
+                broadcast = _broadcast_readers(graph, index)
+            if broadcast(info.name):
+                info = _copy(info)
+                for dim in info.type.tensor_type.shape.dim:
+                    symbol = _min_symbol(dim.dim_param)
+                    if symbol:
+                        dim.dim_param = symbol
         result.append(info)
     return result
+
+
+def _broadcast_readers(graph: onnx.GraphProto,
+                       index: GraphIndex | None) -> Callable[[str], bool]:
+    """Whether an Add, Sub, Mul or Div of `graph` reads a value: through `index`'s readers
+    where given, else from the set of every such node's inputs (a walk over the nodes)."""
+    if index is None:
+        read = {name for node in graph.node if _broadcasts(node) for name in node.input}
+        return read.__contains__
+    consumers, nodes = index.consumers, graph.node
+    return lambda name: any(_broadcasts(nodes[p]) for p in consumers.get(name, ()))
+
+
+def _broadcasts(node: onnx.NodeProto) -> bool:
+    return node.op_type in _BROADCASTING and node.domain in ("", "ai.onnx")
 
 
 def _min_symbol(name: str) -> str | None:

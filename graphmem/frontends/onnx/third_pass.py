@@ -25,9 +25,11 @@ models.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import onnx
+
+from graphmem.frontends.onnx.graph_index import GraphIndex
 
 Inference = Callable[[onnx.ModelProto], "onnx.ModelProto | None"]
 _MAX_LEVELS = 64  # a chain of changes longer than this: the whole pass is as cheap
@@ -39,15 +41,18 @@ class _Unsure(Exception):
 
 def third_pass(copy: onnx.ModelProto, second: onnx.ModelProto,
                reshaped: list[onnx.ValueInfoProto],
-               types: Mapping[str, onnx.ValueInfoProto], infer: Inference
-               ) -> onnx.ModelProto | None:
+               types: Mapping[str, onnx.ValueInfoProto], infer: Inference,
+               index: GraphIndex | None = None) -> onnx.ModelProto | None:
     """onnx's inference of `copy` with `reshaped` added to its value infos, made from `second`
     (onnx's inference of `copy` as it is; `types`: its inputs', value infos' and outputs'
     entries by name) in place; None where unsure (module docstring): `second` is then
-    unchanged. `copy` is not changed."""
+    unchanged. `copy` is not changed. `index`: the model's (graph_index.py), where the caller
+    has it: `copy`'s nodes are the model's as indexed but for the scalar reshapes (Unsqueezes
+    whose targets, of rank 1, no level reads), so their readers and Constant nodes are read
+    from it by position."""
     try:
         changes = _Types(copy, types, reshaped)
-        _propagate(changes, copy, infer)
+        _propagate(changes, copy, infer, index)
         changes.check_known(second)
     except _Unsure:
         return None
@@ -103,10 +108,12 @@ class _Types:
         for name, type_proto in self.new.items():
             self.infos[name].type.CopyFrom(type_proto)
 
-def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference) -> None:
-    """Infer again the nodes reading a changed value until none changes."""
+def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference,
+               index: GraphIndex | None) -> None:
+    """Infer again the nodes reading a changed value (of rank 2 or more: _merged,
+    _infer_level) until none changes."""
     nodes = copy.graph.node
-    context = _Context(copy)
+    context = _Context(copy, index)
     consumers = context.consumers
     changed = {name for name, type_proto in types.new.items()
                if type_proto != types.infos[name].type}
@@ -121,13 +128,18 @@ def _propagate(types: _Types, copy: onnx.ModelProto, infer: Inference) -> None:
 class _Context:
     """What a small model of some of `copy`'s nodes takes from it."""
 
-    def __init__(self, copy: onnx.ModelProto) -> None:
+    def __init__(self, copy: onnx.ModelProto, index: GraphIndex | None = None) -> None:
         self.copy = copy
         self.declared_inputs = {v.name for v in copy.graph.input}
-        self.consumers: dict[str, list[int]] = {}  # a value's readers, by position
-        for position, node in enumerate(copy.graph.node):
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(position)
+        self._index = index
+        consumers: Mapping[str, list[int]] | None = None if index is None else index.consumers
+        if consumers is None:  # a value's readers, by position
+            walked: dict[str, list[int]] = {}
+            for position, node in enumerate(copy.graph.node):
+                for name in node.input:
+                    walked.setdefault(name, []).append(position)
+            consumers = walked
+        self.consumers = consumers
         # built on the first question (most parts read neither)
         self._initializers: dict[str, onnx.TensorProto] | None = None
         self._constants: dict[str, onnx.NodeProto] | None = None
@@ -140,7 +152,10 @@ class _Context:
     def constant(self, name: str) -> onnx.NodeProto | None:
         """The Constant node making `name`."""
         if self._constants is None:
-            self._constants = {n.output[0]: n for n in self.copy.graph.node
+            graph_nodes = self.copy.graph.node
+            nodes: Iterable[onnx.NodeProto] = graph_nodes if self._index is None else [
+                graph_nodes[p] for p in self._index.positions.get("Constant", ())]  # indexed
+            self._constants = {n.output[0]: n for n in nodes
                                if n.op_type == "Constant" and len(n.output) == 1}
         return self._constants.get(name)
 

@@ -5,10 +5,10 @@ whether the tensor is small enough to be a shape vector or a scalar."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 # A tensor with at most this many elements may be a shape vector or a scalar whose value
 # onnxruntime's rules read (fold.py's bound for the same tensors).
@@ -22,16 +22,26 @@ ORT_INVENTED_DIM = re.compile(r"_o\d+__d\d+$")
 def fully_known_names(infos: Iterable[onnx.ValueInfoProto]) -> set[str]:
     """The names of `infos` that are fully_known, each distinct type judged once (a
     decoder's layers repeat a few hundred types)."""
-    verdicts: dict[bytes, bool] = {}
-    names = set()
-    for info in infos:
+    known = KnownTypes()
+    return {info.name for info in infos if known(info)}
+
+
+class KnownTypes:
+    """fully_known, each distinct type judged once (by its bytes): the second pass's rules ask
+    of the same few hundred types thousands of times (each Reshape's input and output, each
+    Slice's output, on both passes)."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[bytes, bool] = {}
+
+    def __call__(self, info: onnx.ValueInfoProto | None) -> bool:
+        if info is None:
+            return False
         key = info.type.SerializeToString()
-        verdict = verdicts.get(key)
+        verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = verdicts[key] = fully_known(info)
-        if verdict:
-            names.add(info.name)
-    return names
+            verdict = self._verdicts[key] = fully_known(info)
+        return verdict
 
 
 def fully_known(info: onnx.ValueInfoProto | None) -> bool:
@@ -66,11 +76,14 @@ def small_value(info: onnx.ValueInfoProto | None) -> bool:
     return count <= MAX_VALUE_ELEMENTS
 
 
-def initializer_types(graph: onnx.GraphProto, names: set[str]) -> dict[str, onnx.ValueInfoProto]:
-    """The types of the initializers of `graph` named in `names`: onnx's inference writes no
-    value info for an initializer (a table written as one, not as a Constant node)."""
+def initializer_types(initializers: Mapping[str, onnx.TensorProto],
+                      names: set[str]) -> dict[str, onnx.ValueInfoProto]:
+    """The types of the initializers named in `names` (`initializers`: a graph's by name):
+    onnx's inference writes no value info for an initializer (a table written as one, not as
+    a Constant node)."""
+    found = [initializers[name] for name in names if name in initializers]
     return {t.name: onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-            for t in graph.initializer if t.name in names}
+            for t in found}
 
 
 def known_dims(info: onnx.ValueInfoProto) -> int:
@@ -102,11 +115,14 @@ def write_misread_defaults(graph: onnx.GraphProto) -> None:
             node.attribute.append(onnx.helper.make_attribute(*default))
 
 
-def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueInfoProto]) -> bool:
+def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueInfoProto],
+                  made: set[str] | None = None) -> bool:
     """True when onnx's inference left onnxruntime's rules nothing to add: every node's outputs
     fully known, and every graph output's dims numbers or the declared inputs' dim names. The
     rules would then run on the outputs' producers alone (infer.py `unknown_part`), from the
-    same input types, and write the same types; their module (and sympy) need not load."""
+    same input types, and write the same types; their module (and sympy) need not load.
+    `made`: the names `graph`'s nodes other than Constant nodes make, where the caller has
+    them (graph_index.py), else read from the nodes."""
     declared: set[str] = set()
     read: set[bytes] = set()  # the inputs' distinct types (10^5 inputs: a few types)
     for value in declared_inputs:
@@ -127,11 +143,44 @@ def typed_by_onnx(graph: onnx.GraphProto, declared_inputs: Iterable[onnx.ValueIn
             judged.add(key)
         known.add(output.name)
     known |= fully_known_names(graph.value_info)
-    made: list[str] = []
+    if made is not None:
+        return known.issuperset(made)
+    walked: list[str] = []
     for node in graph.node:
         if node.op_type != "Constant":
-            made.extend(node.output)
-    return known.issuperset(name for name in made if name)
+            walked.extend(node.output)
+    return known.issuperset(name for name in walked if name)
+
+
+def int_values(tensor: onnx.TensorProto) -> list[int] | None:
+    """`[int(v) for v in numpy_helper.to_array(tensor).flat]` for an inline int64 or int32
+    tensor; None where its data is of the wrong size (to_array's ValueError). Remembered by
+    the fields to_array reads of such a tensor (type, dims, raw or typed data; the name is
+    not one of them): a decoder's slices and reshapes read the same few constants, each under
+    its own name, once a layer (about 10 us a decode)."""
+    if tensor.data_type not in _DECODED_TYPES or tensor.HasField("segment") \
+            or tensor.data_location == TensorProto.EXTERNAL:
+        return _decoded(tensor)
+    key = (tensor.data_type, tuple(tensor.dims), tensor.HasField("raw_data"), tensor.raw_data,
+           tuple(tensor.int64_data), tuple(tensor.int32_data))
+    if key not in _INT_VALUES:
+        if len(_INT_VALUES) >= _MAX_INT_VALUES:
+            _INT_VALUES.clear()
+        _INT_VALUES[key] = _decoded(tensor)
+    values = _INT_VALUES[key]
+    return None if values is None else list(values)
+
+
+def _decoded(tensor: onnx.TensorProto) -> list[int] | None:
+    try:
+        return [int(v) for v in numpy_helper.to_array(tensor).flat]
+    except ValueError:  # data of the wrong size: the engines will say so
+        return None
+
+
+_DECODED_TYPES = frozenset({TensorProto.INT64, TensorProto.INT32})
+_INT_VALUES: dict[tuple[object, ...], list[int] | None] = {}
+_MAX_INT_VALUES = 4096
 
 
 def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
