@@ -3,4 +3,4 @@ generated, do not edit. page.py uses the modules only while this jinja2 version 
 sources' digest hold."""
 
 JINJA2_VERSION = "3.1.6"
-SOURCES_SHA256 = "cca6180da6a66ea3a207f50ab6c0a5cfee89187b82a78b82bfe9c15d796966b7"
+SOURCES_SHA256 = "39fc0f29ce3331d72fc58518fad1b85cfcdd8d7506c8bb1afafbbdb9036794f8"
