@@ -3,4 +3,4 @@ generated, do not edit. page.py uses the modules only while this jinja2 version 
 sources' digest hold."""
 
 JINJA2_VERSION = "3.1.6"
-SOURCES_SHA256 = "39fc0f29ce3331d72fc58518fad1b85cfcdd8d7506c8bb1afafbbdb9036794f8"
+SOURCES_SHA256 = "f1db819c3113d8751a5c59baf3c67104a68e96417874ae3631593f6e8d6fced9"
