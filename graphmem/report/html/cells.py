@@ -20,6 +20,7 @@ from graphmem.report.html.quantity import Quantity
 if TYPE_CHECKING:
     from graphmem.report.html.charts import HoverTarget
     from graphmem.report.html.memory import LiveRow
+    from graphmem.report.html.nodes import NodeRow
 
 
 def inert(value: Any) -> Any:
@@ -116,3 +117,40 @@ def _named(name: str, note: bool) -> str:
     """A name cell's inside: a note such as "(resident)" in <em>, else the name in <code>,
     with its line breaks."""
     return f"<em>{_shown(name)}</em>" if note else f"<code>{_shown(breakable(name))}</code>"
+
+
+def node_table_row(row: NodeRow, has_phases: bool, has_times: bool) -> Markup:
+    """One row of the node table (templates/partials/nodes.html.j2), from `<tr` to `</tr>`,
+    as the template's cells wrote it: the phase and time cells follow the line before them
+    (their `{% if %}` lines kept no indentation and no line end)."""
+    status = "" if row.status == "ok" else f' class="status-{_shown(row.status)}"'
+    params = row.params
+    if row.status != "ok":
+        counts = _NOT_COUNTED
+    else:
+        macs = qty(row.macs, "MACs") if row.macs.exact is not None else _DASH
+        flops = qty(row.flops, "FLOPs") if row.flops.exact is not None else _DASH
+        counts = (f'        <td class="r" data-sort="{_shown(row.macs.probe)}">{macs}</td>\n'
+                  f'        <td class="r" data-sort="{_shown(row.flops.probe)}">{flops}</td>\n')
+    phase = f"<td>{_shown(row.phase)}</td>" if has_phases else ""
+    time = (f'<td class="r" data-sort="{_shown(-1 if row.time_s is None else row.time_s)}">'
+            f"{_shown(row.time_text)}</td><td>{_shown(row.bound)}</td>" if has_times else "")
+    note = f' title="{_shown(row.note)}"' if row.note else ""
+    return Markup(
+        f'<tr id="node-{_shown(row.step)}"{status}>\n'
+        f'        <td class="r">{_shown(row.step)}</td><td class="name"><code>{_shown(row.name)}'
+        f"</code></td><td>{_shown(row.op)}</td>\n"
+        f'        <td class="name">{_shown(row.module)}</td>\n'
+        f'{phase}        <td class="shapes"><code>{_shown(row.output_shapes)}</code></td>\n'
+        f'        <td class="r" data-sort="{_shown(-1 if params is None else params)}">'
+        f'{_shown(_DASH if params is None else f"{params:,}")}</td>\n'
+        f"{counts}"
+        f'        <td class="r" data-sort="{_shown(row.output_bytes.probe)}">'
+        f"{qty(row.output_bytes)}</td>\n"
+        f'{time}        <td{note}>{_shown(row.status.replace("_", " "))}</td>\n'
+        "      </tr>")
+
+
+_DASH = "\u2013"  # an unknown count
+_NOT_COUNTED = ('        <td class="r" data-sort="-1"><em>not counted</em></td><td class="r"'
+                ' data-sort="-1"><em>not counted</em></td>\n')

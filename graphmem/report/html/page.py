@@ -21,7 +21,16 @@ import jinja2
 from graphmem.core.output_files import write_output_text
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.analysis import Analysis
-from graphmem.report.html.cells import bar, breakable, hover_rect, inert, live_row, pct, qty
+from graphmem.report.html.cells import (
+    bar,
+    breakable,
+    hover_rect,
+    inert,
+    live_row,
+    node_table_row,
+    pct,
+    qty,
+)
 from graphmem.report.html.view import build_view
 
 _TEMPLATE = "report.html.j2"
@@ -91,5 +100,6 @@ def report_environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     environment.filters["thousands"] = "{:,}".format
     environment.filters["breakable"] = breakable
     # cells.py: called per row
-    environment.globals.update(qty=qty, bar=bar, pct=pct, hover_rect=hover_rect, live_row=live_row)
+    environment.globals.update(qty=qty, bar=bar, pct=pct, hover_rect=hover_rect, live_row=live_row,
+                               node_table_row=node_table_row)
     return environment

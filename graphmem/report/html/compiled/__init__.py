@@ -3,4 +3,4 @@ generated, do not edit. page.py uses the modules only while this jinja2 version 
 sources' digest hold."""
 
 JINJA2_VERSION = "3.1.6"
-SOURCES_SHA256 = "f1db819c3113d8751a5c59baf3c67104a68e96417874ae3631593f6e8d6fced9"
+SOURCES_SHA256 = "f56c9da99d332f8416fa78d0d994b934304657049e830fb7c79460ac4c5e7b78"
