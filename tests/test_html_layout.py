@@ -275,7 +275,7 @@ def test_a_wide_sweep_labels_every_few_doublings_and_keeps_its_marker_inside() -
     chart, box = view.chart, view.chart.box
     labels = [Label(t.label, t.position, box.bottom + 16, "start") for t in chart.x_ticks]
     assert len(labels) <= 8
-    centred = [replace(label, x=label.x - (label.extent()[2] - label.x) / 2) for label in labels]
+    centred = [label._replace(x=label.x - (label.extent()[2] - label.x) / 2) for label in labels]
     assert not any(a.overlaps(b) for a, b in itertools.pairwise(centred))
     assert chart.marker_label == "max batch 107,265" and chart.marker_anchor == "end"
     marker = Label(chart.marker_label, chart.marker_x - 4, box.top + 12, "end", 12)

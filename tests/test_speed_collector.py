@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from graphmem.core import collector
 from graphmem.core.collector import collector_paused
 from graphmem.frontends.onnx import importer
 from graphmem.passes import costs
@@ -68,9 +69,31 @@ def test_only_the_console_script_freezes_the_start_up_heap(
 
     frozen: list[int] = []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    monkeypatch.setattr(collector, "_ONE_COMMAND", [])  # this test process: restored after
     assert cli_main.main(["gpus"]) == 0
     assert frozen == []
     monkeypatch.setattr("sys.argv", ["graphmem", "gpus"])
     assert cli_main.run_command() == 0
     assert frozen == [1, 1]  # the start-up heap, then the command's before the process ends
     assert "a100-80gb" in capsys.readouterr().out
+
+
+def test_the_last_stage_freezes_only_in_a_one_command_process(
+        collector_on: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the writers' stage ends the console script's command: what it made is frozen before
+    # the collector is back (no collection of it all at the next allocation); in a caller's
+    # process (main() from a test, the API) the collector takes it back as after any stage
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    monkeypatch.setattr(collector, "_ONE_COMMAND", [])
+    with collector_paused(last=True):
+        pass
+    assert frozen == [] and gc.isenabled()
+    collector.freeze_start_up_objects()  # the console script's start
+    assert frozen == [1] and collector._ONE_COMMAND == [True]
+    with collector_paused():  # an analysis stage: collected after, as before
+        pass
+    assert frozen == [1]
+    with collector_paused(last=True):
+        assert not gc.isenabled()
+    assert frozen == [1, 1] and gc.isenabled()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from graphmem.cli.commands import COMMAND_TABLE
 from graphmem.frontends.onnx import runtime_inputs
 from graphmem.pipeline import run
 from graphmem.pipeline.request import Request
@@ -43,6 +44,12 @@ def _modules_after(argv: list[str], packages: tuple[str, ...] = HEAVY) -> dict[s
         "               if m.split('.')[0] in packages or m.startswith(prefixes))\n"
         "print(json.dumps({'code': code, 'modules': found}), file=sys.stderr)\n"
     )
+    return _last_json_line(script, argv)
+
+
+def _last_json_line(script: str, argv: list[str]) -> dict[str, object]:
+    """Run `script` in a fresh interpreter with `argv`: the JSON on the last line of its
+    stderr."""
     done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True,
                           text=True, cwd=ROOT, timeout=300, check=False)
     return json.loads(done.stderr.strip().splitlines()[-1])
@@ -160,3 +167,36 @@ def test_plan_shapes_are_inferred_once_per_import(monkeypatch: pytest.MonkeyPatc
     assert len(calls) == 1
     source = analysis.runtime_inputs
     assert source is not None and source.plan_shapes() is source.plan_shapes()
+
+
+@pytest.mark.parametrize(("words", "imported"), [
+    (["analyze", "model.onnx", "--no-html"], True),
+    (["--debug", "gpus"], True),
+    (["--help"], False),  # no command named: nothing imported
+    (["anlyze", "model.onnx"], False),  # a mistyped command: argparse's error, later
+])
+def test_start_command_imports_the_command_with_the_collector_paused(
+        words: list[str], imported: bool) -> None:
+    """The console script's start (cli/main.py `start_command`): the named command's module
+    imported with no automatic collection, the collector enabled again afterwards, and the
+    objects alive then frozen (gc.freeze), in a fresh interpreter."""
+    script = (
+        "import gc, json, sys\n"
+        "from graphmem.cli import main\n"
+        "from graphmem.cli.commands import COMMAND_TABLE\n"
+        "collections = []\n"
+        "gc.callbacks.append(lambda phase, info: collections.append(phase))\n"
+        "main.start_command(sys.argv[1:])\n"
+        "done = len(collections)\n"
+        "print(json.dumps({'commands': sorted(m for m, _ in COMMAND_TABLE.values()\n"
+        "                                     if m in sys.modules),\n"
+        "                  'collections': done, 'enabled': gc.isenabled(),\n"
+        "                  'frozen': gc.get_freeze_count()}), file=sys.stderr)\n"
+    )
+    result = _last_json_line(script, words)
+    named = [m for name, (m, _) in COMMAND_TABLE.items() if name in words]
+    assert result["commands"] == (named if imported else [])
+    # importing a command's modules would set off dozens of collections, and the collector
+    # enabled before the freeze one more, of everything imported
+    assert result["collections"] == 0
+    assert result["enabled"] is True and result["frozen"] > 0

@@ -71,8 +71,9 @@ def emit(console: Console, render: Callable[[Console], None], outputs: Sequence[
     """`stdout_text` (`--json -`) on stdout, the console moved to stderr; then the terminal
     rendering; then each output file, one error line if writing fails, and where it went.
     The writers build many small objects and free few: the cyclic collector is paused
-    (graphmem/core/collector.py): its passes were a third of the writing time at 22k nodes."""
-    with collector_paused():
+    (graphmem/core/collector.py): its passes were a third of the writing time at 22k nodes;
+    the last stage of a command, after which the console script's process ends."""
+    with collector_paused(last=True):
         if stdout_text is not None:
             sys.stdout.write(stdout_text())
             console = stderr_console()

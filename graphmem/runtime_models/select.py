@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from graphmem.core.conventions import closed
 from graphmem.core.ir import Graph
@@ -33,8 +34,9 @@ from graphmem.runtime_models.base import (
     default_threads,
 )
 from graphmem.runtime_models.data_bounds import DataBounds, carried_counts, data_bounds
-from graphmem.runtime_models.ort_cpu import PlanShape, ort_cpu_estimate
-from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
+
+if TYPE_CHECKING:  # onnxruntime's plan: imported by the estimates that make one
+    from graphmem.runtime_models.ort_cpu import PlanShape
 
 
 class _Model:
@@ -79,6 +81,9 @@ class OrtCpu(_Model):
         """Above "disabled", onnxruntime's optimized graph is planned, else the graph as
         written; no level: "all" for models up to `context.auto_optimize_max_bytes` of
         weights, the graph as written above."""
+        from graphmem.runtime_models.ort_cpu import ort_cpu_estimate
+        from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
+
         threads = context.threads or default_threads()
         optimized, note = _optimized(context)
         written = _data_bounds(context.graph, context)
@@ -111,6 +116,7 @@ class OrtCuda(_Model):
 
     def estimate(self, context: RuntimeContext) -> RuntimeEstimate:
         from graphmem.runtime_models.ort_cuda import ort_cuda_estimate
+        from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
         from graphmem.runtime_models.torch_cuda import cuda_overhead
 
         gpu = self.gpu(context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from graphmem.core.units import format_bytes, format_si
 
@@ -22,8 +22,7 @@ MAX_HOVER_TARGETS = 2000  # timeline tooltips: one per step, or per bucket of st
 _GPU_LINE_MAX_RATIO = 3.0  # draw the GPU's lines when usable <= this x the peak
 
 
-@dataclass(frozen=True)
-class PlotBox:
+class PlotBox(NamedTuple):
     """An SVG of width x height user units; the plot area inside it (axes' labels outside)."""
 
     width: int
@@ -46,22 +45,19 @@ TIMELINE_BOX = PlotBox(1000, 300, 78.0, 22.0, 986.0, 268.0)
 XY_BOX = PlotBox(640, 260, 78.0, 18.0, 620.0, 222.0)
 
 
-@dataclass(frozen=True)
-class Tick:
+class Tick(NamedTuple):
     position: float
     label: str
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(NamedTuple):
     """One role's band of a stacked area chart."""
 
     role: str
     path: str  # closed path from the bottom axis up to the band's top edge
 
 
-@dataclass(frozen=True)
-class Band:
+class Band(NamedTuple):
     """A shaded span of steps (forward / backward / optimizer)."""
 
     label: str
@@ -69,8 +65,7 @@ class Band:
     width: float
 
 
-@dataclass(frozen=True)
-class Label:
+class Label(NamedTuple):
     """A text in the plot: `y` is its baseline, `anchor` "start" or "end" (SVG text-anchor)."""
 
     text: str
@@ -175,16 +170,14 @@ def stacked_layers(
 # ----- the memory timeline ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HoverTarget:
+class HoverTarget(NamedTuple):
     x: float
     width: float
     title: str
     step: int  # the step a click jumps to in the node table (the highest of a bucket)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """A horizontal line across the plot (the GPU's capacity or usable memory)."""
 
     kind: str  # css class: "capacity-line" | "usable"
@@ -192,8 +185,7 @@ class Rule:
     label: Label | None  # None: no room in the plot; the legend names it
 
 
-@dataclass(frozen=True)
-class TimelineChart:
+class TimelineChart(NamedTuple):
     """Geometry of the memory timeline; the template draws it."""
 
     box: PlotBox
@@ -381,16 +373,14 @@ def _hover_targets(
 # ----- XY charts: a batch sweep, the checkpointing trade-off -----------------------------------
 
 
-@dataclass(frozen=True)
-class XYPoint:
+class XYPoint(NamedTuple):
     x: float
     y: float
     title: str
     marked: bool = False  # drawn hollow: e.g. does not fit
 
 
-@dataclass(frozen=True)
-class XYChart:
+class XYChart(NamedTuple):
     """A line chart with dots: x a count (log scale when it spans decades), y bytes."""
 
     box: PlotBox

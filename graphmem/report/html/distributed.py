@@ -3,8 +3,7 @@ graphmem/distributed (DistributedReport, KvCacheReport)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from graphmem.core.safe_text import printable, printable_text
 from graphmem.core.units import format_bytes
@@ -25,8 +24,7 @@ _LAYOUT_TEXT = {
 }
 
 
-@dataclass(frozen=True)
-class RankView:
+class RankView(NamedTuple):
     """One pipeline rank (every data-, tensor- and context-parallel rank of it alike)."""
 
     stage: int
@@ -39,15 +37,13 @@ class RankView:
     most_loaded: bool
 
 
-@dataclass(frozen=True)
-class SizedPart:
+class SizedPart(NamedTuple):
     label: str
     size: Quantity
     percent: float  # of the total (0 when the total is 0)
 
 
-@dataclass(frozen=True)
-class StrategyRow:
+class StrategyRow(NamedTuple):
     strategy: str
     gpus: int | None  # the fewest GPUs that fit; None: no count does
     data_parallel: int | None
@@ -56,8 +52,7 @@ class StrategyRow:
     fits: bool
 
 
-@dataclass(frozen=True)
-class PerGpuView:
+class PerGpuView(NamedTuple):
     strategy: str
     data_parallel: int
     tensor_parallel: int
@@ -149,8 +144,7 @@ def _fit_row(row: StrategyFit) -> StrategyRow:
     )
 
 
-@dataclass(frozen=True)
-class KvCacheView:
+class KvCacheView(NamedTuple):
     layers: int
     kv_heads: int
     head_dim: int

@@ -6,8 +6,7 @@ gives under `model.finetune` and `memory.serving`, and the terminal prints
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from graphmem.core.kv_layers import NOTHING_GROWS
 from graphmem.core.safe_text import printable
@@ -21,15 +20,13 @@ if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loa
     from graphmem.frontends.torch.finetune import FinetuneReport
 
 
-@dataclass(frozen=True)
-class LlmRow:
+class LlmRow(NamedTuple):
     label: str
     value: str
     exact: str = ""  # the exact number behind a rounded size ("1,234 B"), else ""
 
 
-@dataclass(frozen=True)
-class LlmView:
+class LlmView(NamedTuple):
     finetune_title: str  # "" without a fine-tuning report
     finetune: tuple[LlmRow, ...]
     serving: tuple[LlmRow, ...]  # () without --serve

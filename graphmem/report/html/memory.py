@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from graphmem.core.ir import Graph, Role, Value
 from graphmem.core.safe_text import printable, printable_text
@@ -25,8 +25,7 @@ MAX_MODULE_BARS = 12  # the largest modules as bars; the table below has every o
 # ----- tensors live at the peak ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LiveRow:
+class LiveRow(NamedTuple):
     name: str
     shape: str
     dtype: str
@@ -41,8 +40,7 @@ class LiveRow:
     module: str = ""
 
 
-@dataclass(frozen=True)
-class LiveTable:
+class LiveTable(NamedTuple):
     rows: tuple[LiveRow, ...]  # largest first, at most MAX_LIVE_ROWS
     shown: int  # rows visible before "show all"
     hidden: int  # live tensors beyond MAX_LIVE_ROWS, not written
@@ -125,8 +123,7 @@ def _live_row(tensor: LiveTensor, peak_probe: int, module: str = "") -> LiveRow:
 # ----- by module ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ModuleRowView:
+class ModuleRowView(NamedTuple):
     module: str
     params: int
     flops: Quantity
@@ -136,8 +133,7 @@ class ModuleRowView:
     at_peak_percent: float
 
 
-@dataclass(frozen=True)
-class ModuleBreakdown:
+class ModuleBreakdown(NamedTuple):
     depth: int
     rows: tuple[ModuleRowView, ...]  # in order of appearance
     by_memory: tuple[ModuleRowView, ...]  # largest activations at the peak first
@@ -177,8 +173,7 @@ def _top(rows: Sequence[ModuleRowView],
 # ----- the memory timeline --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RoleSteps:
+class RoleSteps(NamedTuple):
     """Live bytes per step by role (adding up to the live total): the stacked area."""
 
     roles: tuple[str, ...]  # css names, bottom of the stack first
@@ -195,7 +190,7 @@ def _probes(sizes: Sequence[SymInt]) -> list[int]:
 
 def timeline(
     analysis: Analysis,
-    op_of: dict[str, str],
+    op_of: Callable[[str], str],
     gpu: GpuView | None,
     by_role: RoleSteps | None,
     phases: Sequence[tuple[str, int, int]],
@@ -209,7 +204,7 @@ def timeline(
         node, size = live.order[step], bytes_quantity(steps[step])
         value = f"{size.text} (= {format_bytes(size.probe)} at {probe_note})" if (
             size.is_formula) else size.text
-        return f"step {step} · {printable(node)} ({op_of[node]}) · live {value}"
+        return f"step {step} · {printable(node)} ({op_of(node)}) · live {value}"
 
     stacked = by_role is not None and len(by_role.bytes_per_step) == len(steps)
     return timeline_chart(

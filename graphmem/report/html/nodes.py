@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from markupsafe import Markup
 
 from graphmem.core.safe_text import NAME_MAX_CHARS, printable, printable_text
-from graphmem.core.symbolic import sum_sizes
+from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.passes.costs import CostReport, CostStatus, NodeCost, qualified_op
 from graphmem.passes.roofline import NodeTime, RooflineResult
 from graphmem.report.html.quantity import (
@@ -41,21 +40,25 @@ DATA_FIELDS = ("step", "name", "op", "module", "phase", "shapes", "params", "mac
                "status", "note")
 
 
-def op_names(costs: CostReport) -> dict[str, str]:
-    """Node name -> the op as shown: `Conv`, or `com.microsoft.FusedGemm` outside ai.onnx
-    (each op's text made once: 10^5 nodes are a handful of ops)."""
+def op_names(costs: CostReport) -> Callable[[str], str]:
+    """Node name -> the op as shown: `Conv`, or `com.microsoft.FusedGemm` outside ai.onnx,
+    for the few nodes the page describes (the peak's, the timeline's targets): looked up by
+    name, the last node of a name as a dict of every node's op would have it, and each op's
+    text made once (10^5 nodes are a handful of ops)."""
+    by_name = dict(zip(map(_NAME, costs.nodes), costs.nodes, strict=True))
     shown: dict[tuple[str, str], str] = {}
-    names: dict[str, str] = {}
-    for cost in costs.nodes:
+
+    def op_of(name: str) -> str:
+        cost = by_name[name]
         op = shown.get((cost.domain, cost.op_type))
         if op is None:
             op = shown[(cost.domain, cost.op_type)] = printable(qualified_op(cost))
-        names[cost.name] = op
-    return names
+        return op
+
+    return op_of
 
 
-@dataclass(frozen=True)
-class NodeRow:
+class NodeRow(NamedTuple):
     step: int
     name: str
     op: str
@@ -83,8 +86,7 @@ class NodeRow:
                 self.time_s, self.time_text, self.bound, self.status, self.note]
 
 
-@dataclass(frozen=True)
-class NodeTable:
+class NodeTable(NamedTuple):
     rows: tuple[NodeRow, ...]  # the first MAX_NODE_ROWS, written as HTML
     total: int
     has_times: bool  # a GPU with every dim bound: estimated time and bound per node
@@ -224,8 +226,7 @@ def script_json_text(text: str) -> Markup:
 # ----- FLOPs by op type -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OpShare:
+class OpShare(NamedTuple):
     op: str
     nodes: int
     macs: Quantity
@@ -233,14 +234,43 @@ class OpShare:
     percent: float  # of all FLOPs, at the probe value
 
 
-@dataclass(frozen=True)
-class OpTable:
+class OpTable(NamedTuple):
     rows: tuple[OpShare, ...]  # ops with FLOPs, largest first
     no_arithmetic: tuple[tuple[str, int], ...]  # ops that count 0 FLOPs (data movement)
     not_counted: tuple[tuple[str, int], ...]  # unsupported / shape unknown / control flow
 
 
-def op_table(costs: CostReport) -> OpTable:
+def op_table(costs: CostReport, roofline: RooflineResult | None = None) -> OpTable:
+    """The FLOPs by op. A kind of node (report/node_kinds.py; `roofline`: the one the node
+    table reads, so both share the kinds found once) has one op, status and count of each,
+    so where every count is a number an op's total is each kind's count times its nodes;
+    counts in free dims are added node by node, in order (a formula's terms keep the order
+    they first appear in: `_node_totals`)."""
+    kinds = shared_node_kinds(costs, roofline)
+    firsts = [costs.nodes[index] for index in kinds.first]
+    if not all(c.macs.is_constant and c.flops.is_constant for c in firsts):
+        return _op_table(*_node_totals(costs))
+    nodes_of = Counter(kinds.of_node)
+    groups: dict[str, list[tuple[NodeCost, int]]] = {}  # op -> its kinds, first node first
+    not_counted: Counter[str] = Counter()
+    for kind, cost in enumerate(firsts):
+        op = printable(qualified_op(cost))
+        if cost.status is CostStatus.OK:
+            groups.setdefault(op, []).append((cost, nodes_of[kind]))
+        else:
+            not_counted[f"{op} ({cost.status.value.replace('_', ' ')})"] += nodes_of[kind]
+    totals = {op: (count_quantity(SymInt.const(sum([c.macs.constant_term * n for c, n in group]))),
+                   count_quantity(SymInt.const(sum([c.flops.constant_term * n
+                                                    for c, n in group])), "FLOP"),
+                   sum([n for _, n in group]))
+              for op, group in groups.items()}
+    return _op_table(totals, not_counted)
+
+
+def _node_totals(costs: CostReport) -> tuple[dict[str, tuple[Quantity, Quantity, int]],
+                                                Counter[str]]:
+    """Each counted op's MACs, FLOPs and nodes, summed over its nodes in order; the nodes not
+    counted, by op and status."""
     counted: dict[str, list[NodeCost]] = {}
     not_counted: Counter[str] = Counter()
     for cost in costs.nodes:
@@ -252,6 +282,11 @@ def op_table(costs: CostReport) -> OpTable:
     totals = {op: (count_quantity(sum_sizes(n.macs for n in group)),
                    count_quantity(sum_sizes(n.flops for n in group), "FLOP"), len(group))
               for op, group in counted.items()}
+    return totals, not_counted
+
+
+def _op_table(totals: dict[str, tuple[Quantity, Quantity, int]], not_counted: Counter[str]
+              ) -> OpTable:
     all_flops = sum(flops.probe for _, flops, _ in totals.values())
     rows = [OpShare(op, count, macs, flops, percent(flops.probe, all_flops))
             for op, (macs, flops, count) in totals.items() if flops.exact != 0]

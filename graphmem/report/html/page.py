@@ -17,13 +17,20 @@ from functools import cache
 from pathlib import Path
 
 import jinja2
-from markupsafe import Markup
 
 from graphmem.core.output_files import write_output_text
-from graphmem.core.safe_text import printable_text
 from graphmem.errors import GraphmemError
 from graphmem.pipeline.analysis import Analysis
-from graphmem.report.html.cells import bar, inert, pct, qty
+from graphmem.report.html.cells import (
+    bar,
+    breakable,
+    hover_rect,
+    inert,
+    live_row,
+    node_table_row,
+    pct,
+    qty,
+)
 from graphmem.report.html.view import build_view
 
 _TEMPLATE = "report.html.j2"
@@ -92,17 +99,7 @@ def report_environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     )
     environment.filters["thousands"] = "{:,}".format
     environment.filters["breakable"] = breakable
-    environment.globals.update(qty=qty, bar=bar, pct=pct)  # cells.py: called per row
+    # cells.py: called per row
+    environment.globals.update(qty=qty, bar=bar, pct=pct, hover_rect=hover_rect, live_row=live_row,
+                               node_table_row=node_table_row)
     return environment
-
-
-_BREAK_AFTER = "._/"  # where a long module path or node name may wrap
-
-
-def breakable(text: str) -> Markup:
-    """`text` escaped, with a line-break opportunity (<wbr>) after each `.`, `_` and `/`, so
-    `transformer.h.0.attn` wraps between its parts, not inside a word."""
-    escaped = str(Markup.escape(printable_text(text, None)))
-    for mark in _BREAK_AFTER:
-        escaped = escaped.replace(mark, f"{mark}<wbr>")
-    return Markup(escaped)

@@ -7,8 +7,7 @@ not compute (None in its result) is shown as a dash, never as 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from graphmem.core.safe_text import SNIPPET_MAX_CHARS, printable, printable_text
 from graphmem.core.units import format_si
@@ -26,8 +25,7 @@ if TYPE_CHECKING:  # rendered where the analysis has them: their modules are loa
     from graphmem.suggest.cards import RuntimeLever, Suggestion, SuggestionReport
 
 
-@dataclass(frozen=True)
-class SuggestionCard:
+class SuggestionCard(NamedTuple):
     kind: str
     title: str
     targets: tuple[str, ...]
@@ -66,8 +64,7 @@ def _card(suggestion: Suggestion, peak_probe: int) -> SuggestionCard:
     )
 
 
-@dataclass(frozen=True)
-class LeverView:
+class LeverView(NamedTuple):
     """A runtime option, on the device total (not the live-tensor peak of the cards)."""
 
     option: str
@@ -99,15 +96,13 @@ def _lever_view(lever: RuntimeLever) -> LeverView:
 # ----- charts: checkpointing trade-off, batch sweep -------------------------------------------
 
 
-@dataclass(frozen=True)
-class CurveRow:
+class CurveRow(NamedTuple):
     peak: Quantity
     extra_flops: Quantity
     modules: str
 
 
-@dataclass(frozen=True)
-class CheckpointCurve:
+class CheckpointCurve(NamedTuple):
     chart: XYChart
     rows: tuple[CurveRow, ...]
 
@@ -129,8 +124,7 @@ def checkpoint_curve(report: SuggestionReport | None) -> CheckpointCurve | None:
     return CheckpointCurve(chart, rows)
 
 
-@dataclass(frozen=True)
-class SweepRow:
+class SweepRow(NamedTuple):
     value: int
     peak: Quantity
     fits: bool | None
@@ -138,8 +132,7 @@ class SweepRow:
     throughput: str
 
 
-@dataclass(frozen=True)
-class SweepView:
+class SweepView(NamedTuple):
     dim: str
     chart: XYChart
     rows: tuple[SweepRow, ...]

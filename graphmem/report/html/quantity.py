@@ -3,8 +3,8 @@ value for the tooltip and one number to sort and draw by (free dims at PROBE_DIM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 from graphmem.core.conventions import PROBE_DIM_VALUE
 from graphmem.core.symbolic import SymInt
@@ -18,8 +18,7 @@ from graphmem.core.units import format_bytes, format_bytes_sym, format_si, forma
 __all__ = ["PROBE_DIM_VALUE", "Quantity", "bytes_quantity", "count_quantity", "format_time"]
 
 
-@dataclass(frozen=True)
-class Quantity:
+class Quantity(NamedTuple):
     exact: int | str | None  # an integer, the formula (as the JSON writes it), None: not counted
     text: str  # for people: IEC bytes or SI counts, term by term for a formula
     probe: int  # the value with every free dim at PROBE_DIM_VALUE (sorting, bars, charts)

@@ -3,7 +3,7 @@ on one bar against the GPU's capacity, from graphmem/runtime_models (RuntimeEsti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from graphmem.core.safe_text import printable_text
 from graphmem.passes.fit import GpuFit
@@ -13,16 +13,14 @@ from graphmem.report.words import counts_text, part_label, runtime_notes
 from graphmem.runtime_models.base import RuntimeEstimate
 
 
-@dataclass(frozen=True)
-class RuntimePart:
+class RuntimePart(NamedTuple):
     key: str  # css class: the part's code
     label: str
     size: Quantity
     percent: float  # of the bar's scale: max(capacity, total)
 
 
-@dataclass(frozen=True)
-class RuntimeView:
+class RuntimeView(NamedTuple):
     name: str
     parts: tuple[RuntimePart, ...]
     total: Quantity

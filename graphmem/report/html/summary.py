@@ -6,8 +6,8 @@ Built from the typed results of the Analysis: liveness, costs, params, fit, max 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from graphmem.core.conventions import PROBE_DIM_VALUE, ROLE_KEYS
 from graphmem.core.peak_formula import Formula
@@ -33,8 +33,7 @@ from graphmem.report.words import caveat_text, part_label
 from graphmem.runtime_models.base import RuntimeEstimate
 
 
-@dataclass(frozen=True)
-class Fact:
+class Fact(NamedTuple):
     label: str
     value: str
     detail: str = ""
@@ -48,8 +47,7 @@ class Fact:
         return self.key or self.label
 
 
-@dataclass(frozen=True)
-class Stat:
+class Stat(NamedTuple):
     label: str
     value: str
     detail: str = ""
@@ -61,15 +59,13 @@ def _stat(label: str, value: Quantity, detail: str, unit: str = "bytes") -> Stat
     return Stat(label, value.text, detail, f"{value.exact_text} {unit}", value.is_formula)
 
 
-@dataclass(frozen=True)
-class RoleShare:
+class RoleShare(NamedTuple):
     role: str
     size: Quantity
     percent: float  # of the peak, at the probe value
 
 
-@dataclass(frozen=True)
-class Summary:
+class Summary(NamedTuple):
     stats: tuple[Stat, ...]
     peak: Quantity
     peak_candidates: tuple[Quantity, ...]  # () unless the peak step depends on free dims
@@ -82,8 +78,7 @@ class Summary:
     bytes_by_dtype: tuple[tuple[str, Quantity], ...]
 
 
-@dataclass(frozen=True)
-class Gaps:
+class Gaps(NamedTuple):
     unsupported_ops: tuple[tuple[str, int], ...]
     unsupported_nodes: tuple[str, ...]
     shape_unknown_nodes: tuple[str, ...]
@@ -98,14 +93,13 @@ class Gaps:
         return sum(count for _, count in self.unsupported_ops)
 
     @property
-    def count(self) -> int:
+    def warning_count(self) -> int:
         """Coverage problems besides unsupported ops (those have their own alert)."""
         return (len(self.shape_unknown_nodes) + len(self.unknown_size_values)
                 + len(self.control_flow_nodes) + len(self.model_warnings))
 
 
-@dataclass(frozen=True)
-class GpuView:
+class GpuView(NamedTuple):
     """The GPU's one verdict (graphmem/passes/fit.py GpuFit): `required` (the device total,
     `basis` says which) against `capacity`; `parts` add up to it."""
 
@@ -139,7 +133,7 @@ class GpuView:
     at_max_parts: tuple[tuple[str, Quantity], ...] = ()
 
 
-def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
+def summary(analysis: Analysis, op_of: Callable[[str], str]) -> Summary:
     live, params = analysis.liveness, analysis.params
     at_step = bytes_quantity(live.peak_bytes)  # the live total at the peak step
     macs = count_quantity(analysis.costs.total_macs)
@@ -168,7 +162,7 @@ def summary(analysis: Analysis, op_of: dict[str, str]) -> Summary:
         peak_candidates=_peak_candidates(analysis),
         peak_step=live.peak_step,
         peak_node=printable(peak_node),
-        peak_op=op_of[peak_node],
+        peak_op=op_of(peak_node),
         macs=macs,
         flops=count_quantity(analysis.costs.total_flops, "FLOP"),
         breakdown=tuple(sorted(breakdown, key=lambda r: -r.size.probe)),

@@ -14,9 +14,8 @@ the templates write passes page.py's `_inert`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.json_schema import SCHEMA_VERSION
@@ -63,8 +62,7 @@ if TYPE_CHECKING:  # sections of a training job, a KV cache, fine-tuning or serv
     from graphmem.report.html.llm import LlmView
 
 
-@dataclass(frozen=True)
-class ModelView:
+class ModelView(NamedTuple):
     """What was analyzed, its strings as shown (names and the path shortened)."""
 
     name: str
@@ -78,8 +76,7 @@ class ModelView:
     kernels: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class ReportView:
+class ReportView(NamedTuple):
     title: str
     model: ModelView
     mode: str
@@ -142,7 +139,7 @@ def build_view(analysis: Analysis) -> ReportView:
         headline=headline_facts(analysis, top.peak, gpu, holes.unsupported_node_count),
         timeline=timeline(analysis, op_of, gpu, by_role, phases, probe_note),
         live=live_table(analysis.liveness, analysis.graph),
-        ops=op_table(analysis.costs),
+        ops=op_table(analysis.costs, analysis.roofline),
         nodes=node_table(analysis.costs, analysis.roofline, _node_phases(analysis, phases)),
         modules=module_breakdown(analysis.modules),
         runtime=runtime_view(analysis.runtime, analysis.fit),

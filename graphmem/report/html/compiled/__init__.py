@@ -3,4 +3,4 @@ generated, do not edit. page.py uses the modules only while this jinja2 version 
 sources' digest hold."""
 
 JINJA2_VERSION = "3.1.6"
-SOURCES_SHA256 = "cca6180da6a66ea3a207f50ab6c0a5cfee89187b82a78b82bfe9c15d796966b7"
+SOURCES_SHA256 = "f56c9da99d332f8416fa78d0d994b934304657049e830fb7c79460ac4c5e7b78"

@@ -115,12 +115,12 @@ def root(context, missing=missing):
         yield '</strong>. Sizes\n  are formulas in them (bind them with <code>--batch</code> / <code>--dim NAME=VALUE</code>);\n  bars and charts are drawn at '
         yield escape(environment.finalize(environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'probe_note')))
         yield '.</p>\n'
-    if environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'count'):
+    if environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'warning_count'):
         pass
         yield '  <p class="note warn-text">&#9888; '
-        yield escape(environment.finalize(environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'count')))
+        yield escape(environment.finalize(environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'warning_count')))
         yield ' coverage warning'
-        yield escape(environment.finalize(('s' if (environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'count') != 1) else cond_expr_undefined("the inline if-expression on line 39 in 'partials/summary.html.j2' evaluated to false and no else section was defined."))))
+        yield escape(environment.finalize(('s' if (environment.getattr((undefined(name='gaps') if l_0_gaps is missing else l_0_gaps), 'warning_count') != 1) else cond_expr_undefined("the inline if-expression on line 39 in 'partials/summary.html.j2' evaluated to false and no else section was defined."))))
         yield '\n  (unknown shapes or sizes, control flow, notes from the import): see <a href="#about">Model and coverage</a>.</p>\n'
     yield '</section>\n'
 

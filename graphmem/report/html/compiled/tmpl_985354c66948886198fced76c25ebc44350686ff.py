@@ -303,22 +303,11 @@ def root(context, missing=missing):
     yield escape(environment.finalize((environment.getattr((undefined(name='b') if l_0_b is missing else l_0_b), 'height') - 2)))
     yield '" text-anchor="end">step</text>\n      </g>\n      <g class="targets" id="timeline-targets">\n'
     for l_1_h in environment.getattr((undefined(name='t') if l_0_t is missing else l_0_t), 'targets'):
+        l_1_hover_rect = resolve('hover_rect')
         _loop_vars = {}
         pass
-        yield '<rect x="'
-        yield escape(environment.finalize(environment.getattr(l_1_h, 'x')))
-        yield '" y="'
-        yield escape(environment.finalize(environment.getattr((undefined(name='b') if l_0_b is missing else l_0_b), 'top')))
-        yield '" width="'
-        yield escape(environment.finalize(environment.getattr(l_1_h, 'width')))
-        yield '" height="'
-        yield escape(environment.finalize((environment.getattr((undefined(name='b') if l_0_b is missing else l_0_b), 'bottom') - environment.getattr((undefined(name='b') if l_0_b is missing else l_0_b), 'top'))))
-        yield '" data-step="'
-        yield escape(environment.finalize(environment.getattr(l_1_h, 'step')))
-        yield '"><title>'
-        yield escape(environment.finalize(environment.getattr(l_1_h, 'title')))
-        yield '</title></rect>'
-    l_1_h = missing
+        yield escape(environment.finalize(context.call((undefined(name='hover_rect') if l_1_hover_rect is missing else l_1_hover_rect), l_1_h, environment.getattr((undefined(name='b') if l_0_b is missing else l_0_b), 'top'), environment.getattr((undefined(name='b') if l_0_b is missing else l_0_b), 'bottom'), _loop_vars=_loop_vars)))
+    l_1_h = l_1_hover_rect = missing
     yield '      </g>\n    </svg>\n    </div>\n    <figcaption class="legend">\n'
     if environment.getattr((undefined(name='t') if l_0_t is missing else l_0_t), 'layers'):
         pass
@@ -352,4 +341,4 @@ def root(context, missing=missing):
     yield '    </figcaption>\n  </figure>\n</section>\n'
 
 blocks = {}
-debug_info = '1=55&2=58&5=62&6=64&7=66&9=73&11=79&12=85&14=90&15=93&19=98&22=102&23=104&24=110&25=114&28=126&29=130&30=138&33=146&35=149&39=164&40=168&41=172&43=174&44=178&46=186&47=189&49=198&52=206&53=208&54=212&55=222&57=236&58=239&60=246&61=254&62=258&63=262&65=270&66=278&67=282&68=290&70=298&73=302&78=320&79=322&86=335&87=339&88=344'
+debug_info = '1=55&2=58&5=62&6=64&7=66&9=73&11=79&12=85&14=90&15=93&19=98&22=102&23=104&24=110&25=114&28=126&29=130&30=138&33=146&35=149&39=164&40=168&41=172&43=174&44=178&46=186&47=189&49=198&52=206&53=208&54=212&55=222&57=236&58=239&60=246&61=254&62=258&63=262&65=270&66=278&67=282&68=290&70=298&73=302&78=309&79=311&86=324&87=328&88=333'

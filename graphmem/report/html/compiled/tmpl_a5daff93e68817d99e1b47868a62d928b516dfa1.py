@@ -19,23 +19,11 @@ def root(context, missing=missing):
         def t_1(*unused):
             raise TemplateRuntimeError("No filter named 'length' found.")
     try:
-        t_2 = environment.filters['replace']
+        t_2 = environment.filters['thousands']
     except KeyError:
         @internalcode
         def t_2(*unused):
-            raise TemplateRuntimeError("No filter named 'replace' found.")
-    try:
-        t_3 = environment.filters['thousands']
-    except KeyError:
-        @internalcode
-        def t_3(*unused):
             raise TemplateRuntimeError("No filter named 'thousands' found.")
-    try:
-        t_4 = environment.tests['none']
-    except KeyError:
-        @internalcode
-        def t_4(*unused):
-            raise TemplateRuntimeError("No test named 'none' found.")
     pass
     l_0_table = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'nodes')
     context.vars['table'] = l_0_table
@@ -52,9 +40,9 @@ def root(context, missing=missing):
     if environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'truncated'):
         pass
         yield '<strong>The first '
-        yield escape(environment.finalize(t_3(t_1(environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'rows')))))
+        yield escape(environment.finalize(t_2(t_1(environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'rows')))))
         yield ' of\n  '
-        yield escape(environment.finalize(t_3(environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'total'))))
+        yield escape(environment.finalize(t_2(environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'total'))))
         yield ' nodes are shown</strong> (with JavaScript, all of them, page by page); the JSON report (<code>--json</code>) has them all.'
     yield '</span></p>\n  <div class="filter" id="node-controls" hidden>\n    <label for="node-filter">Filter</label>\n    <select id="node-filter-field" aria-label="Filter on">\n      <option value="any">name, op or module</option>\n      <option value="name">name</option>\n      <option value="op">op</option>\n      <option value="module">module</option>\n'
     if environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'has_phases'):
@@ -72,79 +60,16 @@ def root(context, missing=missing):
         yield '<th scope="col" class="r" data-key="time_s" data-type="number">est. time</th>\n      <th scope="col" data-key="bound">bound</th>'
     yield '      <th scope="col" data-key="status">status</th>\n    </tr></thead>\n    <tbody>\n'
     for l_1_row in environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'rows'):
-        l_1_qty = resolve('qty')
+        l_1_node_table_row = resolve('node_table_row')
         _loop_vars = {}
         pass
-        yield '      <tr id="node-'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'step')))
-        yield '"'
-        if (environment.getattr(l_1_row, 'status') != 'ok'):
-            pass
-            yield ' class="status-'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'status')))
-            yield '"'
-        yield '>\n        <td class="r">'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'step')))
-        yield '</td><td class="name"><code>'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'name')))
-        yield '</code></td><td>'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'op')))
-        yield '</td>\n        <td class="name">'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'module')))
-        yield '</td>\n'
-        if environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'has_phases'):
-            pass
-            yield '<td>'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'phase')))
-            yield '</td>'
-        yield '        <td class="shapes"><code>'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'output_shapes')))
-        yield '</code></td>\n        <td class="r" data-sort="'
-        yield escape(environment.finalize((environment.getattr(l_1_row, 'params') if (not t_4(environment.getattr(l_1_row, 'params'))) else -1)))
-        yield '">'
-        yield escape(environment.finalize((t_3(environment.getattr(l_1_row, 'params')) if (not t_4(environment.getattr(l_1_row, 'params'))) else '–')))
-        yield '</td>\n'
-        if (environment.getattr(l_1_row, 'status') == 'ok'):
-            pass
-            yield '        <td class="r" data-sort="'
-            yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'macs'), 'probe')))
-            yield '">'
-            yield escape(environment.finalize((context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_row, 'macs'), 'MACs', _loop_vars=_loop_vars) if (not t_4(environment.getattr(environment.getattr(l_1_row, 'macs'), 'exact'))) else '–')))
-            yield '</td>\n        <td class="r" data-sort="'
-            yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'flops'), 'probe')))
-            yield '">'
-            yield escape(environment.finalize((context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_row, 'flops'), 'FLOPs', _loop_vars=_loop_vars) if (not t_4(environment.getattr(environment.getattr(l_1_row, 'flops'), 'exact'))) else '–')))
-            yield '</td>\n'
-        else:
-            pass
-            yield '        <td class="r" data-sort="-1"><em>not counted</em></td><td class="r" data-sort="-1"><em>not counted</em></td>\n'
-        yield '        <td class="r" data-sort="'
-        yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'output_bytes'), 'probe')))
-        yield '">'
-        yield escape(environment.finalize(context.call((undefined(name='qty') if l_1_qty is missing else l_1_qty), environment.getattr(l_1_row, 'output_bytes'), _loop_vars=_loop_vars)))
-        yield '</td>\n'
-        if environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'has_times'):
-            pass
-            yield '<td class="r" data-sort="'
-            yield escape(environment.finalize((environment.getattr(l_1_row, 'time_s') if (not t_4(environment.getattr(l_1_row, 'time_s'))) else -1)))
-            yield '">'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'time_text')))
-            yield '</td><td>'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'bound')))
-            yield '</td>'
-        yield '        <td'
-        if environment.getattr(l_1_row, 'note'):
-            pass
-            yield ' title="'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'note')))
-            yield '"'
-        yield '>'
-        yield escape(environment.finalize(t_2(context.eval_ctx, environment.getattr(l_1_row, 'status'), '_', ' ')))
-        yield '</td>\n      </tr>\n'
-    l_1_row = l_1_qty = missing
+        yield '      '
+        yield escape(environment.finalize(context.call((undefined(name='node_table_row') if l_1_node_table_row is missing else l_1_node_table_row), l_1_row, environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'has_phases'), environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'has_times'), _loop_vars=_loop_vars)))
+        yield '\n'
+    l_1_row = l_1_node_table_row = missing
     yield '    </tbody>\n  </table>\n  </div>\n  <script type="application/json" id="node-data">'
     yield escape(environment.finalize(environment.getattr((undefined(name='table') if l_0_table is missing else l_0_table), 'data')))
     yield '</script>\n</section>\n'
 
 blocks = {}
-debug_info = '1=37&4=41&6=43&8=49&9=54&17=57&28=61&34=63&40=67&45=71&46=76&47=84&48=90&49=92&50=98&51=100&52=104&54=107&55=111&59=119&60=123&61=133&67=143'
+debug_info = '1=25&4=29&6=31&8=37&9=42&17=45&28=49&34=51&40=55&45=59&46=64&51=68'

@@ -14,22 +14,16 @@ def root(context, missing=missing):
     l_0_qty = resolve('qty')
     l_0_live = l_0_more = missing
     try:
-        t_1 = environment.filters['breakable']
+        t_1 = environment.filters['length']
     except KeyError:
         @internalcode
         def t_1(*unused):
-            raise TemplateRuntimeError("No filter named 'breakable' found.")
+            raise TemplateRuntimeError("No filter named 'length' found.")
     try:
-        t_2 = environment.filters['length']
+        t_2 = environment.filters['thousands']
     except KeyError:
         @internalcode
         def t_2(*unused):
-            raise TemplateRuntimeError("No filter named 'length' found.")
-    try:
-        t_3 = environment.filters['thousands']
-    except KeyError:
-        @internalcode
-        def t_3(*unused):
             raise TemplateRuntimeError("No filter named 'thousands' found.")
     pass
     l_0_live = environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'live')
@@ -40,17 +34,17 @@ def root(context, missing=missing):
     yield ' (<code>'
     yield escape(environment.finalize(environment.getattr(environment.getattr((undefined(name='view') if l_0_view is missing else l_0_view), 'summary'), 'peak_node')))
     yield '</code>):\n  '
-    yield escape(environment.finalize(t_3(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'total'))))
+    yield escape(environment.finalize(t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'total'))))
     yield ' tensors, largest first: '
-    yield escape(environment.finalize(t_3(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'activations'))))
+    yield escape(environment.finalize(t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'activations'))))
     yield ' made by nodes\n  ('
     yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'activation_bytes'))))
     yield ') and '
-    yield escape(environment.finalize(t_3(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'residents'))))
+    yield escape(environment.finalize(t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'residents'))))
     yield ' residents, live throughout\n  ('
     yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'resident_total'))))
     yield '). An activation lives from the node that makes it to the last\n  node that reads it (&ldquo;kept alive by&rdquo;): that node is where to look to free it sooner.</p>\n'
-    l_0_more = (t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows')) > environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'shown'))
+    l_0_more = (t_1(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows')) > environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'shown'))
     context.vars['more'] = l_0_more
     context.exported_vars.add('more')
     if (undefined(name='more') if l_0_more is missing else l_0_more):
@@ -61,67 +55,13 @@ def root(context, missing=missing):
     yield '">\n    <thead><tr>\n      <th scope="col">tensor</th><th scope="col" class="r" data-type="number">size</th>\n      <th scope="col" data-type="number">share of peak</th><th scope="col">role</th>\n      <th scope="col">shape</th><th scope="col">dtype</th>\n      <th scope="col">module</th><th scope="col">made by</th><th scope="col">kept alive by</th>\n    </tr></thead>\n    <tbody>\n'
     l_1_loop = missing
     for l_1_row, l_1_loop in LoopContext(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows'), undefined):
-        l_1_bar = resolve('bar')
-        l_1_pct = resolve('pct')
+        l_1_live_row = resolve('live_row')
         _loop_vars = {}
         pass
-        yield '      <tr data-n="live"'
-        if (environment.getattr(l_1_loop, 'index') > environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'shown')):
-            pass
-            yield ' class="more"'
-        yield '>\n        <td class="name"><code>'
-        yield escape(environment.finalize(t_1(environment.getattr(l_1_row, 'name'))))
-        yield '</code></td>\n        <td class="r" data-sort="'
-        yield escape(environment.finalize(environment.getattr(environment.getattr(l_1_row, 'size'), 'probe')))
-        yield '">'
-        yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr(l_1_row, 'size'), _loop_vars=_loop_vars)))
-        yield '</td>\n        <td data-sort="'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'percent')))
-        yield '" class="share">'
-        yield escape(environment.finalize(context.call((undefined(name='bar') if l_1_bar is missing else l_1_bar), environment.getattr(l_1_row, 'percent'), ('bar-resident' if environment.getattr(l_1_row, 'resident') else 'bar-activation'), _loop_vars=_loop_vars)))
-        yield ' '
-        yield escape(environment.finalize(context.call((undefined(name='pct') if l_1_pct is missing else l_1_pct), environment.getattr(l_1_row, 'percent'), _loop_vars=_loop_vars)))
-        yield '</td>\n        <td>'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'role')))
-        yield '</td>\n        <td class="shapes"><code>'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'shape')))
-        yield '</code></td><td>'
-        yield escape(environment.finalize(environment.getattr(l_1_row, 'dtype')))
-        yield '</td>\n        <td class="name module">'
-        if context.call(environment.getattr(environment.getattr(l_1_row, 'module'), 'startswith'), '(', _loop_vars=_loop_vars):
-            pass
-            yield '<em>'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'module')))
-            yield '</em>'
-        elif environment.getattr(l_1_row, 'module'):
-            pass
-            yield '<code>'
-            yield escape(environment.finalize(t_1(environment.getattr(l_1_row, 'module'))))
-            yield '</code>'
-        yield '</td>\n        <td class="name">'
-        if environment.getattr(l_1_row, 'resident'):
-            pass
-            yield '<em>'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'made_by')))
-            yield '</em>'
-        else:
-            pass
-            yield '<code>'
-            yield escape(environment.finalize(t_1(environment.getattr(l_1_row, 'made_by'))))
-            yield '</code>'
-        yield '</td>\n        <td class="name">'
-        if context.call(environment.getattr(environment.getattr(l_1_row, 'kept_alive_by'), 'startswith'), '(', _loop_vars=_loop_vars):
-            pass
-            yield '<em>'
-            yield escape(environment.finalize(environment.getattr(l_1_row, 'kept_alive_by')))
-            yield '</em>'
-        else:
-            pass
-            yield '<code>'
-            yield escape(environment.finalize(t_1(environment.getattr(l_1_row, 'kept_alive_by'))))
-            yield '</code>'
-        yield '</td>\n      </tr>\n'
-    l_1_loop = l_1_row = l_1_bar = l_1_pct = missing
+        yield '      '
+        yield escape(environment.finalize(context.call((undefined(name='live_row') if l_1_live_row is missing else l_1_live_row), l_1_row, (environment.getattr(l_1_loop, 'index') > environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'shown')), _loop_vars=_loop_vars)))
+        yield '\n'
+    l_1_loop = l_1_row = l_1_live_row = missing
     yield '    </tbody>\n  </table>\n  </div>\n'
     if (undefined(name='more') if l_0_more is missing else l_0_more):
         pass
@@ -129,11 +69,11 @@ def root(context, missing=missing):
         if environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'hidden'):
             pass
             yield 'Show the largest '
-            yield escape(environment.finalize(t_3(t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows')))))
+            yield escape(environment.finalize(t_2(t_1(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows')))))
         else:
             pass
             yield 'Show all '
-            yield escape(environment.finalize(t_3(t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows')))))
+            yield escape(environment.finalize(t_2(t_1(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'rows')))))
             yield ' tensors'
         yield '</span><span class="when-open">Show the largest '
         yield escape(environment.finalize(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'shown')))
@@ -141,11 +81,11 @@ def root(context, missing=missing):
     if environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'hidden'):
         pass
         yield '<p class="note">and '
-        yield escape(environment.finalize(t_3(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'hidden'))))
+        yield escape(environment.finalize(t_2(environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'hidden'))))
         yield ' smaller tensors, '
         yield escape(environment.finalize(context.call((undefined(name='qty') if l_0_qty is missing else l_0_qty), environment.getattr((undefined(name='live') if l_0_live is missing else l_0_live), 'hidden_bytes'))))
         yield ' in all (the JSON lists them).</p>'
     yield '</section>\n'
 
 blocks = {}
-debug_info = '1=32&4=36&5=40&6=44&7=48&9=50&10=53&12=57&20=60&21=66&22=70&23=72&24=76&25=82&26=84&27=88&28=99&29=110&35=123&36=138'
+debug_info = '1=26&4=30&5=34&6=38&7=42&9=44&10=47&12=51&20=54&21=59&26=63&27=78'
