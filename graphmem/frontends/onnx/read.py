@@ -141,8 +141,8 @@ def _drop_large_payloads(model: onnx.ModelProto, walked: Walked) -> None:
     found them, walked again only where densify changed the model."""
     tensors = walked.tensors
     if not walked.dense and densify(model, _KEEP_INITIALIZER_BYTES):
-        tensors = list(model_tensors(model))
-    for _, tensor in tensors:
+        tensors = [tensor for _, tensor in model_tensors(model)]
+    for tensor in tensors:
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
             clear_tensor_data(tensor)
 
