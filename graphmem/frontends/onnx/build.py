@@ -5,7 +5,7 @@ trip counts (graphmem/ops/control_flow.py; costed by graphmem/passes/control_flo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 import onnx
@@ -75,14 +75,27 @@ def build_graph(model: onnx.ModelProto, default_name: str,
 
 
 def _add_initializers(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+    """A value per initializer; its dtype, dims and role made once per distinct (element
+    type, dims): a decoder's 11,500 initializers have 14 (values of one shape share the
+    tuple, as the typed values do)."""
+    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape, Role]] = {}
     for tensor in graph.initializer:
-        dtype = _DTYPES.get(tensor.data_type, DType.UNKNOWN)
-        shape: Shape = tuple(SymInt.const(int(d)) for d in tensor.dims)
-        numel = 1
-        for d in tensor.dims:
-            numel *= int(d)
-        role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
-        values[tensor.name] = Value(tensor.name, dtype, shape, role)
+        key = (tensor.data_type, tuple(tensor.dims))
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = _initializer_kind(*key)
+        name = tensor.name
+        values[name] = Value(name, kind[0], kind[1], kind[2])
+
+
+def _initializer_kind(data_type: int, dims: tuple[int, ...]) -> tuple[DType, Shape, Role]:
+    dtype = _DTYPES.get(data_type, DType.UNKNOWN)
+    shape: Shape = tuple(SymInt.const(int(d)) for d in dims)
+    numel = 1
+    for d in dims:
+        numel *= int(d)
+    role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
+    return dtype, shape, role
 
 
 def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
@@ -195,14 +208,18 @@ def _add_nodes(
     reader: _ShapeReader,
 ) -> None:
     values = graph.values
+    types = reader.types  # each distinct type read once (reader.typed), then looked up here
     used_names: set[str] = set()
     trips: TripCounter | None = None  # made at the first Loop/Scan: most graphs have none
+    no_attributes = reader.no_attributes
+    activation = Role.ACTIVATION
     for index, proto in enumerate(proto_graph.node):  # 10^5 nodes: kept to plain steps
         op_type, domain = proto.op_type, proto.domain
         onnx_domain = domain in _ONNX_DOMAINS
         if op_type == "Constant" and onnx_domain:
             continue
-        name = proto.name or f"{op_type}_{index}"
+        proto_name = proto.name
+        name = proto_name or f"{op_type}_{index}"
         if name in used_names:
             name = _unique_name(name, used_names)
         else:
@@ -212,10 +229,17 @@ def _add_nodes(
             attributes, has_subgraph = _attributes(proto)
             attributes = _shared(reader.attributes, attributes)
         else:  # most nodes: one shared empty dict
-            attributes, has_subgraph = reader.no_attributes, False
+            attributes, has_subgraph = no_attributes, False
+        try:
+            inputs = [values[n] if n else None for n in proto.input]
+        except KeyError as missing:
+            raise _unproduced(name, missing.args[0]) from None
+        metadata = proto.metadata_props  # module_path_of, the name read once
+        path = (_module_path(metadata, proto_name) if metadata
+                else _path_from_scopes(proto_name.rpartition("/")[0])
+                if proto_name.startswith("/") else "")
         node = (ControlFlowNode if control_flow else Node)(
-            name, op_type, _inputs_of(values, proto, name), [], attributes, domain,
-            module_path_of(proto),
+            name, op_type, inputs, [], attributes, domain, path,
             phase=Phase.NONE,  # an exported graph is inference (training: training/expand.py)
         )
         if control_flow or has_subgraph:
@@ -223,25 +247,23 @@ def _add_nodes(
         outputs = node.outputs
         for output_name in proto.output:
             if output_name:
-                known = reader.typed(type_keys.get(output_name))
+                key = type_keys.get(output_name)
+                known = _UNTYPED if key is None else types.get(key) or reader.typed(key)
                 value = values[output_name] = Value(output_name, known[0], known[1],
-                                                    Role.ACTIVATION)
-                outputs.append(value)  # a new value: graph.add_node makes node its producer
+                                                    activation)
+                outputs.append(value)  # a new value: the graph makes node its producer
         if isinstance(node, ControlFlowNode):
             trips = trips or TripCounter(proto_graph, values, graph.opset)
             _build_bodies(node, proto, graph, reader, trips)
-        graph.add_node(node)
+            graph.add_node(node)
+        else:
+            graph.append_new(node)
 
 
-def _inputs_of(values: dict[str, Value], proto: onnx.NodeProto,
-               node_name: str) -> list[Value | None]:
-    try:
-        return [values[n] if n else None for n in proto.input]
-    except KeyError as missing:
-        raise GraphmemError(
-            f"node {node_name} reads '{missing.args[0]}' before any node produces it: the graph"
-            " is not topologically sorted or is broken; re-export it or run onnx.checker on it"
-        ) from None
+def _unproduced(node_name: str, missing: str) -> GraphmemError:
+    return GraphmemError(
+        f"node {node_name} reads '{missing}' before any node produces it: the graph"
+        " is not topologically sorted or is broken; re-export it or run onnx.checker on it")
 
 
 def module_path_of(proto: onnx.NodeProto) -> str:
@@ -254,13 +276,18 @@ def module_path_of(proto: onnx.NodeProto) -> str:
     scope before it (`layer2` -> `layer2.2`, `downsample` -> `downsample.0`); the op is last.
     Other producers: ''.
     """
+    name = proto.name
     if proto.metadata_props:  # most producers write none
-        for prop in proto.metadata_props:
-            if prop.key == NAME_SCOPES:
-                return _path_from_name_scopes(prop.value)
-    if not proto.name.startswith("/"):
-        return ""
-    return _path_from_scopes(proto.name.rpartition("/")[0])
+        return _module_path(proto.metadata_props, name)
+    return _path_from_scopes(name.rpartition("/")[0]) if name.startswith("/") else ""
+
+
+def _module_path(metadata: Iterable[onnx.StringStringEntryProto], name: str) -> str:
+    """module_path_of of a node with metadata: its name scopes, else its name's scopes."""
+    for prop in metadata:
+        if prop.key == NAME_SCOPES:
+            return _path_from_name_scopes(prop.value)
+    return _path_from_scopes(name.rpartition("/")[0]) if name.startswith("/") else ""
 
 
 @lru_cache(maxsize=4096)  # the nodes of one module share their scopes: a few per layer
@@ -416,8 +443,8 @@ def _mark_output(values: dict[str, Value], info: onnx.ValueInfoProto) -> Value:
 
 
 def _mark_buffers(nodes: list[Node]) -> None:
-    for node in nodes:
-        for index in _BUFFER_INPUTS.get(node.op_type, ()):
+    for node in [n for n in nodes if n.op_type in _BUFFER_INPUTS]:  # most graphs: none
+        for index in _BUFFER_INPUTS[node.op_type]:
             value = node.input(index)
             if value is not None and value.role is Role.PARAMETER:
                 value.role = Role.BUFFER

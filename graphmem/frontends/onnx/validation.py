@@ -53,18 +53,20 @@ def strip_and_validate(model: onnx.ModelProto) -> Walked:
     _validate(walk, strip=True)
     alone = not model.functions and not model.training_info  # the walk saw every scope
     return Walked(walk.tensors, len(walk.graphs) - 1 if alone else None,
-                  alone and not walk.compact)
+                  alone and not walk.compact, len(walk.graphs) - 1)
 
 
 class Walked(NamedTuple):
     """What validation's walk found: the tensors as model_tensors lists them; how many
     control-flow bodies the model has (None: not counted, the model has functions or training
     graphs); whether no tensor is in a compact form dense_forms.py expands (no sparse tensor,
-    no Constant list attribute; False: not known)."""
+    no Constant list attribute; False: not known); the bodies of the main graph's nodes, at
+    any depth (counted whether or not the model has functions)."""
 
     tensors: list[TensorProto]
     bodies: int | None
     dense: bool
+    main_bodies: int
 
 
 def _validate(walk: _ModelWalk, strip: bool = False) -> None:
