@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -143,3 +144,76 @@ def test_module_paths_as_module_path_of(seed: int) -> None:
         [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [2])])
     built = build_graph(helper.make_model(graph), "g", {})
     assert [n.module_path for n in built.nodes] == [module_path_of(p) for p in nodes]
+
+
+def _old_attributes(proto: onnx.NodeProto) -> dict[str, object]:
+    """build.py's attributes as read before: onnx.helper.get_attribute_value of each."""
+    result: dict[str, object] = {}
+    for attribute in proto.attribute:
+        if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+                              onnx.AttributeProto.TENSOR, onnx.AttributeProto.SPARSE_TENSOR):
+            continue
+        value = helper.get_attribute_value(attribute)
+        result[attribute.name] = tuple(value) if isinstance(value, list) else value
+    return result
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_attributes_read_as_get_attribute_value(seed: int) -> None:
+    rng = random.Random(seed)
+    makers = [lambda: rng.randint(-2**40, 2**40), lambda: rng.uniform(-1e30, 1e30),
+              lambda: rng.choice(["", "same", "ünï"]),
+              lambda: [rng.randint(-5, 5)] * rng.randint(1, 4),
+              lambda: [rng.random()] * rng.randint(1, 3), lambda: ["a", "bc"][:rng.randint(1, 2)],
+              lambda: helper.make_tensor("t", TensorProto.FLOAT, [1], [1.0]),
+              lambda: onnx.TypeProto(), lambda: [onnx.TypeProto()],
+              lambda: [helper.make_tensor("t", TensorProto.INT64, [1], [2])],
+              lambda: helper.make_graph([], "b", [], [])]
+    kwargs: dict[str, Any] = {f"a{i}": rng.choice(makers)() for i in range(rng.randint(1, 6))}
+    node = helper.make_node("Custom", ["x"], ["y"], domain="d", **kwargs)
+    if rng.random() < 0.2:
+        empty = node.attribute.add()
+        empty.name, empty.type = "undefined", onnx.AttributeProto.UNDEFINED
+    attributes, has_graph = build._attributes(node)
+    expected = _old_attributes(node)
+    assert attributes == expected
+    assert [type(v) for v in attributes.values()] == [type(v) for v in expected.values()]
+    assert has_graph == any(a.type == onnx.AttributeProto.GRAPH for a in node.attribute)
+
+
+def test_a_reference_attribute_is_refused_as_onnx_refuses_it() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"])
+    axis = node.attribute.add()
+    axis.name, axis.type, axis.ref_attr_name = "axis", onnx.AttributeProto.INT, "outer"
+    with pytest.raises(ValueError, match="reference attribute"):
+        build._attributes(node)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_constant_values_per_kind_as_one_by_one(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(rng.randint(1, 40)):
+        dims = rng.choice([(), (1,), (3,), (2, 2), (0,)])
+        data_type = rng.choice([TensorProto.INT64, TensorProto.FLOAT, TensorProto.BOOL, 999])
+        tensor = TensorProto(name=f"c{i}", data_type=data_type, dims=dims)
+        kind = rng.random()
+        if kind < 0.7:
+            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=tensor))
+        elif kind < 0.85:
+            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value_ints=[1, 2, 3]))
+        else:
+            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value_int=4))
+    graph = helper.make_graph(nodes, "g", [], [])
+    values: dict[str, Value] = {}
+    build._add_constant_nodes(graph, values)
+    for node in nodes:
+        value = values[node.output[0]]
+        attribute = node.attribute[0]
+        expected: tuple[DType, tuple[SymInt | None, ...]]
+        if attribute.type == onnx.AttributeProto.TENSOR:
+            expected = (build._DTYPES.get(attribute.t.data_type, DType.UNKNOWN),
+                        tuple(SymInt.const(int(d)) for d in attribute.t.dims))
+        else:
+            expected = build._constant_type(node, {})
+        assert (value.dtype, value.shape, value.role) == (*expected, Role.CONSTANT)

@@ -20,7 +20,7 @@ from graphmem.frontends.onnx.validation import strip_and_validate, validate_grap
 
 _TYPES = [TensorProto.FLOAT, TensorProto.INT64, TensorProto.FLOAT16, TensorProto.STRING,
           TensorProto.INT4, TensorProto.COMPLEX64, TensorProto.BOOL, 0, 999]
-_BYTES = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.FLOAT16: 2,
+_BYTES: dict[int, int] = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.FLOAT16: 2,
           TensorProto.BOOL: 1, TensorProto.COMPLEX64: 8}
 _DIMS = [(), (3,), (2, 3), (0, 4), (1, 1, 1), (-1, 2), (2**40, 2**30), tuple([1] * 65)]
 
@@ -134,11 +134,15 @@ def test_a_tensor_after_one_of_its_key_that_passed_is_not_checked_again() -> Non
         [helper.make_node("Relu", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], weights)
-    calls = []
+    calls: list[str] = []
     check = validation._check_tensor
+
+    def counted(label: str, tensor: TensorProto) -> None:
+        calls.append(label)
+        check(label, tensor)
+
     try:
-        validation._check_tensor = lambda label, tensor: calls.append(label) or check(
-            label, tensor)
+        validation._check_tensor = counted
         strip_and_validate(helper.make_model(graph))
     finally:
         validation._check_tensor = check

@@ -99,20 +99,29 @@ def _initializer_kind(data_type: int, dims: tuple[int, ...]) -> tuple[DType, Sha
 
 
 def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
-    """Constant nodes become constant values (onnxruntime turns them into initializers too)."""
+    """Constant nodes become constant values (onnxruntime turns them into initializers too);
+    a tensor's dtype and dims made once per distinct (element type, dims), as initializers'
+    (a TorchScript decoder: 8,325 Constants)."""
+    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape]] = {}
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            dtype, shape = _constant_type(node)
-            values[node.output[0]] = Value(node.output[0], dtype, shape, Role.CONSTANT)
+        if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS and node.output:
+            name = node.output[0]
+            dtype, shape = _constant_type(node, kinds)
+            values[name] = Value(name, dtype, shape, Role.CONSTANT)
 
 
-def _constant_type(node: onnx.NodeProto) -> tuple[DType, Shape]:
-    attribute = node.attribute[0] if node.attribute else None
+def _constant_type(node: onnx.NodeProto, kinds: dict[tuple[int, tuple[int, ...]],
+                                                      tuple[DType, Shape]]) -> tuple[DType, Shape]:
+    attributes = node.attribute
+    attribute = attributes[0] if attributes else None
     if attribute is not None and attribute.type == AttributeProto.TENSOR:
         tensor = attribute.t
-        return _DTYPES.get(tensor.data_type, DType.UNKNOWN), tuple(
-            SymInt.const(int(d)) for d in tensor.dims
-        )
+        key = (tensor.data_type, tuple(tensor.dims))
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = (_DTYPES.get(key[0], DType.UNKNOWN),
+                                 tuple(SymInt.const(int(d)) for d in key[1]))
+        return kind
     if attribute is not None and attribute.name.endswith("s"):  # value_ints, value_floats
         count = len(onnx.helper.get_attribute_value(attribute))
         dtype = DType.INT64 if attribute.name == "value_ints" else DType.FLOAT32
@@ -340,9 +349,23 @@ def _attributes(proto: onnx.NodeProto) -> tuple[dict[str, AttributeValue], bool]
             continue
         if kind in _TENSOR_KINDS:
             continue
-        value = onnx.helper.get_attribute_value(attribute)
-        result[attribute.name] = tuple(value) if isinstance(value, list) else value
+        field = _VALUE_FIELDS.get(kind)
+        if field is None or attribute.ref_attr_name:  # rare kinds; onnx refuses a reference
+            value = onnx.helper.get_attribute_value(attribute)
+            result[attribute.name] = tuple(value) if isinstance(value, list) else value
+        elif kind in _LIST_KINDS:
+            result[attribute.name] = tuple(getattr(attribute, field))
+        else:
+            result[attribute.name] = getattr(attribute, field)
     return result, has_subgraph
+
+
+# what onnx.helper.get_attribute_value reads of the common kinds (its field, a list as a
+# tuple), read here without its walk through the kinds (one protobuf access each)
+_VALUE_FIELDS = {AttributeProto.FLOAT: "f", AttributeProto.INT: "i", AttributeProto.STRING: "s",
+                 AttributeProto.FLOATS: "floats", AttributeProto.INTS: "ints",
+                 AttributeProto.STRINGS: "strings"}
+_LIST_KINDS = frozenset({AttributeProto.FLOATS, AttributeProto.INTS, AttributeProto.STRINGS})
 
 
 _GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})

@@ -69,10 +69,10 @@ def read_model_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
     if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
         raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
                             " memory to analyze; pass the exported model itself")
-    walked = strip_and_validate(model)  # external data cut off, then the graph checked
+    # external data cut off, then the graph checked, its nodes trimmed on the same walk
+    walked = strip_and_validate(model, keep_only_name_scope)
     check_nesting(model, walked.bodies)  # before any engine recurses through it (limits.py)
     _drop_large_payloads(model, walked)
-    keep_only_name_scopes(model.graph)
     return model, walked.main_bodies > 0
 
 
@@ -87,20 +87,25 @@ def keep_only_name_scopes(graph: onnx.GraphProto) -> None:
     holds, which every copy of the model, every pass of onnx's inference and onnxruntime's
     planner shapes would serialize and parse again. Done once, on the model as read: the
     first name-scopes entry is kept where it is and the others deleted around it (0.09 -> 0.04
-    CPU s on the dynamo decoder's 22,103 nodes of five entries each)."""
+    CPU s on the dynamo decoder's 22,103 nodes of five entries each). read_model does it
+    node by node on validation's walk (keep_only_name_scope)."""
     for node in graph.node:
-        if node.doc_string:
-            node.ClearField("doc_string")
-        entries = node.metadata_props
-        if not entries:
-            continue
-        for index, entry in enumerate(entries):
-            if entry.key == NAME_SCOPES:
-                del entries[index + 1:]
-                del entries[:index]
-                break
-        else:
-            node.ClearField("metadata_props")
+        keep_only_name_scope(node)
+
+
+def keep_only_name_scope(node: onnx.NodeProto) -> None:
+    """keep_only_name_scopes of one node."""
+    if node.doc_string:
+        node.ClearField("doc_string")
+    entries = node.metadata_props
+    if not entries:
+        return
+    for index, entry in enumerate(entries):
+        if entry.key == NAME_SCOPES:
+            del entries[index + 1:]
+            del entries[:index]
+            return
+    node.ClearField("metadata_props")
 
 
 def external_data_files(path: Path) -> list[Path]:
@@ -147,7 +152,7 @@ def _drop_large_payloads(model: onnx.ModelProto, walked: Walked) -> None:
     walked where validation's walk saw none). `walked`: the tensors as validation's walk
     found them, walked again only where densify changed the model."""
     tensors = walked.tensors
-    if not walked.dense and densify(model, _KEEP_INITIALIZER_BYTES):
+    if not walked.dense and densify(model, _KEEP_INITIALIZER_BYTES, walked.compact):
         tensors = [tensor for _, tensor in model_tensors(model)]
     for tensor in tensors:
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
