@@ -109,3 +109,38 @@ def _changing_seeds() -> set[int]:
     seeds = {seed for seed in range(60) if dense_forms.densify(_random_model(seed), 64 * 1024)}
     assert 5 < len(seeds) < 55
     return seeds
+
+
+def _old_named_dims(graph: onnx.GraphProto) -> None:
+    """name_dynamic_input_dims as it was: the initializers' names gathered first."""
+    initializer_names = {t.name for t in graph.initializer}
+    for value in graph.input:
+        if value.name in initializer_names or not value.type.HasField("tensor_type"):
+            continue
+        if not value.type.tensor_type.HasField("shape"):
+            continue
+        for index, dim in enumerate(value.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value") and not dim.dim_param:
+                dim.dim_param = f"{read._identifier(value.name)}_d{index}"
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_input_dims_named_as_before(seed: int) -> None:
+    rng = random.Random(seed)
+    inputs, initializers = [], []
+    for i in range(rng.randint(1, 12)):
+        shape = [rng.choice([None, 3, "batch", None]) for _ in range(rng.randint(0, 3))]
+        name = rng.choice([f"x{i}", f"x{i % 3}", "1st input"])
+        if rng.random() < 0.1:
+            inputs.append(helper.make_value_info(name, onnx.TypeProto()))  # no tensor type
+        else:
+            inputs.append(helper.make_tensor_value_info(
+                name, TensorProto.FLOAT, None if rng.random() < 0.1 else shape))
+        if rng.random() < 0.3:  # listed among the inputs too (IR < 4)
+            initializers.append(TensorProto(name=name, data_type=TensorProto.FLOAT))
+    graph = helper.make_graph([], "g", inputs, [], initializers)
+    old = onnx.GraphProto()
+    old.CopyFrom(graph)
+    read.name_dynamic_input_dims(graph)
+    _old_named_dims(old)
+    assert graph.SerializeToString() == old.SerializeToString()

@@ -11,7 +11,7 @@ from functools import lru_cache
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from graphmem.core.ir import AttributeValue, DType, Graph, Node, Phase, Role, Shape, Value
+from graphmem.core.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
 from graphmem.core.symbolic import SymInt, parse_size
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
@@ -64,10 +64,10 @@ def build_graph(model: onnx.ModelProto, default_name: str,
                   outputs=[], opset=default_opset(model), source_format="onnx")
     values = graph.values
     _add_initializers(onnx_graph, values)
-    _add_constant_nodes(onnx_graph, values)
+    op_types = _add_constant_nodes(onnx_graph, values)
     reader = _ShapeReader(dim_names)
     inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
-    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph), reader)
+    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph), reader, op_types)
     graph.inputs = [v for v in inputs if v.role is Role.INPUT]
     graph.outputs = [_mark_output(values, v) for v in onnx_graph.output]
     _mark_buffers(graph.nodes)
@@ -98,16 +98,21 @@ def _initializer_kind(data_type: int, dims: tuple[int, ...]) -> tuple[DType, Sha
     return dtype, shape, role
 
 
-def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> list[str]:
     """Constant nodes become constant values (onnxruntime turns them into initializers too);
     a tensor's dtype and dims made once per distinct (element type, dims), as initializers'
-    (a TorchScript decoder: 8,325 Constants)."""
+    (a TorchScript decoder: 8,325 Constants). Returns the nodes' op types, in order, read
+    once for _add_nodes too."""
     kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape]] = {}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS and node.output:
+    op_types = [node.op_type for node in graph.node]
+    nodes = graph.node
+    for index in [i for i, op_type in enumerate(op_types) if op_type == "Constant"]:
+        node = nodes[index]
+        if node.domain in _ONNX_DOMAINS and node.output:
             name = node.output[0]
             dtype, shape = _constant_type(node, kinds)
             values[name] = Value(name, dtype, shape, Role.CONSTANT)
+    return op_types
 
 
 def _constant_type(node: onnx.NodeProto, kinds: dict[tuple[int, tuple[int, ...]],
@@ -215,7 +220,10 @@ def _add_nodes(
     proto_graph: onnx.GraphProto,
     type_keys: dict[str, bytes],
     reader: _ShapeReader,
+    op_types: list[str],
 ) -> None:
+    """The nodes of `proto_graph` but its Constants (values already), built and linked in
+    order; `op_types`: theirs, as _add_constant_nodes read them."""
     values = graph.values
     types = reader.types  # each distinct type read once (reader.typed), then looked up here
     used_names: set[str] = set()
@@ -223,7 +231,7 @@ def _add_nodes(
     no_attributes = reader.no_attributes
     activation = Role.ACTIVATION
     for index, proto in enumerate(proto_graph.node):  # 10^5 nodes: kept to plain steps
-        op_type, domain = proto.op_type, proto.domain
+        op_type, domain = op_types[index], proto.domain
         onnx_domain = domain in _ONNX_DOMAINS
         if op_type == "Constant" and onnx_domain:
             continue
@@ -247,10 +255,10 @@ def _add_nodes(
         path = (_module_path(metadata, proto_name) if metadata
                 else _path_from_scopes(proto_name.rpartition("/")[0])
                 if proto_name.startswith("/") else "")
+        # phase: Node's default, Phase.NONE (an exported graph is inference: training is
+        # training/expand.py's)
         node = (ControlFlowNode if control_flow else Node)(
-            name, op_type, inputs, [], attributes, domain, path,
-            phase=Phase.NONE,  # an exported graph is inference (training: training/expand.py)
-        )
+            name, op_type, inputs, [], attributes, domain, path)
         if control_flow or has_subgraph:
             _attach_subgraphs(node, proto, values)
         outputs = node.outputs
@@ -427,9 +435,9 @@ def _body_graph(name: str, body: onnx.GraphProto, outer: Graph, reader: _ShapeRe
             graph.values[ref] = Value(ref, value.dtype, value.shape, Role.INPUT)
             outer_reads.append(graph.values[ref])
     _add_initializers(body, graph.values)
-    _add_constant_nodes(body, graph.values)
+    op_types = _add_constant_nodes(body, graph.values)
     inputs = [_input_value(v, graph.values, reader) for v in body.input]
-    _add_nodes(graph, body, reader.type_keys(body), reader)
+    _add_nodes(graph, body, reader.type_keys(body), reader, op_types)
     graph.inputs = [v for v in (*inputs, *outer_reads) if v.role is Role.INPUT]
     graph.outputs = [_mark_output(graph.values, v) for v in body.output]
     return graph

@@ -160,26 +160,29 @@ def _drop_large_payloads(model: onnx.ModelProto, walked: Walked) -> None:
 
 
 def name_dynamic_input_dims(graph: onnx.GraphProto) -> None:
-    """Give every unnamed dynamic input dim a name (`input_ids_d0`) so `--dim` can bind it."""
-    initializer_names = {t.name for t in graph.initializer}
+    """Give every unnamed dynamic input dim a name (`input_ids_d0`) so `--dim` can bind it;
+    an initializer listed among the inputs (IR < 4) keeps its dims."""
+    initializer_names: set[str] | None = None  # made for the first unnamed dim only
     # the distinct types with no unnamed dim, by their bytes: 10^5 inputs share a few
     complete: set[bytes] = set()
     for value in graph.input:
         key = value.type.SerializeToString()
-        if key in complete or value.name in initializer_names:
-            continue
-        if not value.type.HasField("tensor_type"):
+        if key in complete or not value.type.HasField("tensor_type"):
             continue
         tensor_type = value.type.tensor_type
         if not tensor_type.HasField("shape"):
             continue
-        unnamed = False
-        for index, dim in enumerate(tensor_type.shape.dim):
-            if not dim.HasField("dim_value") and not dim.dim_param:
-                dim.dim_param = f"{_identifier(value.name)}_d{index}"
-                unnamed = True
+        unnamed = [(index, dim) for index, dim in enumerate(tensor_type.shape.dim)
+                   if not dim.HasField("dim_value") and not dim.dim_param]
         if not unnamed:
-            complete.add(key)
+            complete.add(key)  # an initializer's too: it would have nothing to name
+            continue
+        if initializer_names is None:
+            initializer_names = {t.name for t in graph.initializer}
+        if value.name in initializer_names:
+            continue
+        for index, dim in unnamed:
+            dim.dim_param = f"{_identifier(value.name)}_d{index}"
 
 
 def fix_input_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
