@@ -1,7 +1,8 @@
 """Building graphmem's IR from an inferred ONNX model: values with their dims as SymInts (the
-model's own dim names), nodes linked through Graph.add_node, module paths where the exporter
-recorded them, control-flow bodies (If/Loop/Scan) built as graphs of their own with their
-trip counts (graphmem/ops/control_flow.py; costed by graphmem/passes/control_flow.py)."""
+model's own dim names), nodes linked through Graph.append_new (add_node's links), module
+paths where the exporter recorded them, control-flow bodies (If/Loop/Scan) built as graphs
+of their own with their trip counts (graphmem/ops/control_flow.py; costed by
+graphmem/passes/control_flow.py)."""
 
 from __future__ import annotations
 
