@@ -49,10 +49,15 @@ class Counts:
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     counted = Counts()
     read, imported = importer.read_model, runtime_inputs.import_onnx
+    read_bodies = importer.read_model_bodies  # the importer's own read (with its bodies)
 
     def counting_read(path: Path) -> onnx.ModelProto:
         counted.reads[str(path)] += 1
         return read(path)
+
+    def counting_read_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
+        counted.reads[str(path)] += 1
+        return read_bodies(path)
 
     def counting_import(path: Path, input_dims: Mapping[str, int] | None = None,
                         source: onnx.ModelProto | None = None) -> importer.OnnxImport:
@@ -60,6 +65,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
         return imported(path, input_dims, source)
 
     monkeypatch.setattr(importer, "read_model", counting_read)
+    monkeypatch.setattr(importer, "read_model_bodies", counting_read_bodies)
     monkeypatch.setattr(runtime_inputs, "import_onnx", counting_import)
     return counted
 

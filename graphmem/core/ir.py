@@ -331,6 +331,17 @@ class Graph:
             self.nodes.insert(index, node)
         return node
 
+    def append_new(self, node: Node) -> None:
+        """add_node for a node an importer has just made, outputs and all: linked the same
+        way (each value it reads lists it once, its producer is set), without the check (no
+        node made its new outputs) or the input set (it is the newest consumer of each)."""
+        for value in node.outputs:
+            value.producer = node
+        for read in node.inputs:
+            if read is not None and (not read.consumers or read.consumers[-1] is not node):
+                read.consumers.append(node)
+        self.nodes.append(node)
+
     def remove_node(self, node: Node) -> None:
         """Take out a node whose outputs nothing reads; its inputs forget it."""
         read = [value for value in node.outputs if value.consumers]

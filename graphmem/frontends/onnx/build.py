@@ -1,17 +1,18 @@
 """Building graphmem's IR from an inferred ONNX model: values with their dims as SymInts (the
-model's own dim names), nodes linked through Graph.add_node, module paths where the exporter
-recorded them, control-flow bodies (If/Loop/Scan) built as graphs of their own with their
-trip counts (graphmem/ops/control_flow.py; costed by graphmem/passes/control_flow.py)."""
+model's own dim names), nodes linked through Graph.append_new (add_node's links), module
+paths where the exporter recorded them, control-flow bodies (If/Loop/Scan) built as graphs
+of their own with their trip counts (graphmem/ops/control_flow.py; costed by
+graphmem/passes/control_flow.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from graphmem.core.ir import AttributeValue, DType, Graph, Node, Phase, Role, Shape, Value
+from graphmem.core.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
 from graphmem.core.symbolic import SymInt, parse_size
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
@@ -64,10 +65,10 @@ def build_graph(model: onnx.ModelProto, default_name: str,
                   outputs=[], opset=default_opset(model), source_format="onnx")
     values = graph.values
     _add_initializers(onnx_graph, values)
-    _add_constant_nodes(onnx_graph, values)
+    op_types = _add_constant_nodes(onnx_graph, values)
     reader = _ShapeReader(dim_names)
     inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
-    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph), reader)
+    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph), reader, op_types)
     graph.inputs = [v for v in inputs if v.role is Role.INPUT]
     graph.outputs = [_mark_output(values, v) for v in onnx_graph.output]
     _mark_buffers(graph.nodes)
@@ -75,31 +76,58 @@ def build_graph(model: onnx.ModelProto, default_name: str,
 
 
 def _add_initializers(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
+    """A value per initializer; its dtype, dims and role made once per distinct (element
+    type, dims): a decoder's 11,500 initializers have 14 (values of one shape share the
+    tuple, as the typed values do)."""
+    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape, Role]] = {}
     for tensor in graph.initializer:
-        dtype = _DTYPES.get(tensor.data_type, DType.UNKNOWN)
-        shape: Shape = tuple(SymInt.const(int(d)) for d in tensor.dims)
-        numel = 1
-        for d in tensor.dims:
-            numel *= int(d)
-        role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
-        values[tensor.name] = Value(tensor.name, dtype, shape, role)
+        key = (tensor.data_type, tuple(tensor.dims))
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = _initializer_kind(*key)
+        name = tensor.name
+        values[name] = Value(name, kind[0], kind[1], kind[2])
 
 
-def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
-    """Constant nodes become constant values (onnxruntime turns them into initializers too)."""
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            dtype, shape = _constant_type(node)
-            values[node.output[0]] = Value(node.output[0], dtype, shape, Role.CONSTANT)
+def _initializer_kind(data_type: int, dims: tuple[int, ...]) -> tuple[DType, Shape, Role]:
+    dtype = _DTYPES.get(data_type, DType.UNKNOWN)
+    shape: Shape = tuple(SymInt.const(int(d)) for d in dims)
+    numel = 1
+    for d in dims:
+        numel *= int(d)
+    role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
+    return dtype, shape, role
 
 
-def _constant_type(node: onnx.NodeProto) -> tuple[DType, Shape]:
-    attribute = node.attribute[0] if node.attribute else None
+def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> list[str]:
+    """Constant nodes become constant values (onnxruntime turns them into initializers too);
+    a tensor's dtype and dims made once per distinct (element type, dims), as initializers'
+    (a TorchScript decoder: 8,325 Constants). Returns the nodes' op types, in order, read
+    once for _add_nodes too."""
+    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape]] = {}
+    op_types = [node.op_type for node in graph.node]
+    nodes = graph.node
+    for index in [i for i, op_type in enumerate(op_types) if op_type == "Constant"]:
+        node = nodes[index]
+        if node.domain in _ONNX_DOMAINS and node.output:
+            name = node.output[0]
+            dtype, shape = _constant_type(node, kinds)
+            values[name] = Value(name, dtype, shape, Role.CONSTANT)
+    return op_types
+
+
+def _constant_type(node: onnx.NodeProto, kinds: dict[tuple[int, tuple[int, ...]],
+                                                      tuple[DType, Shape]]) -> tuple[DType, Shape]:
+    attributes = node.attribute
+    attribute = attributes[0] if attributes else None
     if attribute is not None and attribute.type == AttributeProto.TENSOR:
         tensor = attribute.t
-        return _DTYPES.get(tensor.data_type, DType.UNKNOWN), tuple(
-            SymInt.const(int(d)) for d in tensor.dims
-        )
+        key = (tensor.data_type, tuple(tensor.dims))
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = (_DTYPES.get(key[0], DType.UNKNOWN),
+                                 tuple(SymInt.const(int(d)) for d in key[1]))
+        return kind
     if attribute is not None and attribute.name.endswith("s"):  # value_ints, value_floats
         count = len(onnx.helper.get_attribute_value(attribute))
         dtype = DType.INT64 if attribute.name == "value_ints" else DType.FLOAT32
@@ -193,16 +221,23 @@ def _add_nodes(
     proto_graph: onnx.GraphProto,
     type_keys: dict[str, bytes],
     reader: _ShapeReader,
+    op_types: list[str],
 ) -> None:
+    """The nodes of `proto_graph` but its Constants (values already), built and linked in
+    order; `op_types`: theirs, as _add_constant_nodes read them."""
     values = graph.values
+    types = reader.types  # each distinct type read once (reader.typed), then looked up here
     used_names: set[str] = set()
     trips: TripCounter | None = None  # made at the first Loop/Scan: most graphs have none
+    no_attributes = reader.no_attributes
+    activation = Role.ACTIVATION
     for index, proto in enumerate(proto_graph.node):  # 10^5 nodes: kept to plain steps
-        op_type, domain = proto.op_type, proto.domain
+        op_type, domain = op_types[index], proto.domain
         onnx_domain = domain in _ONNX_DOMAINS
         if op_type == "Constant" and onnx_domain:
             continue
-        name = proto.name or f"{op_type}_{index}"
+        proto_name = proto.name
+        name = proto_name or f"{op_type}_{index}"
         if name in used_names:
             name = _unique_name(name, used_names)
         else:
@@ -212,36 +247,41 @@ def _add_nodes(
             attributes, has_subgraph = _attributes(proto)
             attributes = _shared(reader.attributes, attributes)
         else:  # most nodes: one shared empty dict
-            attributes, has_subgraph = reader.no_attributes, False
+            attributes, has_subgraph = no_attributes, False
+        try:
+            inputs = [values[n] if n else None for n in proto.input]
+        except KeyError as missing:
+            raise _unproduced(name, missing.args[0]) from None
+        metadata = proto.metadata_props  # module_path_of, the name read once
+        path = (_module_path(metadata, proto_name) if metadata
+                else _path_from_scopes(proto_name.rpartition("/")[0])
+                if proto_name.startswith("/") else "")
+        # phase: Node's default, Phase.NONE (an exported graph is inference: training is
+        # training/expand.py's)
         node = (ControlFlowNode if control_flow else Node)(
-            name, op_type, _inputs_of(values, proto, name), [], attributes, domain,
-            module_path_of(proto),
-            phase=Phase.NONE,  # an exported graph is inference (training: training/expand.py)
-        )
+            name, op_type, inputs, [], attributes, domain, path)
         if control_flow or has_subgraph:
             _attach_subgraphs(node, proto, values)
         outputs = node.outputs
         for output_name in proto.output:
             if output_name:
-                known = reader.typed(type_keys.get(output_name))
+                key = type_keys.get(output_name)
+                known = _UNTYPED if key is None else types.get(key) or reader.typed(key)
                 value = values[output_name] = Value(output_name, known[0], known[1],
-                                                    Role.ACTIVATION)
-                outputs.append(value)  # a new value: graph.add_node makes node its producer
+                                                    activation)
+                outputs.append(value)  # a new value: the graph makes node its producer
         if isinstance(node, ControlFlowNode):
             trips = trips or TripCounter(proto_graph, values, graph.opset)
             _build_bodies(node, proto, graph, reader, trips)
-        graph.add_node(node)
+            graph.add_node(node)
+        else:
+            graph.append_new(node)
 
 
-def _inputs_of(values: dict[str, Value], proto: onnx.NodeProto,
-               node_name: str) -> list[Value | None]:
-    try:
-        return [values[n] if n else None for n in proto.input]
-    except KeyError as missing:
-        raise GraphmemError(
-            f"node {node_name} reads '{missing.args[0]}' before any node produces it: the graph"
-            " is not topologically sorted or is broken; re-export it or run onnx.checker on it"
-        ) from None
+def _unproduced(node_name: str, missing: str) -> GraphmemError:
+    return GraphmemError(
+        f"node {node_name} reads '{missing}' before any node produces it: the graph"
+        " is not topologically sorted or is broken; re-export it or run onnx.checker on it")
 
 
 def module_path_of(proto: onnx.NodeProto) -> str:
@@ -254,13 +294,18 @@ def module_path_of(proto: onnx.NodeProto) -> str:
     scope before it (`layer2` -> `layer2.2`, `downsample` -> `downsample.0`); the op is last.
     Other producers: ''.
     """
+    name = proto.name
     if proto.metadata_props:  # most producers write none
-        for prop in proto.metadata_props:
-            if prop.key == NAME_SCOPES:
-                return _path_from_name_scopes(prop.value)
-    if not proto.name.startswith("/"):
-        return ""
-    return _path_from_scopes(proto.name.rpartition("/")[0])
+        return _module_path(proto.metadata_props, name)
+    return _path_from_scopes(name.rpartition("/")[0]) if name.startswith("/") else ""
+
+
+def _module_path(metadata: Iterable[onnx.StringStringEntryProto], name: str) -> str:
+    """module_path_of of a node with metadata: its name scopes, else its name's scopes."""
+    for prop in metadata:
+        if prop.key == NAME_SCOPES:
+            return _path_from_name_scopes(prop.value)
+    return _path_from_scopes(name.rpartition("/")[0]) if name.startswith("/") else ""
 
 
 @lru_cache(maxsize=4096)  # the nodes of one module share their scopes: a few per layer
@@ -313,9 +358,23 @@ def _attributes(proto: onnx.NodeProto) -> tuple[dict[str, AttributeValue], bool]
             continue
         if kind in _TENSOR_KINDS:
             continue
-        value = onnx.helper.get_attribute_value(attribute)
-        result[attribute.name] = tuple(value) if isinstance(value, list) else value
+        field = _VALUE_FIELDS.get(kind)
+        if field is None or attribute.ref_attr_name:  # rare kinds; onnx refuses a reference
+            value = onnx.helper.get_attribute_value(attribute)
+            result[attribute.name] = tuple(value) if isinstance(value, list) else value
+        elif kind in _LIST_KINDS:
+            result[attribute.name] = tuple(getattr(attribute, field))
+        else:
+            result[attribute.name] = getattr(attribute, field)
     return result, has_subgraph
+
+
+# what onnx.helper.get_attribute_value reads of the common kinds (its field, a list as a
+# tuple), read here without its walk through the kinds (one protobuf access each)
+_VALUE_FIELDS = {AttributeProto.FLOAT: "f", AttributeProto.INT: "i", AttributeProto.STRING: "s",
+                 AttributeProto.FLOATS: "floats", AttributeProto.INTS: "ints",
+                 AttributeProto.STRINGS: "strings"}
+_LIST_KINDS = frozenset({AttributeProto.FLOATS, AttributeProto.INTS, AttributeProto.STRINGS})
 
 
 _GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
@@ -377,9 +436,9 @@ def _body_graph(name: str, body: onnx.GraphProto, outer: Graph, reader: _ShapeRe
             graph.values[ref] = Value(ref, value.dtype, value.shape, Role.INPUT)
             outer_reads.append(graph.values[ref])
     _add_initializers(body, graph.values)
-    _add_constant_nodes(body, graph.values)
+    op_types = _add_constant_nodes(body, graph.values)
     inputs = [_input_value(v, graph.values, reader) for v in body.input]
-    _add_nodes(graph, body, reader.type_keys(body), reader)
+    _add_nodes(graph, body, reader.type_keys(body), reader, op_types)
     graph.inputs = [v for v in (*inputs, *outer_reads) if v.role is Role.INPUT]
     graph.outputs = [_mark_output(graph.values, v) for v in body.output]
     return graph
@@ -416,8 +475,8 @@ def _mark_output(values: dict[str, Value], info: onnx.ValueInfoProto) -> Value:
 
 
 def _mark_buffers(nodes: list[Node]) -> None:
-    for node in nodes:
-        for index in _BUFFER_INPUTS.get(node.op_type, ()):
+    for node in [n for n in nodes if n.op_type in _BUFFER_INPUTS]:  # most graphs: none
+        for index in _BUFFER_INPUTS[node.op_type]:
             value = node.input(index)
             if value is not None and value.role is Role.PARAMETER:
                 value.role = Role.BUFFER

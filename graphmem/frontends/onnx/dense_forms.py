@@ -25,18 +25,23 @@ _LISTS = {"value_floats": ("floats", TensorProto.FLOAT),
           "value_strings": ("strings", TensorProto.STRING)}
 
 
-def densify(model: onnx.ModelProto, keep_bytes: int) -> bool:
+def densify(model: onnx.ModelProto, keep_bytes: int,
+            found: tuple[list[onnx.GraphProto], list[onnx.NodeProto]] | None = None) -> bool:
     """Sparse initializers and Constant `sparse_value`s, in every scope, as dense tensors
     without data; Constant list attributes above `keep_bytes` as `value` tensors without
-    data. In place; True where anything changed (a decoder: nothing)."""
+    data. In place; True where anything changed (a decoder: nothing). `found`: every graph
+    of the model and every node with an attribute of a compact form's name (validation.py's
+    walk of a model without functions or training graphs), not walked for again."""
     changed = False
-    graphs = list(_graphs(model))  # one walk over the bodies, for both steps
+    # one walk over the bodies, for both steps
+    graphs = list(_graphs(model)) if found is None else found[0]
     for graph in graphs:
         if graph.sparse_initializer:
             changed = True
             graph.initializer.extend(_dense(sparse) for sparse in graph.sparse_initializer)
             graph.ClearField("sparse_initializer")
-    for nodes in (*(graph.node for graph in graphs), *(f.node for f in model.functions)):
+    every = (*(graph.node for graph in graphs), *(f.node for f in model.functions))
+    for nodes in every if found is None else (found[1],):
         for node in nodes:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx") \
                     and len(node.attribute) == 1:

@@ -25,6 +25,7 @@ from graphmem.frontends.onnx.read import (
     fix_input_dims,
     name_dynamic_input_dims,
     read_model,
+    read_model_bodies,
 )
 from graphmem.frontends.onnx.repeat_dims import expand_tiles
 from graphmem.frontends.onnx.scalar_reshapes import drop_axes
@@ -64,14 +65,14 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None,
 
 def _import(path: Path, input_dims: Mapping[str, int] | None,
             source: onnx.ModelProto | None) -> OnnxImport:
-    read = read_model(path) if source is None else source
+    read, bodies = read_model_bodies(path) if source is None else (source, True)
     model = onnx.ModelProto()
     model.CopyFrom(read)  # the steps below rename dims and fold in place
     warnings: list[str] = []
     name_dynamic_input_dims(model.graph)
     if input_dims:
         fix_input_dims(model.graph, input_dims)
-    dim_names = alias_dim_params(model.graph)  # inference sees safe names only
+    dim_names = alias_dim_params(model.graph, bodies)  # inference sees safe names only
     op_types = {node.op_type for node in model.graph.node}  # the steps below skip if none
     # the inference rules' one walk over the nodes, the folds' and the Tiles' (graph_index.py)
     index = GraphIndex(model.graph) if op_types & RULED_OPS else None

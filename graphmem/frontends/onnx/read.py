@@ -42,6 +42,13 @@ LEAN_READ_FROM_BYTES = 2**20
 def read_model(path: Path) -> onnx.ModelProto:
     """Parse the model's protobuf, external data cut off (never read: untrusted.py) and the
     graph validated; bad files get one clear error."""
+    return read_model_bodies(path)[0]
+
+
+def read_model_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
+    """read_model, and whether a node of the main graph holds a body (a graph attribute, at
+    any depth: validation's walk counted them), so that the importer's dims need not be
+    looked for in the nodes' attributes where none does (alias_dim_params)."""
     _check_path(path)
     data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
     if data is None:
@@ -62,11 +69,11 @@ def read_model(path: Path) -> onnx.ModelProto:
     if all(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in model.graph.node):
         raise GraphmemError(f"'{path}' holds only Constant nodes: nothing runs, so there is no"
                             " memory to analyze; pass the exported model itself")
-    walked = strip_and_validate(model)  # external data cut off, then the graph checked
+    # external data cut off, then the graph checked, its nodes trimmed on the same walk
+    walked = strip_and_validate(model, keep_only_name_scope)
     check_nesting(model, walked.bodies)  # before any engine recurses through it (limits.py)
     _drop_large_payloads(model, walked)
-    keep_only_name_scopes(model.graph)
-    return model
+    return model, walked.main_bodies > 0
 
 
 NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # what build.py module_path_of reads
@@ -80,20 +87,25 @@ def keep_only_name_scopes(graph: onnx.GraphProto) -> None:
     holds, which every copy of the model, every pass of onnx's inference and onnxruntime's
     planner shapes would serialize and parse again. Done once, on the model as read: the
     first name-scopes entry is kept where it is and the others deleted around it (0.09 -> 0.04
-    CPU s on the dynamo decoder's 22,103 nodes of five entries each)."""
+    CPU s on the dynamo decoder's 22,103 nodes of five entries each). read_model does it
+    node by node on validation's walk (keep_only_name_scope)."""
     for node in graph.node:
-        if node.doc_string:
-            node.ClearField("doc_string")
-        entries = node.metadata_props
-        if not entries:
-            continue
-        for index, entry in enumerate(entries):
-            if entry.key == NAME_SCOPES:
-                del entries[index + 1:]
-                del entries[:index]
-                break
-        else:
-            node.ClearField("metadata_props")
+        keep_only_name_scope(node)
+
+
+def keep_only_name_scope(node: onnx.NodeProto) -> None:
+    """keep_only_name_scopes of one node."""
+    if node.doc_string:
+        node.ClearField("doc_string")
+    entries = node.metadata_props
+    if not entries:
+        return
+    for index, entry in enumerate(entries):
+        if entry.key == NAME_SCOPES:
+            del entries[index + 1:]
+            del entries[:index]
+            return
+    node.ClearField("metadata_props")
 
 
 def external_data_files(path: Path) -> list[Path]:
@@ -140,34 +152,37 @@ def _drop_large_payloads(model: onnx.ModelProto, walked: Walked) -> None:
     walked where validation's walk saw none). `walked`: the tensors as validation's walk
     found them, walked again only where densify changed the model."""
     tensors = walked.tensors
-    if not walked.dense and densify(model, _KEEP_INITIALIZER_BYTES):
-        tensors = list(model_tensors(model))
-    for _, tensor in tensors:
+    if not walked.dense and densify(model, _KEEP_INITIALIZER_BYTES, walked.compact):
+        tensors = [tensor for _, tensor in model_tensors(model)]
+    for tensor in tensors:
         if tensor.ByteSize() > _KEEP_INITIALIZER_BYTES:
             clear_tensor_data(tensor)
 
 
 def name_dynamic_input_dims(graph: onnx.GraphProto) -> None:
-    """Give every unnamed dynamic input dim a name (`input_ids_d0`) so `--dim` can bind it."""
-    initializer_names = {t.name for t in graph.initializer}
+    """Give every unnamed dynamic input dim a name (`input_ids_d0`) so `--dim` can bind it;
+    an initializer listed among the inputs (IR < 4) keeps its dims."""
+    initializer_names: set[str] | None = None  # made for the first unnamed dim only
     # the distinct types with no unnamed dim, by their bytes: 10^5 inputs share a few
     complete: set[bytes] = set()
     for value in graph.input:
         key = value.type.SerializeToString()
-        if key in complete or value.name in initializer_names:
-            continue
-        if not value.type.HasField("tensor_type"):
+        if key in complete or not value.type.HasField("tensor_type"):
             continue
         tensor_type = value.type.tensor_type
         if not tensor_type.HasField("shape"):
             continue
-        unnamed = False
-        for index, dim in enumerate(tensor_type.shape.dim):
-            if not dim.HasField("dim_value") and not dim.dim_param:
-                dim.dim_param = f"{_identifier(value.name)}_d{index}"
-                unnamed = True
+        unnamed = [(index, dim) for index, dim in enumerate(tensor_type.shape.dim)
+                   if not dim.HasField("dim_value") and not dim.dim_param]
         if not unnamed:
-            complete.add(key)
+            complete.add(key)  # an initializer's too: it would have nothing to name
+            continue
+        if initializer_names is None:
+            initializer_names = {t.name for t in graph.initializer}
+        if value.name in initializer_names:
+            continue
+        for index, dim in unnamed:
+            dim.dim_param = f"{_identifier(value.name)}_d{index}"
 
 
 def fix_input_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
@@ -180,9 +195,10 @@ def fix_input_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
 _ALIAS_PREFIX = "gm__dim"
 
 
-def alias_dim_params(graph: onnx.GraphProto) -> dict[str, str]:
+def alias_dim_params(graph: onnx.GraphProto, bodies: bool = True) -> dict[str, str]:
     """Rename every dim_param (subgraphs included) to a safe identifier `gm__dimN`, in place;
-    returns alias -> the model's name.
+    returns alias -> the model's name. `bodies` False: no node holds a graph (read_model_bodies),
+    so the nodes are not walked for them (12-25 ms at 22,000 nodes).
 
     A model's dim names are untrusted text: the shape inference engines print expressions
     over them (`2*<name>`) that graphmem parses back (core/dim_parser.py). With safe aliases the
@@ -190,16 +206,18 @@ def alias_dim_params(graph: onnx.GraphProto) -> dict[str, str]:
     put back as symbol names, never parsed.
     """
     aliases: dict[str, str] = {}
-    _alias_graph(graph, aliases, {})
+    _alias_graph(graph, aliases, {}, bodies)
     return {alias: name for name, alias in aliases.items()}
 
 
 def _alias_graph(graph: onnx.GraphProto, aliases: dict[str, str],
-                 renamed: dict[bytes, onnx.TypeProto | None]) -> None:
+                 renamed: dict[bytes, onnx.TypeProto | None], bodies: bool = True) -> None:
     """Alias the dims of `graph`'s declared types, then of its bodies', in that order (the
     aliases are numbered by first appearance)."""
     for info in (*graph.input, *graph.output, *graph.value_info):
         _alias_type(info.type, aliases, renamed)
+    if not bodies:
+        return
     for node in graph.node:
         if node.attribute:  # most nodes have none, and only an attribute holds a body
             for body in subgraphs(node):
