@@ -145,8 +145,9 @@ def _resident_bytes(analysis: Analysis, dims: DimBinding, residents: SymInt | No
 def resident_formula(graph: Graph) -> SymInt:
     """The inputs, weights and constants of `graph`, unbound: binding the sum gives the sum
     of the bound sizes (binding is exact polynomial substitution)."""
-    return sum_sizes(v.nbytes for v in graph.values.values()
-                     if v.role in RESIDENT_ROLES and v.alias_of is None and v.nbytes is not None)
+    return sum_sizes(size for v in graph.values.values()
+                     if v.role in RESIDENT_ROLES and v.alias_of is None
+                     and (size := v.nbytes) is not None)
 
 
 def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | None = None,
