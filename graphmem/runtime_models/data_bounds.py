@@ -69,7 +69,7 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
     load under `routing` where a router sizes it (passes/routed_dims.py), else the element
     count of its input, e.g. a [2, 32] mask -> at most 64 indices. `routed`: the counts the
     dims binding already sized (`DimBinding.routed`), reported with those found here."""
-    if not _has_data_sized_ops(graph):  # nothing to find (a probe asks at every batch)
+    if not has_data_sized_ops(graph):  # nothing to find (a probe asks at every batch)
         return DataBounds({}, (), (), routing)
     found = routed_dims(graph, dims, routing)
     bound = {r.dim: r.size for r in found}
@@ -87,10 +87,10 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
     return DataBounds(bound, tuple(nodes), every, routing)
 
 
-_NO_DATA_SIZED = object()  # graph_cache's key for `_has_data_sized_ops`
+_NO_DATA_SIZED = object()  # graph_cache's key for `has_data_sized_ops`
 
 
-def _has_data_sized_ops(graph: Graph) -> bool:
+def has_data_sized_ops(graph: Graph) -> bool:
     """Whether any node of `graph` is a NonZero (found once per graph)."""
     return cached_per_graph(graph, (_NO_DATA_SIZED,), lambda: any(
         node.op_type in DATA_SIZED_OPS for node in graph.nodes))
