@@ -13,7 +13,8 @@ import pytest
 from graphmem import analyze
 from graphmem.cli.main import main
 from graphmem.errors import GraphmemError
-from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaExtend, replay
+from graphmem.runtime_models.bfc_arena import ArenaEvent, ArenaExtend
+from graphmem.runtime_models.bfc_replay import replay
 from tests.helpers.samples import RUNNABLE, SAMPLES_DIR, sample_dims
 
 MIB, KIB = 1 << 20, 1 << 10

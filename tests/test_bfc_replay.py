@@ -17,11 +17,9 @@ import pytest
 from graphmem.runtime_models.bfc_arena import (
     ArenaEvent,
     ArenaExtend,
-    numbered_events,
-    replay,
-    replay_numbered,
     replay_through_arena,
 )
+from graphmem.runtime_models.bfc_replay import numbered_events, replay, replay_numbered
 
 _SIZES = (0, 1, 255, 256, 257, 1000, 4096, 65_536, (1 << 20) - 1, 1 << 20, 3 << 20,
           (128 << 20) + 256, 300 << 20, 1 << 30)

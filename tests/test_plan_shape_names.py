@@ -88,3 +88,24 @@ def test_only_whole_name_fields_are_cut() -> None:
     assert _generated_names_cut(b"\x12\x06unk__12") != _generated_names_cut(b"\x12\x06unk__13")
     assert _generated_names_cut(b"\x12\x06unk__1" + b"2") == b"\x12\x06unk__12"
     assert _generated_names_cut(b"\x12\x08myunk__1") == b"\x12\x08myunk__1"
+
+
+@pytest.mark.parametrize("sample", ["tiny_gpt.onnx", "tiny_gpt.dynamo.onnx",
+                                    "tiny_llama.onnx", "resnet50.onnx"])
+def test_the_plan_reads_no_initializers_shape(sample: str) -> None:
+    """ort_plan_shapes no longer sets each initializer's entry to its dims (one the file
+    declares as a graph input or value_info keeps that type's shape): onnxruntime's plan
+    (its order, its buffers and their steps, its counts) is the one planned with them set."""
+    from graphmem.frontends.onnx.importer import read_model
+    from graphmem.frontends.onnx.runtime_inputs import import_onnx_model
+    from graphmem.runtime_models.ort_plan import make_layout
+
+    path = SAMPLES / sample
+    shapes = ort_plan_shapes(path)
+    initializers = read_model(path).graph.initializer
+    assert initializers
+    with_initializers = {**shapes, **{t.name: tuple(t.dims) for t in initializers}}
+    graph = import_onnx_model(path).graph
+    plain, added = (make_layout(graph, table, None) for table in (shapes, with_initializers))
+    assert (plain.order, plain.buffers, plain.counts, plain.owner) == (
+        added.order, added.buffers, added.counts, added.owner)

@@ -51,6 +51,7 @@ def test_positions_equal_names_on_random_plans(seed: int) -> None:
     graph, shapes = random_graph(rng, rng.randint(1, 60))
     _random_sizes(rng, graph)
     table = ProbeSizes(graph)
+    assert set(table.output_sizes()) == _outputs_by_name(table)
     for dims in ({"b": 1, "s": 7}, {"b": rng.randint(1, 999), "s": rng.randint(1, 999)},
                  {"b": 2}):  # s free: those sizes stay formulas, not numbers
         by_position = table.at(dims)
@@ -115,3 +116,18 @@ def test_positions_equal_names_on_the_samples(sample: str, dims: dict[str, int])
                                           capacity_bytes=gpu.capacity_bytes, sizes=sizes)
                          for sizes in (by_position, by_name)]
             assert estimates[0] == estimates[1], (runtime, batch)
+
+
+def _outputs_by_name(table: ProbeSizes) -> set[int]:
+    """The distinct size indices of the node outputs, each output looked up by its name (what
+    `output_sizes` did before reading the values with a producer in place)."""
+    position = {name: i for i, name in enumerate(table.names)}
+    return {table.index[position[value.name]] for node in table.graph.nodes
+            for value in node.outputs}
+
+
+@pytest.mark.parametrize("sample", ["tiny_gpt.onnx", "tiny_llama.dynamo.onnx", "tiny_cnn.onnx"])
+def test_output_sizes_on_the_samples(sample: str) -> None:
+    analysis = analyze_onnx(SAMPLES / sample, batch=2, plan=False)
+    table = ProbeSizes(analysis.graph)
+    assert set(table.output_sizes()) == _outputs_by_name(table)

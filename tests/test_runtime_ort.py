@@ -23,7 +23,8 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
 from graphmem.passes.dims import value_bytes
 from graphmem.pipeline.runtime import runtime_estimate
-from graphmem.runtime_models.bfc_arena import ArenaEvent, BfcArena, replay, rounded_bytes
+from graphmem.runtime_models.bfc_arena import ArenaEvent, BfcArena, rounded_bytes
+from graphmem.runtime_models.bfc_replay import replay
 from graphmem.runtime_models.ort_cpu import ort_execution_order, plan_ort_buffers
 from graphmem.runtime_models.ort_kernels import INPLACE_OPS, conv_scratch_bytes
 from graphmem.verify.onnx_run import _match_nodes, input_specs

@@ -19,9 +19,9 @@ from graphmem.runtime_models.bfc_arena import (
     BACKPEDAL_FACTOR,
     ArenaEvent,
     BfcArena,
-    replay,
     rounded_bytes,
 )
+from graphmem.runtime_models.bfc_replay import replay
 from graphmem.runtime_models.cuda_allocator import simulate_caching_allocator
 from tests.helpers.cli import assert_one_error_line, run_cli
 from tests.helpers.samples import SAMPLES_DIR

@@ -41,6 +41,7 @@ from graphmem.runtime_models.base import (
     RuntimeEstimate,
 )
 from graphmem.runtime_models.bfc_arena import ArenaExtend
+from graphmem.runtime_models.data_bounds import has_data_sized_ops
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.select import default_runtime, estimate
 from graphmem.runtime_models.value_sizes import ProbeSizes
@@ -145,8 +146,9 @@ def _resident_bytes(analysis: Analysis, dims: DimBinding, residents: SymInt | No
 def resident_formula(graph: Graph) -> SymInt:
     """The inputs, weights and constants of `graph`, unbound: binding the sum gives the sum
     of the bound sizes (binding is exact polynomial substitution)."""
-    return sum_sizes(v.nbytes for v in graph.values.values()
-                     if v.role in RESIDENT_ROLES and v.alias_of is None and v.nbytes is not None)
+    return sum_sizes(size for v in graph.values.values()
+                     if v.role in RESIDENT_ROLES and v.alias_of is None
+                     and (size := v.nbytes) is not None)
 
 
 def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | None = None,
@@ -229,14 +231,22 @@ class DeviceTotalProbe:
         try:
             if self.reanalyze is not None:
                 return device_estimate(self.reanalyze(bound), self.model, notes=False)
-            binding = rebind(self.analysis.graph, self.analysis.dims, bound,
-                             self.analysis.moe_routing)
+            binding = self.binding(bound)
             # by position: the plan's buffers read theirs so (runtime_models/value_sizes.py)
             sizes = self.table.at(binding.bound) if self.table is not None else None
             return device_estimate(self.analysis, self.model, binding, self.residents, sizes,
                                    notes=False)
         except GraphmemError:
             return None
+
+    def binding(self, bound: dict[str, int]) -> DimBinding:
+        """The analysis's dims rebound at `bound` (`rebind`); on a graph without NonZero, no
+        router's counts to bind, made without routed_dims' walk over every node."""
+        dims = self.analysis.dims
+        if has_data_sized_ops(self.analysis.graph):
+            return rebind(self.analysis.graph, dims, bound, self.analysis.moe_routing)
+        return DimBinding(bound=dict(bound), free=tuple(d for d in dims.free if d not in bound),
+                          batch_dim=dims.batch_dim)
 
     def total(self, value: int) -> int:
         """The device total at `dim` = value (more than any GPU where it cannot be sized)."""

@@ -82,7 +82,7 @@ def data_bounds(graph: Graph, dims: Mapping[str, int],
     dims binding already sized (`DimBinding.routed`), reported with those found here.
     Then every other dim the data sets within an input's extent (`_with_extents`)."""
     extents = _extent_dims(graph)
-    if not extents and not _has_data_sized_ops(graph):  # a probe asks at every batch
+    if not extents and not has_data_sized_ops(graph):  # a probe asks at every batch
         return DataBounds({}, (), (), routing)
     found = routed_dims(graph, dims, routing)
     bound = {r.dim: r.size for r in found}
@@ -135,10 +135,10 @@ def _extent_dims(graph: Graph) -> tuple[ExtentDim, ...]:
     return cached_per_graph(graph, (_EXTENT_DIMS,), lambda: extent_dims(graph))
 
 
-_NO_DATA_SIZED = object()  # graph_cache's key for `_has_data_sized_ops`
+_NO_DATA_SIZED = object()  # graph_cache's key for `has_data_sized_ops`
 
 
-def _has_data_sized_ops(graph: Graph) -> bool:
+def has_data_sized_ops(graph: Graph) -> bool:
     """Whether any node of `graph` is a NonZero (found once per graph)."""
     return cached_per_graph(graph, (_NO_DATA_SIZED,), lambda: any(
         node.op_type in DATA_SIZED_OPS for node in graph.nodes))

@@ -62,8 +62,9 @@ from graphmem.runtime_models.bfc_arena import (
     ArenaExtend,
     ArenaFailure,
     ArenaResult,
-    replay_numbered,
 )
+from graphmem.runtime_models.bfc_cycles import MIN_EVENTS, EventShape
+from graphmem.runtime_models.bfc_replay import replay_numbered
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import (
     NO_SCRATCH,
@@ -103,6 +104,7 @@ class EventSteps(NamedTuple):
     kernel_nodes: tuple[int, ...]  # the steps whose kernel may take scratch
     first: np.ndarray  # per buffer, the step allocating it
     last: np.ndarray  # ... and the step after which it is freed
+    shape: EventShape | None  # the events' positions, for the replay's jumps (None: too few)
 
 
 def event_steps(layout: PlanLayout) -> EventSteps:
@@ -119,7 +121,8 @@ def event_steps(layout: PlanLayout) -> EventSteps:
     return EventSteps(tuple([value.name for value, _, _, _ in buffers]), layout.positions,
                       events, kernel_nodes,
                       np.array([first for _, first, _, _ in buffers], np.int64),
-                      np.array([last for _, _, last, _ in buffers], np.int64))
+                      np.array([last for _, _, last, _ in buffers], np.int64),
+                      EventShape(events) if 2 * len(buffers) >= MIN_EVENTS else None)
 
 
 def kernel_scratches(plan: OrtPlan, scratch_of: Callable[[Node], KernelScratch]
@@ -287,8 +290,18 @@ def ort_timeline(plan: OrtPlan, scratch: Sequence[KernelScratch], live: bool = T
     labelled parts. `device_free_bytes` bounds the arena's regions (a GPU's memory left);
     `events`: `plan_events(plan, scratch)`, where the caller has them."""
     events = plan_events(plan, scratch) if events is None else events
-    result, _ = replay_numbered(*events, device_free_bytes, extend)
+    result, _ = replay_plan(plan, events, device_free_bytes, extend)
     return timeline_of(plan, scratch, result, live)
+
+
+def replay_plan(plan: OrtPlan, events: PlanEvents, device_free_bytes: int | None = None,
+                extend: ArenaExtend = ArenaExtend.NEXT_POWER_OF_TWO, demand: bool = False
+                ) -> tuple[ArenaResult, ArenaResult | None]:
+    """`replay_numbered` on the plan's events, with the layout's event shape where the events
+    are the layout's own (no kernel's scratch numbered in)."""
+    steps_of = plan.steps
+    shape = steps_of.shape if events.steps is steps_of.events else None
+    return replay_numbered(*events, device_free_bytes, extend, demand, shape=shape)
 
 
 def timeline_of(plan: OrtPlan, scratch: Sequence[KernelScratch], result: ArenaResult,

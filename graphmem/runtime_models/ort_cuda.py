@@ -22,7 +22,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.core.units import format_bytes
 from graphmem.passes.fit import OutOfMemoryAt
 from graphmem.runtime_models.base import Runtime, RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure, replay_numbered
+from graphmem.runtime_models.bfc_arena import ArenaExtend, ArenaFailure
 from graphmem.runtime_models.ort_cpu import (
     OrtPlan,
     PlanShape,
@@ -30,6 +30,7 @@ from graphmem.runtime_models.ort_cpu import (
     plan_events,
     plan_notes,
     plan_ort_buffers,
+    replay_plan,
     timeline_of,
 )
 from graphmem.runtime_models.ort_cuda_einsum import cuda_kernel_scratch
@@ -59,14 +60,14 @@ def ort_cuda_estimate(graph: Graph, sizes: Mapping[str, SymInt | None],
         oom = _weights_do_not_fit(plan, resident_bytes, free + resident_bytes)
     elif free is not None:
         # where the GPU runs out, the demand: the same run unbounded, carried on from there
-        bounded, demand = replay_numbered(*events, free, extend, demand=True)
+        bounded, demand = replay_plan(plan, events, free, extend, demand=True)
         if bounded.failure is None:
             result = bounded
         else:
             oom = _failed_at(plan, bounded.failure)
             result = demand
     if result is None:  # unbounded: not bounded, or the demand replayed from the start
-        result, _ = replay_numbered(*events, extend=extend)
+        result, _ = replay_plan(plan, events, extend=extend)
     timeline = timeline_of(plan, scratch, result)
     notes: tuple[str, ...] = ()
     if with_notes:

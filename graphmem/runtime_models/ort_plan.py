@@ -40,10 +40,12 @@ class _Numbered:
 
     def __init__(self, graph: Graph) -> None:
         values = self.values = list(graph.values.values())
-        number = self.number = {id(v): i for i, v in enumerate(values)}
+        # keyed by the values themselves: hashed by identity (core/ir.py Value: eq=False)
+        number = self.number = {v: i for i, v in enumerate(values)}
         nodes = graph.nodes
-        self.inputs = [[number[id(v)] for v in node.inputs if v is not None] for node in nodes]
-        self.outputs = [[number[id(v)] for v in node.outputs] for node in nodes]
+        self.inputs = [[number[v] for v in node.inputs if v is not None] for node in nodes]
+        get = number.__getitem__
+        self.outputs = [list(map(get, node.outputs)) for node in nodes]
 
 
 def _reverse_dfs(numbered: _Numbered) -> list[int]:
@@ -59,7 +61,7 @@ def _reverse_dfs(numbered: _Numbered) -> list[int]:
     for used in inputs:
         for value in used:
             read[value] = 1
-    is_read = read.__getitem__
+    is_read, producer_of = read.__getitem__, producer.__getitem__
     # a node index to visit, or its complement (~i < 0) to emit it once its inputs are done
     stack = [index for index, made in enumerate(outputs) if not any(map(is_read, made))]
     visited = bytearray(len(outputs))
@@ -73,7 +75,7 @@ def _reverse_dfs(numbered: _Numbered) -> list[int]:
             continue
         visited[item] = 1
         stack.append(~item)
-        found = {producer[value] for value in inputs[item]}
+        found = set(map(producer_of, inputs[item]))
         found.discard(-1)  # an input, a weight: made by no node
         for position in sorted(found):
             if not visited[position]:
@@ -175,10 +177,10 @@ class _Steps:
             self.inputs = [numbered.inputs[i] for i in places]
             self.outputs = [numbered.outputs[i] for i in places]
         else:
-            self.inputs = [[number[id(v)] for v in node.inputs if v is not None]
+            self.inputs = [[number[v] for v in node.inputs if v is not None]
                            for node in order]
-            self.outputs = [[number[id(v)] for v in node.outputs] for node in order]
-        self.graph_outputs = {number[id(v)] for v in graph.outputs if id(v) in number}
+            self.outputs = [[number[v] for v in node.outputs] for node in order]
+        self.graph_outputs = {number[v] for v in graph.outputs if v in number}
         self.resident = [v.producer is None for v in values]
         # only an op that may alias or write in place has a source (most have none)
         self.source = [_first_output_source(node, number) if node.op_type in _TAKES_OVER
@@ -190,7 +192,7 @@ _NO_SOURCE = (_NONE, -1)
 _TAKES_OVER = ALIAS_OPS | INPLACE_OPS | {op for _, op in CONTRIB_INPLACE_INPUT}
 
 
-def _first_output_source(node: Node, number: Mapping[int, int]) -> tuple[int, int]:
+def _first_output_source(node: Node, number: Mapping[Value, int]) -> tuple[int, int]:
     """(how, input value number): what the node's first output may take over (_ALIAS: the
     input's buffer always; _INPLACE: on the input's last use at the same size)."""
     if not node.inputs:
@@ -198,13 +200,13 @@ def _first_output_source(node: Node, number: Mapping[int, int]) -> tuple[int, in
     contrib = CONTRIB_INPLACE_INPUT.get((node.domain, node.op_type))
     if contrib is not None:
         source = node.input(contrib)
-        return (_INPLACE, number[id(source)]) if source is not None else (_NONE, -1)
+        return (_INPLACE, number[source]) if source is not None else (_NONE, -1)
     if node.domain not in ("", "ai.onnx") or node.inputs[0] is None:
         return _NONE, -1
     if node.op_type in ALIAS_OPS:
-        return _ALIAS, number[id(node.inputs[0])]
+        return _ALIAS, number[node.inputs[0]]
     if node.op_type in INPLACE_OPS:
-        return _INPLACE, number[id(node.inputs[0])]
+        return _INPLACE, number[node.inputs[0]]
     return _NONE, -1
 
 

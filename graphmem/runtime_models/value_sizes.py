@@ -49,9 +49,10 @@ class ProbeSizes(SizeTable):
         """The distinct size indices of the graph's node outputs (the values onnxruntime
         allocates)."""
         if self._outputs is None:
-            index, position = self.index, self.position
-            self._outputs = tuple({index[position(value.name)] for node in self.graph.nodes
-                                   for value in node.outputs})
+            # the node outputs are the values with a producer (core/ir.py keeps the links)
+            values = self.graph.values.values()
+            self._outputs = tuple({i for i, value in zip(self.index, values, strict=True)
+                                   if value.producer is not None})
         return self._outputs
 
     def buffer_sizes(self, key: object, positions: Sequence[int]) -> list[int]:

@@ -27,15 +27,15 @@ from graphmem.frontends.onnx.importer import read_model
 
 
 def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape | None]:
-    """Every tensor's shape as onnxruntime's planner sees it, by value name. `source`: the model
-    as read_model returns it (external data cut off), or its path, read the same way (only the
-    model file itself is opened)."""
+    """The shape onnxruntime's planner sees of each graph input and output and each tensor a
+    node makes, by value name. `source`: the model as read_model returns it (external data cut
+    off), or its path, read the same way (only the model file itself is opened).
+    The initializers' own dims are not read (an initializer the file also declares keeps
+    that declaration's shape, others have no entry): the planner never places nor reuses
+    them (their buffers are the session's), so no plan reads their shapes (a decoder's
+    11,531 were 8 ms to read)."""
     model = source if isinstance(source, onnx.ModelProto) else read_model(Path(source))
-    named = _dim_params(model.graph)
-    shapes = _shapes_through_shape_ops(model, named)
-    for tensor in model.graph.initializer:
-        shapes[tensor.name] = tuple(tensor.dims)  # a repeated int64: Python ints already
-    return shapes
+    return _shapes_through_shape_ops(model, _dim_params(model.graph))
 
 
 def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: bool
