@@ -32,6 +32,8 @@ import torch
 from torch import nn
 
 from graphmem.core.conventions import TrainingOptions
+from graphmem.frontends.torch.nf4_linear import Nf4Linear
+from graphmem.frontends.torch.peft import LoraLinear
 from graphmem.frontends.torch.stamp_graph import Template, stamp, val_spec
 from graphmem.frontends.torch.stamp_labels import NotStampable, labels_of
 from graphmem.frontends.torch.trace import TracedStep
@@ -96,9 +98,10 @@ def _uniform_checkpoints(paths: tuple[str, ...], model: nn.Module, layers: int) 
 
 
 def _library_modules(model: nn.Module) -> bool:
-    """Only transformers' and torch's own modules: no adapter, quantized or rewritten layer."""
+    """Only transformers' and torch's own modules and graphmem's LoRA and NF4 layers (peft.py,
+    nf4_linear.py: the same in every layer they replace): no other rewritten layer."""
     return all(type(m).__module__.startswith(("transformers.", "torch.nn."))
-               for m in model.modules())
+               or type(m) in (LoraLinear, Nf4Linear) for m in model.modules())
 
 
 def _uniform_config(config: Any, layers: int) -> bool:
