@@ -10,7 +10,8 @@ layer 0's block is stamped as traced, and a layer above a middle one reads it as
 layer reads the middle (stamp_graph.py `_read_as`). The proof is tests/test_stamp.py's: the
 JSON result (with the largest-batch search on an H100) byte-for-byte the same with stamping
 on and off, at 4 and 5 layers, for LoRA on q/v and on every Linear, QLoRA (NF4 base layers,
-a custom autograd.Function), with and without gradient checkpointing, on Llama and Qwen2;
+a custom autograd.Function), with and without gradient checkpointing, on Llama and Qwen2
+(GPT-2's and Mistral's blocks too);
 and the traces made: 2 and 3 layers only, so a stamp that silently fell back fails.
 """
 
@@ -31,8 +32,15 @@ from graphmem.frontends.torch.hf_config import build_hf_model, default_input
 from graphmem.frontends.torch.peft import fine_tuned
 from graphmem.frontends.torch.stamp_labels import labels_of
 from graphmem.frontends.torch.trace import PHASE_KEY, trace_model
-from tests.helpers.stamp_json import analysed
-from tests.test_stamp import LLAMA, QWEN2
+from tests.helpers.stamp_json import (
+    GPT2,
+    LLAMA,
+    MISTRAL,
+    QWEN2,
+    analysed,
+    template,
+    with_layers,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -52,13 +60,17 @@ MATRIX = [pytest.param(name, config, adapter, checkpointed, layers,
           for name, config in (("llama", LLAMA), ("qwen2", QWEN2))
           for adapter in ADAPTERS for checkpointed in (False, True) for layers in (4, 5)
           if layers == 4 or (adapter, checkpointed) in {("lora-qv", False), ("qlora", True)}]
+# other blocks: GPT-2 (LoRA on its Conv1D c_attn, peft's default; NF4 Conv1D), Mistral
+MATRIX += [pytest.param(name, config, adapter, checkpointed, 4, marks=pytest.mark.slow)
+           for name, config in (("gpt2", GPT2), ("mistral", MISTRAL))
+           for adapter, checkpointed in (("lora-qv", False), ("qlora", True))]
 
 
 @pytest.mark.parametrize("name,config,adapter,checkpointed,layers", MATRIX)
 def test_stamped_fine_tuning_is_byte_identical(name: str, config: dict[str, Any], adapter: str,
                                                checkpointed: bool, layers: int, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    model = {**config, "num_hidden_layers": layers}
+    model = with_layers(config, layers)
     options = {**ADAPTERS[adapter], "gradient_checkpointing": checkpointed}
     whole, traced_whole = analysed(model, options, False, tmp_path, monkeypatch)
     stamped, traced_stamped = analysed(model, options, True, tmp_path, monkeypatch)
@@ -130,3 +142,33 @@ def test_adapters_pass_the_plan_and_other_modules_do_not() -> None:
 class _OwnActivation(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
+
+
+def test_a_read_of_the_top_layer_that_layer_0_does_not_show_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past 3 layers a middle copy reads the next copy's node where the middle reads the top
+    layer's: shown by a like node of layer 0 reading the middle's node at that place (a read
+    of the top layer's node as such would be layer 0 reading layer 2: refused as 2 layers
+    away). Where layer 0's like nodes read something else, nothing shows it: refused."""
+    from graphmem.frontends.torch.stamp_graph import FIRST, MIDDLE, TOP, _Builder
+    from graphmem.frontends.torch.stamp_graph import stamp as build
+    from graphmem.frontends.torch.stamp_labels import NotStampable
+
+    module = build_hf_model({**LLAMA, "num_hidden_layers": 4}, training=True).module
+    spec, _ = default_input(module, 1, 16)
+    with fine_tuned(module, FinetuneOptions(lora=LoraOptions()), "adamw"):
+        made = template(module, spec, TrainingOptions(optimizer="adamw", amp=Amp.BF16))
+    build(made, 5)  # as traced: stamped
+    layer = made.labels.layer
+    builder = _Builder(made, 5)
+    top = next(a for n in made.step.graph_module.graph.nodes if layer[n] == MIDDLE  # a gradient
+               for a in n.args if isinstance(a, torch.fx.Node) and layer[a] == TOP)
+    below = builder._counterpart(top, MIDDLE)
+    readers = [n for n in below.users if layer[n] == FIRST]
+    assert readers
+    for reader in readers:
+        reader.args = tuple(reader.prev if a is below else a for a in reader.args)
+    with pytest.raises(NotStampable, match="of a fixed layer"):
+        build(made, 5)
+    monkeypatch.setattr(_Builder, "check_relative", lambda self: None)
+    build(made, 5)  # nothing else sees it: the check is what refuses

@@ -6,13 +6,17 @@ where they stand in the trace: each run of middle nodes once per middle layer, u
 where the run follows layer 0's nodes (forward, parameters, the optimizer's lists), downwards
 where it follows the top layer's (backward). A reference from a layer's node to another's is
 relative (the previous layer's residual, the next layer's gradient: a difference of at most
-one layer), so a middle copy reads the neighbouring copy's node at the same position of its
-block. A node every layer shares reads the first and top layers' nodes as they are; its lists
-(the optimizer's foreach lists over every parameter, the KV cache's outputs) are stamped
-with the layers. Names are given by torch.fx's own namespace in trace order, so every node
-gets the name a whole trace gives it (`mm_29`, `getitem_412`); the step counters' constants
-are numbered again in order. Built at 2 and 3 layers the result must be the traces
-themselves (stamp.py checks it), else nothing is stamped.
+one layer). The middle and top layers' blocks are alike node for node, so a middle copy
+reads the next copy's node at the same position of its block; layer 0's block may differ
+(with the embedding frozen, LoRA: no input gradient, one `detach` fewer), so a layer reads
+the one below as the template does: the layer above layer 0 as the middle reads it, any
+other as the top layer reads the middle (`_read_as`). A node every layer shares reads the
+first and top layers' nodes as they are; its lists (the optimizer's foreach lists over every
+parameter, the KV cache's outputs) are stamped with the layers. Names are given by torch.fx's
+own namespace in trace order, so every node gets the name a whole trace gives it (`mm_29`,
+`getitem_412`); the step counters' constants are numbered again in order. Built at 2 and 3
+layers the result must be the traces themselves (stamp.py checks it), else nothing is
+stamped.
 """
 
 from __future__ import annotations

@@ -7,9 +7,13 @@ ops themselves):
 - a forward node by the module running when it was traced (trace.py MODULE_KEY);
 - a backward node carries no module path (module hooks do not run in backward, except in a
   checkpoint's recomputation, which is labelled by its module): it belongs to the layer of the
-  last anchor traced before it, an anchor being a parameter's gradient (found by its position
-  in the optimizer's foreach lists) or a recomputed node; so a layer's backward block runs from
-  its first parameter gradient to the next layer's;
+  forward op that made the autograd node it runs for (grad_fns.py numbers it), whatever is
+  trainable; what the engine runs between nodes (a sum of a tensor's gradients, the loss's
+  seed) belongs to the last op's layer: the sum of layer k's input's gradients is layer k's.
+  A parameter's gradient (found by its position in the optimizer's foreach lists) labelled
+  with another layer than its parameter's is refused. (Labelled from the first parameter
+  gradient, as before 2026-11-29, a layer whose MLP trains no parameter, LoRA on the
+  attention only, had its MLP backward labelled as the layer above's.);
 - a constant by the node that reads it, the optimizer's (the per-parameter step counters) by
   its position in the list it is passed in; an optimizer node by the position it unpacks
   from a foreach op's list (`getitem`).
