@@ -15,7 +15,8 @@ which every graphmem module is compiled from source at every start: 0.17 s more)
   TorchScript exporter (batch dynamic) into benchmarks/.cache/ (git-ignored);
 - Hugging Face configs as a new user gives them (a folder with config.json): GPT-2 (the hub's
   gpt2 config.json) inference and training, samples/llama3-8b inference, training (AdamW, bf16
-  autocast; also with layer stamping off, `GRAPHMEM_STAMP=0`) and QLoRA with gradient checkpointing;
+  autocast) and QLoRA with gradient checkpointing, each also with layer stamping off
+  (`GRAPHMEM_STAMP=0`);
 - `--suggest` on a 2-layer nn.TransformerEncoder training step (d_model 512, 8 heads, batch 8 x
   128 tokens, T4);
 - in-process, one interpreter, imports done: PyTorch's MemTracker
@@ -170,6 +171,8 @@ def torch_rows(folder: Path, repeat: int) -> list[tuple[str, float, str]]:
     out = ["--no-html", "--json", str(folder / "out.json")]
     llm = ["--train", "--optimizer", "adamw", "--amp", "bf16", "--batch", "1", "--dim",
            "seq=2048", "--gpu", "h100-sxm"]
+    qlora = ["--train", "--qlora", "--gradient-checkpointing", "--gpu", "l4", "--batch", "1",
+             "--dim", "seq=2048"]
     commands = (
         ("GPT-2 config, inference, `--batch 1 --dim seq=1024 --gpu a100-80gb`",
          graphmem("analyze", str(gpt2), "--batch", "1", "--dim", "seq=1024", "--gpu",
@@ -185,9 +188,9 @@ def torch_rows(folder: Path, repeat: int) -> list[tuple[str, float, str]]:
         ("the same, every layer traced (`GRAPHMEM_STAMP=0`: no layer stamping)",
          graphmem("analyze", str(LLAMA3_8B), *llm, *out), {"GRAPHMEM_STAMP": "0"}),
         ("Llama-3-8B QLoRA, `--train --qlora --gradient-checkpointing --gpu l4 --batch 1"
-         " --dim seq=2048`",
-         graphmem("analyze", str(LLAMA3_8B), "--train", "--qlora", "--gradient-checkpointing",
-                  "--gpu", "l4", "--batch", "1", "--dim", "seq=2048", *out)),
+         " --dim seq=2048`", graphmem("analyze", str(LLAMA3_8B), *qlora, *out)),
+        ("the same, every layer traced (`GRAPHMEM_STAMP=0`)",
+         graphmem("analyze", str(LLAMA3_8B), *qlora, *out), {"GRAPHMEM_STAMP": "0"}),
         ("`--suggest` on a 2-layer nn.TransformerEncoder, `--input 8x128x512 --train --gpu t4`",
          graphmem("analyze", f"{folder / 'encoder.py'}:build", "--input", "8x128x512",
                   "--train", "--suggest", "--gpu", "t4", *out)),

@@ -26,29 +26,16 @@ pytest.importorskip("transformers")
 from graphmem.frontends.torch import stamp
 from graphmem.frontends.torch.hf_config import build_hf_model, default_input
 from graphmem.frontends.torch.trace import trace_model
-from tests.helpers.llm_configs import GEMMA2_9B, MISTRAL_7B, QWEN2_0_5B, TINY_LLAMA
-from tests.helpers.stamp_json import MODES, analysed
+from tests.helpers.stamp_json import GEMMA2, GPT2, LLAMA, MISTRAL, MODES, QWEN2, analysed
+from tests.helpers.stamp_json import template as stamp_template
+from tests.helpers.stamp_json import with_layers as _with_layers
 
 pytestmark = pytest.mark.torch
 
-SMALL = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 256}
-LLAMA = {**TINY_LLAMA, **SMALL}
-QWEN2 = {**QWEN2_0_5B, **SMALL, "max_window_layers": 2}
-MISTRAL = {**MISTRAL_7B, **SMALL, "sliding_window": 8}
-GEMMA2 = {**GEMMA2_9B, **SMALL, "head_dim": 16, "query_pre_attn_scalar": 16,
-          "sliding_window": 8}
-GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64, "n_head": 4,
-        "n_positions": 256, "vocab_size": 256, "n_layer": 2}
 # refused by the check, not by the plan: Mistral's sliding-window KV cache makes model-level
 # nodes (outside every layer) once per layer, so the 3-layer trace is not the 2-layer one with
 # one layer's blocks inserted; the whole model is traced
 REFUSED = {("mistral", "inference")}
-
-
-def _with_layers(config: dict[str, Any], count: int) -> dict[str, Any]:
-    key = "n_layer" if config["model_type"] == "gpt2" else "num_hidden_layers"
-    return {**config, key: count}
 
 
 # the quick run (-m "not slow") keeps one case per model; the rest are marked slow
@@ -185,19 +172,14 @@ def test_a_read_of_layer_0_itself_is_not_stamped_as_the_previous_layers() -> Non
     """T5-like: every layer reading a tensor layer 0 made (not the previous layer's) looks the
     same at 3 layers; the top layer tells them apart. Make the top layer read layer 0's node
     where the middle reads layer 0's: past 3 layers that is refused."""
-    from graphmem.frontends.torch.stamp_graph import FIRST, MIDDLE, TOP, Template, _Builder
+    from graphmem.frontends.torch.stamp_graph import FIRST, MIDDLE, TOP, _Builder
     from graphmem.frontends.torch.stamp_graph import stamp as build
-    from graphmem.frontends.torch.stamp_labels import NotStampable, labels_of
+    from graphmem.frontends.torch.stamp_labels import NotStampable
 
     module = build_hf_model(_with_layers(LLAMA, 4)).module
     spec, _ = default_input(module, 1, 16)
-    found = stamp.plan(module, None)
-    assert found is not None
-    with stamp._cut(found, 2):
-        two = trace_model(module, [spec], None)
-    with stamp._cut(found, 3):
-        three = trace_model(module, [spec], None)
-    template = Template(three, labels_of(three, found.prefix), found.prefix, two.kernels)
+    template = stamp_template(module, spec, None)
+    three = template.step
     build(template, 5)  # as traced: relative reads, stamped
     layer = template.labels.layer
     builder = _Builder(template, 5)

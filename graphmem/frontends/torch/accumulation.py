@@ -35,6 +35,8 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 
+from graphmem.frontends.torch.grad_fns import backward_functions
+
 aten = torch.ops.aten
 
 
@@ -51,18 +53,9 @@ class EngineAccumulations:
     def watch(self, loss: torch.Tensor) -> None:
         """Mark the end of each backward node's own ops (a post hook on every node that
         backward from `loss` can run; AccumulateGrad's own sum is torch's, not the engine's)."""
-        seen: set[int] = set()
-        held = []  # keeps each node, so that no id is reused while walking
-        pending = [loss.grad_fn]
-        while pending:
-            function = pending.pop()
-            if function is None or id(function) in seen:
-                continue
-            seen.add(id(function))
-            held.append(function)
+        for function in backward_functions(loss):
             if function.next_functions:
                 function.register_hook(self._node_done)
-            pending.extend(next_function for next_function, _ in function.next_functions)
 
     def _node_done(self, *_: Any) -> None:
         self._finished = torch._C._current_autograd_node()

@@ -1,20 +1,21 @@
 """Layer stamping: a decoder of L identical layers traced at 2 and 3 layers, the rest built.
 
-Tracing is most of a config analysis's time (make_fx on fake tensors: about 7 CPU s for the
-32 layers of a Llama-3-8B training step), and the layers of a decoder are one block
-repeated. When every layer is provably the same (`plan`: a transformers model whose layers are
-one ModuleList of identical modules, and no config field that differs per layer: layer_types,
-sliding windows on some layers, MoE every k layers, per-layer sizes, any list of one entry per
-layer that is not uniform), the step is traced with the first 2 and the first 3 layers
-(the list cut and `num_hidden_layers` replaced while tracing), the 3-layer trace is the
-template (stamp_graph.py), and the template built at 2 and 3 layers must give exactly the two
-traces (`same_steps`: every node's name, op, arguments, phase, module, shape, dtype and stride,
-every eager release point, the leaves' roles, the kernels chosen): the 3-layer graph is then the
-2-layer one with one layer's blocks inserted, and the L-layer step is built from them (past 3
-layers after the template's reads between layers are shown relative: stamp_graph.py
-`check_relative`). Any doubt (a refusal, a difference) traces every layer, as before. A
-difference between layers with a period over 3 that neither the config's lists nor the layer
-modules' attributes show cannot be seen at 2 and 3 layers: `plan`'s rules refuse what they can.
+Tracing is most of a config analysis's time (make_fx on fake tensors: about 7 CPU s for the 32
+layers of a Llama-3-8B training step), and the layers of a decoder are one block repeated. When
+every layer is provably the same (`plan`: a transformers model whose layers are one ModuleList
+of identical modules, graphmem's LoRA and NF4 layers included, and no config field that differs
+per layer: layer_types, sliding windows on some layers, MoE every k layers, per-layer sizes,
+any list of one entry per layer that is not uniform), the step is traced with the first 2 and
+the first 3 layers (the list cut and `num_hidden_layers` replaced while tracing), the 3-layer
+trace is the template (stamp_graph.py), and the template built at 2 and 3 layers must give
+exactly the two traces (`same_steps`: every node's name, op, arguments, phase, module, shape,
+dtype and stride, every eager release point, the leaves' roles, the kernels chosen): the
+3-layer graph is then the 2-layer one with one layer's blocks inserted, and the L-layer step is
+built from them (past 3 layers after the template's reads between layers are shown relative:
+stamp_graph.py `check_relative`). Any doubt (a refusal, a difference) traces every layer, as
+before. A difference between layers with a period over 3 that neither the config's lists nor
+the layer modules' attributes show cannot be seen at 2 and 3 layers: `plan`'s rules refuse what
+they can.
 
 GRAPHMEM_STAMP=0 turns stamping off (the tests compare both ways; docs/speed.md).
 """
@@ -32,6 +33,8 @@ import torch
 from torch import nn
 
 from graphmem.core.conventions import TrainingOptions
+from graphmem.frontends.torch.nf4_linear import Nf4Linear
+from graphmem.frontends.torch.peft import LoraLinear
 from graphmem.frontends.torch.stamp_graph import Template, stamp, val_spec
 from graphmem.frontends.torch.stamp_labels import NotStampable, labels_of
 from graphmem.frontends.torch.trace import TracedStep
@@ -96,9 +99,10 @@ def _uniform_checkpoints(paths: tuple[str, ...], model: nn.Module, layers: int) 
 
 
 def _library_modules(model: nn.Module) -> bool:
-    """Only transformers' and torch's own modules: no adapter, quantized or rewritten layer."""
+    """Only transformers' and torch's own modules and graphmem's LoRA and NF4 layers (peft.py,
+    nf4_linear.py: the same in every layer they replace): no other rewritten layer."""
     return all(type(m).__module__.startswith(("transformers.", "torch.nn."))
-               for m in model.modules())
+               or type(m) in (LoraLinear, Nf4Linear) for m in model.modules())
 
 
 def _uniform_config(config: Any, layers: int) -> bool:

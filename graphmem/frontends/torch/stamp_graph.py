@@ -6,13 +6,17 @@ where they stand in the trace: each run of middle nodes once per middle layer, u
 where the run follows layer 0's nodes (forward, parameters, the optimizer's lists), downwards
 where it follows the top layer's (backward). A reference from a layer's node to another's is
 relative (the previous layer's residual, the next layer's gradient: a difference of at most
-one layer), so a middle copy reads the neighbouring copy's node at the same position of its
-block. A node every layer shares reads the first and top layers' nodes as they are; its lists
-(the optimizer's foreach lists over every parameter, the KV cache's outputs) are stamped
-with the layers. Names are given by torch.fx's own namespace in trace order, so every node
-gets the name a whole trace gives it (`mm_29`, `getitem_412`); the step counters' constants
-are numbered again in order. Built at 2 and 3 layers the result must be the traces
-themselves (stamp.py checks it), else nothing is stamped.
+one layer). The middle and top layers' blocks are alike node for node, so a middle copy
+reads the next copy's node at the same position of its block; layer 0's block may differ
+(with the embedding frozen, LoRA: no input gradient, one `detach` fewer), so a layer reads
+the one below as the template does: the layer above layer 0 as the middle reads it, any
+other as the top layer reads the middle (`_read_as`). A node every layer shares reads the
+first and top layers' nodes as they are; its lists (the optimizer's foreach lists over every
+parameter, the KV cache's outputs) are stamped with the layers. Names are given by torch.fx's
+own namespace in trace order, so every node gets the name a whole trace gives it (`mm_29`,
+`getitem_412`); the step counters' constants are numbered again in order. Built at 2 and 3
+layers the result must be the traces themselves (stamp.py checks it), else nothing is
+stamped.
 """
 
 from __future__ import annotations
@@ -238,10 +242,38 @@ class _Builder:
         if abs(step) > 1:
             raise NotStampable(f"{node.name}: reads a node {step} layers away")
         layer = copy + step
-        cls = FIRST if layer == 0 else TOP if layer == self.layers - 1 else MIDDLE
-        return (ref if cls == target else self._counterpart(ref, cls)), layer
+        cls = self._class(layer)
+        if cls == target:
+            return ref, layer
+        if step < 0:  # the layer below is not the template's: read as the other class reads
+            return self._read_as(node, ref, TOP if own == MIDDLE else MIDDLE, cls), layer
+        return self._counterpart(ref, cls), layer
+
+    def _class(self, layer: int) -> int:
+        return FIRST if layer == 0 else TOP if layer == self.layers - 1 else MIDDLE
+
+    def _read_as(self, node: torch.fx.Node, ref: torch.fx.Node, other: int, below: int
+                 ) -> torch.fx.Node:
+        """What `node`'s like node in the `other` class (the top layer's for a middle node,
+        the middle's for the top one) reads where `node` reads `ref`: a node of the `below`
+        class. The layer above layer 0 reads it as the template's middle layer does, any
+        other layer reads the one below as the top layer reads the middle: layer 0's block
+        may differ from the others' (a frozen embedding: no input gradient), which are
+        alike node for node."""
+        mine, theirs = self._reads(node), self._reads(self._counterpart(node, other))
+        if len(mine) != len(theirs):
+            raise NotStampable(f"{node.name}: its layers read differently")
+        found = {b for a, b in zip(mine, theirs, strict=True) if a is ref}
+        if len(found) != 1:
+            raise NotStampable(f"{node.name}: its layers read differently")
+        read = found.pop()
+        if self.layer[read] != below or not _alike(read, ref):
+            raise NotStampable(f"{node.name}: reads {ref.name} of a fixed layer")
+        return read
 
     def _counterpart(self, ref: torch.fx.Node, cls: int) -> torch.fx.Node:
+        """The node at `ref`'s place in another layer's block (the stamp asks only between
+        the middle and top layers': layer 0's may differ)."""
         section, index = self.corr[ref]
         found = self.corr_index.get((cls, section, index))
         if found is None or not _alike(found, ref):
@@ -249,24 +281,24 @@ class _Builder:
         return found
 
     def check_relative(self) -> None:
-        """A middle node that reads layer 0's node reads the previous layer's (not layer 0's
-        as such) when the top layer's node at its place reads the middle's at that place;
-        likewise a read of the top layer's node is the next layer's when layer 0's node reads
-        the middle's. Past 3 layers the middle copies rely on this: else NotStampable."""
+        """A middle node that reads the top layer's node (or is released at it) reads the next
+        layer's, not the top layer's as such, when a like node of layer 0 reads the middle's
+        node at that place. Past 3 layers the middle copies rely on this: else NotStampable.
+        (A read of layer 0's node is checked where it is stamped: `_read_as`.)"""
+        readers: dict[tuple[torch.fx.Node, int], list[torch.fx.Node]] = {}
+        for node in self.nodes:
+            if self.layer[node] == FIRST:
+                for place, ref in enumerate(self._reads(node)):
+                    readers.setdefault((ref, place), []).append(node)
         for node in self.nodes:
             if self.layer[node] != MIDDLE:
                 continue
-            refs = self._reads(node)
-            for other_class in {self.layer[r] for r in refs} - {None, MIDDLE}:
-                assert other_class is not None
-                other = self._counterpart(node, TOP if other_class == FIRST else FIRST)
-                theirs = self._reads(other)
-                if len(theirs) != len(refs):
-                    raise NotStampable(f"{node.name}: its layers read differently")
-                for mine, their in zip(refs, theirs, strict=True):
-                    if self.layer[mine] == other_class and (
-                            their is not self._counterpart(mine, MIDDLE)):
-                        raise NotStampable(f"{node.name}: reads {mine.name} of a fixed layer")
+            for place, ref in enumerate(self._reads(node)):
+                if self.layer[ref] != TOP:
+                    continue
+                below = self._counterpart(ref, MIDDLE)
+                if not any(_alike(first, node) for first in readers.get((below, place), ())):
+                    raise NotStampable(f"{node.name}: reads {ref.name} of a fixed layer")
 
     def _reads(self, node: torch.fx.Node) -> list[torch.fx.Node]:
         """The nodes `node` reads, in order, then the node it is released at."""

@@ -7,9 +7,13 @@ ops themselves):
 - a forward node by the module running when it was traced (trace.py MODULE_KEY);
 - a backward node carries no module path (module hooks do not run in backward, except in a
   checkpoint's recomputation, which is labelled by its module): it belongs to the layer of the
-  last anchor traced before it, an anchor being a parameter's gradient (found by its position
-  in the optimizer's foreach lists) or a recomputed node; so a layer's backward block runs from
-  its first parameter gradient to the next layer's;
+  forward op that made the autograd node it runs for (grad_fns.py numbers it), whatever is
+  trainable; what the engine runs between nodes (a sum of a tensor's gradients, the loss's
+  seed) belongs to the last op's layer: the sum of layer k's input's gradients is layer k's.
+  A parameter's gradient (found by its position in the optimizer's foreach lists) labelled
+  with another layer than its parameter's is refused. (Labelled from the first parameter
+  gradient, as before 2026-11-29, a layer whose MLP trains no parameter, LoRA on the
+  attention only, had its MLP backward labelled as the layer above's.);
 - a constant by the node that reads it, the optimizer's (the per-parameter step counters) by
   its position in the list it is passed in; an optimizer node by the position it unpacks
   from a foreach op's list (`getitem`).
@@ -18,12 +22,15 @@ Every list the optimizer passes is over the trainable parameters in one order: `
 
 from __future__ import annotations
 
+import bisect
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from graphmem.frontends.torch.grad_fns import OUTSIDE
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
 
 
@@ -53,27 +60,70 @@ def labels_of(step: TracedStep, prefix: str) -> Labels:
         layer[node] = _match(pattern, label)
     positions = _positions(nodes, layer)
     anchors = _anchors(nodes, layer, positions)
-    current: int | None = None
+    backward = []
     for node in nodes:
         if node in layer:
             continue
         custom = node.meta.get("custom", {})
-        phase = custom.get(PHASE_KEY)
         module = custom.get(MODULE_KEY)
-        if phase == "backward":
-            if module is not None:
-                current = _match(pattern, str(module))
-            elif node in anchors:
-                current = anchors[node]
-            layer[node] = current
-        elif phase == "optimizer" or node.op == "get_attr":
+        if custom.get(PHASE_KEY) == "backward":
+            backward.append(node)
+        elif custom.get(PHASE_KEY) == "optimizer" or node.op == "get_attr":
             layer[node] = _optimizer_label(node, anchors, positions)
         else:
             layer[node] = _match(pattern, str(module)) if module is not None else None
+    _label_backward(backward, nodes, layer, pattern)
+    for node, position in anchors.items():  # a parameter's gradient is its layer's
+        if node in backward and layer[node] != position:
+            raise NotStampable(f"{node.name}: a gradient of layer {position} made in another")
     for node in nodes:  # a constant a layer reads (not a step counter): that layer's
         if node.op == "get_attr" and node not in anchors and node.users:
             layer[node] = layer[next(iter(node.users))]
     return Labels(layer, positions)
+
+
+def _label_backward(backward: list[torch.fx.Node], nodes: list[torch.fx.Node],
+                    layer: dict[torch.fx.Node, int | None], pattern: re.Pattern[str]) -> None:
+    """A backward op's layer: its module's in a checkpoint's recomputation, else the layer of
+    the forward op that made the autograd node it runs for (grad_fns.py); the engine's own ops
+    between nodes (a gradient sum, the loss's seed) the last op's before them."""
+    made = _makers(nodes, set(backward), layer)
+    current: int | None = None
+    for node in backward:
+        module = node.meta.get("custom", {}).get(MODULE_KEY)
+        number = node.meta.get("seq_nr", OUTSIDE)
+        if module is not None:
+            current = _match(pattern, str(module))
+        elif number != OUTSIDE:
+            current = made(number)
+        layer[node] = current
+
+
+def _makers(nodes: list[torch.fx.Node], backward: set[torch.fx.Node],
+            layer: dict[torch.fx.Node, int | None]) -> Callable[[int], int | None]:
+    """The layer of the op that made autograd node `number`: the first op traced with that
+    number (ops that make none carry the last one made); where none has it (a custom
+    autograd.Function's node is made after its forward's ops, which make none) the last op
+    traced before it: that forward's."""
+    first: dict[int, torch.fx.Node] = {}
+    last: dict[int, torch.fx.Node] = {}
+    for node in nodes:
+        number = node.meta.get("seq_nr")
+        if node in backward or node.op != "call_function" or not isinstance(number, int):
+            continue
+        first.setdefault(number, node)
+        last[number] = node
+    numbers = sorted(last)
+
+    def made(number: int) -> int | None:
+        if number in first:
+            return layer[first[number]]
+        before = bisect.bisect_left(numbers, number)
+        if before == 0:
+            raise NotStampable(f"autograd node {number}: made by no traced op")
+        return layer[last[numbers[before - 1]]]
+
+    return made
 
 
 def _match(pattern: re.Pattern[str], text: str) -> int | None:

@@ -39,6 +39,7 @@ from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
 from graphmem.frontends.torch.buffer_constants import valued_scalars, with_buffer_constants
 from graphmem.frontends.torch.conversions import scalars_format_as_numbers, unchanged_conversions
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
+from graphmem.frontends.torch.grad_fns import numbered
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
@@ -309,11 +310,12 @@ def _training_step(
             with _phase("backward"):
                 scaled_loss = loss if scaler is None else loss * scaler[0]
                 sums.watch(scaled_loss)
-                if train.grad_accum > 1:
-                    scaled_loss.backward()  # AccumulateGrad: .grad += each gradient as made
-                    grads = [t.grad for t in trainable]
-                else:
-                    grads = list(torch.autograd.grad(scaled_loss, trainable))
+                with numbered(scaled_loss):  # the autograd node each op runs for (stamping)
+                    if train.grad_accum > 1:
+                        scaled_loss.backward()  # AccumulateGrad: .grad += each as made
+                        grads = [t.grad for t in trainable]
+                    else:
+                        grads = list(torch.autograd.grad(scaled_loss, trainable))
         with _phase("optimizer"), torch.no_grad():
             found_inf = unscale(grads, scaler[0]) if scaler is not None else None
             optimizer_update(train.optimizer, trainable, grads, state, steps[: len(trainable)])
