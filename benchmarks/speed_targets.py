@@ -79,14 +79,19 @@ if kind == 'cli':
 elif kind == 'cli-counted':  # the command, counting reads and imports of the model file
     from graphmem.frontends.onnx import importer, runtime_inputs
     read, imported = importer.read_model, runtime_inputs.import_onnx
+    read_bodies = importer.read_model_bodies  # the importer's own read (with its bodies)
     result['reads'] = result['imports'] = 0
     def counted_read(path):
         result['reads'] += 1
         return read(path)
+    def counted_read_bodies(path):
+        result['reads'] += 1
+        return read_bodies(path)
     def counted_import(*args, **kwargs):
         result['imports'] += 1
         return imported(*args, **kwargs)
     importer.read_model, runtime_inputs.import_onnx = counted_read, counted_import
+    importer.read_model_bodies = counted_read_bodies
     from graphmem.cli.main import run_command
     sys.argv = ['graphmem', *args]
     result['exit'] = run_command()
