@@ -8,10 +8,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from graphmem.cli import main
 from graphmem.cli.commands import COMMAND_TABLE
+from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx import runtime_inputs
 from graphmem.pipeline import run
 from graphmem.pipeline.request import Request
@@ -91,6 +94,62 @@ def test_an_onnx_analysis_imports_only_what_it_was_asked_for(tmp_path: Path) -> 
     result = _modules_after(["analyze", str(sample), "--gpu", "t4", "--no-html"],
                             NOT_ASKED_FOR)
     assert "graphmem.runtime_models.ort_cuda" in result["modules"]  # type: ignore[operator]
+
+
+# the standard library's modules only some commands use: tomllib for a GPU's tables (the CUDA
+# reserve, the error bands; its parser compiles a dozen regexes, ~2 ms), traceback for --debug
+LAZY_STDLIB = ("tomllib", "traceback")
+
+
+@pytest.mark.slow
+def test_an_analysis_without_a_gpu_or_debug_imports_neither_tomllib_nor_traceback(
+        tmp_path: Path) -> None:
+    sample = ROOT / "samples" / "tiny_cnn.onnx"
+    result = _modules_after(["analyze", str(sample), "--html", str(tmp_path / "r.html")],
+                            LAZY_STDLIB)
+    assert result == {"code": 0, "modules": []}
+    # a GPU's verdict reads its TOML tables (the CUDA reserve, the error bands)
+    result = _modules_after(["analyze", str(sample), "--gpu", "t4", "--no-html"], LAZY_STDLIB)
+    assert result["code"] == 0 and "tomllib" in result["modules"]  # type: ignore[operator]
+
+
+class _Failing:
+    """A command whose run raises `error` (raised from `cause` when given)."""
+
+    def __init__(self, error: BaseException, cause: BaseException | None = None) -> None:
+        self.error, self.cause = error, cause
+
+    def add_parser(self, commands: Any) -> None:
+        commands.add_parser("gpus")
+
+    def run(self, args: object, console: object) -> int:
+        raise self.error from self.cause
+
+
+@pytest.mark.parametrize(("error", "cause", "code", "line"), [
+    # a bug: "internal error" and, with --debug, the bug's own traceback
+    (RuntimeError("a bug"), None, 3, "internal error (RuntimeError: a bug)"),
+    # a model's exit: its traceback
+    (SystemExit(7), None, 2, "the model's code raised SystemExit(7)"),
+    # a usage error that wraps the user's exception: the cause's traceback
+    (GraphmemError("bad model"), ValueError("its own words"), 2, "bad model")])
+def test_debug_prints_each_errors_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        error: BaseException, cause: BaseException | None, code: int, line: str) -> None:
+    # traceback is imported only for --debug (cli/main.py `_print_traceback`): each of the
+    # three paths still prints one, and only with --debug
+    monkeypatch.setitem(main.COMMANDS, "gpus", _Failing(error, cause))
+    assert main.main(["gpus"]) == code
+    plain = capsys.readouterr().err
+    assert main.main(["gpus", "--debug"]) == code
+    debug = capsys.readouterr().err
+    assert "Traceback" not in plain and line in plain and plain.count("\n") == 1
+    assert debug.endswith(plain)
+    if cause is None:  # the exception being handled, raised here: its frames
+        assert debug.startswith("Traceback (most recent call last)")
+        assert type(error).__name__ in debug
+    else:  # the cause as raised (never raised here, so without frames)
+        assert debug == f"ValueError: {cause}\n{plain}"
 
 
 def _packages(result: dict[str, object]) -> list[str]:

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -160,7 +159,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - a bug must still end in one clear line
         if _debug(argv):
-            traceback.print_exc()
+            _print_traceback()
         _print_error(f"internal error ({type(error).__name__}: {error}); please report it with"
                      " the model (--debug shows the traceback)")
         return EXIT_INTERNAL
@@ -172,7 +171,7 @@ def _run(argv: Sequence[str] | None) -> int:
         # graphmem never exits mid-command: the user's file.py (its forward, loss or inputs
         # function, run by tracing) did; its exit code must not become graphmem's.
         if _debug(argv):
-            traceback.print_exc()
+            _print_traceback()
         _print_error(f"the model's code raised {error!r}: a model file must not exit or raise"
                      " BaseException while graphmem imports, builds or traces it")
         return EXIT_USAGE
@@ -180,9 +179,20 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def _usage_error(error: GraphmemError, argv: Sequence[str] | None) -> int:
     if _debug(argv) and error.__cause__ is not None:
-        traceback.print_exception(error.__cause__)
+        _print_traceback(error.__cause__)
     _print_error(str(error))
     return EXIT_USAGE
+
+
+def _print_traceback(error: BaseException | None = None) -> None:
+    """--debug's traceback: the exception being handled, or `error`. traceback (and its
+    imports) is loaded only here, for a failing command run with --debug."""
+    import traceback
+
+    if error is None:
+        traceback.print_exc()
+    else:
+        traceback.print_exception(error)
 
 
 def _print_error(message: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import tomllib
 from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
@@ -90,6 +89,8 @@ def runtime_band_path(runtime: str, training: bool) -> str | None:
 
 
 def parse_error_bands(text: str, origin: str) -> dict[str, ErrorBand]:
+    import tomllib  # read where a band is asked for (a GPU's verdict), not at every start
+
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -13,7 +13,6 @@ report read this one verdict (graphmem/pipeline/verdict.py builds it).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
@@ -207,6 +206,8 @@ def with_error_band(fit: GpuFit, band: ErrorBand) -> GpuFit:
 
 @cache
 def default_cuda_reserve(architecture: str) -> CudaReserve:
+    import tomllib  # a GPU's verdict only: its parser's regexes cost ~2 ms at every start
+
     text = resources.files("graphmem.devices.data").joinpath("cuda_overhead.toml").read_text()
     table = tomllib.loads(text)
     measured = table.get("measured", {})
