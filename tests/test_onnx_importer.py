@@ -119,7 +119,8 @@ def test_inference_that_rewrites_declared_input_dims_is_discarded(
     monkeypatch.setattr(onnx_importer, "_ort_symbolic_inference", rewriting)
     # onnx types this MLP whole, so the rules would not run (value_types.typed_by_onnx): as
     # for a model onnx leaves partly unknown, they run here
-    monkeypatch.setattr(onnx_importer, "typed_by_onnx", lambda graph, inputs, made=None: False)
+    monkeypatch.setattr(onnx_importer, "typed_by_onnx",
+                        lambda graph, inputs, made=None, known_infos=None: False)
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp_model(), path)
     imported = import_onnx(path)
@@ -139,7 +140,8 @@ def test_onnxruntime_rules_run_only_where_they_add_a_type(
 
     path = Path(__file__).resolve().parent.parent / "samples" / f"{name}.onnx"
     skipped = import_onnx(path)
-    monkeypatch.setattr(infer, "typed_by_onnx", lambda graph, inputs, made=None: False)
+    monkeypatch.setattr(infer, "typed_by_onnx",
+                        lambda graph, inputs, made=None, known_infos=None: False)
     ran = import_onnx(path)
     assert "onnxruntime" in ran.shape_inference
     if name == "tiny_gpt":

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from graphmem.frontends.onnx.infer import _splittable
 from graphmem.frontends.onnx.read import alias_dim_params, read_model_bodies
 from graphmem.frontends.onnx.untrusted import subgraphs
 
@@ -67,6 +68,7 @@ def test_bodies_are_seen_where_nodes_hold_them(tmp_path: Path, nested: bool,
     onnx.save(_if_model(nested, function), path)
     model, bodies = read_model_bodies(path)
     assert bodies and _any_body(model.graph)
+    assert _splittable(model, bodies) == _splittable(model) is False  # infer.py's split
     names, _ = _aliased(model, bodies)
     assert "inner_dim" in names.values()  # a body's dim: the walk found it
 
@@ -82,3 +84,24 @@ def test_a_graph_without_bodies_aliases_the_same(tmp_path: Path) -> None:
     model, bodies = read_model_bodies(path)
     assert not bodies
     assert _aliased(model, False) == _aliased(model, True)
+
+
+def test_an_empty_graphs_attribute_counts_as_a_body(tmp_path: Path) -> None:
+    # a graphs attribute holding no graph: no body to walk, but inference's _splittable
+    # refuses the split on its kind alone, so the flag it now reads must say True
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    node = helper.make_node("Relu", ["x"], ["y"])
+    node.attribute.append(onnx.AttributeProto(name="bodies", type=onnx.AttributeProto.GRAPHS))
+    graph = helper.make_graph([node], "g", [x], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, ["batch", 3])])
+    path = tmp_path / "graphs.onnx"
+    onnx.save(helper.make_model(graph), path)
+    model, bodies = read_model_bodies(path)
+    assert bodies and not _splittable(model) and not _splittable(model, bodies)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_samples_splittable_from_the_flag(sample: Path) -> None:
+    # the flag from validation's walk gives _splittable's answer without its own walk
+    model, bodies = read_model_bodies(sample)
+    assert _splittable(model, bodies) == _splittable(model)

@@ -81,7 +81,7 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
         folded.update(expand_tiles(model, index))
     if op_types & MISREAD_OPS:
         write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
-    inferred, engine = infer_shapes(model, warnings, dim_names, folded, index)
+    inferred, engine = infer_shapes(model, warnings, dim_names, folded, index, bodies)
     positions = index.position if index is not None else None  # where restore_nodes looks
     del model, index  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
     restore_nodes(inferred, folded, positions)

@@ -46,9 +46,10 @@ def read_model(path: Path) -> onnx.ModelProto:
 
 
 def read_model_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
-    """read_model, and whether a node of the main graph holds a body (a graph attribute, at
-    any depth: validation's walk counted them), so that the importer's dims need not be
-    looked for in the nodes' attributes where none does (alias_dim_params)."""
+    """read_model, and whether a node of the main graph holds a body (a graph or graphs
+    attribute, at any depth, an empty graphs list too: validation's walk counted them), so
+    that the importer's dims need not be looked for in the nodes' attributes where none does
+    (alias_dim_params), nor inference's control flow (infer.py `_splittable`)."""
     _check_path(path)
     data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
     if data is None:

@@ -5,7 +5,7 @@ input of the part, typed as onnx inferred it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import onnx
 
@@ -21,22 +21,22 @@ from graphmem.frontends.onnx.value_types import constant_tensor, fully_known_nam
 _SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
-def unknown_part(inferred: onnx.ModelProto,
-                 declared_inputs: Iterable[onnx.ValueInfoProto]) -> onnx.ModelProto:
+def unknown_part(inferred: onnx.ModelProto, declared_inputs: Iterable[onnx.ValueInfoProto],
+                 known_infos: set[str] | None = None) -> onnx.ModelProto:
     """The model onnxruntime's rules run on: the nodes of `inferred` (onnx's result) with an
     output not fully known, the producers of the graph outputs, and the producers of the
     small tensors those read, back to Shape nodes, and of what they read with a dim named by
     an expression (seq_dims.py); inputs: the model's own (always, so their
     dims are checked and their symbols registered as in a whole run), then every other
-    tensor the part reads, typed as onnx inferred it."""
+    tensor the part reads, typed as onnx inferred it. `known_infos`:
+    `fully_known_names(graph.value_info)` where the caller has it (typed_by_onnx's)."""
     graph = inferred.graph
     types = {v.name: v for v in (*graph.value_info, *graph.output)}
-    known = fully_known_names(types.values())
+    known = _known_names(graph, types, known_infos)
     nodes = list(graph.node)
     outputs = [node.output for node in nodes]
     producer = {name: index for index, names in enumerate(outputs) for name in names}
-    pending = [index for index, node in enumerate(nodes) if node.op_type != "Constant"
-               and not all(name in known for name in outputs[index] if name)]
+    pending = _unknown_producers(nodes, outputs, producer, producer.keys() - known)
     pending.extend(producer[v.name] for v in graph.output if v.name in producer)
     chosen: set[int] = set()
     small: dict[str, bool] = {}  # by value name: most are read by several nodes
@@ -60,6 +60,34 @@ def unknown_part(inferred: onnx.ModelProto,
                 pending.append(source)
     part = [nodes[index] for index in sorted(chosen)]  # the model's (topological) order
     return _part_model(inferred, part, types, declared_inputs)
+
+
+def _known_names(graph: onnx.GraphProto, types: Mapping[str, onnx.ValueInfoProto],
+                 known_infos: set[str] | None) -> set[str]:
+    """`fully_known_names(types.values())`: the value infos' verdicts taken from
+    `known_infos` where no name is given twice (each name's type is then its one info: the
+    outputs judged alone), not judged again (0.02 CPU s at 22,000 values)."""
+    if known_infos is None or len(types) != len(graph.value_info) + len(graph.output):
+        return fully_known_names(types.values())
+    return known_infos | fully_known_names(graph.output)
+
+
+def _unknown_producers(nodes: list[onnx.NodeProto], outputs: Sequence[Sequence[str]],
+                       producer: Mapping[str, int], unknown: set[str]) -> list[int]:
+    """The positions of the nodes other than Constant with an output (named) not fully known,
+    in the graph's order; `unknown`: the names made that are not fully known ("" among them
+    where an output is unnamed), `producer`: each name's (last) maker. Where every name is
+    made by one node (the table holds as many names as the nodes make), those nodes are the
+    unknown names' producers: a decoder's one or two, instead of a walk over every node (0.03
+    CPU s at 22,000 nodes); the walk where a name is made twice."""
+    unknown.discard("")
+    if not unknown:
+        return []
+    if len(producer) == sum(map(len, outputs)):
+        return sorted({index for name in unknown
+                       if nodes[index := producer[name]].op_type != "Constant"})
+    return [index for index, node in enumerate(nodes) if node.op_type != "Constant"
+            and any(name in unknown for name in outputs[index])]
 
 
 def _has_expression(info: onnx.ValueInfoProto | None) -> bool:

@@ -55,7 +55,7 @@ def strip_and_validate(model: onnx.ModelProto,
     _validate(walk, strip=True)
     alone = not model.functions and not model.training_info  # the walk saw every scope
     return Walked(walk.tensors, len(walk.graphs) - 1 if alone else None,
-                  alone and not walk.compact, len(walk.graphs) - 1,
+                  alone and not walk.compact, walk.graph_attributes,
                   ([graph for graph, _ in walk.graphs], walk.compact_nodes) if alone else None)
 
 
@@ -63,8 +63,9 @@ class Walked(NamedTuple):
     """What validation's walk found: the tensors as model_tensors lists them; how many
     control-flow bodies the model has (None: not counted, the model has functions or training
     graphs); whether no tensor is in a compact form dense_forms.py expands (no sparse tensor,
-    no Constant list attribute; False: not known); the bodies of the main graph's nodes, at
-    any depth (counted whether or not the model has functions); every graph and the nodes
+    no Constant list attribute; False: not known); the graph and graphs attributes of the
+    main graph's nodes, at any depth (counted whether or not the model has functions; a
+    graphs attribute counts, holding no graph or several); every graph and the nodes
     with an attribute of a compact form's name, where the walk saw every scope (else None:
     dense_forms.py walks the model itself)."""
 
@@ -112,6 +113,7 @@ class _ModelWalk:
         self.main = model.graph
         self.compact = False  # a sparse tensor or a Constant list attribute seen
         self.compact_nodes: list[onnx.NodeProto] = []  # with an attribute of such a name
+        self.graph_attributes = 0  # of the graph or graphs kind, in the main graph's walk
         self._graph(model.graph, trim)
         for function in model.functions:
             for node in function.node:
@@ -164,8 +166,10 @@ class _ModelWalk:
                     if not self.compact_nodes or self.compact_nodes[-1] is not node:
                         self.compact_nodes.append(node)
                 if kind == AttributeProto.GRAPH:
+                    self.graph_attributes += 1
                     self._graph(attribute.g)
                 elif kind == AttributeProto.GRAPHS:
+                    self.graph_attributes += 1
                     for body in attribute.graphs:
                         self._graph(body)
                 elif kind == AttributeProto.TENSOR:  # labelled at an error only
