@@ -35,8 +35,6 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 
-from graphmem.frontends.torch.grad_fns import backward_functions
-
 aten = torch.ops.aten
 
 
@@ -50,10 +48,11 @@ class EngineAccumulations:
         self.candidates: list[tuple[str, str]] = []
         self._finished: Any = None  # the backward node whose own ops are done
 
-    def watch(self, loss: torch.Tensor) -> None:
-        """Mark the end of each backward node's own ops (a post hook on every node that
-        backward from `loss` can run; AccumulateGrad's own sum is torch's, not the engine's)."""
-        for function in backward_functions(loss):
+    def watch(self, functions: list[Any]) -> None:
+        """Mark the end of each backward node's own ops (a post hook on every node of
+        `functions`, grad_fns.backward_functions: those backward from the loss can run;
+        AccumulateGrad's own sum is torch's, not the engine's)."""
+        for function in functions:
             if function.next_functions:
                 function.register_hook(self._node_done)
 

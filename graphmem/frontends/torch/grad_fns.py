@@ -26,10 +26,11 @@ _KEYS = ("grad_fn_seq_nr", "in_grad_fn")
 
 
 @contextlib.contextmanager
-def numbered(loss: torch.Tensor) -> Iterator[None]:
-    """Backward from `loss` with each op's FX node numbered as above."""
+def numbered(functions: list[Any]) -> Iterator[None]:
+    """Backward over `functions` (backward_functions of the loss) with each op's FX node
+    numbered as above."""
     handles = []
-    for function in backward_functions(loss):
+    for function in functions:
         number = function._sequence_nr()
         handles.append(function.register_prehook(_entering(number)))
         handles.append(function.register_hook(_leaving))

@@ -39,7 +39,7 @@ from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
 from graphmem.frontends.torch.buffer_constants import valued_scalars, with_buffer_constants
 from graphmem.frontends.torch.conversions import scalars_format_as_numbers, unchanged_conversions
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
-from graphmem.frontends.torch.grad_fns import numbered
+from graphmem.frontends.torch.grad_fns import backward_functions, numbered
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
@@ -309,8 +309,9 @@ def _training_step(
                      for slot in state]
             with _phase("backward"):
                 scaled_loss = loss if scaler is None else loss * scaler[0]
-                sums.watch(scaled_loss)
-                with numbered(scaled_loss):  # the autograd node each op runs for (stamping)
+                functions = backward_functions(scaled_loss)  # one walk for both hooks
+                sums.watch(functions)
+                with numbered(functions):  # the autograd node each op runs for (stamping)
                     if train.grad_accum > 1:
                         scaled_loss.backward()  # AccumulateGrad: .grad += each as made
                         grads = [t.grad for t in trainable]
