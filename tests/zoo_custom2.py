@@ -387,3 +387,60 @@ class TinyChannelsLastCNN(nn.Module):
         x = self.stem(x.contiguous(memory_format=torch.channels_last))
         x = self.down(F.relu(x + self.block(x)))
         return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+# ----- models the fixes were checked on, not looked at while fixing (measured once) --------
+WAVEFORM = "2x1x800"  # 0.1 s of 8 kHz audio
+
+
+class TinyM5(nn.Module):
+    """M5 (Dai et al., 2017, "Very Deep Convolutional Neural Networks for Raw Waveforms"):
+    a wide strided Conv1d over the raw waveform, Conv1d-BatchNorm1d-ReLU-MaxPool1d stages, a
+    global average over time, a classifier (10 classes). A check of the Conv1d rule
+    (runtime_models/conv1d_view.py) on other kernels, strides and pools."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for inputs, outputs, kernel, stride in ((1, 16, 80, 4), (16, 16, 3, 1), (16, 32, 3, 1)):
+            layers += [nn.Conv1d(inputs, outputs, kernel, stride), nn.BatchNorm1d(outputs),
+                       nn.ReLU(), nn.MaxPool1d(4)]
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=2))
+
+
+class MeanPooledEncoder(nn.Module):
+    """Sentence-BERT's mean pooling (Reimers & Gurevych, 2019) as written by hand: token
+    embeddings through a small encoder layer, multiplied by the int64 attention mask (an
+    int64 operand of a float product: promoted by a copy on the CPU), summed over the
+    tokens and divided by the mask's count; a classifier. A check of the promotion rule
+    (runtime_models/cpu_promotion.py) on integer operands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(128, 32)
+        self.encoder = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = (ids > 10).long()[..., None]  # [b, n, 1]: the ids below 10 are padding
+        hidden = self.encoder(self.embed(ids))
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return self.head(pooled)
+
+
+class ChannelsLastResNet(nn.Module):
+    """A small ResNet (tests/zoo_cnns.py's) moved to channels_last, fp32: a check of the fake
+    parameters' strides (graphmem/frontends/torch/trace.py `_fake_like`) on another model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.zoo_cnns import TinyResNet
+
+        self.net = TinyResNet().to(memory_format=torch.channels_last)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.contiguous(memory_format=torch.channels_last))

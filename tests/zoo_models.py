@@ -852,9 +852,13 @@ from tests.zoo_custom2 import (  # noqa: E402
     SIGNAL,
     SMALL_IMAGE,
     USERS,
+    WAVEFORM,
+    ChannelsLastResNet,
+    MeanPooledEncoder,
     TinyChannelsLastCNN,
     TinyEDSR,
     TinyLinearTransformer,
+    TinyM5,
     TinyNCF,
     TinyNeRF,
     TinyPointNet,
@@ -890,5 +894,10 @@ MEASURED_ONCE += [
     ZooModel("nerf", "custom", TinyNeRF, (RAYS, RAYS), "mse"),
     ZooModel("linear_attention", "custom", TinyLinearTransformer, (IDS,)),
     ZooModel("ncf", "recommender", TinyNCF, (USERS,)),
+    # the fixes checked on models not looked at while fixing: M5's Conv1d over a waveform,
+    # Sentence-BERT's mean pooling by an int64 mask, a ResNet moved to channels_last
+    ZooModel("m5", "timeseries", TinyM5, (WAVEFORM,)),
+    ZooModel("mean_pooled", "custom", MeanPooledEncoder, (IDS,)),
+    ZooModel("channels_last_resnet", "cnn", ChannelsLastResNet, (IMAGE,)),
 ]
 ZOO += FIFTH_ROUND_CUSTOM
