@@ -45,19 +45,24 @@ def _operands(fx_node: torch.fx.Node, schema: Any) -> list[tuple[int, torch.Tens
     """(position among the node's inputs, fake tensor) of each promotable tensor argument,
     in the order the front end lists the inputs (args, then kwargs); None where an argument
     holds a list of nodes (not an elementwise operand)."""
-    names = [argument.name for argument in schema.arguments]
+    # an `out=` argument is written, not read: never promoted
+    names = [None if argument.is_out else argument.name for argument in schema.arguments]
     named = [(names[i] if i < len(names) else "", arg) for i, arg in enumerate(fx_node.args)]
     found: list[tuple[int, torch.Tensor]] = []
     position = 0
-    for name, arg in [*named, *fx_node.kwargs.items()]:
+    outs = {argument.name for argument in schema.arguments if argument.is_out}
+    keywords = [(None if name in outs else name, arg) for name, arg in fx_node.kwargs.items()]
+    for name, arg in [*named, *keywords]:
         if isinstance(arg, list | tuple) and any(isinstance(a, torch.fx.Node) for a in arg):
             return None
         if not isinstance(arg, torch.fx.Node):
             continue
         meta = arg.meta.get("val")
+        if isinstance(meta, list | tuple):
+            return None  # several inputs from one argument: positions not followed here
         if not isinstance(meta, torch.Tensor):
             continue  # a symbolic number: not among the node's inputs
-        if name not in UNPROMOTED_ARGUMENTS:
+        if name is not None and name not in UNPROMOTED_ARGUMENTS:
             found.append((position, meta))
         position += 1
     return found
