@@ -68,6 +68,12 @@ ALLOCATOR_GAPS: dict[tuple[str, str], str] = {
         "tensor's (16, 1, 16, 16); the bilinear upsampling after it picks NCHW in eager and "
         "channels-last in the trace, so the fpn_bottleneck convolution is traced channels-last "
         "(no blocked copies) where eager reorders its operands: 12,240 B (-11.95%)"),
+    # the fifth round
+    ("channels_last_bf16", "training"): (
+        "oneDNN's bf16 channels-last weight-gradient scratchpad is not modelled (one "
+        "allocation inside convolution_backward, independent of the batch: 162,308 B for "
+        "16 -> 16 channels 3x3 at 32x32, 61,956 B at 16x16, two threads): -15.18%; the live "
+        "tensors are within 0.03%"),
 }
 
 
@@ -94,7 +100,9 @@ def test_the_zoo_covers_every_family() -> None:
     assert families == {"decoder", "encoder", "encoder-decoder", "vision", "speech",
                         "multimodal", "moe", "ssm", "cnn", "diffusion",
                         # the fourth round's hand-written models (tests/zoo_custom.py)
-                        "recommender", "graph", "spectral", "custom", "timeseries"}
+                        "recommender", "graph", "spectral", "custom", "timeseries",
+                        # the fifth round's (tests/zoo_custom2.py)
+                        "gan"}
     assert len(ZOO) >= 80
 
 

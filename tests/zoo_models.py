@@ -67,6 +67,8 @@ class ZooModel:
     # the training loss by its --loss name (graphmem/core/conventions.py Loss); None: the
     # default cross-entropy
     loss: str | None = None
+    # the training step's mixed precision by its --amp name (None: fp32)
+    amp: str | None = None
 
 
 def hf(config_name: str, model_name: str, **config: Any) -> Callable[[], nn.Module]:
@@ -839,3 +841,63 @@ MEASURED_ONCE += [
 # LayerDrop draw Autoformer's training reads has tests/test_layer_drop.py)
 TRAINING_MEASURED_ONCE = TRAINING_MEASURED_ONCE | {"gru", "autoformer"}
 ZOO += FOURTH_ROUND_CUSTOM
+
+
+# ----- the fifth round: hand-written models, second set (tests/zoo_custom2.py, docs/zoo.md) --
+# (imported here, so that the round is one block)
+from tests.zoo_custom2 import (  # noqa: E402
+    LATENT,
+    POINTS,
+    RAYS,
+    SIGNAL,
+    SMALL_IMAGE,
+    USERS,
+    WAVEFORM,
+    ChannelsLastResNet,
+    MeanPooledEncoder,
+    TinyChannelsLastCNN,
+    TinyEDSR,
+    TinyLinearTransformer,
+    TinyM5,
+    TinyNCF,
+    TinyNeRF,
+    TinyPointNet,
+    TinySpectralDiscriminator,
+    TinySTN,
+    TinyStyleGAN2Generator,
+    TinyTCN,
+)
+
+FIFTH_ROUND_CUSTOM: list[ZooModel] = [
+    # StyleGAN2's generator: modulated, demodulated convolutions run grouped over the batch
+    # (a transposed one upsampling), noise injection, equalized learning rate; MSE on the image
+    ZooModel("stylegan2", "gan", TinyStyleGAN2Generator, (LATENT,), "mse"),
+    # SNGAN's discriminator: parametrizations.spectral_norm (mv, vdot; its power iteration
+    # updates buffers in place while training)
+    ZooModel("sngan_discriminator", "gan", TinySpectralDiscriminator, (SMALL_IMAGE,)),
+    # EDSR with ESPCN's pixel_shuffle upsampler; MSE on the 2x image
+    ZooModel("edsr", "cnn", TinyEDSR, (SMALL_IMAGE,), "mse"),
+    # PointNet: Conv1d over points, a T-net's 3x3 transform by bmm, a global max
+    ZooModel("pointnet", "custom", TinyPointNet, (POINTS,)),
+    # a spatial transformer: affine_grid and grid_sample in front of a CNN
+    ZooModel("stn", "cnn", TinySTN, (IMAGE,)),
+    # a TCN: dilated causal Conv1d under parametrizations.weight_norm
+    ZooModel("tcn", "timeseries", TinyTCN, (SIGNAL,)),
+    # a CNN trained channels_last under CPU autocast (bf16)
+    ZooModel("channels_last_bf16", "cnn", TinyChannelsLastCNN, (IMAGE,), amp="bf16"),
+]
+# measured once with the round (docs/zoo.md has their rows), left out of the suite for its
+# time: NeRF's MLP (sin/cos encodings, a skip concat: ops every row has) and linear attention
+# (einsum and cumsum, as the rows of the third round's linear-attention models); NCF's
+# inference (its training, with sparse gradients, is refused: tests/test_zoo_custom2_ops.py)
+MEASURED_ONCE += [
+    ZooModel("nerf", "custom", TinyNeRF, (RAYS, RAYS), "mse"),
+    ZooModel("linear_attention", "custom", TinyLinearTransformer, (IDS,)),
+    ZooModel("ncf", "recommender", TinyNCF, (USERS,)),
+    # the fixes checked on models not looked at while fixing: M5's Conv1d over a waveform,
+    # Sentence-BERT's mean pooling by an int64 mask, a ResNet moved to channels_last
+    ZooModel("m5", "timeseries", TinyM5, (WAVEFORM,)),
+    ZooModel("mean_pooled", "custom", MeanPooledEncoder, (IDS,)),
+    ZooModel("channels_last_resnet", "cnn", ChannelsLastResNet, (IMAGE,)),
+]
+ZOO += FIFTH_ROUND_CUSTOM

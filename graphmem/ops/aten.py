@@ -274,6 +274,14 @@ GROUPED_CONTRACTIONS = frozenset({"_grouped_mm"})
 # (graphmem/ops/linear.py triangular_solve_macs); linalg_solve_triangular(A, B, *, upper,
 # left, unitriangular): A is argument 0, `unitriangular` a keyword
 TRIANGULAR_SOLVES = frozenset({"linalg_solve_triangular"})
+# Matrix-vector and vector products FlopCounterMode does not count (spectral norm's power
+# iteration): their MACs are the elements of the argument named, each multiplied once:
+# mv(A [m, n], x [n]) m * n, addmv(self, A, x) A's, dot / vdot(a [n], b [n]) n
+VECTOR_PRODUCTS = {"mv": 0, "addmv": 1, "dot": 0, "vdot": 0}
+# affine_grid_generator(theta [N, d, d + 1], size, align_corners) -> grid [N, *spatial, d]
+# (F.affine_grid): each grid coordinate the dot of theta's row with the homogeneous base
+# point, d + 1 MACs (FlopCounterMode does not count it either)
+AFFINE_GRIDS = frozenset({"affine_grid_generator"})
 # one LSTM layer and direction on the CPU (oneDNN), forward and backward: ops/recurrent.py
 RECURRENT_LAYERS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
 
@@ -357,7 +365,9 @@ NO_ARITHMETIC = frozenset({
     # each element copied its count of times (Qwen2-VL's vision tower: each image's
     # attention window bounds from its grid)
     "repeat_interleave",
-    # nearest upsampling copies each source pixel
+    # nearest upsampling copies each source pixel; a pixel (un)shuffle moves each element
+    # (ESPCN's sub-pixel upsampling), as a channel shuffle does
+    "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
     # im2col (nn.Unfold): each window's pixels copied into a column
     "im2col",

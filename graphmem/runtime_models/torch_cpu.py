@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Node, Value
 from graphmem.passes.memory_model import size_at
+from graphmem.runtime_models.conv1d_view import as_conv2d
+from graphmem.runtime_models.cpu_promotion import promoted_copies
 from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
 from graphmem.runtime_models.torch_cpu_native import Allocations, Dims, native, slow_conv3d_backward
@@ -158,7 +160,9 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     kernel the same, areas over its three dims (tests/test_torch_cpu_conv3d.py); a depthwise
     one runs channels-last (_depthwise_3d).
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32: Xb = Y = Yb = 524,288, Wb = 9,216:
-    peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504)."""
+    peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504). A 1-D one is the 2-D one
+    of height 1 that PyTorch runs (conv1d_view.py)."""
+    node = as_conv2d(node)
     if _is_conv2d(node, transposed=True):
         return transposed_convolution(node, dims, threads)
     if not _is_conv2d(node, ranks=(4, 5)):
@@ -280,7 +284,8 @@ def convolution_backward(node: Node, dims: Dims, threads: int) -> Allocations:
     the convolution itself (_uses_onednn), its column buffer.
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32 (every gradient), 2 threads: GYb = GXb =
     GX = Xb = 524,288, GWb = 9,216, P = 29,952, GBo = 64: weight phase peak 1,612,096, less
-    the outputs 533,568 -> 1,078,528 B (measured 1,078,528)."""
+    the outputs 533,568 -> 1,078,528 B (measured 1,078,528). 1-D: as convolution's."""
+    node = as_conv2d(node)
     if not _is_conv2d(node, ranks=(4, 5)) or len(node.inputs) < 3:
         return []
     gy, x, w = node.inputs[0], node.inputs[1], node.inputs[2]
@@ -439,7 +444,8 @@ RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {
 def scratch_bytes(node: Node, dims: Dims, threads: int = 1) -> int:
     """How far the kernel's allocations rise above the tensors it returns while it runs
     (`threads`: PyTorch's intra-op threads; oneDNN keeps some copies per thread)."""
-    rule = RULES.get(node.op_type)
+    rule = RULES.get(node.op_type, promoted_copies if "promoted_inputs" in node.attributes
+                     else None)
     if rule is None:
         return 0
     live = peak = 0

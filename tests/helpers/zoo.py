@@ -69,8 +69,31 @@ def _triangular_solve_flops(a_shape: torch.Size, *args: object, out_shape: torch
     return 2 * (out_shape.numel() // size) * (size * (size - 1) // 2)
 
 
+def _matrix_vector_flops(matrix_shape: torch.Size, *args: object, out_shape: torch.Size,
+                         **kwargs: object) -> int:
+    # mv (spectral norm's power iteration): [m, n] @ [n] -> [m], m * n multiply-adds
+    return 2 * matrix_shape[0] * matrix_shape[1]
+
+
+def _vector_dot_flops(a_shape: torch.Size, *args: object, out_shape: torch.Size,
+                      **kwargs: object) -> int:
+    # dot / vdot: [n] . [n], n multiply-adds
+    return 2 * a_shape[0]
+
+
+def _affine_grid_flops(theta_shape: torch.Size, *args: object, out_shape: torch.Size,
+                       **kwargs: object) -> int:
+    # F.affine_grid: the base grid of homogeneous points [N, H*W, 3] @ theta^T [N, 3, 2]
+    # (aten's affine_grid_generator is that bmm), as the bmm's multiply-adds
+    batch, rows, points = theta_shape[0], theta_shape[1], theta_shape[2]
+    return 2 * batch * (out_shape.numel() // (batch * rows)) * points * rows
+
+
 # the ops FlopCounterMode leaves uncounted, given their substitution counts
-UNCOUNTED = {torch.ops.aten.linalg_solve_triangular: _triangular_solve_flops}
+UNCOUNTED = {torch.ops.aten.linalg_solve_triangular: _triangular_solve_flops,
+             torch.ops.aten.mv: _matrix_vector_flops, torch.ops.aten.dot: _vector_dot_flops,
+             torch.ops.aten.vdot: _vector_dot_flops,
+             torch.ops.aten.affine_grid_generator: _affine_grid_flops}
 
 
 def flop_counter_macs(entry: ZooModel, train: bool) -> int:
@@ -125,9 +148,11 @@ def check(entry: ZooModel, train: bool) -> ZooRow:
     # torch-cpu: the runtime `analyze` picks for a PyTorch model without --gpu
     analysis = analyze_torch(built(entry), specs, train=train,
                              optimizer="adamw" if train else None, plan=False, suggest=False,
-                             runtime="torch-cpu", loss=entry.loss if train else None)
+                             runtime="torch-cpu", loss=entry.loss if train else None,
+                             amp=entry.amp if train else None)
     assert analysis.runtime is not None
-    measured = measure_step(built(entry), specs, train, "adamw", loss=loss_of(entry))
+    measured = measure_step(built(entry), specs, train, "adamw", amp=entry.amp,
+                            loss=loss_of(entry))
     model = built(entry)
     allocator = measured.allocator_peak_bytes or measured.peak_bytes
     return ZooRow(

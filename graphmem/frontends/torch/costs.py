@@ -33,6 +33,7 @@ from torch.utils.flop_counter import flop_registry
 from graphmem.core.ir import ImportedCost
 from graphmem.core.symbolic import SymInt
 from graphmem.ops.aten import (
+    AFFINE_GRIDS,
     EMBEDDING_BAGS,
     FOREACH_FLOPS,
     FOREACH_PREFIXES,
@@ -47,6 +48,7 @@ from graphmem.ops.aten import (
     RECURRENT_LAYERS,
     SAME_CONTRACTION,
     TRIANGULAR_SOLVES,
+    VECTOR_PRODUCTS,
     WINDOW_POOL_BACKWARDS,
     WINDOW_POOLS,
     EmbeddingBagArgs,
@@ -100,6 +102,9 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
         return ImportedCost(0, _embedding_bag_flops(fx_node, EMBEDDING_BAGS[name]))
     if name in FOURIER_TRANSFORMS:
         return ImportedCost(0, _fourier_flops(fx_node, name))
+    if name in VECTOR_PRODUCTS or name in AFFINE_GRIDS:
+        macs = _vector_product_macs(fx_node, name)
+        return ImportedCost(macs=macs, flops=2 * macs)
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
@@ -128,6 +133,15 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     if name in POINTWISE_UNTAGGED or torch.Tag.pointwise in getattr(target, "tags", ()):
         return ImportedCost(0, _numel_of_output(fx_node.meta.get("val")) * POINTWISE_FLOPS)
     return None
+
+
+def _vector_product_macs(fx_node: torch.fx.Node, name: str) -> int:
+    """mv, addmv, dot, vdot: the named argument's elements; an affine grid: d + 1 per
+    coordinate of the grid (its last dim is d)."""
+    if name in AFFINE_GRIDS:
+        grid = _meta_of(fx_node)
+        return int(grid.numel()) * (int(grid.shape[-1]) + 1)
+    return int(_meta_of(fx_node.args[VECTOR_PRODUCTS[name]]).numel())
 
 
 def _triangular_solve_cost(fx_node: torch.fx.Node) -> ImportedCost:

@@ -15,6 +15,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from graphmem.core.ir import AttributeValue
+from graphmem.frontends.torch.promoted_operands import promoted_operands
 
 # op -> the position of its input (the tensor whose layout oneDNN follows)
 _CONVOLUTIONS = {"aten.convolution.default": 0, "aten.convolution_backward.default": 1}
@@ -29,7 +30,7 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     one likewise, where an operand is not contiguous (a permute's or a slice's view)."""
     target = str(fx_node.target)
     if target not in _CONVOLUTIONS:
-        return {}
+        return promoted_operands(fx_node)
     args = fx_node.args
     layout = _meta(args[_CONVOLUTIONS[target]])
     found: dict[str, AttributeValue] = {"channels_last": int(_channels_last(layout))}

@@ -47,6 +47,7 @@ from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
 from graphmem.frontends.torch.observed import EagerLifetimes, ObservedOps
 from graphmem.frontends.torch.recompute import modes_follow_modules, parameters_held
 from graphmem.frontends.torch.routing import RoutedValues
+from graphmem.frontends.torch.sparse_gradients import refuse_sparse_gradients
 from graphmem.frontends.torch.train_step import (
     AMP_DTYPES,
     SCALER_STATE,
@@ -200,7 +201,9 @@ def _loss_of(train: TrainingOptions, output: object) -> torch.Tensor:
 
 
 def _fake_like(tensor: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:
-    fake = torch.empty(tensor.shape, dtype=tensor.dtype)
+    # its strides too: a model moved to channels_last has NHWC weights, which a convolution
+    # reads without the copy it makes of an NCHW one (kernel_args.py `layout_copies`)
+    fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype)
     return fake.requires_grad_(True) if requires_grad and tensor.is_floating_point() else fake
 
 
@@ -317,6 +320,7 @@ def _training_step(
                         grads = [t.grad for t in trainable]
                     else:
                         grads = list(torch.autograd.grad(scaled_loss, trainable))
+            refuse_sparse_gradients(_names_of(trainable, params, p), grads)
         with _phase("optimizer"), torch.no_grad():
             found_inf = unscale(grads, scaler[0]) if scaler is not None else None
             optimizer_update(train.optimizer, trainable, grads, state, steps[: len(trainable)])
@@ -325,6 +329,12 @@ def _training_step(
         return loss.detach()
 
     return step
+
+
+def _names_of(tensors: list, params: dict, p: list) -> dict[int, str]:
+    """{id of each of `tensors`: its parameter's name}, in `tensors`' order."""
+    names = {id(t): name for name, t in zip(params, p, strict=True)}
+    return {id(t): names.get(id(t), "?") for t in tensors}
 
 
 def _state_dict(params: dict, buffers: dict, p: list, b: list) -> dict[str, torch.Tensor]:
