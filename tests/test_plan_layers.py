@@ -4,7 +4,8 @@ random graphs of repeated layers (shape arithmetic on Shape outputs, Reshapes to
 computed targets, Tiles, weights as initializers or TorchScript's Identity copies of them, a
 mask made before the layers, reads from two layers back, layers that differ, declared value
 infos and per-layer graph outputs, nodes after the layers reading the last or an earlier
-layer), on the samples (thresholds lowered) and on the 22,000-node decoders."""
+layer, a Dropout's mask output named in one layer or skipped in all), on the samples
+(thresholds lowered) and on the 22,000-node decoders."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*.onnx"))
 CACHE = ROOT / "benchmarks" / ".cache"
 OPS = ("add_weight", "matmul", "reshape_constant", "reshape_shape", "relu", "transpose",
-       "concat_slice", "tile", "add_before", "add_two_back", "add_mask")
+       "concat_slice", "tile", "add_before", "add_two_back", "add_mask", "dropout")
 
 
 def _whole_pass(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch) -> dict:
@@ -114,6 +115,15 @@ def _layer(w: _Writer, ops: list[str], x: str, layer: int, before: dict[str, str
             t = w.op("Add", [t, history[-2]])
         elif op == "add_mask":
             t = w.op("Add", [t, before["mask"]])
+        elif op == "dropout":  # its mask output named in one layer, or skipped ('') in all
+            w.count += 1
+            outputs = [f"n{w.count}"]
+            if varied:
+                outputs.append(f"n{w.count}_mask")
+            elif flags["empty_output"]:
+                outputs.append("")
+            w.nodes.append(helper.make_node("Dropout", [t], outputs))
+            t = outputs[0]
     return t
 
 
@@ -122,7 +132,8 @@ def _random_layers(seed: int) -> onnx.ModelProto:
     flags = {key: rng.random() < 0.5 for key in
              ("identity_weights", "declared", "layer_outputs", "named_batch")}
     flags |= {key: rng.random() < 0.2 for key in
-              ("distinct_weights", "declared_alternately", "suffix_reads_earlier", "vary_one")}
+              ("distinct_weights", "declared_alternately", "suffix_reads_earlier", "vary_one",
+               "empty_output")}
     w = _Writer(rng)
     batch = "batch" if flags["named_batch"] else 2
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, "seq", 16])

@@ -75,10 +75,11 @@ def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
     if found is None or not _plain(model, kinds):
         return None
     start, period, end = found
-    numbers = _numbers(nodes)
-    if numbers is None:
+    numbered = _numbers(nodes)
+    if numbered is None:
         return None
-    repeats = _repeats(model, numbers, start, period, end)
+    numbers, made = numbered
+    repeats = _repeats(model, numbers, made, start, period, end)
     if repeats is None:
         return None
     same, before = repeats
@@ -142,31 +143,35 @@ def _plain(model: onnx.ModelProto, kinds: Sequence[tuple[str, str]]) -> bool:
                    if kind in suspects for a in nodes[position].attribute)
 
 
-def _numbers(nodes: Sequence[onnx.NodeProto]) -> dict[str, int] | None:
-    """Each value a node makes, numbered (`OUTPUTS`); None where a node makes too many."""
+def _numbers(nodes: Sequence[onnx.NodeProto]) -> tuple[dict[str, int], list[int]] | None:
+    """Each value a node makes, numbered (`OUTPUTS`), and each node's count of outputs; None
+    where a node makes too many, or leaves an output unnamed (an optional output skipped:
+    two such nodes would look alike to `_repeats`)."""
     outputs = list(map(_OUTPUT, nodes))
-    counts = set(map(len, outputs))
+    counts = list(map(len, outputs))
     if max(counts, default=0) > OUTPUTS:
         return None
-    if counts == {1}:  # one output each: numbered in one C loop
+    if min(counts, default=1) == 1 == max(counts, default=1):  # numbered in one C loop
         numbers = dict(zip(map(itemgetter(0), outputs),
                            range(0, len(outputs) * OUTPUTS, OUTPUTS), strict=True))
     else:
         numbers = {name: position * OUTPUTS + k for position, made in enumerate(outputs)
                    for k, name in enumerate(made)}
-    numbers.pop("", None)
-    return numbers
+    if "" in numbers or len(numbers) != sum(counts):
+        return None
+    return numbers, counts
 
 
-def _repeats(model: onnx.ModelProto, numbers: Mapping[str, int], start: int, period: int,
-             end: int) -> tuple[list[bool], list[tuple[int, int]]] | None:
+def _repeats(model: onnx.ModelProto, numbers: Mapping[str, int], made: Sequence[int],
+             start: int, period: int, end: int
+             ) -> tuple[list[bool], list[tuple[int, int]]] | None:
     """Per node from `start`, whether the node a period on does the same (module docstring):
-    the same attributes; per input the same value not made by a node (a graph input), a
-    value made as many nodes back (as the same output), an initializer or Constant of the
-    same bytes, or a value made before the run (its type checked once inferred, with the
-    places (node, input) where one is read: `_same_types_before`); per output the same
-    declared types. None where an initializer is also an input, or a node reads a value a
-    later node makes (onnx infers in the file's order)."""
+    the same attributes and count of outputs (`made`); per input the same value not made by a
+    node (a graph input), a value made as many nodes back (as the same output), an
+    initializer or Constant of the same bytes, or a value made before the run (its type
+    checked once inferred, with the places (node, input) where one is read:
+    `_same_types_before`); per output the same declared types. None where an initializer is
+    also an input, or a node reads a value a later node makes (onnx infers in order)."""
     graph = model.graph
     nodes = graph.node
     code = {name: number if number >= start * OUTPUTS else _BEFORE
@@ -203,7 +208,8 @@ def _repeats(model: onnx.ModelProto, numbers: Mapping[str, int], start: int, per
     slots = int(offsets[pairs])
     partner = np.minimum(np.arange(slots) + shift, max(len(flat) - 1, 0))
     differs = np.concatenate(([0], np.cumsum(flat[:slots] != flat[partner])))
-    same = ((counts[:pairs] == counts[period:])
+    outputs = np.asarray(made[start:stop], np.int64)
+    same = ((counts[:pairs] == counts[period:]) & (outputs[:pairs] == outputs[period:])
             & (differs[offsets[1:pairs + 1]] - differs[offsets[:pairs]] == 0)).tolist()
     attributes = list(map(_ATTRIBUTE, run))
     same = [ok and alike for ok, alike in
