@@ -261,3 +261,28 @@ def test_helper_decoder_cut_equals_the_whole_pass(tmp_path: Path,
     shapes, taken = _layered(model, monkeypatch)
     assert taken
     assert shapes == _whole_pass(model, monkeypatch)
+
+
+def test_layers_holding_graphs_infer_the_whole_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer with an If (its branches read the layer's values by name) is not cut: the
+    whole pass, the same shapes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    nodes, t = [], "x"
+    for layer in range(10):
+        then = helper.make_graph([helper.make_node("Identity", [t], [f"a{layer}"])], "then", [],
+                                 [helper.make_tensor_value_info(f"a{layer}", TensorProto.FLOAT,
+                                                                None)])
+        other = helper.make_graph([helper.make_node("Relu", [t], [f"b{layer}"])], "else", [],
+                                  [helper.make_tensor_value_info(f"b{layer}", TensorProto.FLOAT,
+                                                                 None)])
+        nodes.append(helper.make_node("If", ["c"], [f"i{layer}"], then_branch=then,
+                                      else_branch=other))
+        nodes.append(helper.make_node("Relu", [f"i{layer}"], [f"r{layer}"]))
+        t = f"r{layer}"
+    graph = helper.make_graph(nodes, "ifs", [x, cond],
+                              [helper.make_tensor_value_info(t, TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    shapes, taken = _layered(model, monkeypatch)
+    assert not taken
+    assert shapes == _whole_pass(model, monkeypatch)
