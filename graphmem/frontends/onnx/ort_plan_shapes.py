@@ -24,6 +24,7 @@ import onnx
 
 from graphmem.core.ort_view import PlanShape
 from graphmem.frontends.onnx.importer import read_model
+from graphmem.frontends.onnx.plan_layers import layered_shapes
 
 
 def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape | None]:
@@ -40,12 +41,29 @@ def ort_plan_shapes(source: str | Path | onnx.ModelProto) -> dict[str, PlanShape
 
 def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: bool
                      ) -> dict[str, PlanShape | None]:
+    return _read_shapes(_inferred_infos(model, data_prop), named)
+
+
+def _shapes_and_types(model: onnx.ModelProto, named: frozenset[str]
+                      ) -> tuple[dict[str, PlanShape | None], dict[str, onnx.ValueInfoProto]]:
+    """The plan shapes onnx's inference (without data propagation) gives, and its types by
+    name (plan_layers.py compares them)."""
+    infos = _inferred_infos(model, False)
+    return _read_shapes(infos, named), {info.name: info for info in infos}
+
+
+def _inferred_infos(model: onnx.ModelProto, data_prop: bool) -> list[onnx.ValueInfoProto]:
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False,
                                                      data_prop=data_prop)
     except Exception:  # noqa: BLE001 - the file's own value_info is then all there is
         inferred = model
     graph = inferred.graph
+    return [*graph.input, *graph.value_info, *graph.output]
+
+
+def _read_shapes(infos: Sequence[onnx.ValueInfoProto], named: frozenset[str]
+                 ) -> dict[str, PlanShape | None]:
     shapes: dict[str, PlanShape | None] = {}
     # a decoder's layers repeat a few hundred types: each is read once, by its bytes
     by_type: dict[bytes, PlanShape | None] = {}
@@ -53,7 +71,7 @@ def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: b
     by_pattern: dict[bytes, PlanShape | None] | None = {}
     if any(_GENERATED in name.encode() for name in named):
         by_pattern = None  # the file names a dim as onnx would: read every type
-    for info in [*graph.input, *graph.value_info, *graph.output]:
+    for info in infos:
         type_proto = info.type
         key = type_proto.SerializeToString()
         shape = by_type.get(key, _UNREAD)
@@ -100,8 +118,11 @@ def _shapes_through_shape_ops(model: onnx.ModelProto, named: frozenset[str]
     all numbers is read as those numbers, as onnxruntime 1.31 does while it resolves the graph
     (measured: its planner knows Reshape(x, Shape(z)), not a target a Gather, Slice or Concat
     makes of a Shape and a constant: those values do not propagate). Each round turns such
-    Shapes into constants and infers again, for the Shapes whose input that made known."""
-    shapes = _inferred_shapes(model, named, data_prop=False)
+    Shapes into constants and infers again, for the Shapes whose input that made known.
+    A graph of repeated layers is inferred for its first layers only (plan_layers.py)."""
+    shapes = layered_shapes(model, named, lambda cut: _shapes_and_types(cut, named))
+    if shapes is None:
+        shapes = _inferred_shapes(model, named, data_prop=False)
     shape_nodes = [node for node in model.graph.node if node.op_type == "Shape"]
     if not shape_nodes:  # nothing to read as numbers (10^5 Adds): no rounds, no readers
         return shapes

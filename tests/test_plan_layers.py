@@ -1,0 +1,288 @@
+"""The planner's shapes of a graph of repeated layers inferred for a few layers only
+(graphmem/frontends/onnx/plan_layers.py) must be onnx's inference over the whole graph: on
+random graphs of repeated layers (shape arithmetic on Shape outputs, Reshapes to constant and
+computed targets, Tiles, weights as initializers or TorchScript's Identity copies of them, a
+mask made before the layers, reads from two layers back, layers that differ, declared value
+infos and per-layer graph outputs, nodes after the layers reading the last or an earlier
+layer, a Dropout's mask output named in one layer or skipped in all), on the samples
+(thresholds lowered) and on the 22,000-node decoders."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.frontends.onnx import ort_plan_shapes as plan_shapes_module
+from graphmem.frontends.onnx import plan_layers
+from graphmem.frontends.onnx.importer import read_model
+from graphmem.frontends.onnx.ort_plan_shapes import ort_plan_shapes
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((ROOT / "samples").glob("*.onnx"))
+CACHE = ROOT / "benchmarks" / ".cache"
+OPS = ("add_weight", "matmul", "reshape_constant", "reshape_shape", "relu", "transpose",
+       "concat_slice", "tile", "add_before", "add_two_back", "add_mask", "dropout")
+
+
+def _whole_pass(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch) -> dict:
+    with monkeypatch.context() as patched:
+        patched.setattr(plan_shapes_module, "layered_shapes", lambda *args: None)
+        return ort_plan_shapes(model)
+
+
+def _layered(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, bool]:
+    """The shapes with the thresholds lowered, and whether the layers were cut."""
+    taken = []
+
+    def watched(*args: object) -> object:
+        shapes = real(*args)
+        taken.append(shapes is not None)
+        return shapes
+
+    real = plan_layers.layered_shapes
+    with monkeypatch.context() as patched:
+        patched.setattr(plan_layers, "MIN_NODES", 0)
+        patched.setattr(plan_layers, "MIN_LAYERS", 5)
+        patched.setattr(plan_layers, "DECLARED_SHARE", 1)  # declared value infos cut too
+        patched.setattr(plan_shapes_module, "layered_shapes", watched)
+        return ort_plan_shapes(model), bool(taken and taken[0])
+
+
+class _Writer:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def op(self, op_type: str, inputs: list[str], **attributes: object) -> str:
+        self.count += 1
+        name = f"n{self.count}"
+        self.nodes.append(helper.make_node(op_type, inputs, [name], **attributes))
+        return name
+
+    def weight(self, dims: list[int], seed: int | None = None, ints: bool = False) -> str:
+        self.count += 1
+        name = f"w{self.count}"
+        rng = np.random.default_rng(seed if seed is not None else self.count)
+        value = (np.array(dims, np.int64) if ints
+                 else rng.standard_normal(dims).astype(np.float32))
+        self.initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def constant(self, values: list[int]) -> str:
+        return self.op("Constant", [], value=numpy_helper.from_array(np.array(values, np.int64)))
+
+
+def _layer(w: _Writer, ops: list[str], x: str, layer: int, before: dict[str, str],
+           history: list[str], varied: bool, flags: dict[str, bool]) -> str:
+    t = x
+    for op in ops:
+        if op == "add_weight":
+            seed = None if flags["distinct_weights"] else 7
+            if flags["identity_weights"]:
+                t = w.op("Add", [t, before[f"copy{layer}"]])
+            else:
+                t = w.op("Add", [t, w.weight([16], seed)])
+        elif op == "matmul":
+            t = w.op("MatMul", [t, w.weight([16, 16], None if flags["distinct_weights"] else 3)])
+        elif op == "reshape_constant":
+            target = [0, 0, 8, 2] if not varied else [0, 0, 4, 4]
+            t = w.op("Reshape", [t, w.constant(target)])
+            t = w.op("Reshape", [t, w.constant([0, 0, 16])])
+        elif op == "reshape_shape":
+            t = w.op("Reshape", [t, w.op("Shape", [t])])
+        elif op == "relu":
+            t = w.op("Relu", [t])
+        elif op == "transpose":
+            t = w.op("Transpose", [w.op("Transpose", [t], perm=[0, 2, 1])], perm=[0, 2, 1])
+        elif op == "concat_slice":
+            wide = w.op("Concat", [t, t], axis=-1)
+            t = w.op("Slice", [wide, w.constant([0]), w.constant([16]), w.constant([-1])])
+        elif op == "tile":
+            grown = w.op("Tile", [w.op("Unsqueeze", [t, w.constant([2])]),
+                                  w.constant([1, 1, 2, 1])])
+            t = w.op("Reshape", [w.op("ReduceMax", [grown, w.constant([2])], keepdims=0),
+                                 w.constant([0, 0, 16])])
+        elif op == "add_before":
+            t = w.op("Add", [t, before["relu"]])
+        elif op == "add_two_back" and len(history) >= 2:
+            t = w.op("Add", [t, history[-2]])
+        elif op == "add_mask":
+            t = w.op("Add", [t, before["mask"]])
+        elif op == "dropout":  # its mask output named in one layer, or skipped ('') in all
+            w.count += 1
+            outputs = [f"n{w.count}"]
+            if varied:
+                outputs.append(f"n{w.count}_mask")
+            elif flags["empty_output"]:
+                outputs.append("")
+            w.nodes.append(helper.make_node("Dropout", [t], outputs))
+            t = outputs[0]
+    return t
+
+
+def _random_layers(seed: int) -> onnx.ModelProto:
+    rng = random.Random(seed)
+    flags = {key: rng.random() < 0.5 for key in
+             ("identity_weights", "declared", "layer_outputs", "named_batch")}
+    flags |= {key: rng.random() < 0.2 for key in
+              ("distinct_weights", "declared_alternately", "suffix_reads_earlier", "vary_one",
+               "empty_output")}
+    w = _Writer(rng)
+    batch = "batch" if flags["named_batch"] else 2
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, "seq", 16])
+    layers = rng.randint(6, 12)
+    before = {"relu": w.op("Relu", ["x"])}
+    seq = w.op("Slice", [w.op("Shape", ["x"]), w.constant([1]), w.constant([2])])
+    square = w.op("Concat", [w.constant([1]), seq, w.constant([16])], axis=0)
+    before["mask"] = w.op("ConstantOfShape", [square],
+                          value=numpy_helper.from_array(np.zeros([1], np.float32)))
+    shared = w.weight([16], 11)
+    for layer in range(layers):
+        before[f"copy{layer}"] = w.op("Identity", [shared])
+    ops = [rng.choice(OPS) for _ in range(rng.randint(2, 6))]
+    varied = rng.randrange(layers) if flags["vary_one"] else -1
+    history: list[str] = []
+    t = before["relu"]
+    outputs = []
+    for layer in range(layers):
+        t = _layer(w, ops, t, layer, before, history, layer == varied, flags)
+        history.append(t)
+        if flags["layer_outputs"]:
+            outputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+    tail = w.op("Relu", [t])
+    if flags["suffix_reads_earlier"]:
+        tail = w.op("Add", [tail, history[1]])
+    outputs.append(helper.make_tensor_value_info(tail, TensorProto.FLOAT, [batch, "seq", 16]))
+    declared = []
+    if flags["declared"]:
+        declared = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, "seq", 16])
+                    for name in history[::2 if flags["declared_alternately"] else 1]]
+    graph = helper.make_graph(w.nodes, "layers", [x], outputs, w.initializers,
+                              value_info=declared)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_layers_inferred_once_equal_the_whole_pass(seed: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _random_layers(seed)
+    shapes, _ = _layered(model, monkeypatch)
+    assert shapes == _whole_pass(model, monkeypatch)
+
+
+def test_random_layers_are_cut_and_refused_both() -> None:
+    """The random graphs exercise both branches: cut (most) and refused (layers that read
+    two back, the nodes after reading an earlier layer, too few repeats)."""
+    patch = pytest.MonkeyPatch()
+    try:
+        taken = [_layered(_random_layers(seed), patch)[1] for seed in range(60)]
+    finally:
+        patch.undo()
+    assert 20 <= sum(taken) <= 55
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_samples_cut_equal_the_whole_pass(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = read_model(path)
+    shapes, _ = _layered(model, monkeypatch)
+    assert shapes == _whole_pass(model, monkeypatch)
+
+
+def test_a_layered_sample_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt2.onnx (12 blocks) is cut with the thresholds lowered, to the same shapes."""
+    model = read_model(ROOT / "samples" / "gpt2.onnx")
+    shapes, taken = _layered(model, monkeypatch)
+    assert taken
+    assert shapes == _whole_pass(model, monkeypatch)
+
+
+DECODERS = sorted(CACHE.glob("llama_*.onnx"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", DECODERS, ids=lambda p: p.stem)
+def test_cached_decoders_cut_equal_the_whole_pass(path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    model = read_model(path)
+    taken = []
+    real = plan_layers.layered_shapes
+
+    def watched(*args: object) -> object:
+        shapes = real(*args)
+        taken.append(shapes is not None)
+        return shapes
+
+    monkeypatch.setattr(plan_shapes_module, "layered_shapes", watched)
+    monkeypatch.setattr(plan_layers, "DECLARED_SHARE", 1)  # the dynamo export's declared types
+    shapes = ort_plan_shapes(model)
+    monkeypatch.undo()
+    assert taken == [True]
+    assert shapes == _whole_pass(model, monkeypatch)
+
+
+def test_many_declared_types_infer_the_whole_graph() -> None:
+    """Where the file declares a type for more than one value in `DECLARED_SHARE` (the dynamo
+    export: 11,718 of 22,103 values), reading them costs what cutting saves: not cut."""
+    patch = pytest.MonkeyPatch()
+    try:
+        patch.setattr(plan_layers, "MIN_NODES", 0)
+        patch.setattr(plan_layers, "MIN_LAYERS", 5)
+        model = _random_layers(0)
+        model.graph.value_info.extend(
+            helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)
+            for node in model.graph.node[:len(model.graph.node) // 2])
+        assert plan_layers.layered_shapes(model, frozenset(), lambda cut: ({}, {})) is None
+    finally:
+        patch.undo()
+
+
+def test_helper_decoder_cut_equals_the_whole_pass(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/helper_llama.py's decoder (onnx.helper: a ConstantOfShape mask, grouped
+    query Tiles) at test widths, 40 layers: cut at the default thresholds, the same shapes."""
+    import sys
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import helper_llama  # type: ignore[import-not-found]
+
+    widths = replace(helper_llama.WIDTHS, layers=40, hidden=64, heads=4, kv_heads=2,
+                     intermediate=96, vocab=128)
+    path = helper_llama.write(tmp_path / "decoder.onnx", widths)
+    sys.modules.pop("helper_llama", None)
+    model = read_model(path)
+    shapes, taken = _layered(model, monkeypatch)
+    assert taken
+    assert shapes == _whole_pass(model, monkeypatch)
+
+
+def test_layers_holding_graphs_infer_the_whole_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer with an If (its branches read the layer's values by name) is not cut: the
+    whole pass, the same shapes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    nodes, t = [], "x"
+    for layer in range(10):
+        then = helper.make_graph([helper.make_node("Identity", [t], [f"a{layer}"])], "then", [],
+                                 [helper.make_tensor_value_info(f"a{layer}", TensorProto.FLOAT,
+                                                                None)])
+        other = helper.make_graph([helper.make_node("Relu", [t], [f"b{layer}"])], "else", [],
+                                  [helper.make_tensor_value_info(f"b{layer}", TensorProto.FLOAT,
+                                                                 None)])
+        nodes.append(helper.make_node("If", ["c"], [f"i{layer}"], then_branch=then,
+                                      else_branch=other))
+        nodes.append(helper.make_node("Relu", [f"i{layer}"], [f"r{layer}"]))
+        t = f"r{layer}"
+    graph = helper.make_graph(nodes, "ifs", [x, cond],
+                              [helper.make_tensor_value_info(t, TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    shapes, taken = _layered(model, monkeypatch)
+    assert not taken
+    assert shapes == _whole_pass(model, monkeypatch)
