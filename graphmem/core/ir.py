@@ -127,7 +127,8 @@ class Value:
 
     @property
     def shape_known(self) -> bool:
-        return self.shape is not None and all(d is not None for d in self.shape)
+        # numel: the dims' product (never None) where rank and dims are known; None else; cached
+        return self.numel is not None
 
     @property
     def numel(self) -> SymInt | None:
