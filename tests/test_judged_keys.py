@@ -21,9 +21,11 @@ from graphmem.frontends.onnx import build, importer, infer, third_pass
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.scalar_reshapes import AXES
 from graphmem.frontends.onnx.value_types import JudgedInfos, fully_known, judged_infos
-from tests.test_third_pass import DECODERS, SAMPLES, _decoder
-from tests.test_unknown_part_known import _random_model
+from tests.helpers.onnx_random import ROOT, random_decoder, random_typed_model
 
+SAMPLES = sorted((ROOT / "samples").glob("*.onnx"))
+DECODERS = [ROOT / "benchmarks/.cache/llama_torchscript_134_torch2.13.0+cpu.onnx",
+            ROOT / "benchmarks/.cache/llama_dynamo_unoptimized_150_torch2.13.0+cpu.onnx"]
 HELPER = Path("/tmp/helper_22k.onnx")  # benchmarks/same_answers.py's onnx.helper decoder
 
 
@@ -34,7 +36,7 @@ def _unread(reader: build._ShapeReader) -> dict[bytes, bytes]:
 def test_judged_infos_as_the_walks() -> None:
     rng = random.Random(11)
     for _ in range(300):
-        graph = _random_model(rng).graph
+        graph = random_typed_model(rng).graph
         infos = list(graph.value_info)
         judged = judged_infos(infos)
         assert judged.known == {i.name for i in infos if fully_known(i)}
@@ -104,7 +106,7 @@ def test_samples_built_as_by_the_walk(path: Path, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("seed", range(4))
 def test_random_decoders_built_as_by_the_walk(seed: int, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    judged, names = _check(_decoder(seed + 200, tmp_path), monkeypatch)
+    judged, names = _check(random_decoder(seed + 200, tmp_path), monkeypatch)
     assert judged and names > 2  # typed by onnx: keys handed; a third pass ran
 
 
