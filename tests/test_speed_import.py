@@ -18,8 +18,8 @@ from onnx.reference import ReferenceEvaluator
 from graphmem.core.ir import DType, Node, Role, Value
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx import dense_forms, fold, infer, limits, ort_engine, ort_plan_shapes
-from graphmem.frontends.onnx.build import module_path_of
 from graphmem.frontends.onnx.importer import import_onnx
+from graphmem.frontends.onnx.module_paths import module_path_of
 from graphmem.frontends.onnx.read import alias_dim_params, name_dynamic_input_dims, read_model
 from graphmem.frontends.onnx.untrusted import strip_external_data
 from graphmem.frontends.onnx.validation import strip_and_validate, validate_graph

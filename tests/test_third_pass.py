@@ -6,8 +6,6 @@ the graph built from the whole pass; and the per-dim merge is onnx's own."""
 from __future__ import annotations
 
 import random
-import sys
-from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -17,6 +15,7 @@ from onnx import TensorProto, helper
 from graphmem.frontends.onnx import infer, third_pass
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.importer import import_onnx
+from tests.helpers.onnx_random import random_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.onnx"))
@@ -71,26 +70,11 @@ def test_samples_equal_the_whole_pass(path: Path, monkeypatch: pytest.MonkeyPatc
     import_onnx(path)
 
 
-def _decoder(seed: int, tmp_path: Path) -> Path:
-    """benchmarks/helper_llama.py's decoder at random widths."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import helper_llama  # benchmarks/ is not a package: found through sys.path
-
-    rng = random.Random(seed)
-    kv_heads = rng.choice([1, 2, 4])
-    heads = kv_heads * rng.choice([1, 2, 4])
-    head_dim = rng.choice([8, 16])
-    widths = replace(helper_llama.WIDTHS, layers=rng.randint(1, 3), heads=heads,
-                     kv_heads=kv_heads, hidden=heads * head_dim,
-                     intermediate=rng.choice([32, 48]), vocab=rng.choice([50, 64]))
-    return helper_llama.write(tmp_path / f"decoder_{seed}.onnx", widths)
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_random_decoders_take_the_shortcut_and_equal_the_whole_pass(
         seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     taken = _compared(monkeypatch)
-    import_onnx(_decoder(seed, tmp_path))
+    import_onnx(random_decoder(seed, tmp_path))
     assert taken == [True]  # the repeat's Reshape (Unsqueeze, Tile, Reshape) is typed late
 
 
@@ -105,7 +89,7 @@ def _graph_text(path: Path) -> list[tuple[object, ...]]:
 @pytest.mark.parametrize("seed", range(3))
 def test_the_built_graph_equals_the_one_from_the_whole_pass(
         seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _decoder(seed + 100, tmp_path)
+    path = random_decoder(seed + 100, tmp_path)
     fast = _graph_text(path)
     monkeypatch.setattr(infer, "third_pass", lambda *args: None)
     assert fast == _graph_text(path)

@@ -91,6 +91,7 @@ Shape = tuple[Dim, ...]
 # shape_text's results by (shape, dims): SymInts are immutable and compare by value
 _SHAPE_TEXTS: dict[tuple[Shape, tuple[tuple[str, int], ...]], str] = {}
 _MAX_SHAPE_TEXTS = 1 << 14
+Sizes = tuple[Shape | None, DType, SymInt | None, SymInt | None]  # value_sizes
 
 
 @dataclass(eq=False, slots=True)
@@ -114,8 +115,7 @@ class Value:
     # (shape, dtype, nbytes, numel) of the last `nbytes` or `numel` call: shapes are tuples,
     # replaced, never mutated, so the cache holds while `shape` and `dtype` are the same
     # objects (cost rules and passes ask each value's numel several times).
-    _nbytes_cache: tuple[Shape | None, DType, SymInt | None, SymInt | None] | None = field(
-        default=None, repr=False)
+    _nbytes_cache: Sizes | None = field(default=None, repr=False)
 
     @property
     def storage(self) -> Value:
@@ -127,7 +127,8 @@ class Value:
 
     @property
     def shape_known(self) -> bool:
-        return self.shape is not None and all(d is not None for d in self.shape)
+        # numel: the dims' product (never None) where rank and dims are known; None else; cached
+        return self.numel is not None
 
     @property
     def numel(self) -> SymInt | None:
@@ -146,26 +147,12 @@ class Value:
             return cache[2]
         return self._sizes()[2]
 
-    def _sizes(self) -> tuple[Shape | None, DType, SymInt | None, SymInt | None]:
+    def _sizes(self) -> Sizes:
         cache = self._nbytes_cache
         shape, dtype = self.shape, self.dtype
         if cache is not None and cache[0] is shape and cache[1] is dtype:
             return cache
-        # values of one shape hold the same dim objects (a decoder: 15 dims in 34,000 values):
-        # keyed by their identities, a hit hashes no SymInt (the entry keeps them alive)
-        key = (id(dtype), *map(id, shape)) if shape is not None else (id(dtype), -1)
-        known = _SIZES_BY_DIMS.get(key)
-        if known is None:
-            numel = None
-            if shape is not None and all(d is not None for d in shape):
-                numel = product(d for d in shape if d is not None)
-            size = None
-            if numel is not None and dtype.has_known_size:
-                size = _bytes_of(numel, dtype.bits)
-            if len(_SIZES_BY_DIMS) >= _MAX_SHAPE_TEXTS:
-                _SIZES_BY_DIMS.clear()
-            known = _SIZES_BY_DIMS[key] = (shape, dtype, size, numel)
-        cache = self._nbytes_cache = (shape, dtype, known[2], known[3])
+        cache = self._nbytes_cache = value_sizes(shape, dtype)
         return cache
 
     def shape_text(self, dims: Mapping[str, int] | None = None) -> str:
@@ -187,6 +174,25 @@ class Value:
         return f"Value({self.name} {self.dtype.label}{self.shape_text()} {self.role})"
 
 
+def value_sizes(shape: Shape | None, dtype: DType) -> Sizes:
+    """A value's (shape, dtype, nbytes, numel), as its `_nbytes_cache` holds them: an importer
+    passes one to the values of each type it reads (`Value(..., _nbytes_cache=...)`)."""
+    # values of one shape hold the same dim objects (a decoder: 15 dims in 34,000 values):
+    # keyed by their identities, a hit hashes no SymInt (the entry keeps them alive)
+    key = (id(dtype), *map(id, shape)) if shape is not None else (id(dtype), -1)
+    known = _SIZES_BY_DIMS.get(key)
+    if known is None:
+        numel = None
+        if shape is not None and all(d is not None for d in shape):
+            numel = product(d for d in shape if d is not None)
+        size = _bytes_of(numel, dtype.bits) if numel is not None and dtype.has_known_size \
+            else None
+        if len(_SIZES_BY_DIMS) >= _MAX_SHAPE_TEXTS:
+            _SIZES_BY_DIMS.clear()
+        known = _SIZES_BY_DIMS[key] = (shape, dtype, size, numel)
+    return shape, dtype, known[2], known[3]
+
+
 def _bytes_of(numel: SymInt, bits: int) -> SymInt:
     """numel * bits / 8, one SymInt per distinct (numel, bits): values of one shape share it,
     so their sizes hash and compare as one object (product() shares the numels)."""
@@ -201,7 +207,7 @@ def _bytes_of(numel: SymInt, bits: int) -> SymInt:
 
 _BYTES_OF: dict[tuple[SymInt, int], SymInt] = {}
 # (id of the dtype, ids of the dims) -> (shape, dtype, bytes, numel) of the first such value
-_SIZES_BY_DIMS: dict[tuple[int, ...], tuple[Shape | None, DType, SymInt | None, SymInt | None]] = {}
+_SIZES_BY_DIMS: dict[tuple[int, ...], Sizes] = {}
 
 
 AttributeValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]

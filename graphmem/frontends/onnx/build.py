@@ -7,18 +7,19 @@ graphmem/passes/control_flow.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from graphmem.core.ir import AttributeValue, DType, Graph, Node, Role, Shape, Value
+from graphmem.core.ir import AttributeValue, DType, Graph, Node, Role, Shape, Sizes, Value
+from graphmem.core.ir import value_sizes as sizes_of
 from graphmem.core.symbolic import SymInt, parse_size
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.control_flow import TripCounter
 from graphmem.frontends.onnx.fold import default_opset
-from graphmem.frontends.onnx.read import NAME_SCOPES
+from graphmem.frontends.onnx.module_paths import module_path, path_from_scopes
 from graphmem.frontends.onnx.untrusted import subgraphs
+from graphmem.frontends.onnx.value_types import JudgedInfos
 from graphmem.ops.control_flow import (
     BODY_SCRATCH_SUFFIX,
     ControlFlowNode,
@@ -51,15 +52,19 @@ _DTYPES: dict[int, DType] = {
     TensorProto.UINT4: DType.UINT4,
 }
 
-_UNTYPED: tuple[DType, Shape | None] = (DType.UNKNOWN, None)  # a value no value info types
+# a type's dtype, dims and sizes (value_sizes: each value of the type is handed them)
+Kind = tuple[DType, Shape | None, Sizes]
+_UNTYPED: Kind = (DType.UNKNOWN, None, sizes_of(None, DType.UNKNOWN))  # no value info types
 _CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 _ONNX_DOMAINS = frozenset({"", "ai.onnx"})
 # BatchNormalization inputs 3 and 4 are running statistics: buffers, not parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
 
-def build_graph(model: onnx.ModelProto, default_name: str,
-                dim_names: Mapping[str, str]) -> Graph:
+def build_graph(model: onnx.ModelProto, default_name: str, dim_names: Mapping[str, str],
+                judged: JudgedInfos | None = None) -> Graph:
+    """The IR of `model`; `judged`: its value infos' type keys, where inference judged them
+    (infer.py `Inferred`), not serialized again."""
     onnx_graph = model.graph
     graph = Graph(name=onnx_graph.name or default_name, nodes=[], values={}, inputs=[],
                   outputs=[], opset=default_opset(model), source_format="onnx")
@@ -68,7 +73,7 @@ def build_graph(model: onnx.ModelProto, default_name: str,
     op_types = _add_constant_nodes(onnx_graph, values)
     reader = _ShapeReader(dim_names)
     inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
-    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph), reader, op_types)
+    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph, judged), reader, op_types)
     graph.inputs = [v for v in inputs if v.role is Role.INPUT]
     graph.outputs = [_mark_output(values, v) for v in onnx_graph.output]
     _mark_buffers(graph.nodes)
@@ -76,27 +81,28 @@ def build_graph(model: onnx.ModelProto, default_name: str,
 
 
 def _add_initializers(graph: onnx.GraphProto, values: dict[str, Value]) -> None:
-    """A value per initializer; its dtype, dims and role made once per distinct (element
-    type, dims): a decoder's 11,500 initializers have 14 (values of one shape share the
-    tuple, as the typed values do)."""
-    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape, Role]] = {}
+    """A value per initializer; its dtype, dims, role and sizes made once per distinct
+    (element type, dims): a decoder's 11,500 initializers have 14 (values of one shape share
+    the tuple, as the typed values do)."""
+    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape, Role, Sizes]] = {}
     for tensor in graph.initializer:
         key = (tensor.data_type, tuple(tensor.dims))
         kind = kinds.get(key)
         if kind is None:
             kind = kinds[key] = _initializer_kind(*key)
         name = tensor.name
-        values[name] = Value(name, kind[0], kind[1], kind[2])
+        values[name] = Value(name, kind[0], kind[1], kind[2], _nbytes_cache=kind[3])
 
 
-def _initializer_kind(data_type: int, dims: tuple[int, ...]) -> tuple[DType, Shape, Role]:
+def _initializer_kind(data_type: int, dims: tuple[int, ...]
+                      ) -> tuple[DType, Shape, Role, Sizes]:
     dtype = _DTYPES.get(data_type, DType.UNKNOWN)
     shape: Shape = tuple(SymInt.const(int(d)) for d in dims)
     numel = 1
     for d in dims:
         numel *= int(d)
     role = Role.PARAMETER if dtype.is_float and numel > 1 else Role.CONSTANT
-    return dtype, shape, role
+    return dtype, shape, role, sizes_of(shape, dtype)
 
 
 def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> list[str]:
@@ -104,20 +110,21 @@ def _add_constant_nodes(graph: onnx.GraphProto, values: dict[str, Value]) -> lis
     a tensor's dtype and dims made once per distinct (element type, dims), as initializers'
     (a TorchScript decoder: 8,325 Constants). Returns the nodes' op types, in order, read
     once for _add_nodes too."""
-    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape]] = {}
+    kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape, Sizes]] = {}
     op_types = [node.op_type for node in graph.node]
     nodes = graph.node
     for index in [i for i, op_type in enumerate(op_types) if op_type == "Constant"]:
         node = nodes[index]
         if node.domain in _ONNX_DOMAINS and node.output:
             name = node.output[0]
-            dtype, shape = _constant_type(node, kinds)
-            values[name] = Value(name, dtype, shape, Role.CONSTANT)
+            dtype, shape, sizes = _constant_type(node, kinds)
+            values[name] = Value(name, dtype, shape, Role.CONSTANT, _nbytes_cache=sizes)
     return op_types
 
 
-def _constant_type(node: onnx.NodeProto, kinds: dict[tuple[int, tuple[int, ...]],
-                                                      tuple[DType, Shape]]) -> tuple[DType, Shape]:
+def _constant_type(node: onnx.NodeProto,
+                   kinds: dict[tuple[int, tuple[int, ...]], tuple[DType, Shape, Sizes]]
+                   ) -> tuple[DType, Shape, Sizes]:
     attributes = node.attribute
     attribute = attributes[0] if attributes else None
     if attribute is not None and attribute.type == AttributeProto.TENSOR:
@@ -125,15 +132,22 @@ def _constant_type(node: onnx.NodeProto, kinds: dict[tuple[int, tuple[int, ...]]
         key = (tensor.data_type, tuple(tensor.dims))
         kind = kinds.get(key)
         if kind is None:
-            kind = kinds[key] = (_DTYPES.get(key[0], DType.UNKNOWN),
-                                 tuple(SymInt.const(int(d)) for d in key[1]))
+            dtype = _DTYPES.get(key[0], DType.UNKNOWN)
+            shape: Shape = tuple(SymInt.const(int(d)) for d in key[1])
+            kind = kinds[key] = (dtype, shape, sizes_of(shape, dtype))
         return kind
     if attribute is not None and attribute.name.endswith("s"):  # value_ints, value_floats
         count = len(onnx.helper.get_attribute_value(attribute))
         dtype = DType.INT64 if attribute.name == "value_ints" else DType.FLOAT32
-        return dtype, (SymInt.const(count),)
+        shape = (SymInt.const(count),)
+        return dtype, shape, sizes_of(shape, dtype)
     is_int = attribute is not None and attribute.name == "value_int"
-    return (DType.INT64 if is_int else DType.FLOAT32), ()
+    dtype = DType.INT64 if is_int else DType.FLOAT32
+    return dtype, (), sizes_of((), dtype)
+
+
+def _kind(dtype: DType, shape: Shape | None) -> Kind:
+    return dtype, shape, sizes_of(shape, dtype)
 
 
 def _input_value(info: onnx.ValueInfoProto, values: dict[str, Value],
@@ -156,7 +170,7 @@ class _ShapeReader:
         # a decoder's layers repeat a few hundred distinct types (10^5 hostile outputs: one):
         # each is read once, keyed by its serialized bytes (one C call instead of a Python
         # walk over its dims)
-        self.types: dict[bytes, tuple[DType, Shape | None]] = {}
+        self.types: dict[bytes, Kind] = {}
         self.unread: dict[bytes, onnx.TypeProto] = {}  # type_keys' types, by their bytes
         # nodes with the same attributes share one dict (the IR never changes a node's
         # attributes in place): a decoder's 22,000 nodes have a few hundred distinct ones
@@ -171,23 +185,31 @@ class _ShapeReader:
         known = self.types.get(key)
         if known is None:
             known = self.types[key] = self._read(type_proto)
-        return Value(info.name, known[0], known[1], role)
+        return Value(info.name, known[0], known[1], role, _nbytes_cache=known[2])
 
-    def type_keys(self, graph: onnx.GraphProto) -> dict[str, bytes]:
+    def type_keys(self, graph: onnx.GraphProto,
+                  judged: JudgedInfos | None = None) -> dict[str, bytes]:
         """The serialized type of each value `graph` types (value_info, then its outputs: the
         last of a name wins), in the one walk that finds their names; each distinct type is
-        kept to be read when a node's output first has it (`typed`)."""
+        kept to be read when a node's output first has it (`typed`). `judged`: the value
+        infos' keys and types as judged_infos found them (in the same order), taken over."""
         unread = self.unread
-        keys = {}
-        for info in (*graph.value_info, *graph.output):
+        keys: dict[str, bytes] = {}
+        infos: Iterable[onnx.ValueInfoProto] = (*graph.value_info, *graph.output)
+        if judged is not None:  # (a graph's own: taken, not copied)
+            keys, infos = judged.keys, graph.output
+            for key, type_proto in judged.types.items():
+                unread.setdefault(key, type_proto)
+        for info in infos:
             type_proto = info.type
             key = keys[info.name] = type_proto.SerializeToString()
             if key not in unread:
                 unread[key] = type_proto
         return keys
 
-    def typed(self, key: bytes | None) -> tuple[DType, Shape | None]:
-        """The dtype and dims of a type `type_keys` found (None: a value it did not type)."""
+    def typed(self, key: bytes | None) -> Kind:
+        """The dtype, dims and sizes of a type `type_keys` found (None: a value it did not
+        type)."""
         if key is None:
             return _UNTYPED
         known = self.types.get(key)
@@ -195,14 +217,14 @@ class _ShapeReader:
             known = self.types[key] = self._read(self.unread[key])
         return known
 
-    def _read(self, type_proto: onnx.TypeProto) -> tuple[DType, Shape | None]:
+    def _read(self, type_proto: onnx.TypeProto) -> Kind:
         if not type_proto.HasField("tensor_type"):
-            return DType.UNKNOWN, None
+            return _kind(DType.UNKNOWN, None)
         tensor_type = type_proto.tensor_type
         shape = None
         if tensor_type.HasField("shape"):
             shape = tuple(self.dim(d) for d in tensor_type.shape.dim)
-        return _DTYPES.get(tensor_type.elem_type, DType.UNKNOWN), shape
+        return _kind(_DTYPES.get(tensor_type.elem_type, DType.UNKNOWN), shape)
 
     def dim(self, dim: onnx.TensorShapeProto.Dimension) -> SymInt | None:
         if dim.HasField("dim_value") and dim.dim_value >= 0:
@@ -253,8 +275,8 @@ def _add_nodes(
         except KeyError as missing:
             raise _unproduced(name, missing.args[0]) from None
         metadata = proto.metadata_props  # module_path_of, the name read once
-        path = (_module_path(metadata, proto_name) if metadata
-                else _path_from_scopes(proto_name.rpartition("/")[0])
+        path = (module_path(metadata, proto_name) if metadata
+                else path_from_scopes(proto_name.rpartition("/")[0])
                 if proto_name.startswith("/") else "")
         # phase: Node's default, Phase.NONE (an exported graph is inference: training is
         # training/expand.py's)
@@ -268,7 +290,7 @@ def _add_nodes(
                 key = type_keys.get(output_name)
                 known = _UNTYPED if key is None else types.get(key) or reader.typed(key)
                 value = values[output_name] = Value(output_name, known[0], known[1],
-                                                    activation)
+                                                    activation, _nbytes_cache=known[2])
                 outputs.append(value)  # a new value: the graph makes node its producer
         if isinstance(node, ControlFlowNode):
             trips = trips or TripCounter(proto_graph, values, graph.opset)
@@ -282,48 +304,6 @@ def _unproduced(node_name: str, missing: str) -> GraphmemError:
     return GraphmemError(
         f"node {node_name} reads '{missing}' before any node produces it: the graph"
         " is not topologically sorted or is broken; re-export it or run onnx.checker on it")
-
-
-def module_path_of(proto: onnx.NodeProto) -> str:
-    """The PyTorch module a node was exported from, where the exporter recorded it.
-
-    The dynamo exporter writes `pkg.torch.onnx.name_scopes`, e.g. `['', 'layer2',
-    'layer2.2', 'layer2.2.bn1', '_native_batch_norm_...']`: the op's own name last, the full
-    module path before it. The TorchScript exporter names nodes by scope,
-    `/layer2/layer2.2/conv1/Conv`: each scope is an attribute name (`conv1`) or refines the
-    scope before it (`layer2` -> `layer2.2`, `downsample` -> `downsample.0`); the op is last.
-    Other producers: ''.
-    """
-    name = proto.name
-    if proto.metadata_props:  # most producers write none
-        return _module_path(proto.metadata_props, name)
-    return _path_from_scopes(name.rpartition("/")[0]) if name.startswith("/") else ""
-
-
-def _module_path(metadata: Iterable[onnx.StringStringEntryProto], name: str) -> str:
-    """module_path_of of a node with metadata: its name scopes, else its name's scopes."""
-    for prop in metadata:
-        if prop.key == NAME_SCOPES:
-            return _path_from_name_scopes(prop.value)
-    return _path_from_scopes(name.rpartition("/")[0]) if name.startswith("/") else ""
-
-
-@lru_cache(maxsize=4096)  # the nodes of one module share their scopes: a few per layer
-def _path_from_scopes(scopes: str) -> str:
-    """`/layer2/layer2.2/conv1` -> `layer2.2.conv1` (module_path_of)."""
-    parent, previous = "", ""
-    for scope in scopes.split("/")[1:]:
-        if not (previous and scope.startswith(previous + ".")):  # a child, not a refinement
-            parent = f"{parent}.{previous}" if parent and previous else parent or previous
-        previous = scope
-    return f"{parent}.{previous}" if parent and previous else parent or previous
-
-
-@lru_cache(maxsize=4096)  # a few per layer, as above
-def _path_from_name_scopes(text: str) -> str:
-    scopes = [s.strip().strip("'\"") for s in text.strip("[]").split(",")]
-    modules = [s for s in scopes[:-1] if s and not s.startswith("_")]
-    return modules[-1] if modules else ""
 
 
 def _unique_name(name: str, used: set[str]) -> str:

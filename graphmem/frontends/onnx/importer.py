@@ -16,10 +16,11 @@ import onnx
 
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
-from graphmem.frontends.onnx.build import build_graph, module_path_of
+from graphmem.frontends.onnx.build import build_graph
 from graphmem.frontends.onnx.fold import fold_constants, restore_nodes
 from graphmem.frontends.onnx.graph_index import GraphIndex
-from graphmem.frontends.onnx.infer import RULED_OPS, infer_shapes
+from graphmem.frontends.onnx.infer import RULED_OPS, infer_types
+from graphmem.frontends.onnx.module_paths import module_path_of
 from graphmem.frontends.onnx.read import (
     alias_dim_params,
     fix_input_dims,
@@ -81,13 +82,14 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
         folded.update(expand_tiles(model, index))
     if op_types & MISREAD_OPS:
         write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
-    inferred, engine = infer_shapes(model, warnings, dim_names, folded, index, bodies)
+    inferred, engine, judged = infer_types(model, warnings, dim_names, folded, index, bodies)
     positions = index.position if index is not None else None  # where restore_nodes looks
     del model, index  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
     restore_nodes(inferred, folded, positions)
     del positions  # a value each: not held while the IR is built
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)
-    graph = build_graph(inferred, path.stem, dim_names)
+    # (neither changes a value info: the types judged are those the IR reads)
+    graph = build_graph(inferred, path.stem, dim_names, judged)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"

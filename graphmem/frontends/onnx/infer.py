@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -52,7 +52,8 @@ from graphmem.frontends.onnx.seq_dims import (
 from graphmem.frontends.onnx.third_pass import third_pass
 from graphmem.frontends.onnx.unknown_part import unknown_part
 from graphmem.frontends.onnx.value_types import (
-    fully_known_names,
+    JudgedInfos,
+    judged_infos,
     known_dims,
     typed_by_onnx,
 )
@@ -64,9 +65,27 @@ RULED_OPS = frozenset({"Slice", "Range", "Reshape"})
 Engine = tuple[onnx.ModelProto, str]
 
 
+class Inferred(NamedTuple):
+    """infer_types' answer: the model typed, the engines that typed it, and its value infos
+    as judged on the way (value_types.py `judged_infos`) where onnx typed every value (none
+    merged after: build.py reads their type keys), else None."""
+
+    model: onnx.ModelProto
+    engine: str
+    judged: JudgedInfos | None = None
+
+
 def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                  folded: dict[str, onnx.NodeProto] | None = None,
                  index: GraphIndex | None = None, bodies: bool = True) -> Engine:
+    """infer_types' model and engine."""
+    inferred = infer_types(model, warnings, dim_names, folded, index, bodies)
+    return inferred.model, inferred.engine
+
+
+def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
+                folded: dict[str, onnx.NodeProto] | None = None,
+                index: GraphIndex | None = None, bodies: bool = True) -> Inferred:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     what onnx left unknown (module docstring; none left: not loaded), where they give up the
     value infos' shapes merged in; nodes refold_constants folds go to `folded`. `index`:
@@ -75,37 +94,37 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
     graphs attribute (read_model_bodies: validation's walk counted them; none of the
     importer's steps before inference adds one), not looked for again."""
     if not _splittable(model, bodies):
-        return _whole_model_inference(model, warnings, dim_names)
+        return Inferred(*_whole_model_inference(model, warnings, dim_names))
     first = _onnx_inference(_bytes_without_value_info(model), [])
     if first is None:
-        return _whole_model_inference(model, warnings, dim_names)
+        return Inferred(*_whole_model_inference(model, warnings, dim_names))
     if index is None:
         index = ruled_index(model.graph)
     second = _second_pass(model, first, folded if folded is not None else {}, index)
     # the nodes' outputs from the index where the graph typed is the model's nodes as refolded
     made = index.made() if index is not None and second is not first else None
     first = second
-    known_infos = fully_known_names(first.graph.value_info)  # both read it
-    if typed_by_onnx(first.graph, model.graph.input, made, known_infos):
-        return first, _engine_name(0)
-    part = unknown_part(first, model.graph.input, known_infos)
+    judged = judged_infos(first.graph.value_info)  # the verdicts both read, the IR's keys
+    if typed_by_onnx(first.graph, model.graph.input, made, judged.known):
+        return Inferred(first, _engine_name(0), judged)
+    part = unknown_part(first, model.graph.input, judged.known)
     failed_ops: list[str] = []
     try:
         inferred = _ort_symbolic_inference(part, failed_ops)
     except Exception as error:  # noqa: BLE001 - any failure there falls back to onnx's inference
-        return _ort_failed(model, warnings, error)
+        return Inferred(*_ort_failed(model, warnings, error))
     changed = _changed_input_dims(part.graph, inferred.graph, dim_names)
     if changed:
         declared = {v.name for v in model.graph.input}
         if changed.partition(":")[0] not in declared:  # a merge of symbols inside the graph
-            return _whole_model_inference(model, warnings, dim_names)
-        return _inputs_changed(model, warnings, changed)
+            return Inferred(*_whole_model_inference(model, warnings, dim_names))
+        return Inferred(*_inputs_changed(model, warnings, changed))
     _merge_value_infos(first.graph, inferred.graph, prefer_target=False)
     _copy_outputs(first.graph, inferred.graph)
     engine = _engine_name(len(part.graph.node))
     if failed_ops:
         engine = _merge_onnx_fallback(first, model, warnings, failed_ops, engine)
-    return first, engine
+    return Inferred(first, engine)
 
 
 def ruled_index(graph: onnx.GraphProto) -> GraphIndex | None:

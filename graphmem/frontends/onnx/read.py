@@ -77,12 +77,12 @@ def read_model_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
     return model, walked.main_bodies > 0
 
 
-NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # what build.py module_path_of reads
+NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # what module_paths.py module_path_of reads
 
 
 def keep_only_name_scopes(graph: onnx.GraphProto) -> None:
     """Drop what nothing reads from the main graph's nodes, in place: their doc strings and
-    every metadata entry but the dynamo exporter's name scopes (build.py module_path_of;
+    every metadata entry but the dynamo exporter's name scopes (module_paths.py module_path_of;
     onnxruntime plans and optimizes without them). The dynamo exporter writes each node's
     stack trace, fx node and class hierarchy: 13.6 of the 19.5 MB a 22,000-node export's graph
     holds, which every copy of the model, every pass of onnx's inference and onnxruntime's

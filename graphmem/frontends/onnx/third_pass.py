@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 import onnx
 
 from graphmem.frontends.onnx.graph_index import GraphIndex
+from graphmem.frontends.onnx.scalar_reshapes import AXES
 
 Inference = Callable[[onnx.ModelProto], "onnx.ModelProto | None"]
 _MAX_LEVELS = 64  # a chain of changes longer than this: the whole pass is as cheap
@@ -49,7 +50,7 @@ def third_pass(copy: onnx.ModelProto, second: onnx.ModelProto,
     unchanged. `copy` is not changed. `index`: the model's (graph_index.py), where the caller
     has it: `copy`'s nodes are the model's as indexed but for the scalar reshapes (Unsqueezes
     whose targets, of rank 1, no level reads), so their readers and Constant nodes are read
-    from it by position."""
+    from it by position, and its initializers are the model's but the reshapes' AXES."""
     try:
         changes = _Types(copy, types, reshaped)
         _propagate(changes, copy, infer, index)
@@ -145,6 +146,10 @@ class _Context:
         self._constants: dict[str, onnx.NodeProto] | None = None
 
     def initializer(self, name: str) -> onnx.TensorProto | None:
+        # the copy's initializers are the indexed model's, the scalar reshapes' AXES added
+        # (11,531 on a decoder: not mapped again for the few the levels read)
+        if self._index is not None and name != AXES:
+            return self._index.initializer.get(name)
         if self._initializers is None:
             self._initializers = {t.name: t for t in self.copy.graph.initializer}
         return self._initializers.get(name)
