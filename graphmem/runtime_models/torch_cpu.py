@@ -26,6 +26,10 @@ from graphmem.core.ir import Node, Value
 from graphmem.passes.memory_model import size_at
 from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
+from graphmem.runtime_models.torch_cpu_attention import (
+    native_multi_head_attention,
+    transformer_encoder_layer,
+)
 from graphmem.runtime_models.torch_cpu_native import Allocations, Dims, native, slow_conv3d_backward
 from graphmem.runtime_models.torch_cpu_native import is_fp32 as _fp32
 from graphmem.runtime_models.torch_cpu_native import nbytes_at as _bytes
@@ -433,6 +437,8 @@ RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {
     "aten.convolution.default": convolution,
     "aten.convolution_backward.default": convolution_backward,
     "aten.native_batch_norm_backward.default": batch_norm_backward,
+    "aten._native_multi_head_attention.default": native_multi_head_attention,
+    "aten._transformer_encoder_layer_fwd.default": transformer_encoder_layer,
 }
 
 
