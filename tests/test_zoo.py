@@ -54,13 +54,7 @@ TENSOR_GAPS: dict[tuple[str, str], str] = {
 }
 # (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
 # than 2% (the live tensors are right: 0.00% for each)
-ALLOCATOR_GAPS: dict[tuple[str, str], str] = {
-    ("upernet", "inference"): (
-        "a [2, 16, 1, 1] convolution output's strides: eager's (16, 1, 1, 1), the fake "
-        "tensor's (16, 1, 16, 16); the bilinear upsampling after it picks NCHW in eager and "
-        "channels-last in the trace, so the fpn_bottleneck convolution is traced channels-last "
-        "(no blocked copies) where eager reorders its operands: 12,240 B (-11.95%)"),
-}
+ALLOCATOR_GAPS: dict[tuple[str, str], str] = {}
 
 
 @functools.cache

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 import torch.fx.traceback as fx_traceback
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -39,6 +38,7 @@ from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
 from graphmem.frontends.torch.buffer_constants import valued_scalars, with_buffer_constants
 from graphmem.frontends.torch.conversions import scalars_format_as_numbers, unchanged_conversions
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
+from graphmem.frontends.torch.eager_layout import EagerLayoutFakeTensorMode
 from graphmem.frontends.torch.fast_paths import eager_fast_paths
 from graphmem.frontends.torch.grad_fns import backward_functions, numbered
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
@@ -108,7 +108,7 @@ def trace_model(
         raise GraphmemError("--train: every parameter of the model has requires_grad=False,"
                             " so a training step computes no gradient; unfreeze some")
     scaled = cuda is not None and train is not None and train.amp == Amp.FP16
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = EagerLayoutFakeTensorMode(allow_non_fake_inputs=True, eager_layout=cuda is None)
     with fake_mode:
         fake_params = [_fake_like(p, requires_grad=name in trained)
                        for name, p in params.items()]
