@@ -124,7 +124,9 @@ def predicted(row: tuple[int, ...], kernel: str, dtype: torch.dtype) -> int | No
     attributes = {"stride": (stride, stride), "padding": (kernel_size // 2, kernel_size // 2),
                   "groups": groups, "transposed": 0, "channels_last": 0}
     if kernel == "aten::convolution":
-        node = Node("conv", "aten.convolution.default", [x, w], [], attributes=attributes)
+        # nn.Conv2d's default bias, as measured (its padding to oneDNN's block counts)
+        node = Node("conv", "aten.convolution.default", [x, w, value("b", c_out)], [],
+                    attributes=attributes)
         node.add_output(y)
     elif kernel == "aten::convolution_backward":
         node = Node("conv_backward", "aten.convolution_backward.default", [y, x, w], [],

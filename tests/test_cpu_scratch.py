@@ -31,8 +31,10 @@ def node(op: str, inputs: list[Value], outputs: list[Value],
 
 
 def conv(x: Value, w: Value, y: Value, stride: int = 1, groups: int = 1,
-         channels_last: int = 0) -> Node:
-    return node(CONV, [x, w], [y], stride=(stride, stride), groups=groups, transposed=0,
+         channels_last: int = 0, bias: bool = True) -> Node:
+    # with a bias, as nn.Conv2d's default (the measured grid's layers have one)
+    b = [tensor("b", int(w.shape[0]))] if bias else []  # type: ignore[index]
+    return node(CONV, [x, w, *b], [y], stride=(stride, stride), groups=groups, transposed=0,
                 channels_last=channels_last)
 
 
@@ -72,6 +74,10 @@ def test_convolution_forward_pads_channels_to_the_block() -> None:
     # (measured 86,272: +256, +65,536, +4,096, +65,536, -4,096, -65,536, -256, +49,152)
     made = conv(tensor("x", 8, 24, 8, 8), tensor("w", 24, 24, 1, 1), tensor("y", 8, 24, 8, 8))
     assert scratch_bytes(made, {}, 2) == 86_272
+    # no bias, none padded: 86,272 - 256 = 86,016 (tests/test_torch_cpu_conv1d.py measures it)
+    made = conv(tensor("x", 8, 24, 8, 8), tensor("w", 24, 24, 1, 1), tensor("y", 8, 24, 8, 8),
+                bias=False)
+    assert scratch_bytes(made, {}, 2) == 86_016
 
 
 # Below oneDNN's 16-channel block: each working is a row of `python benchmarks/cpu_scratch.py

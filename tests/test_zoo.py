@@ -51,23 +51,10 @@ TENSOR_GAPS: dict[tuple[str, str], str] = {
         "4,136 B more measured at the step's peak (-2.25%), cause not found in the time: not "
         "the frozen backbone (-2.10% with every parameter trainable), not the finiteness "
         "checks (-2.25% with them removed)"),
-    # the fourth round
-    ("nn_mha", "inference"): (
-        "eager's inference takes nn.MultiheadAttention's fast path, one fused kernel "
-        "(`_native_multi_head_attention`) whose projections, scores and weights live inside "
-        "it, unseen by the kernel-ends reading (11,552 B); the trace takes the Python path "
-        "(its inputs are traced tensors, which the fast path refuses) and holds them as "
-        "tensors (29,344 B): the allocator's peak, which sees inside the kernel, is within "
-        "+1.66%"),
 }
 # (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
 # than 2% (the live tensors are right: 0.00% for each)
 ALLOCATOR_GAPS: dict[tuple[str, str], str] = {
-    ("upernet", "inference"): (
-        "a [2, 16, 1, 1] convolution output's strides: eager's (16, 1, 1, 1), the fake "
-        "tensor's (16, 1, 16, 16); the bilinear upsampling after it picks NCHW in eager and "
-        "channels-last in the trace, so the fpn_bottleneck convolution is traced channels-last "
-        "(no blocked copies) where eager reorders its operands: 12,240 B (-11.95%)"),
     # the fifth round
     ("channels_last_bf16", "training"): (
         "oneDNN's bf16 channels-last weight-gradient scratchpad is not modelled (one "
@@ -157,12 +144,7 @@ def test_peak_matches_a_real_steps_tensors(name: str, train: bool) -> None:
     assert abs(row(name, train).peak_error) <= 0.02
 
 
-# live-tensor gaps whose allocator peak, which sees inside the kernels, is within 2% anyway
-ALLOCATOR_RIGHT = {("nn_mha", "inference")}
-
-
-@pytest.mark.parametrize(("name", "train"), cases(
-    {**{k: v for k, v in TENSOR_GAPS.items() if k not in ALLOCATOR_RIGHT}, **ALLOCATOR_GAPS}))
+@pytest.mark.parametrize(("name", "train"), cases({**TENSOR_GAPS, **ALLOCATOR_GAPS}))
 def test_peak_matches_the_allocators_with_scratch(name: str, train: bool) -> None:
     assert abs(row(name, train).allocator_error) <= 0.02
 

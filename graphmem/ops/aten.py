@@ -342,6 +342,11 @@ FUSED_ATTENTION: dict[str, FusedAttention] = {
     "_flash_attention_backward": FusedAttention(True, 1, heads_first=False),
     "_efficient_attention_backward": FusedAttention(True, 1, heads_first=False),
 }
+# nn.MultiheadAttention's fused inference kernel (its fast path: frontends/torch/fast_paths.py):
+# in-projection, attention and out-projection in one op (graphmem/ops/attention.py)
+SELF_ATTENTION_LAYER = "_native_multi_head_attention"
+# nn.TransformerEncoderLayer's: that, then the feed-forward block and two layer norms, in one op
+ENCODER_LAYER = "_transformer_encoder_layer_fwd"
 # a `_foreach_*` op: one elementwise op over every tensor of its first argument; GradScaler's
 # `_amp_foreach_non_finite_check_and_unscale_` multiplies each gradient by 1/scale
 FOREACH_FLOPS = PRIMITIVE_FLOPS

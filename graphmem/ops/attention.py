@@ -22,7 +22,12 @@ from __future__ import annotations
 
 from graphmem.core.ir import Node, Value
 from graphmem.core.symbolic import SymInt, product
-from graphmem.ops.normalization import SOFTMAX_BACKWARD_FLOPS, SOFTMAX_FLOPS_PER_ELEMENT
+from graphmem.ops.normalization import (
+    AFFINE_FLOPS,
+    NORMALIZE_FLOPS,
+    SOFTMAX_BACKWARD_FLOPS,
+    SOFTMAX_FLOPS_PER_ELEMENT,
+)
 from graphmem.ops.registry import (
     OpCost,
     ShapeUnknownError,
@@ -54,6 +59,41 @@ def attention_backward_cost(
     macs = key_length * (query_numel + output_numel) * 2
     return (OpCost.from_macs(macs)
             + OpCost.from_flops(query_rows * key_length * SCORE_BACKWARD_FLOPS))
+
+
+def self_attention_layer_cost(tokens: SymInt, width: SymInt, heads: SymInt,
+                              key_length: SymInt) -> OpCost:
+    """PyTorch's fused self-attention (`_native_multi_head_attention`, nn.MultiheadAttention's
+    fast path): x [b, s, e] projected by one packed weight to Q, K, V, attention over l = s
+    keys in h heads, the context projected out:
+        x [b*s, e] @ W_in^T [e, 3e]  -> QKV: b*s*e*3e MACs
+        attention: l * (numel(Q) + numel(out)) = l * 2*b*s*e MACs, softmax and scale per score
+        ctx [b*s, e] @ W_out^T [e, e] -> out: b*s*e*e MACs
+    the matmuls of its Python path, which FlopCounterMode counts (the biases' adds aside, as
+    FlopCounterMode's addmm)."""
+    projections = OpCost.from_macs(tokens * width * width * 4)
+    return projections + attention_cost(tokens * width, tokens * width, tokens * heads,
+                                        key_length)
+
+
+# a post- or pre-norm encoder layer's per-token elementwise work: two layer norms (statistics,
+# apply, gamma and beta) and two residual adds
+LAYER_NORM_FLOPS = NORMALIZE_FLOPS + 2 * AFFINE_FLOPS
+ENCODER_LAYER_FLOPS_PER_ELEMENT = 2 * LAYER_NORM_FLOPS + 2
+
+
+def encoder_layer_cost(tokens: SymInt, width: SymInt, heads: SymInt, key_length: SymInt,
+                       ffn_width: SymInt, activation_flops: int) -> OpCost:
+    """PyTorch's fused encoder layer (`_transformer_encoder_layer_fwd`,
+    nn.TransformerEncoderLayer's fast path): self-attention over its s keys
+    (self_attention_layer_cost), then the feed-forward block
+        h [b*s, e] @ W_1^T [e, f] -> [b*s, f]: b*s*e*f MACs; the activation on each
+        [b*s, f] @ W_2^T [f, e] -> [b*s, e]: b*s*f*e MACs
+    and per [b*s, e] element two layer norms and two residual adds."""
+    attention = self_attention_layer_cost(tokens, width, heads, key_length)
+    return (attention + OpCost.from_macs(tokens * width * ffn_width * 2)
+            + OpCost.from_flops(tokens * ffn_width * activation_flops
+                                + tokens * width * ENCODER_LAYER_FLOPS_PER_ELEMENT))
 
 
 def heads_attr(node: Node, name: str) -> SymInt:

@@ -28,7 +28,16 @@ from graphmem.runtime_models.conv1d_view import as_conv2d
 from graphmem.runtime_models.cpu_promotion import promoted_copies
 from graphmem.runtime_models.onednn_brgemm import strided_data_scratchpad
 from graphmem.runtime_models.onednn_weight_grad import ConvShape, plan
-from graphmem.runtime_models.torch_cpu_native import Allocations, Dims, native, slow_conv3d_backward
+from graphmem.runtime_models.torch_cpu_attention import (
+    native_multi_head_attention,
+    transformer_encoder_layer,
+)
+from graphmem.runtime_models.torch_cpu_native import (
+    Allocations,
+    Dims,
+    native,
+    slow_conv3d_backward,
+)
 from graphmem.runtime_models.torch_cpu_native import is_fp32 as _fp32
 from graphmem.runtime_models.torch_cpu_native import nbytes_at as _bytes
 from graphmem.runtime_models.torch_cpu_native import sizes_at as _sizes
@@ -156,9 +165,10 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     (`input.contiguous()`: measured 2x16x8x8 sliced from 32 channels, 8,192 B; VideoMAE's
     permuted clip); Xb: none where a kxk kernel reads fewer than 16 channels plain (a 1x1
     kernel reorders them); O: the bias padded to 16 + 128 B where Cout is not a multiple of
-    16; S: a strided 1x1's subsampled source, one blocked image per thread + 128 B. A 3-D
-    kernel the same, areas over its three dims (tests/test_torch_cpu_conv3d.py); a depthwise
-    one runs channels-last (_depthwise_3d).
+    16 (none without a bias: measured 32 -> 7, 3x3, 2x32x8x8, 192 B with, 0 without); S: a
+    strided 1x1's subsampled source, one blocked image per thread + 128 B. A 3-D kernel the
+    same, areas over its three dims (tests/test_torch_cpu_conv3d.py); a depthwise one runs
+    channels-last (_depthwise_3d).
     e.g. 16 -> 16 channels, 3x3, 8x16x32x32 fp32: Xb = Y = Yb = 524,288, Wb = 9,216:
     peak 1,057,792 - Y = 533,504 B of scratch (measured 533,504). A 1-D one is the 2-D one
     of height 1 that PyTorch runs (conv1d_view.py)."""
@@ -177,7 +187,8 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
         return _channels_last_forward(c, threads)
     xb = 0 if c.plain_input else c.blocked_input_bytes
-    odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes else 0
+    biased = len(node.inputs) > 2 and node.inputs[2] is not None  # none: no padded bias
+    odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes and biased else 0
     copy = (threads * c.subsampled_image_bytes + ONEDNN_EXTRA_BYTES
             if c.dense and c.strided and c.kernel_area == 1 else 0)
     held = c.layout_copy_bytes  # a view's operand made contiguous, held to the end
@@ -438,6 +449,8 @@ RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {
     "aten.convolution.default": convolution,
     "aten.convolution_backward.default": convolution_backward,
     "aten.native_batch_norm_backward.default": batch_norm_backward,
+    "aten._native_multi_head_attention.default": native_multi_head_attention,
+    "aten._transformer_encoder_layer_fwd.default": transformer_encoder_layer,
 }
 
 

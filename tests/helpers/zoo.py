@@ -103,8 +103,10 @@ def flop_counter_macs(entry: ZooModel, train: bool) -> int:
     wav2vec2-Conformer's relative attention, whatever `attn_implementation` says) would
     run; the math backend's matmuls are what graphmem's attention formulas count. Likewise
     with nn.MultiheadAttention's inference fast path off: FlopCounterMode has no formula for
-    its fused `_native_multi_head_attention`, whose projections and attention are the
-    Python path's matmuls (the path a trace takes, its inputs being traced tensors)."""
+    fused `_native_multi_head_attention` (and nn.TransformerEncoderLayer's
+    `_transformer_encoder_layer_fwd`), whose projections and attention are the Python
+    path's matmuls, which graphmem's formulas for the fused kernels count
+    (graphmem/ops/attention.py; the trace runs the fused kernels, as eager does)."""
     model = built(entry).train(train)
     # inference: no parameter asks for a gradient (FlopCounterMode's module tracker hooks
     # autograd for any tensor that does, and fails on one a no_grad region made); training

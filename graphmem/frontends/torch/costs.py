@@ -35,6 +35,7 @@ from graphmem.core.symbolic import SymInt
 from graphmem.ops.aten import (
     AFFINE_GRIDS,
     EMBEDDING_BAGS,
+    ENCODER_LAYER,
     FOREACH_FLOPS,
     FOREACH_PREFIXES,
     FOURIER_TRANSFORMS,
@@ -47,6 +48,7 @@ from graphmem.ops.aten import (
     POINTWISE_UNTAGGED,
     RECURRENT_LAYERS,
     SAME_CONTRACTION,
+    SELF_ATTENTION_LAYER,
     TRIANGULAR_SOLVES,
     VECTOR_PRODUCTS,
     WINDOW_POOL_BACKWARDS,
@@ -55,7 +57,13 @@ from graphmem.ops.aten import (
     FusedAttention,
     PerElement,
 )
-from graphmem.ops.attention import attention_backward_cost, attention_cost
+from graphmem.ops.attention import (
+    attention_backward_cost,
+    attention_cost,
+    encoder_layer_cost,
+    self_attention_layer_cost,
+)
+from graphmem.ops.elementwise import FLOPS_PER_ELEMENT as ELEMENTWISE_FLOPS
 from graphmem.ops.linear import (
     grouped_matmul_macs,
     triangular_solve_divisions,
@@ -90,6 +98,8 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     name = packet.__name__
     if name in FUSED_ATTENTION:
         return _attention_cost(fx_node, FUSED_ATTENTION[name])
+    if name in (SELF_ATTENTION_LAYER, ENCODER_LAYER):
+        return _fused_layer_cost(fx_node, encoder=name == ENCODER_LAYER)
     if name in GROUPED_CONTRACTIONS:
         a, b = (_meta_of(arg) for arg in fx_node.args[:2])
         macs = grouped_matmul_macs(tuple(a.shape), tuple(b.shape))
@@ -208,6 +218,25 @@ def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedC
     out_numel = rows * value.shape[-1]
     formula = attention_backward_cost if layout.backward else attention_cost
     cost = formula(*(SymInt.const(int(n)) for n in (query.numel(), out_numel, rows, length)))
+    return ImportedCost(macs=int(cost.macs), flops=int(cost.flops))
+
+
+def _fused_layer_cost(fx_node: torch.fx.Node, encoder: bool) -> ImportedCost | None:
+    """_native_multi_head_attention(query, key, value, embed_dim, num_head, ...) and
+    _transformer_encoder_layer_fwd(src, embed_dim, num_heads, ..., use_gelu (7), ...,
+    ffn_weight_1 [f, e] (14), ...): query / src [b, s, e]; self-attention over its s keys."""
+    query = _meta_of(fx_node.args[0])
+    if not isinstance(query, torch.Tensor) or query.dim() != 3:
+        return None  # nested or unbatched: reported as unsupported, not guessed
+    batch, length, width = (SymInt.const(int(n)) for n in query.shape)
+    heads = SymInt.const(int(cast("int", fx_node.args[2 if encoder else 4])))  # aten's int
+    tokens = batch * length
+    if encoder:
+        ffn_width = SymInt.const(int(_meta_of(fx_node.args[14]).shape[0]))
+        activation = ELEMENTWISE_FLOPS["Gelu" if fx_node.args[7] else "Relu"]
+        cost = encoder_layer_cost(tokens, width, heads, length, ffn_width, activation)
+    else:
+        cost = self_attention_layer_cost(tokens, width, heads, length)
     return ImportedCost(macs=int(cost.macs), flops=int(cost.flops))
 
 

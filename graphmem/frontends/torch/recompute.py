@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+from graphmem.frontends.torch.module_hooks import module_calls
 
 
 @contextlib.contextmanager
@@ -51,28 +52,25 @@ def entered_again(modes: Sequence[TorchFunctionMode]) -> Iterator[None]:
 @contextlib.contextmanager
 def modes_follow_modules(model: nn.Module) -> Iterator[None]:
     """Each call of a module of `model` runs under the function modes the model's own
-    forward began under (read at its first call), entered again where they are missing."""
+    forward began under (read at its first call), entered again where they are missing
+    (torch's global module hooks: module_hooks.py)."""
     forward_modes: list[TorchFunctionMode] = []
     scopes: list[contextlib.ExitStack] = []
 
-    def enter(module: nn.Module, *_: Any) -> None:
+    def enter(module: nn.Module) -> None:
         if module is model and not forward_modes:
             forward_modes.extend(_get_current_function_mode_stack())
         scope = contextlib.ExitStack()
         scope.enter_context(entered_again(forward_modes))
         scopes.append(scope)
 
-    def leave(*_: Any) -> None:
+    def leave(_: nn.Module) -> None:
         if scopes:
             scopes.pop().close()
 
-    handles = [handle for module in model.modules()
-               for handle in (module.register_forward_pre_hook(enter),
-                              module.register_forward_hook(leave, always_call=True))]
     try:
-        yield
+        with module_calls(list(model.modules()), enter, leave, always_call=True):
+            yield
     finally:
-        for handle in handles:
-            handle.remove()
         while scopes:
             scopes.pop().close()

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 import torch.fx.traceback as fx_traceback
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -39,10 +38,13 @@ from graphmem.frontends.torch.accumulation import EngineAccumulations, steal
 from graphmem.frontends.torch.buffer_constants import valued_scalars, with_buffer_constants
 from graphmem.frontends.torch.conversions import scalars_format_as_numbers, unchanged_conversions
 from graphmem.frontends.torch.cuda_kernels import CudaKernels
+from graphmem.frontends.torch.eager_layout import EagerLayoutFakeTensorMode
+from graphmem.frontends.torch.fast_paths import eager_fast_paths
 from graphmem.frontends.torch.grad_fns import backward_functions, numbered
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
+from graphmem.frontends.torch.module_hooks import module_calls
 from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
 from graphmem.frontends.torch.observed import EagerLifetimes, ObservedOps
 from graphmem.frontends.torch.recompute import modes_follow_modules, parameters_held
@@ -107,7 +109,7 @@ def trace_model(
         raise GraphmemError("--train: every parameter of the model has requires_grad=False,"
                             " so a training step computes no gradient; unfreeze some")
     scaled = cuda is not None and train is not None and train.amp == Amp.FP16
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = EagerLayoutFakeTensorMode(allow_non_fake_inputs=True, eager_layout=cuda is None)
     with fake_mode:
         fake_params = [_fake_like(p, requires_grad=name in trained)
                        for name, p in params.items()]
@@ -135,7 +137,8 @@ def trace_model(
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
           autocast_policy(train),
           fx_traceback.preserve_node_meta(), _young_collections_only(), any_dtype_grouped_mm(),
-          unchanged_conversions(), assumed_value_checks(), scalars_format_as_numbers()):
+          unchanged_conversions(), assumed_value_checks(), scalars_format_as_numbers(),
+          eager_fast_paths(enabled=cuda is None)):
         graph_module = _make_fx(_observed(step, lifetimes, routed, kernels, sums), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
     steal(graph_module, sums.candidates, lifetimes.released_after)
@@ -240,6 +243,12 @@ def _tracing_hint(error: Exception) -> str:
                 " graphmem's CUDA kernel choices follow a recomputation into module calls, not"
                 " into a plain function the model checkpoints; checkpoint modules, or turn the"
                 " model's checkpointing off and pass --gradient-checkpointing instead")
+    if "NestedTensor" in text:
+        return ("nn.TransformerEncoder in eval with a src_key_padding_mask packs the tokens the"
+                " mask keeps into a nested tensor, a size read from the mask's values, which"
+                " tracing with fake tensors cannot follow: build it with"
+                " enable_nested_tensor=False (every token kept, the mask applied in each"
+                " layer's fused kernel), or trace it without the mask")
     if any(key in text for key in ("DataDependent", "data-dependent", "DynamicOutputShape",
                                    "item()", "nonzero")):
         return ("the model branches on tensor values (if on a tensor, .item(), nonzero), which"
@@ -390,32 +399,27 @@ def module_scope_guard() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _module_annotations(model: nn.Module) -> Iterator[None]:
-    """Annotate every traced node with the path of the module running when it was made."""
+    """Annotate every traced node with the path of the module running when it was made
+    (torch's global module hooks: module_hooks.py)."""
     stack: list[contextlib.ExitStack] = []
 
-    def enter(path: str) -> Callable[..., None]:
-        def hook(*_: Any) -> None:
-            scope = contextlib.ExitStack()
-            scope.enter_context(fx_traceback.annotate({MODULE_KEY: path}))
-            stack.append(scope)
+    named = [(path, module) for path, module in model.named_modules() if path]
+    paths = {id(module): path for path, module in named}
 
-        return hook
+    def enter(module: nn.Module) -> None:
+        scope = contextlib.ExitStack()
+        scope.enter_context(fx_traceback.annotate({MODULE_KEY: paths[id(module)]}))
+        stack.append(scope)
 
-    def leave(*_: Any) -> None:
+    def leave(_: nn.Module) -> None:
         if stack:
             stack.pop().close()
 
-    handles = []
-    for path, module in model.named_modules():
-        if path:
-            handles.append(module.register_forward_pre_hook(enter(path)))
-            handles.append(module.register_forward_hook(leave))
     _ANNOTATION_STACKS.append(stack)
     try:
-        yield
+        with module_calls([module for _, module in named], enter, leave):
+            yield
     finally:
-        for handle in handles:
-            handle.remove()
         while stack:  # a hook that never ran must not label the next trace
             stack.pop().close()
         _ANNOTATION_STACKS.remove(stack)
