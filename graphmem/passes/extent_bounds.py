@@ -17,6 +17,7 @@ NonZero's count. The rule is the op's, from the ONNX spec, never an exporter's n
 | Unique | Y along `axis`, indices and counts (none: all flat) | X's extent (none: elements) |
 | NonZero | n of [rank, n] | the input's elements |
 | NonMaxSuppression | n of [n, 3] | batches x classes x boxes |
+| Loop (a `cond` that may stop it early) | a scan output's first axis | the trip count `M` |
 
 A dim is taken only where it is a lone symbol the node's inputs do not have (new at that
 node): a dim written in terms of the inputs' is shape inference's, not the data's. Steps
@@ -31,13 +32,14 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.ops.control_flow import ControlFlowNode
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
 from graphmem.passes.dims import bare_dim
 
 # op type -> whether every output axis may be the data's (else only the op's `axis`)
 _ANY_AXIS = frozenset({"Slice"})
 _ALONG_AXIS = {"Split": 0, "TopK": -1, "Compress": None, "Unique": None}
-EXTENT_BOUNDED_OPS = frozenset({*_ANY_AXIS, *_ALONG_AXIS, "NonZero", "NonMaxSuppression"})
+EXTENT_BOUNDED_OPS = frozenset({*_ANY_AXIS, *_ALONG_AXIS, "NonZero", "NonMaxSuppression",
+                                "Loop"})
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,12 @@ def _candidates(node: Node, shape: tuple[SymInt | None, ...]) -> Iterator[Candid
         return
     if op == "NonMaxSuppression":
         yield from _nms(node, shape)
+        return
+    if op == "Loop":  # each iteration adds one slice to a scan output: at most M of them
+        trips = node.trip_count if isinstance(node, ControlFlowNode) else None
+        if trips is not None:
+            yield from ((out, 0, (trips,)) for out in node.outputs
+                        if out.shape and not out.name.endswith(BODY_SCRATCH_SUFFIX))
         return
     yield from _along_axis(node, shape)
 
