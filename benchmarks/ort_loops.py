@@ -5,7 +5,7 @@ against its measured `mem_in_use_peak`.
 and optimization level: graphmem's ort-cpu prediction next to onnxruntime's measurement (one
 thread, the inputs verify makes up; tests/helpers/ort.py `measure_all`). The graphs are the
 hand-built Loops of tests/helpers/loop_models.py, `fit` (what the model was checked on while
-it was written) and `held out` (run only once it was), and Scans of several lengths. The
+it was written) and `held out` (run only once it was), Scans of several lengths and Ifs. The
 exports with a Loop (the EmbeddingBags, DLRM) are benchmarks/data_bounded_slices.py's.
 """
 
@@ -44,6 +44,8 @@ def graphs() -> dict[str, tuple[Callable[[Path], Path], str]]:
     models["scan"] = (loop_models.scan(), "fit")
     models.update({f"scan_{rows}_rows": (loop_models.scan(rows), "held out")
                    for rows in loop_models.SCAN_HELD_OUT})
+    models.update({name: (loop_models.if_model(chain, then), kind)
+                   for name, (chain, then, kind) in loop_models.IF_CASES.items()})
     return {name: (_writer(name, model), kind) for name, (model, kind) in models.items()}
 
 

@@ -93,7 +93,9 @@ NO_SCRATCH = KernelScratch()
 
 
 # the ONNX-domain kernels that take scratch (the CUDA model's only one, Einsum, among them)
-SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum", "Loop", "Scan"}) | RNN_OPS
+# (and the control-flow kernels, whose allocations are ort_loop.py's)
+SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum", "Loop", "Scan",
+                         "If"}) | RNN_OPS
 
 
 def may_take_scratch(node: Node) -> bool:
@@ -120,7 +122,7 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
     if node.op_type == "Einsum":
         return einsum_scratch(node, bound)
     if node.op_type not in RNN_OPS:
-        return NO_SCRATCH  # a Loop or a Scan: its iterations are ort_loop.py's
+        return NO_SCRATCH  # a Loop, Scan or If: what it holds is ort_loop.py's
     return KernelScratch(rnn_scratch_bytes(node, bound))  # GRU, LSTM, RNN: ort_rnn.py
 
 

@@ -1,10 +1,11 @@
-"""What onnxruntime's CPU `Loop` kernel holds while it runs, as arena allocations in order.
+"""What onnxruntime's CPU `Loop`, `Scan` and `If` kernels hold while they run, as arena
+allocations in order.
 
 graphmem's IR gives a control-flow node its bodies' own peak as one transient output
 (`<node>::body_scratch`, graphmem/ops/control_flow.py). onnxruntime's Loop holds more, and not
 as one block. Read in onnxruntime's source (core/providers/cpu/controlflow/loop.cc `LoopImpl`,
-core/framework/utils.cc `ExecuteSubgraph`, execution_frame.cc, mem_pattern_planner.h) and
-measured on 1.31.1 (tests/test_ort_loop.py):
+scan_9.cc, scan_utils.cc, if.cc, core/framework/utils.cc `ExecuteSubgraph`,
+execution_frame.cc, mem_pattern_planner.h) and measured on 1.31.1 (tests/test_ort_loop.py):
 
 - `Initialize` takes the iteration number (int64) and the condition (bool) from the CPU
   arena: two allocations of 8 and 1 bytes (256 each after the arena's rounding), held until
@@ -14,12 +15,12 @@ measured on 1.31.1 (tests/test_ort_loop.py):
   each after its last reader. The body's outputs are fetched with no preallocated buffer, so
   each is an allocation of its own, held past the iteration, except an `Identity` of a body
   input or an outer value (the planner reuses that buffer: measured, the condition passed on
-  as `Identity(cond)` takes no memory).
+  as `Identity(cond)` takes no memory); a body constant returned as an output is copied.
 - From the second iteration on, the body's frame finds the memory pattern its first run
   traced (same feed shapes) and takes the intermediates as one block: the pattern's peak,
   each tensor's offset found by `MemPatternPlanner::TraceAllocation` (best fit between the
-  live blocks, else after the last), sizes aligned to 256 bytes (`kAllocAlignment`); the block
-  is freed when the iteration's frame ends. The outputs stay separate allocations.
+  live blocks, else after the last), sizes aligned to 256 bytes (`kAllocAlignment`); the
+  block is freed when the iteration's frame ends. The outputs stay separate allocations.
 - `SaveOutputsAndUpdateFeeds`: an iteration's condition and loop-carried outputs become the
   next iteration's feeds, so the previous iteration's are freed only when the next one has
   finished (two generations of loop state live at once); every iteration's scan outputs
@@ -27,23 +28,30 @@ measured on 1.31.1 (tests/test_ort_loop.py):
 - After the last iteration the Loop's own outputs are allocated (the final state copied, each
   scan output concatenated over the iterations) while all of that is still held; it is
   freed when the kernel returns.
+- Scan (opset 9 on) allocates its outputs first and has the body write into them: each scan
+  output's slice, the loop state into two buffers of its size taken in turn
+  (`LoopStateVariable`'s a with more than one iteration, b with more than two); the body's
+  intermediates as a Loop's. If fetches its branch's outputs into its own and runs the
+  branch's plan once, one tensor at a time; the data picks the branch, the one that holds
+  more is taken (an upper bound).
 
 The node's `::body_scratch` then stands for nothing onnxruntime allocates: the estimate sizes
 it 0 where this model replaces it (`without_body_scratch`). Not modelled: a kernel's own
-scratch inside the body (a Conv in a Loop body), a nested node's bodies beyond their one
-block (each allocated and freed at its step), a `cond` that stops the loop before `M`
-(every one of `M` iterations is counted: an upper bound), Scan and If (their bodies'
-outputs are written into the node's outputs: the body's peak as one block stays).
+scratch inside a body (a Conv in a Loop body), a nested node's bodies beyond their one block
+(each allocated and freed at its step), a `cond` that stops the loop before `M` (every one of
+`M` iterations is counted: an upper bound), a Loop whose trip count is not known, opset 8's
+Scan (those keep the body's peak as one block); ort-cuda's control flow (the same there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.ort_view import PlanShape
 from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
+from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import ALIAS_OPS, KernelScratch, kernel_scratch
 from graphmem.runtime_models.ort_plan import make_layout, plan_shape_from_ir
 
@@ -57,17 +65,16 @@ MAX_LOOP_EVENTS = 1_000_000
 
 def cpu_kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
     """`kernel_scratch`, with a Loop's iterations where they can be sized (`loop_scratch`)."""
-    if node.op_type == "Loop" and node.domain in ("", "ai.onnx") \
+    if node.op_type in _BY_OP and node.domain in ("", "ai.onnx") \
             and isinstance(node, ControlFlowNode):
-        found = loop_scratch(node, bound)
-        if found is not None:
-            return found
-    if node.op_type == "Scan" and node.domain in ("", "ai.onnx") \
-            and isinstance(node, ControlFlowNode):
-        found = scan_scratch(node, bound)
+        found = _BY_OP[node.op_type](node, bound)
         if found is not None:
             return found
     return kernel_scratch(node, threads, bound)
+
+
+def _by_op() -> dict[str, Callable[[ControlFlowNode, Mapping[str, int]], KernelScratch | None]]:
+    return {"Loop": loop_scratch, "Scan": scan_scratch, "If": if_scratch}
 
 
 def without_body_scratch(sizes: Sequence[int], names: Sequence[str],
@@ -177,6 +184,24 @@ def scan_scratch(node: ControlFlowNode, bound: Mapping[str, int]) -> KernelScrat
     return events.scratch(outputs_first=True)
 
 
+def if_scratch(node: ControlFlowNode, bound: Mapping[str, int]) -> KernelScratch | None:
+    """If (if.cc): the branch's outputs are the node's (fetched into them), its
+    intermediates allocated one by one as its plan says, once (no earlier run traced a
+    pattern). The data picks the branch: the one that holds more at once is taken (the
+    larger, an upper bound). None where a size is not a number."""
+    found = []
+    for _, graph in node.bodies:
+        if not _makes_intermediates(graph):  # its outputs are the node's: nothing more
+            continue
+        body = _sized_body(graph, bound)
+        if body is None:
+            return None
+        events = _Events()
+        _iteration(events, body, first=True, own_outputs=False)
+        found.append(events.scratch(outputs_first=True))
+    return max(found, key=lambda scratch: scratch.held_bytes, default=None)
+
+
 def _iteration(events: _Events, body: _Body, first: bool,
                own_outputs: bool = True) -> list[int | None]:
     """One run of the body: its allocations and frees; the numbers of its outputs
@@ -196,27 +221,46 @@ def _iteration(events: _Events, body: _Body, first: bool,
     return [number.get(b) if b is not None else None for b in body.outputs]
 
 
+@dataclass(frozen=True)
+class _BodyPlan:
+    """What the bound dims do not change of a body's run (made once per body)."""
+
+    steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per step: made, freed
+    buffers: tuple[Value, ...]  # per buffer, the value whose size it has
+    outputs: tuple[int | None, ...]
+    single: frozenset[int]
+
+
+_BODY_PLAN = object()  # graph_cache's key for `_body_plan`
+
+
 def _sized_body(body: Graph, bound: Mapping[str, int]) -> _Body | None:
     """The body's plan at the bound dims; None where a tensor it allocates has no size."""
-    layout = make_layout(body, _plan_shapes(body), None)
-    sizes: list[int] = []
-    for value, _, _, _ in layout.buffers:
+    plan = cached_per_graph(body, (_BODY_PLAN,), lambda: _body_plan(body))
+    sizes = []
+    for value in plan.buffers:
         size = _bound_bytes(value, bound)
         if size is None:
             return None
         sizes.append(size)
-    index = {id(value): b for b, (value, _, _, _) in enumerate(layout.buffers)}
+    kept = {b for b in plan.outputs if b is not None}
+    pattern = _pattern_bytes(plan.steps, sizes, kept | plan.single)
+    return _Body(plan.steps, tuple(sizes), plan.outputs, pattern, plan.single)
+
+
+def _body_plan(body: Graph) -> _BodyPlan:
+    """The body's buffers and their steps as onnxruntime's planner makes them."""
+    layout = make_layout(body, _plan_shapes(body), None)
+    buffers = [value for value, _, _, _ in layout.buffers]
+    index = {id(value): b for b, value in enumerate(buffers)}
     storage = layout.storage
-    owners = {value.name: value for value, _, _, _ in layout.buffers}
+    owners = {value.name: value for value in buffers}
     outputs: list[int | None] = []
     copies: list[int] = []  # the outputs that are the body's constants: a copy each run
     for value in body.outputs:
         if value.producer is None and value.role is not Role.INPUT:
-            size = _bound_bytes(value, bound)
-            if size is None:
-                return None
-            copies.append(len(sizes))
-            sizes.append(size)
+            copies.append(len(buffers))
+            buffers.append(value)
             outputs.append(copies[-1])
         else:
             outputs.append(_output_buffer(value, storage, owners, index))
@@ -232,8 +276,13 @@ def _sized_body(body: Graph, bound: Mapping[str, int]) -> _Body | None:
         if b not in kept:
             freed[first + 1 if b in single else last + 1].append(b)
     steps = tuple((tuple(m), tuple(f)) for m, f in zip(made, freed, strict=True))
-    pattern = _pattern_bytes(steps, sizes, kept | single)
-    return _Body(steps, tuple(sizes), tuple(outputs), pattern, single)
+    return _BodyPlan(steps, tuple(buffers), tuple(outputs), single)
+
+
+def _makes_intermediates(body: Graph) -> bool:
+    """Whether the body makes a tensor that is not one of its outputs."""
+    outputs = {id(v) for v in body.outputs}
+    return any(id(v) not in outputs for node in body.nodes for v in node.outputs)
 
 
 def _bound_bytes(value: Value, bound: Mapping[str, int]) -> int | None:
@@ -316,3 +365,6 @@ def _own_input_count(node: Node, body: Graph) -> int:
     and scanned slices."""
     outer = {v.name for v in node.inputs if v is not None}
     return sum(1 for v in body.inputs if v.name not in outer)
+
+
+_BY_OP = _by_op()  # the ops whose kernel's allocations are modelled here

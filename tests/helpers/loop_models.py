@@ -166,3 +166,32 @@ HELD_OUT = {
     "computed_no_state": LoopCase(state=False, cond="computed", scan_cols=(5, 9), trips=4),
 }
 SCAN_HELD_OUT = (1, 2, 12)  # Scan lengths: no loop-state buffer, one (a), both (a and b)
+
+
+def if_model(chain: int = 0, take_then: bool = True) -> onnx.ModelProto:
+    """x = Relu(xin) [4, 16]; If (sum(x) > -1, always true; with `take_then` False: < -1,
+    never) then: a = ReduceSum(x, 0) [16], Neg(a) and Abs(a) live together, their Add, x times
+    it, `chain` Negs, a Relu; else: Neg(x). Then a Sigmoid of the If's output."""
+    nodes = [helper.make_node("ReduceSum", ["x", "ax0"], ["a"], keepdims=0),
+             helper.make_node("Neg", ["a"], ["b"]), helper.make_node("Abs", ["a"], ["c"]),
+             helper.make_node("Add", ["b", "c"], ["d"]),
+             helper.make_node("Mul", ["x", "d"], ["e0"])]
+    for k in range(chain):
+        nodes.append(helper.make_node("Neg", [f"e{k}"], [f"e{k + 1}"]))
+    nodes.append(helper.make_node("Relu", [f"e{chain}"], ["then_out"]))
+    then = helper.make_graph(nodes, "then", [], [helper.make_tensor_value_info(
+        "then_out", F32, [ROWS, COLS])], [numpy_helper.from_array(np.array([0], np.int64), "ax0")])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["else_out"])], "else", [],
+                              [helper.make_tensor_value_info("else_out", F32, [ROWS, COLS])])
+    graph_nodes = [helper.make_node("Relu", ["xin"], ["x"]),
+                   helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                   helper.make_node("Greater" if take_then else "Less", ["s", "bar"], ["go"]),
+                   helper.make_node("If", ["go"], ["y0"], then_branch=then, else_branch=other),
+                   helper.make_node("Sigmoid", ["y0"], ["y"])]
+    return _model(graph_nodes, [numpy_helper.from_array(np.array(-1.0, np.float32), "bar")])
+
+
+# If: fit on the first (written against it), the other two held out (the else branch run:
+# the plan takes the branch that holds more, an upper bound)
+IF_CASES = {"if_small_tensors": (0, True, "fit"), "if_neg_chain": (3, True, "held out"),
+            "if_else_runs": (0, False, "held out")}
