@@ -174,3 +174,34 @@ def test_a_bodys_constants_are_in_the_arena_before_the_run(tmp_path: Path) -> No
     analysis = analyze_onnx(save_slices("loop", tmp_path), plan=False)
     graph = analysis.graph
     assert arena_weights_bytes(graph, graph.nodes) == 4 + 8 + 8 + 1 + 4 * 8 == 53
+
+
+def test_a_carried_value_that_grows_is_not_bounded_by_m(tmp_path: Path) -> None:
+    # s = Concat(s, x) each iteration: s_fin has 1 + 2 * 3 rows, not at most M = 3; only
+    # the scan output (one [16] row an iteration: its first dim at most M = 3) is bounded
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["s", "x"], ["s_out"], axis=0),
+         helper.make_node("Less", ["i", "limit"], ["c_out"]),
+         helper.make_node("ReduceSum", ["x", "axes"], ["row"], keepdims=0)], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, ["rows", 16])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, ["rows_out", 16]),
+         helper.make_tensor_value_info("row", TensorProto.FLOAT, [16])],
+        [numpy_helper.from_array(np.array(100, np.int64), "limit"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "go", "s0"], ["s_fin", "rows_seen"], body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+         helper.make_tensor_value_info("s0", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("s_fin", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("rows_seen", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(3, np.int64), "M"),
+         numpy_helper.from_array(np.array(True), "go")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    graph_ir = analyze_onnx(_saved(model, tmp_path), plan=False).graph
+    bounded = [e.tensor for e in extent_dims(graph_ir) if e.op_type == "Loop"]
+    # s_fin is [2 + Loop_0_o1__d0, 16]: a formula, never a lone new dim the data sets; the
+    # rule reads a Loop's scan outputs alone (passes/extent_bounds.py `_scan_outputs`)
+    assert bounded == ["rows_seen"]

@@ -157,9 +157,9 @@ def _candidates(node: Node, shape: tuple[SymInt | None, ...]) -> Iterator[Candid
         yield from _nms(node, shape)
         return
     if op == "Loop":  # each iteration adds one slice to a scan output: at most M of them
-        trips = node.trip_count if isinstance(node, ControlFlowNode) else None
-        if trips is not None:
-            yield from ((out, 0, (trips,)) for out in node.outputs
+        if isinstance(node, ControlFlowNode) and node.trip_count is not None:
+            trips = node.trip_count
+            yield from ((out, 0, (trips,)) for out in _scan_outputs(node)
                         if out.shape and not out.name.endswith(BODY_SCRATCH_SUFFIX))
         return
     yield from _along_axis(node, shape)
@@ -183,6 +183,17 @@ def _along_axis(node: Node, shape: tuple[SymInt | None, ...]) -> Iterator[Candid
         yield from ((out, 0, (extent,)) for out in _unique_counted(node)[1:])
         return
     yield from ((out, axis % rank, (extent,)) for out in node.outputs)
+
+
+def _scan_outputs(node: ControlFlowNode) -> list[Value]:
+    """A Loop's scan outputs: those after its N loop-carried values (a carried value may
+    grow by more than one slice an iteration), N its body's own inputs (not the outer values
+    it reads, which are the node's inputs too) less the iteration number and condition."""
+    if len(node.bodies) != 1:
+        return []
+    outer = {v.name for v in node.inputs if v is not None}
+    carried = sum(1 for v in node.bodies[0][1].inputs if v.name not in outer) - 2
+    return node.outputs[max(carried, 0):]
 
 
 def _axis(node: Node, default: int | None) -> int | None:
