@@ -47,14 +47,21 @@ def graphs() -> dict[str, tuple[Callable[[Path], Path], str]]:
 
 
 def rows(names: list[str], folder: Path) -> None:
-    print(HEADER, flush=True)
-    for name, (write, whole) in graphs().items():
+    measured_rows(HEADER, graphs(), names, folder)
+
+
+def measured_rows(header: str, found: dict[str, tuple[Callable[[Path], Path], str]],
+                  names: list[str], folder: Path) -> None:
+    """One row per graph of `found` (all, or those `names` lists) and level: graphmem's
+    prediction, onnxruntime's measurement, the error (benchmarks/ort_loops.py too)."""
+    print(header, flush=True)
+    for name, (write, kind) in found.items():
         if names and name not in names:
             continue
         path = write(folder)
         for level in LEVELS:
             predicted, measured = measure_all(path, None, level)
-            print(f"| {name} | {whole} | {level} | {predicted:,} | {measured:,} |"
+            print(f"| {name} | {kind} | {level} | {predicted:,} | {measured:,} |"
                   f" {predicted / measured - 1:+.2%} |", flush=True)
 
 

@@ -17,6 +17,7 @@ NonZero's count. The rule is the op's, from the ONNX spec, never an exporter's n
 | Unique | Y along `axis`, indices and counts (none: all flat) | X's extent (none: elements) |
 | NonZero | n of [rank, n] | the input's elements |
 | NonMaxSuppression | n of [n, 3] | batches x classes x boxes |
+| Loop (a `cond` that may stop it early) | a scan output's first axis | the trip count `M` |
 
 A dim is taken only where it is a lone symbol the node's inputs do not have (new at that
 node): a dim written in terms of the inputs' is shape inference's, not the data's. Steps
@@ -31,13 +32,14 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.ops.control_flow import ControlFlowNode
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
 from graphmem.passes.dims import bare_dim
 
 # op type -> whether every output axis may be the data's (else only the op's `axis`)
 _ANY_AXIS = frozenset({"Slice"})
 _ALONG_AXIS = {"Split": 0, "TopK": -1, "Compress": None, "Unique": None}
-EXTENT_BOUNDED_OPS = frozenset({*_ANY_AXIS, *_ALONG_AXIS, "NonZero", "NonMaxSuppression"})
+EXTENT_BOUNDED_OPS = frozenset({*_ANY_AXIS, *_ALONG_AXIS, "NonZero", "NonMaxSuppression",
+                                "Loop"})
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,12 @@ def _candidates(node: Node, shape: tuple[SymInt | None, ...]) -> Iterator[Candid
     if op == "NonMaxSuppression":
         yield from _nms(node, shape)
         return
+    if op == "Loop":  # each iteration adds one slice to a scan output: at most M of them
+        if isinstance(node, ControlFlowNode) and node.trip_count is not None:
+            trips = node.trip_count
+            yield from ((out, 0, (trips,)) for out in _scan_outputs(node)
+                        if out.shape and not out.name.endswith(BODY_SCRATCH_SUFFIX))
+        return
     yield from _along_axis(node, shape)
 
 
@@ -175,6 +183,17 @@ def _along_axis(node: Node, shape: tuple[SymInt | None, ...]) -> Iterator[Candid
         yield from ((out, 0, (extent,)) for out in _unique_counted(node)[1:])
         return
     yield from ((out, axis % rank, (extent,)) for out in node.outputs)
+
+
+def _scan_outputs(node: ControlFlowNode) -> list[Value]:
+    """A Loop's scan outputs: those after its N loop-carried values (a carried value may
+    grow by more than one slice an iteration), N its body's own inputs (not the outer values
+    it reads, which are the node's inputs too) less the iteration number and condition."""
+    if len(node.bodies) != 1:
+        return []
+    outer = {v.name for v in node.inputs if v is not None}
+    carried = sum(1 for v in node.bodies[0][1].inputs if v.name not in outer) - 2
+    return node.outputs[max(carried, 0):]
 
 
 def _axis(node: Node, default: int | None) -> int | None:

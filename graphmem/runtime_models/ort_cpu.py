@@ -46,7 +46,7 @@ the parallel executor.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import NamedTuple
 
@@ -72,10 +72,10 @@ from graphmem.runtime_models.ort_kernels import (
     KernelScratch,
     arena_weights_bytes,
     creation_peak_note,
-    kernel_scratch,
     may_take_scratch,
     session_creation_peak_bytes,
 )
+from graphmem.runtime_models.ort_loop import cpu_kernel_scratch, without_body_scratch
 from graphmem.runtime_models.ort_plan import PlanLayout
 from graphmem.runtime_models.ort_plan import make_layout as _make_layout
 from graphmem.runtime_models.ort_plan import ort_execution_order as ort_execution_order
@@ -338,7 +338,11 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     order the session runs the nodes in (default: onnxruntime's reverse DFS on `graph`; an
     optimized graph saved by onnxruntime lists its nodes in the order it ran them)."""
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
-    scratch, working = kernel_scratches(plan, lambda node: kernel_scratch(node, threads, bound))
+    scratch, working = kernel_scratches(plan, lambda node: cpu_kernel_scratch(node, threads,
+                                                                             bound))
+    sizes_run = without_body_scratch(plan.sizes, plan.steps.names, plan.steps.events, scratch,
+                                     working)  # a Loop's iterations stand for its body's peak
+    plan = plan if sizes_run is plan.sizes else replace(plan, sizes=sizes_run)
     timeline = ort_timeline(plan, scratch, extend=extend,
                             events=plan_events(plan, scratch, working))
     weights = arena_weights_bytes(graph, plan.order)

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Role, Value
+from graphmem.ops.control_flow import ControlFlowNode
 from graphmem.runtime_models.bfc_arena import ArenaEvent
+from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_einsum import einsum_temps
 from graphmem.runtime_models.ort_rnn import RNN_OPS, is_rnn, rnn_packs, rnn_scratch_bytes
 
@@ -51,6 +53,9 @@ class KernelScratch:
     # per allocation, the earlier ones freed right after it (Einsum's replaced operands);
     # the rest are freed when the kernel returns
     frees_after: tuple[tuple[int, ...], ...] = ()
+    # the node's `::body_scratch` output stands for these allocations (a Loop's iterations,
+    # ort_loop.py): the estimate sizes that output 0
+    replaces_body: bool = False
 
     @property
     def held_bytes(self) -> int:
@@ -88,7 +93,9 @@ NO_SCRATCH = KernelScratch()
 
 
 # the ONNX-domain kernels that take scratch (the CUDA model's only one, Einsum, among them)
-SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum"}) | RNN_OPS
+# (and the control-flow kernels, whose allocations are ort_loop.py's)
+SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum", "Loop", "Scan",
+                         "If"}) | RNN_OPS
 
 
 def may_take_scratch(node: Node) -> bool:
@@ -114,6 +121,8 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return conv_transpose_scratch(node, bound)
     if node.op_type == "Einsum":
         return einsum_scratch(node, bound)
+    if node.op_type not in RNN_OPS:
+        return NO_SCRATCH  # a Loop, Scan or If: what it holds is ort_loop.py's
     return KernelScratch(rnn_scratch_bytes(node, bound))  # GRU, LSTM, RNN: ort_rnn.py
 
 
@@ -380,7 +389,26 @@ def arena_weights_bytes(graph: Graph, order: Sequence[Node]) -> int:
     initializers = [v for v in graph.values.values()
                     if v.producer is None and v.role is not Role.INPUT and v.consumers]
     packed = sum(size for _, size in prepacked_weights(order))
-    return packed + small_initializer_bytes(initializers)
+    bodies = cached_per_graph(graph, (_BODY_CONSTANTS,), lambda: _body_constant_bytes(graph))
+    return packed + small_initializer_bytes(initializers) + bodies
+
+
+_BODY_CONSTANTS = object()  # graph_cache's key for `_body_constant_bytes`
+
+
+def _body_constant_bytes(graph: Graph) -> int:
+    """The small initializers and Constant values of the control-flow bodies, nested ones too:
+    each body's session state copies its own into the arena as the graph's are (measured: a
+    Loop body's four 8-byte slice bounds are 32 bytes in use before the first kernel)."""
+    total = 0
+    for node in graph.nodes:
+        for _, body in node.bodies if isinstance(node, ControlFlowNode) else ():
+            outputs = {id(v) for v in body.outputs}  # a constant the body returns is held too
+            total += small_initializer_bytes([
+                v for v in body.values.values() if v.producer is None
+                and v.role is not Role.INPUT and (v.consumers or id(v) in outputs)])
+            total += _body_constant_bytes(body)
+    return total
 
 
 def session_creation_peak_bytes(graph: Graph, order: Sequence[Node]) -> int:

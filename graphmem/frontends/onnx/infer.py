@@ -41,7 +41,7 @@ from graphmem.frontends.onnx.ort_engine import (
     skip_static_nodes,
     sympy_for_engine,
 )
-from graphmem.frontends.onnx.ort_rules import added_rules
+from graphmem.frontends.onnx.ort_rules import ruled_engine
 from graphmem.frontends.onnx.repeat_dims import reshape_dims
 from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
@@ -402,12 +402,10 @@ def _ort_symbolic_inference(model: onnx.ModelProto, failed_ops: list[str]) -> on
 
     symbolic_shape_infer = _symbolic_shape_infer_module()
     logging.getLogger(symbolic_shape_infer.__name__).setLevel(logging.ERROR)
-    engine = symbolic_shape_infer.SymbolicShapeInference(
-        int_max=2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0
-    )
-    # graphmem's rules over the engine's own where both have one (OneHot)
-    rules = {**engine.dispatcher_, **added_rules(engine, symbolic_shape_infer)}
-    engine.dispatcher_ = {op: _tolerant(rule, failed_ops) for op, rule in rules.items()}
+    # graphmem's rules over the engine's own where both have one (OneHot), bodies' too
+    engine = ruled_engine(symbolic_shape_infer, lambda rule: _tolerant(rule, failed_ops),
+                          int_max=2**31 - 1, auto_merge=True, guess_output_rank=False,
+                          verbose=0)
     if any(p.key == STATIC_TYPES_KEY and p.value == STATIC_TYPES_TOKEN
            for p in model.metadata_props):  # unknown_part's model, not a file's claim
         skip_static_nodes(engine, {v.name: v for v in model.graph.value_info})

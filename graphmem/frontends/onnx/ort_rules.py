@@ -26,6 +26,33 @@ REDUCTIONS_LIKE_SUM = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"
                        "ReduceMin", "ReduceSumSquare")
 
 
+def ruled_engine(module: Any, wrap: Callable[[Rule], Rule], **options: Any) -> Any:
+    """A SymbolicShapeInference of `module` whose rules are its own and graphmem's
+    (`added_rules`), each wrapped by `wrap`. The engine infers a control-flow body with a new
+    engine of the class its module names (`_onnx_infer_subgraph`): named so for that call
+    only, a body's engine has graphmem's rules too (a failing rule there fails the body's
+    node, as before; without them a ReduceMax of opset 18 in a Loop body, an EmbeddingBag in
+    max mode, left the body's output unshaped)."""
+    stock = module.SymbolicShapeInference
+
+    class Ruled(stock):  # type: ignore[misc,valid-type]  # onnxruntime's untyped class
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            engine: Any = self  # onnxruntime's class is untyped
+            engine.dispatcher_.update(added_rules(self, module))
+
+        def _onnx_infer_subgraph(self, *args: Any, **kwargs: Any) -> Any:
+            module.SymbolicShapeInference = Ruled
+            try:
+                return super()._onnx_infer_subgraph(*args, **kwargs)
+            finally:
+                module.SymbolicShapeInference = stock
+
+    engine: Any = Ruled(**options)
+    engine.dispatcher_ = {op: wrap(rule) for op, rule in engine.dispatcher_.items()}
+    return engine
+
+
 def added_rules(engine: Any, module: Any) -> dict[str, Rule]:
     """The rules for `engine` (a SymbolicShapeInference); `module` is its module (its
     helpers: sympy products, shapes from sympy)."""
