@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from itertools import islice
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.json_schema import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
@@ -22,10 +22,8 @@ from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
 from graphmem.core.version import __version__
 from graphmem.passes.costs import CostStatus, NodeCost
-from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
-from graphmem.passes.roofline import NodeTime
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.error_band import band_json
 from graphmem.report.json.distributed import distributed_config, distributed_memory
@@ -38,6 +36,10 @@ from graphmem.report.json.suggestions import suggestions_json
 from graphmem.report.node_kinds import shared_node_kinds
 from graphmem.report.out_of_memory import out_of_memory_json
 from graphmem.report.words import caveat_text
+
+if TYPE_CHECKING:  # a GPU's verdict and roofline: imported where the analysis has them
+    from graphmem.passes.fit import GpuFit
+    from graphmem.passes.roofline import NodeTime
 
 __all__ = ["ANALYSIS_KEYS", "DIMS_KEYS", "ROLE_KEYS", "SCHEMA_VERSION", "quantity", "to_dict",
            "to_json_text", "write_json"]
