@@ -9,7 +9,7 @@ maximum of its candidates: `memory.peak_bytes` as sympy text ("Max(a, b)"), and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from operator import attrgetter
 from pathlib import Path
@@ -147,9 +147,18 @@ def _memory(liveness: LivenessResult, lazy_rows: bool = False) -> dict[str, Any]
         },
         "live_at_peak": (_LiveRows(liveness.live_at_peak) if lazy_rows
                          else [_live(t) for t in liveness.live_at_peak]),
-        "timeline_bytes": [quantity(s) for s in liveness.live_bytes_per_step],
+        "timeline_bytes": _quantities(liveness.live_bytes_per_step),
         "order": list(liveness.order),
     }
+
+
+def _quantities(sizes: Sequence[SymInt]) -> list[int | str]:
+    """`quantity` of each size: `int` of each where all are numbers (a bound graph's 10^5
+    steps), which is what `quantity` writes for a number."""
+    try:
+        return list(map(int, sizes))
+    except ValueError:  # a size in free dims (SymInt.__int__): formulas where they are
+        return [quantity(size) for size in sizes]
 
 
 def _modules(report: ModuleReport) -> dict[str, Any]:
