@@ -57,6 +57,24 @@ def test_a_running_thread_is_waited_for(tmp_path: Path) -> None:
     assert done.stdout == "thread done\n"
 
 
+def test_a_pytorch_command_s_process_ends_as_python_ends_it(tmp_path: Path) -> None:
+    # the user's code ran in a PyTorch command: a file it left open (written, not closed) is
+    # flushed by the interpreter's teardown, which such a process keeps (a stand-in module
+    # named torch: importing torch itself takes seconds)
+    left_open = tmp_path / "user.log"
+    script = (
+        "import sys, types\n"
+        "from graphmem.core.collector import end_process\n"
+        "sys.modules['torch'] = types.ModuleType('torch')\n"
+        f"log = open({str(left_open)!r}, 'w')\n"
+        "log.write('written by the model file')\n"
+        "end_process(0)\n"
+    )
+    done = _run(script)
+    assert done.returncode == 0
+    assert left_open.read_text() == "written by the model file"
+
+
 def test_the_command_s_outputs_are_whole(tmp_path: Path) -> None:
     # `python -m graphmem` ends through end_process: its files and its stdout are complete
     out, page = tmp_path / "r.json", tmp_path / "r.html"

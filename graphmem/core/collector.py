@@ -77,11 +77,12 @@ def end_process(code: int) -> NoReturn:
     at any exit, then the process ends without the interpreter's teardown, which frees every
     module and object one at a time (0.01 CPU s of a small model's command, about 0.03 with
     a 22,000-node analysis kept): the memory goes back with the process, as mypy's fast exit
-    does. Where that could skip work, the ordinary exit runs instead: another thread still
-    running (the interpreter would wait for it), or a flush failing (a closed pipe: Python
-    reports it as it always does)."""
+    does. Where that could skip work, the ordinary exit runs instead: a PyTorch command (the
+    user's model, loss or inputs file ran in this process: a file it left open is flushed as
+    it is freed; torch's own teardown), another thread still running (the interpreter would
+    wait for it), or a flush failing (a closed pipe: Python reports it as it always does)."""
     threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
+    if "torch" in sys.modules or (threading is not None and threading.active_count() > 1):
         sys.exit(code)
     atexit._run_exitfuncs()  # what the interpreter's exit runs first
     try:
