@@ -111,7 +111,11 @@ elif kind == 'api':
     result['call_s'] = time.process_time() - start
     result['peak_bytes'] = int(analysis.peak_bytes)
 result['rss_bytes'] = peak_rss()
-json.dump(result, open(out, 'w'))
+with open(out, 'w') as file:
+    json.dump(result, file)
+if kind.startswith('cli'):  # ended as the console script ends (cli/main.py console_script)
+    from graphmem.core.collector import end_process
+    end_process(0)
 """
 
 

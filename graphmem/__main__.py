@@ -1,5 +1,3 @@
-import sys
+from graphmem.cli.main import console_script
 
-from graphmem.cli.main import run_command
-
-sys.exit(run_command())
+console_script()

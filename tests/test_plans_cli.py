@@ -260,7 +260,7 @@ def test_the_three_ways_to_the_bound_peak_agree(seed: int) -> None:
     from graphmem.passes.dims import bind_dims
     from graphmem.passes.liveness import analyze_liveness
     from graphmem.pipeline.analysis import ModelInfo
-    from graphmem.pipeline.planning import DimProbe
+    from graphmem.pipeline.dim_probe import DimProbe
     from graphmem.pipeline.run import run_passes
     from tests.helpers.graphs import symbolic_random_dag
 

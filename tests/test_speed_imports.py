@@ -96,6 +96,33 @@ def test_an_onnx_analysis_imports_only_what_it_was_asked_for(tmp_path: Path) -> 
     assert "graphmem.runtime_models.ort_cuda" in result["modules"]  # type: ignore[operator]
 
 
+# the GPU's table and error bands, its fit, the runtime models' base and arena, the roofline,
+# the largest batch, the device total and the verdict: an analysis given no GPU (and no
+# --runtime) asks none of them; made at import, their 30-odd frozen dataclasses were a tenth
+# of a small model's command (runtime_models/vocabulary.py, passes/device_parts.py hold the
+# words the option table, the Request and the reports read)
+GPU_ONLY = ("graphmem.devices.gpus", "graphmem.devices.error_bands", "graphmem.passes.fit",
+            "graphmem.runtime_models.base", "graphmem.runtime_models.bfc_arena",
+            "graphmem.passes.roofline", "graphmem.passes.max_batch",
+            "graphmem.pipeline.device_total", "graphmem.pipeline.verdict",
+            "graphmem.pipeline.dim_probe")
+
+
+def test_an_analysis_without_a_gpu_imports_none_of_the_gpu_s_modules(tmp_path: Path) -> None:
+    sample = ROOT / "samples" / "tiny_cnn.onnx"
+    result = _modules_after(["analyze", str(sample), "--html", str(tmp_path / "r.html"),
+                             "--json", str(tmp_path / "r.json")], GPU_ONLY)
+    assert result == {"code": 0, "modules": []} and (tmp_path / "r.json").is_file()
+    loaded = _modules_after(["analyze", str(sample), "--no-html", "--verbose"], GPU_ONLY)
+    assert loaded == {"code": 0, "modules": []}
+    # asked for, they load: the verdict reads onnxruntime's CUDA model on the GPU's table
+    loaded = _modules_after(["analyze", str(sample), "--gpu", "t4", "--batch", "2",
+                             "--no-html"], GPU_ONLY)
+    assert loaded["code"] == 0
+    assert {"graphmem.devices.gpus", "graphmem.passes.fit", "graphmem.pipeline.verdict",
+            "graphmem.runtime_models.base"} <= set(loaded["modules"])  # type: ignore[arg-type]
+
+
 # the standard library's modules only some commands use: tomllib for a GPU's tables (the CUDA
 # reserve, the error bands; its parser compiles a dozen regexes, ~2 ms), traceback for --debug
 LAZY_STDLIB = ("tomllib", "traceback")

@@ -26,6 +26,7 @@ from graphmem.cli.inputs import (
     spec_files,
 )
 from graphmem.cli.option_flags import add_options, namespace_keywords
+from graphmem.core.collector import keep_until_exit
 from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import hf_config_file, model_label
 from graphmem.options import request_from_flags
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     # the user's files are imported before the analysis starts (a file that fails to import
     # is an input error like any other)
     analysis = pipeline.analyze(pipeline.resolve(request))
+    keep_until_exit(analysis)  # a one-command process ends without freeing it
     emit(console, lambda out: print_summary(analysis, out, args.verbose),
          [Output(json_out, "JSON", lambda path: _write_json(analysis, path)),
           Output(html_out, "HTML report", lambda path: _write_html(analysis, path))],

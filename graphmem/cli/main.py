@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from graphmem.cli.commands import COMMAND_TABLE, summary
 from graphmem.core.collector import (
     collector_paused,
+    end_process,
     freeze_before_exit,
     freeze_start_up_objects,
 )
@@ -99,8 +100,14 @@ def _progress_reporter() -> Reporter | None:
     return stderr_reporter()
 
 
+def console_script() -> NoReturn:
+    """The `graphmem` console script (pyproject.toml) and `python -m graphmem`: one command,
+    then the process ends without tearing down its heap (core/collector.py `end_process`)."""
+    end_process(run_command())
+
+
 def run_command() -> int:
-    """The `graphmem` console script (pyproject.toml): one command, then the process ends."""
+    """One command as the console script runs it, in a process that ends after it."""
     start_command(sys.argv[1:])
     code = main()
     freeze_before_exit()  # the command is over: its objects need no last collection

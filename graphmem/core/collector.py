@@ -10,12 +10,18 @@ they do create is collected by the first automatic collection after the stage.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 # set by freeze_start_up_objects: this process runs one command and ends (the console script)
 _ONE_COMMAND: list[bool] = []
+# what a one-command process keeps to its end (`keep_until_exit`)
+_KEPT: list[object] = []
 
 
 @contextmanager
@@ -54,3 +60,35 @@ def freeze_before_exit() -> None:
     only to find it all still referenced. Exit handlers still run; the memory goes back with
     the process. Only for the console script's one-command process."""
     gc.freeze()
+
+
+def keep_until_exit(result: object) -> None:
+    """In the console script's one-command process, `result` (the command's analysis) is
+    held to the process's end instead of freed object by object when the command returns:
+    at 22,000 nodes that is about 10^6 objects, 0.02 CPU s, and `end_process` then ends the
+    process without freeing anything. In a caller's process (main() from a test, the API)
+    nothing is held."""
+    if _ONE_COMMAND:
+        _KEPT.append(result)
+
+
+def end_process(code: int) -> NoReturn:
+    """The console script's end: the exit handlers run and stdout and stderr are flushed as
+    at any exit, then the process ends without the interpreter's teardown, which frees every
+    module and object one at a time (0.01 CPU s of a small model's command, about 0.03 with
+    a 22,000-node analysis kept): the memory goes back with the process, as mypy's fast exit
+    does. Where that could skip work, the ordinary exit runs instead: a PyTorch command (the
+    user's model, loss or inputs file ran in this process: a file it left open is flushed as
+    it is freed; torch's own teardown), another thread still running (the interpreter would
+    wait for it), or a flush failing (a closed pipe: Python reports it as it always does)."""
+    threading = sys.modules.get("threading")
+    if "torch" in sys.modules or (threading is not None and threading.active_count() > 1):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what the interpreter's exit runs first
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except BaseException:  # noqa: BLE001 - the ordinary exit says what went wrong
+        sys.exit(code)
+    os._exit(code)

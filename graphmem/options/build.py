@@ -32,8 +32,7 @@ from graphmem.pipeline.request import (
     SuggestOptions,
     SweepRequest,
 )
-from graphmem.runtime_models.base import Runtime
-from graphmem.runtime_models.bfc_arena import ArenaExtend
+from graphmem.runtime_models.vocabulary import ArenaExtend, Runtime
 
 # Each part's modules are imported where its options are given (the distributed, serving,
 # fine-tuning and budget models are not needed by an analysis given none of them)

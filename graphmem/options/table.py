@@ -27,8 +27,7 @@ from graphmem.distributed.vocabulary import (
     SCHEDULES,
 )
 from graphmem.options.text import dim_binding, memory_limit, size_bytes
-from graphmem.runtime_models.base import ORT_OPTIMIZATION_LEVELS, Runtime
-from graphmem.runtime_models.bfc_arena import ArenaExtend
+from graphmem.runtime_models.vocabulary import ORT_OPTIMIZATION_LEVELS, ArenaExtend, Runtime
 
 DEFAULT_FSDP_DEPTH = 2
 

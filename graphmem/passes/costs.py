@@ -9,13 +9,16 @@ from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.ops import OpCost, ShapeUnknownError, find_rule
 from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
-from graphmem.passes.control_flow import BodyTotals, BranchCost, control_flow_cost
 from graphmem.passes.dims import DimBinding
+
+if TYPE_CHECKING:  # If/Loop/Scan bodies' costs: imported where a graph has them
+    from graphmem.passes.control_flow import BodyTotals, BranchCost
 
 
 class CostStatus(StrEnum):
@@ -195,6 +198,8 @@ def _node_cost(node: Node, dims: Mapping[str, int]) -> NodeCost:
 def _control_flow_node_cost(node: ControlFlowNode, dims: Mapping[str, int]) -> NodeCost:
     """If/Loop/Scan priced from their bodies; a body with uncosted nodes keeps the node flagged
     as control flow (its FLOPs then count what is known)."""
+    from graphmem.passes.control_flow import control_flow_cost
+
     cost = control_flow_cost(node, dims, _body_totals)
     return NodeCost(
         name=node.name,
@@ -215,6 +220,8 @@ def _control_flow_node_cost(node: ControlFlowNode, dims: Mapping[str, int]) -> N
 
 
 def _body_totals(body: Graph, dims: Mapping[str, int]) -> BodyTotals:
+    from graphmem.passes.control_flow import BodyTotals
+
     report = _graph_costs(body, dims)
     uncosted = tuple(qualified_op(n) for n in report.nodes if n.status is not CostStatus.OK)
     return BodyTotals(report.total_macs, report.total_flops, report.total_bytes_read,

@@ -14,7 +14,6 @@ report read this one verdict (graphmem/pipeline/verdict.py builds it).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from fractions import Fraction
 from functools import cache
 from importlib import resources
@@ -22,8 +21,9 @@ from importlib import resources
 from graphmem.core.symbolic import SymInt
 from graphmem.devices.error_bands import ErrorBand
 from graphmem.devices.gpus import GpuSpec
-
-LIVE_PEAK_BASIS = "live-tensor peak + CUDA context"
+from graphmem.passes.device_parts import LIVE_PEAK_BASIS as LIVE_PEAK_BASIS
+from graphmem.passes.device_parts import Caveat as Caveat
+from graphmem.passes.device_parts import DevicePart as DevicePart
 
 
 @dataclass(frozen=True)
@@ -32,36 +32,6 @@ class CudaReserve:
 
     bytes: int
     source: str
-
-
-class DevicePart(StrEnum):
-    """What one part of a device total is: its code (the key of the JSON's `gpu.parts`); the
-    words for it are graphmem/report/words.py's, shared by every report."""
-
-    # a runtime model's device total (graphmem/pipeline/device_total.py runtime_parts)
-    TENSORS = "tensors"  # the tensors the runtime holds at its peak
-    RUNTIME_WEIGHTS = "runtime_weights"  # weights the runtime copied into its pool
-    RESIDENT = "resident"  # weights and inputs held outside the runtime's pool
-    ALLOCATOR = "allocator"  # rounding, cached segments or regions beyond the tensors
-    CONTEXT = "context"  # the CUDA context and the libraries' workspaces
-    SCRATCH = "scratch"  # a CPU runtime: the running kernel's scratch (im2col, oneDNN copies)
-    # no runtime model (dims free): graphmem's live-tensor peak + the context
-    LIVE_PEAK = "live_peak"
-    # a distributed job's rank (graphmem/distributed/strategies.py per_gpu_parts)
-    PARAMETERS = "parameters"
-    GRADIENTS = "gradients"
-    OPTIMIZER_STATE = "optimizer_state"
-    TEMPORARIES = "temporaries"
-    ACTIVATIONS = "activations"  # the rank's micro-batch
-    GATHERED = "gathered"
-    BUCKETS = "buckets"
-    RING_ATTENTION = "ring_attention"
-    NCCL = "nccl"
-    # a serving plan (graphmem/distributed/serving.py)
-    WEIGHTS = "weights"
-    STEP = "step"
-    CUDA_GRAPHS = "cuda_graphs"
-    KV_CACHE = "kv_cache"
 
 
 @dataclass(frozen=True)
@@ -104,16 +74,6 @@ class FitPart:
     def key(self) -> str:
         """The part's code as the JSON names it."""
         return str(self.part)
-
-
-class Caveat(StrEnum):
-    """Which way a verdict's number may be wrong: its code (the JSON's `gpu.caveat_code`); the
-    words are graphmem/report/words.py's."""
-
-    ORT_CUDA_MODEL = "ort_cuda_model"  # a model, cuDNN's convolution workspaces left out
-    TORCH_CUDA_WORKSPACES = "torch_cuda_workspaces"  # cuDNN and kernels' temporaries left out
-    LIVE_PEAK = "live_peak"  # the live-tensor peak leaves out the allocator: a floor
-    PER_RANK_PLAN = "per_rank_plan"  # the distributed plan's tensors, one GPU's allocator
 
 
 @dataclass(frozen=True)

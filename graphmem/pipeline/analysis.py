@@ -15,20 +15,20 @@ from graphmem.core.ir import Graph
 from graphmem.core.peak_formula import Formula
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.core.symbolic import SymInt
-from graphmem.frontends.torch.kernel_choice import KernelChoice
 from graphmem.passes.costs import CostReport
 from graphmem.passes.dims import DimBinding
-from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult
 from graphmem.passes.modules import ModuleReport
 from graphmem.passes.params import ParamReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the results of what an analysis was asked for (a GPU, a PyTorch step)
     from graphmem.core.ort_view import OrtGraphSource
     from graphmem.distributed.kv_cache import KvCacheReport
     from graphmem.distributed.ranks import DistributedReport
     from graphmem.frontends.torch.finetune import FinetuneReport
+    from graphmem.frontends.torch.kernel_choice import KernelChoice
     from graphmem.passes.arena import ArenaPlan
+    from graphmem.passes.fit import GpuFit
     from graphmem.passes.max_batch import MaxBatchResult
     from graphmem.passes.roofline import RooflineResult
     from graphmem.passes.schedule import ScheduleResult

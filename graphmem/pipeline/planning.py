@@ -15,35 +15,26 @@ from typing import TYPE_CHECKING
 
 from graphmem.core.progress import steps
 from graphmem.core.symbolic import SymInt
-from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.arena import plan_arena
 from graphmem.passes.dims import data_sized_dims, invented_dims, value_bytes
-from graphmem.passes.fit import CudaReserve, GpuFit, fit_on_gpu
-from graphmem.passes.max_batch import MaxBatchResult, find_max_batch, not_solved
 from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
     plan_dims,
 )
-from graphmem.passes.roofline import (
-    RooflineResult,
-    estimate_roofline,
-)
 from graphmem.passes.schedule import find_schedule
-from graphmem.pipeline.device_total import (
-    DeviceModel,
-    DeviceTotalProbe,
-    Reanalyze,
-    device_estimate,
-    device_fit,
-    gpu_runtime,
-)
-from graphmem.pipeline.dim_probe import DimProbe, UnresolvedPeak, costs_bound
 from graphmem.pipeline.request import SweepRequest
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the GPU's table, fit, roofline, largest batch and runtime model, and the
+    # dim probes: imported where a GPU is named or a sweep asked for
+    from graphmem.devices.gpus import GpuSpec
+    from graphmem.passes.fit import CudaReserve, GpuFit
+    from graphmem.passes.max_batch import MaxBatchResult
+    from graphmem.passes.roofline import RooflineResult
     from graphmem.pipeline.analysis import Analysis
+    from graphmem.pipeline.device_total import DeviceModel, DeviceTotalProbe, Reanalyze
+    from graphmem.pipeline.dim_probe import DimProbe
 
 # Reanalyze: the whole bound analysis at given dims, as `graphmem analyze` with them bound
 # runs it (graphmem/pipeline/run.py supplies it: the same request with these dims, unplanned).
@@ -101,19 +92,33 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     schedule = find_schedule(graph, sizes, analysis.liveness, binding.bound, model)
     arena = plan_arena(model)
     roofline = None
-    if gpu is not None and costs_bound(analysis.costs):
-        roofline = estimate_roofline(graph, analysis.costs, gpu, binding.bound, binding.batch_dim)
+    if gpu is not None:
+        roofline = _roofline(analysis, gpu)
     max_batch = None
     if gpu is not None and analysis.fit is not None:
         max_batch = solve_max_batch(analysis, analysis.fit.usable_bytes, reanalyze,
                                     sizes=sizes, model=model)
     sweep_result = None
     if sweep is not None and sweep_dim is not None:
+        from graphmem.pipeline.dim_probe import DimProbe
+
         usable = analysis.fit.usable_bytes if analysis.fit else None
         probe = DimProbe(analysis, sweep_dim, reanalyze, sizes, model)
         sweep_result = probe.sweep(sweep.values, gpu, usable)
     return dataclasses.replace(analysis, schedule=schedule, arena=arena, roofline=roofline,
                                max_batch=max_batch, sweep=sweep_result, reanalyze=reanalyze)
+
+
+def _roofline(analysis: Analysis, gpu: GpuSpec) -> RooflineResult | None:
+    """The roofline on `gpu` where every count is a number."""
+    from graphmem.passes.roofline import estimate_roofline
+    from graphmem.pipeline.dim_probe import costs_bound
+
+    if not costs_bound(analysis.costs):
+        return None
+    binding = analysis.dims
+    return estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
+                             binding.batch_dim)
 
 
 def probed_dims(*dims: str | None) -> frozenset[str]:
@@ -149,6 +154,9 @@ def solve_max_batch(analysis: Analysis, usable_bytes: int, reanalyze: Reanalyze 
                     model: MemoryModel | None = None) -> MaxBatchResult:
     """The largest batch whose live-tensor peak fits `usable_bytes` (with a GPU, the guess
     `solve_on_device` starts from); `probe` may be shared between GPUs."""
+    from graphmem.passes.max_batch import find_max_batch, not_solved
+    from graphmem.pipeline.dim_probe import DimProbe, UnresolvedPeak
+
     batch_dim = analysis.dims.batch_dim
     if batch_dim is None:
         reason = analysis.dims.batch_note or "the model's inputs have no batch axis"
@@ -185,6 +193,9 @@ def solve_on_device(analysis: Analysis, guess: MaxBatchResult, device: DeviceMod
     The line runs through the device totals at the guess and at `seen` where both are known:
     onnxruntime's arena grows in doubling regions, so the total climbs in steps whose average
     slope the live peak's own slope at the guess (the line otherwise) can miss by far."""
+    from graphmem.passes.max_batch import find_max_batch
+    from graphmem.pipeline.device_total import DeviceTotalProbe
+
     if guess.max_batch is None or guess.batch_dim is None:
         return dataclasses.replace(guess, limit_bytes=device.capacity_bytes, basis=device.basis)
     probe = probe or DeviceTotalProbe(analysis, guess.batch_dim, device, reanalyze)
@@ -224,6 +235,8 @@ def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
                      rerun: Reanalyze | None = None) -> list[GpuRow]:
     """`analysis` (planned without a GPU) against every GPU of `gpus`: each GPU's verdict
     on its runtime model's device total, and the largest batch on it."""
+    from graphmem.pipeline.dim_probe import DimProbe
+
     binding = analysis.dims
     reanalyze = reanalyzer(analysis, probed_dims(binding.batch_dim), rerun)
     probe = None
@@ -243,13 +256,12 @@ def fits_on_each_gpu(analysis: Analysis, gpus: Sequence[GpuSpec],
 def _gpu_row(analysis: Analysis, gpu: GpuSpec, override: int | None,
              reanalyze: Reanalyze | None, probe: DimProbe | None) -> GpuRow:
     """One GPU's verdict, roofline and largest batch."""
+    from graphmem.pipeline.device_total import DeviceModel, gpu_runtime
+
     binding = analysis.dims
     device = DeviceModel(gpu_runtime(analysis), gpu, override)
     fit = _gpu_fit(analysis, device)
-    roofline = None
-    if costs_bound(analysis.costs):
-        roofline = estimate_roofline(analysis.graph, analysis.costs, gpu, binding.bound,
-                                     binding.batch_dim)
+    roofline = _roofline(analysis, gpu)
     max_batch = None
     if binding.batch_dim is not None:
         guess = solve_max_batch(analysis, fit.usable_bytes, reanalyze, probe)
@@ -258,6 +270,9 @@ def _gpu_row(analysis: Analysis, gpu: GpuSpec, override: int | None,
 
 
 def _gpu_fit(analysis: Analysis, device: DeviceModel) -> GpuFit:
+    from graphmem.passes.fit import fit_on_gpu
+    from graphmem.pipeline.device_total import device_estimate, device_fit
+
     if analysis.dims.free:
         return fit_on_gpu(device.gpu, analysis.liveness.peak_bytes, device.reserve)
     return device_fit(analysis, device_estimate(analysis, device), device)

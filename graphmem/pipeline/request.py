@@ -30,9 +30,8 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.spec import is_hf_config, is_model_spec
 from graphmem.passes.dims import check_dim_value
 from graphmem.pipeline.imports import ModelImports
-from graphmem.runtime_models.base import Runtime
-from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.select import check_ort_optimization, check_runtime
+from graphmem.runtime_models.vocabulary import ArenaExtend, Runtime
 
 # the options' own modules are imported where the option is given: an analysis asking for no
 # distributed job, serving, fine-tuning or GPU imports none of them

@@ -25,7 +25,6 @@ from graphmem.core.ir import Graph
 from graphmem.core.progress import stage
 from graphmem.core.routing import MoeRouting
 from graphmem.core.scratch import PRIVATE_FOLDERS, TORCH_CACHE_VARIABLE
-from graphmem.devices.gpus import GpuSpec, find_gpu, other_variants
 from graphmem.errors import GraphmemError
 from graphmem.frontends.imported import ImportedModel
 from graphmem.passes.costs import compute_costs
@@ -36,25 +35,26 @@ from graphmem.passes.dims import (
     sizes_follow_dims,
     value_bytes,
 )
-from graphmem.passes.fit import CudaReserve, fit_on_gpu
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.modules import group_by_module
 from graphmem.passes.params import PackedWeights, count_params, with_packed_weights
 from graphmem.passes.routed_dims import bind_routed, routing_warning
 from graphmem.pipeline.analysis import Analysis, ModelInfo, TrainingInfo
-from graphmem.pipeline.device_total import Reanalyze
 from graphmem.pipeline.extras import with_distributed_request, with_kv_request
 from graphmem.pipeline.imports import ModelImports
 from graphmem.pipeline.planning import GpuRow, fits_on_each_gpu, with_plans
 from graphmem.pipeline.request import Request, SweepRequest, rerun_request
-from graphmem.pipeline.runtime import with_runtime_request
 from graphmem.pipeline.runtime_levers import with_runtime_levers
 from graphmem.pipeline.suggestions import with_suggestions
-from graphmem.pipeline.verdict import with_distributed_verdict as with_verdict_distributed
 
-if TYPE_CHECKING:  # an ONNX model's file (a PyTorch command imports no onnx)
+if TYPE_CHECKING:  # an ONNX model's file (a PyTorch command imports no onnx); the GPU's
+    # table and fit, the runtime model and the verdict: imported where a GPU is named
+    from graphmem.core.symbolic import SymInt
+    from graphmem.devices.gpus import GpuSpec
     from graphmem.frontends.onnx.runtime_inputs import OnnxFile
     from graphmem.frontends.torch.finetune import FinetuneReport, Nf4Summary
+    from graphmem.passes.fit import CudaReserve, GpuFit
+    from graphmem.pipeline.device_total import Reanalyze
 
 
 def analyze(request: Request) -> Analysis:
@@ -63,7 +63,7 @@ def analyze(request: Request) -> Analysis:
         PRIVATE_FOLDERS.claim(TORCH_CACHE_VARIABLE)
     request.check()
     request = resolve(request)
-    gpu = find_gpu(request.gpu) if request.gpu else None
+    gpu = _gpu(request.gpu)
     with stage("tracing the model" if request.is_torch else "reading the model"):
         imported, binding, finetune = _imported(request)
     # the passes allocate in bulk: no cyclic collections meanwhile (core/collector.py)
@@ -79,12 +79,41 @@ def analyze(request: Request) -> Analysis:
     with stage("suggestions"):
         analysis = with_suggestions(analysis, request, analyze)
     with stage("runtime model"), collector_paused():
-        analysis = with_runtime_request(analysis, request, gpu)
+        analysis = _with_runtime(analysis, request, gpu)
     with stage("runtime options"):
         analysis = with_runtime_levers(analysis, request, analyze)
     analysis = with_verdict_distributed(with_distributed_request(analysis, request),
                                         request.cuda_reserve_bytes)
     return _with_serving_verdict(with_kv_request(analysis, request))
+
+
+def _gpu(name: str | None) -> GpuSpec | None:
+    """The GPU named (its table imported only then)."""
+    if name is None:
+        return None
+    from graphmem.devices.gpus import find_gpu
+
+    return find_gpu(name)
+
+
+def _with_runtime(analysis: Analysis, request: Request, gpu: GpuSpec | None) -> Analysis:
+    """The runtime model and the verdict (pipeline/runtime.py), imported where asked for."""
+    if gpu is None and request.runtime is None:
+        return analysis  # with_runtime_request's answer without them: nothing to model
+    from graphmem.pipeline.runtime import with_runtime_request
+
+    return with_runtime_request(analysis, request, gpu)
+
+
+def with_verdict_distributed(analysis: Analysis, cuda_reserve_bytes: int | None = None
+                             ) -> Analysis:
+    """pipeline/verdict.py `with_distributed_verdict` where a distributed job has a GPU's
+    verdict (its answer otherwise: the analysis unchanged)."""
+    if analysis.distributed is None or analysis.fit is None:
+        return analysis
+    from graphmem.pipeline.verdict import with_distributed_verdict
+
+    return with_distributed_verdict(analysis, cuda_reserve_bytes)
 
 
 def _with_serving_verdict(analysis: Analysis) -> Analysis:
@@ -156,6 +185,7 @@ def _serving_step(request: Request, module: object, batch: int | None, seq: int 
     """Under --serve with no shape given, the step vLLM profiles at start: one prompt of
     max_num_batched_tokens tokens (--max-batched-tokens, else its default on the GPU; at
     most the model's positions), and the note that says so; else the shape as given."""
+    from graphmem.devices.gpus import find_gpu
     from graphmem.distributed.engines import default_step_tokens
     from graphmem.frontends.torch.hf_config import max_positions
 
@@ -307,7 +337,7 @@ def import_torch_model(request: Request) -> tuple[ImportedModel, FinetuneReport 
     pooled = [(head.path, head.positions) for head in request.pooled_heads]
     training = request.training
     # a CUDA GPU named: the step as its CUDA kernels would run it (docs/cuda-trace.md)
-    cuda = cuda_target(find_gpu(request.gpu)) if request.gpu else None
+    cuda = cuda_target(gpu) if (gpu := _gpu(request.gpu)) else None
 
     def trace() -> tuple[ImportedModel, FinetuneReport | None]:
         with weight_quantized(request.model, request.weights) as quantized, fine_tuned(
@@ -356,6 +386,8 @@ def _gpu_choice(name: str | None) -> tuple[str, ...]:
     took the SXM part without a word; `--gpu a100`, 40 or 80 GB, is refused)."""
     if name is None:
         return ()
+    from graphmem.devices.gpus import find_gpu, other_variants
+
     others = other_variants(name)
     if not others:
         return ()
@@ -383,6 +415,8 @@ def run_passes(
     liveness = analyze_liveness(graph, sizes, dims=binding.bound)
     reserve = None
     if cuda_reserve_bytes is not None:
+        from graphmem.passes.fit import CudaReserve
+
         reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")
     costs = compute_costs(graph, binding)
     analysis = Analysis(
@@ -392,7 +426,7 @@ def run_passes(
         params=count_params(graph),
         costs=costs,
         liveness=liveness,
-        fit=fit_on_gpu(gpu_spec, liveness.peak_bytes, reserve) if gpu_spec else None,
+        fit=_fit(gpu_spec, liveness.peak_bytes, reserve),
         graph=graph,
         training=training,
         modules=group_by_module(graph, costs, liveness, module_depth),
@@ -401,11 +435,22 @@ def run_passes(
     return with_plans(analysis, gpu_spec, sweep, sizes, rerun) if plan else analysis
 
 
+def _fit(gpu: GpuSpec | None, peak_bytes: SymInt, reserve: CudaReserve | None) -> GpuFit | None:
+    """The live-peak verdict on `gpu` (the GPU fit imported only with a GPU)."""
+    if gpu is None:
+        return None
+    from graphmem.passes.fit import fit_on_gpu
+
+    return fit_on_gpu(gpu, peak_bytes, reserve)
+
+
 def fits_on_gpus(request: Request, gpus: Sequence[GpuSpec], cuda_reserve_bytes: int | None
                  ) -> tuple[Analysis, list[GpuRow]]:
     """`graphmem gpus --fits`: the model analysed without a GPU, against each of `gpus`."""
     request = resolve(request)  # its re-runs share the one import
     analysis = analyze(replace(request, gpu=None, plan=False))
+    from graphmem.passes.fit import CudaReserve
+
     reserve = None
     if cuda_reserve_bytes is not None:
         reserve = CudaReserve(cuda_reserve_bytes, "given with --cuda-reserve")

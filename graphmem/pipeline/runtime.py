@@ -11,16 +11,17 @@ all bound, and onnxruntime's view of an ONNX file from the front end's `runtime_
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from graphmem.devices.gpus import GpuSpec
-from graphmem.pipeline import device_total
 from graphmem.pipeline.analysis import Analysis
 from graphmem.pipeline.request import Request
-from graphmem.pipeline.verdict import with_verdict
-from graphmem.runtime_models.base import AUTO_OPTIMIZE_INITIALIZER_BYTES, RuntimeEstimate
-from graphmem.runtime_models.bfc_arena import ArenaExtend
 from graphmem.runtime_models.data_bounds import data_bounds
 from graphmem.runtime_models.select import check_runtime, default_runtime
+from graphmem.runtime_models.vocabulary import AUTO_OPTIMIZE_INITIALIZER_BYTES, ArenaExtend
+
+if TYPE_CHECKING:  # the GPU's and the runtime models': imported where an estimate is made
+    from graphmem.devices.gpus import GpuSpec
+    from graphmem.runtime_models.base import RuntimeEstimate
 
 __all__ = ["AUTO_OPTIMIZE_INITIALIZER_BYTES", "runtime_estimate", "with_runtime",
            "with_runtime_request"]
@@ -31,6 +32,8 @@ def with_runtime_request(analysis: Analysis, request: Request, gpu: GpuSpec | No
     """With a GPU (and not a bare re-run: planning, or a runtime asked for), the GPU's
     runtime model and the one verdict on it; else `request.runtime` (unchanged for None)."""
     if gpu is not None and (request.plan or request.runtime is not None):
+        from graphmem.pipeline.verdict import with_verdict
+
         return with_verdict(analysis, request, gpu)
     options = request.runtime
     if options is None:
@@ -74,6 +77,8 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
     models with up to AUTO_OPTIMIZE_INITIALIZER_BYTES of weights, the graph as written above.
     `arena_extend`: how onnxruntime's arena grows (ort-cpu, ort-cuda). `optimize_max_bytes`:
     an asked level's bound on the optimizing session's tensors (None: 2 GiB)."""
+    from graphmem.pipeline import device_total
+
     return device_total.runtime_estimate(
         analysis, runtime, gpu, cuda_reserve_bytes, threads, ort_optimization,
         auto_optimize_max_bytes=AUTO_OPTIMIZE_INITIALIZER_BYTES, ort_arena_extend=arena_extend,

@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING
 
 from graphmem.core.units import format_bytes
 from graphmem.pipeline.analysis import Analysis, size_of
-from graphmem.pipeline.device_total import gpu_runtime
 from graphmem.pipeline.request import Request, RuntimeOptions, SuggestOptions
-from graphmem.runtime_models.base import Runtime
-from graphmem.runtime_models.bfc_arena import ArenaExtend
+from graphmem.runtime_models.vocabulary import ArenaExtend, Runtime
 
 if TYPE_CHECKING:  # the suggestion cards: imported where suggestions were made
     from graphmem.suggest.cards import RuntimeLever
@@ -48,7 +46,11 @@ def runtime_levers(analysis: Analysis, request: Request, analyze: Analyze
                    ) -> tuple[tuple[RuntimeLever, ...], tuple[str, ...]]:
     """The levers that help, and a note for each one tried that does not."""
     options = request.runtime or RuntimeOptions()
-    if (analysis.fit is None or gpu_runtime(analysis, options.name) != Runtime.ORT_CUDA
+    if analysis.fit is None:
+        return (), ()
+    from graphmem.pipeline.device_total import gpu_runtime  # a GPU's verdict was read
+
+    if (gpu_runtime(analysis, options.name) != Runtime.ORT_CUDA
             or options.arena_extend is not ArenaExtend.NEXT_POWER_OF_TWO):
         return (), ()
     changed = analyze(replace(request, runtime=replace(

@@ -6,10 +6,11 @@ recomputed here."""
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from graphmem.devices.error_bands import ErrorBand
-from graphmem.passes.fit import GpuFit
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.devices.error_bands import ErrorBand
+    from graphmem.passes.fit import GpuFit
 
 _PATH_WORDS = {"ort-cuda": "onnxruntime CUDA", "torch-cuda-inference": "torch-cuda inference",
                "torch-cuda-training": "torch-cuda training", "serving": "the serving plan",

@@ -18,9 +18,12 @@ import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from graphmem.passes.costs import CostReport, NodeCost
-from graphmem.passes.roofline import NodeTime, RooflineResult
+
+if TYPE_CHECKING:  # a GPU's roofline: imported where the analysis has one
+    from graphmem.passes.roofline import NodeTime, RooflineResult
 
 # the cost fields a row writes, besides the node's name and module path
 _COST_FIELDS = attrgetter("op_type", "domain", "output_shapes", "status", "note", "macs",

@@ -8,10 +8,12 @@ by" is what the step lacks; this line says where, on this GPU, the run would sto
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.core.units import format_bytes
-from graphmem.passes.fit import OutOfMemoryAt
+
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.passes.fit import OutOfMemoryAt
 
 
 def out_of_memory_text(oom: OutOfMemoryAt) -> str:

@@ -7,10 +7,10 @@ the roofline times it at the FP32 rate, and the user should hear it before choos
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from graphmem.devices.gpus import find_gpu
-from graphmem.passes.roofline import RooflineResult
+if TYPE_CHECKING:  # a GPU's roofline: imported where the analysis has one
+    from graphmem.passes.roofline import RooflineResult
 
 _FAST = ("float16", "bfloat16")
 
@@ -19,6 +19,8 @@ def precision_warnings(roofline: RooflineResult | None) -> tuple[str, ...]:
     """One line per reduced precision the GPU does not accelerate, with its share of FLOPs."""
     if roofline is None or not roofline.unaccelerated_flops:
         return ()
+    from graphmem.devices.gpus import find_gpu
+
     gpu = find_gpu(roofline.gpu_name)
     total = sum(t.flops for t in roofline.nodes)
     lines = []

@@ -4,14 +4,19 @@ so one number carries one label in every report (tests/test_words.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from graphmem.core.units import format_bytes
-from graphmem.passes.fit import Caveat, DevicePart, FitPart, KvPool, Split, WeightsApart
-from graphmem.runtime_models.base import (
-    CachingAllocatorFacts,
-    LargestScratch,
-    Runtime,
-    RuntimeEstimate,
-)
+from graphmem.passes.device_parts import Caveat, DevicePart
+from graphmem.runtime_models.vocabulary import Runtime
+
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.passes.fit import FitPart
+    from graphmem.runtime_models.base import (
+        CachingAllocatorFacts,
+        LargestScratch,
+        RuntimeEstimate,
+    )
 
 PART_LABELS: dict[DevicePart, str] = {
     DevicePart.TENSORS: "tensors at peak",
@@ -93,6 +98,8 @@ RUNTIME_COUNTS: dict[Runtime, str] = {
 
 def part_label(part: FitPart) -> str:
     """The one label of `part`: its code's words and the numbers of its detail."""
+    from graphmem.passes.fit import KvPool, Split, WeightsApart
+
     detail = part.detail
     if isinstance(detail, WeightsApart):
         return ACTIVATIONS_AT_PEAK

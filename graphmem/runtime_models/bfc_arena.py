@@ -31,8 +31,9 @@ import bisect
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import NamedTuple
+
+from graphmem.runtime_models.vocabulary import ArenaExtend as ArenaExtend  # handed on
 
 MIN_ALLOCATION_BYTES = 256
 INITIAL_REGION_BYTES = 1 << 20  # DEFAULT_INITIAL_CHUNK_SIZE_BYTES
@@ -47,13 +48,6 @@ def _float32(value: float) -> float:
 
 
 BACKPEDAL_FACTOR = _float32(0.9)  # kBackpedalFactor = 0.9f
-
-
-class ArenaExtend(StrEnum):
-    """How the arena sizes a new region (onnxruntime's ArenaExtendStrategy)."""
-
-    NEXT_POWER_OF_TWO = "next-power-of-two"  # kNextPowerOfTwo (0), onnxruntime's default
-    SAME_AS_REQUESTED = "same-as-requested"  # kSameAsRequested (1)
 
 
 class ArenaEvent(NamedTuple):

@@ -22,20 +22,15 @@ from graphmem.core.conventions import closed
 from graphmem.core.ir import Graph
 from graphmem.core.ort_view import OptimizedOrtGraph
 from graphmem.core.symbolic import SymInt
-from graphmem.devices.gpus import GpuSpec
 from graphmem.errors import GraphmemError
 from graphmem.passes.dims import value_bytes
-from graphmem.runtime_models.base import (
-    ORT_OPTIMIZATION_LEVELS,
-    Runtime,
-    RuntimeContext,
-    RuntimeEstimate,
-    RuntimeModel,
-    default_threads,
-)
 from graphmem.runtime_models.data_bounds import DataBounds, carried_counts, data_bounds
+from graphmem.runtime_models.vocabulary import ORT_OPTIMIZATION_LEVELS, Runtime
 
-if TYPE_CHECKING:  # onnxruntime's plan: imported by the estimates that make one
+if TYPE_CHECKING:  # onnxruntime's plan: imported by the estimates that make one; the models'
+    # types and the GPU's: imported by the estimates (a check of the options needs neither)
+    from graphmem.devices.gpus import GpuSpec
+    from graphmem.runtime_models.base import RuntimeContext, RuntimeEstimate, RuntimeModel
     from graphmem.runtime_models.ort_cpu import PlanShape
 
 
@@ -81,6 +76,7 @@ class OrtCpu(_Model):
         """Above "disabled", onnxruntime's optimized graph is planned, else the graph as
         written; no level: "all" for models up to `context.auto_optimize_max_bytes` of
         weights, the graph as written above."""
+        from graphmem.runtime_models.base import default_threads
         from graphmem.runtime_models.ort_cpu import ort_cpu_estimate
         from graphmem.runtime_models.ort_sizes import fill_unknown_sizes
 

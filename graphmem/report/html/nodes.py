@@ -14,14 +14,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from markupsafe import Markup
 
 from graphmem.core.safe_text import NAME_MAX_CHARS, printable, printable_text
 from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.passes.costs import CostReport, CostStatus, NodeCost, qualified_op
-from graphmem.passes.roofline import NodeTime, RooflineResult
 from graphmem.report.html.quantity import (
     Quantity,
     bytes_quantity,
@@ -30,6 +29,9 @@ from graphmem.report.html.quantity import (
     percent,
 )
 from graphmem.report.node_kinds import shared_node_kinds
+
+if TYPE_CHECKING:  # a GPU's roofline: imported where the analysis has one
+    from graphmem.passes.roofline import NodeTime, RooflineResult
 
 MAX_NODE_ROWS = 500  # rows written as HTML; the script shows them all
 PAGE_ROWS = 100  # rows per page when the script runs

@@ -3,14 +3,15 @@ on one bar against the GPU's capacity, from graphmem/runtime_models (RuntimeEsti
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from graphmem.core.safe_text import printable_text
-from graphmem.passes.fit import GpuFit
-from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.html.quantity import Quantity, bytes_quantity, percent
 from graphmem.report.words import counts_text, part_label, runtime_notes
-from graphmem.runtime_models.base import RuntimeEstimate
+
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.passes.fit import GpuFit
+    from graphmem.runtime_models.base import RuntimeEstimate
 
 
 class RuntimePart(NamedTuple):
@@ -35,6 +36,8 @@ class RuntimeView(NamedTuple):
 def runtime_view(estimate: RuntimeEstimate | None, fit: GpuFit | None) -> RuntimeView | None:
     if estimate is None:
         return None
+    from graphmem.pipeline.device_total import runtime_parts
+
     capacity = fit.capacity_bytes if fit else None
     total = estimate.device_total_bytes
     scale = max(total, capacity or 0, 1)

@@ -7,17 +7,15 @@ Built from the typed results of the Analysis: liveness, costs, params, fit, max 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from graphmem.core.conventions import PROBE_DIM_VALUE, ROLE_KEYS
 from graphmem.core.peak_formula import Formula
 from graphmem.core.safe_text import dims_text, printable, printable_text
 from graphmem.core.units import format_bytes, format_rate
 from graphmem.passes.costs import CostStatus
-from graphmem.passes.fit import DevicePart, GpuFit
-from graphmem.passes.max_batch import MaxBatchResult
+from graphmem.passes.device_parts import DevicePart
 from graphmem.pipeline.analysis import Analysis
-from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.error_band import band_text, tight_text
 from graphmem.report.html.quantity import (
     Quantity,
@@ -30,7 +28,11 @@ from graphmem.report.html.quantity import (
 from graphmem.report.out_of_memory import out_of_memory_text
 from graphmem.report.precision import precision_warnings
 from graphmem.report.words import caveat_text, part_label
-from graphmem.runtime_models.base import RuntimeEstimate
+
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.passes.fit import GpuFit
+    from graphmem.passes.max_batch import MaxBatchResult
+    from graphmem.runtime_models.base import RuntimeEstimate
 
 
 class Fact(NamedTuple):
@@ -250,6 +252,8 @@ def _at_max_fields(at_max: RuntimeEstimate | None, max_batch: MaxBatchResult | N
                    ) -> dict[str, Any]:
     if at_max is None or max_batch is None or not max_batch.max_batch:
         return {}
+    from graphmem.pipeline.device_total import runtime_parts
+
     return {
         "at_max_dims": f"{printable(max_batch.batch_dim or '')}={max_batch.max_batch:,}",
         "at_max_basis": printable_text(max_batch.basis),

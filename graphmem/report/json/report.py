@@ -9,11 +9,11 @@ maximum of its candidates: `memory.peak_bytes` as sympy text ("Max(a, b)"), and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.json_schema import ANALYSIS_KEYS, DIMS_KEYS, SCHEMA_VERSION
@@ -22,10 +22,8 @@ from graphmem.core.peak_formula import Formula
 from graphmem.core.symbolic import SymInt
 from graphmem.core.version import __version__
 from graphmem.passes.costs import CostStatus, NodeCost
-from graphmem.passes.fit import GpuFit
 from graphmem.passes.liveness import LivenessResult, LiveTensor
 from graphmem.passes.modules import ModuleReport
-from graphmem.passes.roofline import NodeTime
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.error_band import band_json
 from graphmem.report.json.distributed import distributed_config, distributed_memory
@@ -38,6 +36,10 @@ from graphmem.report.json.suggestions import suggestions_json
 from graphmem.report.node_kinds import shared_node_kinds
 from graphmem.report.out_of_memory import out_of_memory_json
 from graphmem.report.words import caveat_text
+
+if TYPE_CHECKING:  # a GPU's verdict and roofline: imported where the analysis has them
+    from graphmem.passes.fit import GpuFit
+    from graphmem.passes.roofline import NodeTime
 
 __all__ = ["ANALYSIS_KEYS", "DIMS_KEYS", "ROLE_KEYS", "SCHEMA_VERSION", "quantity", "to_dict",
            "to_json_text", "write_json"]
@@ -145,9 +147,18 @@ def _memory(liveness: LivenessResult, lazy_rows: bool = False) -> dict[str, Any]
         },
         "live_at_peak": (_LiveRows(liveness.live_at_peak) if lazy_rows
                          else [_live(t) for t in liveness.live_at_peak]),
-        "timeline_bytes": [quantity(s) for s in liveness.live_bytes_per_step],
+        "timeline_bytes": _quantities(liveness.live_bytes_per_step),
         "order": list(liveness.order),
     }
+
+
+def _quantities(sizes: Sequence[SymInt]) -> list[int | str]:
+    """`quantity` of each size: `int` of each where all are numbers (a bound graph's 10^5
+    steps), which is what `quantity` writes for a number."""
+    try:
+        return list(map(int, sizes))
+    except ValueError:  # a size in free dims (SymInt.__int__): formulas where they are
+        return [quantity(size) for size in sizes]
 
 
 def _modules(report: ModuleReport) -> dict[str, Any]:

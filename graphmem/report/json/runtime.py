@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from graphmem.report.out_of_memory import out_of_memory_json
 from graphmem.report.words import counts_text, runtime_notes
-from graphmem.runtime_models.base import RuntimeEstimate
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
+    from graphmem.runtime_models.base import RuntimeEstimate
 
 
 def runtime_memory(analysis: Analysis) -> dict[str, Any]:

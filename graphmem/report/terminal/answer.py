@@ -5,6 +5,7 @@ liveness, the module report, the suggestions); nothing is recomputed here."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -12,14 +13,17 @@ from graphmem.core.conventions import ROLE_KEYS
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun, format_bytes
-from graphmem.passes.fit import LIVE_PEAK_BASIS, DevicePart, FitPart, GpuFit
-from graphmem.passes.max_batch import MaxBatchResult
+from graphmem.passes.device_parts import LIVE_PEAK_BASIS, DevicePart
 from graphmem.passes.modules import TOP
 from graphmem.pipeline.analysis import Analysis
-from graphmem.pipeline.device_total import runtime_parts
 from graphmem.report.error_band import range_text, tight_text
 from graphmem.report.terminal.formulas import peak_text, probe_value, size_text
 from graphmem.report.words import part_label, runtime_name
+
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.passes.fit import FitPart, GpuFit
+    from graphmem.passes.max_batch import MaxBatchResult
+    from graphmem.runtime_models.base import RuntimeEstimate
 
 ROLES_SHOWN = 5
 MODULES_SHOWN = 3  # the answer stays within 20 lines (tests/test_terminal_samples.py)
@@ -107,7 +111,7 @@ def memory_table(analysis: Analysis) -> Table:
         runtime = runtime_name(at_max.runtime)
         _group(table, f"on the GPU at {markup(batch.batch_dim)}={batch.max_batch:,}"
                f" ({runtime})", SymInt.const(at_max.device_total_bytes),
-               _labelled(runtime_parts(at_max)))
+               _labelled(_runtime_parts(at_max)))
     elif fit is not None:  # the live peak is the next group: not repeated as a part
         _group(table, f"on the GPU ({_basis(fit)})", fit.required_bytes,
                _labelled(p for p in fit.parts if p.part is not DevicePart.LIVE_PEAK))
@@ -117,10 +121,17 @@ def memory_table(analysis: Analysis) -> Table:
         runtime = runtime_name(estimate.runtime)
         _group(table, f"in the process ({runtime} model)",
                SymInt.const(estimate.device_total_bytes),
-               _labelled(runtime_parts(estimate)))
+               _labelled(_runtime_parts(estimate)))
     _roles(table, analysis)
     _modules(table, analysis)
     return table
+
+
+def _runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
+    """A runtime estimate's parts (pipeline/device_total.py, imported where there is one)."""
+    from graphmem.pipeline.device_total import runtime_parts
+
+    return runtime_parts(estimate)
 
 
 def _labelled(parts: Iterable[FitPart]) -> list[tuple[str, SymInt]]:

@@ -7,17 +7,21 @@ column gets, and numbers wrap only at spaces.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from graphmem.core.safe_text import markup, markup_text, shorten
 from graphmem.core.units import format_bytes
-from graphmem.passes.fit import GpuFit
 from graphmem.passes.modules import TOP, ModuleReport
 from graphmem.pipeline.analysis import Analysis
 from graphmem.report.error_band import band_text
 from graphmem.report.precision import precision_warnings
 from graphmem.report.terminal.formulas import count_text, peak_text, size_text
+
+if TYPE_CHECKING:  # a GPU's verdict and runtime model: imported where the analysis has one
+    from graphmem.passes.fit import GpuFit
 
 LIVE_ROWS = 8
 MIN_NAME_CHARS = 12

@@ -9,11 +9,10 @@ from rich.table import Table
 
 from graphmem.core.safe_text import markup_text
 from graphmem.core.units import format_bytes
-from graphmem.passes.fit import DevicePart
-from graphmem.pipeline.device_total import runtime_parts
+from graphmem.passes.device_parts import DevicePart
 from graphmem.report.out_of_memory import out_of_memory_text
 from graphmem.report.words import caveat_text, part_label, runtime_title
-from graphmem.runtime_models.base import Runtime
+from graphmem.runtime_models.vocabulary import Runtime
 
 if TYPE_CHECKING:
     from graphmem.pipeline.analysis import Analysis
@@ -56,6 +55,8 @@ def print_runtime(analysis: Analysis, console: Console) -> None:
         if note:
             console.print(f"[yellow]runtime:[/] {markup_text(note)}")
         return
+    from graphmem.pipeline.device_total import runtime_parts  # the estimate's parts
+
     runtime = Runtime(estimate.runtime)
     explain = _EXPLAIN[runtime]
     table = Table(title=f"runtime: {runtime_title(runtime)}",
