@@ -29,7 +29,7 @@ constrain the order.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -369,9 +369,11 @@ def lifetimes(model: MemoryModel, order: Sequence[int],
     (`events`: the order's `step_events`, if at hand)."""
     events = events or step_events(model, order)
     steps = events.order
-    # node -> its step: the inverse permutation, sorting the steps by the node each runs
-    position = sorted(range(len(steps)), key=steps.__getitem__)
-    firsts = map(position.__getitem__, model.producer)
+    if in_model_order(events):  # node i runs at step i: a buffer starts at its producer
+        firsts: Iterable[int] = model.producer
+    else:  # node -> its step: the inverse permutation, sorting the steps by the node each runs
+        position = sorted(range(len(steps)), key=steps.__getitem__)
+        firsts = map(position.__getitem__, model.producer)
     return [(first, last if last > first else first)
             for first, last in zip(firsts, events.last_step, strict=True)]
 
