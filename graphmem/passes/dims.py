@@ -136,12 +136,16 @@ def unknown_shapes(graph: Graph) -> int:
     return sum(1 for node in graph.nodes for value in node.outputs if not value.shape_known)
 
 
-def invented_dims(graph: Graph) -> frozenset[str]:
+def invented_dims(graph: Graph, free: frozenset[str] | None = None,
+                  sized: frozenset[str] | None = None) -> frozenset[str]:
     """Free dims no input has: shape inference named them for sizes it could not follow, and
     binding the inputs' dims does not set them. A data-sized count (`data_sized_dims`) is not
     one: no shape inference follows it, at any dims; the dims binding sizes it (a router's
-    choices, passes/routed_dims.py) or the runtime models bound it (data_bounds.py)."""
-    return graph.free_dims() - set(graph.input_dims_in_order()) - data_sized_dims(graph)
+    choices, passes/routed_dims.py) or the runtime models bound it (data_bounds.py).
+    `free`, `sized`: the graph's `free_dims()` and `data_sized_dims`, where already found."""
+    free = graph.free_dims() if free is None else free
+    sized = data_sized_dims(graph) if sized is None else sized
+    return free - set(graph.input_dims_in_order()) - sized
 
 
 # ops whose output size is the data's, not the shapes': NonZero x -> [rank(x), n], n the count

@@ -137,11 +137,12 @@ def _choose_peak(steps: list[SymInt]) -> tuple[int, list[SymInt]]:
 def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
-    touches, sizes, numbers = buffers.touches, sweep.buffer_sizes, sweep.numbers
-    if resident_bytes.is_constant and numbers is not None:
+    touches, sizes = buffers.touches, sweep.buffer_sizes
+    if resident_bytes.is_constant and sweep.buffers is buffers and (
+            numbers := sweep.working_sets) is not None:
         # a bound graph: the working sets as numbers (exact: a 4-bit tensor's halves), the
-        # first largest (as `_choose_peak`)
-        totals = [sum(map(numbers.__getitem__, touches[node])) for node in sweep.events.order]
+        # first largest (as `_choose_peak`); the plans' model reads the same list
+        totals = list(map(numbers.__getitem__, sweep.events.order))
         step = totals.index(max(totals))
         return resident_bytes + SymInt.const(totals[step]), step
     working_sets = [resident_bytes + sum_sizes(map(sizes.__getitem__, touches[node]))

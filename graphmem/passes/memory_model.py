@@ -114,6 +114,17 @@ class MemorySweep:
         return list(map(number.__getitem__, map(id, self.buffer_sizes)))
 
     @cached_property
+    def working_sets(self) -> list[Coefficient] | None:
+        """Each node's working set (the bytes of the buffers it touches; node i in the model
+        order) as numbers where every size is one, else None: the liveness's lower bound
+        and the plans' model read it (`buffers`: the graph's)."""
+        numbers, buffers = self.numbers, self.buffers
+        if numbers is None or buffers is None:
+            return None
+        get = numbers.__getitem__
+        return [sum(map(get, touched)) for touched in buffers.touches]
+
+    @cached_property
     def totals(self) -> list[Coefficient] | None:
         """`profile((residents,))`'s totals as numbers where every size is one, else None:
         swept once for the liveness and the plans of the same order."""
@@ -236,8 +247,13 @@ def build_memory_model(
     resident_names = tuple(map(_NAME, buffers.residents))
     resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
     totals = _same_totals(swept, nbytes, resident_bytes) if swept is not None else None
-    get = nbytes.__getitem__
-    working_sets = (sum(map(get, touched)) for touched in buffers.touches)
+    # where the sweep's numbers are these integers (totals found), so are its working sets
+    working_sets: Iterable[int] | None = (
+        cast(list[int], swept.working_sets) if swept is not None and totals is not None
+        else None)
+    if working_sets is None:
+        get = nbytes.__getitem__
+        working_sets = (sum(map(get, touched)) for touched in buffers.touches)
     return MemoryModel(
         node_names=tuple(map(_NAME, buffers.nodes)),
         resident_bytes=resident_bytes,
