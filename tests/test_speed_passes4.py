@@ -1,11 +1,14 @@
 """The analysing stage's shortcuts of 2026-11-29 (passes4) against the computations they
 replace: the roofline timed once per cost signature (roofline.py `estimate_roofline` reading
 costs.py's `CostReport.groups`), the nodes' working sets found once for the liveness's lower
-bound and the plans' model (memory_model.py `MemorySweep.working_sets`), the model order's
+bound and the plans' model (memory_model.py `MemorySweep.working_sets`), the model's sizes
+read off the liveness's sweep (`build_memory_model`), the live tensors' ranking by two stable
+sorts (liveness.py `_describe_live`), the model order's
 topological check (schedule.py `_starting_order`), and the graph's free dims found once for
 the re-analysis choice (planning.py `reanalyzer`), and the greedy pass's live bytes per step
 handed to the window search (schedule.py `greedy_search`, exact_schedule.py
-`refine_around_peak`)."""
+`refine_around_peak`), the greedy passes' counts by `map` (schedule.py `greedy_start`) and
+the moved nodes ranked by two stable sorts (`moved_nodes`)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,14 @@ from graphmem.passes.memory_model import (
     live_profile,
 )
 from graphmem.passes.roofline import estimate_roofline, node_rate_dtype
-from graphmem.passes.schedule import GREEDY_KEYS, _starting_order, greedy_search
+from graphmem.passes.schedule import (
+    GREEDY_KEYS,
+    _longest_increasing,
+    _starting_order,
+    greedy_search,
+    greedy_start,
+    moved_nodes,
+)
 from graphmem.pipeline.planning import reanalyzer
 from tests.builders import sizes_of
 from tests.helpers.graphs import copies_and_random_dag, random_dag, symbolic_random_dag
@@ -81,14 +91,21 @@ def test_costs_made_another_way_are_timed_by_their_objects() -> None:
 def test_working_sets_shared_with_the_model_are_its_own(seed: int) -> None:
     graph = random_dag(seed, node_count=80) if seed % 2 else symbolic_random_dag(seed)
     sizes = sizes_of(graph)
+    if seed % 3 == 0:  # some sizes unknown: 0 in the model, the sweep's zero object
+        rng = random.Random(seed)
+        sizes = {name: None if rng.random() < 0.2 else size for name, size in sizes.items()}
     dims = {name: 5 for name in graph.free_dims()}
     liveness = analyze_liveness(graph, sizes)
     sweep = liveness.sweep
-    assert sweep is not None
+    assert sweep is not None and sweep.sizes is sizes
     shared = build_memory_model(graph, sizes, dims, sweep)
     alone = build_memory_model(graph, sizes, dims)
-    assert shared.lower_bound_bytes == alone.lower_bound_bytes
-    assert type(shared.lower_bound_bytes) is int
+    # every field: the sizes read off the sweep, the lower bound from its working sets
+    assert shared == alone
+    assert all(type(n) is int for n in shared.buffer_bytes)
+    assert type(shared.lower_bound_bytes) is int and type(shared.resident_bytes) is int
+    # another mapping of the same sizes: read by name, the same model
+    assert build_memory_model(graph, dict(sizes), dims, sweep) == alone
     # the liveness's bound: residents + the first largest working set, as the plain sums
     buffers = sweep.buffers
     assert buffers is not None
@@ -155,3 +172,27 @@ def test_a_greedy_pass_sweeps_its_own_order(seed: int) -> None:
         # the window search from that order, with and without the pass's sweep
         assert refine_around_peak(model, found[0], profile=profile) == refine_around_peak(
             model, found[0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_moved_nodes_are_ranked_as_by_distance_then_step(seed: int) -> None:
+    rng = random.Random(seed)
+    order = list(range(rng.randint(0, 300)))
+    for _ in range(rng.randint(0, 40)):  # moves near and far: many equal distances
+        node = order.pop(rng.randrange(len(order))) if order else None
+        if node is not None:
+            order.insert(rng.randrange(len(order) + 1), node)
+    kept = _longest_increasing(order)
+    plain = sorted(((node, step) for step, node in enumerate(order) if node not in kept),
+                   key=lambda item: (-abs(item[1] - item[0]), item[1]))
+    assert moved_nodes(order) == (plain, len(plain))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_greedy_start_counts_are_the_plain_loops(seed: int) -> None:
+    graph = random_dag(seed, node_count=60) if seed % 2 else copies_and_random_dag(seed)
+    model = build_memory_model(graph, sizes_of(graph), {})
+    start = greedy_start(model)
+    assert start.waiting == [len(preds) for preds in model.predecessors]
+    assert start.pending == [len(users) for users in model.users]
+    assert start.pending_sum == [sum(users) for users in model.users]

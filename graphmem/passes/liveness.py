@@ -191,7 +191,8 @@ def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTens
     numbers: dict[int, int] = {}
     new = object.__new__
     tensors: list[LiveTensor] = []
-    keys: list[tuple[int, str, int]] = []
+    names: list[str] = []
+    sizes: list[int] = []  # at the probe
     for value, nbytes, keeper in live:  # positional: 10^5 graph inputs are live at once
         producer, shape = value.producer, value.shape
         key = (*map(id, shape),) if shape is not None else (-1,)
@@ -208,8 +209,13 @@ def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTens
                                producer=producer.name if producer is not None else None,
                                last_consumer=keeper.name if keeper is not None else None)
         tensors.append(tensor)
-        keys.append((-number, value.name, len(keys)))  # the position: a stable sort's ties
-    return tuple(tensors[key[2]] for key in sorted(keys))
+        names.append(value.name)
+        sizes.append(number)
+    # largest first, then by name, then in order: two stable sorts on one key each (a
+    # reversed sort keeps equal keys in order), no key tuple per tensor
+    ranked = sorted(range(len(tensors)), key=names.__getitem__)
+    ranked.sort(key=sizes.__getitem__, reverse=True)
+    return tuple(map(tensors.__getitem__, ranked))
 
 
 def _at_probe(size: SymInt, probe: Mapping[str, int]) -> int:

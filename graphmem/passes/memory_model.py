@@ -92,6 +92,10 @@ class MemorySweep:
     resident_sizes: tuple[SymInt, ...]  # per resident
     # what was swept: the plans reuse the graph's buffers rather than walk it again
     buffers: Buffers | None = dataclasses.field(default=None, repr=False, compare=False)
+    # and the sizes by value name it was swept at (the plans' model reads its buffers' and
+    # residents' sizes from the sweep where they are given the same mapping)
+    sizes: Mapping[str, SymInt | None] | None = dataclasses.field(default=None, repr=False,
+                                                                   compare=False)
 
     @property
     def order(self) -> list[Node]:
@@ -140,7 +144,7 @@ def sweep_buffers(buffers: Buffers, sizes: Mapping[str, SymInt | None],
     steps = buffers.steps(order) if order is not None else range(len(buffers.nodes))
     return MemorySweep(buffers.nodes, buffers.storages, buffers.allocates, buffers.residents,
                        step_events(buffers, steps), _sizes_or_zero(sizes, buffers.storages),
-                       _sizes_or_zero(sizes, buffers.residents), buffers)
+                       _sizes_or_zero(sizes, buffers.residents), buffers, sizes)
 
 
 def _sizes_or_zero(sizes: Mapping[str, SymInt | None], values: Sequence[Value]
@@ -239,13 +243,17 @@ def build_memory_model(
     if swept is not None and (swept.buffers is not buffers or not in_model_order(swept.events)):
         swept = None  # another order's, or another graph's: its events and totals are not kept
     buffer_names = tuple(map(_NAME, buffers.storages))
-    nbytes = _numbers(list(map(sizes.get, buffer_names)), dims)
+    # the sweep's sizes are these names' (an unknown one its zero: evaluated to 0, as None)
+    reuse = swept is not None and swept.sizes is sizes
+    nbytes = _numbers(list(swept.buffer_sizes) if swept is not None and reuse
+                      else list(map(sizes.get, buffer_names)), dims)
     users: list[list[int]] = [[] for _ in buffers.storages]
     for node, kept in enumerate(buffers.uses):
         for buffer in kept:
             users[buffer].append(node)
     resident_names = tuple(map(_NAME, buffers.residents))
-    resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
+    resident_bytes = sum(_numbers(list(swept.resident_sizes) if swept is not None and reuse
+                                  else list(map(sizes.get, resident_names)), dims))
     totals = _same_totals(swept, nbytes, resident_bytes) if swept is not None else None
     # where the sweep's numbers are these integers (totals found), so are its working sets
     working_sets: Iterable[int] | None = (

@@ -250,9 +250,8 @@ def greedy_start(model: MemoryModel) -> GreedyStart:
     for buffer, users in enumerate(model.users):
         if len(users) == 1 and not pinned[buffer]:
             frees[users[0]] += sizes[buffer]
-    return GreedyStart(model.successor_lists, [len(preds) for preds in model.predecessors],
-                       [len(users) for users in model.users],
-                       [sum(users) for users in model.users], frees)
+    return GreedyStart(model.successor_lists, list(map(len, model.predecessors)),
+                       list(map(len, model.users)), list(map(sum, model.users)), frees)
 
 
 def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
@@ -346,8 +345,14 @@ def moved_nodes(order: Sequence[int]) -> tuple[list[tuple[int, int]], int]:
     """
     kept = _longest_increasing(order)
     moved = [(node, step) for step, node in enumerate(order) if node not in kept]
-    moved.sort(key=lambda item: (-abs(item[1] - item[0]), item[1]))
+    # farthest first, ties by new step: two stable sorts on one key each (the list is in
+    # step order; a reversed sort keeps equal keys in order), no key tuple per node
+    moved.sort(key=_distance, reverse=True)
     return moved, len(moved)
+
+
+def _distance(item: tuple[int, int]) -> int:
+    return abs(item[1] - item[0])
 
 
 def _longest_increasing(sequence: Sequence[int]) -> set[int]:
