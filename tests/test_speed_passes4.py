@@ -196,3 +196,30 @@ def test_greedy_start_counts_are_the_plain_loops(seed: int) -> None:
     assert start.waiting == [len(preds) for preds in model.predecessors]
     assert start.pending == [len(users) for users in model.users]
     assert start.pending_sum == [sum(users) for users in model.users]
+
+
+def _as_made_by_init(obj: object) -> object:
+    """`obj` made again by its dataclass's own __init__, field by field."""
+    cls = type(obj)
+    return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "dims"), [("tiny_llama.onnx", {"seq": 16}),
+                                           ("resnet50.onnx", {})])
+def test_objects_stored_field_by_field_are_the_dataclasses_own(name: str,
+                                                                dims: dict[str, int]) -> None:
+    # Placements, live tensors, node times and renamed node costs are made by storing their
+    # fields in their dicts: the same fields in the same order, equal, hashed, printed and
+    # frozen as the objects their __init__ makes
+    analysis = analyze_onnx(SAMPLES / name, batch=2, dims=dims, gpu="a100-80gb")
+    assert analysis.arena is not None and analysis.roofline is not None
+    made = [*analysis.arena.placements[:50], *analysis.liveness.live_at_peak[:50],
+            *analysis.roofline.nodes[:50], *analysis.costs.nodes[:50]]
+    assert {type(obj).__name__ for obj in made} == {"Placement", "LiveTensor", "NodeTime",
+                                                      "NodeCost"}
+    for obj in made:
+        own = _as_made_by_init(obj)
+        assert list(vars(obj).items()) == list(vars(own).items())
+        assert obj == own and hash(obj) == hash(own) and repr(obj) == repr(own)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.name = "other"  # type: ignore[attr-defined]

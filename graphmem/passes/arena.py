@@ -117,14 +117,20 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
 
 def _placements(names: Sequence[str], offsets: list[int], sizes: Sequence[int],
                 spans: list[tuple[int, int]]) -> tuple[Placement, ...]:
-    """One Placement per buffer, each made as one dict (the frozen dataclass's own __init__
-    sets its five fields one `object.__setattr__` at a time: a tenth of the plan)."""
+    """One Placement per buffer, its fields stored in its dict in field order (the frozen
+    dataclass's own __init__ sets its five fields one `object.__setattr__` at a time: a
+    tenth of the plan; storing items is faster than `update` with keywords, which builds a
+    dict of them first)."""
     new = object.__new__
     placements = []
     for name, offset, size, (first, last) in zip(names, offsets, sizes, spans, strict=True):
         placement = new(Placement)
-        placement.__dict__.update(name=name, offset=offset, nbytes=size, first_step=first,
-                                  last_step=last)
+        fields = placement.__dict__
+        fields["name"] = name
+        fields["offset"] = offset
+        fields["nbytes"] = size
+        fields["first_step"] = first
+        fields["last_step"] = last
         placements.append(placement)
     return tuple(placements)
 
@@ -279,11 +285,13 @@ class _OccupancyIndex:
     def add(self, first: int, last: int, offset: int, end: int) -> None:
         covering, starting = self.covering, self.starting
         low, high = first + self.size, last + self.size + 1
+        # the top level's nodes are numbered from `limit`: a walk below it holds nodes
+        # numbered from 2 * limit
+        limit = self.size >> self.top
+        below = 2 * limit
         # placements mostly climb and touch the run below them: `union[-1] == offset` extends
         # that run in place, the one case handled here without a call to `_joined`
-        for _ in range(self.top):
-            if low >= high:
-                break
+        while below <= low < high:
             if low & 1:
                 union = covering[low]
                 if union is not None and union[-1] == offset:
@@ -303,7 +311,7 @@ class _OccupancyIndex:
         for node in range(low, high):  # the top level's nodes, side by side
             covering[node] = _joined(covering[node], offset, end)
         node = first + self.size
-        for _ in range(self.top + 1):
+        while node >= limit:
             union = starting[node]
             if union is None:
                 starting[node] = [offset, end]
@@ -322,16 +330,16 @@ class _OccupancyIndex:
         bounds: list[int] = []
         found = 0
         covering, starting = self.covering, self.starting
+        limit = self.size >> self.top  # the top level's first node (see `add`)
         node = first + self.size
-        for _ in range(self.top + 1):
+        while node >= limit:
             if (union := covering[node]) is not None:
                 bounds += union
                 found += 1
             node >>= 1
         low, high = first + 1 + self.size, last + self.size + 1
-        for _ in range(self.top):
-            if low >= high:
-                break
+        below = 2 * limit
+        while below <= low < high:
             if low & 1:
                 if (union := starting[low]) is not None:
                     bounds += union

@@ -141,7 +141,10 @@ def _renamed(cost: NodeCost, node: Node) -> NodeCost:
     fields copied as one dict (the frozen dataclass's own __init__ sets the 13 fields one
     `object.__setattr__` at a time, a third of the pass on a decoder)."""
     renamed: NodeCost = object.__new__(NodeCost)
-    renamed.__dict__.update(cost.__dict__, name=node.name, module_path=node.module_path)
+    fields = renamed.__dict__
+    fields.update(cost.__dict__)
+    fields["name"] = node.name  # stored over the copy's: no keywords dict per node
+    fields["module_path"] = node.module_path
     return renamed
 
 

@@ -202,12 +202,18 @@ def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTens
         number = numbers.get(id(nbytes))
         if number is None:
             number = numbers[id(nbytes)] = _at_probe(nbytes, probe)
-        # made as one dict: the frozen dataclass's __init__ sets its 7 fields one at a time
+        # its fields stored in its dict in field order: the frozen dataclass's __init__ sets
+        # its 7 fields one `object.__setattr__` at a time (and `update` with keywords builds
+        # a dict of them first)
         tensor = new(LiveTensor)
-        tensor.__dict__.update(name=value.name, nbytes=nbytes, role=value.role,
-                               dtype=value.dtype.label, shape=text,
-                               producer=producer.name if producer is not None else None,
-                               last_consumer=keeper.name if keeper is not None else None)
+        fields = tensor.__dict__
+        fields["name"] = value.name
+        fields["nbytes"] = nbytes
+        fields["role"] = value.role
+        fields["dtype"] = value.dtype.label
+        fields["shape"] = text
+        fields["producer"] = producer.name if producer is not None else None
+        fields["last_consumer"] = keeper.name if keeper is not None else None
         tensors.append(tensor)
         names.append(value.name)
         sizes.append(number)

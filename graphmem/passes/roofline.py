@@ -113,9 +113,12 @@ def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mappi
             if group >= 0:
                 by_group[group] = shared
         # the shared time under this node's name, its fields copied as one dict (the frozen
-        # dataclass's __init__ sets its 8 fields one `object.__setattr__` at a time)
+        # dataclass's __init__ sets its 8 fields one `object.__setattr__` at a time), then
+        # the name stored over the copy's (no keywords dict per node)
         timed_node = new(NodeTime)
-        timed_node.__dict__.update(shared.__dict__, name=cost.name)
+        fields = timed_node.__dict__
+        fields.update(shared.__dict__)
+        fields["name"] = cost.name
         times.append(timed_node)
     return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
 
