@@ -8,7 +8,9 @@ topological check (schedule.py `_starting_order`), and the graph's free dims fou
 the re-analysis choice (planning.py `reanalyzer`), and the greedy pass's live bytes per step
 handed to the window search (schedule.py `greedy_search`, exact_schedule.py
 `refine_around_peak`), the greedy passes' counts by `map` (schedule.py `greedy_start`) and
-the moved nodes ranked by two stable sorts (`moved_nodes`)."""
+the moved nodes ranked by two stable sorts (`moved_nodes`), objects stored field by field,
+the parameters' roles in one walk (params.py `count_params`) and the size table's names
+paired with their sizes in C (dims.py `SizeTable.bound`)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from graphmem import analyze_onnx
+from graphmem.core.ir import Role
 from graphmem.core.symbolic import SymInt, sum_sizes
 from graphmem.devices.gpus import find_gpu
 from graphmem.passes.costs import CostStatus, _Shared, _signature, compute_costs
-from graphmem.passes.dims import data_sized_dims, invented_dims
+from graphmem.passes.dims import SizeTable, data_sized_dims, invented_dims
 from graphmem.passes.exact_schedule import refine_around_peak
 from graphmem.passes.liveness import analyze_liveness
 from graphmem.passes.memory_model import (
@@ -30,6 +33,7 @@ from graphmem.passes.memory_model import (
     is_topological,
     live_profile,
 )
+from graphmem.passes.params import count_params, stored_bytes
 from graphmem.passes.roofline import estimate_roofline, node_rate_dtype
 from graphmem.passes.schedule import (
     GREEDY_KEYS,
@@ -223,3 +227,26 @@ def test_objects_stored_field_by_field_are_the_dataclasses_own(name: str,
         assert obj == own and hash(obj) == hash(own) and repr(obj) == repr(own)
         with pytest.raises(dataclasses.FrozenInstanceError):
             obj.name = "other"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ONNX_SAMPLES)
+def test_params_and_bound_sizes_are_the_plain_walks(name: str) -> None:
+    # count_params's one walk for the three roles, and the size table's names paired with
+    # their slots by zip: against the walks per role and the comprehension they replace
+    analysis = analyze_onnx(SAMPLES / name, batch=2, plan=False)
+    graph = analysis.graph
+    report = count_params(graph)
+    # (the samples hold no quantized weights: no value is skipped)
+    parameters = list(graph.values_with_role(Role.PARAMETER))
+    buffers = list(graph.values_with_role(Role.BUFFER))
+    constants = list(graph.values_with_role(Role.CONSTANT))
+    assert report.count == sum(int(v.numel or 0) for v in parameters)
+    assert report.bytes == sum(map(stored_bytes, parameters))
+    assert report.buffer_bytes == sum(map(stored_bytes, buffers))
+    assert report.constant_bytes == sum(map(stored_bytes, constants))
+    table = SizeTable(graph)
+    for dims in ({}, {name: 3 for name in graph.free_dims()}):
+        bound = table.bound(dims)
+        slots = [size.bind(dims) for size in table.sizes] + [None]
+        assert list(bound.items()) == [(name, slots[i]) for name, i in
+                                       zip(table.names, table.index, strict=True)]

@@ -230,7 +230,8 @@ class SizeTable:
         bound: list[SymInt | None] = [size.bind(dims) for size in self.sizes]
         largest = max((int(s) for s in bound if s is not None and s.is_constant), default=0)
         bound.append(None)
-        sizes = {name: bound[i] for name, i in zip(self.names, self.index, strict=True)}
+        # each name with its slot's size, paired in C (the names and slots are the values')
+        sizes = dict(zip(self.names, map(bound.__getitem__, self.index), strict=True))
         if largest > MAX_BYTES:
             check_sizes_fit(sizes, dims)  # names the first tensor too large
         return sizes
