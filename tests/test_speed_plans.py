@@ -151,18 +151,22 @@ def _covered(ranges: list[tuple[int, int]]) -> set[int]:
 def test_the_occupancy_index_holds_exactly_the_intersecting_buffers_offsets() -> None:
     # the union of what meeting() returns is the union of the [offset, end) of exactly the
     # buffers whose lifetimes intersect the query: bytes compared one by one
+    # at every level the tree may stop at (`top_level`: a decoder's stops low, the level's
+    # nodes then stand side by side)
     rng = random.Random(11)
-    for steps in (1, 5, 64, 300):
-        index = arena._OccupancyIndex(steps)
+    for steps, top in ((1, None), (5, None), (5, 0), (64, None), (64, 2), (300, None),
+                       (300, 0), (300, 1), (300, 4), (300, 8)):
+        index = arena._OccupancyIndex(steps, top)
         placed: list[tuple[int, int, int, int]] = []  # first, last, offset, end
         for _ in range(150):
             first = rng.randrange(steps)
             long = rng.random() < 0.2  # lifetimes over many tree levels too
             last = min(steps - 1, first + rng.randrange(steps if long else 4))
-            unions = index.meeting(first, last)
-            # each union: boundaries strictly rising (runs sorted, apart, touching ones joined)
-            assert all(u[i] < u[i + 1] for u in unions for i in range(len(u) - 1))
-            found = _covered([(u[i], u[i + 1]) for u in unions for i in range(0, len(u), 2)])
+            bounds, several = index.meeting(first, last)
+            if not several:  # one union: boundaries strictly rising (runs apart, touching
+                # ones joined)
+                assert all(bounds[i] < bounds[i + 1] for i in range(len(bounds) - 1))
+            found = _covered(list(zip(bounds[::2], bounds[1::2], strict=True)))
             expected = _covered([(o, e) for a, b, o, e in placed if a <= last and b >= first])
             assert found == expected
             offset = rng.randrange(400)

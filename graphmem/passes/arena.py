@@ -90,7 +90,7 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     steps = max(len(events.order), 1)
     offsets = [0] * len(sizes)
     ends = [0] * len(sizes)  # offset + size of each placed buffer
-    index = _OccupancyIndex(steps)
+    index = _OccupancyIndex(steps, top_level(spans, steps))
     meeting, add = index.meeting, index.add
     # largest first, ties by first step, then by buffer: two stable sorts on one key each
     # (the buffers come in order), with no key tuple made per buffer
@@ -100,7 +100,8 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
     for buffer in ranked:
         first, last = spans[buffer]
         size = sizes[buffer]
-        offset = offsets[buffer] = _gap_fit(meeting(first, last), size, alignment)
+        bounds, several = meeting(first, last)
+        offset = offsets[buffer] = _gap_fit(bounds, several, size, alignment)
         ends[buffer] = end = offset + size
         add(first, last, offset, end)
     return ArenaPlan(
@@ -116,36 +117,43 @@ def plan_arena(model: MemoryModel, order: Sequence[int] | None = None,
 
 def _placements(names: Sequence[str], offsets: list[int], sizes: Sequence[int],
                 spans: list[tuple[int, int]]) -> tuple[Placement, ...]:
-    """One Placement per buffer, each made as one dict (the frozen dataclass's own __init__
-    sets its five fields one `object.__setattr__` at a time: a tenth of the plan)."""
+    """One Placement per buffer, its fields stored in its dict in field order (the frozen
+    dataclass's own __init__ sets its five fields one `object.__setattr__` at a time: a
+    tenth of the plan; storing items is faster than `update` with keywords, which builds a
+    dict of them first)."""
     new = object.__new__
     placements = []
     for name, offset, size, (first, last) in zip(names, offsets, sizes, spans, strict=True):
         placement = new(Placement)
-        placement.__dict__.update(name=name, offset=offset, nbytes=size, first_step=first,
-                                  last_step=last)
+        fields = placement.__dict__
+        fields["name"] = name
+        fields["offset"] = offset
+        fields["nbytes"] = size
+        fields["first_step"] = first
+        fields["last_step"] = last
         placements.append(placement)
     return tuple(placements)
 
 
-def _gap_fit(unions: list[list[int]], size: int, alignment: int) -> int:
-    """The best fit against the joint union of `unions` (boundary lists, `_OccupancyIndex`).
+def _gap_fit(bounds: list[int], several: bool, size: int, alignment: int) -> int:
+    """The best fit against the joint union of the runs in `bounds` (`_OccupancyIndex.
+    meeting`'s: one or more unions' boundary lists one after another; `several` when more
+    than one).
 
     Several unions' runs overlap; their joint union's gaps are read off the starts and the
     ends sorted apart, with no (start, end) pairs to build and sort: with the n starts
     s(1) <= ... <= s(n) and the ends e(1) <= ... <= e(n), a byte x is free when as many runs
     end at or below it as start at or below it, and those bytes are exactly the gaps
     [e(j), s(j+1)) with e(j) < s(j+1), and [0, s(1)): every gap `_best_fit` finds, in
-    offset order, with the same lengths; the top is e(n). tests/test_arena_gaps.py checks
+    offset order, with the same lengths; the top is e(n). So the fit depends on the bytes
+    the runs cover, not on how they are grouped into unions. tests/test_arena_gaps.py checks
     it against `_best_fit` on random runs."""
-    if not unions:
+    if not bounds:
         return 0  # nothing placed meets it: the bottom
-    several = len(unions) > 1
-    bounds = [b for union in unions for b in union] if several else unions[0]
     if len(bounds) >= 2 * _VECTORIZE_FROM:
         runs = np.array(bounds, dtype=np.int64)
         return _best_fit_vectorized(runs[::2], runs[1::2], size, alignment)
-    starts, ends = bounds[::2], bounds[1::2]  # copies: the index's unions stay as they are
+    starts, ends = bounds[::2], bounds[1::2]
     if several:
         starts.sort()
         ends.sort()
@@ -226,6 +234,24 @@ def _align(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
 
 
+def top_level(spans: Sequence[tuple[int, int]], steps: int) -> int:
+    """The `_OccupancyIndex` level to stop its tree at for lifetimes `spans`: the one where
+    the placements' walks cost least in all, counted per buffer as the level's height twice
+    (the walks up from its first step) and its span's nodes at that level four times (the
+    walks across a span visit them one by one above it, each a union joined or read: about
+    four steps of a walk, measured on the decoders of benchmarks/speed_targets.py). Short
+    lifetimes (a decoder's buffers live a few steps) stop the tree low; 10^5 graph outputs
+    alive to the end keep it whole."""
+    height = max(steps - 1, 0).bit_length()
+    if not spans:
+        return height
+    lengths = np.fromiter((last - first + 1 for first, last in spans), dtype=np.int64,
+                          count=len(spans))
+    costs = [2 * level * len(spans) + 4 * int((lengths >> level).sum())
+             for level in range(height + 1)]
+    return costs.index(min(costs))
+
+
 class _OccupancyIndex:
     """Where placed buffers sit, as unions of offset ranges over ranges of steps.
 
@@ -234,25 +260,38 @@ class _OccupancyIndex:
     flat sorted list of boundaries [start0, end0, start1, end1, ...] (disjoint, touching
     ranges joined), whose length is the number of separate runs, however many buffers made
     them. A buffer meets [first, last] when it covers `first` (a stabbing query: it is
-    joined into the unions of its O(log n) canonical segment-tree nodes, and those on the
-    path from `first`'s leaf to the root are read) or when it starts in (first, last] (it
-    is joined into the unions of every node above its start step, and the canonical nodes
-    of (first, last] are read). Unions over long stretches of steps fill up into few runs
-    and short stretches hold few buffers, so a placement reads O(log n) short lists where
-    listing the buffers it meets read each of them (all 10^5 of a graph's outputs).
+    joined into the unions of its canonical segment-tree nodes, and those on the path from
+    `first`'s leaf up are read) or when it starts in (first, last] (it is joined into the
+    unions of every node above its start step, and the canonical nodes of (first, last]
+    are read). Unions over long stretches of steps fill up into few runs and short
+    stretches hold few buffers, so a placement reads a few short lists where listing the
+    buffers it meets read each of them (all 10^5 of a graph's outputs).
+
+    The tree stops at level `top` (`top_level`): above it the nodes of that level stand
+    side by side, and a range wider than them is split into its canonical nodes up to
+    that level and then the level's nodes one by one. Each step is still covered by
+    exactly one node of a range's split and each node's ancestors up to `top` are read,
+    so the same buffers are found; a decoder's lifetimes of a few steps walk 5 levels,
+    not the 15 of a tree over 22,000 steps.
     """
 
-    def __init__(self, steps: int) -> None:
-        self.size = 1 << max(steps - 1, 0).bit_length()
+    def __init__(self, steps: int, top: int | None = None) -> None:
+        height = max(steps - 1, 0).bit_length()
+        self.size = 1 << height
+        self.top = height if top is None else min(top, height)
         self.covering: list[list[int] | None] = [None] * (2 * self.size)
         self.starting: list[list[int] | None] = [None] * (2 * self.size)
 
     def add(self, first: int, last: int, offset: int, end: int) -> None:
         covering, starting = self.covering, self.starting
         low, high = first + self.size, last + self.size + 1
+        # the top level's nodes are numbered from `limit`: a walk below it holds nodes
+        # numbered from 2 * limit
+        limit = self.size >> self.top
+        below = 2 * limit
         # placements mostly climb and touch the run below them: `union[-1] == offset` extends
         # that run in place, the one case handled here without a call to `_joined`
-        while low < high:
+        while below <= low < high:
             if low & 1:
                 union = covering[low]
                 if union is not None and union[-1] == offset:
@@ -269,42 +308,55 @@ class _OccupancyIndex:
                     covering[high] = _joined(union, offset, end)
             low >>= 1
             high >>= 1
+        for node in range(low, high):  # the top level's nodes, side by side
+            covering[node] = _joined(covering[node], offset, end)
         node = first + self.size
-        while node:
+        while node >= limit:
             union = starting[node]
             if union is None:
                 starting[node] = [offset, end]
-            elif (top := union[-1]) == offset:
+            elif (highest := union[-1]) == offset:
                 union[-1] = end
-            elif top > offset and _covers(union, offset, end):
+            elif highest > offset and _covers(union, offset, end):
                 break  # every union above this one holds it already
             else:
                 starting[node] = _joined(union, offset, end)
             node >>= 1
 
-    def meeting(self, first: int, last: int) -> list[list[int]]:
-        """The unions (boundary lists) whose joint union is where the placed buffers meeting
-        [first, last] sit."""
-        found: list[list[int]] = []
+    def meeting(self, first: int, last: int) -> tuple[list[int], bool]:
+        """The runs where the placed buffers meeting [first, last] sit: the unions'
+        boundary lists found, one after another, and whether there were several (their
+        runs may overlap: `_gap_fit` reads their joint union)."""
+        bounds: list[int] = []
+        found = 0
         covering, starting = self.covering, self.starting
+        limit = self.size >> self.top  # the top level's first node (see `add`)
         node = first + self.size
-        while node:
+        while node >= limit:
             if (union := covering[node]) is not None:
-                found.append(union)
+                bounds += union
+                found += 1
             node >>= 1
         low, high = first + 1 + self.size, last + self.size + 1
-        while low < high:
+        below = 2 * limit
+        while below <= low < high:
             if low & 1:
                 if (union := starting[low]) is not None:
-                    found.append(union)
+                    bounds += union
+                    found += 1
                 low += 1
             if high & 1:
                 high -= 1
                 if (union := starting[high]) is not None:
-                    found.append(union)
+                    bounds += union
+                    found += 1
             low >>= 1
             high >>= 1
-        return found
+        for node in range(low, high):  # the top level's nodes, side by side
+            if (union := starting[node]) is not None:
+                bounds += union
+                found += 1
+        return bounds, found > 1
 
 
 def _joined(union: list[int] | None, offset: int, end: int) -> list[int]:

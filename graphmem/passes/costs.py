@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -56,6 +56,10 @@ class CostReport:
     unsupported_ops: dict[str, int]  # op type (domain-qualified outside ai.onnx) -> node count
     shape_unknown_nodes: tuple[str, ...]
     subgraph_nodes: tuple[str, ...]
+    # node -> the number of its signature (`_signature`: nodes of one number read the same
+    # op, attributes, shapes and dtypes, and share their cost's numbers), -1 where costed on
+    # its own: the roofline times each number once (passes/roofline.py); () where unknown
+    groups: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
 
 def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport:
@@ -64,7 +68,8 @@ def compute_costs(graph: Graph, binding: DimBinding | None = None) -> CostReport
 
 def _graph_costs(graph: Graph, dims: Mapping[str, int]) -> CostReport:
     shared = _Shared()
-    nodes = tuple(_shared_node_cost(node, dims, shared) for node in graph.nodes)
+    groups: list[int] = []
+    nodes = tuple(_shared_node_cost(node, dims, shared, groups) for node in graph.nodes)
     unsupported = Counter(qualified_op(n) for n in nodes if n.status is CostStatus.UNSUPPORTED)
     return CostReport(
         nodes=nodes,
@@ -75,6 +80,7 @@ def _graph_costs(graph: Graph, dims: Mapping[str, int]) -> CostReport:
         unsupported_ops=dict(sorted(unsupported.items())),
         shape_unknown_nodes=_names_with(nodes, CostStatus.SHAPE_UNKNOWN),
         subgraph_nodes=_names_with(nodes, CostStatus.SUBGRAPH),
+        groups=tuple(groups),
     )
 
 
@@ -96,7 +102,8 @@ class _Shared:
     within one pass, whose values keep every tuple alive)."""
 
     def __init__(self) -> None:
-        self.costs: dict[Hashable, NodeCost] = {}
+        # a signature -> its cost and its number (`CostReport.groups`)
+        self.costs: dict[Hashable, tuple[NodeCost, int]] = {}
         self.shape_numbers: dict[Hashable, int] = {}  # a shape -> its number
         self.tuple_numbers: dict[int, int] = {}  # id of a shape tuple -> its shape's number
 
@@ -108,22 +115,28 @@ class _Shared:
         return number
 
 
-def _shared_node_cost(node: Node, dims: Mapping[str, int], shared: _Shared) -> NodeCost:
+def _shared_node_cost(node: Node, dims: Mapping[str, int], shared: _Shared,
+                      groups: list[int]) -> NodeCost:
     """`_node_cost`, computed once per signature (a decoder repeats a few hundred node kinds
-    over its layers): nodes of one signature differ in name and module path alone."""
+    over its layers): nodes of one signature differ in name and module path alone. Appends
+    the node's signature number to `groups` (-1: costed on its own)."""
     key = _signature(node, shared)
     if key is None:
+        groups.append(-1)
         return _node_cost(node, dims)
     try:
-        cost = shared.costs.get(key)
+        found = shared.costs.get(key)
     except TypeError:  # an attribute of an unhashable kind: costed on its own
+        groups.append(-1)
         return _node_cost(node, dims)
-    if cost is None:
+    if found is None:
         cost = _node_cost(node, dims)
         if cost.status is not CostStatus.OK:
+            groups.append(-1)
             return cost  # an unknown shape's note names its node
-        shared.costs[key] = cost
-    return _renamed(cost, node)
+        found = shared.costs[key] = (cost, len(shared.costs))
+    groups.append(found[1])
+    return _renamed(found[0], node)
 
 
 def _renamed(cost: NodeCost, node: Node) -> NodeCost:
@@ -131,7 +144,10 @@ def _renamed(cost: NodeCost, node: Node) -> NodeCost:
     fields copied as one dict (the frozen dataclass's own __init__ sets the 13 fields one
     `object.__setattr__` at a time, a third of the pass on a decoder)."""
     renamed: NodeCost = object.__new__(NodeCost)
-    renamed.__dict__.update(cost.__dict__, name=node.name, module_path=node.module_path)
+    fields = renamed.__dict__
+    fields.update(cost.__dict__)
+    fields["name"] = node.name  # stored over the copy's: no keywords dict per node
+    fields["module_path"] = node.module_path
     return renamed
 
 

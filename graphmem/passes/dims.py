@@ -136,12 +136,16 @@ def unknown_shapes(graph: Graph) -> int:
     return sum(1 for node in graph.nodes for value in node.outputs if not value.shape_known)
 
 
-def invented_dims(graph: Graph) -> frozenset[str]:
+def invented_dims(graph: Graph, free: frozenset[str] | None = None,
+                  sized: frozenset[str] | None = None) -> frozenset[str]:
     """Free dims no input has: shape inference named them for sizes it could not follow, and
     binding the inputs' dims does not set them. A data-sized count (`data_sized_dims`) is not
     one: no shape inference follows it, at any dims; the dims binding sizes it (a router's
-    choices, passes/routed_dims.py) or the runtime models bound it (data_bounds.py)."""
-    return graph.free_dims() - set(graph.input_dims_in_order()) - data_sized_dims(graph)
+    choices, passes/routed_dims.py) or the runtime models bound it (data_bounds.py).
+    `free`, `sized`: the graph's `free_dims()` and `data_sized_dims`, where already found."""
+    free = graph.free_dims() if free is None else free
+    sized = data_sized_dims(graph) if sized is None else sized
+    return free - set(graph.input_dims_in_order()) - sized
 
 
 # ops whose output size is the data's, not the shapes': NonZero x -> [rank(x), n], n the count
@@ -226,7 +230,8 @@ class SizeTable:
         bound: list[SymInt | None] = [size.bind(dims) for size in self.sizes]
         largest = max((int(s) for s in bound if s is not None and s.is_constant), default=0)
         bound.append(None)
-        sizes = {name: bound[i] for name, i in zip(self.names, self.index, strict=True)}
+        # each name with its slot's size, paired in C (the names and slots are the values')
+        sizes = dict(zip(self.names, map(bound.__getitem__, self.index), strict=True))
         if largest > MAX_BYTES:
             check_sizes_fit(sizes, dims)  # names the first tensor too large
         return sizes

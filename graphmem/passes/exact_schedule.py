@@ -127,7 +127,9 @@ WINDOW_ROUNDS = 200
 
 def refine_around_peak(model: MemoryModel, order: Sequence[int],
                        window: int = WINDOW_NODES, rounds: int = WINDOW_ROUNDS,
-                       max_states: int = WINDOW_MAX_STATES) -> tuple[tuple[int, ...], int]:
+                       max_states: int = WINDOW_MAX_STATES,
+                       profile: tuple[list[int], list[int]] | None = None
+                       ) -> tuple[tuple[int, ...], int]:
     """Re-order windows of `window` consecutive steps around the peak, each optimally.
 
     Only the nodes inside a window move, so every step outside it keeps its live total: a
@@ -136,9 +138,12 @@ def refine_around_peak(model: MemoryModel, order: Sequence[int],
     keeps the first the exact search improves; it stops when none improves (or after
     `rounds`). This is what catches fork-join blocks (Inception branches, U-Net skips) where
     one step's greedy choice cannot see that a branch should run first.
+
+    `profile`: `live_profile` of `order` (lists this search may change), where at hand (the
+    greedy pass that found the order swept it).
     """
     current = list(order)
-    during, live_after = live_profile(model, current)
+    during, live_after = profile if profile is not None else live_profile(model, current)
     peaks = _Peaks(during)
     position = [0] * model.node_count
     for step, node in enumerate(current):

@@ -137,11 +137,12 @@ def _choose_peak(steps: list[SymInt]) -> tuple[int, list[SymInt]]:
 def _lower_bound(buffers: Buffers, sweep: MemorySweep,
                  resident_bytes: SymInt) -> tuple[SymInt, int]:
     """No order can do better than the largest node's working set on top of the residents."""
-    touches, sizes, numbers = buffers.touches, sweep.buffer_sizes, sweep.numbers
-    if resident_bytes.is_constant and numbers is not None:
+    touches, sizes = buffers.touches, sweep.buffer_sizes
+    if resident_bytes.is_constant and sweep.buffers is buffers and (
+            numbers := sweep.working_sets) is not None:
         # a bound graph: the working sets as numbers (exact: a 4-bit tensor's halves), the
-        # first largest (as `_choose_peak`)
-        totals = [sum(map(numbers.__getitem__, touches[node])) for node in sweep.events.order]
+        # first largest (as `_choose_peak`); the plans' model reads the same list
+        totals = list(map(numbers.__getitem__, sweep.events.order))
         step = totals.index(max(totals))
         return resident_bytes + SymInt.const(totals[step]), step
     working_sets = [resident_bytes + sum_sizes(map(sizes.__getitem__, touches[node]))
@@ -190,7 +191,8 @@ def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTens
     numbers: dict[int, int] = {}
     new = object.__new__
     tensors: list[LiveTensor] = []
-    keys: list[tuple[int, str, int]] = []
+    names: list[str] = []
+    sizes: list[int] = []  # at the probe
     for value, nbytes, keeper in live:  # positional: 10^5 graph inputs are live at once
         producer, shape = value.producer, value.shape
         key = (*map(id, shape),) if shape is not None else (-1,)
@@ -200,15 +202,26 @@ def _describe_live(live: list[_Live], dims: Mapping[str, int]) -> tuple[LiveTens
         number = numbers.get(id(nbytes))
         if number is None:
             number = numbers[id(nbytes)] = _at_probe(nbytes, probe)
-        # made as one dict: the frozen dataclass's __init__ sets its 7 fields one at a time
+        # its fields stored in its dict in field order: the frozen dataclass's __init__ sets
+        # its 7 fields one `object.__setattr__` at a time (and `update` with keywords builds
+        # a dict of them first)
         tensor = new(LiveTensor)
-        tensor.__dict__.update(name=value.name, nbytes=nbytes, role=value.role,
-                               dtype=value.dtype.label, shape=text,
-                               producer=producer.name if producer is not None else None,
-                               last_consumer=keeper.name if keeper is not None else None)
+        fields = tensor.__dict__
+        fields["name"] = value.name
+        fields["nbytes"] = nbytes
+        fields["role"] = value.role
+        fields["dtype"] = value.dtype.label
+        fields["shape"] = text
+        fields["producer"] = producer.name if producer is not None else None
+        fields["last_consumer"] = keeper.name if keeper is not None else None
         tensors.append(tensor)
-        keys.append((-number, value.name, len(keys)))  # the position: a stable sort's ties
-    return tuple(tensors[key[2]] for key in sorted(keys))
+        names.append(value.name)
+        sizes.append(number)
+    # largest first, then by name, then in order: two stable sorts on one key each (a
+    # reversed sort keeps equal keys in order), no key tuple per tensor
+    ranked = sorted(range(len(tensors)), key=names.__getitem__)
+    ranked.sort(key=sizes.__getitem__, reverse=True)
+    return tuple(map(tensors.__getitem__, ranked))
 
 
 def _at_probe(size: SymInt, probe: Mapping[str, int]) -> int:

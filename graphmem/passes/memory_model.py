@@ -29,7 +29,7 @@ constrain the order.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -92,6 +92,10 @@ class MemorySweep:
     resident_sizes: tuple[SymInt, ...]  # per resident
     # what was swept: the plans reuse the graph's buffers rather than walk it again
     buffers: Buffers | None = dataclasses.field(default=None, repr=False, compare=False)
+    # and the sizes by value name it was swept at (the plans' model reads its buffers' and
+    # residents' sizes from the sweep where they are given the same mapping)
+    sizes: Mapping[str, SymInt | None] | None = dataclasses.field(default=None, repr=False,
+                                                                   compare=False)
 
     @property
     def order(self) -> list[Node]:
@@ -114,6 +118,17 @@ class MemorySweep:
         return list(map(number.__getitem__, map(id, self.buffer_sizes)))
 
     @cached_property
+    def working_sets(self) -> list[Coefficient] | None:
+        """Each node's working set (the bytes of the buffers it touches; node i in the model
+        order) as numbers where every size is one, else None: the liveness's lower bound
+        and the plans' model read it (`buffers`: the graph's)."""
+        numbers, buffers = self.numbers, self.buffers
+        if numbers is None or buffers is None:
+            return None
+        get = numbers.__getitem__
+        return [sum(map(get, touched)) for touched in buffers.touches]
+
+    @cached_property
     def totals(self) -> list[Coefficient] | None:
         """`profile((residents,))`'s totals as numbers where every size is one, else None:
         swept once for the liveness and the plans of the same order."""
@@ -129,7 +144,7 @@ def sweep_buffers(buffers: Buffers, sizes: Mapping[str, SymInt | None],
     steps = buffers.steps(order) if order is not None else range(len(buffers.nodes))
     return MemorySweep(buffers.nodes, buffers.storages, buffers.allocates, buffers.residents,
                        step_events(buffers, steps), _sizes_or_zero(sizes, buffers.storages),
-                       _sizes_or_zero(sizes, buffers.residents), buffers)
+                       _sizes_or_zero(sizes, buffers.residents), buffers, sizes)
 
 
 def _sizes_or_zero(sizes: Mapping[str, SymInt | None], values: Sequence[Value]
@@ -228,16 +243,25 @@ def build_memory_model(
     if swept is not None and (swept.buffers is not buffers or not in_model_order(swept.events)):
         swept = None  # another order's, or another graph's: its events and totals are not kept
     buffer_names = tuple(map(_NAME, buffers.storages))
-    nbytes = _numbers(list(map(sizes.get, buffer_names)), dims)
+    # the sweep's sizes are these names' (an unknown one its zero: evaluated to 0, as None)
+    reuse = swept is not None and swept.sizes is sizes
+    nbytes = _numbers(list(swept.buffer_sizes) if swept is not None and reuse
+                      else list(map(sizes.get, buffer_names)), dims)
     users: list[list[int]] = [[] for _ in buffers.storages]
     for node, kept in enumerate(buffers.uses):
         for buffer in kept:
             users[buffer].append(node)
     resident_names = tuple(map(_NAME, buffers.residents))
-    resident_bytes = sum(_numbers(list(map(sizes.get, resident_names)), dims))
+    resident_bytes = sum(_numbers(list(swept.resident_sizes) if swept is not None and reuse
+                                  else list(map(sizes.get, resident_names)), dims))
     totals = _same_totals(swept, nbytes, resident_bytes) if swept is not None else None
-    get = nbytes.__getitem__
-    working_sets = (sum(map(get, touched)) for touched in buffers.touches)
+    # where the sweep's numbers are these integers (totals found), so are its working sets
+    working_sets: Iterable[int] | None = (
+        cast(list[int], swept.working_sets) if swept is not None and totals is not None
+        else None)
+    if working_sets is None:
+        get = nbytes.__getitem__
+        working_sets = (sum(map(get, touched)) for touched in buffers.touches)
     return MemoryModel(
         node_names=tuple(map(_NAME, buffers.nodes)),
         resident_bytes=resident_bytes,
@@ -369,9 +393,11 @@ def lifetimes(model: MemoryModel, order: Sequence[int],
     (`events`: the order's `step_events`, if at hand)."""
     events = events or step_events(model, order)
     steps = events.order
-    # node -> its step: the inverse permutation, sorting the steps by the node each runs
-    position = sorted(range(len(steps)), key=steps.__getitem__)
-    firsts = map(position.__getitem__, model.producer)
+    if in_model_order(events):  # node i runs at step i: a buffer starts at its producer
+        firsts: Iterable[int] = model.producer
+    else:  # node -> its step: the inverse permutation, sorting the steps by the node each runs
+        position = sorted(range(len(steps)), key=steps.__getitem__)
+        firsts = map(position.__getitem__, model.producer)
     return [(first, last if last > first else first)
             for first, last in zip(firsts, events.last_step, strict=True)]
 

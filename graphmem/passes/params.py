@@ -61,9 +61,15 @@ class _Quantization:
 def count_params(graph: Graph) -> ParamReport:
     quantization = _find_quantization(graph)
     skip = quantization.metadata | quantization.weights.keys()
-    parameters = [v for v in graph.values_with_role(Role.PARAMETER) if v not in skip]
-    buffers = [v for v in graph.values_with_role(Role.BUFFER) if v not in skip]
-    constants = [v for v in graph.values_with_role(Role.CONSTANT) if v not in skip]
+    # one walk over the values for the three roles (each list in the values' order)
+    parameters: list[Value] = []
+    buffers: list[Value] = []
+    constants: list[Value] = []
+    by_role = {Role.PARAMETER: parameters, Role.BUFFER: buffers, Role.CONSTANT: constants}
+    for value in graph.values.values():
+        kept = by_role.get(value.role)
+        if kept is not None and value not in skip:
+            kept.append(value)
     by_dtype: dict[str, int] = {}
     stored = [stored_bytes(v) for v in parameters]  # each parameter's bytes found once
     for value, size in zip(parameters, stored, strict=True):

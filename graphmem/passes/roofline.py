@@ -89,24 +89,36 @@ def estimate_roofline(graph: Graph, costs: CostReport, gpu: GpuSpec, dims: Mappi
     # A decoder's nodes share a few hundred costs (passes/costs.py gives the nodes of one
     # signature the same SymInt objects): each distinct (FLOPs, bytes, status, rate) is timed
     # once, keyed by the objects' identity (`costs` keeps them alive meanwhile).
+    # Nodes of one cost signature (`CostReport.groups`: the same op, shapes and dtypes, so
+    # the same rate dtype and cost objects) have one key: it is found once per signature.
     timed: dict[tuple[int, int, int, bool, str], NodeTime] = {}
+    by_group: dict[int, NodeTime] = {}
+    groups = costs.groups if len(costs.groups) == len(costs.nodes) else (-1,) * len(costs.nodes)
     times = []
     new = object.__new__
-    for node, cost in zip(graph.nodes, costs.nodes, strict=True):
-        rate_dtype = node_rate_dtype(node)
-        known = cost.status is CostStatus.OK
-        key = (id(cost.flops), id(cost.bytes_read), id(cost.bytes_written), known, rate_dtype)
-        shared = timed.get(key)
+    for node, cost, group in zip(graph.nodes, costs.nodes, groups, strict=True):
+        shared = by_group.get(group)
         if shared is None:
-            shared = timed[key] = node_time(
-                cost.name, size_at(cost.flops, dims),
-                size_at(cost.bytes_read + cost.bytes_written, dims),
-                gpu.flops_per_s_for(rate_dtype), gpu.memory_bandwidth_bytes_per_s, rate_dtype,
-                known)
+            rate_dtype = node_rate_dtype(node)
+            known = cost.status is CostStatus.OK
+            key = (id(cost.flops), id(cost.bytes_read), id(cost.bytes_written), known,
+                   rate_dtype)
+            shared = timed.get(key)
+            if shared is None:
+                shared = timed[key] = node_time(
+                    cost.name, size_at(cost.flops, dims),
+                    size_at(cost.bytes_read + cost.bytes_written, dims),
+                    gpu.flops_per_s_for(rate_dtype), gpu.memory_bandwidth_bytes_per_s,
+                    rate_dtype, known)
+            if group >= 0:
+                by_group[group] = shared
         # the shared time under this node's name, its fields copied as one dict (the frozen
-        # dataclass's __init__ sets its 8 fields one `object.__setattr__` at a time)
+        # dataclass's __init__ sets its 8 fields one `object.__setattr__` at a time), then
+        # the name stored over the copy's (no keywords dict per node)
         timed_node = new(NodeTime)
-        timed_node.__dict__.update(shared.__dict__, name=cost.name)
+        fields = timed_node.__dict__
+        fields.update(shared.__dict__)
+        fields["name"] = cost.name
         times.append(timed_node)
     return summarize(gpu, times, dims.get(batch_dim) if batch_dim else None)
 

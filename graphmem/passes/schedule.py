@@ -45,7 +45,6 @@ from graphmem.passes.liveness import LivenessResult
 from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
-    is_topological,
     order_peak,
     plan_dims,
     symbolic_order_peak,
@@ -144,11 +143,15 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
     # searches are skipped, the answer is the same (10^5 graph outputs, all live at the end)
     searching = best.peak_bytes > last_step_floor(model)
     shared = greedy_start(model) if searching else None
+    swept = None  # the best greedy order's live bytes during and after each step
     for key in GREEDY_KEYS if searching else ():
         # a pass stops once a step reaches the best peak: its order could not replace it
-        greedy = greedy_search(model, key, below=best.peak_bytes, start=shared)
+        profile: tuple[list[int], list[int]] = ([], [])
+        greedy = greedy_search(model, key, below=best.peak_bytes, start=shared,
+                               profile=profile)
         if greedy is not None:
             best = OrderSearch(greedy[0], greedy[1], "greedy", False)
+            swept = profile
     if best.peak_bytes <= model.lower_bound_bytes:
         return OrderSearch(best.order, best.peak_bytes, best.method, True, "lower bound")
     if model.node_count <= exact_max_nodes:
@@ -160,7 +163,7 @@ def best_order(model: MemoryModel, exact_max_nodes: int = EXACT_MAX_NODES,
             return OrderSearch(best.order, best.peak_bytes, best.method, True, "exact search")
     if not searching:
         return best
-    order, peak = refine_around_peak(model, best.order)
+    order, peak = refine_around_peak(model, best.order, profile=swept)
     if peak < best.peak_bytes:
         meets = peak <= model.lower_bound_bytes
         return OrderSearch(order, peak, "windowed exact", meets, "lower bound" if meets else None)
@@ -185,7 +188,10 @@ def last_step_floor(model: MemoryModel) -> int:
 def _starting_order(model: MemoryModel) -> tuple[tuple[int, ...], str]:
     """The model order, or a topological sort where the model's order is not one."""
     model_order = tuple(range(model.node_count))
-    if is_topological(model, model_order):
+    # node i at step i: topological when each node's predecessors come before it (what
+    # `is_topological` checks of any order, without its permutation and inverse)
+    if all(not before or max(before) < node
+           for node, before in enumerate(model.predecessors)):
         return model_order, "model order"
     import networkx as nx
 
@@ -244,13 +250,13 @@ def greedy_start(model: MemoryModel) -> GreedyStart:
     for buffer, users in enumerate(model.users):
         if len(users) == 1 and not pinned[buffer]:
             frees[users[0]] += sizes[buffer]
-    return GreedyStart(model.successor_lists, [len(preds) for preds in model.predecessors],
-                       [len(users) for users in model.users],
-                       [sum(users) for users in model.users], frees)
+    return GreedyStart(model.successor_lists, list(map(len, model.predecessors)),
+                       list(map(len, model.users)), list(map(sum, model.users)), frees)
 
 
 def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
-                  below: int | None = None, start: GreedyStart | None = None
+                  below: int | None = None, start: GreedyStart | None = None,
+                  profile: tuple[list[int], list[int]] | None = None
                   ) -> tuple[tuple[int, ...], int] | None:
     """`greedy_order` and its peak (`order_peak`'s, residents included), or None as soon as
     a step's live bytes reach `below`: that order's peak could not be lower than `below`.
@@ -259,6 +265,8 @@ def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
     and frees `frees[node]`, the buffers whose last pending user it is, which are those whose
     last use it is in the order being built (the frees `step_events` finds for that order).
     `start`: the model's `greedy_start`, if at hand (best_order's passes share one).
+    `profile`: two empty lists the pass fills with the live bytes during and after each step
+    (`live_profile` of the order it returns: its allocations, then its frees).
     """
     n = model.node_count
     sizes = model.buffer_bytes
@@ -292,6 +300,7 @@ def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
     live = model.resident_bytes
     peak = -1  # order_peak's value for an empty order
     stop = below if below is not None else live + sum(alloc) + 1  # no step reaches it
+    during, after = profile if profile is not None else ([], [])
     while heap:
         entry = heappop(heap)
         node = entry[-2]
@@ -304,7 +313,9 @@ def greedy_search(model: MemoryModel, key: GreedyKey = _least_live_after,
             if live >= stop:
                 return None
             peak = live
+        during.append(live)
         live -= frees[node]
+        after.append(live)
         for buffer in uses[node]:
             pending[buffer] -= 1
             pending_sum[buffer] -= node
@@ -334,8 +345,14 @@ def moved_nodes(order: Sequence[int]) -> tuple[list[tuple[int, int]], int]:
     """
     kept = _longest_increasing(order)
     moved = [(node, step) for step, node in enumerate(order) if node not in kept]
-    moved.sort(key=lambda item: (-abs(item[1] - item[0]), item[1]))
+    # farthest first, ties by new step: two stable sorts on one key each (the list is in
+    # step order; a reversed sort keeps equal keys in order), no key tuple per node
+    moved.sort(key=_distance, reverse=True)
     return moved, len(moved)
+
+
+def _distance(item: tuple[int, int]) -> int:
+    return abs(item[1] - item[0])
 
 
 def _longest_increasing(sequence: Sequence[int]) -> set[int]:

@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # the GPU's table, fit, roofline, largest batch and runtime m
 
 
 def reanalyzer(analysis: Analysis, probed: frozenset[str],
-               rerun: Reanalyze | None = None) -> Reanalyze | None:
+               rerun: Reanalyze | None = None,
+               free: frozenset[str] | None = None) -> Reanalyze | None:
     """How to re-run the bound analysis for probes that vary `probed` (the batch dim, a
     sweep's dim): `rerun`, or None where they are dims of the analysed graph, whatever made
     it: binding them there is what a new analysis would do.
@@ -55,12 +56,15 @@ def reanalyzer(analysis: Analysis, probed: frozenset[str],
     inference invented is re-run too: only a new analysis says whether they resolve. So is a
     graph with data-sized counts (NonZero's): a router's follow the batch through the dims
     binding (passes/routed_dims.py), which a new analysis binds again; the import is the one
-    graph's, as no inference follows such a count (run.py imports it once).
+    graph's, as no inference follows such a count (run.py imports it once). `free`: the
+    graph's `free_dims()`, where already found.
     """
     graph = analysis.graph
-    if analysis.model.source_format != "onnx" or (
-            probed <= graph.free_dims() and not invented_dims(graph)
-            and not data_sized_dims(graph)):
+    if analysis.model.source_format != "onnx":
+        return None
+    free = graph.free_dims() if free is None else free
+    if probed <= free and not (sized := data_sized_dims(graph)) and not invented_dims(
+            graph, free, sized):
         return None
     return rerun
 
@@ -83,7 +87,7 @@ def with_plans(analysis: Analysis, gpu: GpuSpec | None, sweep: SweepRequest | No
     graph, binding = analysis.graph, analysis.dims
     free = graph.free_dims()
     sweep_dim = resolve_sweep_dim(analysis, sweep.dim, free) if sweep else None
-    reanalyze = reanalyzer(analysis, probed_dims(binding.batch_dim, sweep_dim), rerun)
+    reanalyze = reanalyzer(analysis, probed_dims(binding.batch_dim, sweep_dim), rerun, free)
     sizes = sizes if sizes is not None else value_bytes(graph, binding)
     # the liveness's buffers are the model's (not found twice), its events and totals the
     # model order's
