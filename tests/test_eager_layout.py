@@ -91,3 +91,17 @@ def test_the_convolution_after_the_upsampling_reads_eagers_layout() -> None:
             if n.op_type == "aten.convolution.default" and n.module_path == "fuse"]
     assert len(fuse) == 1
     assert bool(fuse[0].attr_int("channels_last", 0)) == eager_channels_last
+
+
+def test_a_higher_order_operator_takes_fake_tensor_modes_own_rule() -> None:
+    """torch finds a higher-order operator's rule by the mode's exact type (torch/_ops.py), so
+    the subclass hands torch.cond to FakeTensorMode's: the fake result has the branch's shape
+    (here the true branch's [4, 3] doubled: either branch gives [4, 3])."""
+
+    def branch(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with EagerLayoutFakeTensorMode() as mode:
+        x = mode.from_tensor(torch.ones(4, 3))
+        out = torch.cond(x.sum() > 0, branch, lambda t: t - 1, (x,))
+    assert out.shape == (4, 3) and out.dtype == torch.float32

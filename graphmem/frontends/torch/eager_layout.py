@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch._prims_common import make_contiguous_strides_for
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -49,9 +50,23 @@ class EagerLayoutFakeTensorMode(FakeTensorMode):
     """FakeTensorMode whose elementwise and batch-norm outputs break a stride tie as eager's
     CPU kernels do (module docstring); `eager_layout=False`: the plain FakeTensorMode."""
 
+    # torch finds a higher-order operator's rule (torch.cond's, say) by the mode's exact type
+    # (torch/_ops.py HigherOrderOperator.dispatch), so a subclass has none of FakeTensorMode's
+    # unless it takes them itself: they come through __torch_dispatch__ below
+    supports_higher_order_operators = True
+
     def __init__(self, *, eager_layout: bool = True, **options: Any) -> None:
         super().__init__(**options)
         self.eager_layout = eager_layout
+
+    def __torch_dispatch__(self, func: Any, types: Sequence[type], args: Sequence[object] = (),
+                           kwargs: Mapping[str, object] | None = None) -> object:
+        if isinstance(func, HigherOrderOperator):  # FakeTensorMode's own rule for it
+            rule = func.python_key_table.get(FakeTensorMode)
+            if rule is None:
+                raise NotImplementedError(f"no fake-tensor rule for {func.name()}")
+            return rule(self, *args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs or {})
 
     def dispatch(self, func: Any, types: Sequence[type], args: Sequence[object] = (),
                  kwargs: Mapping[str, object] | None = None) -> object:
