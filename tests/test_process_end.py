@@ -75,6 +75,17 @@ def test_a_pytorch_command_s_process_ends_as_python_ends_it(tmp_path: Path) -> N
     assert left_open.read_text() == "written by the model file"
 
 
+def test_a_profiled_command_writes_its_statistics(tmp_path: Path) -> None:
+    # `python -m cProfile -o FILE -m graphmem ...`: the profiler writes FILE after the
+    # command returns, so a watched process takes the ordinary exit
+    stats = tmp_path / "analyze.prof"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "graphmem",
+                           "analyze", str(TINY), "--no-html"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert stats.stat().st_size > 0
+
+
 def test_the_command_s_outputs_are_whole(tmp_path: Path) -> None:
     # `python -m graphmem` ends through end_process: its files and its stdout are complete
     out, page = tmp_path / "r.json", tmp_path / "r.html"

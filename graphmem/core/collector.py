@@ -80,9 +80,13 @@ def end_process(code: int) -> NoReturn:
     does. Where that could skip work, the ordinary exit runs instead: a PyTorch command (the
     user's model, loss or inputs file ran in this process: a file it left open is flushed as
     it is freed; torch's own teardown), another thread still running (the interpreter would
-    wait for it), or a flush failing (a closed pipe: Python reports it as it always does)."""
+    wait for it), a profiler or tracer watching (`python -m cProfile -m graphmem` writes its
+    statistics after the command returns), or a flush failing (a closed pipe: Python reports
+    it as it always does)."""
     threading = sys.modules.get("threading")
-    if "torch" in sys.modules or (threading is not None and threading.active_count() > 1):
+    watched = sys.getprofile() is not None or sys.gettrace() is not None
+    if "torch" in sys.modules or watched or (
+            threading is not None and threading.active_count() > 1):
         sys.exit(code)
     atexit._run_exitfuncs()  # what the interpreter's exit runs first
     try:
