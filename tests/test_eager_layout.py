@@ -105,3 +105,13 @@ def test_a_higher_order_operator_takes_fake_tensor_modes_own_rule() -> None:
         x = mode.from_tensor(torch.ones(4, 3))
         out = torch.cond(x.sum() > 0, branch, lambda t: t - 1, (x,))
     assert out.shape == (4, 3) and out.dtype == torch.float32
+
+
+def test_an_integer_remainder_gets_eager_s_layout_too() -> None:
+    """The miniature the real kernel runs on holds ones, not zeros: an integer remainder by a
+    zero miniature raised and left the fake tensor's own layout."""
+    real = torch.arange(32, dtype=torch.int64).reshape(SHAPE).as_strided(SHAPE, TIE) + 1
+    eager = torch.remainder(real, real).stride()
+    with EagerLayoutFakeTensorMode() as mode:
+        fake = mode.from_tensor(real)
+        assert torch.remainder(fake, fake).stride() == eager

@@ -286,3 +286,17 @@ def test_layers_holding_graphs_infer_the_whole_graph(monkeypatch: pytest.MonkeyP
     shapes, taken = _layered(model, monkeypatch)
     assert not taken
     assert shapes == _whole_pass(model, monkeypatch)
+
+
+def test_onnx_failing_on_the_cut_infers_the_whole_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where onnx's inference fails on the cut model, the whole model's answer is the file's
+    own value_info (ort_plan_shapes), which the cut cannot show: not cut. gpt2.onnx is cut
+    with the thresholds lowered (test_a_layered_sample_is_cut); with every inference failing
+    the layered answer is refused, not taken from nothing."""
+    model = read_model(ROOT / "samples" / "gpt2.onnx")
+    monkeypatch.setattr(plan_layers, "MIN_NODES", 0)
+    monkeypatch.setattr(plan_layers, "MIN_LAYERS", 5)
+    monkeypatch.setattr(plan_shapes_module, "_inference", lambda *args: None)
+    assert plan_layers.layered_shapes(
+        model, frozenset(), lambda cut: plan_shapes_module._shapes_and_types(cut, frozenset())
+    ) is None

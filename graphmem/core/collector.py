@@ -84,7 +84,7 @@ def end_process(code: int) -> NoReturn:
     statistics after the command returns), or a flush failing (a closed pipe: Python reports
     it as it always does)."""
     threading = sys.modules.get("threading")
-    watched = sys.getprofile() is not None or sys.gettrace() is not None
+    watched = sys.getprofile() is not None or sys.gettrace() is not None or _monitored()
     if "torch" in sys.modules or watched or (
             threading is not None and threading.active_count() > 1):
         sys.exit(code)
@@ -96,3 +96,11 @@ def end_process(code: int) -> NoReturn:
     except BaseException:  # noqa: BLE001 - the ordinary exit says what went wrong
         sys.exit(code)
     os._exit(code)
+
+
+def _monitored() -> bool:
+    """Whether a tool watches through sys.monitoring (Python 3.12+: cProfile, coverage and
+    debuggers use it there, and sys.getprofile() then answers None)."""
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(
+        monitoring.get_tool(tool) is not None for tool in range(6))

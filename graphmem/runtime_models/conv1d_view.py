@@ -22,7 +22,8 @@ _PREPENDED = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
 def as_conv2d(node: Node) -> Node:
     """`node` (aten.convolution or its backward) if no operand is 3-D; else a detached copy
     whose 3-D operands and results have a height of 1 inserted at dim 2 and whose spatial
-    parameters have the height's prepended. The graph's node is left as it is."""
+    parameters have the height's prepended, every other field kept. The graph's node is left
+    as it is."""
     if not any(_is_3d(v) for v in [*node.inputs, *node.outputs]):
         return node
     attributes = dict(node.attributes)
@@ -30,9 +31,9 @@ def as_conv2d(node: Node) -> Node:
         found = attributes.get(name)
         if isinstance(found, (list, tuple)) and len(found) == 1:
             attributes[name] = (value, *(int(v) for v in found))
-    return Node(node.name, node.op_type, [_viewed(v) for v in node.inputs],
-                [v for v in (_viewed(v) for v in node.outputs) if v is not None],
-                attributes, node.domain, node.module_path)
+    return replace(node, inputs=[_viewed(v) for v in node.inputs],
+                   outputs=[_with_height(v) if _is_3d(v) else v for v in node.outputs],
+                   attributes=attributes)
 
 
 def _is_3d(value: Value | None) -> bool:
@@ -40,7 +41,10 @@ def _is_3d(value: Value | None) -> bool:
 
 
 def _viewed(value: Value | None) -> Value | None:
-    if value is None or not _is_3d(value):
-        return value
+    return _with_height(value) if value is not None and _is_3d(value) else value
+
+
+def _with_height(value: Value) -> Value:
+    """A 3-D value as 4-D, a height of 1 inserted at dim 2."""
     assert value.shape is not None  # _is_3d's
     return replace(value, shape=(*value.shape[:2], SymInt.const(1), value.shape[2]))

@@ -45,20 +45,32 @@ def _inferred_shapes(model: onnx.ModelProto, named: frozenset[str], data_prop: b
 
 
 def _shapes_and_types(model: onnx.ModelProto, named: frozenset[str]
-                      ) -> tuple[dict[str, PlanShape | None], dict[str, onnx.ValueInfoProto]]:
+                      ) -> tuple[dict[str, PlanShape | None],
+                                 dict[str, onnx.ValueInfoProto]] | None:
     """The plan shapes onnx's inference (without data propagation) gives, and its types by
-    name (plan_layers.py compares them)."""
-    infos = _inferred_infos(model, False)
+    name (plan_layers.py compares them); None where the inference fails (the whole model's
+    answer is then the file's own value_info, which a cut model's does not show)."""
+    inferred = _inference(model, False)
+    if inferred is None:
+        return None
+    infos = _infos(inferred)
     return _read_shapes(infos, named), {info.name: info for info in infos}
 
 
 def _inferred_infos(model: onnx.ModelProto, data_prop: bool) -> list[onnx.ValueInfoProto]:
+    # where the inference fails, the file's own value_info is all there is
+    return _infos(_inference(model, data_prop) or model)
+
+
+def _inference(model: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto | None:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False,
-                                                     data_prop=data_prop)
-    except Exception:  # noqa: BLE001 - the file's own value_info is then all there is
-        inferred = model
-    graph = inferred.graph
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
+    except Exception:  # noqa: BLE001 - the callers say what stands in for it
+        return None
+
+
+def _infos(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    graph = model.graph
     return [*graph.input, *graph.value_info, *graph.output]
 
 

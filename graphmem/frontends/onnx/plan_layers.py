@@ -56,14 +56,15 @@ _REL = 1 << 60  # ... and read by node m (a later node of the run) as _REL + m*O
 _BEFORE = -(1 << 59)  # a value a node before the run makes (not a Constant): read by its type
 
 Shapes = dict[str, PlanShape | None]
-Reader = Callable[[onnx.ModelProto], tuple[Shapes, dict[str, onnx.ValueInfoProto]]]
+Reader = Callable[[onnx.ModelProto], tuple[Shapes, dict[str, onnx.ValueInfoProto]] | None]
 
 
 def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
                    ) -> Shapes | None:
     """The planner's shapes of every value as `infer` gives them for the whole model (`infer`
-    returns the plan shapes and the inferred types by name), from `infer` on the model cut
-    to its first layers (module docstring); None where that is not shown to be the same."""
+    returns the plan shapes and the inferred types by name, None where onnx fails), from
+    `infer` on the model cut to its first layers (module docstring); None where that is not
+    shown to be the same."""
     graph = model.graph
     nodes = graph.node
     if len(nodes) < MIN_NODES or model.functions or any(n.startswith(GENERATED) for n in named):
@@ -92,7 +93,10 @@ def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
     cut = _cut_model(model, numbers, first, kept_end, run_end, period)
     if cut is None:
         return None
-    shapes, types = infer(cut)
+    inferred = infer(cut)
+    if inferred is None:  # onnx failed on the cut: the whole pass says what stands instead
+        return None
+    shapes, types = inferred
     last = kept_end - period
     if not _same_reads(nodes, numbers, start, last, period, first, types) \
             or not _same_types_before(nodes, before, first, run_end, period, types):

@@ -135,7 +135,8 @@ def _miniature(value: object) -> object:
     for dim in reversed(order):  # innermost first
         strides[dim] = step
         step *= sizes[dim]
-    return torch.zeros(sizes, dtype=value.dtype).as_strided(sizes, strides)
+    # ones, not zeros: an integer remainder or floor_divide by a zero miniature raises
+    return torch.ones(sizes, dtype=value.dtype).as_strided(sizes, strides)
 
 
 @contextlib.contextmanager

@@ -44,4 +44,6 @@ def eager_fast_paths(enabled: bool = True) -> Iterator[None]:
 
 
 def _exporting() -> bool:
-    return bool(torch.compiler.is_exporting())
+    # torch.compiler.is_exporting is torch 2.6's; before it no export sets the flag it reads
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting is not None and is_exporting())
