@@ -74,3 +74,11 @@ def largest_at_probe(values: Iterable[SymInt]) -> SymInt:
         return SymInt.const(0)
     probe = {name: PROBE_DIM_VALUE for c in candidates for name in c.free_symbols()}
     return max(candidates, key=lambda c: c.evaluate(probe))
+
+
+def own_input_count(node: Node, body: Graph) -> int:
+    """The body's own inputs (not the outer values it reads, which are the node's inputs
+    too): a Loop's iteration number, condition and loop-carried values; a Scan's state and
+    scanned slices."""
+    outer = {v.name for v in node.inputs if v is not None}
+    return sum(1 for v in body.inputs if v.name not in outer)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode, own_input_count
 from graphmem.passes.dims import bare_dim
 
 # op type -> whether every output axis may be the data's (else only the op's `axis`)
@@ -187,12 +187,11 @@ def _along_axis(node: Node, shape: tuple[SymInt | None, ...]) -> Iterator[Candid
 
 def _scan_outputs(node: ControlFlowNode) -> list[Value]:
     """A Loop's scan outputs: those after its N loop-carried values (a carried value may
-    grow by more than one slice an iteration), N its body's own inputs (not the outer values
-    it reads, which are the node's inputs too) less the iteration number and condition."""
+    grow by more than one slice an iteration), N its body's own inputs less the iteration
+    number and condition."""
     if len(node.bodies) != 1:
         return []
-    outer = {v.name for v in node.inputs if v is not None}
-    carried = sum(1 for v in node.bodies[0][1].inputs if v.name not in outer) - 2
+    carried = own_input_count(node, node.bodies[0][1]) - 2
     return node.outputs[max(carried, 0):]
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.ort_view import PlanShape
-from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX, ControlFlowNode, own_input_count
 from graphmem.runtime_models.graph_cache import cached_per_graph
 from graphmem.runtime_models.ort_kernels import ALIAS_OPS, KernelScratch, kernel_scratch
 from graphmem.runtime_models.ort_plan import make_layout, plan_shape_from_ir
@@ -138,7 +138,7 @@ def loop_scratch(node: ControlFlowNode, bound: Mapping[str, int]) -> KernelScrat
     body = _sized_body(node.bodies[0][1], bound)
     if not trips.is_constant or body is None:
         return None
-    carried = max(_own_input_count(node, node.bodies[0][1]) - 2, 0)
+    carried = max(own_input_count(node, node.bodies[0][1]) - 2, 0)
     per_iteration = 2 * (len(body.outputs) + len(body.single)) + 2
     if int(trips) * per_iteration > MAX_LOOP_EVENTS:
         return None
@@ -171,7 +171,7 @@ def scan_scratch(node: ControlFlowNode, bound: Mapping[str, int]) -> KernelScrat
     if count * (2 * len(body.single) + 2) > MAX_LOOP_EVENTS:
         return None
     scanned = node.attr_int("num_scan_inputs", 1)
-    states = max(_own_input_count(node, body_graph) - scanned, 0)
+    states = max(own_input_count(node, body_graph) - scanned, 0)
     events = _Events()
     for value in body_graph.outputs[:states]:
         size = _bound_bytes(value, bound)
@@ -357,14 +357,6 @@ def _best_fit(live: Sequence[tuple[int, int, int]], size: int) -> tuple[int, int
                 best_at, waste, best_offset = at, gap - size, current
         current = offset + length
     return best_offset, best_at
-
-
-def _own_input_count(node: Node, body: Graph) -> int:
-    """The body's own inputs (not the outer values it reads, which are the node's inputs
-    too): a Loop's iteration number, condition and loop-carried values; a Scan's state
-    and scanned slices."""
-    outer = {v.name for v in node.inputs if v is not None}
-    return sum(1 for v in body.inputs if v.name not in outer)
 
 
 _BY_OP = _by_op()  # the ops whose kernel's allocations are modelled here
