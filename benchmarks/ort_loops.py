@@ -7,11 +7,20 @@ thread, the inputs verify makes up; tests/helpers/ort.py `measure_all`). The gra
 hand-built Loops of tests/helpers/loop_models.py, `fit` (what the model was checked on while
 it was written) and `held out` (run only once it was), Scans of several lengths and Ifs. The
 exports with a Loop (the EmbeddingBags, DLRM) are benchmarks/data_bounded_slices.py's.
+
+`python benchmarks/ort_loops.py --events` instead times what a long Loop costs the analysis:
+the `m3` Loop at growing trip counts, its allocations and frees replayed one by one (the
+bound MAX_LOOP_EVENTS lifted for the run), one row per trip count: the events the model
+makes, the CPU seconds of `loop_scratch` alone and of a whole `--runtime ort-cpu` analysis
+(in process, the best of two), its peak.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,5 +62,45 @@ def rows(names: list[str], folder: Path) -> None:
     measured_rows(HEADER, graphs(), names, folder)
 
 
+EVENT_TRIPS = (1_000, 10_000, 30_000, 100_000, 300_000)
+
+
+def _seconds(work: Callable[[], object]) -> tuple[float, object]:
+    """The best of two runs' CPU seconds, and what the work returned."""
+    best, found = float("inf"), None
+    for _ in range(2):
+        start = time.process_time()
+        found = work()
+        best = min(best, time.process_time() - start)
+    return best, found
+
+
+def event_rows(trips_list: tuple[int, ...] = EVENT_TRIPS) -> None:
+    from graphmem import analyze_onnx
+    from graphmem.ops.control_flow import ControlFlowNode
+    from graphmem.runtime_models import ort_loop
+
+    ort_loop.MAX_LOOP_EVENTS = 10**12  # measured past the bound
+    print("| trips | events | loop_scratch s | ort-cpu analysis s | runtime peak B |\n"
+          "|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as folder:
+        for trips in trips_list:
+            case = dataclasses.replace(loop_models.FIT["m3"], trips=trips)
+            path = Path(folder) / f"m{trips}.onnx"
+            onnx.save(loop_models.loop(case), path)
+            node = next(n for n in analyze_onnx(path, plan=False).graph.nodes
+                        if isinstance(n, ControlFlowNode))
+            scratch_s, scratch = _seconds(lambda node=node: ort_loop.loop_scratch(node, {}))
+            assert isinstance(scratch, ort_loop.KernelScratch)
+            events = len(scratch.sizes_bytes) + sum(len(f) for f in scratch.frees_after)
+            whole_s, result = _seconds(lambda path=path: analyze_onnx(path, runtime="ort-cpu"))
+            peak = result.runtime.runtime_peak_bytes  # type: ignore[attr-defined]
+            print(f"| {trips:,} | {events:,} | {scratch_s:.2f} | {whole_s:.2f} | {peak:,} |",
+                  flush=True)
+
+
 if __name__ == "__main__":
-    zoo_onnx.main(rows, __doc__)
+    if "--events" in sys.argv[1:]:
+        event_rows()
+    else:
+        zoo_onnx.main(rows, __doc__)

@@ -21,6 +21,7 @@ from graphmem import analyze_onnx
 from graphmem.ops.control_flow import ControlFlowNode
 from graphmem.passes.extent_bounds import extent_bounds, extent_dims
 from graphmem.runtime_models.ort_kernels import arena_weights_bytes
+from graphmem.runtime_models import ort_loop
 from graphmem.runtime_models.ort_loop import _pattern_bytes, loop_scratch, scan_scratch
 from tests.helpers import loop_models
 from tests.helpers.data_slices import save as save_slices
@@ -69,6 +70,17 @@ def test_a_loops_allocations_follow_loop_cc(tmp_path: Path) -> None:
     # at the last allocation: 8 + 1, three sc0 (768), two generations of s_out (512) and
     # the block (512) = 1,801 B
     assert scratch.held_bytes == 8 + 1 + 3 * 256 + 2 * 256 + 512 == 1_801
+
+
+def test_a_loop_of_more_events_than_the_bound_keeps_its_bodys_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # m3 is counted at 3 iterations x 8 events (2 x (3 outputs + 0 single) + 2) = 24: modelled
+    # at a bound of 24, the body's block kept (None: kernel_scratch's) at 23
+    node = _node(_saved(loop_models.loop(loop_models.FIT["m3"]), tmp_path), "Loop")
+    monkeypatch.setattr(ort_loop, "MAX_LOOP_EVENTS", 24)
+    assert loop_scratch(node, {}) is not None
+    monkeypatch.setattr(ort_loop, "MAX_LOOP_EVENTS", 23)
+    assert loop_scratch(node, {}) is None
 
 
 def test_a_scans_outputs_come_first_and_its_state_takes_two_buffers(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.ort_view import PlanShape
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX
 from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import (
     ArenaEvent,
@@ -102,6 +103,7 @@ class EventSteps(NamedTuple):
     positions: tuple[int, ...]  # per buffer, its owner's place in `graph.values`
     events: list[list[int]]  # per step: the buffers it allocates, then those freed as ~number
     kernel_nodes: tuple[int, ...]  # the steps whose kernel may take scratch
+    body_scratch: dict[int, int]  # per control-flow step, the buffer its ::body_scratch owns
     first: np.ndarray  # per buffer, the step allocating it
     last: np.ndarray  # ... and the step after which it is freed
     shape: EventShape | None  # the events' positions, for the replay's jumps (None: too few)
@@ -118,8 +120,10 @@ def event_steps(layout: PlanLayout) -> EventSteps:
     kernel_nodes = tuple(step for step, node in enumerate(layout.order)
                          if (node.op_type in SCRATCH_OPS or node.domain == "com.microsoft")
                          and may_take_scratch(node))
+    body_scratch = {first: index for index, (value, first, _, _) in enumerate(buffers)
+                    if value.name.endswith(BODY_SCRATCH_SUFFIX)}
     return EventSteps(tuple([value.name for value, _, _, _ in buffers]), layout.positions,
-                      events, kernel_nodes,
+                      events, kernel_nodes, body_scratch,
                       np.array([first for _, first, _, _ in buffers], np.int64),
                       np.array([last for _, _, last, _ in buffers], np.int64),
                       EventShape(events) if 2 * len(buffers) >= MIN_EVENTS else None)
@@ -340,8 +344,10 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
     scratch, working = kernel_scratches(plan, lambda node: cpu_kernel_scratch(node, threads,
                                                                              bound))
-    sizes_run = without_body_scratch(plan.sizes, plan.steps.names, plan.steps.events, scratch,
-                                     working)  # a Loop's iterations stand for its body's peak
+    body_scratch = plan.steps.body_scratch  # a Loop's iterations stand for its body's peak:
+    sizes_run = without_body_scratch(plan.sizes, [body_scratch[step] for step in working if
+                                                  scratch[step].replaces_body
+                                                  and step in body_scratch])
     plan = plan if sizes_run is plan.sizes else replace(plan, sizes=sizes_run)
     timeline = ort_timeline(plan, scratch, extend=extend,
                             events=plan_events(plan, scratch, working))

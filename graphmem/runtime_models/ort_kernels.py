@@ -75,16 +75,16 @@ class KernelScratch:
         at = self.outputs_at
         at = at if at is not None else len(self.sizes_bytes) if self.before_outputs else 0
         events: list[ArenaEvent] = []
-        held: list[str] = []
+        held: dict[str, None] = {}  # in allocation order (a Loop's: 10^5 of them, freed by key)
         for i, size in enumerate(self.sizes_bytes):
             if i == at:
                 events.extend(outputs)
             events.append(ArenaEvent(f"{prefix} {i}", size))
-            held.append(f"{prefix} {i}")
+            held[f"{prefix} {i}"] = None
             for j in self.frees_after[i] if i < len(self.frees_after) else ():
                 events.append(ArenaEvent(f"{prefix} {j}", None))
-                held.remove(f"{prefix} {j}")
-        return events + (list(outputs) if at >= len(self.sizes_bytes) else []), held
+                del held[f"{prefix} {j}"]
+        return events + (list(outputs) if at >= len(self.sizes_bytes) else []), list(held)
 
 
 # the scratch of a kernel that takes none: one shared instance (frozen), as most of a graph's
