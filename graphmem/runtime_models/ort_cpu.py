@@ -75,6 +75,7 @@ from graphmem.runtime_models.ort_kernels import (
     creation_peak_note,
     may_take_scratch,
     session_creation_peak_bytes,
+    unmeasured_scratch_ops,
 )
 from graphmem.runtime_models.ort_loop import cpu_kernel_scratch, without_body_scratch
 from graphmem.runtime_models.ort_plan import PlanLayout
@@ -359,6 +360,10 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
               f" {timeline.peak_bytes:,} bytes the run's own",)
     if any(node.op_type == "Conv" for node in plan.order):
         notes += (f"Conv scratch sized for {threads} intra-op threads",)
+    if unmeasured := unmeasured_scratch_ops(graph):
+        named = ", ".join(unmeasured[:4]) + (", ..." if len(unmeasured) > 4 else "")
+        notes += (f"{count_noun(len(unmeasured), 'op')} whose kernel's scratch is not known"
+                  f" ({named}): counted as 0 bytes, the runtime peak may be low by it",)
     creation = session_creation_peak_bytes(graph, graph.nodes)  # packed in node order
     # at creation: no tensor yet; the packs' temporary copies are the overhead
     at_creation = creation > weights + timeline.peak_bytes
