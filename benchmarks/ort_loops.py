@@ -8,6 +8,10 @@ hand-built Loops of tests/helpers/loop_models.py, `fit` (what the model was chec
 it was written) and `held out` (run only once it was), Scans of several lengths and Ifs. The
 exports with a Loop (the EmbeddingBags, DLRM) are benchmarks/data_bounded_slices.py's.
 
+`python benchmarks/ort_loops.py --data-trips` measures Loops whose M is data (the graph input
+`m`, or onnx's test_loop11's `trip_count`): the run's inputs made up by seed, M's drawn value
+given to graphmem as the trip count's dim (tests/helpers/ort.py `measure_data_trips`).
+
 `python benchmarks/ort_loops.py --events` instead times what a long Loop costs the analysis:
 the `m3` Loop at growing trip counts, its allocations and frees replayed one by one (the
 bound MAX_LOOP_EVENTS lifted for the run), one row per trip count: the events the model
@@ -99,8 +103,42 @@ def event_rows(trips_list: tuple[int, ...] = EVENT_TRIPS) -> None:
                   flush=True)
 
 
+DATA_TRIP_SEEDS = (0, 2, 3)
+
+
+def data_trip_rows() -> None:
+    print("| graph | set | level | seed | M | graphmem B | onnxruntime B | error |\n"
+          "|---|---|---|---:|---:|---:|---:|---:|")
+    cases = {name: (case, "fit" if name in loop_models.FIT else "held out")
+             for name, case in {**loop_models.FIT, **loop_models.HELD_OUT}.items()}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, (case, kind) in cases.items():
+            path = Path(folder) / f"{name}_data.onnx"
+            onnx.save(loop_models.loop(dataclasses.replace(case, data_trips=True)), path)
+            _data_trip_row(f"{name} (M data)", kind, path, "m", {}, 8, DATA_TRIP_SEEDS)
+        path = Path(folder) / "test_loop11.onnx"
+        onnx.save(loop_models.onnx_test_loop11(), path)  # x[i] for i < 5: M at most 5
+        # its cond is an input too: false at seed 2, where onnxruntime runs no iteration
+        _data_trip_row("test_loop11", "fit", path, "trip_count", {"Loop_0_o1__d0": 1}, 6,
+                       (0, 1, 2))
+
+
+def _data_trip_row(name: str, kind: str, path: Path, trips_input: str,
+                   dims: dict[str, int], high: int, seeds: tuple[int, ...]) -> None:
+    from tests.helpers.ort import measure_data_trips
+
+    for level in ("disabled", "all"):
+        for seed in seeds:
+            predicted, measured, trips = measure_data_trips(path, level, trips_input, seed,
+                                                            dims, high)
+            print(f"| {name} | {kind} | {level} | {seed} | {trips} | {predicted:,} |"
+                  f" {measured:,} | {predicted / measured - 1:+.2%} |", flush=True)
+
+
 if __name__ == "__main__":
-    if "--events" in sys.argv[1:]:
+    if "--data-trips" in sys.argv[1:]:
+        data_trip_rows()
+    elif "--events" in sys.argv[1:]:
         event_rows()
     else:
         zoo_onnx.main(rows, __doc__)
