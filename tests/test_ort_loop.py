@@ -104,6 +104,18 @@ def test_a_trip_count_the_data_sets_is_a_dim_of_its_own(tmp_path: Path) -> None:
     assert loop_scratch(loop, {}) is None  # unbound: the body's block (ort-cpu refuses it)
 
 
+def test_a_loop_in_a_body_reading_data_as_m_has_its_dim_too(tmp_path: Path) -> None:
+    # the inner Loop's M is the outer iteration number: the dim i_trips, which --dim binds;
+    # the outer Loop's 3 iterations each run i_trips Adds of 4 FLOPs (and a ReduceSum over
+    # the inner scan output, whose first dim stays the engine's)
+    path = _saved(loop_models.nested_data_loop(3), tmp_path)
+    assert "i_trips" in analyze_onnx(path, plan=False).graph.free_dims()
+    bound = analyze_onnx(path, plan=False, dims={"i_trips": 2})
+    (cost,) = bound.costs.nodes
+    assert "i_trips" not in {str(s) for s in cost.flops.free_symbols()}
+    assert cost.flops.bind({name: 0 for name in cost.flops.free_symbols()}) == 3 * 2 * 4
+
+
 @pytest.mark.ort
 @pytest.mark.parametrize("level", [pytest.param("disabled", marks=pytest.mark.slow), "all"])
 def test_onnxs_test_loop11_is_exact_with_its_trip_count_bound(tmp_path: Path,

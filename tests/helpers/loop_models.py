@@ -211,3 +211,36 @@ def onnx_test_loop11() -> onnx.ModelProto:
     import onnx.backend.test.case.node.loop  # noqa: F401  (registers test_loop11)
 
     return next(case.model for case in node_cases._NodeTestCases if case.name == "test_loop11")
+
+
+def nested_data_loop(trips: int = 3) -> onnx.ModelProto:
+    """A Loop of `trips` iterations over x [4] whose body runs an inner Loop of M = the outer
+    iteration number `i` (data: a body input) making z = x + x [4] each time, then
+    sums the inner scan output into the outer one."""
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c2"], ["c2o"]),
+         helper.make_node("Add", ["x", "x"], ["z"])],
+        "inner", [helper.make_tensor_value_info("j", I64, []),
+                  helper.make_tensor_value_info("c2", BOOL, [])],
+        [helper.make_tensor_value_info("c2o", BOOL, []),
+         helper.make_tensor_value_info("z", F32, [4])])
+    outer = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["co"]),
+         helper.make_node("Loop", ["i", "t"], ["zs"], body=inner),
+         helper.make_node("ReduceSum", ["zs"], ["r"], keepdims=0),
+         helper.make_node("Unsqueeze", ["r", "ax"], ["ro"])], "outer",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", BOOL, [])],
+        [helper.make_tensor_value_info("co", BOOL, []),
+         helper.make_tensor_value_info("ro", F32, [1])],
+        [numpy_helper.from_array(np.array(True), "t"),
+         numpy_helper.from_array(np.array([0], np.int64), "ax")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "go"], ["out"], body=outer)], "g",
+        [helper.make_tensor_value_info("x", F32, [4])],
+        [helper.make_tensor_value_info("out", F32, None)],
+        [numpy_helper.from_array(np.array(trips, np.int64), "M"),
+         numpy_helper.from_array(np.array(True), "go")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
