@@ -318,6 +318,7 @@ class Graph:
     outputs: list[Value]
     opset: int = 0
     source_format: str = ""  # "onnx", "torch.fx"
+    data_dims: frozenset[str] = frozenset()  # dims of no shape: a Loop's trip count the data sets
 
     def add_node(self, node: Node, index: int | None = None) -> Node:
         """Append `node` (or insert it at `index`), linked: the producer of its outputs and a
@@ -380,7 +381,7 @@ class Graph:
         return (v for v in self.values.values() if v.role in roles)
 
     def free_dims(self) -> frozenset[str]:
-        """Names of every dynamic dim that appears in a value's shape."""
+        """Names of every dynamic dim in a value's shape, and the graph's `data_dims`."""
         # values of one type share their shape tuple (the importers read each type once):
         # each distinct tuple's dims are looked at once
         shapes = {id(shape): shape for value in self.values.values() if (shape := value.shape)}
@@ -389,7 +390,7 @@ class Graph:
             for dim in shape:
                 if dim is not None:
                     names |= dim.free_symbols()
-        return frozenset(names)
+        return frozenset(names | self.data_dims)
 
     def input_dims_in_order(self) -> list[str]:
         """Dynamic dim names of the graph inputs, first seen first (what `--batch` binds)."""

@@ -56,6 +56,7 @@ from graphmem.core.ir import Graph, Node, Value
 from graphmem.core.ort_view import PlanShape
 from graphmem.core.symbolic import SymInt
 from graphmem.core.units import count_noun
+from graphmem.ops.control_flow import BODY_SCRATCH_SUFFIX
 from graphmem.runtime_models.base import Runtime, RuntimeEstimate
 from graphmem.runtime_models.bfc_arena import (
     ArenaEvent,
@@ -74,6 +75,7 @@ from graphmem.runtime_models.ort_kernels import (
     creation_peak_note,
     may_take_scratch,
     session_creation_peak_bytes,
+    unmeasured_scratch_ops,
 )
 from graphmem.runtime_models.ort_loop import cpu_kernel_scratch, without_body_scratch
 from graphmem.runtime_models.ort_plan import PlanLayout
@@ -102,6 +104,7 @@ class EventSteps(NamedTuple):
     positions: tuple[int, ...]  # per buffer, its owner's place in `graph.values`
     events: list[list[int]]  # per step: the buffers it allocates, then those freed as ~number
     kernel_nodes: tuple[int, ...]  # the steps whose kernel may take scratch
+    body_scratch: dict[int, int]  # per control-flow step, the buffer its ::body_scratch owns
     first: np.ndarray  # per buffer, the step allocating it
     last: np.ndarray  # ... and the step after which it is freed
     shape: EventShape | None  # the events' positions, for the replay's jumps (None: too few)
@@ -118,8 +121,10 @@ def event_steps(layout: PlanLayout) -> EventSteps:
     kernel_nodes = tuple(step for step, node in enumerate(layout.order)
                          if (node.op_type in SCRATCH_OPS or node.domain == "com.microsoft")
                          and may_take_scratch(node))
+    body_scratch = {first: index for index, (value, first, _, _) in enumerate(buffers)
+                    if value.name.endswith(BODY_SCRATCH_SUFFIX)}
     return EventSteps(tuple([value.name for value, _, _, _ in buffers]), layout.positions,
-                      events, kernel_nodes,
+                      events, kernel_nodes, body_scratch,
                       np.array([first for _, first, _, _ in buffers], np.int64),
                       np.array([last for _, _, last, _ in buffers], np.int64),
                       EventShape(events) if 2 * len(buffers) >= MIN_EVENTS else None)
@@ -340,8 +345,10 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
     plan = plan_ort_buffers(graph, sizes, plan_shapes, order)
     scratch, working = kernel_scratches(plan, lambda node: cpu_kernel_scratch(node, threads,
                                                                              bound))
-    sizes_run = without_body_scratch(plan.sizes, plan.steps.names, plan.steps.events, scratch,
-                                     working)  # a Loop's iterations stand for its body's peak
+    body_scratch = plan.steps.body_scratch  # a Loop's iterations stand for its body's peak:
+    sizes_run = without_body_scratch(plan.sizes, [body_scratch[step] for step in working if
+                                                  scratch[step].replaces_body
+                                                  and step in body_scratch])
     plan = plan if sizes_run is plan.sizes else replace(plan, sizes=sizes_run)
     timeline = ort_timeline(plan, scratch, extend=extend,
                             events=plan_events(plan, scratch, working))
@@ -353,6 +360,10 @@ def ort_cpu_estimate(graph: Graph, sizes: Mapping[str, SymInt | None], threads: 
               f" {timeline.peak_bytes:,} bytes the run's own",)
     if any(node.op_type == "Conv" for node in plan.order):
         notes += (f"Conv scratch sized for {threads} intra-op threads",)
+    if unmeasured := unmeasured_scratch_ops(graph):
+        named = ", ".join(unmeasured[:4]) + (", ..." if len(unmeasured) > 4 else "")
+        notes += (f"{count_noun(len(unmeasured), 'op')} whose kernel's scratch is not known"
+                  f" ({named}): counted as 0 bytes, the runtime peak may be low by it",)
     creation = session_creation_peak_bytes(graph, graph.nodes)  # packed in node order
     # at creation: no tensor yet; the packs' temporary copies are the overhead
     at_creation = creation > weights + timeline.peak_bytes

@@ -75,16 +75,16 @@ class KernelScratch:
         at = self.outputs_at
         at = at if at is not None else len(self.sizes_bytes) if self.before_outputs else 0
         events: list[ArenaEvent] = []
-        held: list[str] = []
+        held: dict[str, None] = {}  # in allocation order (a Loop's: 10^5 of them, freed by key)
         for i, size in enumerate(self.sizes_bytes):
             if i == at:
                 events.extend(outputs)
             events.append(ArenaEvent(f"{prefix} {i}", size))
-            held.append(f"{prefix} {i}")
+            held[f"{prefix} {i}"] = None
             for j in self.frees_after[i] if i < len(self.frees_after) else ():
                 events.append(ArenaEvent(f"{prefix} {j}", None))
-                held.remove(f"{prefix} {j}")
-        return events + (list(outputs) if at >= len(self.sizes_bytes) else []), held
+                del held[f"{prefix} {j}"]
+        return events + (list(outputs) if at >= len(self.sizes_bytes) else []), list(held)
 
 
 # the scratch of a kernel that takes none: one shared instance (frozen), as most of a graph's
@@ -96,6 +96,54 @@ NO_SCRATCH = KernelScratch()
 # (and the control-flow kernels, whose allocations are ort_loop.py's)
 SCRATCH_OPS = frozenset({"Conv", "Where", "ConvTranspose", "Einsum", "Loop", "Scan",
                          "If"}) | RNN_OPS
+
+
+# The kernels measured to take nothing from the arena but their outputs: every op of the
+# models whose runs graphmem's plan matches to the byte (benchmarks/results/accuracy.md: the
+# samples, the CNN zoo's exports, ResNet-18, MobileNetV2, BERT and GPT-2, as written and as
+# onnxruntime optimizes them at every level; the Loop, Scan and If bodies of
+# benchmarks/results/ort_loops.md). An op of neither these nor the modelled ones
+# (`may_take_scratch`) is counted without scratch too, but as not known: the runtime's notes
+# name it (`unmeasured_scratch_ops`), as they name a tensor of unknown size.
+NO_SCRATCH_OPS = frozenset({
+    "Abs", "Add", "And", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat",
+    "Constant", "ConstantOfShape", "Div", "Equal", "Erf", "Expand", "Flatten", "Gather",
+    "GatherElements", "Gemm", "GlobalAveragePool", "Greater", "GreaterOrEqual", "Identity",
+    "IsNaN", "LayerNormalization", "Less", "LessOrEqual", "MatMul", "MaxPool", "Mod", "Mul",
+    "Neg", "Not", "Pow", "Range", "Reciprocal", "ReduceMean", "ReduceSum", "Relu", "Reshape",
+    "Shape", "Sigmoid", "SimplifiedLayerNormalization", "Slice", "Softmax", "Split", "Sqrt",
+    "Squeeze", "Tanh", "Tile", "Transpose", "Trilu", "Unsqueeze",
+})
+NO_SCRATCH_CONTRIB_OPS = frozenset({
+    ("com.microsoft", "FusedGemm"), ("com.microsoft", "FusedMatMul"),
+    ("com.microsoft", "QuickGelu"), ("com.microsoft", "SkipLayerNormalization"),
+    *(("com.microsoft.nchwc", op) for op in ("AveragePool", "Conv", "GlobalAveragePool",
+                                             "MaxPool", "ReorderInput", "ReorderOutput")),
+})
+# the com.microsoft kernels whose scratch `contrib_scratch` models
+CONTRIB_SCRATCH_OPS = frozenset({"FusedConv", "BiasGelu", "FastGelu"})
+
+
+def scratch_known(node: Node) -> bool:
+    """Whether graphmem knows what the node's CPU kernel takes from the arena: a rule of
+    this module or ort_loop.py's, or measured none (NO_SCRATCH_OPS)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type in SCRATCH_OPS or node.op_type in NO_SCRATCH_OPS
+    if node.domain == "com.microsoft" and node.op_type in CONTRIB_SCRATCH_OPS:
+        return True
+    return (node.domain, node.op_type) in NO_SCRATCH_CONTRIB_OPS
+
+
+def unmeasured_scratch_ops(graph: Graph) -> tuple[str, ...]:
+    """The ops of the graph's nodes whose kernel's scratch is not known (`scratch_known`),
+    sorted, each once (`Conv`; `com.microsoft.Attention` outside the ONNX domain); found once
+    per graph."""
+    return cached_per_graph(graph, (_UNMEASURED,), lambda: tuple(sorted({
+        node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        for node in graph.nodes if not scratch_known(node)})))
+
+
+_UNMEASURED = object()  # graph_cache's key for `unmeasured_scratch_ops`
 
 
 def may_take_scratch(node: Node) -> bool:
@@ -111,7 +159,7 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
     if node.domain == "com.microsoft":
         return contrib_scratch(node, threads, bound)
     if not may_take_scratch(node):
-        return NO_SCRATCH
+        return NO_SCRATCH  # measured none, or not known (`scratch_known`: the notes say it)
     if node.op_type == "Conv":
         size = conv_scratch_bytes(node, threads, bound)
         return KernelScratch((size,) if size else ())
@@ -121,9 +169,9 @@ def kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> Kernel
         return conv_transpose_scratch(node, bound)
     if node.op_type == "Einsum":
         return einsum_scratch(node, bound)
-    if node.op_type not in RNN_OPS:
-        return NO_SCRATCH  # a Loop, Scan or If: what it holds is ort_loop.py's
-    return KernelScratch(rnn_scratch_bytes(node, bound))  # GRU, LSTM, RNN: ort_rnn.py
+    if node.op_type in RNN_OPS:
+        return KernelScratch(rnn_scratch_bytes(node, bound))  # GRU, LSTM, RNN: ort_rnn.py
+    return NO_SCRATCH  # a Loop, Scan or If: what it holds is ort_loop.py's
 
 
 def einsum_scratch(node: Node, bound: Mapping[str, int]) -> KernelScratch:

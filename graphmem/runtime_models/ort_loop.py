@@ -39,14 +39,15 @@ The node's `::body_scratch` then stands for nothing onnxruntime allocates: the e
 it 0 where this model replaces it (`without_body_scratch`). Not modelled: a kernel's own
 scratch inside a body (a Conv in a Loop body), a nested node's bodies beyond their one block
 (each allocated and freed at its step), a `cond` that stops the loop before `M` (every one of
-`M` iterations is counted: an upper bound), a Loop whose trip count is not known, opset 8's
+`M` iterations is counted: an upper bound), a Loop without `M` or whose trip count the data
+gives and `--dim` leaves free (frontends/onnx/control_flow.py `data_trip_dim`), opset 8's
 Scan (those keep the body's peak as one block); ort-cuda's control flow (the same there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.ort_view import PlanShape
@@ -58,9 +59,13 @@ from graphmem.runtime_models.ort_plan import make_layout, plan_shape_from_ir
 ITERATION_NUMBER_BYTES = 8  # int64 iteration number (LoopImpl::Initialize, MakeScalarMLValue)
 CONDITION_BYTES = 1  # bool condition
 PATTERN_ALIGNMENT = 256  # kAllocAlignment: each tensor's size in a memory pattern
-# a Loop of more allocations than this keeps the body's peak as one block (the events of
-# every iteration are replayed one by one)
-MAX_LOOP_EVENTS = 1_000_000
+# a Loop of more events than this (2 per allocation, counted before they are made) keeps the
+# body's peak as one block: every iteration's events are replayed one by one, and a whole
+# `--runtime ort-cpu` analysis measured 3 to 4 us an event (the `m3` Loop at 10^4 to 3*10^5
+# iterations, 5 events each: 0.17 s at 5*10^4 events, 1.5 s at 5*10^5, 6.2 s at 1.5*10^6;
+# `python benchmarks/ort_loops.py --events`): this bound keeps a Loop under about 1 s (`m3`,
+# counted at 8 events an iteration, is modelled up to 31,250 iterations, about 0.5 s)
+MAX_LOOP_EVENTS = 250_000
 
 
 def cpu_kernel_scratch(node: Node, threads: int, bound: Mapping[str, int]) -> KernelScratch:
@@ -77,22 +82,15 @@ def _by_op() -> dict[str, Callable[[ControlFlowNode, Mapping[str, int]], KernelS
     return {"Loop": loop_scratch, "Scan": scan_scratch, "If": if_scratch}
 
 
-def without_body_scratch(sizes: Sequence[int], names: Sequence[str],
-                         started: Sequence[Sequence[int]],
-                         scratch: Sequence[KernelScratch], working: Sequence[int]
-                         ) -> Sequence[int]:
-    """The plan's buffer sizes with 0 for the body scratch of each node whose scratch stands
-    for its bodies (`KernelScratch.replaces_body`); `sizes` itself where there is none.
-    `names`, `started`: per buffer its owner's name, per step its events (ort_cpu.py
-    `EventSteps`)."""
-    replaced = [b for step in working if scratch[step].replaces_body
-                for b in started[step] if b >= 0 and names[b].endswith(BODY_SCRATCH_SUFFIX)]
-    if not replaced:
-        return sizes
-    sized = list(sizes)
-    for b in replaced:
-        sized[b] = 0
-    return sized
+def without_body_scratch(sizes: Sequence[int], replaced: Iterable[int]) -> Sequence[int]:
+    """The plan's buffer sizes with 0 for each `replaced` buffer: the `::body_scratch` of a
+    node whose kernel's allocations stand for its bodies (`KernelScratch.replaces_body`);
+    `sizes` itself where there is none."""
+    sized: list[int] | None = None
+    for buffer in replaced:
+        sized = list(sizes) if sized is None else sized
+        sized[buffer] = 0
+    return sizes if sized is None else sized
 
 
 @dataclass
@@ -120,13 +118,15 @@ class _Events:
 
 @dataclass(frozen=True)
 class _Body:
-    """One iteration of a Loop body as onnxruntime's plan runs it, sized."""
+    """One iteration of a body as onnxruntime's plan runs it: what the bound dims do not
+    change (made once per body), then its sizes at the bound dims (`_sized_body`)."""
 
     steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per step: made, freed
-    sizes: tuple[int, ...]  # per buffer, bytes
+    buffers: tuple[Value, ...]  # per buffer, the value whose size it has
     outputs: tuple[int | None, ...]  # per body output, its buffer (None: takes none)
-    pattern_bytes: int  # the block later iterations take for the intermediates
     single: frozenset[int]  # buffers allocated and freed at their step in every iteration
+    sizes: tuple[int, ...] = ()  # per buffer, bytes at the bound dims
+    pattern_bytes: int = 0  # the block later iterations take for the intermediates
 
 
 def loop_scratch(node: ControlFlowNode, bound: Mapping[str, int]) -> KernelScratch | None:
@@ -221,23 +221,13 @@ def _iteration(events: _Events, body: _Body, first: bool,
     return [number.get(b) if b is not None else None for b in body.outputs]
 
 
-@dataclass(frozen=True)
-class _BodyPlan:
-    """What the bound dims do not change of a body's run (made once per body)."""
-
-    steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per step: made, freed
-    buffers: tuple[Value, ...]  # per buffer, the value whose size it has
-    outputs: tuple[int | None, ...]
-    single: frozenset[int]
-
-
 _BODY_PLAN = object()  # graph_cache's key for `_body_plan`
 
 
 def _sized_body(body: Graph, bound: Mapping[str, int]) -> _Body | None:
     """The body's plan at the bound dims; None where a tensor it allocates has no size."""
     plan = cached_per_graph(body, (_BODY_PLAN,), lambda: _body_plan(body))
-    sizes = []
+    sizes: list[int] = []
     for value in plan.buffers:
         size = _bound_bytes(value, bound)
         if size is None:
@@ -245,10 +235,10 @@ def _sized_body(body: Graph, bound: Mapping[str, int]) -> _Body | None:
         sizes.append(size)
     kept = {b for b in plan.outputs if b is not None}
     pattern = _pattern_bytes(plan.steps, sizes, kept | plan.single)
-    return _Body(plan.steps, tuple(sizes), plan.outputs, pattern, plan.single)
+    return replace(plan, sizes=tuple(sizes), pattern_bytes=pattern)
 
 
-def _body_plan(body: Graph) -> _BodyPlan:
+def _body_plan(body: Graph) -> _Body:
     """The body's buffers and their steps as onnxruntime's planner makes them."""
     layout = make_layout(body, _plan_shapes(body), None)
     buffers = [value for value, _, _, _ in layout.buffers]
@@ -276,7 +266,7 @@ def _body_plan(body: Graph) -> _BodyPlan:
         if b not in kept:
             freed[first + 1 if b in single else last + 1].append(b)
     steps = tuple((tuple(m), tuple(f)) for m, f in zip(made, freed, strict=True))
-    return _BodyPlan(steps, tuple(buffers), tuple(outputs), single)
+    return _Body(steps, tuple(buffers), tuple(outputs), single)
 
 
 def _makes_intermediates(body: Graph) -> bool:

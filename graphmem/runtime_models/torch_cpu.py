@@ -49,7 +49,7 @@ BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad ch
 # 64 channels 7x7 fp32 -> 3,211,264 B = 256 * 64 * 49 * 4; 5x5 -> 1,638,400 B; bf16:
 # 256 * the bf16 weight), and in bf16 a scratchpad of as many fp32 slices besides.
 DEPTHWISE_WEIGHT_SLICES = 256
-
+FORWARD = "aten.convolution.default"  # (x, w, bias, ...); its backward reads (gy, x, w, ...)
 
 
 # Measured below oneDNN's block (benchmarks/results/cpu_scratch.md, "Below oneDNN's 16-channel
@@ -99,6 +99,7 @@ class Conv:
     kernel_area: int
     strided: bool
     channels_last: bool
+    biased: bool  # a forward (transposed or not) given a bias; a backward: False
     padded_bias_bytes: int  # where output channels are not a multiple of BLOCK (dense)
     subsampled_image_bytes: int  # one image of the strided 1x1's source, subsampled, blocked
     layout_copy_bytes: int  # the input and weight PyTorch copies to NHWC first (channels-last)
@@ -145,6 +146,7 @@ def _conv(node: Node, x: Value, w: Value, y: Value, dims: Dims) -> Conv:
         plain_input=plain_input, depthwise=groups > 1 and groups == c_in == c_out,
         dense=dense, kernel_area=kernel_area, strided=any(s > 1 for s in stride),
         channels_last=bool(node.attributes.get("channels_last", 0)),
+        biased=node.op_type == FORWARD and len(node.inputs) > 2 and node.inputs[2] is not None,
         padded_bias_bytes=_padded(c_out) * item if dense and c_out % BLOCK else 0,
         subsampled_image_bytes=_padded(c_in) * out_area * item,
         layout_copy_bytes=(x_bytes * (copies & 1) + w_bytes * (copies >> 1 & 1)))
@@ -187,8 +189,8 @@ def convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     if c.channels_last:  # nhwc is oneDNN's own layout: no reorder of x or y
         return _channels_last_forward(c, threads)
     xb = 0 if c.plain_input else c.blocked_input_bytes
-    biased = len(node.inputs) > 2 and node.inputs[2] is not None  # none: no padded bias
-    odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes and biased else 0
+    # no bias: no padded bias
+    odd = c.padded_bias_bytes + ONEDNN_EXTRA_BYTES if c.padded_bias_bytes and c.biased else 0
     copy = (threads * c.subsampled_image_bytes + ONEDNN_EXTRA_BYTES
             if c.dense and c.strided and c.kernel_area == 1 else 0)
     held = c.layout_copy_bytes  # a view's operand made contiguous, held to the end
@@ -234,8 +236,7 @@ def transposed_convolution(node: Node, dims: Dims, threads: int) -> Allocations:
     # with a bias, unstrided or over a width the stride does not divide, the output is made
     # in a buffer of its own first, + 128 B (measured, whatever the threads)
     uneven = _sizes(y, dims)[3] % node.attr_ints("stride", (1,))[-1] != 0
-    biased = len(node.inputs) > 2 and node.inputs[2] is not None
-    made = c.input_bytes + ONEDNN_EXTRA_BYTES if biased and (uneven or not c.strided) else 0
+    made = c.input_bytes + ONEDNN_EXTRA_BYTES if c.biased and (uneven or not c.strided) else 0
     if not c.strided:
         xb, wd, yb = c.blocked_output_bytes, c.data_weight_bytes, c.blocked_input_bytes
         return [made, xb, wd, yb, -wd, -xb, -made, c.input_bytes, -yb]
@@ -446,7 +447,7 @@ def reduced_loss(node: Node, dims: Dims, threads: int) -> Allocations:
 
 RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {
     "aten.mse_loss.default": reduced_loss,
-    "aten.convolution.default": convolution,
+    FORWARD: convolution,
     "aten.convolution_backward.default": convolution_backward,
     "aten.native_batch_norm_backward.default": batch_norm_backward,
     "aten._native_multi_head_attention.default": native_multi_head_attention,

@@ -53,7 +53,7 @@ def expand_training(graph: Graph, config: TrainingConfig) -> TrainingGraph:
     """The whole training step of `graph` as one graph (see the module docstring)."""
     check_config(config)
     logits = _logits(graph)
-    step = Graph(graph.name, [], {}, [], [], graph.opset, graph.source_format)
+    step = Graph(graph.name, [], {}, [], [], graph.opset, graph.source_format, graph.data_dims)
     expansion = StepExpansion(graph, config, step)
     src_loss_nodes, targets, loss = loss_nodes(logits)
     loss_constants = [v for n in src_loss_nodes for v in n.present_inputs

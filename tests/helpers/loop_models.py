@@ -32,6 +32,7 @@ class LoopCase:
     cond: str = "identity"  # identity | constant | computed
     nested_if: bool = False
     reuse: bool = False  # a chain of non-in-place ops whose buffers the plan reuses
+    data_trips: bool = False  # M the graph input `m` (int64 scalar): the trip count is data
 
 
 def _body(case: LoopCase) -> onnx.GraphProto:
@@ -99,14 +100,16 @@ def _parity_if(value: str, constants: list[onnx.TensorProto]) -> list[onnx.NodeP
 
 def loop(case: LoopCase) -> onnx.ModelProto:
     outs = (["s_fin"] if case.state else []) + [f"scan{k}" for k in range(len(case.scan_cols))]
-    inputs = ["M", "go"] + (["s0"] if case.state else [])
+    inputs = ["m" if case.data_trips else "M", "go"] + (["s0"] if case.state else [])
     nodes = [helper.make_node("Relu", ["xin"], ["x"])]
     if case.state:
         nodes.append(helper.make_node("Neg", ["xin"], ["s0"]))
     nodes += [helper.make_node("Loop", inputs, outs, body=_body(case)),
               helper.make_node("ReduceSum", [outs[-1]], ["y"], keepdims=0)]
-    constants = [numpy_helper.from_array(np.array(case.trips, np.int64), "M"),
-                 numpy_helper.from_array(np.array(True), "go")]
+    constants = [numpy_helper.from_array(np.array(True), "go")]
+    if case.data_trips:
+        return _model(nodes, constants, [helper.make_tensor_value_info("m", I64, [])])
+    constants.append(numpy_helper.from_array(np.array(case.trips, np.int64), "M"))
     return _model(nodes, constants)
 
 
@@ -137,9 +140,11 @@ def scan(rows: int = 6) -> onnx.ModelProto:
     return model
 
 
-def _model(nodes: list[onnx.NodeProto], constants: list[onnx.TensorProto]) -> onnx.ModelProto:
+def _model(nodes: list[onnx.NodeProto], constants: list[onnx.TensorProto],
+           more_inputs: list[onnx.ValueInfoProto] | None = None) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("xin", F32,
-                                                                         [ROWS, COLS])],
+                                                                         [ROWS, COLS]),
+                                           *(more_inputs or [])],
                               [helper.make_tensor_value_info("y", F32, None)], constants)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -195,3 +200,47 @@ def if_model(chain: int = 0, take_then: bool = True) -> onnx.ModelProto:
 # the plan takes the branch that holds more, an upper bound)
 IF_CASES = {"if_small_tensors": (0, True, "fit"), "if_neg_chain": (3, True, "held out"),
             "if_else_runs": (0, False, "held out")}
+
+
+def onnx_test_loop11() -> onnx.ModelProto:
+    """onnx's own node test case `test_loop11` (onnx/backend/test/case/node/loop.py): M the
+    graph input `trip_count` (int64 scalar), cond the input `cond`, y [1] fp32 carried; the
+    body adds x[i] (a constant [5] sliced by the iteration number) to y and scans y out. Its
+    module registers its cases when imported: the one case taken, not all 1,884 collected."""
+    import onnx.backend.test.case.node as node_cases
+    import onnx.backend.test.case.node.loop  # noqa: F401  (registers test_loop11)
+
+    return next(case.model for case in node_cases._NodeTestCases if case.name == "test_loop11")
+
+
+def nested_data_loop(trips: int = 3) -> onnx.ModelProto:
+    """A Loop of `trips` iterations over x [4] whose body runs an inner Loop of M = the outer
+    iteration number `i` (data: a body input) making z = x + x [4] each time, then
+    sums the inner scan output into the outer one."""
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c2"], ["c2o"]),
+         helper.make_node("Add", ["x", "x"], ["z"])],
+        "inner", [helper.make_tensor_value_info("j", I64, []),
+                  helper.make_tensor_value_info("c2", BOOL, [])],
+        [helper.make_tensor_value_info("c2o", BOOL, []),
+         helper.make_tensor_value_info("z", F32, [4])])
+    outer = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["co"]),
+         helper.make_node("Loop", ["i", "t"], ["zs"], body=inner),
+         helper.make_node("ReduceSum", ["zs"], ["r"], keepdims=0),
+         helper.make_node("Unsqueeze", ["r", "ax"], ["ro"])], "outer",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", BOOL, [])],
+        [helper.make_tensor_value_info("co", BOOL, []),
+         helper.make_tensor_value_info("ro", F32, [1])],
+        [numpy_helper.from_array(np.array(True), "t"),
+         numpy_helper.from_array(np.array([0], np.int64), "ax")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "go"], ["out"], body=outer)], "g",
+        [helper.make_tensor_value_info("x", F32, [4])],
+        [helper.make_tensor_value_info("out", F32, None)],
+        [numpy_helper.from_array(np.array(trips, np.int64), "M"),
+         numpy_helper.from_array(np.array(True), "go")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

@@ -387,6 +387,8 @@ def _build_bodies(node: ControlFlowNode, proto: onnx.NodeProto, graph: Graph,
         return
     node.bodies = bodies
     node.trip_count, node.trip_note = trips.trips(proto)
+    # a trip count the data sets, here or in a body: a dim --dim binds
+    graph.data_dims = graph.data_dims.union(trips.data_dims, *(b.data_dims for _, b in bodies))
     if not bodies:
         return
     peak = largest_at_probe(body_peak_bytes(body) for _, body in bodies)

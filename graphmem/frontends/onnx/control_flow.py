@@ -4,7 +4,10 @@ Loop (onnx Operators.md): inputs `M` (max trip count, optional), `cond`, then th
 values; the body runs min(M, until cond is false) times. graphmem counts M iterations when M is
 known: a constant, or a dim of a tensor (`Shape(x)` -> `Gather(i)`, through Squeeze/Unsqueeze/
 Cast/Reshape/Identity: how exporters write `for i in range(x.size(0))`), a formula in that dim
-when it is symbolic. Without M (or with M computed from data) one iteration is counted and said.
+when it is symbolic. With M the data's (a graph input's value, or computed from one) the trip
+count is a dim of its own (`data_trip_dim`), free until `--dim` binds it, as any dim the model
+leaves free: costs and the runtime models' iterations are formulas in it. Without M (`cond`
+decides) one iteration is counted and said.
 Scan (opset 9+): the last `num_scan_inputs` inputs are sliced along `scan_input_axes` (default
 0), one slice per iteration: the trip count is that axis' length (opset 8: axis 1, after the
 batch axis).
@@ -12,6 +15,7 @@ batch axis).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -40,6 +44,7 @@ class TripCounter:
                     self.constants[node.output[0]] = value
         self.values = values
         self.opset = opset
+        self.data_dims: frozenset[str] = frozenset()  # the dims made for data trip counts
 
     def trips(self, proto: onnx.NodeProto) -> tuple[SymInt | None, str]:
         """(iterations, how they were found); (None, why not) when the data decides."""
@@ -51,8 +56,10 @@ class TripCounter:
         if not m_name:
             return None, f"{UNKNOWN_TRIPS} (no M input: `cond` decides)"
         trips = self._scalar(m_name)
-        if trips is None:
-            return None, f"{UNKNOWN_TRIPS} (M '{m_name}' is computed from data)"
+        if trips is None:  # the data's: a dim of its own, bound as any free dim is
+            dim = data_trip_dim(m_name)
+            self.data_dims |= {dim}
+            return SymInt.symbol(dim), f"M '{m_name}' is data: the dim {dim} (--dim {dim}=N)"
         return trips, f"M = {trips}"
 
     def _scalar(self, name: str) -> SymInt | None:
@@ -93,6 +100,14 @@ class TripCounter:
         if length is None:
             return None, f"{UNKNOWN_TRIPS} (the scan axis of '{first}' has no known length)"
         return length, f"axis {axis} of '{first}' = {length}"
+
+
+def data_trip_dim(m_name: str) -> str:
+    """The dim that stands for a Loop's trip count where its M is data (a graph input, or
+    computed from one): M's name as a dim of the grammar (core/dim_name.py), `_trips` after
+    it (`trip_count` -> `trip_count_trips`), one dim for every Loop that reads that M."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", m_name)
+    return f"{name if name[:1].isalpha() or name[:1] == '_' else 'M_' + name}_trips"
 
 
 def control_flow_warnings(graph: Graph) -> list[str]:

@@ -32,6 +32,7 @@ from torch.utils.flop_counter import flop_registry
 
 from graphmem.core.ir import ImportedCost
 from graphmem.core.symbolic import SymInt
+from graphmem.frontends.torch.fused_layers import fused_layer_args
 from graphmem.ops.aten import (
     AFFINE_GRIDS,
     EMBEDDING_BAGS,
@@ -99,7 +100,7 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     if name in FUSED_ATTENTION:
         return _attention_cost(fx_node, FUSED_ATTENTION[name])
     if name in (SELF_ATTENTION_LAYER, ENCODER_LAYER):
-        return _fused_layer_cost(fx_node, encoder=name == ENCODER_LAYER)
+        return _fused_layer_cost(fx_node)
     if name in GROUPED_CONTRACTIONS:
         a, b = (_meta_of(arg) for arg in fx_node.args[:2])
         macs = grouped_matmul_macs(tuple(a.shape), tuple(b.shape))
@@ -221,20 +222,21 @@ def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedC
     return ImportedCost(macs=int(cost.macs), flops=int(cost.flops))
 
 
-def _fused_layer_cost(fx_node: torch.fx.Node, encoder: bool) -> ImportedCost | None:
-    """_native_multi_head_attention(query, key, value, embed_dim, num_head, ...) and
-    _transformer_encoder_layer_fwd(src, embed_dim, num_heads, ..., use_gelu (7), ...,
-    ffn_weight_1 [f, e] (14), ...): query / src [b, s, e]; self-attention over its s keys."""
-    query = _meta_of(fx_node.args[0])
-    if not isinstance(query, torch.Tensor) or query.dim() != 3:
+def _fused_layer_cost(fx_node: torch.fx.Node) -> ImportedCost | None:
+    """nn.MultiheadAttention's and nn.TransformerEncoderLayer's fused kernels
+    (frontends/torch/fused_layers.py reads their arguments): query / src [b, s, e];
+    self-attention over its s keys, then the encoder's feed-forward block [e -> f -> e]."""
+    layer = fused_layer_args(fx_node)
+    query = layer.query if layer is not None else None
+    if layer is None or not isinstance(query, torch.Tensor) or query.dim() != 3:
         return None  # nested or unbatched: reported as unsupported, not guessed
     batch, length, width = (SymInt.const(int(n)) for n in query.shape)
-    heads = SymInt.const(int(cast("int", fx_node.args[2 if encoder else 4])))  # aten's int
+    heads = SymInt.const(layer.num_head)
     tokens = batch * length
-    if encoder:
-        ffn_width = SymInt.const(int(_meta_of(fx_node.args[14]).shape[0]))
-        activation = ELEMENTWISE_FLOPS["Gelu" if fx_node.args[7] else "Relu"]
-        cost = encoder_layer_cost(tokens, width, heads, length, ffn_width, activation)
+    if layer.encoder:
+        activation = ELEMENTWISE_FLOPS["Gelu" if layer.use_gelu else "Relu"]
+        cost = encoder_layer_cost(tokens, width, heads, length,
+                                  SymInt.const(layer.ffn_width), activation)
     else:
         cost = self_attention_layer_cost(tokens, width, heads, length)
     return ImportedCost(macs=int(cost.macs), flops=int(cost.flops))
