@@ -253,3 +253,12 @@ def test_a_traced_step_gives_the_same_cards_with_fewer_traces(
     # each search traced the far end, the answer and the next batch (526 and 527 in fp32: the
     # secant line lands on the answer here); the next batch is now read off the scaled graph
     assert scaled_traces == retraces - 2
+
+
+def test_the_scaled_graph_keeps_the_dims_only_data_sets() -> None:
+    """A Loop's trip count the data sets is a dim of no shape (Graph.data_dims): the scaled
+    graph keeps it, so `--dim M_trips=...` still binds it on the graph the probes share."""
+    small, large = step_at(2), step_at(4)
+    small.data_dims = large.data_dims = frozenset({"M_trips"})
+    scaled = scale_by_batch(small, 2, large, 4).graph
+    assert scaled is not None and scaled.data_dims == frozenset({"M_trips"})

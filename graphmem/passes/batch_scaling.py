@@ -94,7 +94,7 @@ class _Scaler:
         scaled = Graph(large.name, [], {v.name: v for v in self.copies.values()},
                        self.twins(small.inputs, large.inputs, "graph inputs"),
                        self.twins(small.outputs, large.outputs, "graph outputs"),
-                       large.opset, large.source_format)
+                       large.opset, large.source_format, large.data_dims)
         for node in nodes:
             scaled.add_node(node)
         return scaled
