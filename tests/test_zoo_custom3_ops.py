@@ -1,0 +1,71 @@
+"""What the sixth round (tests/zoo_custom3.py, the transformers rows of tests/zoo_models.py
+`SIXTH_ROUND`) found, with the working: a memoized function the trace called first kept a
+fake tensor, and every later eager call computed on it (DINOv3's patch coordinates)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+
+from graphmem import analyze_torch
+from graphmem.frontends.torch.loader import parse_tensor_spec
+from graphmem.frontends.torch.memo_caches import caches_of
+from graphmem.verify.runners.torch_runner import measure_step
+
+pytestmark = pytest.mark.torch
+
+
+def closure_cached(function):  # type: ignore[no-untyped-def]
+    """transformers' `compile_compatible_method_lru_cache`: the lru_cache in a closure."""
+    cached = functools.lru_cache(maxsize=8)(function)
+
+    @functools.wraps(function)
+    def wrapper(*args: object) -> torch.Tensor:
+        return cached(*args)
+
+    return wrapper
+
+
+@closure_cached
+def centres(patches: int) -> torch.Tensor:
+    # DINOv3's patch centres in [-1, 1]: [patches, 1]
+    return (torch.arange(0.5, patches) / patches * 2 - 1).unsqueeze(1)
+
+
+@functools.cache
+def scales(width: int) -> torch.Tensor:
+    return torch.linspace(1.0, 2.0, width)
+
+
+class CachedCoordinates(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # [2, 64, 16] + [64, 1] * [16] -> [2, 64, 16]
+        return self.linear(x + centres(x.shape[1]) * scales(x.shape[2]))
+
+
+def test_the_traces_memoized_tensors_do_not_outlive_it() -> None:
+    centres.__wrapped__  # noqa: B018 (the closure's cache is the one found)
+    model = CachedCoordinates()
+    found = caches_of(model)
+    assert any(cache.__wrapped__ is centres.__wrapped__ for cache in found)
+    assert scales in found
+    specs = [parse_tensor_spec("2x64x16")]
+    analysis = analyze_torch(model, specs, plan=False, suggest=False)
+    # a real eager call after the analysis: real tensors throughout (fake before: centres'
+    # and scales' caches kept the trace's FakeTensors, and the output was a FakeTensor)
+    assert not isinstance(centres(64), FakeTensor)
+    assert not isinstance(model(torch.randn(2, 64, 16)), FakeTensor)
+    # and the profiled step sees its memory: live, the input's sum x + c * s [2, 64, 16]
+    # (8,192 B) and the output (8,192 B), as graphmem predicts (c and s cached, resident)
+    measured = measure_step(model, specs, train=False)
+    assert measured.peak_bytes >= 16_384
+    assert int(analysis.liveness.activation_peak_bytes) == pytest.approx(measured.peak_bytes,
+                                                                         rel=0.02)
