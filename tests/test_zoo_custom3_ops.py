@@ -46,25 +46,32 @@ class CachedCoordinates(nn.Module):
         super().__init__()
         self.linear = nn.Linear(16, 16)
 
+    @staticmethod
+    @closure_cached
+    def offsets(width: int) -> torch.Tensor:  # BEiT's relative position index is one
+        return torch.arange(width) / width
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # [2, 64, 16] + [64, 1] * [16] -> [2, 64, 16]
-        return self.linear(x + centres(x.shape[1]) * scales(x.shape[2]))
+        # [2, 64, 16] + [64, 1] * [16] + [16] -> [2, 64, 16]
+        return self.linear(x + centres(x.shape[1]) * scales(x.shape[2])
+                           + self.offsets(x.shape[2]))
 
 
 def test_the_traces_memoized_tensors_do_not_outlive_it() -> None:
-    centres.__wrapped__  # noqa: B018 (the closure's cache is the one found)
     model = CachedCoordinates()
     found = caches_of(model)
     assert any(cache.__wrapped__ is centres.__wrapped__ for cache in found)
     assert scales in found
+    assert any(cache.__wrapped__ is CachedCoordinates.offsets.__wrapped__ for cache in found)
     specs = [parse_tensor_spec("2x64x16")]
     analysis = analyze_torch(model, specs, plan=False, suggest=False)
     # a real eager call after the analysis: real tensors throughout (fake before: centres'
     # and scales' caches kept the trace's FakeTensors, and the output was a FakeTensor)
     assert not isinstance(centres(64), FakeTensor)
+    assert not isinstance(CachedCoordinates.offsets(16), FakeTensor)
     assert not isinstance(model(torch.randn(2, 64, 16)), FakeTensor)
-    # and the profiled step sees its memory: live, the input's sum x + c * s [2, 64, 16]
-    # (8,192 B) and the output (8,192 B), as graphmem predicts (c and s cached, resident)
+    # and the profiled step sees its memory: live, a sum x + c * s [2, 64, 16] (8,192 B) and
+    # the next or the output (8,192 B), as graphmem predicts (the cached tensors resident)
     measured = measure_step(model, specs, train=False)
     assert measured.peak_bytes >= 16_384
     assert int(analysis.liveness.activation_peak_bytes) == pytest.approx(measured.peak_bytes,

@@ -60,10 +60,12 @@ def caches_of(model: nn.Module) -> list[Cache]:
 
 
 def _with_class_members(value: object, module_name: str) -> Iterable[object]:
-    """The value, and a class's own attributes when the class is defined in this module."""
+    """The value, and a class's own attributes when the class is defined in this module (a
+    static or class method's function: BEiT's cached relative position index)."""
     yield value
     if isinstance(value, type) and value.__module__ == module_name:
-        yield from list(vars(value).values())
+        for member in list(vars(value).values()):
+            yield member.__func__ if isinstance(member, staticmethod | classmethod) else member
 
 
 def _with_closures(values: Iterable[object]) -> Iterator[object]:
