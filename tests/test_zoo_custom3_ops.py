@@ -1,6 +1,7 @@
 """What the sixth round (tests/zoo_custom3.py, the transformers rows of tests/zoo_models.py
-`SIXTH_ROUND`) found, with the working: a memoized function the trace called first kept a
-fake tensor, and every later eager call computed on it (DINOv3's patch coordinates)."""
+`SIXTH_ROUND_MEASURED_ONCE`) found, with the working: a memoized function the trace called
+first kept a fake tensor, and every later eager call computed on it (DINOv3's patch
+coordinates); a model input's pixels compared with 0.0 to drop padding images (SmolVLM)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 from graphmem import analyze_torch
+from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.frontends.torch.memo_caches import caches_of
 from graphmem.verify.runners.torch_runner import measure_step
@@ -76,3 +78,40 @@ def test_the_traces_memoized_tensors_do_not_outlive_it() -> None:
     assert measured.peak_bytes >= 16_384
     assert int(analysis.liveness.activation_peak_bytes) == pytest.approx(measured.peak_bytes,
                                                                          rel=0.02)
+
+
+class PaddingImagesDropped(nn.Module):
+    """Idefics3's and SmolVLM's filter: an image whose every pixel is 0.0 is padding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        images = pixels.view(-1, *pixels.shape[2:])  # [2, 2, 3, 8, 8] -> [4, 3, 8, 8]
+        real = (images == 0.0).sum(dim=(-1, -2, -3)) != images.shape[1:].numel()
+        real[0] |= ~torch.any(real)
+        return self.conv(images[real].contiguous())
+
+
+def test_an_inputs_padding_filter_keeps_every_image() -> None:
+    # nonzero on the mask stopped the trace (DynamicOutputShapeException); continuous data has
+    # no exact 0.0, so all 4 images are real: [4, 3, 8, 8] indexed (3,072 B, as the input)
+    # and the convolution's [4, 8, 8, 8] (8,192 B), as the real step on random pixels
+    specs = [parse_tensor_spec("2x2x3x8x8")]
+    analysis = analyze_torch(PaddingImagesDropped(), specs, plan=False, suggest=False)
+    measured = measure_step(PaddingImagesDropped(), specs, train=False)
+    assert measured.peak_bytes >= 8_192 + 3_072
+    assert int(analysis.liveness.activation_peak_bytes) == pytest.approx(measured.peak_bytes,
+                                                                         rel=0.02)
+
+
+def test_integer_inputs_are_not_data() -> None:
+    # ids compared with a number are read as before: a boolean index by them stops the trace
+    class PaddingIdsDropped(nn.Module):
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return ids[ids != 0].float()
+
+    with pytest.raises(GraphmemError, match="nonzero"):
+        analyze_torch(PaddingIdsDropped(), [parse_tensor_spec("2x8:int64")], plan=False,
+                      suggest=False)

@@ -193,6 +193,7 @@ def _observed(step: Callable[..., Any], lifetimes: EagerLifetimes, routed: Route
     # one dispatch mode for the three observers (observed.py): `routed` above `lifetimes`, so
     # an op it traces in a static form is noted like any other
     def run(*args: Any) -> Any:
+        routed.inputs.fed(args[-1])  # step(params, buffers, state, inputs)
         with (ObservedOps(routed, sums, lifetimes),
               kernels if kernels is not None else contextlib.nullcontext()):
             return step(*args)
