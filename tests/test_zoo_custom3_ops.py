@@ -1,7 +1,8 @@
 """What the sixth round (tests/zoo_custom3.py, the transformers rows of tests/zoo_models.py
 `SIXTH_ROUND_MEASURED_ONCE`) found, with the working: a memoized function the trace called
 first kept a fake tensor, and every later eager call computed on it (DINOv3's patch
-coordinates); a model input's pixels compared with 0.0 to drop padding images (SmolVLM)."""
+coordinates); a model input's pixels compared with 0.0 to drop padding images (SmolVLM);
+bucketize's binary search (Idefics3's patch positions)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontends.torch.loader import parse_tensor_spec
 from graphmem.frontends.torch.memo_caches import caches_of
 from graphmem.verify.runners.torch_runner import measure_step
+from tests.helpers.traced_ops import traced_flops
 
 pytestmark = pytest.mark.torch
 
@@ -115,3 +117,13 @@ def test_integer_inputs_are_not_data() -> None:
     with pytest.raises(GraphmemError, match="nonzero"):
         analyze_torch(PaddingIdsDropped(), [parse_tensor_spec("2x8:int64")], plan=False,
                       suggest=False)
+
+
+def test_sorted_searches_are_priced() -> None:
+    # Idefics3's patch positions: bucketize(coords [2, 16], boundaries [7]), a binary search
+    # of 8 slots per value: 3 compares, 32 * 3 = 96; searchsorted(rows [3, 8], values [3, 5]):
+    # 9 slots, 4 compares, 15 * 4 = 60
+    coords, boundaries = torch.rand(2, 16), torch.linspace(0, 1, 7)
+    assert traced_flops(torch.bucketize, coords, boundaries) == {"bucketize": 96}
+    rows, values = torch.rand(3, 8).sort(dim=-1).values, torch.rand(3, 5)
+    assert traced_flops(torch.searchsorted, rows, values) == {"searchsorted": 60}
