@@ -291,6 +291,8 @@ SORTED_SEARCHES = {"bucketize": (0, 1), "searchsorted": (1, 0)}
 def binary_search_flops(values: int, boundaries: int) -> int:
     """One compare per halving of n + 1 slots: ceil(log2(n + 1)) per value."""
     return values * max(0, boundaries).bit_length()
+
+
 # one LSTM layer and direction on the CPU (oneDNN), forward and backward: ops/recurrent.py
 RECURRENT_LAYERS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
 

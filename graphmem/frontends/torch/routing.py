@@ -220,7 +220,7 @@ class RoutedValues:
             answer = finite_answer(func, args) if len(outputs) == 1 else None
             if answer is None and len(outputs) == 1:  # input == number (input_values.py)
                 answer = self.inputs.answer(func, args)
-            if answer is not None:  # a finiteness test of unknown values (finite_values.py)
+            if answer is not None:  # a test whose answer the values' kind gives
                 self.values[outputs[0]] = answered(answer, outputs[0])
                 return
             self._forget_written(func, args, kwargs)
