@@ -12,8 +12,9 @@ after it (a module imported during the trace) that hold anything.
 
 The caches looked at are the module-level functions (and their closures' one level down) and
 the class attributes of every loaded module in the packages that the model's modules' classes
-come from, torch's own aside: the model's own code, and its library's (about 20 ms over
-transformers' modules).
+come from, torch's own aside: the model's own code, and its library's. Each module is scanned
+once (about 50 ms over 350 of transformers' modules, the first trace of a process; 0.2 ms a
+trace after).
 """
 
 from __future__ import annotations
@@ -44,19 +45,46 @@ def memo_caches_emptied(model: nn.Module) -> Iterator[None]:
                 cache.cache_clear()
 
 
+# module name -> (the module's id, its caches): a module is scanned once (its functions and
+# classes are made when it is imported), again only if it is another object; a package's
+# module names are listed again only when sys.modules changed in size (350 of transformers'
+# modules: 50 ms a scan without either, 0.1 ms with; a trace scans twice)
+_SCANNED: dict[str, tuple[int, tuple[Cache, ...]]] = {}
+_PACKAGE_MODULES: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+
 def caches_of(model: nn.Module) -> list[Cache]:
     """The lru_caches reachable from the loaded modules of the model's classes' packages."""
     packages = {type(module).__module__.partition(".")[0] for module in model.modules()}
     packages.discard("torch")  # nn.Linear's: torch's caches hold no model's tensors
     found: dict[int, Cache] = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or name.partition(".")[0] not in packages:
-            continue
-        for value in list(vars(module).values()):
-            for candidate in _with_closures(_with_class_members(value, name)):
-                if isinstance(candidate, Cache):
-                    found[id(candidate)] = candidate
+    for package in packages:
+        for name in _modules_of(package):
+            module = sys.modules.get(name)
+            if module is not None:
+                for cache in _module_caches(name, module):
+                    found[id(cache)] = cache
     return list(found.values())
+
+
+def _modules_of(package: str) -> tuple[str, ...]:
+    known = _PACKAGE_MODULES.get(package)
+    if known is None or known[0] != len(sys.modules):
+        names = tuple(name for name in list(sys.modules) if name.partition(".")[0] == package)
+        known = (len(sys.modules), names)
+        _PACKAGE_MODULES[package] = known
+    return known[1]
+
+
+def _module_caches(name: str, module: object) -> tuple[Cache, ...]:
+    known = _SCANNED.get(name)
+    if known is not None and known[0] == id(module):
+        return known[1]
+    caches = tuple(candidate for value in list(vars(module).values())
+                   for candidate in _with_closures(_with_class_members(value, name))
+                   if isinstance(candidate, Cache))
+    _SCANNED[name] = (id(module), caches)
+    return caches
 
 
 def _with_class_members(value: object, module_name: str) -> Iterable[object]:
