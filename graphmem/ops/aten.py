@@ -282,6 +282,17 @@ VECTOR_PRODUCTS = {"mv": 0, "addmv": 1, "dot": 0, "vdot": 0}
 # (F.affine_grid): each grid coordinate the dot of theta's row with the homogeneous base
 # point, d + 1 MACs (FlopCounterMode does not count it either)
 AFFINE_GRIDS = frozenset({"affine_grid_generator"})
+# bucketize(input, boundaries) and searchsorted(sorted_sequence, input): a binary search of each
+# value among the n sorted boundaries of its row, ceil(log2(n + 1)) compares (Idefics3's and
+# SmolVLM's patch positions): (argument of the values, argument of the boundaries)
+SORTED_SEARCHES = {"bucketize": (0, 1), "searchsorted": (1, 0)}
+
+
+def binary_search_flops(values: int, boundaries: int) -> int:
+    """One compare per halving of n + 1 slots: ceil(log2(n + 1)) per value."""
+    return values * max(0, boundaries).bit_length()
+
+
 # one LSTM layer and direction on the CPU (oneDNN), forward and backward: ops/recurrent.py
 RECURRENT_LAYERS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
 

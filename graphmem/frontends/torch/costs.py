@@ -50,6 +50,7 @@ from graphmem.ops.aten import (
     RECURRENT_LAYERS,
     SAME_CONTRACTION,
     SELF_ATTENTION_LAYER,
+    SORTED_SEARCHES,
     TRIANGULAR_SOLVES,
     VECTOR_PRODUCTS,
     WINDOW_POOL_BACKWARDS,
@@ -57,6 +58,7 @@ from graphmem.ops.aten import (
     EmbeddingBagArgs,
     FusedAttention,
     PerElement,
+    binary_search_flops,
 )
 from graphmem.ops.attention import (
     attention_backward_cost,
@@ -116,6 +118,8 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     if name in VECTOR_PRODUCTS or name in AFFINE_GRIDS:
         macs = _vector_product_macs(fx_node, name)
         return ImportedCost(macs=macs, flops=2 * macs)
+    if name in SORTED_SEARCHES:
+        return ImportedCost(0, _sorted_search_flops(fx_node, *SORTED_SEARCHES[name]))
     if name in SAME_CONTRACTION:
         packet = getattr(torch.ops.aten, SAME_CONTRACTION[name])
     if packet in flop_registry:
@@ -153,6 +157,13 @@ def _vector_product_macs(fx_node: torch.fx.Node, name: str) -> int:
         grid = _meta_of(fx_node)
         return int(grid.numel()) * (int(grid.shape[-1]) + 1)
     return int(_meta_of(fx_node.args[VECTOR_PRODUCTS[name]]).numel())
+
+
+def _sorted_search_flops(fx_node: torch.fx.Node, values_at: int, boundaries_at: int) -> int:
+    """A binary search per value (a number: one) among its row of boundaries (last dim)."""
+    values = _meta_of(fx_node.args[values_at])
+    count = int(values.numel()) if isinstance(values, torch.Tensor) else 1
+    return binary_search_flops(count, int(_meta_of(fx_node.args[boundaries_at]).shape[-1]))
 
 
 def _triangular_solve_cost(fx_node: torch.fx.Node) -> ImportedCost:

@@ -25,7 +25,9 @@ from trace.py's one dispatch mode, observed.py):
   by the mask's true positions (`nonzero_static` split into columns), `repeat_interleave`
   of known repeats with its `output_size`, `unique_consecutive` of known values as its input
   indexed at each run's first position (Qwen2.5-VL's window bounds, made from the image grid
-  a processor gives as a constant).
+  a processor gives as a constant);
+- the model's floating inputs are data: compared for equality with a number, no element is
+  equal (input_values.py: SmolVLM's padding-image filter).
 
 Everything else runs as before: a model without choices sees no change, and a data-dependent
 op on values that are not known still fails as fake tensors do.
@@ -46,6 +48,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from graphmem.core.routing import MoeRouting, expert_loads
 from graphmem.frontends.torch.finite_values import answered, finite_answer
+from graphmem.frontends.torch.input_values import InputData
 from graphmem.frontends.torch.layer_drop import scalar_draw_value
 
 aten = torch.ops.aten
@@ -146,6 +149,8 @@ class RoutedValues:
         self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> CPU value
         # (tokens, experts, top_k) of each choice the policy made
         self.choices: list[tuple[int, int, int]] = []
+        # the floating inputs' data and views of it (input_values.py), fed by trace.py
+        self.inputs = InputData()
 
     @staticmethod
     def plain(func: Any) -> bool:
@@ -198,6 +203,7 @@ class RoutedValues:
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         if not outputs:
             return
+        self.inputs.follow(func, args, outputs)
         selection = _selection(func, args, kwargs)
         if selection is not None and self._value(args[0]) is None:
             self._choose(args[0], *selection, outputs)
@@ -212,7 +218,9 @@ class RoutedValues:
         real = self._real_arguments(args, kwargs) if known else None
         if real is None:
             answer = finite_answer(func, args) if len(outputs) == 1 else None
-            if answer is not None:  # a finiteness test of unknown values (finite_values.py)
+            if answer is None and len(outputs) == 1:  # input == number (input_values.py)
+                answer = self.inputs.answer(func, args)
+            if answer is not None:  # a test whose answer the values' kind gives
                 self.values[outputs[0]] = answered(answer, outputs[0])
                 return
             self._forget_written(func, args, kwargs)

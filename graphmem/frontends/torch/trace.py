@@ -44,6 +44,7 @@ from graphmem.frontends.torch.grad_fns import backward_functions, numbered
 from graphmem.frontends.torch.grouped_mm import any_dtype_grouped_mm
 from graphmem.frontends.torch.kernel_choice import CudaTarget, KernelChoice, counted
 from graphmem.frontends.torch.loader import TensorSpec, split_inputs
+from graphmem.frontends.torch.memo_caches import memo_caches_emptied
 from graphmem.frontends.torch.module_hooks import module_calls
 from graphmem.frontends.torch.no_gradient import NoGradient, reached_leaves
 from graphmem.frontends.torch.observed import EagerLifetimes, ObservedOps
@@ -101,7 +102,14 @@ def trace_model(
     frozen parameter gets no gradient and no optimizer state, and autograd saves only what
     the trainable parameters' backward needs. A trainable parameter the loss does not reach
     gets none either (see NoGradient). Choices made by value (a mixture of experts' router)
-    follow `routing` (routing.py)."""
+    follow `routing` (routing.py). A memoized function the trace called first holds a fake
+    tensor: emptied once the step's lifetimes are read (memo_caches.py)."""
+    with memo_caches_emptied(model):
+        return _trace_model(model, inputs, train, cuda, routing)
+
+
+def _trace_model(model: nn.Module, inputs: list[TensorSpec], train: TrainingOptions | None,
+                 cuda: CudaTarget | None, routing: MoeRouting) -> TracedStep:
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     trained = [name for name, p in params.items() if p.requires_grad] if train else []
@@ -185,6 +193,7 @@ def _observed(step: Callable[..., Any], lifetimes: EagerLifetimes, routed: Route
     # one dispatch mode for the three observers (observed.py): `routed` above `lifetimes`, so
     # an op it traces in a static form is noted like any other
     def run(*args: Any) -> Any:
+        routed.inputs.fed(args[-1])  # step(params, buffers, state, inputs)
         with (ObservedOps(routed, sums, lifetimes),
               kernels if kernels is not None else contextlib.nullcontext()):
             return step(*args)
