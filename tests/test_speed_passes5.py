@@ -1,0 +1,116 @@
+"""The analysing and writing stages' shortcuts of 2026-11-29 (passes5) against what they
+replace: the nodes' kinds read off the costs' signature numbers (report/node_kinds.py), the
+runtime models' size table taken from the passes' (runtime_models/value_sizes.py
+`ProbeSizes`, pipeline/device_total.py `probe_table`), and the analysis's stages frozen out
+of the cyclic collector's reach in a one-command process (pipeline/run.py), with no cyclic
+garbage left by the passes (pipeline/dim_probe.py's memos)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from graphmem import analyze_onnx
+from graphmem.core import collector
+from graphmem.passes.dims import SizeTable
+from graphmem.pipeline import run
+from graphmem.pipeline.analysis import Analysis
+from graphmem.pipeline.device_total import probe_table
+from graphmem.pipeline.request import Request
+from graphmem.report.node_kinds import node_kinds
+from graphmem.runtime_models.value_sizes import ProbeSizes
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+MODELS = ("tiny_gpt.onnx", "tiny_llama.dynamo.onnx", "tiny_cnn.onnx")
+
+
+@pytest.fixture(scope="module")
+def analyses() -> list[Analysis]:
+    return [analyze_onnx(SAMPLES / name, batch=2, dims={"seq": 16}, gpu="a100-80gb")
+            if "cnn" not in name else analyze_onnx(SAMPLES / name, batch=4, gpu="t4")
+            for name in MODELS]
+
+
+def test_kinds_by_signature_number_are_the_kinds_by_key(analyses: list[Analysis]) -> None:
+    for analysis in analyses:
+        costs, roofline = analysis.costs, analysis.roofline
+        assert roofline is not None and len(costs.groups) == len(costs.nodes)
+        assert max(costs.groups) >= 0 and len(set(costs.groups)) < len(costs.nodes)
+        for times in (roofline.nodes, None):
+            assert node_kinds(costs.nodes, times, costs.groups) == node_kinds(costs.nodes, times)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_number_s_node_with_other_times_is_keyed(analyses: list[Analysis], seed: int) -> None:
+    # nodes of one signature number whose times are not the first node's objects (a roofline
+    # made otherwise, equal floats as other objects, NaN, zeros written apart) are found by
+    # their keys: the same kinds as without the numbers
+    rng = random.Random(seed)
+    analysis = analyses[seed % len(analyses)]
+    costs, times = analysis.costs, list(analysis.roofline.nodes)  # type: ignore[union-attr]
+    shared_nan = math.nan
+    for index in rng.sample(range(len(times)), k=len(times) // 3):
+        seconds = rng.choice((times[index].est_time_s + 0.0, 0.0, -0.0, shared_nan, 1e-9,
+                              float(f"{times[index].est_time_s!r}")))
+        times[index] = dataclasses.replace(times[index], est_time_s=seconds)
+    assert node_kinds(costs.nodes, times, costs.groups) == node_kinds(costs.nodes, times)
+    wrong_length = costs.groups[:-1]  # not the nodes' numbers: unused
+    assert node_kinds(costs.nodes, times, wrong_length) == node_kinds(costs.nodes, times)
+
+
+def test_the_probes_table_is_the_passes_table(analyses: list[Analysis]) -> None:
+    for analysis in analyses:
+        table = analysis.size_table
+        assert table is not None and table.graph is analysis.graph
+        taken, made = ProbeSizes(analysis.graph, table), ProbeSizes(analysis.graph)
+        assert (taken.names, taken.index, taken.sizes) == (made.names, made.index, made.sizes)
+        assert taken.index is table.index  # taken, not found again
+        assert probe_table(analysis).index is table.index
+        assert taken.at(analysis.dims.bound) == made.at(analysis.dims.bound)
+    other = analyses[1].graph
+    mixed = ProbeSizes(other, analyses[0].size_table)  # another graph's table: not taken
+    assert (mixed.names, mixed.index, mixed.sizes) == (
+        SizeTable(other).names, SizeTable(other).index, SizeTable(other).sizes)
+
+
+def test_the_analysis_stages_freeze_only_in_a_one_command_process(
+        collector_on: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the passes' and the runtime model's results live to the command's end: frozen after
+    # their stages in the console script's process; a caller's heap is its own
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    request = Request(SAMPLES / "tiny_gpt.onnx", batch=1, dims={"seq": 8}, gpu="t4")
+    monkeypatch.setattr(collector, "_ONE_COMMAND", [])
+    run.analyze(request)
+    assert frozen == [] and gc.isenabled()
+    monkeypatch.setattr(collector, "_ONE_COMMAND", [True])
+    run.analyze(request)
+    assert len(frozen) >= 2 and gc.isenabled()  # the analysing stage, the runtime model
+
+
+def test_the_passes_leave_no_cyclic_garbage(collector_on: None,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # frozen objects are never collected: the analysing stage must make no cycles (a
+    # functools.cache of a bound method on the largest-batch probe made one, holding its
+    # memory model)
+    found: list[int] = []
+    passes = run.run_passes
+
+    def counted(*args: object, **kwargs: object) -> Analysis:
+        gc.collect()
+        gc.disable()
+        try:
+            return passes(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            found.append(gc.collect())
+            gc.enable()
+
+    monkeypatch.setattr(run, "run_passes", counted)
+    # the batch free: a largest-batch search on the memory model (DimProbe)
+    run.analyze(Request(SAMPLES / "resnet50.onnx", gpu="t4", plan=True))
+    assert found == [0]
