@@ -114,3 +114,27 @@ def test_the_passes_leave_no_cyclic_garbage(collector_on: None,
     # the batch free: a largest-batch search on the memory model (DimProbe)
     run.analyze(Request(SAMPLES / "resnet50.onnx", gpu="t4", plan=True))
     assert found == [0]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_step_numbers_are_the_steps_sizes_as_numbers(seed: int) -> None:
+    # the writers' timelines read them for `int` (JSON) and `probe` (HTML) of each step
+    from fractions import Fraction
+
+    from graphmem.core.symbolic import SymInt
+    from graphmem.passes.liveness import analyze_liveness
+    from tests.builders import sizes_of
+    from tests.helpers.graphs import random_dag, symbolic_random_dag
+
+    graph = random_dag(seed) if seed % 3 else symbolic_random_dag(seed)
+    sizes = sizes_of(graph)
+    if seed % 4 == 1:  # a sub-byte size: totals with fractions, rounded up per step
+        name = next(iter(sizes))
+        sizes[name] = (sizes[name] or SymInt()) + SymInt.const(Fraction(1, 2))
+    result = analyze_liveness(graph, sizes)
+    steps = result.live_bytes_per_step
+    numbers = result.step_numbers
+    if all(step.is_constant and isinstance(step.constant_term, int) for step in steps):
+        assert numbers == [int(step) for step in steps] and len(numbers) == len(steps)
+    else:
+        assert numbers is None

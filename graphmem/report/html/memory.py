@@ -209,8 +209,9 @@ def timeline(
         return f"step {step} · {printable(node)} ({op_of(node)}) · live {value}"
 
     stacked = by_role is not None and len(by_role.bytes_per_step) == len(steps)
+    numbers = live.step_numbers  # a bound graph's: `probe` of each size is the number
     return timeline_chart(
-        _probes(steps),
+        list(numbers) if numbers is not None else _probes(steps),
         resident_bytes=probe(live.resident_bytes),
         peak_step=live.peak_step,
         usable_bytes=gpu.usable.probe if gpu else None,
