@@ -138,3 +138,40 @@ def test_step_numbers_are_the_steps_sizes_as_numbers(seed: int) -> None:
         assert numbers == [int(step) for step in steps] and len(numbers) == len(steps)
     else:
         assert numbers is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_timeline_s_columns_pick_the_steps_a_key_would(seed: int) -> None:
+    # report/html/charts.py finds each column's and bucket's first lowest and highest step by
+    # a slice's min and max and `index`: the steps `min`/`max` with a key per step gave
+    from graphmem.report.html import charts
+
+    rng = random.Random(seed)
+    count = rng.choice((5, 700, 1500, 5000))
+    values = [rng.choice((0, 1, 7, 7, 1 << 40)) for _ in range(count)]  # ties everywhere
+    described: list[int] = []
+    charts._hover_targets(values, float, lambda step: described.append(step) or "")
+    per_target = math.ceil(count / charts.MAX_HOVER_TARGETS)
+    expected = [max(range(start, min(start + per_target, count)), key=values.__getitem__)
+                for start in range(0, count, per_target)]
+    assert described == (expected if per_target > 1 else list(range(count)))
+    columns = 540
+    points = charts._line_points(values, float, float, columns)
+    if count > columns:
+        steps = []
+        for column in range(columns):
+            chunk = range(column * count // columns, (column + 1) * count // columns)
+            low = min(chunk, key=values.__getitem__)
+            high = max(chunk, key=values.__getitem__)
+            steps += [values[step] for step in sorted({low, high})]
+        assert [y for _, y in points] == steps
+    rows = [(v, rng.choice((0, 3, 3))) for v in values]
+    layers = charts.stacked_layers(("a", "b"), rows, float, float, columns)
+    if count > columns:
+        totals = [sum(row) for row in rows]
+        picked = [rows[max(range(column * count // columns, (column + 1) * count // columns),
+                           key=totals.__getitem__)] for column in range(columns)]
+        tops = " ".join(f"{x:.1f},{float(sum(row)):.1f}" for x, row in zip(
+            [float((column * count // columns + (column + 1) * count // columns) / 2)
+             for column in range(columns)], picked, strict=True))
+        assert tops in layers[0].path
