@@ -175,3 +175,22 @@ def test_the_timeline_s_columns_pick_the_steps_a_key_would(seed: int) -> None:
             [float((column * count // columns + (column + 1) * count // columns) / 2)
              for column in range(columns)], picked, strict=True))
         assert tops in layers[0].path
+
+
+def test_costs_bound_asks_each_size_object_as_each_node(analyses: list[Analysis]) -> None:
+    from graphmem.core.symbolic import SymInt
+    from graphmem.pipeline.dim_probe import costs_bound
+
+    def per_node(costs) -> bool:  # type: ignore[no-untyped-def]
+        return all(n.flops.is_constant and n.bytes_read.is_constant
+                   and n.bytes_written.is_constant for n in costs.nodes)
+
+    free = analyze_onnx(SAMPLES / "tiny_gpt.onnx", dims={"seq": 16})  # the batch free
+    for costs in (*(a.costs for a in analyses), free.costs):
+        assert costs_bound(costs) == per_node(costs)
+        for field in ("flops", "bytes_read", "bytes_written"):  # one node's count free
+            nodes = list(costs.nodes)
+            nodes[-1] = dataclasses.replace(nodes[-1], **{field: SymInt.symbol("batch")})
+            changed = dataclasses.replace(costs, nodes=tuple(nodes))
+            assert costs_bound(changed) is False and per_node(changed) is False
+    assert costs_bound(analyses[0].costs) and not costs_bound(free.costs)
