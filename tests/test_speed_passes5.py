@@ -194,3 +194,36 @@ def test_costs_bound_asks_each_size_object_as_each_node(analyses: list[Analysis]
             changed = dataclasses.replace(costs, nodes=tuple(nodes))
             assert costs_bound(changed) is False and per_node(changed) is False
     assert costs_bound(analyses[0].costs) and not costs_bound(free.costs)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_slices_new_dims_found_once_per_shapes(seed: int) -> None:
+    # passes/extent_bounds.py `_MakesNew`: a Slice's answer kept per its tensors' shape
+    # objects; Slices sharing shape tuples, some with a new dim, some keeping the input's
+    from graphmem.core.ir import DType, Graph, Node, Role, Value
+    from graphmem.core.symbolic import SymInt
+    from graphmem.passes.extent_bounds import _MakesNew, _node_dims
+
+    rng = random.Random(seed)
+    shapes = [(SymInt.const(4), SymInt.symbol("seq")), (SymInt.const(4), SymInt.symbol("s1")),
+              (SymInt.symbol("seq"), SymInt.const(8)), (SymInt.symbol("s2"), SymInt.const(8))]
+    starts = (SymInt.const(2),)
+    graph = Graph("g", [], {}, [], [])
+    x = Value("x", DType.FLOAT32, shapes[0], Role.INPUT)
+    graph.inputs.append(x)
+    for index in range(60):
+        source = rng.choice(shapes[:3:2])  # the input's own dims
+        out = Value(f"y{index}", DType.FLOAT32, rng.choice(shapes), Role.ACTIVATION)
+        bound = Value(f"b{index}", DType.INT64, starts if rng.random() < 0.8 else None,
+                      Role.CONSTANT)
+        reads = Value(f"x{index}", DType.FLOAT32, source, Role.ACTIVATION)
+        node = Node(f"n{index}", rng.choice(("Slice", "Slice", "Split")),
+                    [reads, bound, None if rng.random() < 0.3 else bound], [])
+        node.add_output(out)
+        graph.add_node(node)
+    seen = {"seq"}
+    once = _MakesNew(seen)
+    for node in graph.nodes:
+        assert once(node) == (next(_node_dims(node, seen), None) is not None)
+    assert once.slices and len(once.slices) < 30  # found once per shapes, not per node
+    assert set(once.slices.values()) == {True, False}
