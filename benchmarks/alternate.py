@@ -32,7 +32,11 @@ def cpu_seconds(tree: Path, model: str) -> float:
                    "--json", f"{folder}/out.json", "--html", f"{folder}/out.html"]
         # cwd: `python -m` puts the working folder first on sys.path, before PYTHONPATH; run
         # from a checkout's root, every tree would import that checkout's graphmem
-        child = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=str(tree)),
+        # without PYTHONDONTWRITEBYTECODE (this project's sessions set it): the first run of
+        # each tree writes its bytecode, as an installed package has it
+        env = {key: value for key, value in os.environ.items()
+               if key != "PYTHONDONTWRITEBYTECODE"}
+        child = subprocess.Popen(command, env=dict(env, PYTHONPATH=str(tree)),
                                  cwd=folder, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(child.pid, 0)

@@ -15,6 +15,7 @@ JSON and HTML go to a temporary folder unless the options name them.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -70,9 +71,13 @@ def main() -> None:
         result_path = Path(folder) / "times.json"
         # in the temporary folder: `python -c` puts the working folder first on sys.path, so
         # run from a checkout it would import that checkout's graphmem, not PYTHONPATH's
+        # bytecode written and read as an installed package has it (this project's sessions
+        # set PYTHONDONTWRITEBYTECODE: every module would be compiled in every run)
+        env = {key: value for key, value in os.environ.items()
+               if key != "PYTHONDONTWRITEBYTECODE"}
         subprocess.run([sys.executable, "-c", _CHILD, str(result_path), "analyze",
                         str(Path(sys.argv[1]).resolve()), *options], check=True,
-                       stdout=subprocess.DEVNULL, cwd=folder)
+                       stdout=subprocess.DEVNULL, cwd=folder, env=env)
         result = json.loads(result_path.read_text())
     rows = [("interpreter and imports", result["start_up"]), *result["stages"],
             ("verdict, distributed answers, writing the reports", result["rest"]),

@@ -1,6 +1,7 @@
 """The writers' fast paths for a bound graph's numbers give what the per-item computation gives,
 on numbers, free dims, fractions and ties: the HTML live table's order (report/html/memory.py
-`_largest_first`) and the JSON's timeline (report/json/report.py `_quantities`)."""
+`live_table` shows the liveness's order: it must be the sort by each size at the probe) and
+the JSON's timeline (report/json/report.py `_quantities`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from fractions import Fraction
 
 import pytest
 
-from graphmem.core.ir import Role
+from graphmem.core.ir import DType, Role, Value
 from graphmem.core.symbolic import SymInt
-from graphmem.passes.liveness import LiveTensor
-from graphmem.report.html.memory import _largest_first
+from graphmem.passes.liveness import _describe_live, _Live
 from graphmem.report.html.quantity import probe
 from graphmem.report.json.report import _quantities, quantity
 
@@ -27,16 +27,23 @@ def _size(rng: random.Random, symbolic: bool) -> SymInt:
     return size
 
 
-def _tensors(rng: random.Random, count: int, symbolic: bool) -> list[LiveTensor]:
-    return [LiveTensor(f"t{index}", _size(rng, symbolic), Role.ACTIVATION, "float32", "[1]",
-                       None, None) for index in range(count)]
+def _live(rng: random.Random, count: int, symbolic: bool) -> list[_Live]:
+    shape = (SymInt.const(1),)
+    names = [f"t{index}" for index in range(count)]
+    rng.shuffle(names)  # ties are ranked by name, not by position
+    return [_Live(Value(name, DType.FLOAT32, shape, Role.ACTIVATION), _size(rng, symbolic), None)
+            for name in names]
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_live_table_s_order_is_the_sort_by_each_size(seed: int) -> None:
+    # the HTML table shows the liveness's order as it is: largest first at the probe value
+    # (free dims at PROBE_DIM_VALUE, fractions rounded up), as a stable sort by each size
+    # would rank them, ties by name
     rng = random.Random(seed)
-    tensors = _tensors(rng, rng.randint(0, 60), symbolic=seed % 2 == 1)
-    assert _largest_first(tensors) == sorted(tensors, key=lambda t: -probe(t.nbytes))
+    tensors = _describe_live(_live(rng, rng.randint(0, 60), symbolic=seed % 2 == 1), {})
+    by_name = sorted(tensors, key=lambda t: t.name)
+    assert list(tensors) == sorted(by_name, key=lambda t: -probe(t.nbytes))
 
 
 @pytest.mark.parametrize("seed", range(40))

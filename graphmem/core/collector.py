@@ -27,12 +27,14 @@ _KEPT: list[object] = []
 @contextmanager
 def collector_paused(last: bool = False) -> Iterator[None]:
     """No automatic cyclic collection inside the block; nested blocks and a collector the
-    caller already disabled are left as they are. `last`: the command's last stage (writing
-    its outputs); in a one-command process what is alive is frozen before the collector is
+    caller already disabled are left as they are. `last`: a stage whose results live to the
+    command's end (the analysis's passes and runtime model, the writers: pipeline/run.py,
+    cli/common.py); in a one-command process what is alive is frozen before the collector is
     back, as the process's end does (`freeze_before_exit`): the first automatic collection
     after the block would walk everything the block made, and by the luck of the collector's
     counts a whole generation of the analysis with it (0.1 CPU s at 22,000 nodes), to free
-    nothing the process still needs freed."""
+    nothing the process still needs freed. Such a stage makes no cyclic garbage worth
+    collecting (a frozen object is never freed)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

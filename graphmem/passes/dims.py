@@ -200,10 +200,12 @@ def _known_dims_text(known: frozenset[str]) -> str:
     return "its dynamic dims are: " + ", ".join(sorted(known))
 
 
-def value_bytes(graph: Graph, binding: DimBinding) -> dict[str, SymInt | None]:
+def value_bytes(graph: Graph, binding: DimBinding, table: SizeTable | None = None
+                ) -> dict[str, SymInt | None]:
     """Size in bytes of every value with the bound dims substituted (None: unknown size);
-    a size beyond MAX_BYTES is an error naming the tensor (check_sizes_fit)."""
-    return SizeTable(graph).bound(binding.bound)
+    a size beyond MAX_BYTES is an error naming the tensor (check_sizes_fit). `table`:
+    `SizeTable(graph)`, where the caller keeps it (the runtime models' probes bind it)."""
+    return (table or SizeTable(graph)).bound(binding.bound)
 
 
 class SizeTable:
@@ -212,6 +214,7 @@ class SizeTable:
     binding; a largest-batch search keeps the table for its many bindings of one graph."""
 
     def __init__(self, graph: Graph) -> None:
+        self.graph = graph
         self.names = tuple(graph.values)
         sizes = list(map(_NBYTES, graph.values.values()))
         # values share their size objects (`Value.nbytes`): each distinct object is hashed

@@ -72,9 +72,29 @@ def extent_dims(graph: Graph) -> tuple[ExtentDim, ...]:
     # own (`seq`), found by looking at those ops alone (a 22k-node decoder's 1,443 Slices:
     # 9 ms); only where another is left is every dim met followed (there: about 20 ms)
     inputs = set(graph.input_dims_in_order())
-    if not any(next(_node_dims(node, inputs), None) for node in _extent_nodes(graph)):
+    if not any(map(_MakesNew(inputs), _extent_nodes(graph))):
         return ()
     return tuple(_found(graph, set()))
+
+
+class _MakesNew:
+    """Whether a node makes a dim not among `seen` (`_node_dims`); a Slice's answer found once
+    per its tensors' shapes (a decoder's 1,443 Slices hold a few dozen shape tuples, shared
+    by identity: the values keep them alive meanwhile), read from those alone."""
+
+    def __init__(self, seen: set[str]) -> None:
+        self.seen = seen
+        self.slices: dict[tuple[int, ...], bool] = {}
+
+    def __call__(self, node: Node) -> bool:
+        if node.op_type not in _ANY_AXIS:
+            return next(_node_dims(node, self.seen), None) is not None
+        key = (*(id(v.shape) if v is not None else 0 for v in node.inputs),
+               -1, *(id(v.shape) for v in node.outputs))
+        found = self.slices.get(key)
+        if found is None:
+            found = self.slices[key] = next(_node_dims(node, self.seen), None) is not None
+        return found
 
 
 def _extent_nodes(graph: Graph) -> Iterator[Node]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from graphmem.core.ir import Graph, Node, Role, Value
 from graphmem.core.symbolic import SymInt, sum_sizes, symint_max
@@ -85,6 +85,17 @@ class LivenessResult:
         if self.sweep is None:
             raise ValueError("this liveness result was built without its sweep")
         return timeline_numbers(self.sweep)
+
+    @cached_property
+    def step_numbers(self) -> list[int] | None:
+        """`live_bytes_per_step` as integers where each is one (a bound graph: the sweep's
+        totals, which those sizes were made from), else None: the writers' timelines read
+        them instead of turning 10^5 sizes back into numbers."""
+        totals = self.sweep.totals if self.sweep is not None else None
+        if totals is None or len(totals) != len(self.live_bytes_per_step) or not all(
+                map(int.__instancecheck__, totals)):  # a sub-byte total: rounded up there
+            return None
+        return cast(list[int], totals)
 
 
 def analyze_liveness(

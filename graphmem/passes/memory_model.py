@@ -404,7 +404,11 @@ def lifetimes(model: MemoryModel, order: Sequence[int],
 
 def is_topological(model: MemoryModel, order: Sequence[int]) -> bool:
     """True when `order` runs every node once, each after all its predecessors."""
-    if sorted(order) != list(range(model.node_count)):
+    in_order = list(range(model.node_count))
+    if list(order) == in_order:  # node i at step i: each node's predecessors before it
+        return all(not before or max(before) < node
+                   for node, before in enumerate(model.predecessors))
+    if sorted(order) != in_order:
         return False
     # node -> its step: the inverse permutation, sorting the steps by the node each runs
     position = sorted(range(len(order)), key=order.__getitem__)

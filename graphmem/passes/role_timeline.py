@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from graphmem.core.ir import Graph, Node, Phase, Role
 from graphmem.core.symbolic import SymInt
 from graphmem.passes.memory_model import MemorySweep, find_buffers, sweep_buffers
+from graphmem.passes.step_arrays import by_identity
 
 T = TypeVar("T")
 
@@ -67,7 +68,8 @@ def timeline_numbers(sweep: MemorySweep) -> RoleNumbers | None:
     """`timeline_of(sweep)` as integers, swept as integers, where every size is an integer
     (a bound graph; None otherwise): the chart draws numbers, and 10^5 steps of roles made
     SymInts only to be turned back into numbers."""
-    sizes = (*sweep.resident_sizes, *sweep.buffer_sizes)
+    # each distinct size object asked once (values share them: a few hundred of 33,000)
+    sizes = by_identity((*sweep.resident_sizes, *sweep.buffer_sizes)).values()
     if not all(type(size.constant_term) is int and size.is_constant for size in sizes):
         return None
     group = {role: index for index, role in enumerate(STACK_ORDER)}
@@ -75,7 +77,9 @@ def timeline_numbers(sweep: MemorySweep) -> RoleNumbers | None:
     for value, size in zip(sweep.residents, sweep.resident_sizes, strict=True):
         live[group[value.role]] += int(size)
     groups = [group[v.role] for v in sweep.storages]
-    numbers = [int(size) for size in sweep.buffer_sizes]
+    # the buffers' integers, found once per size object (`MemorySweep.numbers`: the
+    # liveness's totals read them); ints, as checked above
+    numbers = cast(list[int], sweep.numbers)
     allocates, events = sweep.allocates, sweep.events
     rows: list[tuple[int, ...]] = []
     for node, freed in zip(events.order, events.frees, strict=True):

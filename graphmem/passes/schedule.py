@@ -45,6 +45,7 @@ from graphmem.passes.liveness import LivenessResult
 from graphmem.passes.memory_model import (
     MemoryModel,
     build_memory_model,
+    is_topological,
     order_peak,
     plan_dims,
     symbolic_order_peak,
@@ -188,10 +189,7 @@ def last_step_floor(model: MemoryModel) -> int:
 def _starting_order(model: MemoryModel) -> tuple[tuple[int, ...], str]:
     """The model order, or a topological sort where the model's order is not one."""
     model_order = tuple(range(model.node_count))
-    # node i at step i: topological when each node's predecessors come before it (what
-    # `is_topological` checks of any order, without its permutation and inverse)
-    if all(not before or max(before) < node
-           for node, before in enumerate(model.predecessors)):
+    if is_topological(model, model_order):
         return model_order, "model order"
     import networkx as nx
 

@@ -16,7 +16,7 @@ from graphmem.core.peak_formula import Formula
 from graphmem.core.routing import DEFAULT_ROUTING, MoeRouting
 from graphmem.core.symbolic import SymInt
 from graphmem.passes.costs import CostReport
-from graphmem.passes.dims import DimBinding
+from graphmem.passes.dims import DimBinding, SizeTable
 from graphmem.passes.liveness import LivenessResult
 from graphmem.passes.modules import ModuleReport
 from graphmem.passes.params import ParamReport
@@ -137,6 +137,9 @@ class Analysis:
     # every value's size at `dims` (passes/dims.py value_bytes), as the passes bound them: the
     # runtime models at these dims read them rather than bind the graph again (read-only)
     sizes: Mapping[str, SymInt | None] | None = field(default=None, repr=False, compare=False)
+    # the table `sizes` were bound from (its distinct sizes by value position): the runtime
+    # models' probes bind it at their dims (pipeline/device_total.py `probe_table`)
+    size_table: SizeTable | None = field(default=None, repr=False, compare=False)
     # --moe-routing: the ONNX runtime models size a router's NonZero outputs by it
     # (graphmem/runtime_models/data_bounds.py); the torch front end traces with it
     moe_routing: MoeRouting = DEFAULT_ROUTING

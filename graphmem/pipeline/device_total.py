@@ -120,7 +120,7 @@ def runtime_estimate(analysis: Analysis, runtime: str, gpu: GpuSpec | None,
         sizes = analysis.sizes  # bound by the passes at these dims (None: bound by the model)
         if sizes is not None and runtime in ("ort-cuda", "ort-cpu"):
             # the same sizes (value_bytes') by position: onnxruntime's plan reads them so
-            sizes = probe_table(analysis.graph).at(dims.bound)
+            sizes = probe_table(analysis).at(dims.bound)
     context = RuntimeContext(
         graph=analysis.graph, dims=dims, training=analysis.mode == "training",
         resident_bytes=_resident_bytes(analysis, dims, residents), gpu=gpu,
@@ -163,10 +163,12 @@ def device_estimate(analysis: Analysis, model: DeviceModel, dims: DimBinding | N
                             ort_arena_extend=model.ort_arena_extend)
 
 
-def probe_table(graph: Graph) -> ProbeSizes:
-    """`graph`'s size table for onnxruntime's models, made once per graph (the verdict's run
-    and every probe of its searches bind it)."""
-    return cached_per_graph(graph, (ProbeSizes,), lambda: ProbeSizes(graph))
+def probe_table(analysis: Analysis) -> ProbeSizes:
+    """The analysis's graph's size table for onnxruntime's models, made once per graph (the
+    verdict's run and every probe of its searches bind it) from the passes' table."""
+    graph = analysis.graph
+    return cached_per_graph(graph, (ProbeSizes,),
+                            lambda: ProbeSizes(graph, analysis.size_table))
 
 
 def runtime_parts(estimate: RuntimeEstimate) -> tuple[FitPart, ...]:
@@ -222,7 +224,7 @@ class DeviceTotalProbe:
         self.residents = resident_formula(analysis.graph) if same_graph else None
         # onnxruntime's models size the analysed graph's values (torch-cuda sizes its own)
         sized = same_graph and model.runtime in ("ort-cuda", "ort-cpu")
-        self.table = probe_table(analysis.graph) if sized else None
+        self.table = probe_table(analysis) if sized else None
 
     def _estimate(self, value: int) -> RuntimeEstimate | None:
         """None where the model cannot be sized at this value (a tensor over 4 EiB)."""

@@ -154,7 +154,8 @@ def stacked_layers(
         totals = list(map(sum, rows))
         for column in range(columns):
             start, stop = column * count // columns, (column + 1) * count // columns
-            highest = max(range(start, stop), key=totals.__getitem__)
+            column_totals = totals[start:stop]  # its first highest step, no key call per step
+            highest = start + column_totals.index(max(column_totals))
             xs.append(x_of((start + stop) / 2))
             picked.append(rows[highest])
     bottom, left, right = y_of(0), x_of(0), x_of(count)
@@ -342,9 +343,10 @@ def _line_points(
     points = []
     for column in range(columns):
         start, stop = column * count // columns, (column + 1) * count // columns
-        chunk = range(start, stop)
-        low = min(chunk, key=values.__getitem__)
-        high = max(chunk, key=values.__getitem__)
+        # the first lowest and first highest step of the column (a slice's min and max in C,
+        # found again by `index`: no key call per step)
+        chunk = values[start:stop]
+        low, high = start + chunk.index(min(chunk)), start + chunk.index(max(chunk))
         x = x_of((start + stop) / 2)
         points += [(x, y_of(values[step])) for step in sorted({low, high})]
     return points
@@ -360,7 +362,8 @@ def _hover_targets(
     targets = []
     for start in range(0, count, per_target):
         stop = min(start + per_target, count)
-        highest = max(range(start, stop), key=values.__getitem__)
+        bucket = values[start:stop]
+        highest = start + bucket.index(max(bucket))  # the first highest step of the bucket
         if per_target == 1:
             title = describe_step(start)
         else:

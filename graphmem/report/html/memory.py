@@ -62,7 +62,9 @@ def live_table(liveness: LivenessResult, graph: Graph | None = None) -> LiveTabl
     # a node outside every module is the root's own ("(top level)", as in the module table)
     # where the graph has module paths at all
     top = TOP if graph is not None and any(n.module_path for n in graph.nodes) else ""
-    tensors = _largest_first(liveness.live_at_peak)
+    # largest first at the probe value, then by name: the liveness's own order
+    # (passes/liveness.py `_describe_live`), the one this table shows
+    tensors = liveness.live_at_peak
     residents = [t for t in tensors if t.producer is None]
     made = [t for t in tensors if t.producer is not None]
     rest = tensors[MAX_LIVE_ROWS:]
@@ -77,14 +79,6 @@ def live_table(liveness: LivenessResult, graph: Graph | None = None) -> LiveTabl
         residents=len(residents),
         resident_total=bytes_quantity(liveness.resident_bytes),
     )
-
-
-def _largest_first(tensors: Sequence[LiveTensor]) -> list[LiveTensor]:
-    """`tensors` by their size at the probe value, largest first, equal sizes in their order
-    (a stable sort of the positions by the sizes `_probes` finds at once: at 22,000 nodes
-    10^4 tensors, one evaluation each)."""
-    negated = [-size for size in _probes([t.nbytes for t in tensors])]
-    return [tensors[i] for i in sorted(range(len(tensors)), key=negated.__getitem__)]
 
 
 def _module(tensor: LiveTensor, value: Value | None, top: str = "") -> str:
@@ -215,8 +209,9 @@ def timeline(
         return f"step {step} · {printable(node)} ({op_of(node)}) · live {value}"
 
     stacked = by_role is not None and len(by_role.bytes_per_step) == len(steps)
+    numbers = live.step_numbers  # a bound graph's: `probe` of each size is the number
     return timeline_chart(
-        _probes(steps),
+        list(numbers) if numbers is not None else _probes(steps),
         resident_bytes=probe(live.resident_bytes),
         peak_step=live.peak_step,
         usable_bytes=gpu.usable.probe if gpu else None,

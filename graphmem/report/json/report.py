@@ -147,9 +147,16 @@ def _memory(liveness: LivenessResult, lazy_rows: bool = False) -> dict[str, Any]
         },
         "live_at_peak": (_LiveRows(liveness.live_at_peak) if lazy_rows
                          else [_live(t) for t in liveness.live_at_peak]),
-        "timeline_bytes": _quantities(liveness.live_bytes_per_step),
+        "timeline_bytes": _timeline(liveness),
         "order": list(liveness.order),
     }
+
+
+def _timeline(liveness: LivenessResult) -> list[int] | list[int | str]:
+    """Each step's live bytes as `quantity` writes them: a bound graph's numbers as the
+    liveness has them (`step_numbers`), else each size's quantity."""
+    numbers = liveness.step_numbers
+    return list(numbers) if numbers is not None else _quantities(liveness.live_bytes_per_step)
 
 
 def _quantities(sizes: Sequence[SymInt]) -> list[int | str]:
