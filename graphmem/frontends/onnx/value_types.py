@@ -46,14 +46,14 @@ def judged_infos(infos: Iterable[onnx.ValueInfoProto]) -> JudgedInfos:
     keys: dict[str, bytes] = {}
     types: dict[bytes, onnx.TypeProto] = {}
     for info in infos:
-        type_proto = info.type
-        key = keys[info.name] = type_proto.SerializeToString()
+        type_proto, name = info.type, info.name  # each read once (a new string a read)
+        key = keys[name] = type_proto.SerializeToString()
         verdict = verdicts.get(key)
         if verdict is None:
             verdict = verdicts[key] = fully_known(info)
             types[key] = type_proto
         if verdict:
-            names.add(info.name)
+            names.add(name)
     return JudgedInfos(names, keys, types)
 
 
