@@ -32,7 +32,12 @@ def cpu_seconds(tree: Path, model: str) -> float:
                    "--json", f"{folder}/out.json", "--html", f"{folder}/out.html"]
         # cwd: `python -m` puts the working folder first on sys.path, before PYTHONPATH; run
         # from a checkout's root, every tree would import that checkout's graphmem
-        child = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=str(tree)),
+        # the bytecode cache on, as speed_targets.py runs it: this project's sessions set
+        # PYTHONDONTWRITEBYTECODE, and the first, uncounted run wrote nothing then (a tree
+        # whose cache an earlier run had written was compared with one compiling every module)
+        environment = {key: value for key, value in os.environ.items()
+                       if key != "PYTHONDONTWRITEBYTECODE"}
+        child = subprocess.Popen(command, env=dict(environment, PYTHONPATH=str(tree)),
                                  cwd=folder, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(child.pid, 0)
