@@ -2,8 +2,9 @@
 once for the importer's set and its index (`GraphIndex(op_types=)`), and whether a node keeps
 a metadata entry, so that the build reads no node's metadata where none does
 (`build_graph(node_metadata=False)`); the build's inputs looked up by `map` (an optional
-input left out, a value named '', a name nothing makes, as before). Each against the reads
-it replaced: random models, the samples and onnx.helper decoders of random widths."""
+input left out, a value named '', a name nothing makes, as before); `fully_known` with
+`dim_known` inlined. Each against the reads it replaced: random models, the samples and
+onnx.helper decoders of random widths."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from graphmem.frontends.onnx import importer
 from graphmem.frontends.onnx.build import build_graph
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.read import NAME_SCOPES, read_model_bodies
+from graphmem.frontends.onnx.value_types import dim_known, fully_known
 from tests.helpers.onnx_random import ROOT, random_decoder
 
 SAMPLES = sorted((ROOT / "samples").glob("*.onnx"))
@@ -173,3 +175,38 @@ def test_an_input_nothing_makes_is_named() -> None:
     model.graph.node[0].input[2] = "missing"
     with pytest.raises(GraphmemError, match="node clip reads 'missing' before any node"):
         build_graph(model, "g", {})
+
+
+def _dims_walked(info: onnx.ValueInfoProto) -> bool:
+    """fully_known as it was: a tensor with a shape, `all(dim_known(d))` over its dims."""
+    if info.type.WhichOneof("value") != "tensor_type":
+        return False
+    tensor_type = info.type.tensor_type
+    return tensor_type.HasField("shape") and all(dim_known(d) for d in tensor_type.shape.dim)
+
+
+def test_fully_known_as_the_dims_walked() -> None:
+    # dim_known inlined into fully_known: the same verdict on random types of numbers,
+    # names, onnx's unk__N, names holding unk__ later, empty dims, denotations, no shape,
+    # sequences
+    rng = random.Random(7)
+    texts = ["batch", "unk__3", "unk__", "xunk__1", "", "gm__dim0"]
+    for _ in range(2000):
+        if rng.random() < 0.1:
+            info = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
+        else:
+            info = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
+            if rng.random() < 0.9:
+                shape = info.type.tensor_type.shape
+                shape.SetInParent()
+                for _ in range(rng.randint(0, 4)):
+                    dim = shape.dim.add()
+                    kind = rng.random()
+                    if kind < 0.4:
+                        dim.dim_value = rng.choice([0, 1, 50])
+                    elif kind < 0.9:
+                        dim.dim_param = rng.choice(texts)
+                    if rng.random() < 0.2:
+                        dim.denotation = rng.choice(texts)
+        assert fully_known(info) == _dims_walked(info), info
+    assert fully_known(None) is False
