@@ -57,9 +57,9 @@ def _built(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Graph, Graph, b
     make = importer.build_graph
 
     def spy(model: onnx.ModelProto, name: str, dim_names: dict[str, str],
-            judged: JudgedInfos | None = None) -> Graph:
+            judged: JudgedInfos | None = None, node_metadata: bool = True) -> Graph:
         seen.append((model, dim_names, judged))
-        return make(model, name, dim_names, judged)
+        return make(model, name, dim_names, judged, node_metadata)
 
     monkeypatch.setattr(importer, "build_graph", spy)
     importer.import_onnx(path)

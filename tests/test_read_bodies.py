@@ -55,7 +55,7 @@ def _aliased(model: onnx.ModelProto, bodies: bool) -> tuple[dict[str, str], byte
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
 def test_samples_bodies_flag_and_aliases(sample: Path) -> None:
-    model, bodies = read_model_bodies(sample)
+    model, bodies, *_ = read_model_bodies(sample)
     assert bodies == _any_body(model.graph)
     assert _aliased(model, bodies) == _aliased(model, True)
 
@@ -66,7 +66,7 @@ def test_bodies_are_seen_where_nodes_hold_them(tmp_path: Path, nested: bool,
                                                function: bool) -> None:
     path = tmp_path / "if.onnx"
     onnx.save(_if_model(nested, function), path)
-    model, bodies = read_model_bodies(path)
+    model, bodies, *_ = read_model_bodies(path)
     assert bodies and _any_body(model.graph)
     assert _splittable(model, bodies) == _splittable(model) is False  # infer.py's split
     names, _ = _aliased(model, bodies)
@@ -81,7 +81,7 @@ def test_a_graph_without_bodies_aliases_the_same(tmp_path: Path) -> None:
     graph = helper.make_graph([relu, softmax], "g", [x], [y])
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph), path)
-    model, bodies = read_model_bodies(path)
+    model, bodies, *_ = read_model_bodies(path)
     assert not bodies
     assert _aliased(model, False) == _aliased(model, True)
 
@@ -96,12 +96,12 @@ def test_an_empty_graphs_attribute_counts_as_a_body(tmp_path: Path) -> None:
         "y", TensorProto.FLOAT, ["batch", 3])])
     path = tmp_path / "graphs.onnx"
     onnx.save(helper.make_model(graph), path)
-    model, bodies = read_model_bodies(path)
+    model, bodies, *_ = read_model_bodies(path)
     assert bodies and not _splittable(model) and not _splittable(model, bodies)
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
 def test_samples_splittable_from_the_flag(sample: Path) -> None:
     # the flag from validation's walk gives _splittable's answer without its own walk
-    model, bodies = read_model_bodies(sample)
+    model, bodies, *_ = read_model_bodies(sample)
     assert _splittable(model, bodies) == _splittable(model)

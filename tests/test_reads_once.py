@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphmem import analyze_onnx
 from graphmem.frontends.imported import ImportedModel
 from graphmem.frontends.onnx import importer, runtime_inputs
+from graphmem.frontends.onnx.read import ReadModel
 from graphmem.frontends.onnx.runtime_inputs import OnnxFile
 from graphmem.pipeline.imports import HELD_TRACE_NODES, ModelImports
 from tests.helpers.cli import Run
@@ -55,7 +56,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
         counted.reads[str(path)] += 1
         return read(path)
 
-    def counting_read_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
+    def counting_read_bodies(path: Path) -> ReadModel:
         counted.reads[str(path)] += 1
         return read_bodies(path)
 

@@ -6,7 +6,7 @@ graphmem/passes/control_flow.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import onnx
 from onnx import AttributeProto, TensorProto
@@ -62,9 +62,11 @@ _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
 
 def build_graph(model: onnx.ModelProto, default_name: str, dim_names: Mapping[str, str],
-                judged: JudgedInfos | None = None) -> Graph:
+                judged: JudgedInfos | None = None, node_metadata: bool = True) -> Graph:
     """The IR of `model`; `judged`: its value infos' type keys, where inference judged them
-    (infer.py `Inferred`), not serialized again."""
+    (infer.py `Inferred`), not serialized again; `node_metadata` False: no node of the main
+    graph has a metadata entry (read.py `ReadModel`: the file's nodes had none kept, and no
+    step after adds one), so none is read (22,000 reads: 0.004-0.01 CPU s)."""
     onnx_graph = model.graph
     graph = Graph(name=onnx_graph.name or default_name, nodes=[], values={}, inputs=[],
                   outputs=[], opset=default_opset(model), source_format="onnx")
@@ -73,7 +75,8 @@ def build_graph(model: onnx.ModelProto, default_name: str, dim_names: Mapping[st
     op_types = _add_constant_nodes(onnx_graph, values)
     reader = _ShapeReader(dim_names)
     inputs = [_input_value(v, values, reader) for v in onnx_graph.input]
-    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph, judged), reader, op_types)
+    _add_nodes(graph, onnx_graph, reader.type_keys(onnx_graph, judged), reader, op_types,
+               node_metadata)
     graph.inputs = [v for v in inputs if v.role is Role.INPUT]
     graph.outputs = [_mark_output(values, v) for v in onnx_graph.output]
     _mark_buffers(graph.nodes)
@@ -244,15 +247,21 @@ def _add_nodes(
     type_keys: dict[str, bytes],
     reader: _ShapeReader,
     op_types: list[str],
+    node_metadata: bool = True,
 ) -> None:
     """The nodes of `proto_graph` but its Constants (values already), built and linked in
-    order; `op_types`: theirs, as _add_constant_nodes read them."""
+    order; `op_types`: theirs, as _add_constant_nodes read them; `node_metadata` False: no
+    node has metadata (build_graph)."""
     values = graph.values
     types = reader.types  # each distinct type read once (reader.typed), then looked up here
     used_names: set[str] = set()
     trips: TripCounter | None = None  # made at the first Loop/Scan: most graphs have none
     no_attributes = reader.no_attributes
     activation = Role.ACTIVATION
+    # a node's inputs looked up by map, an optional input left out ('': no value) by
+    # _inputs after the KeyError (a graph with a value named '' looks up every node there)
+    value_of: Callable[[str], Value | None] = (
+        values.__getitem__ if "" not in values else _no_value)
     for index, proto in enumerate(proto_graph.node):  # 10^5 nodes: kept to plain steps
         op_type, domain = op_types[index], proto.domain
         onnx_domain = domain in _ONNX_DOMAINS
@@ -271,10 +280,10 @@ def _add_nodes(
         else:  # most nodes: one shared empty dict
             attributes, has_subgraph = no_attributes, False
         try:
-            inputs = [values[n] if n else None for n in proto.input]
-        except KeyError as missing:
-            raise _unproduced(name, missing.args[0]) from None
-        metadata = proto.metadata_props  # module_path_of, the name read once
+            inputs = [*map(value_of, proto.input)]
+        except KeyError:
+            inputs = _inputs(name, proto.input, values)
+        metadata = proto.metadata_props if node_metadata else None  # module_path_of
         path = (module_path(metadata, proto_name) if metadata
                 else path_from_scopes(proto_name.rpartition("/")[0])
                 if proto_name.startswith("/") else "")
@@ -298,6 +307,19 @@ def _add_nodes(
             graph.add_node(node)
         else:
             graph.append_new(node)
+
+
+def _no_value(name: str) -> Value | None:
+    raise KeyError(name)
+
+
+def _inputs(node_name: str, names: Iterable[str], values: dict[str, Value]) -> list[Value | None]:
+    """A node's inputs, '' (an optional input left out) as None; the error for a name no
+    value has."""
+    try:
+        return [values[n] if n else None for n in names]
+    except KeyError as missing:
+        raise _unproduced(node_name, missing.args[0]) from None
 
 
 def _unproduced(node_name: str, missing: str) -> GraphmemError:

@@ -66,7 +66,8 @@ def import_onnx(path: str | Path, input_dims: Mapping[str, int] | None = None,
 
 def _import(path: Path, input_dims: Mapping[str, int] | None,
             source: onnx.ModelProto | None) -> OnnxImport:
-    read, bodies = read_model_bodies(path) if source is None else (source, True)
+    read, bodies, read_op_types, node_metadata = (
+        read_model_bodies(path) if source is None else (source, True, None, True))
     model = onnx.ModelProto()
     model.CopyFrom(read)  # the steps below rename dims and fold in place
     warnings: list[str] = []
@@ -74,9 +75,12 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     if input_dims:
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph, bodies)  # inference sees safe names only
-    op_types = {node.op_type for node in model.graph.node}  # the steps below skip if none
+    # the steps below skip if none (the op types as validation's walk read them: the renames
+    # above change dims only)
+    op_types = set(read_op_types if read_op_types is not None else
+                   [node.op_type for node in model.graph.node])
     # the inference rules' one walk over the nodes, the folds' and the Tiles' (graph_index.py)
-    index = GraphIndex(model.graph) if op_types & RULED_OPS else None
+    index = GraphIndex(model.graph, read_op_types) if op_types & RULED_OPS else None
     folded = fold_constants(model, index=index)  # inference sees literal shape values (fold.py)
     if "Tile" in op_types:  # ... and a Tile of added axes as Expand (repeat_dims)
         folded.update(expand_tiles(model, index))
@@ -89,7 +93,7 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     del positions  # a value each: not held while the IR is built
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)
     # (neither changes a value info: the types judged are those the IR reads)
-    graph = build_graph(inferred, path.stem, dim_names, judged)
+    graph = build_graph(inferred, path.stem, dim_names, judged, node_metadata)
     gaps = fill_shape_gaps(graph)
     if gaps.filled:
         engine += f" + graphmem rules for {len(gaps.filled)} values"

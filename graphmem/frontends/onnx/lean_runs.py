@@ -129,15 +129,25 @@ def _hop(raw: bytes, tag: int) -> tuple[int, int, int, bool]:
     how many, their values' bytes, where the hops stopped, and whether they stopped because
     the fields are tiny (_HOPPED_FIELDS of them in under _SMALL_FIELD_BYTES each on average:
     numpy ranks the rest faster)."""
+    # _field_bytes and _header_bytes inlined: a decoder's 22,000 nodes are hopped here, two
+    # calls a field were 0.011 of 0.018 CPU s
     size, offset, hops, held = len(raw), 0, 0, 0
     while offset < size and raw[offset] == tag:
         if hops == _HOPPED_FIELDS and offset < _HOPPED_FIELDS * _SMALL_FIELD_BYTES:
             return hops, held, offset, True
-        length = _field_bytes(raw, offset)
-        if not length or offset + length > size:
+        if offset + 1 >= size:
             break
-        hops, held = hops + 1, held + length - _header_bytes(raw, offset)
-        offset += length
+        first = raw[offset + 1]
+        if first < 0x80:  # a one-byte length
+            value, header = first, 2
+        elif offset + 2 < size and raw[offset + 2] < 0x80:  # a two-byte length
+            value, header = (first & 0x7F) | (raw[offset + 2] << 7), 3
+        else:  # longer, or not inside raw
+            break
+        if offset + header + value > size:
+            break
+        hops, held = hops + 1, held + value
+        offset += header + value
     return hops, held, offset, False
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -45,11 +46,22 @@ def read_model(path: Path) -> onnx.ModelProto:
     return read_model_bodies(path)[0]
 
 
-def read_model_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
+class ReadModel(NamedTuple):
+    """read_model_bodies' answer: the model, and what validation's walk over its nodes found
+    for the importer's steps not to read again."""
+
+    model: onnx.ModelProto
+    bodies: bool  # a node of the main graph holds a body
+    op_types: list[str]  # the main graph's nodes', in order
+    node_metadata: bool  # a node of the main graph keeps a metadata entry
+
+
+def read_model_bodies(path: Path) -> ReadModel:
     """read_model, and whether a node of the main graph holds a body (a graph or graphs
     attribute, at any depth, an empty graphs list too: validation's walk counted them), so
     that the importer's dims need not be looked for in the nodes' attributes where none does
-    (alias_dim_params), nor inference's control flow (infer.py `_splittable`)."""
+    (alias_dim_params), nor inference's control flow (infer.py `_splittable`); with the main
+    graph's op types and whether a node keeps metadata (ReadModel)."""
     _check_path(path)
     data = _lean_bytes(path) if path.stat().st_size >= LEAN_READ_FROM_BYTES else None
     if data is None:
@@ -73,8 +85,9 @@ def read_model_bodies(path: Path) -> tuple[onnx.ModelProto, bool]:
     # external data cut off, then the graph checked, its nodes trimmed on the same walk
     walked = strip_and_validate(model, keep_only_name_scope)
     check_nesting(model, walked.bodies)  # before any engine recurses through it (limits.py)
-    _drop_large_payloads(model, walked)
-    return model, walked.main_bodies > 0
+    _drop_large_payloads(model, walked)  # (nodes keep their op types: densify changes
+    # Constants' attributes, initializers and sparse initializers only)
+    return ReadModel(model, walked.main_bodies > 0, walked.op_types, walked.node_metadata)
 
 
 NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # what module_paths.py module_path_of reads
@@ -94,19 +107,20 @@ def keep_only_name_scopes(graph: onnx.GraphProto) -> None:
         keep_only_name_scope(node)
 
 
-def keep_only_name_scope(node: onnx.NodeProto) -> None:
-    """keep_only_name_scopes of one node."""
+def keep_only_name_scope(node: onnx.NodeProto) -> bool:
+    """keep_only_name_scopes of one node; whether it keeps an entry."""
     if node.doc_string:
         node.ClearField("doc_string")
     entries = node.metadata_props
     if not entries:
-        return
+        return False
     for index, entry in enumerate(entries):
         if entry.key == NAME_SCOPES:
             del entries[index + 1:]
             del entries[:index]
-            return
+            return True
     node.ClearField("metadata_props")
+    return False
 
 
 def external_data_files(path: Path) -> list[Path]:

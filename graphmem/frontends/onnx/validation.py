@@ -46,17 +46,19 @@ def validate_graph(model: onnx.ModelProto) -> None:
 
 
 def strip_and_validate(model: onnx.ModelProto,
-                       trim: Callable[[onnx.NodeProto], None] | None = None) -> Walked:
+                       trim: Callable[[onnx.NodeProto], bool] | None = None) -> Walked:
     """strip_external_data, then validate_graph, on one walk over the model's nodes (a
     decoder has tens of thousands; each walk over them took 0.005-0.02 s). Returns what that
     walk found, for read.py's later steps not to walk the nodes again. `trim`: called on each
-    node of the main graph in the same walk (read.py drops what nothing reads)."""
+    node of the main graph in the same walk (read.py drops what nothing reads), saying
+    whether the node keeps a metadata entry."""
     walk = _ModelWalk(model, trim)
     _validate(walk, strip=True)
     alone = not model.functions and not model.training_info  # the walk saw every scope
     return Walked(walk.tensors, len(walk.graphs) - 1 if alone else None,
                   alone and not walk.compact, walk.graph_attributes,
-                  ([graph for graph, _ in walk.graphs], walk.compact_nodes) if alone else None)
+                  ([graph for graph, _ in walk.graphs], walk.compact_nodes) if alone else None,
+                  walk.op_types, walk.node_metadata)
 
 
 class Walked(NamedTuple):
@@ -67,13 +69,16 @@ class Walked(NamedTuple):
     main graph's nodes, at any depth (counted whether or not the model has functions; a
     graphs attribute counts, holding no graph or several); every graph and the nodes
     with an attribute of a compact form's name, where the walk saw every scope (else None:
-    dense_forms.py walks the model itself)."""
+    dense_forms.py walks the model itself); the main graph's nodes' op types, in order, and
+    whether one of them keeps a metadata entry after `trim` (True: not known, no `trim`)."""
 
     tensors: list[TensorProto]
     bodies: int | None
     dense: bool
     main_bodies: int
     compact: tuple[list[onnx.GraphProto], list[onnx.NodeProto]] | None
+    op_types: list[str]
+    node_metadata: bool
 
 
 def _validate(walk: _ModelWalk, strip: bool = False) -> None:
@@ -102,7 +107,7 @@ class _ModelWalk:
     10,000 initializers and 8,000 Constant values."""
 
     def __init__(self, model: onnx.ModelProto,
-                 trim: Callable[[onnx.NodeProto], None] | None = None) -> None:
+                 trim: Callable[[onnx.NodeProto], bool] | None = None) -> None:
         self.tensors: list[TensorProto] = []
         # by position in `tensors`: the label, or the attribute and node that make it (an
         # attribute's one tensor); none: an initializer, labelled by its name
@@ -114,6 +119,10 @@ class _ModelWalk:
         self.compact = False  # a sparse tensor or a Constant list attribute seen
         self.compact_nodes: list[onnx.NodeProto] = []  # with an attribute of such a name
         self.graph_attributes = 0  # of the graph or graphs kind, in the main graph's walk
+        # the main graph's op types, read once here for the importer's steps (importer.py,
+        # graph_index.py), and whether a node keeps metadata (build.py reads it where one does)
+        self.op_types: list[str] = []
+        self.node_metadata = trim is None
         self._graph(model.graph, trim)
         for function in model.functions:
             for node in function.node:
@@ -138,7 +147,7 @@ class _ModelWalk:
             self.tensors.append(tensor)
 
     def _graph(self, graph: onnx.GraphProto,
-               trim: Callable[[onnx.NodeProto], None] | None = None) -> None:
+               trim: Callable[[onnx.NodeProto], bool] | None = None) -> None:
         """graph_tensors' walk, recording each graph before its bodies, with its nodes'
         outputs (the single-producer check's, gathered on the same walk: one walk over the
         nodes instead of two, 0.005-0.01 s at 22,000 nodes)."""
@@ -153,10 +162,13 @@ class _ModelWalk:
             self.compact = True
             self._labelled(sparse_tensors(f"sparse initializer {quoted(sparse.values.name)}",
                                           sparse))
+        op_types = self.op_types if index == 0 else None  # the main graph's
         for node in graph.node:
             made.extend(node.output)
-            if trim is not None:
-                trim(node)
+            if op_types is not None:
+                op_types.append(node.op_type)
+            if trim is not None and trim(node):
+                self.node_metadata = True
             for attribute in node.attribute:
                 if reference is None and attribute.ref_attr_name:
                     reference = (node, attribute)
