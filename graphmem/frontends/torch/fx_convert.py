@@ -21,6 +21,7 @@ from graphmem.frontends.torch.control_flow import attach_branches, is_branch_mod
 from graphmem.frontends.torch.costs import imported_cost
 from graphmem.frontends.torch.kernel_args import kernel_attributes
 from graphmem.frontends.torch.loss_storage import unreduced_storage
+from graphmem.frontends.torch.onednn_rnn import rnn_attributes, sized_outputs
 from graphmem.frontends.torch.trace import MODULE_KEY, PHASE_KEY, TracedStep
 from graphmem.ops.control_flow import ControlFlowNode
 
@@ -166,7 +167,7 @@ class _Converter:
             op_type=str(target),
             inputs=[v for v in _leaves((fx_node.args, fx_node.kwargs), self.env) if v is not None],
             outputs=[],
-            attributes=kernel_attributes(fx_node),
+            attributes={**kernel_attributes(fx_node), **rnn_attributes(fx_node)},
             domain="aten",
             module_path=str(custom.get(MODULE_KEY, "")),
             imported_cost=imported_cost(fx_node),
@@ -189,7 +190,7 @@ class _Converter:
         return self.nodes[-1].phase if self.nodes else Phase.FORWARD
 
     def _outputs(self, fx_node: torch.fx.Node, node: Node) -> Any:
-        meta = fx_node.meta.get("val")
+        meta = sized_outputs(fx_node, fx_node.meta.get("val"))  # onednn_rnn.py: a workspace
         aliases = _output_aliases(fx_node)
         if isinstance(meta, list | tuple):
             made = [self._output(fx_node, node, f"{fx_node.name}.{i}", m, aliases.get(i))

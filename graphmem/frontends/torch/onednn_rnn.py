@@ -1,0 +1,86 @@
+"""An LSTM layer on the CPU as eager runs it (aten.mkldnn_rnn_layer, one oneDNN primitive
+per layer and direction, and its backward): what the trace's meta kernels leave out.
+
+- The workspace: with grad enabled the forward returns oneDNN's workspace (the gates and
+  states of every step, saved for the backward), sized by the primitive; the meta
+  registration (torch/_meta_registrations.py `mkldnn_rnn_layer`) returns it empty. A saved
+  one (read by the backward) takes oneDNN's size here (graphmem/ops/onednn_rnn.py
+  `workspace_bytes`): T 10, B 2, I = H = 16 -> 32,768 B, held from the forward to the
+  backward (measured 32,768).
+- The backward's gradients: it copies an output gradient that is a view contiguous
+  (batch_first's transpose, a bidirectional layer's half of the concatenation) and makes
+  zeros for one none flows to (`grad_output_copied`), and zeros for the final states' where
+  none flows (`grad_states_zeroed`, hy's and cy's): node attributes the torch-cpu runtime
+  model reads (graphmem/runtime_models/torch_cpu_recurrent.py).
+Only fp32 layers are sized (16-bit ones run other kernels, not modelled).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from graphmem.core.ir import AttributeValue
+from graphmem.ops.onednn_rnn import RnnLayer, workspace_bytes
+
+RNN_LAYER = "aten.mkldnn_rnn_layer.default"
+RNN_LAYER_BACKWARD = "aten.mkldnn_rnn_layer_backward.default"
+WORKSPACE = 3  # (output, hy, cy, workspace)
+# mkldnn_rnn_layer_backward's (input, w_ih, w_hh, b_ih, b_hh, hx, cx, output, hy, cy,
+# grad_output, grad_hy, grad_cy, ...)
+GRAD_OUTPUT, GRAD_HY, GRAD_CY = 10, 11, 12
+
+
+def sized_outputs(fx_node: torch.fx.Node, meta: Any) -> Any:
+    """The node's output tensors, a saved workspace of an fp32 LSTM layer at oneDNN's size."""
+    if (str(fx_node.target) != RNN_LAYER or not isinstance(meta, list | tuple)
+            or len(meta) <= WORKSPACE or not _saved(fx_node)):
+        return meta
+    layer = _layer(fx_node)
+    if layer is None:
+        return meta
+    workspace = torch.empty(workspace_bytes(layer), dtype=torch.uint8, device="meta")
+    return [*meta[:WORKSPACE], workspace, *meta[WORKSPACE + 1:]]
+
+
+def rnn_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
+    """`grad_output_copied` and `grad_states_zeroed` of a traced LSTM layer's backward; {}
+    for every other op."""
+    if str(fx_node.target) != RNN_LAYER_BACKWARD or len(fx_node.args) <= GRAD_CY:
+        return {}
+    args = fx_node.args
+    return {"grad_output_copied": int(_made_apart(args[GRAD_OUTPUT])),
+            "grad_states_zeroed": (int(_made_apart(args[GRAD_HY])),
+                                   int(_made_apart(args[GRAD_CY])))}
+
+
+def _made_apart(arg: Any) -> bool:
+    """A gradient the kernel makes itself: zeros for none, a contiguous copy of a view."""
+    tensor = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    return not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous()
+
+
+def _saved(fx_node: torch.fx.Node) -> bool:
+    """Whether a node reads the workspace (autograd saved it for the backward)."""
+    return any(user.target is operator.getitem and user.args[1] == WORKSPACE and user.users
+               for user in fx_node.users)
+
+
+def _layer(fx_node: torch.fx.Node) -> RnnLayer | None:
+    """T, B, I from the input [T, B, I] (made contiguous, steps first); H and G from
+    w_hh [G*H, H]; None unless fp32 at concrete sizes."""
+    x, w_hh = (arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+               for arg in (fx_node.args[0], fx_node.args[2]))
+    if not (isinstance(x, torch.Tensor) and isinstance(w_hh, torch.Tensor)
+            and x.dtype == w_hh.dtype == torch.float32 and x.dim() == 3 and w_hh.dim() == 2):
+        return None
+    sizes = [*x.shape, *w_hh.shape]
+    if not all(isinstance(size, int) for size in sizes):
+        return None
+    steps, batch, inputs, rows, hidden = (int(size) for size in sizes)
+    if hidden == 0 or rows % hidden:
+        return None
+    return RnnLayer(steps, batch, inputs, hidden, rows // hidden)
