@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graphmem.frontends.torch.accumulation import EngineAccumulations
+from graphmem.frontends.torch.onednn_rnn import note_grad_mode
 from graphmem.frontends.torch.routing import RoutedValues
 
 # C++ code's device checks on fake tensors (the autograd engine's, foreach's grouping): most
@@ -48,6 +49,7 @@ class EagerLifetimes:
         proxy_mode = get_proxy_mode()
         if proxy_mode is None:
             return
+        note_grad_mode(func, out, proxy_mode.tracer)  # onednn_rnn.py: an LSTM's workspace
         for tensor in (out,) if isinstance(out, torch.Tensor) else tree_leaves(out):
             if isinstance(tensor, torch.Tensor):
                 slot = get_proxy_slot(tensor, proxy_mode.tracer, None)

@@ -3,10 +3,14 @@ per layer and direction, and its backward): what the trace's meta kernels leave 
 
 - The workspace: with grad enabled the forward returns oneDNN's workspace (the gates and
   states of every step, saved for the backward), sized by the primitive; the meta
-  registration (torch/_meta_registrations.py `mkldnn_rnn_layer`) returns it empty. A saved
-  one (read by the backward) takes oneDNN's size here (graphmem/ops/onednn_rnn.py
-  `workspace_bytes`): T 10, B 2, I = H = 16 -> 32,768 B, held from the forward to the
-  backward (measured 32,768).
+  registration (torch/_meta_registrations.py `mkldnn_rnn_layer`) returns it empty. The
+  trace notes the grad mode each layer ran in (`note_grad_mode`, from the trace's observer:
+  observed.py), and a layer run with grad enabled takes oneDNN's size here
+  (graphmem/ops/onednn_rnn.py `workspace_bytes`): T 10, B 2, I = H = 16 -> 32,768 B
+  (measured 32,768). Autograd holds it as eager does: to the backward, or, where no
+  gradient reaches the layer (EnCodec's encoder, before its quantizer's argmax), while
+  the layer's outputs live (the fake workspace's own death: fx_convert.py's eager
+  lifetimes).
 - The backward's gradients: it copies an output gradient that is a view contiguous
   (batch_first's transpose, a bidirectional layer's half of the concatenation) and makes
   zeros for one none flows to (`grad_output_copied`), and zeros for the final states' where
@@ -22,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.experimental.proxy_tensor import get_proxy_slot
 
 from graphmem.core.ir import AttributeValue
 from graphmem.ops.onednn_rnn import RnnLayer, workspace_bytes
@@ -34,10 +39,28 @@ WORKSPACE = 3  # (output, hy, cy, workspace)
 GRAD_OUTPUT, GRAD_HY, GRAD_CY = 10, 11, 12
 
 
+GRAD_ENABLED_KEY = "graphmem_grad_enabled"  # fx node meta: the layer ran with grad enabled
+
+
+def note_grad_mode(func: Any, out: Any, tracer: Any) -> None:
+    """Called as the trace makes each op's outputs: a layer run with grad enabled (the
+    kernel then allocates the workspace) is marked on its fx node."""
+    if func is not torch.ops.aten.mkldnn_rnn_layer.default or not torch.is_grad_enabled():
+        return
+    first = out[0] if isinstance(out, list | tuple) and out else None
+    slot = get_proxy_slot(first, tracer, None) if isinstance(first, torch.Tensor) else None
+    item = slot.proxy.node if slot is not None else None  # getitem(layer, 0)
+    layer = item.args[0] if item is not None and item.target is operator.getitem else item
+    if isinstance(layer, torch.fx.Node):
+        layer.meta[GRAD_ENABLED_KEY] = True
+
+
 def sized_outputs(fx_node: torch.fx.Node, meta: Any) -> Any:
-    """The node's output tensors, a saved workspace of an fp32 LSTM layer at oneDNN's size."""
+    """The node's output tensors, the workspace of an fp32 LSTM layer run with grad enabled
+    at oneDNN's size."""
     if (str(fx_node.target) != RNN_LAYER or not isinstance(meta, list | tuple)
-            or len(meta) <= WORKSPACE or not _saved(fx_node)):
+            or len(meta) <= WORKSPACE
+            or not (fx_node.meta.get(GRAD_ENABLED_KEY) or _saved(fx_node))):
         return meta
     layer = _layer(fx_node)
     if layer is None:
