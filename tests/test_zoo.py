@@ -46,11 +46,6 @@ TENSOR_GAPS: dict[tuple[str, str], str] = {
         "(masking_utils `_ignore_bidirectional_mask_sdpa`) but builds it for a fake tensor "
         "(`is_tracing`): the trace holds one [2, 1, 16, 16] mask, 2,048 B, eager never makes; "
         "left on purpose (docs/zoo.md: the branch is taken before any value is read)"),
-    # the third round
-    ("detr", "training"): (
-        "4,136 B more measured at the step's peak (-2.25%), cause not found in the time: not "
-        "the frozen backbone (-2.10% with every parameter trainable), not the finiteness "
-        "checks (-2.25% with them removed)"),
 }
 # (architecture, step) -> why the torch-cpu runtime model is off the allocator's peak by more
 # than 2% (the live tensors are right: 0.00% for each)

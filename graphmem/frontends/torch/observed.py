@@ -41,6 +41,18 @@ class EagerLifetimes:
 
     def __init__(self) -> None:
         self.released_after: dict[str, str] = {}
+        self.watched: set[str] = set()
+
+    def held_past_step(self, graph: torch.fx.Graph) -> None:
+        """A traced tensor still alive when the trace has ended is held by something outside
+        the step (a module's cache: transformers' lru_cache'd position embeddings of DETR,
+        keyed by the mask they were made from): eager holds it past the step, so it is
+        released at the graph's end."""
+        last = next(iter(reversed(graph.nodes)), None)
+        if last is None:
+            return
+        for name in self.watched - self.released_after.keys():
+            self.released_after[name] = last.name
 
     def seen(self, func: Any, out: Any) -> None:
         """`func` has just made `out`: a finalizer on each traced tensor notes its death."""
@@ -54,6 +66,7 @@ class EagerLifetimes:
             if isinstance(tensor, torch.Tensor):
                 slot = get_proxy_slot(tensor, proxy_mode.tracer, None)
                 if slot is not None:
+                    self.watched.add(slot.proxy.node.name)
                     weakref.finalize(tensor, self._released, slot.proxy.node.name,
                                      proxy_mode.tracer.graph)
 

@@ -141,6 +141,7 @@ def trace_model(
           eager_fast_paths(enabled=cuda is None)):
         graph_module = _make_fx(_observed(step, lifetimes, routed, kernels, sums), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
+    lifetimes.held_past_step(graph_module.graph)
     steal(graph_module, sums.candidates, lifetimes.released_after)
     note = routed.note()
     return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
