@@ -12,7 +12,7 @@ layers (tests/helpers/deconv.py's grid: widths the stride divides and not, one s
 `--conv3d` the forward of Conv3d layers (tests/helpers/conv3d.py: the rows the rule was read
 from, then held-out ones, fp32 and bf16); `--lstm` one nn.LSTM layer's oneDNN kernels
 (aten.mkldnn_rnn_layer, inference and training, and its backward: tests/helpers/lstm_kernels.py)
-over the shapes the rules were read from, then tests/test_onednn_rnn.py's held-out ones.
+over the shapes the rules were read from, then the held-out ones (`HELD_OUT`).
 `--models` runs whole training steps (`graphmem verify` on the CPU) and prints graphmem's
 activation peak and its torch-cpu peak (kernels' scratch included) against the allocator's
 measured peak. Results:
@@ -191,9 +191,9 @@ LSTM_GRID = [(10, 2, 16, 16), (20, 2, 16, 16), (10, 4, 16, 16), (10, 2, 16, 32),
 def lstm(raw: bool) -> None:
     """One LSTM layer's kernels (fp32): measured scratch against graphmem's rules."""
     from graphmem.ops.onednn_rnn import RnnLayer
+    from tests.helpers.lstm_kernels import HELD_OUT
     from tests.helpers.lstm_kernels import measure as measure_lstm
     from tests.helpers.lstm_kernels import predicted as predicted_lstm
-    from tests.test_onednn_rnn import HELD_OUT
 
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__}, {threads} threads, float32")
