@@ -8,9 +8,9 @@ training only: an output the front end sizes, frontends/torch/onednn_rnn.py), +W
 weights reordered), +S (the scratchpad), -S, -Wi, -Wl, -Bias. With grad enabled PyTorch runs
 oneDNN's reference kernel (forward_training), else its brgemm one (forward_inference: other
 weight copies, the states in the scratchpad).
-Backward: the output gradient copied contiguous (where it is a view: batch_first's
-transpose, a bidirectional layer's half) or zeros (where none flows), zeros for the final
-states' gradients none flows to, +Bias, the outputs (GX, GHx, GCx, GWl, GWi, GB), the
+Backward: the output gradient copied contiguous (where it is a view: a bidirectional
+layer's half of the next layer's input gradient) or zeros (where none flows), zeros for the
+final states' gradients none flows to, +Bias, the outputs (GX, GHx, GCx, GWl, GWi, GB), the
 weights' ldgoi copies (where their ld is padded), oneDNN's zeroed gradients DWl, DWi, DB, +S;
 then frees, GB cloned for b_hh's gradient (its sixth output), the rest freed.
 e.g. T 10, B 2, I = H = 16 in training: the forward's scratch 256 + 4,096 + 4,096 + 21,048

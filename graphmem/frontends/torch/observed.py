@@ -39,9 +39,10 @@ _DEVICE_QUERY = torch.ops.prim.device.default
 class EagerLifetimes:
     """Notes when the Python object of each op's output dies (when eager frees it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = True) -> None:
         self.released_after: dict[str, str] = {}
         self.watched: set[str] = set()
+        self.cpu = cpu  # a trace of the CPU's kernels (not one for a GPU: cuda_kernels.py)
 
     def held_past_step(self, graph: torch.fx.Graph) -> None:
         """A traced tensor still alive when the trace has ended is held by something outside
@@ -61,7 +62,8 @@ class EagerLifetimes:
         proxy_mode = get_proxy_mode()
         if proxy_mode is None:
             return
-        note_grad_mode(func, out, proxy_mode.tracer)  # onednn_rnn.py: an LSTM's workspace
+        if self.cpu:
+            note_grad_mode(func, out, proxy_mode.tracer)  # onednn_rnn.py: LSTM's workspace
         for tensor in (out,) if isinstance(out, torch.Tensor) else tree_leaves(out):
             if isinstance(tensor, torch.Tensor):
                 slot = get_proxy_slot(tensor, proxy_mode.tracer, None)

@@ -10,9 +10,10 @@ per layer and direction, and its backward): what the trace's meta kernels leave 
   (measured 32,768). Autograd holds it as eager does: to the backward, or, where no
   gradient reaches the layer (EnCodec's encoder, before its quantizer's argmax), while
   the layer's outputs live (the fake workspace's own death: fx_convert.py's eager
-  lifetimes).
+  lifetimes). A trace for a GPU (which traces nn.LSTM as this CPU kernel too) leaves it
+  empty: cuDNN's reserve space is not modelled.
 - The backward's gradients: it copies an output gradient that is a view contiguous
-  (batch_first's transpose, a bidirectional layer's half of the concatenation) and makes
+  (a bidirectional layer's half of the next layer's input gradient, measured) and makes
   zeros for one none flows to (`grad_output_copied`), and zeros for the final states' where
   none flows (`grad_states_zeroed`, hy's and cy's): node attributes the torch-cpu runtime
   model reads (graphmem/runtime_models/torch_cpu_recurrent.py).
@@ -59,8 +60,7 @@ def sized_outputs(fx_node: torch.fx.Node, meta: Any) -> Any:
     """The node's output tensors, the workspace of an fp32 LSTM layer run with grad enabled
     at oneDNN's size."""
     if (str(fx_node.target) != RNN_LAYER or not isinstance(meta, list | tuple)
-            or len(meta) <= WORKSPACE
-            or not (fx_node.meta.get(GRAD_ENABLED_KEY) or _saved(fx_node))):
+            or len(meta) <= WORKSPACE or not fx_node.meta.get(GRAD_ENABLED_KEY)):
         return meta
     layer = _layer(fx_node)
     if layer is None:
@@ -84,12 +84,6 @@ def _made_apart(arg: Any) -> bool:
     """A gradient the kernel makes itself: zeros for none, a contiguous copy of a view."""
     tensor = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
     return not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous()
-
-
-def _saved(fx_node: torch.fx.Node) -> bool:
-    """Whether a node reads the workspace (autograd saved it for the backward)."""
-    return any(user.target is operator.getitem and user.args[1] == WORKSPACE and user.users
-               for user in fx_node.users)
 
 
 def _layer(fx_node: torch.fx.Node) -> RnnLayer | None:

@@ -131,7 +131,7 @@ def trace_model(
         _training_step(model, params, buffers, train, scaled, inputs, no_gradient, sums)
         if train else _inference_step(model, params, buffers, inputs), valued_scalars(buffers))
     model.train(train is not None)
-    lifetimes = EagerLifetimes()
+    lifetimes = EagerLifetimes(cpu=cuda is None)
     routed = RoutedValues(routing)
     kernels = CudaKernels(cuda) if cuda is not None else None
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
