@@ -89,3 +89,8 @@ def test_the_trace_sizes_the_saved_workspace_and_flags_the_gradients() -> None:
     assert forward.outputs[3] in backward.inputs
     assert backward.attributes["grad_output_copied"] == 0
     assert backward.attributes["grad_states_zeroed"] == (1, 1)
+    # b_ih's and b_hh's gradients two tensors, as eager returns them (the meta kernel
+    # returns one twice): b_hh's a clone traced after the kernel
+    clone = next(n for n in analysis.graph.nodes if n.op_type == "aten.clone.default"
+                 and backward.outputs[4] in n.inputs)
+    assert clone.outputs[0].nbytes == backward.outputs[4].nbytes == 4 * 4 * 20

@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graphmem.frontends.torch.accumulation import EngineAccumulations
-from graphmem.frontends.torch.onednn_rnn import note_grad_mode
+from graphmem.frontends.torch.onednn_rnn import distinct_bias_gradients, note_grad_mode
 from graphmem.frontends.torch.routing import RoutedValues
 
 # C++ code's device checks on fake tensors (the autograd engine's, foreach's grouping): most
@@ -102,7 +102,7 @@ class ObservedOps(TorchDispatchMode):
 
     def inner(self, func: Any, args: Any, kwargs: Any) -> Any:
         """`func` run, seen by the observers below the routing: lifetimes, then sums."""
-        out = func(*args, **(kwargs or {}))
+        out = distinct_bias_gradients(func, func(*args, **(kwargs or {})))  # onednn_rnn.py
         self.lifetimes.seen(func, out)
         self.sums.seen(func, args, kwargs, out)
         return out
