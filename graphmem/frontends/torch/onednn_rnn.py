@@ -17,6 +17,8 @@ per layer and direction, and its backward): what the trace's meta kernels leave 
   zeros for one none flows to (`grad_output_copied`), and zeros for the final states' where
   none flows (`grad_states_zeroed`, hy's and cy's): node attributes the torch-cpu runtime
   model reads (graphmem/runtime_models/torch_cpu_recurrent.py).
+- The backward's bias gradients: two tensors, as eager returns them (its meta kernel returns
+  one twice): `distinct_bias_gradients`.
 Only fp32 layers are sized (16-bit ones run other kernels, not modelled).
 """
 
