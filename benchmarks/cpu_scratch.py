@@ -10,7 +10,9 @@ running sum of its allocations rose above them: graphmem/verify/runners/torch_ru
 16-channel block (2 to 16 channels) instead; `--transposed` the forward of ConvTranspose2d
 layers (tests/helpers/deconv.py's grid: widths the stride divides and not, one small image);
 `--conv3d` the forward of Conv3d layers (tests/helpers/conv3d.py: the rows the rule was read
-from, then held-out ones, fp32 and bf16).
+from, then held-out ones, fp32 and bf16); `--lstm` one nn.LSTM layer's oneDNN kernels
+(aten.mkldnn_rnn_layer, inference and training, and its backward: tests/helpers/lstm_kernels.py)
+over the shapes the rules were read from, then the held-out ones (`HELD_OUT`).
 `--models` runs whole training steps (`graphmem verify` on the CPU) and prints graphmem's
 activation peak and its torch-cpu peak (kernels' scratch included) against the allocator's
 measured peak. Results:
@@ -181,6 +183,34 @@ def conv3d(raw: bool) -> None:
             print(f"|   raw: {', '.join(f'{size:+,}' for size in call.allocations)} |")
 
 
+# (T, B, I, H): the shapes graphmem/ops/onednn_rnn.py was read from
+LSTM_GRID = [(10, 2, 16, 16), (20, 2, 16, 16), (10, 4, 16, 16), (10, 2, 16, 32), (10, 2, 32, 16),
+             (10, 2, 20, 20), (7, 3, 33, 17), (10, 2, 64, 64), (5, 2, 8, 128), (30, 8, 100, 50)]
+
+
+def lstm(raw: bool) -> None:
+    """One LSTM layer's kernels (fp32): measured scratch against graphmem's rules."""
+    from graphmem.ops.onednn_rnn import RnnLayer
+    from tests.helpers.lstm_kernels import HELD_OUT
+    from tests.helpers.lstm_kernels import measure as measure_lstm
+    from tests.helpers.lstm_kernels import predicted as predicted_lstm
+
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, float32")
+    print("| T | B | I | H | step | kernel | net B | scratch B | graphmem B |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape in [*LSTM_GRID, *HELD_OUT]:
+        for training in (False, True):
+            layer = RnnLayer(*shape)
+            rules = predicted_lstm(layer, training, threads)
+            for kernel, call in measure_lstm(layer, training).items():
+                step = "training" if training else "inference"
+                print(f"| {' | '.join(map(str, shape))} | {step} | {kernel} |"
+                      f" {call.net_bytes:,} | {call.scratch_bytes:,} | {rules[kernel]:,} |")
+                if raw:
+                    print(f"|   raw: {', '.join(f'{size:+,}' for size in call.allocations)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32")
@@ -189,7 +219,11 @@ def main() -> None:
     parser.add_argument("--toy", action="store_true", help="the 2..16-channel grid")
     parser.add_argument("--transposed", action="store_true", help="ConvTranspose2d forwards")
     parser.add_argument("--conv3d", action="store_true", help="Conv3d forwards")
+    parser.add_argument("--lstm", action="store_true", help="nn.LSTM layers' oneDNN kernels")
     args = parser.parse_args()
+    if args.lstm:
+        lstm(args.raw)
+        return
     if args.models:
         models()
         return

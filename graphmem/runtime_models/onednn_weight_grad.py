@@ -10,7 +10,9 @@ jit_avx512_common_convolution_bwd_weights_t, jit_avx2_convolution_bwd_weights_t)
   channels (Ohwi16o);
 - 4 to 15 input channels: refused there, taken by `jit:avx2`, blocks of 8 (nChw8c source and
   output gradient, weights 8 x 8);
-- 16 or more: `jit:avx512_core`, both padded to 16.
+- 16 or more: `jit:avx512_core`, both padded to 16;
+- a kernel wider than 14 (but 4 to 15 input channels, avx2's, not measured): the avx512
+  kernel refuses it, `gemm:jit` runs it on the plain tensors (`_gemm`).
 The scratchpad is the sum of what each kernel books in oneDNN's scratchpad registry
 (src/common/memory_tracking.hpp `registry_t::book`: each entry takes its size plus its
 alignment, at least 128 B): its per-thread reduction buffers over the minibatch (as many as
@@ -31,6 +33,8 @@ REGISTRY_ALIGNMENT = 128  # memory_tracking.hpp default_alignment
 PAGE = 4096  # PAGE_4K: the reducers' buffers' alignment
 BARRIER = 4096  # sizeof(simple_barrier::ctx_t): aligned to a page (cpu_barrier.hpp)
 FLOAT = 4
+MAX_JIT_KW = 14  # the avx512 kernel's widest kernel (wider: gemm:jit)
+GEMM_OUTER_AREA = 256  # gemm:jit threads over the batch below this output area per thread
 MIN_OH_REDUCE = 9  # jit_avx512_common_conv_bwd_weights_kernel_f32::min_oh_reduce
 AVX2_MAX_BUFFER = 1 << 21  # jit_avx2_convolution.hpp init_balancers' heuristic
 
@@ -89,7 +93,30 @@ def plan(shape: ConvShape) -> WeightGradPlan:
         return _pointwise(shape)
     if shape.ic < AVX512_BLOCK and shape.ic > 3:
         return _avx2(shape)
+    if shape.kw > MAX_JIT_KW:
+        return _gemm(shape)
     return _avx512(shape)
+
+
+def _gemm(shape: ConvShape) -> WeightGradPlan:
+    """gemm_convolution_bwd_weights_t (`gemm:jit`), where the avx512 kernel refuses a kernel
+    wider than 14 (jit_avx512_common_conv_kernel.cpp: `jcp.kw > 14`; M5's 1 x 80): the
+    operands read plain (the weight gradient made in place: its bytes), a scratchpad of the
+    weights' reduction buffers, booked as threads x the weights' bytes floats
+    (gemm_convolution_utils.cpp `key_conv_wei_reduction`: `book<float>(nthr *
+    weights_d.size())`, bytes counted as floats), and the source unfolded,
+    threads x Cin x kernel x output area floats (`key_conv_gemm_col`), + 128 B each. Threads:
+    every one where the output area per thread is under 256 and the batch is not 1
+    (`outer_threading`), else one. e.g. 2x1x8000 -> 16 channels, 1 x 80 at stride 4, 2
+    threads: 1,981 outputs (990 a thread: one thread), 16 x 80 x 4 = 5,120 B of weights ->
+    20,480 + 128, columns 80 x 1,981 x 4 = 633,920 + 128: 654,656 (measured 654,656)."""
+    area = shape.oh * shape.ow
+    outer = area // shape.threads < GEMM_OUTER_AREA and shape.mb != 1
+    nthr = shape.threads if outer else 1
+    weights = shape.oc * shape.ic * shape.kh * shape.kw * FLOAT
+    columns = nthr * shape.ic * shape.kh * shape.kw * area * FLOAT
+    return WeightGradPlan("gemm:jit", 0, 0, weights,
+                          _book(nthr * weights * FLOAT) + _book(columns))
 
 
 def _unit_stride_reducible(shape: ConvShape) -> bool:

@@ -42,6 +42,7 @@ from graphmem.runtime_models.torch_cpu_native import is_fp32 as _fp32
 from graphmem.runtime_models.torch_cpu_native import nbytes_at as _bytes
 from graphmem.runtime_models.torch_cpu_native import sizes_at as _sizes
 from graphmem.runtime_models.torch_cpu_native import uses_onednn as _uses_onednn
+from graphmem.runtime_models.torch_cpu_recurrent import rnn_layer, rnn_layer_backward
 
 BLOCK = 16  # oneDNN's channel block on AVX-512 (nChw16c): blocked copies pad channels to it
 # A channels-last depthwise convolution's weight gradient (kernel > 3x3) is reduced in a
@@ -452,6 +453,8 @@ RULES: dict[str, Callable[[Node, Dims, int], Allocations]] = {
     "aten.native_batch_norm_backward.default": batch_norm_backward,
     "aten._native_multi_head_attention.default": native_multi_head_attention,
     "aten._transformer_encoder_layer_fwd.default": transformer_encoder_layer,
+    "aten.mkldnn_rnn_layer.default": rnn_layer,
+    "aten.mkldnn_rnn_layer_backward.default": rnn_layer_backward,
 }
 
 

@@ -89,8 +89,26 @@ def _affine_grid_flops(theta_shape: torch.Size, *args: object, out_shape: torch.
     return 2 * batch * (out_shape.numel() // (batch * rows)) * points * rows
 
 
+def _lstm_layer_flops(input_shape: torch.Size, w_ih_shape: torch.Size,
+                      w_hh_shape: torch.Size, *args: object, out_shape: object,
+                      **kwargs: object) -> int:
+    # one LSTM layer and direction on the CPU (aten.mkldnn_rnn_layer, one oneDNN kernel):
+    # every step [B, I] @ [I, G*H] and [B, H] @ [H, G*H], T x B x G*H x (I + H) multiply-adds
+    # (tests/test_lstm_costs.py counts them on the LSTM written out step by step)
+    steps, batch = input_shape[0], input_shape[1]
+    return 2 * steps * batch * w_ih_shape[0] * (w_ih_shape[1] + w_hh_shape[1])
+
+
+def _lstm_layer_backward_flops(*shapes: torch.Size, out_shape: object, **kwargs: object) -> int:
+    # its backward: the gradients of the input and state (dG @ W) and of both weights (dG^T
+    # @ X, dG^T @ H): twice the forward's multiply-adds
+    return 2 * _lstm_layer_flops(*shapes, out_shape=out_shape)
+
+
 # the ops FlopCounterMode leaves uncounted, given their substitution counts
-UNCOUNTED = {torch.ops.aten.linalg_solve_triangular: _triangular_solve_flops,
+UNCOUNTED = {torch.ops.aten.mkldnn_rnn_layer: _lstm_layer_flops,
+             torch.ops.aten.mkldnn_rnn_layer_backward: _lstm_layer_backward_flops,
+             torch.ops.aten.linalg_solve_triangular: _triangular_solve_flops,
              torch.ops.aten.mv: _matrix_vector_flops, torch.ops.aten.dot: _vector_dot_flops,
              torch.ops.aten.vdot: _vector_dot_flops,
              torch.ops.aten.affine_grid_generator: _affine_grid_flops}

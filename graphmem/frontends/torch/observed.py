@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graphmem.frontends.torch.accumulation import EngineAccumulations
+from graphmem.frontends.torch.onednn_rnn import distinct_bias_gradients, note_grad_mode
 from graphmem.frontends.torch.routing import RoutedValues
 
 # C++ code's device checks on fake tensors (the autograd engine's, foreach's grouping): most
@@ -38,8 +39,21 @@ _DEVICE_QUERY = torch.ops.prim.device.default
 class EagerLifetimes:
     """Notes when the Python object of each op's output dies (when eager frees it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = True) -> None:
         self.released_after: dict[str, str] = {}
+        self.watched: set[str] = set()
+        self.cpu = cpu  # a trace of the CPU's kernels (not one for a GPU: cuda_kernels.py)
+
+    def held_past_step(self, graph: torch.fx.Graph) -> None:
+        """A traced tensor still alive when the trace has ended is held by something outside
+        the step (a module's cache: transformers' lru_cache'd position embeddings of DETR,
+        keyed by the mask they were made from): eager holds it past the step, so it is
+        released at the graph's end."""
+        last = next(iter(reversed(graph.nodes)), None)
+        if last is None:
+            return
+        for name in self.watched - self.released_after.keys():
+            self.released_after[name] = last.name
 
     def seen(self, func: Any, out: Any) -> None:
         """`func` has just made `out`: a finalizer on each traced tensor notes its death."""
@@ -48,10 +62,13 @@ class EagerLifetimes:
         proxy_mode = get_proxy_mode()
         if proxy_mode is None:
             return
+        if self.cpu:
+            note_grad_mode(func, out, proxy_mode.tracer)  # onednn_rnn.py: LSTM's workspace
         for tensor in (out,) if isinstance(out, torch.Tensor) else tree_leaves(out):
             if isinstance(tensor, torch.Tensor):
                 slot = get_proxy_slot(tensor, proxy_mode.tracer, None)
                 if slot is not None:
+                    self.watched.add(slot.proxy.node.name)
                     weakref.finalize(tensor, self._released, slot.proxy.node.name,
                                      proxy_mode.tracer.graph)
 
@@ -85,7 +102,7 @@ class ObservedOps(TorchDispatchMode):
 
     def inner(self, func: Any, args: Any, kwargs: Any) -> Any:
         """`func` run, seen by the observers below the routing: lifetimes, then sums."""
-        out = func(*args, **(kwargs or {}))
+        out = distinct_bias_gradients(func, func(*args, **(kwargs or {})))  # onednn_rnn.py
         self.lifetimes.seen(func, out)
         self.sums.seen(func, args, kwargs, out)
         return out

@@ -139,7 +139,7 @@ def _trace_model(model: nn.Module, inputs: list[TensorSpec], train: TrainingOpti
         _training_step(model, params, buffers, train, scaled, inputs, no_gradient, sums)
         if train else _inference_step(model, params, buffers, inputs), valued_scalars(buffers))
     model.train(train is not None)
-    lifetimes = EagerLifetimes()
+    lifetimes = EagerLifetimes(cpu=cuda is None)
     routed = RoutedValues(routing)
     kernels = CudaKernels(cuda) if cuda is not None else None
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
@@ -149,6 +149,7 @@ def _trace_model(model: nn.Module, inputs: list[TensorSpec], train: TrainingOpti
           eager_fast_paths(enabled=cuda is None)):
         graph_module = _make_fx(_observed(step, lifetimes, routed, kernels, sums), fake_params,
                                 fake_buffers, fake_state, fake_inputs)
+    lifetimes.held_past_step(graph_module.graph)
     steal(graph_module, sums.candidates, lifetimes.released_after)
     note = routed.note()
     return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
