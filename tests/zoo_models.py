@@ -766,6 +766,9 @@ ENCODEC = ZooModel("encodec", "audio", wrapped(hf(
     (AUDIO_CLIP,), "mse")
 ZOO: list[ZooModel] = (FIRST_ROUND + SECOND_ROUND + THIRD_ROUND_VISION + THIRD_ROUND_TEXT
                         + THIRD_ROUND_GENERATIVE + [ENCODEC])
+# EnCodec's training measured once (docs/zoo.md, -0.00% and +0.00%): its LSTMs' backward
+# kernels have tests/test_onednn_rnn.py and tests/test_recurrent_cells.py (5 CPU s saved)
+TRAINING_MEASURED_ONCE = TRAINING_MEASURED_ONCE | {"encodec"}
 
 
 # ----- the fourth round: hand-written models (tests/zoo_custom.py, docs/zoo.md) ------------
