@@ -32,6 +32,7 @@ from graphmem.errors import first_line
 from graphmem.frontends.onnx.fold import refold_constants
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.kept_slices import kept_slice_dims
+from graphmem.frontends.onnx.layer_types import layered_types
 from graphmem.frontends.onnx.loop_scans import onnx_loop_scans
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
@@ -85,16 +86,23 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
 
 def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                 folded: dict[str, onnx.NodeProto] | None = None,
-                index: GraphIndex | None = None, bodies: bool = True) -> Inferred:
+                index: GraphIndex | None = None, bodies: bool = True,
+                layered: bool = True) -> Inferred:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     what onnx left unknown (module docstring; none left: not loaded), where they give up the
     value infos' shapes merged in; nodes refold_constants folds go to `folded`. `index`:
     `model`'s graph's (graph_index.py: the importer's, built where a rule's op is present),
     else built here where one is. `bodies` False: no node of the graph holds a graph or
     graphs attribute (read_model_bodies: validation's walk counted them; none of the
-    importer's steps before inference adds one), not looked for again."""
+    importer's steps before inference adds one), not looked for again. `layered`: a graph of
+    repeated layers is inferred for a few of them (layer_types.py; the others typed as the
+    last of those, `model` left unfolded: nothing for `folded`)."""
     if not _splittable(model, bodies):
         return Inferred(*_whole_model_inference(model, warnings, dim_names))
+    if layered:
+        cut = layered_types(model, lambda part: _cut_inference(part, dim_names))
+        if cut is not None:
+            return Inferred(cut[0], _engine_name(0), cut[1])
     first = _onnx_inference(_bytes_without_value_info(model), [])
     if first is None:
         return Inferred(*_whole_model_inference(model, warnings, dim_names))
@@ -125,6 +133,15 @@ def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[
     if failed_ops:
         engine = _merge_onnx_fallback(first, model, warnings, failed_ops, engine)
     return Inferred(first, engine)
+
+
+def _cut_inference(part: onnx.ModelProto, dim_names: Mapping[str, str]
+                   ) -> tuple[onnx.ModelProto, str, JudgedInfos | None]:
+    """infer_types on layer_types.py's cut model (no layers cut again), its warnings a reason
+    to infer the whole model instead (engine "none")."""
+    warnings: list[str] = []
+    inferred = infer_types(part, warnings, dim_names, layered=False)
+    return inferred.model, "none" if warnings else inferred.engine, inferred.judged
 
 
 def ruled_index(graph: onnx.GraphProto) -> GraphIndex | None:
