@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate, compress
 
 import onnx
 
@@ -84,7 +85,7 @@ def layered_types(model: onnx.ModelProto, infer: CutInference
     if not _same_before(nodes, run, keys) or not _cross_reads(nodes, run, keys) \
             or not _same_layers(nodes, run, keys):
         return None
-    _extend(judged, nodes, run)
+    _extend(judged, run)
     graph.ClearField("value_info")
     graph.value_info.extend(typed.graph.value_info)
     del graph.output[:]
@@ -218,17 +219,21 @@ def _same_layers(nodes: Sequence[onnx.NodeProto], run: LayerRun,
     return True
 
 
-def _extend(judged: JudgedInfos, nodes: Sequence[onnx.NodeProto], run: LayerRun) -> None:
+def _extend(judged: JudgedInfos, run: LayerRun) -> None:
     """Each value a left-out layer makes typed as its place in the last inferred layer (none
-    where that one is untyped), its verdict with it."""
-    last, period = run.kept_end - run.period, run.period
+    where that one is untyped), its verdict with it: the names read off `run.numbers` (in the
+    nodes' order) at the layers' offsets, not from the nodes."""
+    last = run.kept_end - run.period
+    offsets = [0, *accumulate(run.made)]
+    names = list(run.numbers)
+    template = names[offsets[last]:offsets[run.kept_end]]
+    left_out = names[offsets[run.kept_end]:offsets[run.run_end]]
+    repeats = len(left_out) // len(template) if template else 0
     keys, known = judged.keys, judged.known
-    template = [list(nodes[position].output) for position in range(last, run.kept_end)]
-    for position in range(run.kept_end, run.run_end):
-        for name, like in zip(nodes[position].output, template[(position - last) % period],
-                              strict=True):
-            key = keys.get(like)
-            if key is not None:
-                keys[name] = key
-                if like in known:
-                    known.add(name)
+    like = list(map(keys.get, template)) * repeats
+    if None in like:
+        keys.update((name, key) for name, key in zip(left_out, like, strict=True)
+                    if key is not None)
+    else:
+        keys.update(zip(left_out, like, strict=True))
+    known.update(compress(left_out, [name in known for name in template] * repeats))

@@ -64,9 +64,11 @@ class LayerRun(NamedTuple):
     """A run of repeated layers (`find_layer_run`): each value a node makes numbered
     (`OUTPUTS`), the run's first node, its period (nodes a layer) and its count of layers;
     `start`: where `_repeats` began comparing; `before`: the places (node, input) reading a
-    value made before the run by another op."""
+    value made before the run by another op; `made`: each node's count of outputs (`numbers`
+    lists the outputs in the nodes' order)."""
 
     numbers: dict[str, int]
+    made: list[int]
     start: int
     first: int
     period: int
@@ -139,7 +141,7 @@ def find_layer_run(model: onnx.ModelProto, named: frozenset[str], declared: bool
     run = _layer_run(same, start, period)
     if run is None or run[1] < MIN_LAYERS:
         return None
-    return LayerRun(numbers, start, run[0], period, run[1], before)
+    return LayerRun(numbers, made, start, run[0], period, run[1], before)
 
 
 def _period(kinds: Sequence[tuple[str, str]]) -> tuple[int, int, int] | None:
