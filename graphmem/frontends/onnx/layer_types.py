@@ -231,9 +231,6 @@ def _extend(judged: JudgedInfos, run: LayerRun) -> None:
     repeats = len(left_out) // len(template) if template else 0
     keys, known = judged.keys, judged.known
     like = list(map(keys.get, template)) * repeats
-    if None in like:
-        keys.update((name, key) for name, key in zip(left_out, like, strict=True)
-                    if key is not None)
-    else:
-        keys.update(zip(left_out, like, strict=True))
+    keys.update((name, key) for name, key in zip(left_out, like, strict=True)
+                if key is not None)
     known.update(compress(left_out, [name in known for name in template] * repeats))
