@@ -27,29 +27,32 @@ Answer = tuple[str, dict[str, bytes], list[tuple[object, ...]]]
 
 def _imported(model: onnx.ModelProto, layered: bool, monkeypatch: pytest.MonkeyPatch
               ) -> tuple[Answer, bool]:
-    """The engine, every value's type as serialized (value infos and outputs, by name) and
-    the IR's values of `model` imported with the layers cut or not, and whether they were."""
+    """The engine, every value's type as serialized (the inferred model's value infos and
+    outputs, by name: the keys judged are the same) and the IR's values and nodes of `model`
+    imported with the layers cut or not, and whether they were."""
     typed: list[dict[str, bytes]] = []
     taken: list[bool] = []
-    real_infer, real_layered = infer.infer_types, layer_types.layered_types
+    real_import, real_layered = infer.import_types, layer_types.layered_types
 
-    def recording(*args: object, **kwargs: object) -> infer.Inferred:
-        inferred = real_infer(*args, **kwargs, layered=layered)  # type: ignore[arg-type]
-        keys = dict(inferred.judged.keys if inferred.judged is not None
-                    else judged_infos(inferred.model.graph.value_info).keys)
+    def recording(*args: object, **kwargs: object) -> infer.Imported:
+        imported = real_import(*args, **kwargs)  # type: ignore[arg-type]
+        inferred = imported.inferred
+        keys = judged_infos(inferred.model.graph.value_info).keys  # the model typed whole
+        if inferred.judged is not None:
+            assert inferred.judged.keys == keys  # ... and judged as its value infos are
         keys.update((v.name, v.type.SerializeToString()) for v in inferred.model.graph.output)
         typed.append(keys)
-        return inferred
+        return imported
 
     def watched(*args: object) -> object:
-        cut = real_layered(*args)  # type: ignore[arg-type]
+        cut = real_layered(*args) if layered else None  # type: ignore[arg-type]
         taken.append(cut is not None)
         return cut
 
     with monkeypatch.context() as patched:
         patched.setattr(plan_layers, "MIN_NODES", 0)
         patched.setattr(plan_layers, "MIN_LAYERS", 5)
-        patched.setattr(importer, "infer_types", recording)
+        patched.setattr(importer, "import_types", recording)
         patched.setattr(infer, "layered_types", watched)
         imported = import_onnx("model.onnx", source=model)
     values = [(v.name, v.dtype, v.shape, v.role) for v in imported.graph.values.values()]

@@ -29,7 +29,7 @@ import onnx
 from onnx import AttributeProto
 
 from graphmem.errors import first_line
-from graphmem.frontends.onnx.fold import refold_constants
+from graphmem.frontends.onnx.fold import fold_constants, refold_constants
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.kept_slices import kept_slice_dims
 from graphmem.frontends.onnx.layer_types import layered_types
@@ -43,7 +43,7 @@ from graphmem.frontends.onnx.ort_engine import (
     sympy_for_engine,
 )
 from graphmem.frontends.onnx.ort_rules import ruled_engine
-from graphmem.frontends.onnx.repeat_dims import reshape_dims
+from graphmem.frontends.onnx.repeat_dims import expand_tiles, reshape_dims
 from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
     SeqDims,
@@ -53,10 +53,12 @@ from graphmem.frontends.onnx.seq_dims import (
 from graphmem.frontends.onnx.third_pass import third_pass
 from graphmem.frontends.onnx.unknown_part import unknown_part
 from graphmem.frontends.onnx.value_types import (
+    MISREAD_OPS,
     JudgedInfos,
     judged_infos,
     known_dims,
     typed_by_onnx,
+    write_misread_defaults,
 )
 
 _GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
@@ -86,23 +88,16 @@ def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
 
 def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                 folded: dict[str, onnx.NodeProto] | None = None,
-                index: GraphIndex | None = None, bodies: bool = True,
-                layered: bool = True) -> Inferred:
+                index: GraphIndex | None = None, bodies: bool = True) -> Inferred:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     what onnx left unknown (module docstring; none left: not loaded), where they give up the
     value infos' shapes merged in; nodes refold_constants folds go to `folded`. `index`:
     `model`'s graph's (graph_index.py: the importer's, built where a rule's op is present),
     else built here where one is. `bodies` False: no node of the graph holds a graph or
     graphs attribute (read_model_bodies: validation's walk counted them; none of the
-    importer's steps before inference adds one), not looked for again. `layered`: a graph of
-    repeated layers is inferred for a few of them (layer_types.py; the others typed as the
-    last of those, `model` left unfolded: nothing for `folded`)."""
+    importer's steps before inference adds one), not looked for again."""
     if not _splittable(model, bodies):
         return Inferred(*_whole_model_inference(model, warnings, dim_names))
-    if layered:
-        cut = layered_types(model, lambda part: _cut_inference(part, dim_names))
-        if cut is not None:
-            return Inferred(cut[0], _engine_name(0), cut[1])
     first = _onnx_inference(_bytes_without_value_info(model), [])
     if first is None:
         return Inferred(*_whole_model_inference(model, warnings, dim_names))
@@ -135,12 +130,50 @@ def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[
     return Inferred(first, engine)
 
 
+class Imported(NamedTuple):
+    """import_types' answer: the model typed (its nodes as the folds left them), the nodes
+    folded or turned for inference (restore_nodes puts them back) and each value's producer's
+    position, where the rules' index was built (where restore_nodes looks)."""
+
+    inferred: Inferred
+    folded: dict[str, onnx.NodeProto]
+    positions: dict[str, int] | None
+
+
+def import_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
+                 bodies: bool = True) -> Imported:
+    """The importer's inference of `model` (changed in place): the defaults onnx misreads
+    written (value_types.py), shape arithmetic on constants folded (fold.py), Tiles of added
+    axes as Expands (repeat_dims.py), then infer_types. A graph of repeated layers is inferred
+    for a few of them (layer_types.py: those steps on the cut model, the others typed as the
+    last of those; `model`'s nodes neither folded nor turned)."""
+    op_types = {node.op_type for node in model.graph.node}  # the steps below skip if none
+    if op_types & MISREAD_OPS:  # (no op folded or turned: before or after them alike)
+        write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
+    if _splittable(model, bodies):
+        cut = layered_types(model, lambda part: _cut_inference(part, dim_names))
+        if cut is not None:
+            return Imported(Inferred(cut[0], _engine_name(0), cut[1]), {}, None)
+    # the inference rules' one walk over the nodes, the folds' and the Tiles' (graph_index.py)
+    index = GraphIndex(model.graph) if op_types & RULED_OPS else None
+    folded = fold_constants(model, index=index)  # inference sees literal shape values
+    if "Tile" in op_types:  # ... and a Tile of added axes as Expand (repeat_dims)
+        folded.update(expand_tiles(model, index))
+    inferred = infer_types(model, warnings, dim_names, folded, index, bodies)
+    return Imported(inferred, folded, index.position if index is not None else None)
+
+
 def _cut_inference(part: onnx.ModelProto, dim_names: Mapping[str, str]
                    ) -> tuple[onnx.ModelProto, str, JudgedInfos | None]:
-    """infer_types on layer_types.py's cut model (no layers cut again), its warnings a reason
-    to infer the whole model instead (engine "none")."""
+    """import_types' steps on layer_types.py's cut model (no layers cut again), its warnings a
+    reason to infer the whole model instead (engine "none")."""
+    op_types = {node.op_type for node in part.graph.node}
+    index = GraphIndex(part.graph) if op_types & RULED_OPS else None
+    folded = fold_constants(part, index=index)
+    if "Tile" in op_types:
+        expand_tiles(part, index)
     warnings: list[str] = []
-    inferred = infer_types(part, warnings, dim_names, layered=False)
+    inferred = infer_types(part, warnings, dim_names, folded, index, bodies=False)
     return inferred.model, "none" if warnings else inferred.engine, inferred.judged
 
 

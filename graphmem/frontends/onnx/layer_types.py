@@ -61,9 +61,9 @@ CutInference = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, str, JudgedInf
 
 def layered_types(model: onnx.ModelProto, infer: CutInference
                   ) -> tuple[onnx.ModelProto, JudgedInfos] | None:
-    """`model` typed (its value infos the cut's, its outputs typed) and every value's type as
-    the whole inference gives it (module docstring), from `infer` on the model cut to its
-    first layers; None where that is not shown to be the same."""
+    """`model` typed (every value's type as the whole inference gives it: module docstring,
+    its value infos and outputs changed in place) and its value infos judged, from `infer` on
+    the model cut to its first layers; None where that is not shown to be the same."""
     graph = model.graph
     if graph.sparse_initializer:
         return None
@@ -85,9 +85,10 @@ def layered_types(model: onnx.ModelProto, infer: CutInference
     if not _same_before(nodes, run, keys) or not _cross_reads(nodes, run, keys) \
             or not _same_layers(nodes, run, keys):
         return None
-    _extend(judged, run)
+    added = _extend(judged, run)
     graph.ClearField("value_info")
     graph.value_info.extend(typed.graph.value_info)
+    graph.MergeFromString(_value_infos(added))  # the left-out layers' (a parse, not 10^4 adds)
     del graph.output[:]
     graph.output.extend(typed.graph.output)
     return model, judged
@@ -219,10 +220,10 @@ def _same_layers(nodes: Sequence[onnx.NodeProto], run: LayerRun,
     return True
 
 
-def _extend(judged: JudgedInfos, run: LayerRun) -> None:
+def _extend(judged: JudgedInfos, run: LayerRun) -> list[tuple[str, bytes]]:
     """Each value a left-out layer makes typed as its place in the last inferred layer (none
     where that one is untyped), its verdict with it: the names read off `run.numbers` (in the
-    nodes' order) at the layers' offsets, not from the nodes."""
+    nodes' order) at the layers' offsets, not from the nodes. Returns the (name, type) added."""
     last = run.kept_end - run.period
     offsets = [0, *accumulate(run.made)]
     names = list(run.numbers)
@@ -231,6 +232,33 @@ def _extend(judged: JudgedInfos, run: LayerRun) -> None:
     repeats = len(left_out) // len(template) if template else 0
     keys, known = judged.keys, judged.known
     like = list(map(keys.get, template)) * repeats
-    keys.update((name, key) for name, key in zip(left_out, like, strict=True)
-                if key is not None)
+    added = [(name, key) for name, key in zip(left_out, like, strict=True) if key is not None]
+    keys.update(added)
     known.update(compress(left_out, [name in known for name in template] * repeats))
+    return added
+
+
+def _value_infos(typed: Sequence[tuple[str, bytes]]) -> bytes:
+    """A GraphProto's serialized value_info field (13), one ValueInfoProto per (name, type
+    bytes): its name (field 1) and type (field 2), each tag, length, bytes."""
+    parts = []
+    for name, key in typed:
+        encoded = name.encode()
+        body = b"".join((b"\x0a", _varint(len(encoded)), encoded, b"\x12", _varint(len(key)),
+                         key))
+        parts.append(b"j" + _varint(len(body)) + body)  # b"j": field 13, length-delimited
+    return b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = [bytes((n,)) for n in range(0x80)]
