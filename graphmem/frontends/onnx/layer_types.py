@@ -1,12 +1,14 @@
 """The importer's types of a graph of repeated layers, inferred for a few layers only.
 
-infer.py's `infer_types` runs onnx's inference with data propagation over the whole graph two
-or three times, with graphmem's rules between the passes (fold.py's refold, kept_slices.py,
-seq_dims.py, repeat_dims.py, scalar_reshapes.py, third_pass.py), and reads every value's type
-back each time: on a decoder, the same layer hundreds of times. Here that whole inference runs
-once on the model cut as plan_layers.py cuts it for the planner (the nodes before the repeated
-layers, their first `INFERRED_LAYERS` layers, the nodes after them reading the last of those),
-and every later layer takes the types of the last inferred layer, value for value.
+The importer's inference (infer.py `import_types`) folds shape arithmetic on constants
+(fold.py), turns Tiles of added axes into Expands (repeat_dims.py), then runs onnx's inference
+with data propagation over the whole graph two or three times, with graphmem's rules between
+the passes (fold.py's refold, kept_slices.py, seq_dims.py, repeat_dims.py, scalar_reshapes.py,
+third_pass.py), reading every value's type back each time: on a decoder, the same layer
+hundreds of times. Here all of that runs once on the model cut as plan_layers.py cuts it for
+the planner (the nodes before the repeated layers, their first `INFERRED_LAYERS` layers, the
+nodes after them reading the last of those), and every later layer takes the types of the
+last inferred layer, value for value; the model's own nodes are never folded or turned.
 
 Why that is the whole inference's answer. Each step of it types a node (or gives onnx a type
 for it, or folds it) from the node's op and attributes, its inputs' types, the values data
@@ -22,14 +24,16 @@ them the same, a layer on, where
   constants, so it is known by the layer's types alone;
 - the inferred layers' types are the same, value for value, byte for byte (the second, third
   and fourth layers: `_same_layers`; the first reads from the nodes before the layers, which
-  may differ), with no dim onnx made up (`unk__N`: numbered in graph order, a made-up name
-  would shift with the layers cut) anywhere in the cut's answer.
+  may differ; the fourth is read by the nodes after the layers, as the last one is), with no
+  dim onnx made up (`unk__N`: numbered in graph order, a made-up name would shift with the
+  layers cut) anywhere in the cut's answer.
 By induction each later layer reads, and so infers, what the last inferred layer did, and the
 nodes after the layers read from the last layer what they read from the last inferred one
 (plan_layers.py `cut_model`: nothing earlier). Where any of this fails, or the cut is not
 typed by onnx alone (onnxruntime's rules would run on it), the caller infers the whole graph.
 tests/test_layer_types.py checks the result against the whole inference on random layered
-graphs, the samples and benchmarks/helper_llama.py's decoder.
+graphs, the samples, benchmarks/helper_llama.py's decoder and (slow) the exported decoders,
+and that each check above refuses a graph it alone stands between and the wrong types.
 """
 
 from __future__ import annotations
