@@ -78,24 +78,25 @@ class Inferred(NamedTuple):
     judged: JudgedInfos | None = None
 
 
-def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
-                 folded: dict[str, onnx.NodeProto] | None = None,
-                 index: GraphIndex | None = None, bodies: bool = True) -> Engine:
+def infer_shapes(model: onnx.ModelProto, warnings: list[str],
+                 dim_names: Mapping[str, str]) -> Engine:
     """infer_types' model and engine."""
-    inferred = infer_types(model, warnings, dim_names, folded, index, bodies)
+    inferred = infer_types(model, warnings, dim_names)
     return inferred.model, inferred.engine
 
 
 def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                 folded: dict[str, onnx.NodeProto] | None = None,
-                index: GraphIndex | None = None, bodies: bool = True) -> Inferred:
+                index: GraphIndex | None = None, bodies: bool = True,
+                onnx_only: bool = False) -> Inferred:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     what onnx left unknown (module docstring; none left: not loaded), where they give up the
     value infos' shapes merged in; nodes refold_constants folds go to `folded`. `index`:
     `model`'s graph's (graph_index.py: the importer's, built where a rule's op is present),
     else built here where one is. `bodies` False: no node of the graph holds a graph or
     graphs attribute (read_model_bodies: validation's walk counted them; none of the
-    importer's steps before inference adds one), not looked for again."""
+    importer's steps before inference adds one), not looked for again. `onnx_only`: where
+    onnx's passes leave onnxruntime's rules a part, engine "none" (layer_types.py refuses)."""
     if not _splittable(model, bodies):
         return Inferred(*_whole_model_inference(model, warnings, dim_names))
     first = _onnx_inference(_bytes_without_value_info(model), [])
@@ -110,6 +111,8 @@ def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[
     judged = judged_infos(first.graph.value_info)  # the verdicts both read, the IR's keys
     if typed_by_onnx(first.graph, model.graph.input, made, judged.known):
         return Inferred(first, _engine_name(0), judged)
+    if onnx_only:
+        return Inferred(first, "none")
     part = unknown_part(first, model.graph.input, judged.known)
     failed_ops: list[str] = []
     try:
@@ -131,9 +134,8 @@ def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[
 
 
 class Imported(NamedTuple):
-    """import_types' answer: the model typed (its nodes as the folds left them), the nodes
-    folded or turned for inference (restore_nodes puts them back) and each value's producer's
-    position, where the rules' index was built (where restore_nodes looks)."""
+    """import_types' answer: the model typed, the nodes folded or turned for inference and
+    each value's producer's position where the rules' index was built (restore_nodes')."""
 
     inferred: Inferred
     folded: dict[str, onnx.NodeProto]
@@ -142,11 +144,9 @@ class Imported(NamedTuple):
 
 def import_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                  bodies: bool = True) -> Imported:
-    """The importer's inference of `model` (changed in place): the defaults onnx misreads
-    written (value_types.py), shape arithmetic on constants folded (fold.py), Tiles of added
-    axes as Expands (repeat_dims.py), then infer_types. A graph of repeated layers is inferred
-    for a few of them (layer_types.py: those steps on the cut model, the others typed as the
-    last of those; `model`'s nodes neither folded nor turned)."""
+    """The importer's inference of `model` (in place): misread defaults written, constants
+    folded (fold.py), Tiles of added axes as Expands (repeat_dims.py), infer_types; for a graph
+    of repeated layers all that on a few of them (layer_types.py), its nodes left as read."""
     op_types = {node.op_type for node in model.graph.node}  # the steps below skip if none
     if op_types & MISREAD_OPS:  # (no op folded or turned: before or after them alike)
         write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
@@ -165,16 +165,16 @@ def import_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping
 
 def _cut_inference(part: onnx.ModelProto, dim_names: Mapping[str, str]
                    ) -> tuple[onnx.ModelProto, str, JudgedInfos | None]:
-    """import_types' steps on layer_types.py's cut model (no layers cut again), its warnings a
-    reason to infer the whole model instead (engine "none")."""
+    """import_types' steps on layer_types.py's cut model (engine "none": warned, or leaving
+    onnxruntime's rules a part)."""
     op_types = {node.op_type for node in part.graph.node}
     index = GraphIndex(part.graph) if op_types & RULED_OPS else None
     folded = fold_constants(part, index=index)
     if "Tile" in op_types:
         expand_tiles(part, index)
     warnings: list[str] = []
-    inferred = infer_types(part, warnings, dim_names, folded, index, bodies=False)
-    return inferred.model, "none" if warnings else inferred.engine, inferred.judged
+    model, engine, judged = infer_types(part, warnings, dim_names, folded, index, False, True)
+    return model, "none" if warnings else engine, judged
 
 
 def ruled_index(graph: onnx.GraphProto) -> GraphIndex | None:
