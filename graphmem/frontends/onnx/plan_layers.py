@@ -115,13 +115,14 @@ def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
     return shapes
 
 
-def find_layer_run(model: onnx.ModelProto, named: frozenset[str], declared: bool = True
-                   ) -> LayerRun | None:
+def find_layer_run(model: onnx.ModelProto, named: frozenset[str], declared: bool = True,
+                   probe: Callable[[LayerRun], bool] | None = None) -> LayerRun | None:
     """The longest run of at least `MIN_LAYERS` layers whose nodes a period apart read and do
     the same (module docstring), in a graph of at least `MIN_NODES` nodes with no function,
     no graph attribute and no dim of `named` (the file's) called `unk__...`; None where there
     is none. `declared` False: the file's value infos are not compared (a caller that infers
-    without them)."""
+    without them). `probe`: asked of the run the node kinds alone show (from the first node
+    they repeat at, nothing compared yet) before the nodes' reads are: False, None at once."""
     nodes = model.graph.node
     if len(nodes) < MIN_NODES or model.functions or any(n.startswith(GENERATED) for n in named):
         return None
@@ -134,6 +135,10 @@ def find_layer_run(model: onnx.ModelProto, named: frozenset[str], declared: bool
     if numbered is None:
         return None
     numbers, made = numbered
+    layers = (min(end + period, len(nodes)) - start) // period
+    if probe is not None and layers >= MIN_LAYERS \
+            and not probe(LayerRun(numbers, made, start, start, period, layers, [])):
+        return None
     repeats = _repeats(model, numbers, made, (start, period, end), declared)
     if repeats is None:
         return None
