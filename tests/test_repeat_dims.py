@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.frontends.onnx import importer, infer
+from graphmem.frontends.onnx import infer
 from graphmem.frontends.onnx.importer import OnnxImport, import_onnx
 from graphmem.frontends.onnx.repeat_dims import _divided, expand_tiles
 
@@ -68,7 +68,7 @@ def test_grouped_attention_by_tile_is_followed_with_the_rules_shapes(
     onnx.save(grouped_attention(), path)
     typed = import_onnx(path)
     with monkeypatch.context() as patch:  # the same import, every Tile left to the engines
-        patch.setattr(importer, "expand_tiles", lambda model, index=None: {})
+        patch.setattr(infer, "expand_tiles", lambda model, index=None: {})
         patch.setattr(infer, "reshape_dims", lambda graph, inferred, index=None, types=None: [])
         untyped = import_onnx(path)
     assert _shapes(typed) == _shapes(untyped)

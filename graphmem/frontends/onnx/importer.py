@@ -17,9 +17,8 @@ import onnx
 from graphmem.core.collector import collector_paused
 from graphmem.core.ir import Graph
 from graphmem.frontends.onnx.build import build_graph
-from graphmem.frontends.onnx.fold import fold_constants, restore_nodes
-from graphmem.frontends.onnx.graph_index import GraphIndex
-from graphmem.frontends.onnx.infer import RULED_OPS, infer_types
+from graphmem.frontends.onnx.fold import restore_nodes
+from graphmem.frontends.onnx.infer import import_types
 from graphmem.frontends.onnx.module_paths import module_path_of
 from graphmem.frontends.onnx.read import (
     alias_dim_params,
@@ -28,10 +27,8 @@ from graphmem.frontends.onnx.read import (
     read_model,
     read_model_bodies,
 )
-from graphmem.frontends.onnx.repeat_dims import expand_tiles
 from graphmem.frontends.onnx.scalar_reshapes import drop_axes
 from graphmem.frontends.onnx.shape_gaps import fill_shape_gaps
-from graphmem.frontends.onnx.value_types import MISREAD_OPS, write_misread_defaults
 
 __all__ = ["OnnxImport", "import_onnx", "load_onnx", "module_path_of", "read_model"]
 
@@ -75,20 +72,11 @@ def _import(path: Path, input_dims: Mapping[str, int] | None,
     if input_dims:
         fix_input_dims(model.graph, input_dims)
     dim_names = alias_dim_params(model.graph, bodies)  # inference sees safe names only
-    # the steps below skip if none (the op types as validation's walk read them: the renames
-    # above change dims only)
-    op_types = set(read_op_types if read_op_types is not None else
-                   [node.op_type for node in model.graph.node])
-    # the inference rules' one walk over the nodes, the folds' and the Tiles' (graph_index.py)
-    index = GraphIndex(model.graph, read_op_types) if op_types & RULED_OPS else None
-    folded = fold_constants(model, index=index)  # inference sees literal shape values (fold.py)
-    if "Tile" in op_types:  # ... and a Tile of added axes as Expand (repeat_dims)
-        folded.update(expand_tiles(model, index))
-    if op_types & MISREAD_OPS:
-        write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
-    inferred, engine, judged = infer_types(model, warnings, dim_names, folded, index, bodies)
-    positions = index.position if index is not None else None  # where restore_nodes looks
-    del model, index  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
+    # the misread defaults, the folds, the Tiles' expand, onnx's passes (infer.py)
+    # (the op types as validation's walk read them: the renames above change dims only)
+    (inferred, engine, judged), folded, positions = import_types(model, warnings, dim_names,
+                                                                 bodies, read_op_types)
+    del model  # the renamed copy: built from `inferred` (10**6 nodes: 345 MiB freed first)
     restore_nodes(inferred, folded, positions)
     del positions  # a value each: not held while the IR is built
     drop_axes(inferred.graph)  # what the restored nodes' inference copies read (scalar_reshapes)

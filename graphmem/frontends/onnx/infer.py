@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings as py_warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -29,9 +29,10 @@ import onnx
 from onnx import AttributeProto
 
 from graphmem.errors import first_line
-from graphmem.frontends.onnx.fold import refold_constants
+from graphmem.frontends.onnx.fold import fold_constants, refold_constants
 from graphmem.frontends.onnx.graph_index import GraphIndex
 from graphmem.frontends.onnx.kept_slices import kept_slice_dims
+from graphmem.frontends.onnx.layer_types import layered_types
 from graphmem.frontends.onnx.loop_scans import onnx_loop_scans
 from graphmem.frontends.onnx.ort_engine import (
     STATIC_TYPES_KEY,
@@ -42,7 +43,7 @@ from graphmem.frontends.onnx.ort_engine import (
     sympy_for_engine,
 )
 from graphmem.frontends.onnx.ort_rules import ruled_engine
-from graphmem.frontends.onnx.repeat_dims import reshape_dims
+from graphmem.frontends.onnx.repeat_dims import expand_tiles, reshape_dims
 from graphmem.frontends.onnx.scalar_reshapes import unsqueeze_scalar_reshapes
 from graphmem.frontends.onnx.seq_dims import (
     SeqDims,
@@ -52,10 +53,12 @@ from graphmem.frontends.onnx.seq_dims import (
 from graphmem.frontends.onnx.third_pass import third_pass
 from graphmem.frontends.onnx.unknown_part import unknown_part
 from graphmem.frontends.onnx.value_types import (
+    MISREAD_OPS,
     JudgedInfos,
     judged_infos,
     known_dims,
     typed_by_onnx,
+    write_misread_defaults,
 )
 
 _GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
@@ -75,24 +78,25 @@ class Inferred(NamedTuple):
     judged: JudgedInfos | None = None
 
 
-def infer_shapes(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
-                 folded: dict[str, onnx.NodeProto] | None = None,
-                 index: GraphIndex | None = None, bodies: bool = True) -> Engine:
+def infer_shapes(model: onnx.ModelProto, warnings: list[str],
+                 dim_names: Mapping[str, str]) -> Engine:
     """infer_types' model and engine."""
-    inferred = infer_types(model, warnings, dim_names, folded, index, bodies)
+    inferred = infer_types(model, warnings, dim_names)
     return inferred.model, inferred.engine
 
 
 def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
                 folded: dict[str, onnx.NodeProto] | None = None,
-                index: GraphIndex | None = None, bodies: bool = True) -> Inferred:
+                index: GraphIndex | None = None, bodies: bool = True,
+                onnx_only: bool = False) -> Inferred:
     """Every value's type in `model`: onnx's inference, then onnxruntime's symbolic rules on
     what onnx left unknown (module docstring; none left: not loaded), where they give up the
     value infos' shapes merged in; nodes refold_constants folds go to `folded`. `index`:
     `model`'s graph's (graph_index.py: the importer's, built where a rule's op is present),
     else built here where one is. `bodies` False: no node of the graph holds a graph or
     graphs attribute (read_model_bodies: validation's walk counted them; none of the
-    importer's steps before inference adds one), not looked for again."""
+    importer's steps before inference adds one), not looked for again. `onnx_only`: where
+    onnx's passes leave onnxruntime's rules a part, engine "none" (layer_types.py refuses)."""
     if not _splittable(model, bodies):
         return Inferred(*_whole_model_inference(model, warnings, dim_names))
     first = _onnx_inference(_bytes_without_value_info(model), [])
@@ -107,6 +111,8 @@ def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[
     judged = judged_infos(first.graph.value_info)  # the verdicts both read, the IR's keys
     if typed_by_onnx(first.graph, model.graph.input, made, judged.known):
         return Inferred(first, _engine_name(0), judged)
+    if onnx_only:
+        return Inferred(first, "none")
     part = unknown_part(first, model.graph.input, judged.known)
     failed_ops: list[str] = []
     try:
@@ -125,6 +131,51 @@ def infer_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[
     if failed_ops:
         engine = _merge_onnx_fallback(first, model, warnings, failed_ops, engine)
     return Inferred(first, engine)
+
+
+class Imported(NamedTuple):
+    """import_types' answer: the model typed, the nodes folded or turned for inference and
+    each value's producer's position where the rules' index was built (restore_nodes')."""
+
+    inferred: Inferred
+    folded: dict[str, onnx.NodeProto]
+    positions: dict[str, int] | None
+
+
+def import_types(model: onnx.ModelProto, warnings: list[str], dim_names: Mapping[str, str],
+                 bodies: bool = True, read_op_types: Sequence[str] | None = None) -> Imported:
+    """The importer's inference of `model` (in place): misread defaults written, constants
+    folded (fold.py), Tiles of added axes as Expands (repeat_dims.py), infer_types; for a graph
+    of repeated layers all that on a few of them (layer_types.py), its nodes left as read."""
+    # the steps below skip if none; the op types in order where the reader had them (read.py)
+    op_types = set(read_op_types or [node.op_type for node in model.graph.node])
+    if op_types & MISREAD_OPS:  # (no op folded or turned: before or after them alike)
+        write_misread_defaults(model.graph)  # attributes onnx's inference defaults wrongly
+    if _splittable(model, bodies):
+        cut = layered_types(model, lambda part: _cut_inference(part, dim_names))
+        if cut is not None:
+            return Imported(Inferred(cut[0], _engine_name(0), cut[1]), {}, None)
+    # the inference rules' one walk over the nodes, the folds' and the Tiles' (graph_index.py)
+    index = GraphIndex(model.graph, read_op_types) if op_types & RULED_OPS else None
+    folded = fold_constants(model, index=index)  # inference sees literal shape values
+    if "Tile" in op_types:  # ... and a Tile of added axes as Expand (repeat_dims)
+        folded.update(expand_tiles(model, index))
+    inferred = infer_types(model, warnings, dim_names, folded, index, bodies)
+    return Imported(inferred, folded, index.position if index is not None else None)
+
+
+def _cut_inference(part: onnx.ModelProto, dim_names: Mapping[str, str]
+                   ) -> tuple[onnx.ModelProto, str, JudgedInfos | None]:
+    """import_types' steps on layer_types.py's cut model (engine "none": warned, or leaving
+    onnxruntime's rules a part)."""
+    op_types = {node.op_type for node in part.graph.node}
+    index = GraphIndex(part.graph) if op_types & RULED_OPS else None
+    folded = fold_constants(part, index=index)
+    if "Tile" in op_types:
+        expand_tiles(part, index)
+    warnings: list[str] = []
+    model, engine, judged = infer_types(part, warnings, dim_names, folded, index, False, True)
+    return model, "none" if warnings else engine, judged
 
 
 def ruled_index(graph: onnx.GraphProto) -> GraphIndex | None:

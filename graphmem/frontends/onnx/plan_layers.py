@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter, eq, itemgetter
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -59,6 +60,31 @@ Shapes = dict[str, PlanShape | None]
 Reader = Callable[[onnx.ModelProto], tuple[Shapes, dict[str, onnx.ValueInfoProto]] | None]
 
 
+class LayerRun(NamedTuple):
+    """A run of repeated layers (`find_layer_run`): each value a node makes numbered
+    (`OUTPUTS`), the run's first node, its period (nodes a layer) and its count of layers;
+    `start`: where `_repeats` began comparing; `before`: the places (node, input) reading a
+    value made before the run by another op; `made`: each node's count of outputs (`numbers`
+    lists the outputs in the nodes' order)."""
+
+    numbers: dict[str, int]
+    made: list[int]
+    start: int
+    first: int
+    period: int
+    layers: int
+    before: list[tuple[int, int]]
+
+    @property
+    def kept_end(self) -> int:
+        """One past the last node of the layers inferred."""
+        return self.first + INFERRED_LAYERS * self.period
+
+    @property
+    def run_end(self) -> int:
+        return self.first + self.layers * self.period
+
+
 def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
                    ) -> Shapes | None:
     """The planner's shapes of every value as `infer` gives them for the whole model (`infer`
@@ -67,10 +93,39 @@ def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
     shown to be the same."""
     graph = model.graph
     nodes = graph.node
-    if len(nodes) < MIN_NODES or model.functions or any(n.startswith(GENERATED) for n in named):
-        return None
     if len(graph.value_info) > len(nodes) // DECLARED_SHARE:
         return None  # reading each declared type costs what cutting the layers saves
+    run = find_layer_run(model, named)
+    if run is None:
+        return None
+    numbers, first, period = run.numbers, run.first, run.period
+    kept_end, run_end = run.kept_end, run.run_end
+    cut = cut_model(model, run)
+    if cut is None:
+        return None
+    inferred = infer(cut)
+    if inferred is None:  # onnx failed on the cut: the whole pass says what stands instead
+        return None
+    shapes, types = inferred
+    last = kept_end - period
+    if not _same_reads(nodes, numbers, run.start, last, period, first, types) \
+            or not _same_types_before(nodes, run.before, first, run_end, period, types):
+        return None
+    _extend(shapes, nodes, numbers, last, kept_end, run_end, period)
+    return shapes
+
+
+def find_layer_run(model: onnx.ModelProto, named: frozenset[str], declared: bool = True,
+                   probe: Callable[[LayerRun], bool] | None = None) -> LayerRun | None:
+    """The longest run of at least `MIN_LAYERS` layers whose nodes a period apart read and do
+    the same (module docstring), in a graph of at least `MIN_NODES` nodes with no function,
+    no graph attribute and no dim of `named` (the file's) called `unk__...`; None where there
+    is none. `declared` False: the file's value infos are not compared (a caller that infers
+    without them). `probe`: asked of the run the node kinds alone show (from the first node
+    they repeat at, nothing compared yet) before the nodes' reads are: False, None at once."""
+    nodes = model.graph.node
+    if len(nodes) < MIN_NODES or model.functions or any(n.startswith(GENERATED) for n in named):
+        return None
     kinds = [(node.op_type, node.domain) for node in nodes]
     found = _period(kinds)
     if found is None or not _plain(model, kinds):
@@ -80,29 +135,18 @@ def layered_shapes(model: onnx.ModelProto, named: frozenset[str], infer: Reader
     if numbered is None:
         return None
     numbers, made = numbered
-    repeats = _repeats(model, numbers, made, start, period, end)
+    layers = (min(end + period, len(nodes)) - start) // period
+    if probe is not None and layers >= MIN_LAYERS \
+            and not probe(LayerRun(numbers, made, start, start, period, layers, [])):
+        return None
+    repeats = _repeats(model, numbers, made, (start, period, end), declared)
     if repeats is None:
         return None
     same, before = repeats
     run = _layer_run(same, start, period)
     if run is None or run[1] < MIN_LAYERS:
         return None
-    first, layers = run
-    kept_end = first + INFERRED_LAYERS * period
-    run_end = first + layers * period
-    cut = _cut_model(model, numbers, first, kept_end, run_end, period)
-    if cut is None:
-        return None
-    inferred = infer(cut)
-    if inferred is None:  # onnx failed on the cut: the whole pass says what stands instead
-        return None
-    shapes, types = inferred
-    last = kept_end - period
-    if not _same_reads(nodes, numbers, start, last, period, first, types) \
-            or not _same_types_before(nodes, before, first, run_end, period, types):
-        return None
-    _extend(shapes, nodes, numbers, last, kept_end, run_end, period)
-    return shapes
+    return LayerRun(numbers, made, start, run[0], period, run[1], before)
 
 
 def _period(kinds: Sequence[tuple[str, str]]) -> tuple[int, int, int] | None:
@@ -167,7 +211,7 @@ def _numbers(nodes: Sequence[onnx.NodeProto]) -> tuple[dict[str, int], list[int]
 
 
 def _repeats(model: onnx.ModelProto, numbers: Mapping[str, int], made: Sequence[int],
-             start: int, period: int, end: int
+             found: tuple[int, int, int], declared: bool = True
              ) -> tuple[list[bool], list[tuple[int, int]]] | None:
     """Per node from `start`, whether the node a period on does the same (module docstring):
     the same attributes and count of outputs (`made`); per input the same value not made by a
@@ -175,7 +219,9 @@ def _repeats(model: onnx.ModelProto, numbers: Mapping[str, int], made: Sequence[
     initializer or Constant of the same bytes, or a value made before the run (its type
     checked once inferred, with the places (node, input) where one is read:
     `_same_types_before`); per output the same declared types. None where an initializer is
-    also an input, or a node reads a value a later node makes (onnx infers in order)."""
+    also an input, or a node reads a value a later node makes (onnx infers in order).
+    `declared`: find_layer_run's."""
+    start, period, end = found
     graph = model.graph
     nodes = graph.node
     code = {name: number if number >= start * OUTPUTS else _BEFORE
@@ -218,9 +264,9 @@ def _repeats(model: onnx.ModelProto, numbers: Mapping[str, int], made: Sequence[
     attributes = list(map(_ATTRIBUTE, run))
     same = [ok and alike for ok, alike in
             zip(same, map(eq, attributes, attributes[period:]), strict=False)]
-    if graph.value_info or graph.output:
-        declared = _declared(graph, numbers, start, period, stop)
-        same = [ok and declared.get(i + start) == declared.get(i + start + period)
+    if (graph.value_info and declared) or graph.output:
+        types = _declared(graph, numbers, start, period, stop, declared)
+        same = [ok and types.get(i + start) == types.get(i + start + period)
                 for i, ok in enumerate(same)]
     at = np.flatnonzero(flat == _BEFORE)
     node_of = np.searchsorted(offsets, at, side="right") - 1
@@ -245,11 +291,12 @@ def _reads(inputs: Sequence[Sequence[str]], code: dict[str, int], count: int) ->
 
 
 def _declared(graph: onnx.GraphProto, numbers: Mapping[str, int], start: int, period: int,
-              stop: int) -> dict[int, list[tuple[int, int, bytes]]]:
-    """Per node of the run that makes a value the file declares (a value info, a graph
-    output): (its output, which list, the declared type's bytes)."""
+              stop: int, infos_too: bool = True) -> dict[int, list[tuple[int, int, bytes]]]:
+    """Per node of the run that makes a value the file declares (a value info unless
+    `infos_too` is False, a graph output): (its output, which list, the declared type's
+    bytes)."""
     declared: dict[int, list[tuple[int, int, bytes]]] = {}
-    for kind, infos in ((0, graph.value_info), (1, graph.output)):
+    for kind, infos in ((0, graph.value_info if infos_too else ()), (1, graph.output)):
         for info in infos:
             number = numbers.get(info.name)
             if number is not None and start * OUTPUTS <= number < stop * OUTPUTS:
@@ -303,11 +350,12 @@ def _layer_run(same: Sequence[bool], start: int, period: int) -> tuple[int, int]
     return best
 
 
-def _cut_model(model: onnx.ModelProto, numbers: Mapping[str, int], first: int,
-               kept_end: int, run_end: int, period: int) -> onnx.ModelProto | None:
+def cut_model(model: onnx.ModelProto, run: LayerRun) -> onnx.ModelProto | None:
     """The model without the run's layers from `kept_end` to `run_end`, the nodes after them
     reading the last kept layer where they read the run's last (None where they read an
     earlier layer of the run: module docstring); only the initializers the nodes kept read."""
+    numbers, first, period = run.numbers, run.first, run.period
+    kept_end, run_end = run.kept_end, run.run_end
     graph = model.graph
     nodes = graph.node
     last_layer, run_stop = (run_end - period) * OUTPUTS, run_end * OUTPUTS
