@@ -120,8 +120,11 @@ def test_the_passes_leave_no_cyclic_garbage(collector_on: None,
     run.analyze(request)
     monkeypatch.setattr(run, "_imported", counted(run._imported))
     monkeypatch.setattr(run, "run_passes", counted(run.run_passes))
+    # and the runtime model (frozen after too): the device-total probe's estimates and the
+    # BFC arena's two-way linked chunks made cycles (225 objects on tiny_gpt, 96 here)
+    monkeypatch.setattr(run, "_with_runtime", counted(run._with_runtime))
     run.analyze(request)  # the batch free: a largest-batch search on the memory model
-    assert found == [0, 0]
+    assert found == [0, 0, 0]
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING
 
 from graphmem.core.ir import RESIDENT_ROLES, Graph
@@ -217,7 +216,9 @@ class DeviceTotalProbe:
         self.reanalyze = reanalyze
         # the dims given: a mixture of experts' routed counts follow them (run.py `_routed`)
         self.others = {k: v for k, v in analysis.dims.given.items() if k != dim}
-        self.estimate = cache(self._estimate)
+        # each value's estimate once, in a dict: a cached bound method is a reference
+        # cycle, which a one-command process would freeze with the analysis
+        self._estimates: dict[int, RuntimeEstimate | None] = {}
         self.runs = 0
         # made once: every probe on the same graph binds the same formulas
         same_graph = reanalyze is None
@@ -226,8 +227,13 @@ class DeviceTotalProbe:
         sized = same_graph and model.runtime in ("ort-cuda", "ort-cpu")
         self.table = probe_table(analysis) if sized else None
 
-    def _estimate(self, value: int) -> RuntimeEstimate | None:
+    def estimate(self, value: int) -> RuntimeEstimate | None:
         """None where the model cannot be sized at this value (a tensor over 4 EiB)."""
+        if value not in self._estimates:
+            self._estimates[value] = self._estimate(value)
+        return self._estimates[value]
+
+    def _estimate(self, value: int) -> RuntimeEstimate | None:
         self.runs += 1
         bound = {**self.others, self.dim: value}
         try:

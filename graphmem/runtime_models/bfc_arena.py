@@ -95,6 +95,17 @@ class _Chunk:
     next: _Chunk | None = field(default=None, repr=False)
 
 
+def unlink_chunks(first: _Chunk | None) -> None:
+    """Every link of the chunk list from `first` cut: a replay's chunks are garbage once it
+    returns, and their two-way links would keep them for the cyclic collector, which a
+    one-command process turns off and freezes around the runtime model (core/collector.py)."""
+    chunk = first
+    while chunk is not None:
+        following = chunk.next
+        chunk.previous = chunk.next = None
+        chunk = following
+
+
 def rounded_bytes(size_bytes: int) -> int:
     return -(-max(size_bytes, 1) // MIN_ALLOCATION_BYTES) * MIN_ALLOCATION_BYTES
 
@@ -257,6 +268,13 @@ def replay_through_arena(steps: Sequence[Sequence[ArenaEvent]],
     """`replay`, event by event through BfcArena's methods: the general path the fast loop is
     checked against."""
     arena = BfcArena(device_free_bytes=device_free_bytes, extend=extend)
+    try:
+        return _replayed(arena, steps)
+    finally:
+        unlink_chunks(arena.first)
+
+
+def _replayed(arena: BfcArena, steps: Sequence[Sequence[ArenaEvent]]) -> ArenaResult:
     peak = peak_step = 0
     after: list[int] = []
     for step, events in enumerate(steps):

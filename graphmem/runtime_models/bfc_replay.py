@@ -27,6 +27,7 @@ from graphmem.runtime_models.bfc_arena import (
     _Chunk,
     _float32,
     rounded_bytes,
+    unlink_chunks,
 )
 from graphmem.runtime_models.bfc_cycles import (
     MIN_EVENTS,
@@ -93,6 +94,18 @@ def replay_numbered(steps: Sequence[Sequence[int]], sizes: Sequence[int],
     `jumps` False: every step replayed, none jumped over (bfc_cycles.py; the tests' reference);
     `shape`: `EventShape(steps)`, where the caller keeps it for these steps.
     """
+    heads: list[_Chunk] = []  # the chunk list's first, where one was made
+    try:
+        return _replay_numbered(steps, sizes, keys, device_free_bytes, extend, demand, jumps,
+                                shape, heads)
+    finally:  # the chunks' two-way links are cycles: cut, so that no collector need free them
+        unlink_chunks(heads[0] if heads else None)
+
+
+def _replay_numbered(steps: Sequence[Sequence[int]], sizes: Sequence[int],
+                     keys: Sequence[str], device_free_bytes: int | None,
+                     extend: ArenaExtend, demand: bool, jumps: bool, shape: EventShape | None,
+                     heads: list[_Chunk]) -> tuple[ArenaResult, ArenaResult | None]:
     free_list: list[tuple[int, int, _Chunk]] = []  # (size, address, chunk), sorted
     taken: list[_Chunk | None] = [None] * len(sizes)
     region_bytes, same_as_requested = INITIAL_REGION_BYTES, extend is SAME_AS_REQUESTED
@@ -169,6 +182,7 @@ def replay_numbered(steps: Sequence[Sequence[int]], sizes: Sequence[int],
                         last.next = chunk
                     else:
                         first = chunk
+                        heads.append(chunk)
                     last = chunk
                     held += size
                     regions += 1
