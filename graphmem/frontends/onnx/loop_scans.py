@@ -112,14 +112,17 @@ def ort_loop_rule(engine: Any, module: Any) -> Callable[[onnx.NodeProto], None]:
     (the engine names a new symbol for it, which no input binds). M's value: the engine's
     own data propagation, else `GraphScalars` over the engine's shapes (the importer's reader:
     the engine computes no ReduceProd of opset 18, whose axes are an input)."""
+    made: list[GraphScalars] = []  # the reader of the engine's graph, made at its first use
+
     def value_of(name: str) -> Any:
         if name in engine.sympy_data_:
             return engine.sympy_data_[name]
         if name in engine.initializers_:
             return numpy_helper.to_array(engine.initializers_[name])
-        scalars = GraphScalars(engine.out_mp_.graph,
-                               lambda value: onnx_dims(engine.known_vi_.get(value)))
-        found = scalars(name)
+        if not made:
+            made.append(GraphScalars(engine.out_mp_.graph,
+                                     lambda value: onnx_dims(engine.known_vi_.get(value))))
+        found = made[0](name)
         if isinstance(found, SymInt):  # a number, else a formula the engine keeps as a name
             return np.int64(int(found)) if found.is_constant else found.formula()
         return found
