@@ -10,7 +10,9 @@ exports with a Loop (the EmbeddingBags, DLRM) are benchmarks/data_bounded_slices
 
 `python benchmarks/ort_loops.py --data-trips` measures Loops whose M is data (the graph input
 `m`, or onnx's test_loop11's `trip_count`): the run's inputs made up by seed, M's drawn value
-given to graphmem as the trip count's dim (tests/helpers/ort.py `measure_data_trips`).
+given to graphmem as the trip count's dim (tests/helpers/ort.py `measure_data_trips`); then
+Loops whose M is worked out from an input's shape (`Size(x)`, `ReduceProd(Shape(x))`, x
+[batch, 4]: 4*batch, no data dim) at batch 1, 3 and 5 (`measure_all`).
 
 `python benchmarks/ort_loops.py --events` instead times what a long Loop costs the analysis:
 the `m3` Loop at growing trip counts, its allocations and frees replayed one by one (the
@@ -121,6 +123,21 @@ def data_trip_rows() -> None:
         # its cond is an input too: false at seed 2, where onnxruntime runs no iteration
         _data_trip_row("test_loop11", "fit", path, "trip_count", {"Loop_0_o1__d0": 1}, 6,
                        (0, 1, 2))
+        for count in ("Size", "ReduceProd"):
+            path = Path(folder) / f"{count}.onnx"
+            onnx.save(loop_models.shape_trips_loop(count), path)
+            _shape_trip_rows(f"M = {count} of x [batch, 4]", path)
+
+
+def _shape_trip_rows(name: str, path: Path) -> None:
+    """The Loop at batch 1, 3, 5: M = 4*batch, no trip dim to give."""
+    from tests.helpers.ort import measure_all
+
+    for level in ("disabled", "all"):
+        for batch in (1, 3, 5):
+            predicted, measured = measure_all(path, {"batch": batch}, level)
+            print(f"| {name} | held out | {level} | - | {4 * batch} | {predicted:,} |"
+                  f" {measured:,} | {predicted / measured - 1:+.2%} |", flush=True)
 
 
 def _data_trip_row(name: str, kind: str, path: Path, trips_input: str,

@@ -135,12 +135,22 @@ def scratch_known(node: Node) -> bool:
 
 
 def unmeasured_scratch_ops(graph: Graph) -> tuple[str, ...]:
-    """The ops of the graph's nodes whose kernel's scratch is not known (`scratch_known`),
-    sorted, each once (`Conv`; `com.microsoft.Attention` outside the ONNX domain); found once
-    per graph."""
-    return cached_per_graph(graph, (_UNMEASURED,), lambda: tuple(sorted({
-        node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        for node in graph.nodes if not scratch_known(node)})))
+    """The ops of the graph's nodes, those of its Loop, Scan and If bodies too (nested ones
+    recursively: onnxruntime runs their kernels), whose kernel's scratch is not known
+    (`scratch_known`), sorted, each once (`Conv`; `com.microsoft.Attention` outside the ONNX
+    domain); found once per graph."""
+    return cached_per_graph(graph, (_UNMEASURED,),
+                            lambda: tuple(sorted(_unmeasured_in(graph))))
+
+
+def _unmeasured_in(graph: Graph) -> set[str]:
+    found = {node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+             for node in graph.nodes if not scratch_known(node)}
+    for node in graph.nodes:
+        if isinstance(node, ControlFlowNode):
+            for _, body in node.bodies:
+                found |= _unmeasured_in(body)
+    return found
 
 
 _UNMEASURED = object()  # graph_cache's key for `unmeasured_scratch_ops`

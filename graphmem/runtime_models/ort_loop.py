@@ -40,7 +40,9 @@ it 0 where this model replaces it (`without_body_scratch`). Not modelled: a kern
 scratch inside a body (a Conv in a Loop body), a nested node's bodies beyond their one block
 (each allocated and freed at its step), a `cond` that stops the loop before `M` (every one of
 `M` iterations is counted: an upper bound), a Loop without `M` or whose trip count the data
-gives and `--dim` leaves free (frontends/onnx/control_flow.py `data_trip_dim`), opset 8's
+gives and `--dim` leaves free (frontends/onnx/control_flow.py `data_trip_dim`; bound, it is
+planned at that count: for a Loop in a body whose M is the outer iteration number, the
+largest count per outer iteration, an upper bound), opset 8's
 Scan (those keep the body's peak as one block); ort-cuda's control flow (the same there).
 """
 

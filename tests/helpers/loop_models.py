@@ -244,3 +244,27 @@ def nested_data_loop(trips: int = 3) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def shape_trips_loop(count: str) -> onnx.ModelProto:
+    """A Loop whose M is x's element count, x [batch, 4] fp32: `count` "Size" (Size(x)) or
+    "ReduceProd" (ReduceProd(Shape(x)), opset 18: no axes, every dim), 4*batch either way;
+    each iteration makes z = y + y [4] (y an input), scanned out as zs [M, 4]."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Add", ["y", "y"], ["z"])],
+        "body", [helper.make_tensor_value_info("i", I64, []),
+                 helper.make_tensor_value_info("c", BOOL, [])],
+        [helper.make_tensor_value_info("co", BOOL, []),
+         helper.make_tensor_value_info("z", F32, [4])])
+    nodes = ([helper.make_node("Size", ["x"], ["M"])] if count == "Size" else
+             [helper.make_node("Shape", ["x"], ["dims"]),
+              helper.make_node("ReduceProd", ["dims"], ["M"], keepdims=0)])
+    nodes.append(helper.make_node("Loop", ["M", "go"], ["zs"], body=body))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F32, ["batch", 4]),
+                     helper.make_tensor_value_info("y", F32, [4])],
+        [helper.make_tensor_value_info("zs", F32, None)],
+        [numpy_helper.from_array(np.array(True), "go")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model

@@ -7,20 +7,25 @@ body's per-iteration shape]. The body runs min(M, until cond is false) times. Wh
 is known (a constant, or a dim, possibly symbolic, that the engine's data propagation computes)
 and cond cannot stop the loop early, the first dim is M. cond cannot stop it when the body's
 cond output is, through Identity/Cast, either a constant true or the body's cond input with an
-initial cond that is a constant true or absent. Otherwise the dim is left as the engine gives it
-(onnxruntime: a new symbol no input binds; onnx: unknown).
+initial cond that is a constant true or absent. Where M is data (a graph input's value, or
+computed from one: no value the engine can work out) and cond cannot stop the loop early, the
+first dim is the trip count's own dim (`data_trip_dim`, the one control_flow.py counts the
+iterations in). Otherwise the dim is left as the engine gives it (onnxruntime: a new symbol no
+input binds; onnx: unknown): at most M, the maximum (passes/extent_bounds.py bounds it so).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphmem.frontends.onnx.fold import _constant_node_value
+from graphmem.core.symbolic import SymInt, parse_size, product
+from graphmem.frontends.onnx.fold import _constant_node_value, _small_known
 
 # ops that pass cond (or a trip count) through unchanged
 _PASS_THROUGH = frozenset({"Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape"})
@@ -60,6 +65,26 @@ def trip_count(node: onnx.NodeProto, value_of: ValueOf) -> Any:
     return max(int(trips), 0) if isinstance(trips, int | np.integer) else trips
 
 
+def scan_first_dim(node: onnx.NodeProto, value_of: ValueOf) -> Any:
+    """The first dim of the Loop's scan outputs where the loop runs all its trips: M's value
+    (`trip_count`), else, M being data, its own dim (`data_trip_dim`); None where cond may
+    stop the loop early or there is no M (the engine's dim kept, at most M)."""
+    trips = trip_count(node, value_of)
+    if trips is not None or node.op_type != "Loop" or not node.input or not node.input[0]:
+        return trips
+    if value_of(node.input[0]) is not None or not runs_all_trips(node, value_of):
+        return None  # a value that is not one number, or cond may stop the loop early
+    return data_trip_dim(node.input[0])
+
+
+def data_trip_dim(m_name: str) -> str:
+    """The dim that stands for a Loop's trip count where its M is data (a graph input, or
+    computed from one): M's name as a dim of the grammar (core/dim_name.py), `_trips` after
+    it (`trip_count` -> `trip_count_trips`), one dim for every Loop that reads that M."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", m_name)
+    return f"{name if name[:1].isalpha() or name[:1] == '_' else 'M_' + name}_trips"
+
+
 def scan_output_names(node: onnx.NodeProto) -> list[str]:
     """The Loop's outputs after its loop-carried values (inputs past M and cond)."""
     carried = max(len(node.input) - 2, 0)
@@ -83,23 +108,33 @@ def _is_true(value: Any) -> bool:
 
 
 def ort_loop_rule(engine: Any, module: Any) -> Callable[[onnx.NodeProto], None]:
-    """onnxruntime's Loop rule, then the scan outputs' first dim set to M where known (the
-    engine names a new symbol for it, which no input binds)."""
+    """onnxruntime's Loop rule, then the scan outputs' first dim set to `scan_first_dim`
+    (the engine names a new symbol for it, which no input binds). M's value: the engine's
+    own data propagation, else `GraphScalars` over the engine's shapes (the importer's reader:
+    the engine computes no ReduceProd of opset 18, whose axes are an input)."""
+    made: list[GraphScalars] = []  # the reader of the engine's graph, made at its first use
+
     def value_of(name: str) -> Any:
         if name in engine.sympy_data_:
             return engine.sympy_data_[name]
         if name in engine.initializers_:
             return numpy_helper.to_array(engine.initializers_[name])
-        return None
+        if not made:
+            made.append(GraphScalars(engine.out_mp_.graph,
+                                     lambda value: onnx_dims(engine.known_vi_.get(value))))
+        found = made[0](name)
+        if isinstance(found, SymInt):  # a number, else a formula the engine keeps as a name
+            return np.int64(int(found)) if found.is_constant else found.formula()
+        return found
 
     def run(node: onnx.NodeProto) -> None:
         engine._infer_Loop(node)
-        trips = trip_count(node, value_of)
+        trips = scan_first_dim(node, value_of)
         if trips is None:
             return
-        if not module.is_literal(trips):
+        if not isinstance(trips, str) and not module.is_literal(trips):
             engine._update_computed_dims([trips])
-        dim = module.get_shape_from_sympy_shape([trips])[0]
+        dim = trips if isinstance(trips, str) else module.get_shape_from_sympy_shape([trips])[0]
         for name in scan_output_names(node):
             _set_first_dim(engine.known_vi_[name], dim)
 
@@ -134,13 +169,13 @@ def onnx_loop_scans(model: onnx.ModelProto) -> None:
         return
     infos = [*graph.input, *graph.value_info, *graph.output]
     types = {v.name: v for v in infos}
-    value_of = _OnnxValues(graph, types)
+    value_of = GraphScalars(graph, lambda name: onnx_dims(types.get(name)))
     renamed: dict[str, int | str] = {}
     for node in loops:
-        trips = trip_count(node, value_of)
+        trips = scan_first_dim(node, value_of)
         if trips is None:
             continue
-        dim = trips if isinstance(trips, str) else int(trips)
+        dim = _onnx_dim(trips)
         for name in scan_output_names(node):
             unknown = _unknown_first_dim(types[name]) if name in types else None
             if unknown is not None:
@@ -161,46 +196,103 @@ def _unknown_first_dim(info: onnx.ValueInfoProto) -> str | None:
     return name if not name or name.startswith("unk__") else None
 
 
-class _OnnxValues:
-    """The small values M and cond are made of, read from an onnx-inferred graph: constants,
-    and one dim of a Shape (a number, or its dim_param)."""
+def _onnx_dim(trips: Any) -> int | str:
+    """A trip count as a dim of onnx's value infos: a number, else its formula."""
+    if isinstance(trips, SymInt):
+        return int(trips) if trips.is_constant else trips.formula()
+    return trips if isinstance(trips, str) else int(trips)
 
-    def __init__(self, graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto]) -> None:
+
+# a value's dims by name (each a SymInt, None where unknown), None where it has no shape
+DimsOf = Callable[[str], Sequence[SymInt | None] | None]
+
+
+class GraphScalars:
+    """The small integer values a Loop's M is made of, read from one graph and its values'
+    shapes (`dims_of`: the shape engine's, symbolic in batch etc.): a constant; a dim of a
+    shape, `Gather(Shape(x), k)`; an element count, `Size(x)` or `ReduceProd(Shape(x))`; a
+    product of those (`Mul`); through Identity/Cast/Squeeze/Unsqueeze/Reshape. A SymInt,
+    or the constant's array where it is not one integer (a cond); None where not known (the
+    data's). The one trip-count reader of onnx's engine and of the importer (control_flow.py)."""
+
+    def __init__(self, graph: onnx.GraphProto, dims_of: DimsOf) -> None:
         self.producers = {out: n for n in graph.node for out in n.output if out}
         self.initializers = {t.name: t for t in graph.initializer}
-        self.types = types
+        self.dims_of = dims_of
 
     def __call__(self, name: str) -> Any:
-        if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+        constant = self.constant(name)
+        if constant is not None:
+            count = _one_int(constant)
+            return constant if count is None else count
         node = self.producers.get(name)
-        if node is None:
+        if node is None or not node.input:
             return None
-        if node.op_type == "Constant":
-            return _constant_node_value(node)
-        if node.op_type in _PASS_THROUGH and node.op_type != "Cast":
+        if node.op_type in _PASS_THROUGH:
             return self(node.input[0])
         if node.op_type == "Gather" and len(node.input) == 2:
             return self._shape_dim(node)
+        if node.op_type == "Size" or (node.op_type == "ReduceProd" and len(node.input) == 1):
+            return self._element_count(node)
+        if node.op_type == "Mul" and len(node.input) == 2:
+            left, right = self(node.input[0]), self(node.input[1])
+            both = isinstance(left, SymInt) and isinstance(right, SymInt)
+            return left * right if both else None
         return None
 
-    def _shape_dim(self, gather: onnx.NodeProto) -> Any:
-        """Gather(Shape(x), k) with k a scalar constant: x's dim k, where typed."""
-        shape = self.producers.get(gather.input[0])
-        index = self(gather.input[1])
-        if shape is None or shape.op_type != "Shape" or index is None or np.size(index) != 1:
+    def constant(self, name: str) -> np.ndarray | None:
+        tensor = self.initializers.get(name)
+        if tensor is not None:  # a data-less (external) one is unknown, never read
+            return numpy_helper.to_array(tensor) if _small_known(tensor) else None
+        node = self.producers.get(name)
+        if node is not None and node.op_type == "Constant":
+            return _constant_node_value(node)
+        return None
+
+    def _shape_dims(self, name: str) -> Sequence[SymInt | None] | None:
+        """`Shape(x)` (its start and end applied): x's dims; None for any other value."""
+        shape = self.producers.get(name)
+        if shape is None or shape.op_type != "Shape":
             return None
-        info = self.types.get(shape.input[0])
-        if info is None or not info.type.tensor_type.HasField("shape"):
+        dims = self.dims_of(shape.input[0])
+        if dims is None:
             return None
-        dims = list(info.type.tensor_type.shape.dim)
         start = next((a.i for a in shape.attribute if a.name == "start"), 0)
         end = next((a.i for a in shape.attribute if a.name == "end"), len(dims))
-        dims = dims[start:end] if (start, end) != (0, len(dims)) else dims
-        position = int(np.asarray(index).reshape(-1)[0])
-        if not -len(dims) <= position < len(dims):
+        return dims[start:end]
+
+    def _shape_dim(self, gather: onnx.NodeProto) -> SymInt | None:
+        """Gather(Shape(x), k) with k a scalar constant: x's dim k, where typed."""
+        dims = self._shape_dims(gather.input[0])
+        index = self.constant(gather.input[1])
+        position = _one_int(index) if index is not None else None
+        if dims is None or position is None or not -len(dims) <= int(position) < len(dims):
             return None
-        dim = dims[position]
-        if dim.HasField("dim_value"):
-            return np.int64(dim.dim_value)
-        return dim.dim_param or None
+        return dims[int(position)]
+
+    def _element_count(self, node: onnx.NodeProto) -> SymInt | None:
+        """Size(x) or ReduceProd(Shape(x)) (no axes: every dim): the product of x's dims."""
+        if node.op_type == "Size":
+            dims = self.dims_of(node.input[0])
+        else:
+            dims = self._shape_dims(node.input[0])
+        known = [d for d in dims if d is not None] if dims is not None else []
+        return product(known) if dims is not None and len(known) == len(dims) else None
+
+
+def _one_int(array: np.ndarray) -> SymInt | None:
+    """A one-element integer array as a count (a negative one: 0 iterations)."""
+    if np.size(array) != 1 or not np.issubdtype(np.asarray(array).dtype, np.integer):
+        return None
+    return SymInt.const(max(int(np.asarray(array).reshape(-1)[0]), 0))
+
+
+def onnx_dims(info: onnx.ValueInfoProto | None) -> list[SymInt | None] | None:
+    """A value info's dims as SymInts (a name or formula parsed, None where unknown); None
+    where it has no shape."""
+    if info is None or not info.type.HasField("tensor_type") \
+            or not info.type.tensor_type.HasField("shape"):
+        return None
+    return [SymInt.const(d.dim_value) if d.HasField("dim_value")
+            else parse_size(d.dim_param) if d.dim_param else None
+            for d in info.type.tensor_type.shape.dim]
