@@ -15,10 +15,13 @@ into (`x[0].zero_()`: exact zeros now).
 The answer is an assumption, and it is safe only where it gives the most memory, so the
 values that follow from it are marked `assumed` (routing.py follows them) and read by
 structure: a selection by them (a boolean index, `nonzero`) is answered only when it keeps
-every element (SmolVLM's filter: no pixel equal, so every image is real: the largest step);
-a selection that would drop elements, any other size read from them, and any Python
-control flow on them (`.any()` in an `if`, `bool()`, `.item()`) fail as fake tensors do,
-as without the answer. Each selection answered is said in the analysis's warnings.
+every element (SmolVLM's filter: no pixel equal, so every image is real: the largest step),
+and a number read from them only when it counts such a mask's elements (its `sum`, or a view
+of one: SmolVLM splits its image features by the real images per sample,
+`split(counts.tolist())`), the selections' own sizes; a selection that would drop elements,
+any other number read from them, and any Python control flow on them (`.any()` in an `if`,
+`bool()`, `.item()` of a comparison) fail as fake tensors do, as without the answer. Each
+selection answered is said in the analysis's warnings.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ import math
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.weak import WeakIdKeyDictionary
 
 aten = torch.ops.aten
 # a comparison with a number: its answer on continuous data
 _SCALAR_COMPARISONS = {aten.eq.Scalar: False, aten.ne.Scalar: True}
+# the count of a boolean mask's true elements
+_COUNTS = frozenset({aten.sum.default, aten.sum.dim_IntList, aten.count_nonzero.default,
+                     aten.count_nonzero.dim_IntList})
 
 
 class InputData:
@@ -42,6 +49,8 @@ class InputData:
         self._names = names or []
         self._tensors: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> input name
         self.assumed: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> input name
+        # assumed counts of a mask that keeps every element (and views of them)
+        self._full_counts: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._kept: dict[str, list[int]] = {}  # input name -> elements kept, per selection
 
     def fed(self, inputs: list[Any]) -> None:
@@ -83,6 +92,26 @@ class InputData:
 
     def answered(self, args: tuple, output: torch.Tensor) -> None:
         self.assumed[output] = self._tensors[args[0]]
+
+    def counted(self, func: Any, args: tuple, first_value: object,
+                outputs: list[torch.Tensor]) -> None:
+        """Outputs of an op on assumed values that count a mask keeping every element: its
+        sum (`first_value`: the mask's value), a view of such a count."""
+        if func in _COUNTS:
+            with _disable_current_modes():
+                full = (isinstance(first_value, torch.Tensor) and first_value.dtype == torch.bool
+                        and bool(first_value.all()))
+        else:
+            full = bool(getattr(func, "is_view", False) and args
+                        and isinstance(args[0], torch.Tensor) and args[0] in self._full_counts)
+        for tensor in outputs if full else ():
+            self._full_counts[tensor] = True
+
+    def readable(self, items: list[object]) -> bool:
+        """Whether a number may be read from these arguments: no assumed value among them
+        but counts of masks that keep every element."""
+        return all(item in self._full_counts for item in items
+                   if isinstance(item, torch.Tensor) and item in self.assumed)
 
     def kept(self, name: str, elements: int) -> None:
         """A selection by an assumed mask that keeps all its `elements`."""

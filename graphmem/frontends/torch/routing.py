@@ -178,7 +178,8 @@ class RoutedValues:
         tags = getattr(func, "tags", ())
         if torch.Tag.data_dependent_output in tags:
             real = self._real_arguments(args, kwargs)
-            if real is None or self._assumed_source(args, kwargs) is not None:
+            if real is None or (self._assumed_source(args, kwargs) is not None
+                                and not self.inputs.readable(tree_leaves((args, kwargs)))):
                 return func(*args, **kwargs)  # Python control flow on an assumed value too
             return _run(func, *real)
         static = _STATIC_FORMS.get(func) if torch.Tag.dynamic_output_shape in tags else None
@@ -247,6 +248,7 @@ class RoutedValues:
         source = self._assumed_source(args, kwargs)
         if source is not None:
             self._assume(outputs, written, source)
+            self.inputs.counted(func, args, real[0][0] if real[0] else None, outputs)
 
     def _assumed_source(self, args: Any, kwargs: Any) -> str | None:
         """The input whose answer an argument's value follows from (input_values.py)."""
