@@ -29,7 +29,8 @@ from trace.py's one dispatch mode, observed.py):
 - the model's floating inputs are data: compared for equality with a number, no element is
   equal (input_values.py: SmolVLM's padding-image filter); the values that follow from that
   answer are `assumed`: a selection by them is answered only when it keeps every element,
-  and no other data-dependent op reads them (it fails as fake tensors do).
+  a number read from them only when it counts such a selection, and any other
+  data-dependent op on them fails as fake tensors do.
 
 Everything else runs as before: a model without choices sees no change, and a data-dependent
 op on values that are not known still fails as fake tensors do.
