@@ -108,6 +108,9 @@ def test_an_inputs_padding_filter_keeps_every_image() -> None:
     assert measured.peak_bytes >= 8_192 + 3_072
     assert int(analysis.liveness.activation_peak_bytes) == pytest.approx(measured.peak_bytes,
                                                                          rel=0.02)
+    # the answer is said: one selection by it, of the 4 images, every one kept
+    warnings = [w for w in analysis.model.warnings if "never equal" in w]
+    assert len(warnings) == 1 and "input0: 1 selection(s) of 4 element(s)" in warnings[0]
 
 
 def test_integer_inputs_are_not_data() -> None:

@@ -45,6 +45,7 @@ from graphmem.ops.registry import (
     register_canonical,
     register_traits,
 )
+from graphmem.ops.sampling import binary_search_compares
 from graphmem.ops.training import NLL_FLOPS_PER_ROW
 from graphmem.ops.traits import Traits
 
@@ -289,8 +290,8 @@ SORTED_SEARCHES = {"bucketize": (0, 1), "searchsorted": (1, 0)}
 
 
 def binary_search_flops(values: int, boundaries: int) -> int:
-    """One compare per halving of n + 1 slots: ceil(log2(n + 1)) per value."""
-    return values * max(0, boundaries).bit_length()
+    """A search among n boundaries' n + 1 slots per value (ops/sampling.py)."""
+    return values * binary_search_compares(max(0, boundaries) + 1)
 
 
 # one LSTM layer and direction on the CPU (oneDNN), forward and backward: ops/recurrent.py

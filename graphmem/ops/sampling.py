@@ -38,11 +38,17 @@ register("RandomNormal", "RandomNormalLike")(per_element_rule(NORMAL_FLOPS))
 register("Bernoulli")(per_element_rule(BERNOULLI_FLOPS))
 
 
+def binary_search_compares(slots: int) -> int:
+    """One compare per halving of `slots` (at least 1) to one: ceil(log2(slots)), e.g.
+    8 slots: 3, 9 slots: 4 (a search among 8 boundaries), 1 slot: 0."""
+    return (slots - 1).bit_length()
+
+
 @register("Multinomial")
 def multinomial(node: Node) -> OpCost:
     classes = known_dim(node.input(0), 1, node)
     if not classes.is_constant:
         raise ShapeUnknownError(f"{node.describe()}: class count {classes} is not a constant")
-    search = max((int(classes) - 1).bit_length(), 1)
+    search = max(binary_search_compares(int(classes)), 1)
     cdf = input_numel(node, 0) * CDF_FLOPS_PER_CLASS
     return OpCost.from_flops(cdf + output_numel(node) * (DRAW_FLOPS + search))

@@ -32,7 +32,7 @@ from torch.utils.flop_counter import flop_registry
 
 from graphmem.core.ir import ImportedCost
 from graphmem.core.symbolic import SymInt
-from graphmem.frontends.torch.fused_layers import fused_layer_args
+from graphmem.frontends.torch.fused_layers import fused_layer_args, node_value
 from graphmem.ops.aten import (
     AFFINE_GRIDS,
     EMBEDDING_BAGS,
@@ -104,7 +104,7 @@ def _cost(fx_node: torch.fx.Node, target: Any) -> ImportedCost | None:
     if name in (SELF_ATTENTION_LAYER, ENCODER_LAYER):
         return _fused_layer_cost(fx_node)
     if name in GROUPED_CONTRACTIONS:
-        a, b = (_meta_of(arg) for arg in fx_node.args[:2])
+        a, b = (node_value(arg) for arg in fx_node.args[:2])
         macs = grouped_matmul_macs(tuple(a.shape), tuple(b.shape))
         return ImportedCost(macs=macs, flops=2 * macs)
     if name in TRIANGULAR_SOLVES:
@@ -154,22 +154,22 @@ def _vector_product_macs(fx_node: torch.fx.Node, name: str) -> int:
     """mv, addmv, dot, vdot: the named argument's elements; an affine grid: d + 1 per
     coordinate of the grid (its last dim is d)."""
     if name in AFFINE_GRIDS:
-        grid = _meta_of(fx_node)
+        grid = node_value(fx_node)
         return int(grid.numel()) * (int(grid.shape[-1]) + 1)
-    return int(_meta_of(fx_node.args[VECTOR_PRODUCTS[name]]).numel())
+    return int(node_value(fx_node.args[VECTOR_PRODUCTS[name]]).numel())
 
 
 def _sorted_search_flops(fx_node: torch.fx.Node, values_at: int, boundaries_at: int) -> int:
     """A binary search per value (a number: one) among its row of boundaries (last dim)."""
-    values = _meta_of(fx_node.args[values_at])
+    values = node_value(fx_node.args[values_at])
     count = int(values.numel()) if isinstance(values, torch.Tensor) else 1
-    return binary_search_flops(count, int(_meta_of(fx_node.args[boundaries_at]).shape[-1]))
+    return binary_search_flops(count, int(node_value(fx_node.args[boundaries_at]).shape[-1]))
 
 
 def _triangular_solve_cost(fx_node: torch.fx.Node) -> ImportedCost:
     """X = solve_triangular(A, B): n is A's last dim, X the output (B's shape)."""
-    size = int(_meta_of(fx_node.args[0]).shape[-1])
-    solution = tuple(int(n) for n in _meta_of(fx_node).shape)
+    size = int(node_value(fx_node.args[0]).shape[-1])
+    solution = tuple(int(n) for n in node_value(fx_node).shape)
     macs = triangular_solve_macs(solution, size)
     divisions = triangular_solve_divisions(solution, bool(fx_node.kwargs.get("unitriangular")))
     return ImportedCost(macs=macs, flops=2 * macs + divisions)
@@ -180,7 +180,7 @@ def _lstm_layer_cost(fx_node: torch.fx.Node, backward: bool) -> ImportedCost | N
     (argument 10), has_biases (12), ...); its backward(input, w_ih, w_hh, ..., hidden_size
     (15), has_biases (17), ...). The rows are the input's elements / I, whatever its layout;
     PyTorch runs only LSTMs on this kernel (G = 4: anything else is left unpriced)."""
-    x, w_ih = _meta_of(fx_node.args[0]), _meta_of(fx_node.args[1])
+    x, w_ih = node_value(fx_node.args[0]), node_value(fx_node.args[1])
     hidden = int(cast("int", fx_node.args[15 if backward else 10]))  # aten's int hidden_size
     inputs = int(w_ih.shape[1])
     if int(w_ih.shape[0]) != GATES["LSTM"] * hidden or inputs == 0:
@@ -195,19 +195,19 @@ def _lstm_layer_cost(fx_node: torch.fx.Node, backward: bool) -> ImportedCost | N
 def _embedding_bag_flops(fx_node: torch.fx.Node, layout: EmbeddingBagArgs) -> int:
     """The ids are argument 1; the bags: the offsets' count (argument 2) forward, the
     gradient's rows backward; the width: the weight's or the gradient's last dim."""
-    rows, ids = _meta_of(fx_node.args[layout.rows_argument]), _meta_of(fx_node.args[1])
+    rows, ids = node_value(fx_node.args[layout.rows_argument]), node_value(fx_node.args[1])
     mode = int(cast("int", _argument(fx_node, layout.mode_argument) or 0))
     width = int(rows.shape[-1])
     if layout.backward:
         return embedding_bag_backward_flops(ids.numel(), width, int(rows.shape[0]), mode)
-    return embedding_bag_flops(ids.numel(), width, int(_meta_of(fx_node.args[2]).numel()),
+    return embedding_bag_flops(ids.numel(), width, int(node_value(fx_node.args[2]).numel()),
                                mode)
 
 
 def _fourier_flops(fx_node: torch.fx.Node, name: str) -> int:
     """r2c: the output is the complex side, the input's last transformed dim the real
     length; c2r the reverse (its length is argument 3); c2c: complex both sides."""
-    x, out = _meta_of(fx_node.args[0]), _meta_of(fx_node)
+    x, out = node_value(fx_node.args[0]), node_value(fx_node)
     dims = tuple(int(d) for d in cast("Sequence[int]", fx_node.args[1]))
     if name == "_fft_c2c":
         return nd_fft_flops(tuple(int(n) for n in x.shape), dims)
@@ -219,7 +219,7 @@ def _fourier_flops(fx_node: torch.fx.Node, name: str) -> int:
 def _attention_cost(fx_node: torch.fx.Node, layout: FusedAttention) -> ImportedCost | None:
     """Q [b, h, s, dq], K [b, hkv, l, dq], V [b, hkv, l, dv] (or [b, s, h, d]): the output is
     Q's shape with dv last; rows b*h*s; grouped KV heads change the bytes, not the MACs."""
-    tensors = [_meta_of(fx_node.args[layout.query_argument + i])
+    tensors = [node_value(fx_node.args[layout.query_argument + i])
                if layout.query_argument + i < len(fx_node.args) else None for i in range(3)]
     found = [t for t in tensors if isinstance(t, torch.Tensor) and t.dim() == 4]
     if len(found) < len(tensors):
@@ -269,12 +269,8 @@ def _argument(fx_node: torch.fx.Node, index: int | None) -> Any:
 
 
 def _registry_flops(fx_node: torch.fx.Node, packet: Any) -> int:
-    args, kwargs = torch.utils._pytree.tree_map(_meta_of, (fx_node.args, fx_node.kwargs))
+    args, kwargs = torch.utils._pytree.tree_map(node_value, (fx_node.args, fx_node.kwargs))
     return int(flop_registry[packet](*args, **kwargs, out_val=fx_node.meta.get("val")))
-
-
-def _meta_of(item: Any) -> Any:
-    return item.meta.get("val") if isinstance(item, torch.fx.Node) else item
 
 
 def _pooled_numel(fx_node: torch.fx.Node) -> int:
@@ -303,14 +299,14 @@ def _is_view(target: Any) -> bool:
 
 def _numel_of_first_tensor(args: Any) -> int:
     for leaf in torch.utils._pytree.tree_leaves(args):
-        meta = _meta_of(leaf)
+        meta = node_value(leaf)
         if isinstance(meta, torch.Tensor):
             return int(meta.numel())
     return 0
 
 
 def _numel_of_tensors(tree: Any) -> int:
-    leaves = [_meta_of(leaf) for leaf in torch.utils._pytree.tree_leaves(tree)]
+    leaves = [node_value(leaf) for leaf in torch.utils._pytree.tree_leaves(tree)]
     return sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))
 
 

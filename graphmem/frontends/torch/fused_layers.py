@@ -65,7 +65,7 @@ def fused_layer_args(fx_node: torch.fx.Node) -> FusedLayerArgs | None:
 def _self_attention(given: tuple[Any, ...]) -> FusedLayerArgs:
     args = (*given, *_SELF_ATTENTION_DEFAULTS[max(len(given) - 9, 0):])
     mask_type = args[12] if args[9] is not None and args[12] is not None else NO_MASK
-    return FusedLayerArgs(encoder=False, query=_meta(args[0]), num_head=int(args[4]),
+    return FusedLayerArgs(encoder=False, query=node_value(args[0]), num_head=int(args[4]),
                           mask_type=int(mask_type), need_weights=bool(args[10]),
                           average_attn_weights=bool(args[11]))
 
@@ -73,13 +73,14 @@ def _self_attention(given: tuple[Any, ...]) -> FusedLayerArgs:
 def _encoder_layer(args: tuple[Any, ...]) -> FusedLayerArgs:
     mask = args[18] if len(args) > 18 else None
     mask_type = args[19] if len(args) > 19 and mask is not None else None
-    ffn_weight = _meta(args[14])
+    ffn_weight = node_value(args[14])
     return FusedLayerArgs(
-        encoder=True, query=_meta(args[0]), num_head=int(args[2]),
+        encoder=True, query=node_value(args[0]), num_head=int(args[2]),
         mask_type=NO_MASK if mask_type is None else int(mask_type),
         norm_first=bool(args[8]), use_gelu=bool(args[7]),
         ffn_width=int(ffn_weight.shape[0]) if isinstance(ffn_weight, torch.Tensor) else 0)
 
 
-def _meta(arg: Any) -> Any:
+def node_value(arg: Any) -> Any:
+    """An fx node's traced value (its fake tensor); any other argument as it is."""
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg

@@ -31,6 +31,7 @@ from graphmem.frontends.torch.loader import (
     check_input_order,
     parse_tensor_spec,
 )
+from graphmem.frontends.torch.memo_caches import cleared_note, memo_caches_emptied
 from graphmem.frontends.torch.rewrites import pooled_head
 from graphmem.frontends.torch.spec import KeywordInput
 from graphmem.frontends.torch.stamp import stamped
@@ -56,7 +57,9 @@ def import_torch(module: object, inputs: Sequence[object], label: str,
                             " give a function that builds the model")
     specs = tensor_specs(inputs)
     check_call(module, specs)
-    with contextlib.ExitStack() as rewrites:
+    # each trace empties the caches it filled; this one, over them all, tells what the
+    # user's caches lost (memo_caches.py)
+    with memo_caches_emptied(module) as lost, contextlib.ExitStack() as rewrites:
         for path, positions in pooled_heads:
             rewrites.enter_context(pooled_head(module, path, positions))
         if training is not None and training.checkpoints:
@@ -75,7 +78,7 @@ def import_torch(module: object, inputs: Sequence[object], label: str,
     micro_batch = specs[0].shape[0] if specs[0].shape else None
     how = "torch fake tensors" if cuda is None else f"torch fake tensors, CUDA kernels ({cuda.sm})"
     return ImportedModel(graph, label, how, tuple(traced.warnings), micro_batch,
-                         notes=tuple(traced.notes),
+                         notes=(*traced.notes, *filter(None, [cleared_note(lost)])),
                          kernels=traced.kernels)
 
 

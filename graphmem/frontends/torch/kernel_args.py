@@ -15,7 +15,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from graphmem.core.ir import AttributeValue
-from graphmem.frontends.torch.fused_layers import fused_layer_args
+from graphmem.frontends.torch.fused_layers import fused_layer_args, node_value
 from graphmem.frontends.torch.promoted_operands import promoted_operands
 
 # op -> the position of its input (the tensor whose layout oneDNN follows)
@@ -36,14 +36,14 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
     if target not in _CONVOLUTIONS:
         return promoted_operands(fx_node)
     args = fx_node.args
-    layout = _meta(args[_CONVOLUTIONS[target]])
+    layout = node_value(args[_CONVOLUTIONS[target]])
     found: dict[str, AttributeValue] = {"channels_last": int(_channels_last(layout))}
     if target == "aten.convolution.default":  # (input, weight, bias, stride, padding,
         # dilation, transposed, output_padding, groups)
         if found["channels_last"]:
             found["layout_copies"] = (int(not _nhwc(layout))
-                                      + 2 * int(not _nhwc(_meta(args[1]))))
-        elif copies := int(not _plain(layout)) + 2 * int(not _plain(_meta(args[1]))):
+                                      + 2 * int(not _nhwc(node_value(args[1]))))
+        elif copies := int(not _plain(layout)) + 2 * int(not _plain(node_value(args[1]))):
             found["layout_copies"] = copies  # a permuted or sliced NCHW operand
         found.update(stride=_ints(args[3]), padding=_ints(args[4]),
                      transposed=int(bool(args[6])), groups=int(args[8]))  # type: ignore[arg-type]
@@ -54,10 +54,6 @@ def kernel_attributes(fx_node: torch.fx.Node) -> dict[str, AttributeValue]:
                      groups=int(args[9]),  # type: ignore[arg-type]
                      output_mask=tuple(int(bool(b)) for b in args[10]))  # type: ignore[union-attr]
     return found
-
-
-def _meta(arg: Any) -> Any:
-    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
 _LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # NHWC, NDHWC

@@ -8,13 +8,20 @@ call in the process computes on that fake tensor: the model's outputs are fake t
 profiled step sees no memory for them (DINOv3's inference step measured 30,464 B after an
 analysis instead of its 53,320 B; a second trace would mix two fake modes). A cache is only a
 cache: those the trace added entries to are emptied when it ends, and so are those first seen
-after it (a module imported during the trace) that hold anything.
+after it (a module imported during the trace) that hold anything. functools.lru_cache has no
+per-key delete and does not show its entries (`cache_info`, `cache_clear`,
+`cache_parameters` only), so a cache that held entries before the trace and gained some in it
+loses the earlier ones too: recomputed at the next call, and said in the analysis's notes
+(`cleared_note`); one that was empty before loses nothing of the user's.
 
 The caches looked at are the module-level functions (and their closures' one level down) and
 the class attributes of every loaded module in the packages that the model's modules' classes
-come from, torch's own aside: the model's own code, and its library's. Each module is scanned
-once (about 50 ms over 350 of transformers' modules, the first trace of a process; 0.2 ms a
-trace after).
+come from, torch's own aside: the model's own code, and its library's. A module is scanned
+again only when it is another object or its namespace changed in size (a function defined
+since), and `__main__` (a script's, a notebook's: names rebound in place) at every trace. The
+scan of a DINOv3 model (179 of transformers' modules loaded, 182 caches): 6 ms the first,
+0.12 ms each after (benchmarks/memo_cache_scan.py, docs/zoo.md's sixth round); a trace scans
+twice, and an analysis twice more around all its traces.
 """
 
 from __future__ import annotations
@@ -31,25 +38,52 @@ Cache = functools._lru_cache_wrapper
 
 
 @contextlib.contextmanager
-def memo_caches_emptied(model: nn.Module) -> Iterator[None]:
-    """Empty, on exit, the model's packages' lru_caches that gained entries meanwhile."""
-    before = {id(cache): (cache, cache.cache_info().misses) for cache in caches_of(model)}
+def memo_caches_emptied(model: nn.Module) -> Iterator[list[str]]:
+    """Empty, on exit, the model's packages' lru_caches that gained entries meanwhile. The
+    list yielded gets the name of each one emptied that held entries from before (the
+    user's), here or in a use of this nested in it (import_step.py's, over a trace each)."""
+    before = {id(cache): (cache, cache.cache_info()) for cache in caches_of(model)}
+    lost: list[str] = []
+    _LISTENING.append(lost)
     try:
-        yield
+        yield lost
     finally:
+        _LISTENING.pop()  # nested uses end first: this one is last
         for cache in caches_of(model):
+            info = cache.cache_info()
             seen = before.get(id(cache))
-            grew = (cache.cache_info().misses > seen[1] if seen is not None
-                    else cache.cache_info().currsize > 0)
-            if grew:
+            if (seen is None and info.currsize > 0) or (
+                    seen is not None and info.misses > seen[1].misses):
                 cache.cache_clear()
+                if seen is not None and seen[1].currsize > 0:
+                    for listening in (lost, *_LISTENING):
+                        listening.append(_name_of(cache))
 
 
-# module name -> (the module's id, its caches): a module is scanned once (its functions and
-# classes are made when it is imported), again only if it is another object; a package's
-# module names are listed again only when sys.modules changed in size (350 of transformers'
-# modules: 50 ms a scan without either, 0.1 ms with; a trace scans twice)
-_SCANNED: dict[str, tuple[int, tuple[Cache, ...]]] = {}
+# the lists of memo_caches_emptied's uses in progress, outermost first
+_LISTENING: list[list[str]] = []
+
+
+def cleared_note(lost: list[str]) -> str | None:
+    """The analysis's note of the caches emptied with entries from before the trace."""
+    if not lost:
+        return None
+    return (f"emptied {len(set(lost))} memoized function cache(s) that the trace added entries to"
+            f" ({', '.join(sorted(set(lost)))}): an entry made of the trace's fake tensors would"
+            " corrupt later eager calls, and functools.lru_cache cannot drop one entry, so the"
+            " entries from before the analysis are recomputed at their next call")
+
+
+def _name_of(cache: Cache) -> str:
+    function = getattr(cache, "__wrapped__", cache)
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+
+
+# module name -> (the module's id, its namespace's size, its caches): a module is scanned once
+# (its functions and classes are made when it is imported), again if it is another object or
+# a name was added to it; a package's module names are listed again only when sys.modules
+# changed in size (the time: the module's docstring)
+_SCANNED: dict[str, tuple[int, int, tuple[Cache, ...]]] = {}
 _PACKAGE_MODULES: dict[str, tuple[int, tuple[str, ...]]] = {}
 
 
@@ -77,13 +111,15 @@ def _modules_of(package: str) -> tuple[str, ...]:
 
 
 def _module_caches(name: str, module: object) -> tuple[Cache, ...]:
+    namespace = vars(module)
     known = _SCANNED.get(name)
-    if known is not None and known[0] == id(module):
-        return known[1]
-    caches = tuple(candidate for value in list(vars(module).values())
+    if known is not None and known[:2] == (id(module), len(namespace)):
+        return known[2]
+    caches = tuple(candidate for value in list(namespace.values())
                    for candidate in _with_closures(_with_class_members(value, name))
                    if isinstance(candidate, Cache))
-    _SCANNED[name] = (id(module), caches)
+    if name != "__main__":  # a script's or notebook's names are rebound in place
+        _SCANNED[name] = (id(module), len(namespace), caches)
     return caches
 
 

@@ -27,7 +27,10 @@ from trace.py's one dispatch mode, observed.py):
   indexed at each run's first position (Qwen2.5-VL's window bounds, made from the image grid
   a processor gives as a constant);
 - the model's floating inputs are data: compared for equality with a number, no element is
-  equal (input_values.py: SmolVLM's padding-image filter).
+  equal (input_values.py: SmolVLM's padding-image filter); the values that follow from that
+  answer are `assumed`: a selection by them is answered only when it keeps every element,
+  a number read from them only when it counts such a selection, and any other
+  data-dependent op on them fails as fake tensors do.
 
 Everything else runs as before: a model without choices sees no change, and a data-dependent
 op on values that are not known still fails as fake tensors do.
@@ -63,11 +66,18 @@ _UNINITIALIZED = frozenset({
 
 
 def _nonzero_static(mode: RoutedValues, args: tuple, kwargs: dict) -> torch.Tensor | None:
-    # nonzero(x) -> [n, x.dim()]: the same op with its row count n given
+    # nonzero(x) -> [n, x.dim()]: the same op with its row count n given; by values assumed
+    # of an input's data (input_values.py), only when it keeps every element (n = numel)
     value = mode.values.get(args[0])
     if value is None:
         return None
-    return aten.nonzero_static.default(args[0], size=_real_int(value.count_nonzero))
+    count = _real_int(value.count_nonzero)
+    source = mode.inputs.source(args[0])
+    if source is not None:
+        if count != value.numel():
+            return None
+        mode.inputs.kept(source, count)
+    return aten.nonzero_static.default(args[0], size=count)
 
 
 def _index_by_positions(mode: RoutedValues, args: tuple, kwargs: dict) -> torch.Tensor | None:
@@ -92,7 +102,7 @@ def _repeat_interleave_sized(mode: RoutedValues, args: tuple,
                              kwargs: dict) -> torch.Tensor | None:
     # repeat_interleave(repeats) -> [sum(repeats)]: the same op with its output size given
     value = mode.values.get(args[0])
-    if value is None or kwargs.get("output_size") is not None:
+    if value is None or kwargs.get("output_size") is not None or mode.inputs.source(args[0]):
         return None
     return aten.repeat_interleave.Tensor(args[0], output_size=_real_int(value.sum))
 
@@ -105,8 +115,8 @@ def _unique_consecutive_picked(mode: RoutedValues, args: tuple,
     value = mode.values.get(args[0])
     options = {**dict(zip(("return_inverse", "return_counts", "dim"), args[1:],
                           strict=False)), **kwargs}
-    if value is None or options.get("return_inverse") or options.get("return_counts") or (
-            options.get("dim") is not None):
+    if value is None or mode.inputs.source(args[0]) or options.get("return_inverse") or (
+            options.get("return_counts") or options.get("dim") is not None):
         return None
     with _disable_current_modes():
         flat = value.flatten()
@@ -144,13 +154,13 @@ class RoutedValues:
     then gives to `follow`; any other to `dispatch`, which calls the op (or its static form)
     through the observers below this one."""
 
-    def __init__(self, routing: MoeRouting) -> None:
+    def __init__(self, routing: MoeRouting, input_names: list[str] | None = None) -> None:
         self.routing = routing
         self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> CPU value
         # (tokens, experts, top_k) of each choice the policy made
         self.choices: list[tuple[int, int, int]] = []
         # the floating inputs' data and views of it (input_values.py), fed by trace.py
-        self.inputs = InputData()
+        self.inputs = InputData(input_names)
 
     @staticmethod
     def plain(func: Any) -> bool:
@@ -169,7 +179,10 @@ class RoutedValues:
         tags = getattr(func, "tags", ())
         if torch.Tag.data_dependent_output in tags:
             real = self._real_arguments(args, kwargs)
-            return func(*args, **kwargs) if real is None else _run(func, *real)
+            if real is None or (self._assumed_source(args, kwargs) is not None
+                                and not self.inputs.readable(tree_leaves((args, kwargs)))):
+                return func(*args, **kwargs)  # Python control flow on an assumed value too
+            return _run(func, *real)
         static = _STATIC_FORMS.get(func) if torch.Tag.dynamic_output_shape in tags else None
         out = static(self, args, kwargs) if static is not None else None
         if out is None:
@@ -203,6 +216,8 @@ class RoutedValues:
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         if not outputs:
             return
+        written = _written(func, args, kwargs)
+        self.inputs.written(written)
         self.inputs.follow(func, args, outputs)
         selection = _selection(func, args, kwargs)
         if selection is not None and self._value(args[0]) is None:
@@ -220,6 +235,8 @@ class RoutedValues:
             answer = finite_answer(func, args) if len(outputs) == 1 else None
             if answer is None and len(outputs) == 1:  # input == number (input_values.py)
                 answer = self.inputs.answer(func, args)
+                if answer is not None:
+                    self.inputs.answered(args, outputs[0])
             if answer is not None:  # a test whose answer the values' kind gives
                 self.values[outputs[0]] = answered(answer, outputs[0])
                 return
@@ -229,6 +246,32 @@ class RoutedValues:
         real_outputs = [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
         for fake, real_out in zip(outputs, real_outputs, strict=False):
             self.values[fake] = real_out
+        source = self._assumed_source(args, kwargs)
+        if source is not None:
+            self._assume(outputs, written, source)
+            self.inputs.counted(func, args, real[0][0] if real[0] else None, outputs)
+
+    def _assumed_source(self, args: Any, kwargs: Any) -> str | None:
+        """The input whose answer an argument's value follows from (input_values.py)."""
+        if not len(self.inputs.assumed):
+            return None
+        for leaf in tree_leaves((args, kwargs)):
+            source = self.inputs.source(leaf)
+            if source is not None:
+                return source
+        return None
+
+    def _assume(self, outputs: list[torch.Tensor], written: list[torch.Tensor],
+                source: str) -> None:
+        """Values that follow from an answer: the outputs, and every tensor sharing storage
+        with one the op wrote into."""
+        for tensor in outputs + written:
+            self.inputs.assumed[tensor] = source
+        storages = {self.values[t].untyped_storage().data_ptr() for t in written
+                    if self.values.get(t) is not None}
+        for fake, other in list(self.values.items()) if storages else ():
+            if other.untyped_storage().data_ptr() in storages:
+                self.inputs.assumed[fake] = source
 
     def _forget_written(self, func: Any, args: Any, kwargs: Any) -> None:
         """An in-place op with an input of unknown value: what it writes is unknown now."""
@@ -260,6 +303,11 @@ class RoutedValues:
                 choices = choices.reshape(*others, top_k).movedim(-1, axis)
             self.values[indices] = choices.reshape(indices.shape).contiguous()
         self.choices.append((tokens, experts, top_k))
+
+    def notes(self) -> list[str]:
+        """What the trace assumed of values (the routing, the inputs' data), for the
+        analysis's warnings."""
+        return [note for note in (self.note(), self.inputs.note()) if note]
 
     def note(self) -> str | None:
         """What the policy assumed, for the outputs; None when no choice was made."""

@@ -140,7 +140,7 @@ def _trace_model(model: nn.Module, inputs: list[TensorSpec], train: TrainingOpti
         if train else _inference_step(model, params, buffers, inputs), valued_scalars(buffers))
     model.train(train is not None)
     lifetimes = EagerLifetimes(cpu=cuda is None)
-    routed = RoutedValues(routing)
+    routed = RoutedValues(routing, [s.name or f"input{i}" for i, s in enumerate(inputs)])
     kernels = CudaKernels(cuda) if cuda is not None else None
     with (_restored_annotations(), _module_annotations(model), modes_follow_modules(model),
           autocast_policy(train),
@@ -151,11 +151,10 @@ def _trace_model(model: nn.Module, inputs: list[TensorSpec], train: TrainingOpti
                                 fake_buffers, fake_state, fake_inputs)
     lifetimes.held_past_step(graph_module.graph)
     steal(graph_module, sums.candidates, lifetimes.released_after)
-    note = routed.note()
     return TracedStep(graph_module, no_gradient.pruned(graph_module.graph, roles),
                       "training" if train else "inference",
                       released_after=dict(lifetimes.released_after),
-                      notes=no_gradient.notes(params), warnings=[note] if note else [],
+                      notes=no_gradient.notes(params), warnings=routed.notes(),
                       kernels=_kernels_of(kernels, train, scaled))
 
 
