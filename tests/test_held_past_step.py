@@ -51,3 +51,34 @@ def test_a_cached_tensor_is_held_to_the_steps_end() -> None:
     measured = measure_step(CachedPositions(), specs, True, "adamw")
     assert int(analysis.liveness.activation_peak_bytes) == pytest.approx(
         measured.kernel_ends_peak_bytes or measured.peak_bytes, rel=0.005)
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it (and what it holds)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.me = self
+
+
+class CycleDropped(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        doubled = self.proj(x) * 2
+        _Cycle(doubled)  # garbage at once, in a cycle: eager frees it at a collection
+        return (doubled + 1).sum()
+
+
+def test_a_tensor_only_a_dropped_cycle_keeps_is_not_held() -> None:
+    # the trace runs no full collection: without one before the check, the product (2 x 8 x
+    # 32 x 4 = 2,048 B) looked held by a cache and was kept to the step's end
+    from graphmem import analyze_torch
+    from graphmem.frontends.torch.loader import parse_tensor_spec
+
+    analysis = analyze_torch(CycleDropped(), [parse_tensor_spec("2x8x32")], plan=False,
+                             suggest=False)
+    mul = next(n for n in analysis.graph.nodes if n.op_type == "aten.mul.Tensor")
+    assert mul.outputs[0].held_until is not analysis.graph.nodes[-1]

@@ -19,6 +19,7 @@ the three in the same order around one call of the op:
 
 from __future__ import annotations
 
+import gc
 import weakref
 from typing import Any
 
@@ -50,10 +51,16 @@ class EagerLifetimes:
         keyed by the mask they were made from): eager holds it past the step, so it is
         released at the graph's end."""
         last = next(iter(reversed(graph.nodes)), None)
-        if last is None:
+        pending = self.watched - self.released_after.keys()
+        if last is None or not pending:
             return
-        for name in self.watched - self.released_after.keys():
-            self.released_after[name] = last.name
+        # one only a reference cycle kept is garbage, which eager frees at a collection, not
+        # held: the trace runs no full collection (trace.py), so collect now; what dies here
+        # keeps its last use as its release, as a tensor no finalizer saw
+        gc.collect()
+        for name in pending:
+            if self.released_after.pop(name, None) is None:
+                self.released_after[name] = last.name
 
     def seen(self, func: Any, out: Any) -> None:
         """`func` has just made `out`: a finalizer on each traced tensor notes its death."""
