@@ -444,7 +444,9 @@ def test_both_onnxruntime_models_say_what_they_estimated(
     options = {"ort_optimization": "disabled"} if runtime == "ort-cpu" else {}
     estimate = runtime_estimate(analysis, runtime, gpu, **options)
     assert any("2 estimated at their node's largest input" in n for n in estimate.notes)
-    assert not any("counted as 0 bytes" in n for n in estimate.notes)
+    # none counted as 0 bytes (an op whose kernel's scratch is not known is another note)
+    assert not any("counted as 0 bytes: the runtime peak may be low by their size" in n
+                   for n in estimate.notes)
 
 
 @pytest.mark.ort
