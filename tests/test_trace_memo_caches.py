@@ -87,3 +87,35 @@ def test_main_is_scanned_at_every_trace(monkeypatch: pytest.MonkeyPatch) -> None
     assert first in caches_of(model)
     monkeypatch.setattr(main, "graphmem_test_table", second)
     assert second in caches_of(model)
+
+
+@functools.lru_cache(maxsize=4)
+def wide(width: int) -> bool:
+    return width > 4
+
+
+@functools.cache
+def ramps(width: int) -> tuple[torch.Tensor, ...]:
+    return (torch.zeros(1), torch.arange(width, dtype=torch.float32))
+
+
+class Flagged(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if wide(x.shape[-1]) else x * ramps(x.shape[-1])[1]
+
+
+def test_a_cache_the_trace_filled_with_no_tensor_is_left_as_it_is() -> None:
+    # `wide` (a flag, as transformers' is_..._available) gained an entry in the trace: no fake
+    # tensor in it, so it keeps the user's entry and the trace's, and no note says otherwise
+    wide.cache_clear()
+    wide(3)
+    analysis = _analyze(Flagged())
+    assert wide.cache_info().currsize == 2 and _cache_notes(analysis) == []
+
+
+def test_a_fake_tensor_inside_a_cached_tuple_is_found() -> None:
+    ramps.cache_clear()
+    ramps(2)  # the user's entry
+    analysis = _analyze(Flagged(), "2x3")  # not wide: the trace adds ramps(3), fake tensors
+    assert ramps.cache_info().currsize == 0 and len(_cache_notes(analysis)) == 1
+    assert not isinstance(ramps(3)[1], FakeTensor)

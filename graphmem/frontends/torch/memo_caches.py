@@ -7,8 +7,10 @@ first under graphmem's trace, the cache keeps the FakeTensor it returned, and ev
 call in the process computes on that fake tensor: the model's outputs are fake tensors, and a
 profiled step sees no memory for them (DINOv3's inference step measured 30,464 B after an
 analysis instead of its 53,320 B; a second trace would mix two fake modes). A cache is only a
-cache: those the trace added entries to are emptied when it ends, and so are those first seen
-after it (a module imported during the trace) that hold anything. functools.lru_cache has no
+cache: those the trace added entries to and that now hold a FakeTensor (`holds_fake_tensor`:
+among the results it keeps, a few containers down) are emptied when it ends, and so are such
+ones first seen after it (a module imported during the trace); a cache the trace filled with
+flags or numbers (transformers' `is_..._available`) is left as it is. functools.lru_cache has no
 per-key delete and does not show its entries (`cache_info`, `cache_clear`,
 `cache_parameters` only), so a cache that held entries before the trace and gained some in it
 loses the earlier ones too: recomputed at the next call, and said in the analysis's notes
@@ -28,11 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import sys
 import types
 from collections.abc import Iterable, Iterator
 
+import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 Cache = functools._lru_cache_wrapper
 
@@ -52,8 +57,8 @@ def memo_caches_emptied(model: nn.Module) -> Iterator[list[str]]:
         for cache in caches_of(model):
             info = cache.cache_info()
             seen = before.get(id(cache))
-            if (seen is None and info.currsize > 0) or (
-                    seen is not None and info.misses > seen[1].misses):
+            gained = (info.currsize > 0 if seen is None else info.misses > seen[1].misses)
+            if gained and holds_fake_tensor(cache):
                 cache.cache_clear()
                 if seen is not None and seen[1].currsize > 0:
                     for listening in (lost, *_LISTENING):
@@ -77,6 +82,30 @@ def cleared_note(lost: list[str]) -> str | None:
 def _name_of(cache: Cache) -> str:
     function = getattr(cache, "__wrapped__", cache)
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+
+
+def holds_fake_tensor(cache: Cache, depth: int = 4, budget: int = 10_000) -> bool:
+    """Whether a FakeTensor is among what `cache` keeps (its entries' results, `depth` levels
+    of containers down, at most `budget` objects looked at): a cache the trace filled with
+    numbers, strings or flags (transformers' `is_..._available`) is left as it is."""
+    level, seen = [cache], {id(cache)}
+    for _ in range(depth):
+        below = []
+        for thing in level:
+            for referent in gc.get_referents(thing):
+                if isinstance(referent, FakeTensor):
+                    return True
+                if (id(referent) in seen or isinstance(referent, _LEAVES)
+                        or len(seen) >= budget):
+                    continue
+                seen.add(id(referent))
+                below.append(referent)
+        level = below
+    return False
+
+
+# what a cache's results are walked through: not into types, functions, modules or tensors
+_LEAVES = (type, types.FunctionType, types.ModuleType, torch.Tensor, str, bytes, int, float)
 
 
 # module name -> (the module's id, its namespace's size, its caches): a module is scanned once
