@@ -19,10 +19,10 @@ from graphmem.frontends.onnx import lean_read, lean_runs
 from graphmem.frontends.onnx.lean_read import (
     KEEP_BYTES,
     MAX_ATTRIBUTE_ENTRIES,
-    _varint,
     read_lean_model_bytes,
 )
 from graphmem.frontends.onnx.lean_runs import Run, measure_run
+from graphmem.frontends.onnx.protobuf_wire import varint as _varint
 from graphmem.frontends.onnx.untrusted import STRING_ELEMENT_BYTES, tensor_bytes
 from tests import hostile_models as hostile
 from tests.helpers.hostile_run import broken_promises, run_cli

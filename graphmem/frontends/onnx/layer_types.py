@@ -52,6 +52,7 @@ from graphmem.frontends.onnx.plan_layers import (
     cut_model,
     find_layer_run,
 )
+from graphmem.frontends.onnx.protobuf_wire import varint
 from graphmem.frontends.onnx.value_types import JudgedInfos
 
 GENERATED = b"unk__"
@@ -263,21 +264,9 @@ def _value_infos(typed: Sequence[tuple[str, bytes]]) -> bytes:
     parts = []
     for name, key in typed:
         encoded = name.encode()
-        body = b"".join((b"\x0a", _varint(len(encoded)), encoded, b"\x12", _varint(len(key)),
+        body = b"".join((b"\x0a", varint(len(encoded)), encoded, b"\x12", varint(len(key)),
                          key))
-        parts.append(b"j" + _varint(len(body)) + body)  # b"j": field 13, length-delimited
+        parts.append(b"j" + varint(len(body)) + body)  # b"j": field 13, length-delimited
     return b"".join(parts)
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL = [bytes((n,)) for n in range(0x80)]

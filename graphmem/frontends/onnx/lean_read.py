@@ -45,6 +45,7 @@ from onnx.external_data_helper import uses_external_data
 
 from graphmem.errors import GraphmemError
 from graphmem.frontends.onnx.lean_runs import Run, measure_run
+from graphmem.frontends.onnx.protobuf_wire import varint
 from graphmem.frontends.onnx.untrusted import check_regular_file, has_data_of_size, quoted
 
 if TYPE_CHECKING:  # protobuf's C implementation (upb) has its own descriptor classes
@@ -212,7 +213,7 @@ class _Walk:
             lean = self._lean_message(field.message_type, start, end, node)
             if lean is None:
                 return None
-        return _tag(number, _LENGTH) + _varint(len(lean)) + lean
+        return _tag(number, _LENGTH) + varint(len(lean)) + lean
 
     def _lean_message(self, descriptor: MessageDescriptor, start: int, end: int,
                       node: tuple[int, int] | None) -> bytes | None:
@@ -334,7 +335,7 @@ class _Walk:
             self._kept_whole(typed, longest)  # no data, both kinds, or small
             return None
         if not has_location:  # as read.py's clear_tensor_data leaves it: data_location DEFAULT
-            rest.append(_tag(_TENSOR_DATA_LOCATION, _VARINT) + _varint(TensorProto.DEFAULT))
+            rest.append(_tag(_TENSOR_DATA_LOCATION, _VARINT) + varint(TensorProto.DEFAULT))
         lean = b"".join(rest)
         tensor = TensorProto.FromString(lean)
         if uses_external_data(tensor):
@@ -392,14 +393,7 @@ def _read_varint(view: mmap.mmap, position: int) -> tuple[int, int]:
             raise _WireError("varint longer than 10 bytes")
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _tag(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
+    return varint(number << 3 | wire)

@@ -45,6 +45,7 @@ import numpy as np
 import onnx
 
 from graphmem.core.ort_view import PlanShape
+from graphmem.frontends.onnx.protobuf_wire import varint
 
 INFERRED_LAYERS = 4  # layers 0-3 inferred: the last two compared (the first may differ)
 MIN_LAYERS = 8  # fewer repeats: the whole pass is cheap enough
@@ -312,7 +313,7 @@ def _content(tensor: onnx.TensorProto, name: str) -> bytes:
     data = tensor.SerializeToString()
     encoded = name.encode()
     size = len(encoded)
-    field = (b"\x42" + (bytes((size,)) if size < 0x80 else _varint(size)) + encoded)
+    field = b"\x42" + varint(size) + encoded
     if data.count(field) == 1:
         return b"i" + data.replace(field, b"", 1)
     copy = onnx.TensorProto()
@@ -321,13 +322,6 @@ def _content(tensor: onnx.TensorProto, name: str) -> bytes:
     return b"i" + copy.SerializeToString()
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _layer_run(same: Sequence[bool], start: int, period: int) -> tuple[int, int] | None:
