@@ -104,7 +104,9 @@ def test_exported_decoders_take_the_shortcut(path: Path,
                     " (benchmarks/speed_targets.py exports it there)")
     taken = _compared(monkeypatch)
     import_onnx(path)
-    assert taken == [True]
+    # every third pass takes it: since layer_types.py, one on the cut the layers' node kinds
+    # suggest (its probe) and one on the cut the comparison proves, the same few layers
+    assert taken and all(taken)
 
 
 def _dim(rng: random.Random) -> int | str | None:
