@@ -594,6 +594,11 @@ MEASURED_ONCE += [
 # training steps measured once (docs/zoo.md): no op their inference row and the rest of the
 # zoo do not trace; test_zoo.py runs their inference only
 TRAINING_MEASURED_ONCE = frozenset({"sam", "mllama", "qwen2_5_vl"})
+# DETR's training measured once: its step's measured peak depends on whether transformers'
+# cached sine embedding (lru_cache, maxsize 1) holds the warm-up's entry when the measured step
+# starts (docs/zoo.md: +0.00% cold, +2.27% against a warm cache): the suite's two workers
+# ran it in either state; tests/test_held_past_step.py checks the mechanism deterministically
+TRAINING_MEASURED_ONCE = TRAINING_MEASURED_ONCE | {"detr"}
 
 
 # The third round, text models of 2025-26 (docs/zoo.md, "The third round: text models"):
